@@ -1,0 +1,171 @@
+"""Running activity attempts under supervision.
+
+An attempt runs with an `ActivityContext` in a contextvar, so that
+`activity.heartbeat()` and `activity.check_cancelled()` work from async code and
+from sync code in worker threads alike. Heartbeats are recorded locally at once
+and flushed to storage by a supervisor task, throttled, so that a tight loop
+calling `heartbeat()` costs no round trip per call. A stop (timeout fencing,
+cancellation, shutdown) cancels an async attempt's scope and makes the next
+`heartbeat()`/`check_cancelled()` of a sync attempt raise.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
+from .clock import Clock, to_datetime
+from .errors import ActivityAPIOutsideActivity, ActivityStopRequested
+
+
+@dataclass(frozen=True)
+class ActivityInfo:
+    """What an activity attempt knows about itself."""
+
+    activity_id: str
+    activity_type: str
+    attempt: int
+    workflow_id: str
+    run_id: str
+    task_queue: str
+    local: bool
+    scheduled_at: datetime.datetime | None
+    started_at: datetime.datetime | None
+    deadline: datetime.datetime | None
+    heartbeat_timeout: float | None
+    heartbeat_details: Any
+
+
+class ActivityContext:
+    """State of one running attempt, shared by its code and its supervisor."""
+
+    def __init__(self, info: ActivityInfo, clock: Clock, deadline: float | None) -> None:
+        self.info = info
+        self.clock = clock
+        self.deadline = deadline
+        self.scope: anyio.CancelScope | None = None
+        self._lock = threading.Lock()
+        self._details: Any = info.heartbeat_details
+        self._dirty = False
+        self._stop = threading.Event()
+        self.stop_reason: str | None = None
+        self.wakeup = anyio.Event()
+        self.loop_thread = threading.get_ident()
+
+    # -- called by activity code (any thread) --------------------------------
+
+    def heartbeat(self, details: Any) -> None:
+        with self._lock:
+            if details is not None:
+                self._details = details
+            self._dirty = True
+        self._poke()
+        self.check_cancelled()
+
+    def check_cancelled(self) -> None:
+        if self._stop.is_set():
+            raise ActivityStopRequested(
+                f"activity {self.info.activity_type} attempt {self.info.attempt} must stop: "
+                f"{self.stop_reason}"
+            )
+
+    def _poke(self) -> None:
+        if threading.get_ident() == self.loop_thread:
+            self.wakeup.set()
+        else:
+            try:
+                anyio.from_thread.run_sync(self.wakeup.set)
+            except RuntimeError:
+                pass  # not an anyio worker thread: the supervisor's tick flushes it
+
+    # -- called by the supervisor ---------------------------------------------
+
+    def take_details(self) -> tuple[bool, Any]:
+        with self._lock:
+            dirty, self._dirty = self._dirty, False
+            return dirty, self._details
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self, reason: str) -> None:
+        if self._stop.is_set():
+            return
+        self.stop_reason = reason
+        self._stop.set()
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+_current: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar(
+    "durable_activity", default=None
+)
+
+
+def current() -> ActivityContext:
+    ctx = _current.get()
+    if ctx is None:
+        raise ActivityAPIOutsideActivity(
+            "this durable.activity function can only be called while an activity runs "
+            "(a function decorated with @durable.activity.defn executed by a Worker)"
+        )
+    return ctx
+
+
+async def call_activity(ctx: ActivityContext, fn: Any, is_async: bool, args: list[Any]) -> Any:
+    """Run the activity function with its context set; stoppable through ctx."""
+    token = _current.set(ctx)
+    try:
+        with anyio.CancelScope() as scope:
+            ctx.scope = scope
+            if ctx.stopped:
+                scope.cancel()
+            if is_async:
+                return await fn(*args)
+            context = contextvars.copy_context()
+            return await anyio.to_thread.run_sync(context.run, fn, *args)
+        raise ActivityStopRequested(
+            f"activity {ctx.info.activity_type} attempt {ctx.info.attempt} was stopped: "
+            f"{ctx.stop_reason}"
+        )
+    finally:
+        _current.reset(token)
+
+
+def make_info(
+    *,
+    activity_id: str,
+    activity_type: str,
+    attempt: int,
+    workflow_id: str,
+    run_id: str,
+    task_queue: str,
+    local: bool,
+    scheduled_at: float | None,
+    started_at: float | None,
+    deadline: float | None,
+    heartbeat_timeout: float | None,
+    heartbeat_details: Any,
+) -> ActivityInfo:
+    return ActivityInfo(
+        activity_id=activity_id,
+        activity_type=activity_type,
+        attempt=attempt,
+        workflow_id=workflow_id,
+        run_id=run_id,
+        task_queue=task_queue,
+        local=local,
+        scheduled_at=to_datetime(scheduled_at),
+        started_at=to_datetime(started_at),
+        deadline=to_datetime(deadline),
+        heartbeat_timeout=heartbeat_timeout,
+        heartbeat_details=heartbeat_details,
+    )

@@ -1,0 +1,421 @@
+"""Replay by memoization: how one workflow run executes inside a worker.
+
+A run is an ordinary anyio task running the user's coroutine. Every durable
+operation ("op") has an identity made of its task path and its sequence within
+that task. When a run is (re)claimed, its recorded ops are loaded once; an op
+whose outcome is recorded returns it at once, without yielding to the event
+loop, and the first op with no record continues live. The recorded kind and
+name are checked on every replayed op: a mismatch is a `NonDeterminismError`,
+the run is marked for review and never continues silently.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import random
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from ._log import get_logger
+
+from .clock import Clock
+from .converter import PayloadConverter, check_size
+from .driver import (
+    CloseRun,
+    CommitResult,
+    OpRecord,
+    RunRecord,
+    RunWrites,
+    Write,
+)
+from .errors import (
+    ContinueAsNew,
+    LostAuthority,
+    NonDeterminismError,
+    StructuralLimitExceeded,
+    WorkflowAPIOutsideWorkflow,
+)
+from .options import Limits
+
+if TYPE_CHECKING:
+    from ._registry import WorkflowDefn
+
+
+
+
+@dataclass
+class TaskState:
+    """Per-task replay state: the deterministic path, op counter, clock and RNG."""
+
+    path: str
+    task: int
+    ctx: WorkflowContext
+    seq: int = 0
+    children: int = 0
+    clock: float = 0.0
+    replaying: bool = True
+    rng: random.Random = field(default_factory=random.Random)
+
+    def next_op_id(self) -> str:
+        self.seq += 1
+        return f"{self.path}:{self.seq}"
+
+    def child_path(self) -> str:
+        self.children += 1
+        return f"{self.path}.{self.children}"
+
+
+_task_state: contextvars.ContextVar[TaskState | None] = contextvars.ContextVar(
+    "durable_task_state", default=None
+)
+
+
+def current_task_state() -> TaskState:
+    """The calling task's state; raise a clear error outside a workflow."""
+    state = _task_state.get()
+    if state is None:
+        raise WorkflowAPIOutsideWorkflow(
+            "this durable.workflow function can only be called from inside a workflow "
+            "(a function decorated with @durable.workflow.defn that a Worker runs)"
+        )
+    if state.task != anyio.get_current_task().id:
+        raise WorkflowAPIOutsideWorkflow(
+            "durable operations must run in the workflow's own task or in a task spawned "
+            "with `async with workflow.task_group() as tg: tg.start_soon(...)`; tasks started "
+            "any other way would not replay deterministically"
+        )
+    return state
+
+
+def enter_task(ctx: WorkflowContext, path: str, clock: float) -> TaskState:
+    state = TaskState(path=path, task=anyio.get_current_task().id, ctx=ctx, clock=clock)
+    state.rng.seed(f"{ctx.run.run_id}/{path}")
+    _task_state.set(state)
+    return state
+
+
+class _Waiter:
+    __slots__ = ("event", "record")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.record: OpRecord | None = None
+
+
+class Committer:
+    """Group commit: writes submitted while a commit is in flight go together.
+
+    One transaction carries the writes of many runs (each fenced by its own
+    epoch), so under load a step costs a fraction of a round trip.
+    """
+
+    def __init__(self, commit: Callable[[list[RunWrites], float], Awaitable[list[CommitResult]]],
+                 clock: Clock) -> None:
+        self._commit = commit
+        self._clock = clock
+        self._queue: list[tuple[RunWrites, list[Any]]] = []
+        self._busy = False
+        self._idle = anyio.Event()
+
+    async def submit(self, run_id: str, epoch: int, writes: list[Write]) -> CommitResult:
+        slot: list[Any] = []
+        self._queue.append((RunWrites(run_id, epoch, list(writes)), slot))
+        while not slot:
+            if self._busy:
+                await self._idle.wait()
+                continue
+            self._busy = True
+            batch, self._queue = self._queue, []
+            try:
+                merged: dict[str, RunWrites] = {}
+                for entry, _ in batch:
+                    target = merged.get(entry.run_id)
+                    if target is None or target.epoch != entry.epoch:
+                        merged[entry.run_id] = RunWrites(entry.run_id, entry.epoch,
+                                                         list(entry.writes))
+                    else:
+                        target.writes.extend(entry.writes)
+                with anyio.CancelScope(shield=True):
+                    results = await self._commit(list(merged.values()), self._clock.now())
+                by_run = {r.run_id: r for r in results}
+                for entry, out in batch:
+                    out.append(by_run[entry.run_id])
+            except BaseException as exc:
+                for _, out in batch:
+                    if not out:
+                        out.append(exc)
+                raise
+            finally:
+                self._busy = False
+                idle, self._idle = self._idle, anyio.Event()
+                idle.set()
+        outcome = slot[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result: CommitResult = outcome
+        return result
+
+
+class WorkflowContext:
+    """Everything a running workflow's code reaches through `durable.workflow`."""
+
+    def __init__(
+        self,
+        *,
+        run: RunRecord,
+        ops: dict[str, OpRecord],
+        defn: WorkflowDefn,
+        worker: Any,
+        clock: Clock,
+        converter: PayloadConverter,
+        limits: Limits,
+        committer: Committer,
+    ) -> None:
+        self.run = run
+        self.recorded = ops
+        self.defn = defn
+        self.worker = worker
+        self.clock = clock
+        self.converter = converter
+        self.limits = limits
+        self.committer = committer
+        self.waiters: dict[str, _Waiter] = {}
+        self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
+        self.fatal: BaseException | None = None
+        self.log = get_logger("durable.workflow").bind(
+            workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type
+        )
+
+    # -- ops -------------------------------------------------------------
+
+    def recorded_op(self, op_id: str, kind: str, name: str) -> OpRecord | None:
+        """The record of this op if it exists; check it is the same op."""
+        record = self.recorded.get(op_id)
+        if record is None:
+            return None
+        if record.kind != kind or record.name != name:
+            raise NonDeterminismError(
+                f"workflow {self.run.workflow_type} (run {self.run.run_id}) asked for "
+                f"{kind} {name!r} at {op_id}, but history recorded {record.kind} "
+                f"{record.name!r} there: the code changed in a way that does not replay. "
+                "The run is marked for review; deploy the old code or terminate the run"
+            )
+        return record
+
+    def check_pending_limit(self, kind: str) -> None:
+        limit = {
+            "activity": self.limits.pending_activities,
+            "child": self.limits.pending_children,
+            "timer": self.limits.pending_timers,
+        }[kind]
+        value = self.pending_counts[kind] + 1
+        if value > limit:
+            exc = StructuralLimitExceeded(
+                f"pending_{'children' if kind == 'child' else kind + 's'}", value, limit
+            )
+            self.fatal = exc
+            raise exc
+
+    def encode(self, value: Any, what: str) -> str:
+        text = self.converter.encode(value, what)
+        try:
+            check_size(text, self.limits.payload_bytes, what)
+        except StructuralLimitExceeded as exc:
+            self.fatal = exc
+            raise
+        return text
+
+    async def commit(self, writes: list[Write]) -> CommitResult:
+        result = await self.committer.submit(self.run.run_id, self.run.epoch, writes)
+        if not result.committed:
+            raise LostAuthority(f"run {self.run.run_id} is no longer owned by this worker")
+        for op in result.ops.values():
+            self.resolve(op)
+        return result
+
+    def waiter(self, op_id: str) -> _Waiter:
+        waiter = self.waiters.get(op_id)
+        if waiter is None:
+            waiter = self.waiters[op_id] = _Waiter()
+        return waiter
+
+    def resolve(self, op: OpRecord) -> None:
+        """Deliver an op's closed record to whoever awaits it."""
+        if not op.closed:
+            return
+        self.recorded[op.op_id] = op
+        waiter = self.waiters.get(op.op_id)
+        if waiter is not None and waiter.record is None:
+            waiter.record = op
+            waiter.event.set()
+
+    async def wait_op(self, op_id: str, kind: str) -> OpRecord:
+        waiter = self.waiter(op_id)
+        record = self.recorded.get(op_id)
+        if record is not None and record.closed:
+            self.resolve(record)
+        self.pending_counts[kind] += 1
+        try:
+            await waiter.event.wait()
+        finally:
+            self.pending_counts[kind] -= 1
+        self.waiters.pop(op_id, None)
+        assert waiter.record is not None
+        return waiter.record
+
+    def open_waiters(self) -> list[str]:
+        return [op_id for op_id, w in self.waiters.items() if w.record is None]
+
+
+def failure_from_exception(exc: BaseException, category: str = "application") -> dict[str, Any]:
+    """The recorded form of an exception raised by workflow or activity code."""
+    cls = type(exc)
+    tb = "".join(traceback.format_exception(exc))[-8000:]
+    failure: dict[str, Any] = {
+        "failure_category": category,
+        "exception_class": f"{cls.__module__}.{cls.__qualname__}",
+        "cause_type": cls.__name__,
+        "message": str(exc) or cls.__name__,
+        "cause_message": str(exc),
+        "traceback": tb,
+    }
+    if isinstance(exc, StructuralLimitExceeded):
+        failure.update(
+            failure_category="structural_limit", kind=exc.kind, value=exc.value, limit=exc.limit
+        )
+    if getattr(exc, "non_retryable", False):
+        failure["non_retryable"] = True
+    inner = getattr(exc, "failure", None)
+    if isinstance(inner, dict) and inner:
+        failure["cause"] = inner
+    return failure
+
+
+class RunExecutor:
+    """Owns one claimed run: replays it, continues it live, closes it."""
+
+    def __init__(self, ctx: WorkflowContext, on_done: Callable[[RunExecutor], None]) -> None:
+        self.ctx = ctx
+        self.run = ctx.run
+        self.scope: anyio.CancelScope | None = None
+        self.code_scope: anyio.CancelScope | None = None
+        self.stop_reason: str | None = None
+        self._on_done = on_done
+
+    def stop(self, reason: str) -> None:
+        """Stop executing this run locally (lost lease, shutdown, closed elsewhere)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def execute(self) -> None:
+        ctx = self.ctx
+        try:
+            with anyio.CancelScope() as scope:
+                self.scope = scope
+                if self.stop_reason is not None:
+                    scope.cancel()
+                await self._execute()
+        except LostAuthority:
+            ctx.log.info("run_dropped", reason="lost authority")
+        finally:
+            self._on_done(self)
+
+    async def _execute(self) -> None:
+        ctx = self.ctx
+        run = self.run
+        deadline = _min_deadline(run)
+        if deadline is not None and ctx.clock.now() >= deadline:
+            await self._enforce_deadline()
+            return
+        outcome: CloseRun | None = None
+        async with anyio.create_task_group() as guard:
+            if deadline is not None:
+                guard.start_soon(self._watch_deadline, deadline)
+            try:
+                outcome = await self._run_code()
+            finally:
+                guard.cancel_scope.cancel()
+        if self.stop_reason == "deadline":
+            await self._enforce_deadline()
+            return
+        if outcome is None or self.stop_reason is not None:
+            return
+        await ctx.commit([outcome])
+        ctx.log.info("run_closed", status=outcome.status)
+
+    async def _run_code(self) -> CloseRun | None:
+        ctx = self.ctx
+        state = enter_task(ctx, "0", self.run.started_at or self.run.created_at)
+        try:
+            args = ctx.converter.decode(self.run.input)
+            hints = ctx.defn.param_hints
+            if isinstance(args, list):
+                from .converter import rebuild
+
+                args = [rebuild(a, hints[i] if i < len(hints) else None)
+                        for i, a in enumerate(args)]
+            else:
+                args = [args]
+            with anyio.CancelScope() as code_scope:
+                self.code_scope = code_scope
+                value = await ctx.defn.fn(*args)
+            if code_scope.cancelled_caught:
+                return None
+            if ctx.fatal is not None:
+                raise ctx.fatal
+            return CloseRun("completed", result=ctx.encode(value, "the workflow's result"))
+        except ContinueAsNew as can:
+            return CloseRun("continued", continue_input=ctx.encode(list(can.new_args),
+                                                                   "continue_as_new arguments"))
+        except NonDeterminismError as exc:
+            ctx.log.error("non_determinism", error=str(exc))
+            return CloseRun("failed", failure=failure_from_exception(exc, "non_determinism"),
+                            needs_review=True)
+        except LostAuthority:
+            raise
+        except Exception as exc:
+            if ctx.fatal is not None and exc is not ctx.fatal:
+                exc = ctx.fatal
+            category = "structural_limit" if isinstance(exc, StructuralLimitExceeded) else (
+                "application")
+            ctx.log.info("run_failed", error=repr(exc))
+            return CloseRun("failed", failure=failure_from_exception(exc, category))
+        finally:
+            del state
+
+    async def _watch_deadline(self, deadline: float) -> None:
+        await self.ctx.clock.sleep_until(deadline)
+        self.stop_reason = self.stop_reason or "deadline"
+        if self.code_scope is not None:
+            self.code_scope.cancel()
+
+    async def _enforce_deadline(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.ctx.worker.driver.enforce_expired(
+                self.run.namespace, self.ctx.clock.now(), self.run.run_id
+            )
+
+
+def _min_deadline(run: RunRecord) -> float | None:
+    values = [
+        v for v in (run.execution_deadline_at, run.run_deadline_at) if v is not None
+    ]
+    return min(values) if values else None
+
+
+def new_uuid(state: TaskState) -> uuid.UUID:
+    return uuid.UUID(int=state.rng.getrandbits(128), version=4)
+
+
+def remaining_until(deadline: float | None, now: float) -> float:
+    if deadline is None:
+        return math.inf
+    return max(0.0, deadline - now)

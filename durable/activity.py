@@ -1,0 +1,76 @@
+"""The activity side of the API: define activities and talk to the running attempt.
+
+    @activity.defn
+    def import_rows(path: str) -> int:
+        for n, row in enumerate(read(path), 1):
+            activity.heartbeat({"processed": n})   # raises once the attempt must stop
+            ...
+
+Activities may be `async def` or plain functions; plain functions run in a
+worker thread and stop cooperatively at `heartbeat()` / `check_cancelled()`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from ._activities import ActivityInfo, current
+from ._registry import define_activity
+from .clock import to_datetime
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["ActivityInfo", "check_cancelled", "deadline", "defn", "heartbeat", "info", "remaining"]
+
+
+@overload
+def defn(fn: F, /) -> F: ...
+
+
+@overload
+def defn(*, name: str | None = None, process_isolated: bool = False) -> Callable[[F], F]: ...
+
+
+def defn(
+    fn: F | None = None, /, *, name: str | None = None, process_isolated: bool = False
+) -> F | Callable[[F], F]:
+    """Declare an activity; its name defaults to the function's name."""
+
+    def decorate(f: F) -> F:
+        define_activity(f, name, process_isolated)
+        return f
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def info() -> ActivityInfo:
+    """The running attempt's identity, deadline and last heartbeat details."""
+    return current().info
+
+
+def heartbeat(details: Any = None) -> None:
+    """Record progress (kept for the next attempt) and prove liveness.
+
+    Raises `durable.ActivityStopRequested` when the attempt must stop.
+    """
+    current().heartbeat(details)
+
+
+def check_cancelled() -> None:
+    """Raise `durable.ActivityStopRequested` if this attempt must stop."""
+    current().check_cancelled()
+
+
+def deadline() -> Any:
+    """The attempt's earliest binding deadline as an aware datetime, or None."""
+    return to_datetime(current().deadline)
+
+
+def remaining() -> float:
+    """Seconds until the attempt's deadline; `math.inf` when unbounded."""
+    ctx = current()
+    if ctx.deadline is None:
+        return math.inf
+    return max(0.0, ctx.deadline - ctx.clock.now())

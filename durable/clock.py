@@ -1,0 +1,101 @@
+"""Time: wall-clock instants for storage, monotonic waiting for enforcement.
+
+Deadlines are stored as UTC epoch seconds so they mean the same thing on every
+machine. Waiting for one converts it once to the host's monotonic clock
+(anyio's `current_time()`), so a wall-clock jump neither fires a deadline early
+nor delays it. Every wait in the engine goes through a `Clock`, which is what
+lets `durable.testing` substitute virtual time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import heapq
+import itertools
+import math
+import time
+from typing import Protocol
+
+import anyio
+
+
+class Clock(Protocol):
+    """The engine's source of time."""
+
+    def now(self) -> float:
+        """Wall-clock UTC epoch seconds."""
+        ...
+
+    async def sleep_until(self, instant: float) -> None:
+        """Return once `now() >= instant` (cancellable)."""
+        ...
+
+
+class SystemClock:
+    """Real time: wall clock for instants, monotonic clock for waiting."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep_until(self, instant: float) -> None:
+        delay = instant - time.time()
+        if delay <= 0:
+            await anyio.lowlevel.checkpoint()
+            return
+        await anyio.sleep_until(anyio.current_time() + delay)
+
+
+class VirtualClock:
+    """Time that moves only when told to (see `durable.testing`).
+
+    Sleepers are kept in a heap; `advance_to` wakes them in deadline order.
+    """
+
+    def __init__(self, start: float | None = None) -> None:
+        self._now = time.time() if start is None else start
+        self._sleepers: list[tuple[float, int, anyio.Event]] = []
+        self._counter = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep_until(self, instant: float) -> None:
+        if instant <= self._now:
+            await anyio.lowlevel.checkpoint()
+            return
+        event = anyio.Event()
+        heapq.heappush(self._sleepers, (instant, next(self._counter), event))
+        await event.wait()
+
+    def next_wakeup(self) -> float | None:
+        """The earliest instant a sleeper waits for, or None."""
+        while self._sleepers and self._sleepers[0][2].is_set():
+            heapq.heappop(self._sleepers)
+        return self._sleepers[0][0] if self._sleepers else None
+
+    def advance_to(self, instant: float) -> None:
+        """Move time forward (never back) and wake every sleeper now due."""
+        self._now = max(self._now, instant)
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            _, _, event = heapq.heappop(self._sleepers)
+            event.set()
+
+
+def to_datetime(instant: float | None) -> datetime.datetime | None:
+    """Epoch seconds to an aware UTC datetime (None stays None)."""
+    if instant is None:
+        return None
+    return datetime.datetime.fromtimestamp(instant, tz=datetime.UTC)
+
+
+def to_iso(instant: float | None) -> str | None:
+    """Epoch seconds to ISO 8601 with an explicit +00:00 offset."""
+    value = to_datetime(instant)
+    return value.isoformat() if value is not None else None
+
+
+def remaining(deadline: float | None, now: float) -> float:
+    """Seconds until `deadline` (never negative); infinity when unbounded."""
+    if deadline is None:
+        return math.inf
+    return max(0.0, deadline - now)

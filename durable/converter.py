@@ -1,0 +1,122 @@
+"""Payload conversion: values to the JSON text that storage keeps, and back.
+
+JSON by default, because operators read payloads in describe(), history and
+SQL. Dataclasses and pydantic models are encoded as objects and rebuilt from
+the type hint of the function that receives them. A value that cannot be
+serialised fails at the call that passed it, naming what it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import json
+import typing
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .errors import PayloadError, StructuralLimitExceeded
+
+
+class PayloadConverter(Protocol):
+    """Turns values into stored text and back; replace it to use another format."""
+
+    def encode(self, value: Any, what: str) -> str: ...
+
+    def decode(self, text: str | None, type_hint: Any = None) -> Any: ...
+
+
+def _default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"{type(value).__qualname__} is not JSON serialisable")
+
+
+class JSONConverter:
+    """The default converter: compact JSON; dataclasses and pydantic supported."""
+
+    def encode(self, value: Any, what: str) -> str:
+        try:
+            return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(
+                f"{what} cannot be serialised to JSON: {exc}. Pass JSON-compatible values "
+                "(dict, list, str, int, float, bool, None), dataclasses or pydantic models, "
+                "or configure another payload converter"
+            ) from exc
+
+    def decode(self, text: str | None, type_hint: Any = None) -> Any:
+        if text is None:
+            return None
+        value = json.loads(text)
+        return rebuild(value, type_hint)
+
+
+def rebuild(value: Any, type_hint: Any) -> Any:
+    """Rebuild dataclasses / pydantic models from decoded JSON using a type hint."""
+    if type_hint is None or type_hint is Any or value is None:
+        return value
+    origin = typing.get_origin(type_hint)
+    if origin is not None:
+        args = typing.get_args(type_hint)
+        if origin in (list, Sequence) and args and isinstance(value, list):
+            return [rebuild(v, args[0]) for v in value]
+        if origin is dict and len(args) == 2 and isinstance(value, dict):
+            return {k: rebuild(v, args[1]) for k, v in value.items()}
+        return value
+    if isinstance(type_hint, type):
+        if dataclasses.is_dataclass(type_hint) and isinstance(value, dict):
+            hints = typing.get_type_hints(type_hint)
+            fields = {f.name for f in dataclasses.fields(type_hint)}
+            return type_hint(
+                **{k: rebuild(v, hints.get(k)) for k, v in value.items() if k in fields}
+            )
+        validate = getattr(type_hint, "model_validate", None)
+        if callable(validate):
+            return validate(value)
+        if issubclass(type_hint, enum.Enum):
+            return type_hint(value)
+        if type_hint is datetime.datetime and isinstance(value, str):
+            return datetime.datetime.fromisoformat(value)
+    return value
+
+
+def check_size(text: str, limit: int, what: str) -> None:
+    """Enforce the payload structural limit (bytes of UTF-8)."""
+    size = len(text.encode("utf-8")) if len(text) * 4 > limit else len(text)
+    if size > limit:
+        raise StructuralLimitExceeded(
+            "payload_bytes", size, limit, f"{what} is too large; store it elsewhere and pass a key"
+        )
+
+
+def parameter_hints(fn: Callable[..., Any]) -> tuple[list[Any], Any]:
+    """The positional parameter type hints and the return hint of `fn`."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    import inspect
+
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    return [hints.get(p.name) for p in params], hints.get("return")

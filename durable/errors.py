@@ -1,0 +1,206 @@
+"""Every error `durable` raises derives from `DurableError`.
+
+Errors that cross the storage boundary (a workflow's failure, an activity's
+failure) are rebuilt from their recorded form on replay, so they are our own
+classes carrying the original type name and message rather than the user's
+exception class: a class that cannot be imported on the replaying worker must
+never stop `except`/`finally` blocks from running (a pain point of the
+reference engine's users).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DurableError(Exception):
+    """Base class of every error raised by `durable`."""
+
+
+class ConfigurationError(DurableError, ValueError):
+    """A call was given input it cannot use; the message says how to fix it."""
+
+
+class WorkflowAlreadyStarted(DurableError):
+    """A workflow with this id is already running (or exists, under reject_duplicate)."""
+
+    def __init__(self, workflow_id: str, run_id: str | None = None) -> None:
+        super().__init__(
+            f"workflow id {workflow_id!r} is already in use (run {run_id}); pick another id "
+            "or start with StartOptions.return_existing_active() to get the running one"
+        )
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+
+
+class WorkflowNotFound(DurableError):
+    """No workflow (or run) with this id exists in the namespace."""
+
+
+class NotRegistered(ConfigurationError):
+    """A workflow or activity name is not known to this process or any worker."""
+
+
+class NonDeterminismError(DurableError):
+    """Replayed code asked for a different operation than the one recorded."""
+
+
+class LostAuthority(DurableError):
+    """This worker no longer owns the run (its lease epoch was superseded).
+
+    Internal: the engine stops the run's task without recording anything.
+    """
+
+
+class _FailureCarrying(DurableError):
+    """An error rebuilt from a recorded failure dictionary."""
+
+    def __init__(self, message: str, failure: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.failure: dict[str, Any] = dict(failure or {})
+
+    @property
+    def failure_category(self) -> str | None:
+        value = self.failure.get("failure_category")
+        return str(value) if value is not None else None
+
+
+class WorkflowFailed(_FailureCarrying):
+    """The workflow raised; `failure` holds the recorded failure."""
+
+
+class WorkflowCancelled(_FailureCarrying):
+    """The workflow was cancelled (cooperatively, immediately, or by its parent)."""
+
+
+class WorkflowTerminated(_FailureCarrying):
+    """The workflow was terminated."""
+
+
+class WorkflowTimedOut(_FailureCarrying):
+    """The workflow exceeded its execution or run timeout (`timeout_kind`)."""
+
+    @property
+    def timeout_kind(self) -> str | None:
+        value = self.failure.get("timeout_kind")
+        return str(value) if value is not None else None
+
+    @property
+    def deadline_at(self) -> str | None:
+        value = self.failure.get("deadline_at")
+        return str(value) if value is not None else None
+
+
+class ActivityFailed(_FailureCarrying):
+    """The activity raised on its last attempt (or a non-retryable error).
+
+    `cause_type` and `cause_message` name the original exception.
+    """
+
+    @property
+    def cause_type(self) -> str | None:
+        value = self.failure.get("exception_class")
+        return str(value) if value is not None else None
+
+    @property
+    def cause_message(self) -> str | None:
+        value = self.failure.get("cause_message")
+        return str(value) if value is not None else None
+
+
+class ActivityTimedOut(ActivityFailed):
+    """The activity exceeded one of its timeouts (`timeout_kind`)."""
+
+    @property
+    def timeout_kind(self) -> str | None:
+        value = self.failure.get("timeout_kind")
+        return str(value) if value is not None else None
+
+
+class ActivityCancelled(ActivityFailed):
+    """The activity was cancelled before it completed."""
+
+
+class ActivityStopRequested(DurableError):
+    """Raised inside an activity by `heartbeat()`/`check_cancelled()` when its
+    attempt must stop (cancellation, timeout fencing or worker shutdown)."""
+
+
+class ChildWorkflowFailed(_FailureCarrying):
+    """A child workflow did not complete; `cause` is the child's terminal error."""
+
+
+class StructuralLimitExceeded(DurableError):
+    """A configured structural limit was exceeded (`kind`, `value`, `limit`)."""
+
+    def __init__(self, kind: str, value: int, limit: int, hint: str = "") -> None:
+        message = f"structural limit exceeded: {kind} is {value}, the limit is {limit}"
+        if hint:
+            message += f"; {hint}"
+        super().__init__(message)
+        self.kind = kind
+        self.value = value
+        self.limit = limit
+
+
+class PayloadError(ConfigurationError):
+    """A value could not be serialised by the payload converter."""
+
+
+class PolicyRejected(ConfigurationError):
+    """An operation's cancellation policy is not allowed for it."""
+
+
+class CapabilityUnsupported(DurableError):
+    """The worker holding the run does not support the requested capability."""
+
+
+class RunNotCurrent(DurableError):
+    """The selected run is not the workflow's current run."""
+
+
+class WorkflowAPIOutsideWorkflow(DurableError, RuntimeError):
+    """A `durable.workflow` function was called outside a running workflow."""
+
+
+class ActivityAPIOutsideActivity(DurableError, RuntimeError):
+    """A `durable.activity` function was called outside a running activity."""
+
+
+class ContinueAsNew(BaseException):
+    """Raised by `workflow.continue_as_new()`; caught by the engine.
+
+    A BaseException so that a workflow's broad `except Exception` cannot swallow
+    it by accident.
+    """
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        super().__init__("continue as new")
+        self.new_args = args
+
+
+def error_from_failure(failure: dict[str, Any]) -> _FailureCarrying:
+    """Rebuild the error a recorded workflow failure stands for."""
+    message = str(failure.get("message", "workflow did not complete"))
+    category = failure.get("failure_category")
+    cls: type[_FailureCarrying]
+    if category == "timeout":
+        cls = WorkflowTimedOut
+    elif category == "cancelled":
+        cls = WorkflowCancelled
+    elif category == "terminated":
+        cls = WorkflowTerminated
+    else:
+        cls = WorkflowFailed
+    return cls(message, failure)
+
+
+def activity_error_from_failure(failure: dict[str, Any]) -> ActivityFailed:
+    """Rebuild the error a recorded activity failure stands for."""
+    message = str(failure.get("message", "activity failed"))
+    category = failure.get("failure_category")
+    if category == "timeout":
+        return ActivityTimedOut(message, failure)
+    if category == "cancelled":
+        return ActivityCancelled(message, failure)
+    return ActivityFailed(message, failure)

@@ -1,0 +1,242 @@
+"""Options users pass when they start workflows and call activities and children.
+
+All options are frozen dataclasses: a value is validated once, where it is set,
+and an invalid one raises at the call that made it. Options are snapshotted
+into storage at schedule time ("frozen"), so changing code later never changes
+the policy of work that is already scheduled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from .errors import ConfigurationError
+
+Seconds = int | float | timedelta
+
+
+def to_seconds(value: Seconds | None, what: str) -> float | None:
+    """Normalise a duration given as seconds or a timedelta; reject nonsense early."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(
+            f"{what} must be a number of seconds or a datetime.timedelta, got {value!r}"
+        )
+    else:
+        seconds = float(value)
+    if math.isnan(seconds) or seconds < 0:
+        raise ConfigurationError(f"{what} must be a non-negative duration, got {value!r}")
+    return seconds
+
+
+class CancellationPolicy(str, enum.Enum):
+    """What an interrupted await does when its workflow is cancelled."""
+
+    TRY_CANCEL = "try_cancel"
+    WAIT_CANCELLATION_COMPLETED = "wait_cancellation_completed"
+    ABANDON = "abandon"
+
+
+class ParentClosePolicy(str, enum.Enum):
+    """What happens to an open child when its parent closes."""
+
+    ABANDON = "abandon"
+    REQUEST_CANCEL = "request_cancel"
+    REQUEST_CANCELLATION = "request_cancellation"
+    TERMINATE = "terminate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How failed activity attempts are retried.
+
+    Defaults follow Temporal's (1 s initial, x2, capped at 100 s) but with a
+    finite number of attempts: unlimited retries were a frequent surprise.
+    """
+
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval: float = 100.0
+    non_retryable_error_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigurationError("RetryPolicy.max_attempts must be at least 1")
+        if self.initial_interval < 0 or self.maximum_interval < 0:
+            raise ConfigurationError("RetryPolicy intervals must be non-negative")
+        if self.backoff_coefficient < 1:
+            raise ConfigurationError("RetryPolicy.backoff_coefficient must be at least 1")
+        object.__setattr__(self, "non_retryable_error_types", tuple(self.non_retryable_error_types))
+
+    def delay_before(self, attempt: int) -> float:
+        """Seconds to wait before `attempt` (2 = the first retry)."""
+        delay = self.initial_interval * self.backoff_coefficient ** max(0, attempt - 2)
+        return float(min(delay, self.maximum_interval))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["non_retryable_error_types"] = list(self.non_retryable_error_types)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RetryPolicy:
+        return cls(
+            max_attempts=int(data["max_attempts"]),
+            initial_interval=float(data["initial_interval"]),
+            backoff_coefficient=float(data["backoff_coefficient"]),
+            maximum_interval=float(data["maximum_interval"]),
+            non_retryable_error_types=tuple(data.get("non_retryable_error_types", ())),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivityOptions:
+    """Timeouts, retries and cancellation policy of one activity call."""
+
+    schedule_to_start_timeout: Seconds | None = None
+    start_to_close_timeout: Seconds | None = None
+    schedule_to_close_timeout: Seconds | None = None
+    heartbeat_timeout: Seconds | None = None
+    max_attempts: int | None = None
+    retry: RetryPolicy | None = None
+    cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL
+    task_queue: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "schedule_to_start_timeout",
+            "start_to_close_timeout",
+            "schedule_to_close_timeout",
+            "heartbeat_timeout",
+        ):
+            seconds = to_seconds(getattr(self, name), name)
+            if seconds is not None and seconds <= 0:
+                raise ConfigurationError(f"{name} must be greater than 0, got {seconds}")
+            object.__setattr__(self, name, seconds)
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigurationError("ActivityOptions.max_attempts must be at least 1")
+        if not isinstance(self.cancellation, CancellationPolicy):
+            raise ConfigurationError(
+                f"cancellation must be a durable.CancellationPolicy, got {self.cancellation!r}"
+            )
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The effective retry policy (max_attempts overrides the policy's)."""
+        policy = self.retry or RetryPolicy()
+        if self.max_attempts is not None:
+            policy = dataclasses.replace(policy, max_attempts=self.max_attempts)
+        return policy
+
+    def snapshot(self) -> dict[str, Any]:
+        """The frozen form recorded at schedule time."""
+        return {
+            "schedule_to_start_timeout": self.schedule_to_start_timeout,
+            "start_to_close_timeout": self.start_to_close_timeout,
+            "schedule_to_close_timeout": self.schedule_to_close_timeout,
+            "heartbeat_timeout": self.heartbeat_timeout,
+            "retry": self.retry_policy.to_dict(),
+            "cancellation": self.cancellation.value,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildOptions:
+    """Policies and timeouts of one child workflow call."""
+
+    cancellation: CancellationPolicy = CancellationPolicy.WAIT_CANCELLATION_COMPLETED
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.REQUEST_CANCELLATION
+    execution_timeout: Seconds | None = None
+    run_timeout: Seconds | None = None
+    cleanup_timeout: Seconds | None = None
+    task_queue: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, label in (("execution_timeout", "execution"), ("run_timeout", "run")):
+            seconds = to_seconds(getattr(self, name), name)
+            if seconds is not None and seconds < 1:
+                raise ConfigurationError(f"{label} timeout must be at least 1 second")
+            object.__setattr__(self, name, seconds)
+        object.__setattr__(
+            self, "cleanup_timeout", to_seconds(self.cleanup_timeout, "cleanup_timeout")
+        )
+
+
+class IdReusePolicy(str, enum.Enum):
+    """What `start` does when the workflow id is already in use."""
+
+    REJECT_DUPLICATE = "reject_duplicate"
+    RETURN_EXISTING_ACTIVE = "return_existing_active"
+    ALLOW_DUPLICATE_FAILED_ONLY = "allow_duplicate_failed_only"
+
+
+@dataclass(frozen=True)
+class StartOptions:
+    """How a workflow instance starts: id reuse, timeouts, queue, memo.
+
+    The fluent face mirrors the reference engine's
+    ``StartOptions::rejectDuplicate()->withExecutionTimeout(7200)``.
+    """
+
+    id_reuse: IdReusePolicy = IdReusePolicy.REJECT_DUPLICATE
+    execution_timeout: float | None = None
+    run_timeout: float | None = None
+    task_queue: str | None = None
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def reject_duplicate(cls) -> StartOptions:
+        """Refuse to start when any instance with the id exists."""
+        return cls(id_reuse=IdReusePolicy.REJECT_DUPLICATE)
+
+    @classmethod
+    def return_existing_active(cls) -> StartOptions:
+        """Return a handle to the running instance instead of failing."""
+        return cls(id_reuse=IdReusePolicy.RETURN_EXISTING_ACTIVE)
+
+    def with_execution_timeout(self, seconds: Seconds) -> StartOptions:
+        """Bound the whole instance, across continue-as-new (at least 1 second)."""
+        value = to_seconds(seconds, "execution timeout")
+        if value is None or value < 1:
+            raise ValueError("execution timeout must be at least 1 second")
+        return dataclasses.replace(self, execution_timeout=value)
+
+    def with_run_timeout(self, seconds: Seconds) -> StartOptions:
+        """Bound each run; renewed at every continue-as-new (at least 1 second)."""
+        value = to_seconds(seconds, "run timeout")
+        if value is None or value < 1:
+            raise ValueError("run timeout must be at least 1 second")
+        return dataclasses.replace(self, run_timeout=value)
+
+    def with_task_queue(self, task_queue: str) -> StartOptions:
+        """Run the workflow on workers polling this task queue."""
+        return dataclasses.replace(self, task_queue=task_queue)
+
+    def with_memo(self, memo: dict[str, Any]) -> StartOptions:
+        """Attach non-indexed metadata shown by describe() (bounded in size)."""
+        return dataclasses.replace(self, memo=dict(memo))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Structural limits, with the reference engine's defaults.
+
+    They protect storage and replay from runaway workflows; exceeding one raises
+    `StructuralLimitExceeded` at the call and fails the run with
+    ``failure_category = "structural_limit"``.
+    """
+
+    payload_bytes: int = 2 * 1024 * 1024
+    memo_bytes: int = 256 * 1024
+    pending_activities: int = 2000
+    pending_children: int = 1000
+    pending_timers: int = 2000
