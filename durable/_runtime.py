@@ -187,6 +187,7 @@ class WorkflowContext:
         self.committer = committer
         self.waiters: dict[str, _Waiter] = {}
         self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
+        self.open_children: set[str] = set()
         self.fatal: BaseException | None = None
         self.log = get_logger("durable.workflow").bind(
             workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type
@@ -208,7 +209,8 @@ class WorkflowContext:
             )
         return record
 
-    def check_pending_limit(self, kind: str) -> None:
+    def reserve(self, kind: str) -> None:
+        """Count one more pending op of `kind`; over the structural limit, fail the run."""
         limit = {
             "activity": self.limits.pending_activities,
             "child": self.limits.pending_children,
@@ -221,6 +223,10 @@ class WorkflowContext:
             )
             self.fatal = exc
             raise exc
+        self.pending_counts[kind] = value
+
+    def release(self, kind: str) -> None:
+        self.pending_counts[kind] -= 1
 
     def encode(self, value: Any, what: str) -> str:
         text = self.converter.encode(value, what)
@@ -250,21 +256,20 @@ class WorkflowContext:
         if not op.closed:
             return
         self.recorded[op.op_id] = op
+        if op.op_id in self.open_children:
+            self.open_children.discard(op.op_id)
+            self.release("child")
         waiter = self.waiters.get(op.op_id)
         if waiter is not None and waiter.record is None:
             waiter.record = op
             waiter.event.set()
 
-    async def wait_op(self, op_id: str, kind: str) -> OpRecord:
+    async def wait_op(self, op_id: str) -> OpRecord:
         waiter = self.waiter(op_id)
         record = self.recorded.get(op_id)
         if record is not None and record.closed:
             self.resolve(record)
-        self.pending_counts[kind] += 1
-        try:
-            await waiter.event.wait()
-        finally:
-            self.pending_counts[kind] -= 1
+        await waiter.event.wait()
         self.waiters.pop(op_id, None)
         assert waiter.record is not None
         return waiter.record
@@ -273,8 +278,21 @@ class WorkflowContext:
         return [op_id for op_id, w in self.waiters.items() if w.record is None]
 
 
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or the exception itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves: list[BaseException] = []
+        for inner in exc.exceptions:
+            leaves.extend(leaf_exceptions(inner))
+        return leaves
+    return [exc]
+
+
 def failure_from_exception(exc: BaseException, category: str = "application") -> dict[str, Any]:
     """The recorded form of an exception raised by workflow or activity code."""
+    leaves = leaf_exceptions(exc)
+    if len(leaves) == 1:
+        exc = leaves[0]
     cls = type(exc)
     tb = "".join(traceback.format_exception(exc))[-8000:]
     failure: dict[str, Any] = {
@@ -372,24 +390,50 @@ class RunExecutor:
             if ctx.fatal is not None:
                 raise ctx.fatal
             return CloseRun("completed", result=ctx.encode(value, "the workflow's result"))
+        except BaseExceptionGroup as group:
+            special = [
+                e for e in leaf_exceptions(group)
+                if isinstance(e, ContinueAsNew | LostAuthority | NonDeterminismError)
+            ]
+            if not special:
+                if group.subgroup(Exception) is None:
+                    raise
+                return self._failed(group)
+            exc0 = special[0]
+            if isinstance(exc0, LostAuthority):
+                raise exc0 from None
+            if isinstance(exc0, ContinueAsNew):
+                return self._continue(exc0)
+            return self._non_deterministic(exc0)
         except ContinueAsNew as can:
-            return CloseRun("continued", continue_input=ctx.encode(list(can.new_args),
-                                                                   "continue_as_new arguments"))
+            return self._continue(can)
         except NonDeterminismError as exc:
-            ctx.log.error("non_determinism", error=str(exc))
-            return CloseRun("failed", failure=failure_from_exception(exc, "non_determinism"),
-                            needs_review=True)
+            return self._non_deterministic(exc)
         except LostAuthority:
             raise
         except Exception as exc:
-            if ctx.fatal is not None and exc is not ctx.fatal:
-                exc = ctx.fatal
-            category = "structural_limit" if isinstance(exc, StructuralLimitExceeded) else (
-                "application")
-            ctx.log.info("run_failed", error=repr(exc))
-            return CloseRun("failed", failure=failure_from_exception(exc, category))
+            return self._failed(exc)
         finally:
             del state
+
+    def _continue(self, can: ContinueAsNew) -> CloseRun:
+        payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
+        return CloseRun("continued", continue_input=payload)
+
+    def _non_deterministic(self, exc: BaseException) -> CloseRun:
+        self.ctx.log.error("non_determinism", error=str(exc))
+        return CloseRun("failed", failure=failure_from_exception(exc, "non_determinism"),
+                        needs_review=True)
+
+    def _failed(self, exc: BaseException) -> CloseRun:
+        ctx = self.ctx
+        if ctx.fatal is not None:
+            exc = ctx.fatal
+        leaves = leaf_exceptions(exc)
+        category = "structural_limit" if any(
+            isinstance(e, StructuralLimitExceeded) for e in leaves) else "application"
+        ctx.log.info("run_failed", error=repr(exc))
+        return CloseRun("failed", failure=failure_from_exception(exc, category))
 
     async def _watch_deadline(self, deadline: float) -> None:
         await self.ctx.clock.sleep_until(deadline)

@@ -333,7 +333,7 @@ class Driver(Protocol):
     ) -> set[str]:
         """See the module docstring."""
 
-    async def release_runs(self, worker_id: str, run_ids: list[str]) -> None:
+    async def release_runs(self, worker_id: str, run_ids: list[str], now: float) -> None:
         """See the module docstring."""
 
     async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:

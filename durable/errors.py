@@ -99,7 +99,8 @@ class ActivityFailed(_FailureCarrying):
 
     @property
     def cause_type(self) -> str | None:
-        value = self.failure.get("exception_class")
+        """The original exception's class name (``exception_class`` has the module)."""
+        value = self.failure.get("cause_type") or self.failure.get("exception_class")
         return str(value) if value is not None else None
 
     @property

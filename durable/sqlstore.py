@@ -592,13 +592,32 @@ def renew_leases(
     return {r["run_id"] for r in rows}
 
 
-def release_runs(worker_id: str, run_ids: list[str]) -> Program[None]:
+def release_runs(tx: Tx, worker_id: str, run_ids: list[str], now: float) -> Program[None]:
+    """A stopping worker hands its runs and running attempts back at once.
+
+    Attempts go back to pending without using up a retry (the worker, not the
+    activity, stopped); a late result from the old attempt is refused.
+    """
     if run_ids:
         yield ex(
             "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE owner = ? AND "
             f"run_id IN ({placeholders(len(run_ids))})",
             worker_id, *run_ids,
         )
+    tasks = yield q(
+        "UPDATE activity_tasks SET status = 'pending', owner = NULL, available_at = ?, "
+        "claimed_at = NULL, start_to_close_deadline = NULL, heartbeat_deadline = NULL, "
+        "lease_expires_at = NULL, deadline_at = schedule_to_close_deadline "
+        "WHERE owner = ? AND status = 'running' "
+        "RETURNING task_id, run_id, op_id, attempt, namespace, task_queue",
+        now, worker_id,
+    )
+    for task in tasks:
+        yield from append_events(tx, task["run_id"], [("ActivityAttemptReleased", {
+            "op_id": task["op_id"], "task_id": task["task_id"], "attempt": task["attempt"],
+            "worker_id": worker_id, "reason": "worker shutdown",
+        })], now)
+        tx.wake("activities", task["namespace"], task["task_queue"])
     return None
 
 
@@ -1575,8 +1594,8 @@ class SQLDriverBase:
         )
         return result
 
-    async def release_runs(self, worker_id: str, run_ids: list[str]) -> None:
-        await self._run(lambda tx: release_runs(worker_id, run_ids))
+    async def release_runs(self, worker_id: str, run_ids: list[str], now: float) -> None:
+        await self._run(lambda tx: release_runs(tx, worker_id, run_ids, now))
 
     async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:
         result: list[CommitResult] = await self._run(lambda tx: commit(tx, batches, now))

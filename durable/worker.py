@@ -113,6 +113,7 @@ class Worker:
         self._known_checked = -math.inf
         self._unsubscribe: Callable[[], None] | None = None
         self.repairs: dict[str, int] = {}
+        self._owned_at_exit: list[str] = []
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -143,6 +144,7 @@ class Worker:
     ) -> bool | None:
         tg, self._tg = self._tg, None
         assert tg is not None
+        self._owned_at_exit = list(self.executors)
         for executor in list(self.executors.values()):
             executor.stop("shutdown")
         for actx in list(self.running_activities.values()):
@@ -160,7 +162,8 @@ class Worker:
 
     async def _release_all(self) -> None:
         try:
-            await self.driver.release_runs(self.worker_id, list(self.executors))
+            await self.driver.release_runs(self.worker_id, self._owned_at_exit,
+                                           self.clock.now())
             await self.driver.deregister_worker(self.worker_id)
         except Exception as exc:  # storage may be gone at shutdown: leases expire anyway
             self.log.warning("release_failed", error=repr(exc))

@@ -51,6 +51,7 @@ from .errors import (
     ContinueAsNew,
     NotRegistered,
     PolicyRejected,
+    StructuralLimitExceeded,
     WorkflowAlreadyStarted,
     activity_error_from_failure,
     error_from_failure,
@@ -176,15 +177,20 @@ async def execute_activity(
                 "and no live worker has registered it; check the name or start a worker that "
                 "has it"
             )
-        ctx.check_pending_limit("activity")
         payload = ctx.encode(list(args), f"the arguments of activity {name!r}")
-        ctx.waiter(op_id)
-        await ctx.commit([ScheduleActivity(
-            op_id=op_id, name=name, task_id=_uuid.uuid4().hex,
-            task_queue=options.task_queue or ctx.run.task_queue, input=payload,
-            options=options.snapshot(),
-        )])
-    return _outcome(ctx, state, await ctx.wait_op(op_id, "activity"), hint)
+    ctx.reserve("activity")
+    try:
+        if record is None:
+            ctx.waiter(op_id)
+            await ctx.commit([ScheduleActivity(
+                op_id=op_id, name=name, task_id=_uuid.uuid4().hex,
+                task_queue=options.task_queue or ctx.run.task_queue, input=payload,
+                options=options.snapshot(),
+            )])
+        done = await ctx.wait_op(op_id)
+    finally:
+        ctx.release("activity")
+    return _outcome(ctx, state, done, hint)
 
 
 async def execute_local_activity(
@@ -265,6 +271,8 @@ async def execute_local_activity(
             result = ctx.encode(value, f"the result of activity {defn.name!r}")
             failure = None
             break
+        except StructuralLimitExceeded:
+            raise
         except ActivityStopRequested:
             if timed_out is None:
                 raise
@@ -307,19 +315,18 @@ async def sleep(duration: Seconds) -> None:
     if record is not None and record.closed:
         _outcome(ctx, state, record)
         return
-    if record is None:
-        _live(state)
-        ctx.check_pending_limit("timer")
-        fire_at = ctx.clock.now() + seconds
-        await ctx.commit([ScheduleTimer(op_id=op_id, fire_at=fire_at, duration=seconds)])
-    else:
-        assert record.fire_at is not None
-        fire_at = record.fire_at
-    ctx.pending_counts["timer"] += 1
+    ctx.reserve("timer")
     try:
+        if record is None:
+            _live(state)
+            fire_at = ctx.clock.now() + seconds
+            await ctx.commit([ScheduleTimer(op_id=op_id, fire_at=fire_at, duration=seconds)])
+        else:
+            assert record.fire_at is not None
+            fire_at = record.fire_at
         await ctx.clock.sleep_until(fire_at)
     finally:
-        ctx.pending_counts["timer"] -= 1
+        ctx.release("timer")
     await ctx.commit([FireTimer(op_id=op_id)])
     state.clock = max(state.clock, fire_at)
 
@@ -341,7 +348,7 @@ class ChildHandle:
     async def result(self) -> Any:
         record = self._ctx.recorded.get(self.op_id)
         if record is None or not record.closed:
-            record = await self._ctx.wait_op(self.op_id, "child")
+            record = await self._ctx.wait_op(self.op_id)
         return _outcome(self._ctx, self._state, record, self._hint)
 
 
@@ -361,9 +368,13 @@ async def start_child(
     child_id = id or f"{ctx.run.workflow_id}/{op_id}"
     hint = defn.return_hint if defn is not None else None
     if record is not None:
+        if not record.closed:
+            ctx.reserve("child")
+            ctx.open_children.add(op_id)
         return ChildHandle(ctx, state, op_id, record.child_workflow_id or child_id, hint)
     _live(state)
-    ctx.check_pending_limit("child")
+    ctx.reserve("child")
+    ctx.open_children.add(op_id)
     payload = ctx.encode(list(args), f"the arguments of child workflow {wf_type!r}")
     request = StartRequest(
         namespace=ctx.run.namespace, workflow_id=child_id, workflow_type=wf_type,

@@ -10,6 +10,7 @@ refused, because ids are unique, and the script says so.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -70,4 +71,4 @@ if __name__ == "__main__":
     url = sys.argv[1] if len(sys.argv) > 1 else (
         f"sqlite:///{Path(tempfile.mkdtemp(prefix='durable-example-')) / 'orders.db'}"
     )
-    anyio.run(main, url)
+    anyio.run(main, url, backend=os.environ.get("DURABLE_BACKEND", "asyncio"))

@@ -1,0 +1,106 @@
+"""Shared fixtures: every engine test runs on each driver and on each host loop.
+
+`backend` x `driver`: asyncio and trio (anyio's pytest plugin), SQLite and
+PostgreSQL. PostgreSQL tests take their server from DURABLE_TEST_POSTGRES_URL
+(default postgresql://postgres@127.0.0.1:5432/test), each test in a schema of
+its own; they skip when no server answers, unless DURABLE_REQUIRE_POSTGRES=1,
+when they fail instead (CI sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import durable
+
+POSTGRES_URL = os.environ.get(
+    "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+REQUIRE_POSTGRES = os.environ.get("DURABLE_REQUIRE_POSTGRES") == "1"
+DRIVERS = [d.strip() for d in os.environ.get("DURABLE_TEST_DRIVERS", "sqlite,postgres").split(",")
+           if d.strip()]
+
+
+def postgres_reachable() -> str | None:
+    """None when a server answers at POSTGRES_URL, else the reason it does not."""
+    parts = urlsplit(POSTGRES_URL)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), 2):
+            pass
+    except OSError as exc:
+        return f"no PostgreSQL server at {POSTGRES_URL} ({exc}); set DURABLE_TEST_POSTGRES_URL"
+    try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        return "asyncpg is not installed (pip install -e '.[dev]')"
+    return None
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _driver_params() -> list[Any]:
+    return [pytest.param(d, marks=[pytest.mark.postgres] if d == "postgres" else [])
+            for d in DRIVERS]
+
+
+@pytest.fixture(params=_driver_params())
+def driver_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def require_postgres() -> None:
+    reason = postgres_reachable()
+    if reason is not None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"DURABLE_REQUIRE_POSTGRES=1 but {reason}")
+        pytest.skip(reason)
+
+
+def new_postgres_url() -> str:
+    """A URL whose connections use a schema of their own (created on connect)."""
+    schema = f"durable_test_{uuid.uuid4().hex[:12]}"
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    return f"{POSTGRES_URL}{sep}schema={schema}"
+
+
+@pytest.fixture
+def db_url(driver_name: str, tmp_path: Path) -> str:
+    if driver_name == "postgres":
+        require_postgres()
+        return new_postgres_url()
+    return f"sqlite:///{tmp_path / 'durable.db'}"
+
+
+@pytest.fixture
+async def client(db_url: str) -> AsyncIterator[durable.Client]:
+    async with durable.connect(db_url) as c:
+        yield c
+        if db_url.startswith("postgres"):
+            await _drop_schema(c)
+
+
+async def _drop_schema(c: durable.Client) -> None:
+    drop = getattr(c.driver, "drop_schema", None)
+    if drop is not None:
+        await drop()
+
+
+@pytest.fixture
+def make_worker(client: durable.Client) -> Callable[..., durable.Worker]:
+    def make(**kwargs: Any) -> durable.Worker:
+        kwargs.setdefault("lease_seconds", 5.0)
+        kwargs.setdefault("poll_interval", 0.2)
+        return durable.Worker(client, **kwargs)
+
+    return make
