@@ -189,6 +189,7 @@ class WorkflowContext:
         self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
         self.open_children: set[str] = set()
         self.fatal: BaseException | None = None
+        self.broken: Exception | None = None
         self.log = get_logger("durable.workflow").bind(
             workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type
         )
@@ -238,9 +239,18 @@ class WorkflowContext:
         return text
 
     async def commit(self, writes: list[Write]) -> CommitResult:
-        result = await self.committer.submit(self.run.run_id, self.run.epoch, writes)
+        if self.broken is not None:
+            raise self.broken
+        try:
+            result = await self.committer.submit(self.run.run_id, self.run.epoch, writes)
+        except Exception as exc:
+            # Whatever the workflow code does with this error, the run must not
+            # go on from an unknown state: it is replayed from storage instead.
+            self.broken = exc
+            raise
         if not result.committed:
-            raise LostAuthority(f"run {self.run.run_id} is no longer owned by this worker")
+            self.broken = LostAuthority(f"run {self.run.run_id} is no longer owned here")
+            raise self.broken
         for op in result.ops.values():
             self.resolve(op)
         return result
@@ -324,6 +334,7 @@ class RunExecutor:
         self.scope: anyio.CancelScope | None = None
         self.code_scope: anyio.CancelScope | None = None
         self.stop_reason: str | None = None
+        self.needs_release = False
         self._on_done = on_done
 
     def stop(self, reason: str) -> None:
@@ -343,6 +354,11 @@ class RunExecutor:
                 await self._execute()
         except LostAuthority:
             ctx.log.info("run_dropped", reason="lost authority")
+        except Exception as exc:
+            # A storage error (not the workflow's own): drop the run locally and
+            # hand it back; whoever claims it next replays it from storage.
+            ctx.log.warning("run_execution_error", error=repr(exc))
+            self.needs_release = True
         finally:
             self._on_done(self)
 
@@ -364,6 +380,8 @@ class RunExecutor:
         if self.stop_reason == "deadline":
             await self._enforce_deadline()
             return
+        if ctx.broken is not None:
+            raise ctx.broken
         if outcome is None or self.stop_reason is not None:
             return
         await ctx.commit([outcome])

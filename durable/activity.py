@@ -22,7 +22,16 @@ from .clock import to_datetime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["ActivityInfo", "check_cancelled", "deadline", "defn", "heartbeat", "info", "remaining"]
+__all__ = [
+    "ActivityInfo",
+    "check_cancelled",
+    "deadline",
+    "defn",
+    "heartbeat",
+    "info",
+    "remaining",
+    "sleep",
+]
 
 
 @overload
@@ -61,6 +70,17 @@ def heartbeat(details: Any = None) -> None:
 def check_cancelled() -> None:
     """Raise `durable.ActivityStopRequested` if this attempt must stop."""
     current().check_cancelled()
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep on the engine's clock (virtual time in tests), stopping early if asked to.
+
+    Raises `durable.ActivityStopRequested` when the attempt must stop.
+    """
+    ctx = current()
+    ctx.check_cancelled()
+    await ctx.clock.sleep_until(ctx.clock.now() + seconds)
+    ctx.check_cancelled()
 
 
 def deadline() -> Any:

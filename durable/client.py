@@ -209,6 +209,14 @@ class Client:
         """Run summaries, newest first."""
         return await self.driver.list_runs(self.namespace, status, workflow_type, limit)
 
+    async def repair_pass(self) -> dict[str, int]:
+        """Enforce every deadline that is due now, once; counts by kind.
+
+        Workers do this continuously in their watchdog; this one-shot pass is
+        for operators and scripts (and works with no worker running).
+        """
+        return await self.driver.enforce_expired(self.namespace, self.clock.now())
+
     async def _registered_types(self) -> set[str]:
         types, _ = await self.driver.registered_names(self.namespace, self.clock.now())
         return types

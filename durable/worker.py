@@ -124,14 +124,14 @@ class Worker:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        tg.start_soon(self._watch_driver)
-        tg.start_soon(self._lease_loop)
-        tg.start_soon(self._watchdog_loop)
-        tg.start_soon(self._resync_loop)
+        tg.start_soon(self._resilient, self._watch_driver)
+        tg.start_soon(self._resilient, self._lease_loop)
+        tg.start_soon(self._resilient, self._watchdog_loop)
+        tg.start_soon(self._resilient, self._resync_loop)
         if self.workflows:
-            tg.start_soon(self._claim_runs_loop)
+            tg.start_soon(self._resilient, self._claim_runs_loop)
         if self.activities:
-            tg.start_soon(self._claim_activities_loop)
+            tg.start_soon(self._resilient, self._claim_activities_loop)
         self.log.info("worker_started", task_queue=self.task_queue,
                       workflows=sorted(self.workflows), activities=sorted(self.activities))
         return self
@@ -167,6 +167,22 @@ class Worker:
             await self.driver.deregister_worker(self.worker_id)
         except Exception as exc:  # storage may be gone at shutdown: leases expire anyway
             self.log.warning("release_failed", error=repr(exc))
+
+    async def _resilient(self, loop: Callable[[], Any]) -> None:
+        """Keep a background loop alive through storage errors, with backoff.
+
+        A worker inside someone's application must not take the application
+        down because the database blinked; the loop resumes where it was.
+        """
+        delay = 0.1
+        while True:
+            try:
+                await loop()
+                return
+            except Exception as exc:
+                self.log.warning("worker_loop_error", loop=loop.__name__, error=repr(exc))
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def run(self) -> None:
         """Run until cancelled."""
@@ -268,7 +284,17 @@ class Worker:
     def _run_done(self, executor: RunExecutor) -> None:
         if self.executors.get(executor.run.run_id) is executor:
             del self.executors[executor.run.run_id]
+        if executor.needs_release and self._tg is not None:
+            self._tg.start_soon(self._release_after_error, executor.run.run_id)
         self._runs_trigger.set()
+
+    async def _release_after_error(self, run_id: str) -> None:
+        """Hand a run whose execution hit a storage error back, to be replayed."""
+        await anyio.sleep(0.1)
+        try:
+            await self.driver.release_runs(self.worker_id, [run_id], self.clock.now())
+        except Exception as exc:
+            self.log.warning("release_failed", run_id=run_id, error=repr(exc))
 
     async def _lease_loop(self) -> None:
         interval = self.lease_seconds / 3
@@ -278,6 +304,9 @@ class Worker:
             owned = await self.driver.renew_leases(
                 self.worker_id, list(self.executors), self.lease_seconds, now
             )
+            stray = owned - set(self.executors)
+            if stray:  # runs this worker no longer executes: let others have them now
+                await self.driver.release_runs(self.worker_id, sorted(stray), now)
             for run_id, executor in list(self.executors.items()):
                 if run_id not in owned:
                     executor.stop("lease lost")
