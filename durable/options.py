@@ -37,6 +37,17 @@ def to_seconds(value: Seconds | None, what: str) -> float | None:
     return seconds
 
 
+def _timeout_seconds(value: Seconds, what: str) -> float:
+    """Seconds for a workflow timeout; a negative one gets the 'at least 1 second' error."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise ConfigurationError(
+            f"{what} must be a number of seconds or a datetime.timedelta, got {value!r}"
+        )
+    return float(value)
+
+
 class CancellationPolicy(str, enum.Enum):
     """What an interrupted await does when its workflow is cancelled."""
 
@@ -205,15 +216,15 @@ class StartOptions:
 
     def with_execution_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound the whole instance, across continue-as-new (at least 1 second)."""
-        value = to_seconds(seconds, "execution timeout")
-        if value is None or value < 1:
+        value = _timeout_seconds(seconds, "execution timeout")
+        if value < 1:
             raise ValueError("execution timeout must be at least 1 second")
         return dataclasses.replace(self, execution_timeout=value)
 
     def with_run_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound each run; renewed at every continue-as-new (at least 1 second)."""
-        value = to_seconds(seconds, "run timeout")
-        if value is None or value < 1:
+        value = _timeout_seconds(seconds, "run timeout")
+        if value < 1:
             raise ValueError("run timeout must be at least 1 second")
         return dataclasses.replace(self, run_timeout=value)
 

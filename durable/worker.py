@@ -442,18 +442,21 @@ class Worker:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(expire)
+            last_flush = -math.inf
             while True:
-                with anyio.move_on_after(throttle):
+                with anyio.move_on_after(throttle):  # fallback tick for non-anyio threads
                     await actx.wakeup.wait()
                 actx.wakeup = anyio.Event()
+                # Throttle on the engine's clock, so virtual time keeps the same rules.
+                await self.clock.sleep_until(last_flush + throttle)
                 dirty, details = actx.take_details()
                 if not dirty:
                     continue
+                last_flush = self.clock.now()
                 ack = await self.driver.heartbeat_activity(
                     task.task_id, task.attempt, self.worker_id,
                     self.client.converter.encode(details, "heartbeat details"),
-                    self.clock.now(),
+                    last_flush,
                 )
                 if not ack.accepted or ack.stop_requested:
                     actx.request_stop(ack.reason or "stop requested")
-                await anyio.sleep(throttle)
