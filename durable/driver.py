@@ -80,6 +80,7 @@ class OpRecord:
     child_workflow_id: str | None = None
     child_run_id: str | None = None
     task_id: str | None = None
+    interrupted: bool = False
 
     @property
     def closed(self) -> bool:
@@ -197,6 +198,7 @@ class RecordLocalActivity:
     attempts: int
     result: str | None = None
     failure: dict[str, Any] | None = None
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,36 @@ class CloseRun:
     needs_review: bool = False
 
 
+@dataclass(frozen=True)
+class DeliverCancellation:
+    """Record the delivery boundary: which ops were pending when it was delivered."""
+
+    request_id: str
+    boundary: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RequestActivityStop:
+    """Ask a remote activity's attempt to stop (TRY_CANCEL / WAIT_CANCELLATION_COMPLETED)."""
+
+    op_id: str
+    policy: str
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    op_id: str
+
+
+@dataclass(frozen=True)
+class RequestChildCancellation:
+    """Send a child a cooperative request carrying this run's lineage."""
+
+    op_id: str
+    policy: str
+    cleanup_timeout: float | None = None
+
+
 Write = (
     ScheduleActivity
     | RecordLocalActivity
@@ -245,6 +277,10 @@ Write = (
     | ScheduleChild
     | RecordEvent
     | CloseRun
+    | DeliverCancellation
+    | RequestActivityStop
+    | CancelTimer
+    | RequestChildCancellation
 )
 
 
@@ -325,6 +361,7 @@ class Driver(Protocol):
         limit: int,
         lease_seconds: float,
         now: float,
+        capabilities: tuple[str, ...] = (),
     ) -> list[ClaimedRun]:
         """See the module docstring."""
 
@@ -409,6 +446,27 @@ class Driver(Protocol):
 
     async def deregister_worker(self, worker_id: str) -> None:
         """See the module docstring."""
+
+    async def request_cancellation(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        reason: str,
+        cleanup_timeout: float,
+        requester: dict[str, Any] | None,
+        source: str,
+        now: float,
+    ) -> tuple[bool, dict[str, Any]]:
+        """Record a cooperative request once; a duplicate returns the original."""
+
+    async def cancellation_cascade(
+        self, namespace: str, workflow_id: str, run_id: str | None, now: float
+    ) -> dict[str, Any]:
+        """The cancellation tree rooted at this run, from records alone."""
+
+    async def stop_requests(self, worker_id: str) -> list[str]:
+        """Running attempts of this worker that were asked to stop."""
 
     async def registered_names(self, namespace: str, now: float) -> tuple[set[str], set[str]]:
         """Workflow types and activity names that live workers have registered."""

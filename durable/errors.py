@@ -52,6 +52,19 @@ class LostAuthority(DurableError):
     """
 
 
+class StorageUnavailable(DurableError):
+    """Storage could not be reached, or the connection broke during a commit.
+
+    `outcome_unknown` is True when a commit may or may not have been recorded:
+    only storage knows, so the caller must read the state back (the engine
+    replays the run) instead of assuming either outcome.
+    """
+
+    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
 class _FailureCarrying(DurableError):
     """An error rebuilt from a recorded failure dictionary."""
 
@@ -158,6 +171,10 @@ class CapabilityUnsupported(DurableError):
 
 class RunNotCurrent(DurableError):
     """The selected run is not the workflow's current run."""
+
+
+class RunAlreadyClosed(DurableError):
+    """The run is closed; the request has nothing to act on."""
 
 
 class WorkflowAPIOutsideWorkflow(DurableError, RuntimeError):

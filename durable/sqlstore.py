@@ -24,6 +24,10 @@ from .clock import to_datetime, to_iso
 from .driver import (
     OPEN_STATUSES,
     ActivityOutcome,
+    CancelTimer,
+    DeliverCancellation,
+    RequestActivityStop,
+    RequestChildCancellation,
     ActivityTask,
     ClaimedRun,
     CloseRun,
@@ -172,6 +176,7 @@ CREATE TABLE IF NOT EXISTS runs (
     ready_at {real},
     event_seq {int} NOT NULL DEFAULT 0,
     cancellation TEXT,
+    claim_capabilities TEXT,
     continued_run_id TEXT,
     needs_review {int} NOT NULL DEFAULT 0
 );
@@ -197,6 +202,7 @@ CREATE TABLE IF NOT EXISTS ops (
     child_workflow_id TEXT,
     child_run_id TEXT,
     task_id TEXT,
+    interrupted {int} NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, op_id)
 );
 CREATE TABLE IF NOT EXISTS activity_tasks (
@@ -224,6 +230,8 @@ CREATE TABLE IF NOT EXISTS activity_tasks (
     heartbeat_details TEXT,
     last_failure TEXT,
     stop_requested {int} NOT NULL DEFAULT 0,
+    stop_requested_at {real},
+    stop_receipt TEXT,
     closed_at {real}
 );
 CREATE INDEX IF NOT EXISTS activity_claim ON activity_tasks (namespace, task_queue, available_at)
@@ -298,7 +306,7 @@ _RUN_COLUMNS = (
 
 _OP_COLUMNS = (
     "op_id, kind, name, status, result, failure, scheduled_at, closed_at, fire_at, "
-    "child_workflow_id, child_run_id, task_id"
+    "child_workflow_id, child_run_id, task_id, interrupted"
 )
 
 
@@ -348,6 +356,7 @@ def op_from_row(row: Row) -> OpRecord:
         child_workflow_id=row["child_workflow_id"],
         child_run_id=row["child_run_id"],
         task_id=row["task_id"],
+        interrupted=bool(row["interrupted"]),
     )
 
 
@@ -531,6 +540,7 @@ def claim_runs(
     limit: int,
     lease_seconds: float,
     now: float,
+    capabilities: tuple[str, ...] = (),
 ) -> Program[list[ClaimedRun]]:
     if limit <= 0 or not types:
         return []
@@ -547,9 +557,9 @@ def claim_runs(
     ids = [r["run_id"] for r in rows]
     claimed = yield q(
         "UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
-        "status = 'running', started_at = COALESCE(started_at, ?) "
+        "status = 'running', started_at = COALESCE(started_at, ?), claim_capabilities = ? "
         f"WHERE run_id IN ({placeholders(len(ids))}) RETURNING {_RUN_COLUMNS}",
-        worker_id, now + lease_seconds, now, *ids,
+        worker_id, now + lease_seconds, now, json.dumps(list(capabilities)), *ids,
     )
     yield ex(
         "UPDATE workflows SET status = 'running' WHERE status = 'pending' AND current_run_id IN "
@@ -627,11 +637,8 @@ def release_runs(tx: Tx, worker_id: str, run_ids: list[str], now: float) -> Prog
 def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
     results: list[CommitResult] = []
     for batch in batches:
-        fence = yield q1(
-            "SELECT namespace, workflow_id, task_queue, run_number, status, epoch "
-            "FROM runs WHERE run_id = ?" + tx.lock,
-            batch.run_id,
-        )
+        fence = yield q1(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
+                         batch.run_id)
         if (
             fence is None
             or int(fence["epoch"]) != batch.epoch
@@ -642,6 +649,9 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         ops: dict[str, OpRecord] = {}
         events: list[tuple[str, dict[str, Any]]] = []
         next_run_id: str | None = None
+        run = run_from_row(fence)
+        if not all(isinstance(w, DeliverCancellation) for w in batch.writes):
+            yield from sqlcancel.mark_cleaning_up(run)
         for write in batch.writes:
             if isinstance(write, RecordLocalActivity):
                 yield from _record_local_activity(batch.run_id, write, now, events, ops)
@@ -670,6 +680,14 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
                     ops[op.op_id] = op
             elif isinstance(write, RecordEvent):
                 events.append((write.type, write.data))
+            elif isinstance(write, DeliverCancellation):
+                yield from sqlcancel.deliver(tx, run, write, now, events)
+            elif isinstance(write, RequestActivityStop):
+                yield from sqlcancel.request_activity_stop(tx, run, write, now, events, ops)
+            elif isinstance(write, CancelTimer):
+                yield from sqlcancel.cancel_timer(run, write.op_id, now, events, ops)
+            elif isinstance(write, RequestChildCancellation):
+                yield from sqlcancel.request_child_cancellation(tx, run, write, now, events, ops)
             elif isinstance(write, CloseRun):
                 yield from append_events(tx, batch.run_id, events, now)
                 events = []
@@ -690,12 +708,13 @@ def _record_local_activity(
     events: list[tuple[str, dict[str, Any]]],
     ops: dict[str, OpRecord],
 ) -> Program[None]:
-    status = "completed" if write.failure is None else "failed"
+    status = "completed" if write.failure is None else (
+        "cancelled" if write.interrupted else "failed")
     yield ex(
         "INSERT INTO ops (run_id, op_id, kind, name, status, result, failure, scheduled_at, "
-        "closed_at) VALUES (?, ?, 'local_activity', ?, ?, ?, ?, ?, ?)",
+        "closed_at, interrupted) VALUES (?, ?, 'local_activity', ?, ?, ?, ?, ?, ?, ?)",
         run_id, write.op_id, write.name, status, write.result, dumps(write.failure),
-        write.started_at, now,
+        write.started_at, now, int(write.interrupted),
     )
     events.append(("ActivityScheduled", {
         "op_id": write.op_id, "activity_type": write.name, "local": True,
@@ -704,6 +723,12 @@ def _record_local_activity(
         events.append(("ActivityCompleted", {
             "op_id": write.op_id, "activity_type": write.name, "local": True,
             "attempt": write.attempts, "result": loads(write.result),
+        }))
+    elif write.interrupted:
+        events.append(("ActivityCancelled", {
+            "op_id": write.op_id, "activity_type": write.name, "local": True,
+            "attempt": write.attempts, "policy": write.failure.get("policy"),
+            "stop_receipt": write.failure.get("stop_receipt"),
         }))
     else:
         kind = write.failure.get("timeout_kind")
@@ -716,7 +741,7 @@ def _record_local_activity(
         yield from record_failure(run_id, write.failure, now)
     ops[write.op_id] = OpRecord(
         write.op_id, "local_activity", write.name, status, write.result, write.failure,
-        write.started_at, now,
+        write.started_at, now, interrupted=write.interrupted,
     )
     return None
 
@@ -850,11 +875,24 @@ def close_run(
             yield from record_failure(run_id, failure, now)
         return None
     closed_reason = reason or status
+    cancellation = run.cancellation
+    if cancellation is not None and status != "continued":
+        if closed_reason == "deadline_expired":
+            lifecycle = outcome = "deadline_expired"
+        elif status == "terminated":
+            lifecycle = outcome = "terminated"
+        elif status == "cancelled":
+            lifecycle = "cancelled"
+            outcome = "completed" if cancellation.get("delivered_at") else "not_delivered"
+        else:
+            lifecycle, outcome = status, ("failed" if status == "failed" else status)
+        cancellation = dict(cancellation, lifecycle=lifecycle, cleanup_outcome=outcome,
+                            closed_at=now)
     yield ex(
         "UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, closed_reason = ?, "
-        "owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL "
-        "WHERE run_id = ?",
-        status, result, dumps(failure), now, closed_reason, run_id,
+        "owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL, "
+        "cancellation = ? WHERE run_id = ?",
+        status, result, dumps(failure), now, closed_reason, dumps(cancellation), run_id,
     )
     events: list[tuple[str, dict[str, Any]]] = []
     # Cancel open work: activity attempts are fenced, timers cancelled.
@@ -868,6 +906,11 @@ def close_run(
     for op_row in open_ops:
         op = op_from_row(op_row)
         if op.kind == "activity":
+            task = yield q1("SELECT options FROM activity_tasks WHERE task_id = ?", op.task_id)
+            if task is not None and (loads(task["options"]) or {}).get("cancellation") == (
+                "abandon"
+            ):
+                continue  # an abandoned activity has its own lifetime
             yield ex(
                 "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
                 "stop_requested = 1 WHERE task_id = ? AND status IN ('pending', 'running')",
@@ -963,7 +1006,14 @@ def apply_parent_close_policy(
             failure={"failure_category": "terminated", "message": reason,
                      "exception_class": "durable.WorkflowTerminated"},
         )
-    elif policy in ("request_cancel", "request_cancellation"):
+    elif policy == "request_cancellation":
+        child_full = yield q1(
+            f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs "
+            "WHERE run_id = ?", child.run_id,
+        )
+        yield from sqlcancel.request_child(tx, parent, child_full, reason, None,
+                                           "parent_close_policy", now)
+    elif policy == "request_cancel":
         yield from close_run(
             tx, child.run_id, "cancelled", now, reason=reason,
             failure={"failure_category": "cancelled", "message": reason,
@@ -1119,7 +1169,8 @@ def claim_activities(
 _TASK_COLUMNS = (
     "task_id, namespace, task_queue, activity_name, run_id, workflow_id, op_id, status, attempt, "
     "options, available_at, schedule_to_start_deadline, schedule_to_close_deadline, "
-    "start_to_close_deadline, heartbeat_deadline, owner, heartbeat_details, lease_expires_at"
+    "start_to_close_deadline, heartbeat_deadline, owner, heartbeat_details, lease_expires_at, "
+    "stop_requested, stop_receipt"
 )
 
 
@@ -1269,6 +1320,33 @@ def complete_activity(
                     task_id)
     if task is None:
         return (yield from _refuse(tx, None, task_id, attempt, worker_id, "unknown task", now))
+    if (task["stop_requested"] and task["stop_receipt"] is None and task["owner"] == worker_id
+            and int(task["attempt"]) == attempt and task["status"] in ("running", "cancelled")):
+        receipt = yield from sqlcancel.stop_receipt(tx, task, worker_id, result, failure, now)
+        if task["status"] == "cancelled" or failure is not None:
+            status = "completed" if failure is None and task["status"] == "running" else (
+                "cancelled")
+            if task["status"] == "running":
+                yield ex(
+                    "UPDATE activity_tasks SET status = ?, closed_at = ?, deadline_at = NULL "
+                    "WHERE task_id = ?", status, now, task_id,
+                )
+                stop_failure = {
+                    "failure_category": "cancelled", "exception_class": "durable.ActivityCancelled",
+                    "message": f"activity {task['activity_name']} stopped on request",
+                    "stop_receipt": receipt,
+                }
+                yield from _resolve_op(tx, task, "cancelled", None, stop_failure, (
+                    "ActivityCancelled", {"op_id": task["op_id"], "task_id": task_id,
+                                          "activity_type": task["activity_name"],
+                                          "attempt": attempt, "stop_receipt": receipt}), now)
+            else:
+                yield from append_events(tx, task["run_id"], [("ActivityStopReceipt", {
+                    "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
+                    "stop_receipt": receipt,
+                })], now)
+            return ActivityOutcome("recorded" if task["status"] == "running" else "refused",
+                                   "stop receipt recorded")
     if task["status"] != "running" or int(task["attempt"]) != attempt or task["owner"] != worker_id:
         reason = (
             f"attempt {attempt} is no longer current (task is {task['status']}, "
@@ -1299,7 +1377,7 @@ def complete_activity(
 def heartbeat_activity(
     tx: Tx, task_id: str, attempt: int, worker_id: str, details: str | None, now: float
 ) -> Program[HeartbeatAck]:
-    task = yield q1(f"SELECT {_TASK_COLUMNS}, stop_requested FROM activity_tasks "
+    task = yield q1(f"SELECT {_TASK_COLUMNS} FROM activity_tasks "
                     "WHERE task_id = ?" + tx.lock, task_id)
     if task is None or task["status"] != "running" or int(task["attempt"]) != attempt or (
         task["owner"] != worker_id
@@ -1360,6 +1438,19 @@ def enforce_expired(
         kind, deadline = _expired_run_deadline(run, now)
         if kind is None:
             continue
+        if kind == "cleanup_deadline":
+            failure = {
+                "failure_category": "cancelled",
+                "exception_class": "durable.WorkflowCancelled",
+                "lifecycle": "deadline_expired",
+                "deadline_at": to_iso(deadline),
+                "message": f"workflow {run.workflow_id} did not finish its cleanup before the "
+                           "cancellation deadline; its authority is revoked",
+            }
+            yield from close_run(tx, run.run_id, "cancelled", now, failure=failure,
+                                 reason="deadline_expired")
+            counts[kind] = counts.get(kind, 0) + 1
+            continue
         failure = {
             "failure_category": "timeout",
             "propagation_kind": "timeout",
@@ -1391,6 +1482,7 @@ def _expired_run_deadline(run: RunRecord, now: float) -> tuple[str | None, float
         for d, k in (
             (run.execution_deadline_at, "execution_timeout"),
             (run.run_deadline_at, "run_timeout"),
+            (run.cleanup_deadline_at, "cleanup_deadline"),
         )
         if d is not None and now >= d
     ]
@@ -1578,10 +1670,12 @@ class SQLDriverBase:
         limit: int,
         lease_seconds: float,
         now: float,
+        capabilities: tuple[str, ...] = (),
     ) -> list[ClaimedRun]:
         result: list[ClaimedRun] = await self._run(
             lambda tx: claim_runs(
-                tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now
+                tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
+                capabilities,
             )
         )
         return result
@@ -1703,8 +1797,44 @@ class SQLDriverBase:
     async def deregister_worker(self, worker_id: str) -> None:
         await self._run(lambda tx: deregister_worker(worker_id))
 
+    async def request_cancellation(
+        self,
+        namespace: str,
+        workflow_id: str,
+        run_id: str | None,
+        reason: str,
+        cleanup_timeout: float,
+        requester: dict[str, Any] | None,
+        source: str,
+        now: float,
+    ) -> tuple[bool, dict[str, Any]]:
+        result: tuple[bool, dict[str, Any]] = await self._run(
+            lambda tx: sqlcancel.request_cancellation(
+                tx, namespace, workflow_id, run_id, reason, cleanup_timeout, requester, source,
+                now,
+            )
+        )
+        return result
+
+    async def cancellation_cascade(
+        self, namespace: str, workflow_id: str, run_id: str | None, now: float
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = await self._run(
+            lambda tx: sqlcancel.cascade(namespace, workflow_id, run_id, now), write=False
+        )
+        return result
+
+    async def stop_requests(self, worker_id: str) -> list[str]:
+        result: list[str] = await self._run(
+            lambda tx: sqlcancel.stop_requests(worker_id), write=False
+        )
+        return result
+
     async def registered_names(self, namespace: str, now: float) -> tuple[set[str], set[str]]:
         result: tuple[set[str], set[str]] = await self._run(
             lambda tx: registered_names(namespace, now), write=False
         )
         return result
+
+
+from . import sqlcancel  # noqa: E402  (cancellation programs build on the above)

@@ -1,0 +1,545 @@
+"""Cooperative cancellation as domain transactions (seed 002).
+
+A request is recorded once on the run it targets (a duplicate returns the
+original identity and deadline; a new timeout never extends the budget). The
+run's owner records the delivery boundary and interrupts the code; operation
+policies then ask activity attempts and children to stop, and every stop is
+acknowledged by a fenced stop receipt. The cascade view is read from these
+records alone, so it says "unverified" where a receipt is missing rather than
+trusting that a stop happened.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .clock import to_iso
+from .driver import (
+    DeliverCancellation,
+    OpRecord,
+    RequestActivityStop,
+    RequestChildCancellation,
+    RunRecord,
+)
+from .errors import (
+    CapabilityUnsupported,
+    RunAlreadyClosed,
+    RunNotCurrent,
+    WorkflowNotFound,
+)
+from .sqlstore import (
+    _OP_COLUMNS,
+    _RUN_COLUMNS,
+    Program,
+    Tx,
+    append_events,
+    dumps,
+    ex,
+    get_run,
+    loads,
+    new_id,
+    op_from_row,
+    q,
+    q1,
+    run_from_row,
+)
+
+DEFAULT_CHILD_CLEANUP = 30.0
+CAPABILITY = "cooperative_cancellation"
+
+
+def _deadline_at(run: RunRecord, cleanup: float | None) -> float | None:
+    values = [v for v in (run.execution_deadline_at, run.run_deadline_at, cleanup) if v is not None]
+    return min(values) if values else None
+
+
+def _claim_supports(run_row: Any, now: float) -> bool:
+    """Whether the worker holding the run's claim (if any) can take a cooperative request.
+
+    The capabilities are those the worker declared when it claimed the run, so
+    upgrading its registration later does not upgrade the claim it holds.
+    """
+    owner = run_row["owner"]
+    lease = run_row["lease_expires_at"]
+    if owner is None or lease is None or lease <= now:
+        return True
+    caps = loads(run_row["claim_capabilities"]) or []
+    return CAPABILITY in caps
+
+
+def new_context(
+    *,
+    run: RunRecord,
+    reason: str,
+    requester: dict[str, Any] | None,
+    source: str,
+    now: float,
+    deadline: float,
+    cleanup_timeout: float | None,
+    parent: dict[str, Any] | None,
+) -> dict[str, Any]:
+    request_id = new_id()
+    lineage = list(parent["lineage"]) if parent else []
+    lineage.append([request_id, run.workflow_id, run.run_id])
+    return {
+        "request_id": request_id,
+        "root_request_id": parent["root_request_id"] if parent else request_id,
+        "parent_request_id": parent["request_id"] if parent else None,
+        "root_workflow_id": parent["root_workflow_id"] if parent else run.workflow_id,
+        "root_run_id": parent["root_run_id"] if parent else run.run_id,
+        "reason": reason,
+        "requester": requester or {"type": "client", "id": None, "label": None},
+        "source": source,
+        "requested_at": now,
+        "deadline_at": deadline,
+        "cleanup_timeout_seconds": cleanup_timeout,
+        "lineage": lineage,
+        "lifecycle": "requested",
+        "delivered_at": None,
+        "boundary": None,
+        "cleanup_outcome": None,
+    }
+
+
+def _record_request(tx: Tx, run: RunRecord, ctx: dict[str, Any], now: float) -> Program[None]:
+    yield ex(
+        "UPDATE runs SET cancellation = ?, cleanup_deadline_at = ?, deadline_at = ?, "
+        "ready_at = COALESCE(ready_at, ?) WHERE run_id = ?",
+        dumps(ctx), ctx["deadline_at"], _deadline_at(run, ctx["deadline_at"]), now, run.run_id,
+    )
+    yield from append_events(tx, run.run_id, [("CancellationRequested", public_context(ctx))],
+                             now)
+    tx.wake("run", run.run_id)
+    return None
+
+
+def public_context(ctx: dict[str, Any]) -> dict[str, Any]:
+    """The request as shown to people: ISO instants, no engine bookkeeping."""
+    return {
+        "request_id": ctx["request_id"],
+        "root_request_id": ctx["root_request_id"],
+        "parent_request_id": ctx["parent_request_id"],
+        "root_workflow_id": ctx.get("root_workflow_id"),
+        "root_run_id": ctx.get("root_run_id"),
+        "reason": ctx["reason"],
+        "requester": ctx["requester"],
+        "source": ctx["source"],
+        "requested_at": to_iso(ctx["requested_at"]),
+        "deadline_at": to_iso(ctx["deadline_at"]),
+        "cleanup_timeout_seconds": ctx.get("cleanup_timeout_seconds"),
+        "lineage": ctx["lineage"],
+    }
+
+
+def request_cancellation(
+    tx: Tx,
+    namespace: str,
+    workflow_id: str,
+    run_id: str | None,
+    reason: str,
+    cleanup_timeout: float,
+    requester: dict[str, Any] | None,
+    source: str,
+    now: float,
+) -> Program[tuple[bool, dict[str, Any]]]:
+    wf = yield q1(
+        "SELECT current_run_id FROM workflows WHERE namespace = ? AND workflow_id = ?",
+        namespace, workflow_id,
+    )
+    if wf is None:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r} in namespace {namespace!r}")
+    if run_id is not None and run_id != wf["current_run_id"]:
+        raise RunNotCurrent(
+            f"run {run_id} is not the current run of {workflow_id!r} "
+            f"(that is {wf['current_run_id']}); cancellation targets the current run"
+        )
+    row = yield q1(
+        f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs "
+        "WHERE run_id = ?" + tx.lock,
+        wf["current_run_id"],
+    )
+    run = run_from_row(row)
+    if run.cancellation is not None:
+        return False, run.cancellation
+    if not run.is_open:
+        raise RunAlreadyClosed(
+            f"workflow {workflow_id!r} run {run.run_id} is already {run.status}; "
+            "there is nothing to cancel"
+        )
+    if not _claim_supports(row, now):
+        raise CapabilityUnsupported(
+            f"the worker {row['owner']} holding run {run.run_id} claimed it without support "
+            "for cooperative cancellation; nothing was recorded. Use cancel() or terminate(), "
+            "or wait until a cancellation-capable worker holds the run"
+        )
+    ctx = new_context(run=run, reason=reason, requester=requester, source=source, now=now,
+                      deadline=now + cleanup_timeout, cleanup_timeout=cleanup_timeout, parent=None)
+    yield from _record_request(tx, run, ctx, now)
+    return True, ctx
+
+
+def request_child(
+    tx: Tx,
+    parent: RunRecord,
+    child_row: Any,
+    reason: str,
+    cleanup_timeout: float | None,
+    source: str,
+    now: float,
+) -> Program[dict[str, Any] | None]:
+    """A cooperative request to a child, inheriting the parent's root and budget."""
+    child = run_from_row(child_row)
+    if not child.is_open:
+        return None
+    if child.cancellation is not None:
+        return child.cancellation
+    if not _claim_supports(child_row, now):
+        yield from append_events(tx, parent.run_id, [("ChildCancellationRefused", {
+            "child_workflow_id": child.workflow_id, "child_run_id": child.run_id,
+            "reason": "the worker holding the child does not support cooperative cancellation",
+        })], now)
+        return None
+    parent_ctx = parent.cancellation
+    if parent_ctx is not None:
+        deadline = float(parent_ctx["deadline_at"])
+        if cleanup_timeout is not None:
+            deadline = min(deadline, now + cleanup_timeout)
+    else:
+        deadline = now + (cleanup_timeout if cleanup_timeout is not None else DEFAULT_CHILD_CLEANUP)
+    ctx = new_context(run=child, reason=reason, requester={
+        "type": "workflow", "id": parent.workflow_id, "label": parent.workflow_type,
+    }, source=source, now=now, deadline=deadline, cleanup_timeout=cleanup_timeout,
+        parent=parent_ctx)
+    if parent_ctx is None:
+        ctx["lineage"] = [[None, parent.workflow_id, parent.run_id], *ctx["lineage"]]
+    yield from _record_request(tx, child, ctx, now)
+    return ctx
+
+
+def _update_context(run_id: str, ctx: dict[str, Any]) -> Program[None]:
+    yield ex("UPDATE runs SET cancellation = ? WHERE run_id = ?", dumps(ctx), run_id)
+    return None
+
+
+def deliver(
+    tx: Tx, run: RunRecord, write: DeliverCancellation, now: float,
+    events: list[tuple[str, dict[str, Any]]],
+) -> Program[None]:
+    ctx = run.cancellation
+    if ctx is None or ctx.get("delivered_at") is not None:
+        return None
+    ctx = dict(ctx, lifecycle="delivered", delivered_at=now, boundary=write.boundary)
+    yield from _update_context(run.run_id, ctx)
+    events.append(("CancellationDelivered", {
+        "request_id": ctx["request_id"], "root_request_id": ctx["root_request_id"],
+        "boundary": write.boundary, "deadline_at": to_iso(ctx["deadline_at"]),
+    }))
+    return None
+
+
+def mark_cleaning_up(run: RunRecord) -> Program[None]:
+    ctx = run.cancellation
+    if ctx is not None and ctx.get("lifecycle") == "delivered":
+        yield from _update_context(run.run_id, dict(ctx, lifecycle="cleaning_up"))
+        run.cancellation = dict(ctx, lifecycle="cleaning_up")
+    return None
+
+
+def request_activity_stop(
+    tx: Tx, run: RunRecord, write: RequestActivityStop, now: float,
+    events: list[tuple[str, dict[str, Any]]], ops: dict[str, OpRecord],
+) -> Program[None]:
+    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+                      run.run_id, write.op_id)
+    if op_row is None or op_row["interrupted"]:
+        return None
+    yield from _mark_interrupted(run.run_id, write.op_id)
+    if op_row["status"] != "scheduled" or write.policy == "abandon":
+        return None
+    op = op_from_row(op_row)
+    task = yield q1(
+        "SELECT task_id, status, attempt, owner, namespace FROM activity_tasks WHERE task_id = ?"
+        + tx.lock, op.task_id,
+    )
+    if task is None:
+        return None
+    failure = {
+        "failure_category": "cancelled", "exception_class": "durable.ActivityCancelled",
+        "policy": write.policy, "message": f"activity {op.name} cancelled ({write.policy})",
+    }
+    if task["status"] == "pending":
+        receipt = {"kind": "not_started", "confirmed": True, "at": to_iso(now),
+                   "attempt": task["attempt"]}
+        yield ex(
+            "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
+            "stop_requested = 1, stop_requested_at = ?, stop_receipt = ? WHERE task_id = ?",
+            now, now, dumps(receipt), op.task_id,
+        )
+        yield from _close_op(run.run_id, op, failure, now, ops)
+        events.append(("ActivityCancelled", {
+            "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
+            "policy": write.policy, "stop_receipt": receipt,
+        }))
+        return None
+    if task["status"] != "running":
+        return None
+    yield ex(
+        "UPDATE activity_tasks SET stop_requested = 1, stop_requested_at = ? WHERE task_id = ?",
+        now, op.task_id,
+    )
+    events.append(("ActivityCancelRequested", {
+        "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
+        "attempt": task["attempt"], "worker_id": task["owner"], "policy": write.policy,
+    }))
+    tx.wake("activity_stop", op.task_id or "")
+    if write.policy == "try_cancel":
+        yield from _close_op(run.run_id, op, failure, now, ops)
+    return None
+
+
+def _close_op(run_id: str, op: OpRecord, failure: dict[str, Any], now: float,
+              ops: dict[str, OpRecord]) -> Program[None]:
+    failure = dict(failure, interrupted=True)
+    yield ex(
+        "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ?, interrupted = 1 "
+        "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
+        json.dumps(failure), now, run_id, op.op_id,
+    )
+    ops[op.op_id] = OpRecord(op.op_id, op.kind, op.name, "cancelled", None, failure,
+                             op.scheduled_at, now, op.fire_at, op.child_workflow_id,
+                             op.child_run_id, op.task_id, interrupted=True)
+    return None
+
+
+def _mark_interrupted(run_id: str, op_id: str) -> Program[None]:
+    """Remember that the op's await was interrupted, so replay interrupts it again."""
+    yield ex("UPDATE ops SET interrupted = 1 WHERE run_id = ? AND op_id = ?", run_id, op_id)
+    return None
+
+
+def cancel_timer(run: RunRecord, op_id: str, now: float,
+                 events: list[tuple[str, dict[str, Any]]],
+                 ops: dict[str, OpRecord]) -> Program[None]:
+    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+                      run.run_id, op_id)
+    if op_row is None or op_row["interrupted"]:
+        return None
+    yield from _mark_interrupted(run.run_id, op_id)
+    if op_row["status"] != "scheduled":
+        return None
+    failure = {"failure_category": "cancelled", "message": "timer cancelled"}
+    yield from _close_op(run.run_id, op_from_row(op_row), failure, now, ops)
+    events.append(("TimerCancelled", {"op_id": op_id, "reason": "cancellation delivered"}))
+    return None
+
+
+def request_child_cancellation(
+    tx: Tx, run: RunRecord, write: RequestChildCancellation, now: float,
+    events: list[tuple[str, dict[str, Any]]], ops: dict[str, OpRecord],
+) -> Program[None]:
+    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+                      run.run_id, write.op_id)
+    if op_row is None or op_row["interrupted"]:
+        return None
+    yield from _mark_interrupted(run.run_id, write.op_id)
+    if op_row["status"] != "scheduled":
+        return None
+    op = op_from_row(op_row)
+    if write.policy == "abandon":
+        events.append(("ChildCancellationRequested", {
+            "op_id": op.op_id, "child_workflow_id": op.child_workflow_id,
+            "child_run_id": op.child_run_id, "policy": "abandon", "request_id": None,
+        }))
+        return None
+    child_row = yield q1(
+        f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs WHERE run_id = "
+        "(SELECT current_run_id FROM workflows WHERE namespace = ? AND workflow_id = ?)" + tx.lock,
+        run.namespace, op.child_workflow_id,
+    )
+    ctx = None
+    if child_row is not None:
+        ctx = yield from request_child(
+            tx, run, child_row, run.cancellation["reason"] if run.cancellation else "cancelled",
+            write.cleanup_timeout, "parent_cancellation", now,
+        )
+    events.append(("ChildCancellationRequested", {
+        "op_id": op.op_id, "child_workflow_id": op.child_workflow_id,
+        "child_run_id": child_row["run_id"] if child_row is not None else None,
+        "policy": write.policy, "request_id": ctx["request_id"] if ctx else None,
+        "deadline_at": to_iso(ctx["deadline_at"]) if ctx else None,
+    }))
+    if write.policy == "try_cancel":
+        failure = {"failure_category": "cancelled", "policy": "try_cancel",
+                   "exception_class": "durable.ChildWorkflowFailed",
+                   "message": f"child {op.child_workflow_id} asked to cancel; not waited for"}
+        yield from _close_op(run.run_id, op, failure, now, ops)
+    return None
+
+
+def stop_receipt(
+    tx: Tx, task: Any, worker_id: str, result: str | None, failure: dict[str, Any] | None,
+    now: float,
+) -> Program[dict[str, Any]]:
+    """Record a fenced stop receipt for an attempt that was asked to stop."""
+    run = yield q1("SELECT cleanup_deadline_at FROM runs WHERE run_id = ?", task["run_id"])
+    deadline = run["cleanup_deadline_at"] if run is not None else None
+    kind = "completed" if failure is None else str(
+        (failure or {}).get("stop_kind") or "stopped")
+    receipt = {
+        "kind": kind, "worker_id": worker_id, "attempt": int(task["attempt"]),
+        "acknowledged_at": to_iso(now), "confirmed": bool((failure or {}).get(
+            "stop_confirmed", True)),
+        "received_after_deadline": bool(deadline is not None and now > deadline),
+    }
+    if failure is not None and "exit_code" in failure:
+        receipt["exit_code"] = failure["exit_code"]
+    yield ex("UPDATE activity_tasks SET stop_receipt = ? WHERE task_id = ?", dumps(receipt),
+             task["task_id"])
+    return receipt
+
+
+def stop_requests(worker_id: str) -> Program[list[str]]:
+    rows = yield q(
+        "SELECT task_id FROM activity_tasks WHERE owner = ? AND status = 'running' "
+        "AND stop_requested = 1", worker_id,
+    )
+    return [r["task_id"] for r in rows]
+
+
+# ---------------------------------------------------------------- the cascade view
+
+
+def cascade(
+    namespace: str, workflow_id: str, run_id: str | None, now: float, limit: int = 200
+) -> Program[dict[str, Any]]:
+    root = yield from get_run(namespace, workflow_id, run_id)
+    if root is None:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r} in namespace {namespace!r}")
+    root_ctx = root.cancellation
+    view: dict[str, Any] = {
+        "root": public_context(root_ctx) if root_ctx else None,
+        "inspection_complete": True,
+        "truncated": False,
+        "findings": [],
+        "runs": [],
+        "edges": [],
+    }
+    if root_ctx is None:
+        return view
+    live_workers = yield q("SELECT worker_id FROM workers WHERE expires_at >= ?", now)
+    alive = {w["worker_id"] for w in live_workers}
+    queue = [root]
+    seen: set[str] = set()
+    while queue:
+        run = queue.pop(0)
+        if run.run_id in seen:
+            continue
+        seen.add(run.run_id)
+        if len(view["runs"]) >= limit:
+            view["truncated"] = True
+            break
+        entry = yield from _cascade_run(run, now, alive, view["findings"])
+        view["runs"].append(entry)
+        children = yield q(f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ?",
+                           run.run_id)
+        for child_row in children:
+            child = run_from_row(child_row)
+            propagation = entry["child_propagation"].get(child.workflow_id, {})
+            view["edges"].append({
+                "parent_workflow_id": run.workflow_id, "parent_run_id": run.run_id,
+                "child_workflow_id": child.workflow_id, "child_run_id": child.run_id,
+                "policy": propagation.get("policy"),
+            })
+            queue.append(child)
+    view["inspection_complete"] = not view["findings"]
+    return view
+
+
+def _cascade_run(
+    run: RunRecord, now: float, alive: set[str], findings: list[dict[str, Any]]
+) -> Program[dict[str, Any]]:
+    ctx = run.cancellation or {}
+    lifecycle = ctx.get("lifecycle")
+    if lifecycle is None:
+        lifecycle = {"terminated": "terminated", "cancelled": "cancelled"}.get(
+            run.status, "not_requested")
+    tasks = yield q(
+        "SELECT task_id, op_id, activity_name, attempt, status, owner, options, "
+        "stop_requested, stop_requested_at, stop_receipt, closed_at FROM activity_tasks "
+        "WHERE run_id = ? AND (stop_requested = 1 OR status = 'cancelled')",
+        run.run_id,
+    )
+    stops = []
+    for t in tasks:
+        receipt = loads(t["stop_receipt"])
+        policy = (loads(t["options"]) or {}).get("cancellation")
+        if receipt is not None:
+            state = "stopped" if receipt.get("confirmed", True) else "signalled"
+        elif t["status"] == "running" and t["owner"] in alive:
+            state = "stopping"
+        else:
+            state = "unverified"
+            findings.append({
+                "workflow_id": run.workflow_id, "run_id": run.run_id, "task_id": t["task_id"],
+                "finding": f"attempt {t['attempt']} of {t['activity_name']} has no stop receipt "
+                           f"and its worker ({t['owner']}) is gone or it was fenced; it is not "
+                           "verified as stopped",
+            })
+        stops.append({
+            "task_id": t["task_id"], "op_id": t["op_id"], "activity_type": t["activity_name"],
+            "policy": policy, "fence": {"attempt": t["attempt"], "status": t["status"],
+                                         "owner": t["owner"]},
+            "stop_requested_at": to_iso(t["stop_requested_at"]), "stop_receipt": receipt,
+            "acknowledged_at": receipt.get("acknowledged_at") if receipt else None,
+            "received_after_deadline": (receipt or {}).get("received_after_deadline"),
+            "state": state,
+        })
+    events = yield q(
+        "SELECT type, data FROM events WHERE run_id = ? AND type IN "
+        "('ChildCancellationRequested', 'ParentClosePolicyApplied', 'ChildWorkflowScheduled', "
+        "'CancellationDelivered') ORDER BY seq",
+        run.run_id,
+    )
+    propagation: dict[str, dict[str, Any]] = {}
+    delivery = None
+    for e in events:
+        data = json.loads(e["data"])
+        if e["type"] == "CancellationDelivered":
+            delivery = data
+            continue
+        child_id = data.get("child_workflow_id")
+        if child_id is None:
+            continue
+        item = propagation.setdefault(child_id, {"child_workflow_id": child_id})
+        if e["type"] == "ChildWorkflowScheduled":
+            item["cancellation_policy"] = data.get("cancellation")
+            item["parent_close_policy"] = data.get("parent_close_policy")
+        elif e["type"] == "ChildCancellationRequested":
+            item["policy"] = data["policy"]
+            item["request_id"] = data.get("request_id")
+        else:
+            item["policy"] = f"parent_close:{data['policy']}"
+    for child_id, item in propagation.items():
+        child_row = yield q1(
+            "SELECT status, cancellation FROM runs WHERE namespace = ? AND workflow_id = ? "
+            "ORDER BY run_number DESC LIMIT 1", run.namespace, child_id,
+        )
+        if child_row is not None:
+            child_ctx = loads(child_row["cancellation"]) or {}
+            item["outcome"] = child_row["status"]
+            item["child_lifecycle"] = child_ctx.get("lifecycle")
+        item.setdefault("policy", item.get("cancellation_policy"))
+        if item.get("policy") == "abandon":
+            item["waited"] = False
+    return {
+        "workflow_id": run.workflow_id, "run_id": run.run_id, "workflow_type": run.workflow_type,
+        "status": run.status, "lifecycle": lifecycle,
+        "request": public_context(ctx) if ctx else None,
+        "delivery": {"delivered_at": to_iso(ctx.get("delivered_at")),
+                     "boundary": ctx.get("boundary")} if ctx.get("delivered_at") else delivery,
+        "cleanup_outcome": ctx.get("cleanup_outcome"),
+        "deadline_at": to_iso(ctx.get("deadline_at")) if ctx else None,
+        "activity_stops": stops,
+        "child_propagation": propagation,
+    }
