@@ -1,0 +1,345 @@
+"""What only the PostgreSQL driver does: connection errors, schema migration
+across processes, LISTEN/NOTIFY wake-ups, and surviving killed connections.
+
+The behaviour every driver shares is pinned by tests/test_engine.py; these run
+on both host loops (asyncio natively, trio through the driver's own asyncio
+thread) and skip without a server unless DURABLE_REQUIRE_POSTGRES=1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import asyncpg
+import pytest
+from conftest import POSTGRES_URL, new_postgres_url, require_postgres
+
+import durable
+from durable import activity, workflow
+from durable.driver import Wake
+from durable.sqlstore import Program, Stmt, Tx, ex, q
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """A fresh schema of its own, dropped afterwards."""
+    require_postgres()
+    url = new_postgres_url()
+    yield url
+    await anyio.to_thread.run_sync(asyncio.run, _drop_schema(url))
+
+
+async def _drop_schema(url: str) -> None:
+    """Drop a test schema directly (even one the driver refuses to open)."""
+    base, schema = url.rsplit("schema=", 1)
+    conn = await asyncpg.connect(base.rstrip("?&"))
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def sql(client: durable.Client, statement: str, *params: Any, mode: str = "exec") -> Any:
+    """Run one statement through the driver, as a one-statement program."""
+
+    def program(tx: Tx) -> Program[Any]:
+        return (yield Stmt(statement, params, mode))
+
+    return await client.driver._run(program)  # type: ignore[attr-defined]
+
+
+async def kill_backends(killer: durable.Client, victim: durable.Client) -> int:
+    """Terminate every server backend of `victim`'s driver (pool and LISTEN)."""
+    name = victim.driver.application_name  # type: ignore[attr-defined]
+    rows = await sql(
+        killer,
+        "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity "
+        "WHERE application_name = ?",
+        name, mode="all",
+    )
+    return sum(1 for r in rows if r["killed"])
+
+
+class Wakes:
+    """The wake-ups a driver's hub publishes, in order."""
+
+    def __init__(self, client: durable.Client) -> None:
+        self.seen: list[Wake] = []
+        self._arrived = anyio.Event()
+        client.driver.hub.subscribe(self._on_wake)
+
+    def _on_wake(self, wake: Wake) -> None:
+        self.seen.append(wake)
+        self._arrived.set()
+
+    async def until(self, *key: str, within: float = 10.0) -> None:
+        with anyio.fail_after(within):
+            while Wake(key) not in self.seen:
+                await self._arrived.wait()
+                self._arrived = anyio.Event()
+
+
+# ---------------------------------------------------------------- connecting
+
+
+async def test_malformed_url_is_a_configuration_error_with_the_password_masked() -> None:
+    with pytest.raises(durable.ConfigurationError) as err:
+        await durable.connect("postgresql://app:s3cret@db.example:notaport/app")
+    message = str(err.value)
+    assert "s3cret" not in message and "app:***@db.example" in message
+    assert "postgresql://user[:password]@host" in message
+
+
+async def test_schema_must_be_a_plain_identifier() -> None:
+    with pytest.raises(durable.ConfigurationError, match="not a plain SQL identifier"):
+        await durable.connect("postgresql://postgres@127.0.0.1/test?schema=a;drop")
+
+
+async def test_refused_connection_names_the_url_and_what_to_check() -> None:
+    with pytest.raises(durable.ConfigurationError) as err:
+        await durable.connect("postgresql://app:s3cret@127.0.0.1:1/app")
+    message = str(err.value)
+    assert "postgresql://app:***@127.0.0.1:1/app" in message
+    assert "s3cret" not in message
+    assert "127.0.0.1:1" in message and "check that PostgreSQL is running" in message
+
+
+async def test_missing_database_says_how_to_create_it() -> None:
+    require_postgres()
+    base = POSTGRES_URL.rsplit("/", 1)[0]
+    with pytest.raises(durable.ConfigurationError) as err:
+        await durable.connect(f"{base}/durable_no_such_db")
+    assert "database 'durable_no_such_db' does not exist" in str(err.value)
+    assert "createdb durable_no_such_db" in str(err.value)
+
+
+async def test_schema_from_a_newer_version_is_refused(pg_url: str) -> None:
+    async with durable.connect(pg_url) as client:
+        await sql(client, "UPDATE durable_meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(durable.ConfigurationError, match="version 999, newer than"):
+        await durable.connect(pg_url)
+
+
+_MIGRATE_CHILD = textwrap.dedent("""
+    import asyncio, sys
+    import durable
+
+    async def main(url):
+        print("ready", flush=True)
+        sys.stdin.readline()  # the barrier: all four connect at once
+        client = await durable.connect(url)
+        await client.close()
+        print("migrated", flush=True)
+
+    asyncio.run(main(sys.argv[1]))
+""")
+
+
+def _migrate_in_processes(url: str, n: int) -> list[tuple[int, str]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MIGRATE_CHILD, url], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for _ in range(n)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    outcomes = []
+    for proc in procs:
+        out, errors = proc.communicate(timeout=60)
+        outcomes.append((proc.returncode, out + errors))
+    return outcomes
+
+
+async def test_four_processes_migrate_one_fresh_schema_at_once(pg_url: str) -> None:
+    outcomes = await anyio.to_thread.run_sync(_migrate_in_processes, pg_url, 4)
+    for code, output in outcomes:
+        assert code == 0, output
+        assert "migrated" in output
+    async with durable.connect(pg_url) as client:
+        rows = await sql(client, "SELECT value FROM durable_meta WHERE key = 'schema_version'",
+                         mode="all")
+    assert [r["value"] for r in rows] == ["1"]
+
+
+# ---------------------------------------------------------------- namespaces
+
+
+@activity.defn
+async def greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@workflow.defn
+async def greeting(name: str) -> str:
+    result: str = await workflow.execute_activity(greet, name)
+    return result
+
+
+async def test_namespaces_share_a_schema_without_seeing_each_other(pg_url: str) -> None:
+    async with (
+        durable.connect(pg_url, namespace="billing") as billing,
+        durable.connect(pg_url, namespace="shipping") as shipping,
+    ):
+        await billing.start(greeting, "billing", id="same-id")
+        await shipping.start(greeting, "shipping", id="same-id")  # no clash across namespaces
+        async with durable.Worker(billing, workflows=[greeting], activities=[greet],
+                                  poll_interval=0.2):
+            assert await billing.get_handle("same-id").result() == "hello billing"
+        assert [r["status"] for r in await billing.list()] == ["completed"]
+        assert [r["status"] for r in await shipping.list()] == ["pending"]
+
+
+# ---------------------------------------------------------------- wake-ups
+
+
+async def test_a_commit_in_another_process_wakes_this_one(pg_url: str) -> None:
+    async with (
+        durable.connect(pg_url, poll_interval=60) as here,
+        durable.connect(pg_url, poll_interval=60) as elsewhere,
+        anyio.create_task_group() as tg,
+    ):
+        wakes = Wakes(here)
+        tg.start_soon(here.driver.watch)
+        await wakes.until("any")  # listening: a (re)connect says "any"
+        await elsewhere.start(greeting, "x", id="remote-start", task_queue="q1")
+        await wakes.until("runs", "default", "q1")
+
+        # our own commits are published once, locally, not echoed back by NOTIFY
+        await here.start(greeting, "y", id="local-start", task_queue="q2")
+        await anyio.sleep(0.3)
+        assert wakes.seen.count(Wake(("runs", "default", "q2"))) == 1
+        tg.cancel_scope.cancel()
+
+
+async def test_watch_reconnects_after_its_connection_is_killed(pg_url: str) -> None:
+    async with (
+        durable.connect(pg_url, poll_interval=60) as here,
+        durable.connect(pg_url, poll_interval=60) as elsewhere,
+        anyio.create_task_group() as tg,
+    ):
+        wakes = Wakes(here)
+        tg.start_soon(here.driver.watch)
+        await wakes.until("any")
+        wakes.seen.clear()
+        assert await kill_backends(elsewhere, here) >= 1
+        # the reconnect says "any" (notifications may have been missed meanwhile) ...
+        await wakes.until("any")
+        # ... and notifications flow again
+        await elsewhere.start(greeting, "x", id="after-kill", task_queue="q3")
+        await wakes.until("runs", "default", "q3")
+        tg.cancel_scope.cancel()
+
+
+async def test_watch_says_any_every_poll_interval_without_notifications(pg_url: str) -> None:
+    async with (
+        durable.connect(pg_url, poll_interval=0.1) as client,
+        anyio.create_task_group() as tg,
+    ):
+        wakes = Wakes(client)
+        tg.start_soon(client.driver.watch)
+        await anyio.sleep(0.55)
+        tg.cancel_scope.cancel()
+    assert 4 <= wakes.seen.count(Wake(("any",))) <= 7
+
+
+# ---------------------------------------------------------------- lost connections
+
+CALLS: dict[str, int] = {}
+GATES: dict[str, tuple[anyio.Event, anyio.Event]] = {}  # (started, opened)
+
+
+@activity.defn
+async def counted_step(key: str) -> int:
+    CALLS[key] = CALLS.get(key, 0) + 1
+    return CALLS[key]
+
+
+@activity.defn
+async def gate(key: str) -> str:
+    started, opened = GATES[key]
+    started.set()
+    await opened.wait()
+    return "opened"
+
+
+@workflow.defn
+async def three_steps(key: str) -> list[Any]:
+    first = await workflow.execute_local_activity(counted_step, f"{key}-1")
+    opened = await workflow.execute_activity(gate, key)
+    second = await workflow.execute_local_activity(counted_step, f"{key}-2")
+    third = await workflow.execute_activity(counted_step, f"{key}-3")
+    return [first, opened, second, third]
+
+
+async def test_killed_connections_mid_run_lose_nothing_and_repeat_nothing(pg_url: str) -> None:
+    key = f"kill-{id(pg_url)}"
+    started, opened = GATES[key] = (anyio.Event(), anyio.Event())
+    async with (
+        durable.connect(pg_url, poll_interval=0.2) as client,
+        durable.connect(pg_url) as killer,
+    ):
+        async with durable.Worker(client, workflows=[three_steps],
+                                  activities=[counted_step, gate], poll_interval=0.2):
+            handle = await client.start(three_steps, key, id="killed")
+            with anyio.fail_after(10):
+                await started.wait()  # step 1 is recorded, the gate activity runs
+            assert await kill_backends(killer, client) >= 1
+            opened.set()
+            assert await handle.result() == [1, "opened", 1, 1]
+        history = [e.type for e in await handle.history()]
+    assert history.count("ActivityCompleted") == 4
+    assert history.count("WorkflowCompleted") == 1
+    assert [CALLS[f"{key}-{n}"] for n in (1, 2, 3)] == [1, 1, 1]
+
+
+async def test_connection_lost_inside_a_transaction_retries_it_whole(pg_url: str) -> None:
+    async with durable.connect(pg_url) as client:
+        await sql(client, "CREATE TABLE marks (n BIGINT)")
+        attempts = 0
+
+        def program(tx: Tx) -> Program[int]:
+            nonlocal attempts
+            attempts += 1
+            yield ex("INSERT INTO marks (n) VALUES (?)", attempts)
+            if attempts == 1:  # the connection dies before COMMIT: nothing was recorded
+                yield q("SELECT pg_terminate_backend(pg_backend_pid())")
+            return attempts
+
+        assert await client.driver._run(program) == 2  # type: ignore[attr-defined]
+        rows = await sql(client, "SELECT n FROM marks", mode="all")
+    assert [r["n"] for r in rows] == [2]
+
+
+async def test_connection_lost_during_commit_is_storage_unavailable(pg_url: str) -> None:
+    async with durable.connect(pg_url) as client:
+        # a deferred trigger runs inside COMMIT: kill the session right there
+        await sql(client, "CREATE TABLE commit_bomb (n BIGINT)")
+        await sql(client, "CREATE FUNCTION commit_bomb() RETURNS trigger LANGUAGE plpgsql AS "
+                          "$$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); "
+                          "RETURN NULL; END $$")
+        await sql(client, "CREATE CONSTRAINT TRIGGER commit_bomb AFTER INSERT ON commit_bomb "
+                          "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+                          "commit_bomb()")
+        with pytest.raises(durable.StorageUnavailable) as err:
+            await sql(client, "INSERT INTO commit_bomb (n) VALUES (1)")
+        assert err.value.outcome_unknown
+        assert "may or may not have been recorded" in str(err.value)
+        # the driver goes on with fresh connections
+        assert await sql(client, "SELECT 1 AS one", mode="one") is not None
