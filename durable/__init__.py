@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import activity, workflow
 from ._activities import ActivityInfo
+from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
 from .clock import Clock, SystemClock, VirtualClock
 from .converter import JSONConverter, PayloadConverter
@@ -27,6 +28,7 @@ from .errors import (
     NotRegistered,
     PayloadError,
     PolicyRejected,
+    RunAlreadyClosed,
     RunNotCurrent,
     StorageUnavailable,
     StructuralLimitExceeded,
@@ -59,7 +61,9 @@ __all__ = [
     "ActivityOptions",
     "ActivityStopRequested",
     "ActivityTimedOut",
+    "CancellationContext",
     "CancellationPolicy",
+    "CancellationRequestResult",
     "CapabilityUnsupported",
     "ChildOptions",
     "ChildWorkflowFailed",
@@ -79,6 +83,7 @@ __all__ = [
     "PayloadError",
     "PolicyRejected",
     "RetryPolicy",
+    "RunAlreadyClosed",
     "RunNotCurrent",
     "StartOptions",
     "StorageUnavailable",

@@ -120,8 +120,15 @@ def current() -> ActivityContext:
     return ctx
 
 
-async def call_activity(ctx: ActivityContext, fn: Any, is_async: bool, args: list[Any]) -> Any:
-    """Run the activity function with its context set; stoppable through ctx."""
+async def call_activity(
+    ctx: ActivityContext, fn: Any, is_async: bool, args: list[Any],
+    *, abandon_on_cancel: bool = False,
+) -> Any:
+    """Run the activity function with its context set; stoppable through ctx.
+
+    A sync function runs in a worker thread: cancelling waits for it to return
+    (after its next heartbeat/check_cancelled raises), unless `abandon_on_cancel`.
+    """
     token = _current.set(ctx)
     try:
         with anyio.CancelScope() as scope:
@@ -131,7 +138,9 @@ async def call_activity(ctx: ActivityContext, fn: Any, is_async: bool, args: lis
             if is_async:
                 return await fn(*args)
             context = contextvars.copy_context()
-            return await anyio.to_thread.run_sync(context.run, fn, *args)
+            return await anyio.to_thread.run_sync(
+                context.run, fn, *args, abandon_on_cancel=abandon_on_cancel
+            )
         raise ActivityStopRequested(
             f"activity {ctx.info.activity_type} attempt {ctx.info.attempt} was stopped: "
             f"{ctx.stop_reason}"

@@ -41,6 +41,8 @@ from .errors import (
     StructuralLimitExceeded,
     WorkflowAPIOutsideWorkflow,
 )
+from .cancellation import CancellationContext
+from .driver import DeliverCancellation
 from .options import Limits
 
 if TYPE_CHECKING:
@@ -190,6 +192,25 @@ class WorkflowContext:
         self.open_children: set[str] = set()
         self.fatal: BaseException | None = None
         self.broken: Exception | None = None
+        # cancellation: see RunExecutor.deliver and workflow._interruptible
+        self.cancellation: CancellationContext | None = None
+        self.delivered_at = 0.0  # workflow time never runs behind the recorded delivery
+        self.delivering = False
+        self.hard_stop = False
+        self.active = 0
+        self.parked: dict[str, str] = {}
+        self.quiet = anyio.Event()
+        self.replay_boundary: set[str] = set()
+        self.replay_delivery_pending = False
+        self.shields: set[anyio.CancelScope] = set()
+        self.running_local: dict[str, Any] = {}
+        self.executor: RunExecutor | None = None
+        delivered = (run.cancellation or {}).get("boundary")
+        if delivered is not None and (run.cancellation or {}).get("delivered_at") is not None:
+            self.replay_boundary = {b["op_id"] for b in delivered}
+            self.replay_delivery_pending = True
+            self.cancellation = CancellationContext.from_record(run.cancellation or {})
+            self.delivered_at = float((run.cancellation or {})["delivered_at"])
         self.log = get_logger("durable.workflow").bind(
             workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type
         )
@@ -287,6 +308,67 @@ class WorkflowContext:
     def open_waiters(self) -> list[str]:
         return [op_id for op_id, w in self.waiters.items() if w.record is None]
 
+    # -- cancellation bookkeeping ---------------------------------------------
+
+    def task_started(self) -> None:
+        self.active += 1
+
+    def task_finished(self) -> None:
+        self.active -= 1
+        self._check_quiet()
+
+    def park(self, op_id: str, kind: str) -> None:
+        """The calling task now waits on a durable op (a possible delivery boundary)."""
+        self.parked[op_id] = kind
+        self.active -= 1
+        self._check_quiet()
+        if self.replay_delivery_pending and self.replay_boundary <= set(self.parked):
+            self.redeliver()
+
+    def unpark(self, op_id: str) -> None:
+        self.parked.pop(op_id, None)
+        self.active += 1
+
+    def _check_quiet(self) -> None:
+        if self.active <= 0:
+            self.quiet.set()
+        elif self.quiet.is_set():
+            self.quiet = anyio.Event()
+
+    def must_block(self, record: OpRecord | None, op_id: str) -> bool:
+        """Replay interrupts an op again where the live run interrupted it."""
+        if record is not None and record.interrupted:
+            return True
+        return self.replay_delivery_pending and op_id in self.replay_boundary
+
+    def before_live_op(self) -> None:
+        """Replay reached new code before the recorded boundary: deliver now."""
+        if self.replay_delivery_pending:
+            self.redeliver()
+
+    def redeliver(self) -> None:
+        self.replay_delivery_pending = False
+        if self.executor is not None:
+            self.executor.interrupt_code()
+
+    def may_act_on_interrupt(self) -> bool:
+        """Whether an interrupted op should apply its cancellation policy.
+
+        Not when the worker itself stops the run (shutdown, lost lease, a
+        deadline that revoked authority): then nothing may be recorded.
+        """
+        return not self.hard_stop and self.broken is None
+
+    def shield(self) -> anyio.CancelScope:
+        """A shielded scope bounded by the cleanup deadline (tracked for expiry)."""
+        # The cleanup deadline is enforced by the executor's deadline watcher on
+        # the engine clock, which first revokes authority and then cancels the
+        # shields: an interrupted op then records nothing.
+        scope = anyio.CancelScope(shield=True)
+        if self.hard_stop:
+            scope.cancel()
+        return scope
+
 
 def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     """The exceptions inside (nested) exception groups, or the exception itself."""
@@ -326,23 +408,86 @@ def failure_from_exception(exc: BaseException, category: str = "application") ->
 
 
 class RunExecutor:
-    """Owns one claimed run: replays it, continues it live, closes it."""
+    """Owns one claimed run: replays it, continues it live, closes it.
+
+    It also delivers a cooperative cancellation: once every workflow task waits
+    on a durable op, it records that set of ops (the delivery boundary) and
+    cancels the code's scope, so the workflow sees the host's native
+    cancellation exception at those awaits. Replay re-delivers at the same
+    boundary.
+    """
 
     def __init__(self, ctx: WorkflowContext, on_done: Callable[[RunExecutor], None]) -> None:
         self.ctx = ctx
         self.run = ctx.run
+        ctx.executor = self
         self.scope: anyio.CancelScope | None = None
         self.code_scope: anyio.CancelScope | None = None
         self.stop_reason: str | None = None
         self.needs_release = False
         self._on_done = on_done
+        self._guard: anyio.abc.TaskGroup | None = None
+        self._interrupt_pending = False
+        self._delivery_started = False
 
     def stop(self, reason: str) -> None:
         """Stop executing this run locally (lost lease, shutdown, closed elsewhere)."""
         if self.stop_reason is None:
             self.stop_reason = reason
+        self._hard_stop()
         if self.scope is not None:
             self.scope.cancel()
+
+    def _hard_stop(self) -> None:
+        self.ctx.hard_stop = True
+        for shield in list(self.ctx.shields):
+            shield.cancel()
+        for actx in list(self.ctx.running_local.values()):
+            actx.request_stop("the run stopped on this worker")
+        self.interrupt_code()
+
+    def interrupt_code(self) -> None:
+        if self.code_scope is None:
+            self._interrupt_pending = True
+        else:
+            self.code_scope.cancel()
+
+    def on_request(self, record: dict[str, Any]) -> None:
+        """A cancellation request was recorded for this run: deliver it."""
+        ctx = self.ctx
+        if ctx.cancellation is not None or self._delivery_started or self._guard is None:
+            return
+        if record.get("delivered_at") is not None:
+            return
+        self._delivery_started = True
+        self.run.cleanup_deadline_at = float(record["deadline_at"])
+        self._guard.start_soon(self._deliver, record)
+        self._guard.start_soon(self._watch_deadline, float(record["deadline_at"]))
+
+    async def _deliver(self, record: dict[str, Any]) -> None:
+        ctx = self.ctx
+        # Deliver where every task waits on a durable op, so replay finds the same
+        # boundary; a task stuck in a non-durable await is not waited for long.
+        with anyio.move_on_after(0.25):
+            while ctx.active > 0 or self.code_scope is None:
+                with anyio.move_on_after(0.01):
+                    await ctx.quiet.wait()
+        boundary = [{"op_id": op_id, "kind": kind} for op_id, kind in sorted(ctx.parked.items())]
+        ctx.delivering = True
+        delivered_at = ctx.clock.now()
+        try:
+            await ctx.commit([DeliverCancellation(record["request_id"], boundary, delivered_at)])
+        except Exception:
+            self.stop("delivery could not be recorded")
+            return
+        ctx.cancellation = CancellationContext.from_record(record)
+        ctx.delivered_at = delivered_at
+        ctx.log.info("cancellation_delivered", request_id=record["request_id"],
+                     boundary=[b["op_id"] for b in boundary])
+        for actx in list(ctx.running_local.values()):
+            actx.request_stop("the workflow is being cancelled")
+        ctx.delivering = False
+        self.interrupt_code()
 
     async def execute(self) -> None:
         ctx = self.ctx
@@ -371,11 +516,15 @@ class RunExecutor:
             return
         outcome: CloseRun | None = None
         async with anyio.create_task_group() as guard:
+            self._guard = guard
             if deadline is not None:
                 guard.start_soon(self._watch_deadline, deadline)
+            if run.cancellation is not None and run.cancellation.get("delivered_at") is None:
+                self.on_request(run.cancellation)
             try:
                 outcome = await self._run_code()
             finally:
+                self._guard = None
                 guard.cancel_scope.cancel()
         if self.stop_reason == "deadline":
             await self._enforce_deadline()
@@ -390,6 +539,7 @@ class RunExecutor:
     async def _run_code(self) -> CloseRun | None:
         ctx = self.ctx
         state = enter_task(ctx, "0", self.run.started_at or self.run.created_at)
+        ctx.task_started()
         try:
             args = ctx.converter.decode(self.run.input)
             hints = ctx.defn.param_hints
@@ -402,11 +552,15 @@ class RunExecutor:
                 args = [args]
             with anyio.CancelScope() as code_scope:
                 self.code_scope = code_scope
+                if self._interrupt_pending:
+                    code_scope.cancel()
                 value = await ctx.defn.fn(*args)
-            if code_scope.cancelled_caught:
-                return None
             if ctx.fatal is not None:
                 raise ctx.fatal
+            if ctx.cancellation is not None and not ctx.hard_stop:
+                return self._cancelled(None if code_scope.cancelled_caught else value)
+            if code_scope.cancelled_caught:
+                return None
             return CloseRun("completed", result=ctx.encode(value, "the workflow's result"))
         except BaseExceptionGroup as group:
             special = [
@@ -432,7 +586,21 @@ class RunExecutor:
         except Exception as exc:
             return self._failed(exc)
         finally:
+            ctx.task_finished()
             del state
+
+    def _cancelled(self, value: Any) -> CloseRun:
+        ctx = self.ctx
+        assert ctx.cancellation is not None
+        failure = {
+            "failure_category": "cancelled",
+            "exception_class": "durable.WorkflowCancelled",
+            "message": f"cancelled: {ctx.cancellation.reason}",
+            "request_id": ctx.cancellation.request_id,
+            "root_request_id": ctx.cancellation.root_request_id,
+        }
+        result = None if value is None else ctx.encode(value, "the workflow's result")
+        return CloseRun("cancelled", result=result, failure=failure)
 
     def _continue(self, can: ContinueAsNew) -> CloseRun:
         payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
@@ -456,8 +624,7 @@ class RunExecutor:
     async def _watch_deadline(self, deadline: float) -> None:
         await self.ctx.clock.sleep_until(deadline)
         self.stop_reason = self.stop_reason or "deadline"
-        if self.code_scope is not None:
-            self.code_scope.cancel()
+        self._hard_stop()
 
     async def _enforce_deadline(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -468,7 +635,8 @@ class RunExecutor:
 
 def _min_deadline(run: RunRecord) -> float | None:
     values = [
-        v for v in (run.execution_deadline_at, run.run_deadline_at) if v is not None
+        v for v in (run.execution_deadline_at, run.run_deadline_at, run.cleanup_deadline_at)
+        if v is not None
     ]
     return min(values) if values else None
 

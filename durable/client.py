@@ -14,16 +14,18 @@ from typing import Any
 import anyio
 
 from ._registry import workflow_defn_of, workflow_name
+from .cancellation import CancellationContext, CancellationRequestResult
 from .clock import Clock, SystemClock
 from .converter import JSONConverter, PayloadConverter, check_size
 from .driver import Driver, HistoryEvent, RunRecord, StartRequest, Wake, driver_factory
 from .errors import (
+    ConfigurationError,
     NotRegistered,
     StructuralLimitExceeded,
     WorkflowNotFound,
     error_from_failure,
 )
-from .options import Limits, StartOptions
+from .options import Limits, Seconds, StartOptions, to_seconds
 
 
 class WorkflowHandle:
@@ -87,6 +89,36 @@ class WorkflowHandle:
         """The run's history events, in order."""
         run = await self._run()
         return await self.client.driver.history(run.run_id)
+
+    async def request_cancellation(
+        self,
+        reason: str = "cancellation requested",
+        *,
+        cleanup_timeout: Seconds = 30,
+        requester: dict[str, Any] | None = None,
+        source: str = "client",
+    ) -> CancellationRequestResult:
+        """Ask the run to stop cooperatively: its cleanup code runs, bounded.
+
+        The first request is accepted; a repeat returns the original identity
+        and deadline (a different cleanup_timeout never extends the budget).
+        Raises `CapabilityUnsupported` (recording nothing) when the worker
+        holding the run cannot take cooperative cancellation.
+        """
+        seconds = to_seconds(cleanup_timeout, "cleanup_timeout")
+        if seconds is None or seconds <= 0:
+            raise ConfigurationError("cleanup_timeout must be greater than 0 seconds")
+        accepted, record = await self.client.driver.request_cancellation(
+            self.client.namespace, self.workflow_id, self.run_id, reason, seconds,
+            requester, source, self.client.clock.now(),
+        )
+        return CancellationRequestResult(accepted, CancellationContext.from_record(record))
+
+    async def cancellation_cascade(self) -> dict[str, Any]:
+        """What a cancellation did across the tree of runs, read from records alone."""
+        return await self.client.driver.cancellation_cascade(
+            self.client.namespace, self.workflow_id, self.run_id, self.client.clock.now()
+        )
 
     async def cancel(self, reason: str = "cancelled") -> None:
         """Close the run at once as cancelled; no cleanup code runs."""

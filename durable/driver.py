@@ -245,6 +245,7 @@ class DeliverCancellation:
 
     request_id: str
     boundary: list[dict[str, Any]]
+    delivered_at: float
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,20 @@ def public_context(ctx: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def describe_cancellation(ctx: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The request and its lifecycle, as describe() shows them."""
+    if ctx is None:
+        return None
+    return {
+        **public_context(ctx),
+        "lifecycle": ctx.get("lifecycle"),
+        "delivered_at": to_iso(ctx.get("delivered_at")),
+        "boundary": ctx.get("boundary"),
+        "cleanup_outcome": ctx.get("cleanup_outcome"),
+        "closed_at": to_iso(ctx.get("closed_at")),
+    }
+
+
 def request_cancellation(
     tx: Tx,
     namespace: str,
@@ -229,11 +243,13 @@ def deliver(
     ctx = run.cancellation
     if ctx is None or ctx.get("delivered_at") is not None:
         return None
-    ctx = dict(ctx, lifecycle="delivered", delivered_at=now, boundary=write.boundary)
+    ctx = dict(ctx, lifecycle="delivered", delivered_at=write.delivered_at,
+               boundary=write.boundary)
     yield from _update_context(run.run_id, ctx)
     events.append(("CancellationDelivered", {
         "request_id": ctx["request_id"], "root_request_id": ctx["root_request_id"],
         "boundary": write.boundary, "deadline_at": to_iso(ctx["deadline_at"]),
+        "delivered_at": to_iso(write.delivered_at),
     }))
     return None
 

@@ -896,36 +896,39 @@ def close_run(
     )
     events: list[tuple[str, dict[str, Any]]] = []
     # Cancel open work: activity attempts are fenced, timers cancelled.
-    open_ops = yield q(
-        f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled'", run_id
-    )
     cancel_failure = {
         "failure_category": "cancelled", "exception_class": "durable.ActivityCancelled",
         "message": f"cancelled because the workflow run closed ({status})",
     }
+    tasks = yield q(
+        "SELECT task_id, op_id, activity_name, options FROM activity_tasks "
+        "WHERE run_id = ? AND status IN ('pending', 'running')", run_id,
+    )
+    for task in tasks:
+        if (loads(task["options"]) or {}).get("cancellation") == "abandon":
+            continue  # an abandoned activity has its own lifetime
+        yield ex(
+            "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
+            "stop_requested = 1, stop_requested_at = COALESCE(stop_requested_at, ?) "
+            "WHERE task_id = ?",
+            now, now, task["task_id"],
+        )
+        events.append(("ActivityCancelled", {
+            "op_id": task["op_id"], "activity_type": task["activity_name"],
+            "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
+        }))
+        tx.wake("activity_stop", task["task_id"])
+    open_ops = yield q(
+        f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
+        "AND kind IN ('activity', 'timer')", run_id
+    )
+    fenced = {t["task_id"] for t in tasks}
     for op_row in open_ops:
         op = op_from_row(op_row)
-        if op.kind == "activity":
-            task = yield q1("SELECT options FROM activity_tasks WHERE task_id = ?", op.task_id)
-            if task is not None and (loads(task["options"]) or {}).get("cancellation") == (
-                "abandon"
-            ):
-                continue  # an abandoned activity has its own lifetime
-            yield ex(
-                "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
-                "stop_requested = 1 WHERE task_id = ? AND status IN ('pending', 'running')",
-                now, op.task_id,
-            )
-            events.append(("ActivityCancelled", {
-                "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
-                "reason": f"workflow {status}",
-            }))
-            if op.task_id:
-                tx.wake("activity_stop", op.task_id)
-        elif op.kind == "timer":
+        if op.kind == "activity" and op.task_id not in fenced:
+            continue  # abandoned
+        if op.kind == "timer":
             events.append(("TimerCancelled", {"op_id": op.op_id, "reason": f"workflow {status}"}))
-        elif op.kind == "child":
-            continue  # the parent close policy below decides
         yield ex(
             "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ? "
             "WHERE run_id = ? AND op_id = ?",
@@ -1341,10 +1344,17 @@ def complete_activity(
                                           "activity_type": task["activity_name"],
                                           "attempt": attempt, "stop_receipt": receipt}), now)
             else:
-                yield from append_events(tx, task["run_id"], [("ActivityStopReceipt", {
+                late: list[tuple[str, dict[str, Any]]] = [("ActivityStopReceipt", {
                     "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
                     "stop_receipt": receipt,
-                })], now)
+                })]
+                if failure is None:
+                    late.append(("ActivityResultRefused", {
+                        "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
+                        "worker_id": worker_id,
+                        "reason": "the attempt was fenced before its result arrived",
+                    }))
+                yield from append_events(tx, task["run_id"], late, now)
             return ActivityOutcome("recorded" if task["status"] == "running" else "refused",
                                    "stop receipt recorded")
     if task["status"] != "running" or int(task["attempt"]) != attempt or task["owner"] != worker_id:
@@ -1554,7 +1564,7 @@ def describe(namespace: str, workflow_id: str, run_id: str | None) -> Program[di
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
-        "cancellation": run.cancellation,
+        "cancellation": sqlcancel.describe_cancellation(run.cancellation),
     }
 
 

@@ -66,6 +66,7 @@ class Worker:
         lease_seconds: float = 15.0,
         poll_interval: float = 1.0,
         identity: str | None = None,
+        capabilities: Sequence[str] = CAPABILITIES,
     ) -> None:
         if not workflows and not activities:
             raise ConfigurationError("a Worker needs at least one workflow or activity to run")
@@ -81,6 +82,7 @@ class Worker:
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.worker_id = identity or f"worker-{uuid.uuid4().hex[:12]}"
+        self.capabilities = tuple(capabilities)
         self.workflows: dict[str, WorkflowDefn] = {}
         for ref in workflows:
             wdefn = workflow_defn_of(ref)
@@ -193,7 +195,7 @@ class Worker:
         return WorkerRegistration(
             worker_id=self.worker_id, namespace=self.namespace, task_queue=self.task_queue,
             workflow_types=tuple(sorted(self.workflows)),
-            activity_names=tuple(sorted(self.activities)), capabilities=CAPABILITIES,
+            activity_names=tuple(sorted(self.activities)), capabilities=self.capabilities,
         )
 
     # ---------------------------------------------------------------- wake-ups
@@ -236,6 +238,11 @@ class Worker:
                 # fallback: periodically re-check every run that waits on something
                 self._resync = {r for r, ex in self.executors.items() if ex.ctx.open_waiters()}
             pending, self._resync = self._resync, set()
+            if self.running_activities:
+                for task_id in await self.driver.stop_requests(self.worker_id):
+                    actx = self.running_activities.get(task_id)
+                    if actx is not None:
+                        actx.request_stop("a stop was requested for this attempt")
             for run_id in pending:
                 executor = self.executors.get(run_id)
                 if executor is None:
@@ -244,6 +251,10 @@ class Worker:
                 if run is None or not run.is_open or run.epoch != executor.run.epoch:
                     executor.stop("closed or claimed elsewhere")
                     continue
+                if run.cancellation is not None and "cooperative_cancellation" in (
+                    self.capabilities
+                ):
+                    executor.on_request(run.cancellation)
                 waiting = executor.ctx.open_waiters()
                 if waiting:
                     for op in (await self.driver.load_ops(run_id, waiting)).values():
@@ -260,7 +271,7 @@ class Worker:
             if batch > 0:
                 claimed = await self.driver.claim_runs(
                     self.namespace, self.task_queue, self.worker_id, types, batch,
-                    self.lease_seconds, self.clock.now(),
+                    self.lease_seconds, self.clock.now(), self.capabilities,
                 )
                 for item in claimed:
                     self._start_run(item)
@@ -413,6 +424,7 @@ class Worker:
                 except ActivityStopRequested as exc:
                     failure = failure_from_exception(exc, "stopped")
                     failure["stop_reason"] = actx.stop_reason
+                    failure["stop_kind"] = "cancel_scope" if defn.is_async else "cooperative"
                 except Exception as exc:
                     failure = failure_from_exception(exc)
                 finally:

@@ -33,13 +33,18 @@ from ._runtime import (
     current_task_state,
     enter_task,
     failure_from_exception,
+    leaf_exceptions,
     new_uuid,
 )
 from .clock import to_datetime
+from .cancellation import CancellationContext
 from .driver import (
+    CancelTimer,
     FireTimer,
     OpRecord,
     RecordLocalActivity,
+    RequestActivityStop,
+    RequestChildCancellation,
     ScheduleActivity,
     ScheduleChild,
     ScheduleTimer,
@@ -141,6 +146,52 @@ def _live(state: TaskState) -> None:
     state.replaying = False
 
 
+async def _live_gate(ctx: WorkflowContext) -> None:
+    """Before an op goes live in replay, re-deliver a recorded cancellation."""
+    if ctx.replay_delivery_pending:
+        ctx.redeliver()
+        await anyio.lowlevel.checkpoint()
+
+
+@contextmanager
+def _tracked_shield(ctx: WorkflowContext) -> Iterator[anyio.CancelScope]:
+    scope = ctx.shield()
+    ctx.shields.add(scope)
+    try:
+        with scope:
+            yield scope
+    finally:
+        ctx.shields.discard(scope)
+
+
+async def _interruptible(
+    ctx: WorkflowContext,
+    op_id: str,
+    kind: str,
+    wait: Callable[[], Awaitable[Any]],
+    on_interrupt: Callable[[], Awaitable[None]],
+) -> Any:
+    """Await a durable op; when a cancellation interrupts the await, apply the
+    op's cancellation policy under a shield bounded by the cleanup deadline,
+    then let the host's cancellation exception continue."""
+    block = ctx.must_block(ctx.recorded.get(op_id), op_id)
+    ctx.park(op_id, kind)
+    try:
+        if block:
+            await anyio.sleep_forever()
+        result = await wait()
+        if ctx.delivering:
+            await anyio.sleep_forever()  # delivery is being recorded: this is the boundary
+        return result
+    except anyio.get_cancelled_exc_class():
+        if ctx.may_act_on_interrupt():
+            with _tracked_shield(ctx):
+                await on_interrupt()
+        raise
+    finally:
+        ctx.unpark(op_id)
+
+
 # ---------------------------------------------------------------- activities
 
 
@@ -167,9 +218,10 @@ async def execute_activity(
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, "activity", name)
     hint = defn.return_hint if defn is not None else None
-    if record is not None and record.closed:
+    if record is not None and record.closed and not ctx.must_block(record, op_id):
         return _outcome(ctx, state, record, hint)
     if record is None:
+        await _live_gate(ctx)
         _live(state)
         if defn is None and name not in await ctx.worker.known_activity_names():
             raise NotRegistered(
@@ -178,6 +230,15 @@ async def execute_activity(
                 "has it"
             )
         payload = ctx.encode(list(args), f"the arguments of activity {name!r}")
+    policy = options.cancellation
+
+    async def on_interrupt() -> None:
+        known = ctx.recorded.get(op_id)
+        if known is None or not known.interrupted:
+            await ctx.commit([RequestActivityStop(op_id, policy.value)])
+        if policy is CancellationPolicy.WAIT_CANCELLATION_COMPLETED:
+            await ctx.wait_op(op_id)
+
     ctx.reserve("activity")
     try:
         if record is None:
@@ -187,7 +248,8 @@ async def execute_activity(
                 task_queue=options.task_queue or ctx.run.task_queue, input=payload,
                 options=options.snapshot(),
             )])
-        done = await ctx.wait_op(op_id)
+        done = await _interruptible(ctx, op_id, "activity", lambda: ctx.wait_op(op_id),
+                                    on_interrupt)
     finally:
         ctx.release("activity")
     return _outcome(ctx, state, done, hint)
@@ -213,8 +275,31 @@ async def execute_local_activity(
     defn = require_activity(activity)
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, "local_activity", defn.name)
-    if record is not None:
+    if record is not None and not ctx.must_block(record, op_id):
         return _outcome(ctx, state, record, defn.return_hint)
+    started = ctx.clock.now()
+    policy = options.cancellation
+
+    async def record_interrupt(receipt: dict[str, Any], attempts: int) -> None:
+        known = ctx.recorded.get(op_id)
+        if known is not None:
+            return
+        await ctx.commit([RecordLocalActivity(
+            op_id=op_id, name=defn.name, started_at=started, attempts=attempts,
+            interrupted=True, failure={
+                "failure_category": "cancelled", "exception_class": "durable.ActivityCancelled",
+                "policy": policy.value, "stop_receipt": receipt, "interrupted": True,
+                "message": f"local activity {defn.name} stopped by cancellation",
+            },
+        )])
+
+    if ctx.must_block(record, op_id):
+        # Replay of an op the live run interrupted: interrupt it again, do not re-run it.
+        await _interruptible(
+            ctx, op_id, "local_activity", anyio.sleep_forever,
+            lambda: record_interrupt({"kind": "not_restarted", "confirmed": True}, 0),
+        )
+    await _live_gate(ctx)
     _live(state)
     payload = ctx.encode(list(args), f"the arguments of activity {defn.name!r}")
     decoded = ctx.converter.decode(payload)
@@ -224,82 +309,115 @@ async def execute_local_activity(
         rebuild(a, defn.param_hints[i] if i < len(defn.param_hints) else None)
         for i, a in enumerate(decoded)
     ]
-    policy = options.retry_policy
-    started = ctx.clock.now()
+    retry = options.retry_policy
     s2c = options.schedule_to_close_timeout
     overall = started + float(s2c) if s2c is not None else None
     attempt = 0
     failure: dict[str, Any] | None = None
     result: str | None = None
-    while True:
-        attempt += 1
-        attempt_start = ctx.clock.now()
-        stc = options.start_to_close_timeout
-        deadlines = [d for d in (overall, attempt_start + float(stc) if stc else None) if d]
-        deadline_at = min(deadlines) if deadlines else None
-        actx = _activities.ActivityContext(
-            _activities.make_info(
-                activity_id=op_id, activity_type=defn.name, attempt=attempt,
-                workflow_id=ctx.run.workflow_id, run_id=ctx.run.run_id,
-                task_queue=ctx.run.task_queue, local=True, scheduled_at=started,
-                started_at=attempt_start, deadline=deadline_at,
-                heartbeat_timeout=None, heartbeat_details=None,
-            ),
-            ctx.clock, deadline_at,
-        )
-        timed_out: str | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                if deadline_at is not None:
-                    async def _expire(d: float = deadline_at, a: Any = actx) -> None:
-                        await ctx.clock.sleep_until(d)
-                        nonlocal timed_out
-                        timed_out = (
-                            "schedule_to_close" if overall is not None and d >= overall
-                            else "start_to_close"
-                        )
-                        a.request_stop(f"{timed_out} timeout")
-                    tg.start_soon(_expire)
-                try:
-                    value = await _activities.call_activity(
-                        actx, defn.fn, defn.is_async, call_args
-                    )
-                finally:
-                    tg.cancel_scope.cancel()
-            if timed_out is not None:
-                raise ActivityStopRequested(timed_out)
-            result = ctx.encode(value, f"the result of activity {defn.name!r}")
-            failure = None
-            break
-        except StructuralLimitExceeded:
-            raise
-        except ActivityStopRequested:
-            if timed_out is None:
-                raise
-            failure = {
-                "failure_category": "timeout", "propagation_kind": "timeout",
-                "exception_class": "durable.ActivityTimedOut", "timeout_kind": timed_out,
-                "attempt": attempt,
-                "message": f"local activity {defn.name} timed out ({timed_out})",
-            }
-            retryable = timed_out != "schedule_to_close"
-        except Exception as exc:
-            failure = failure_from_exception(exc)
-            retryable = not getattr(exc, "non_retryable", False) and (
-                type(exc).__name__ not in policy.non_retryable_error_types
-                and failure["exception_class"] not in policy.non_retryable_error_types
+    actx: Any = None
+    ctx.park(op_id, "local_activity")
+    try:
+        while True:
+            attempt += 1
+            attempt_start = ctx.clock.now()
+            stc = options.start_to_close_timeout
+            deadlines = [d for d in (overall, attempt_start + float(stc) if stc else None) if d]
+            deadline_at = min(deadlines) if deadlines else None
+            actx = _activities.ActivityContext(
+                _activities.make_info(
+                    activity_id=op_id, activity_type=defn.name, attempt=attempt,
+                    workflow_id=ctx.run.workflow_id, run_id=ctx.run.run_id,
+                    task_queue=ctx.run.task_queue, local=True, scheduled_at=started,
+                    started_at=attempt_start, deadline=deadline_at,
+                    heartbeat_timeout=None, heartbeat_details=None,
+                ),
+                ctx.clock, deadline_at,
             )
-        if not retryable or attempt >= policy.max_attempts:
-            break
-        next_at = ctx.clock.now() + policy.delay_before(attempt + 1)
-        if overall is not None and next_at >= overall:
-            break
-        await ctx.clock.sleep_until(next_at)
+            ctx.running_local[op_id] = actx
+            timed_out: str | None = None
+            try:
+                try:
+                    async with anyio.create_task_group() as tg:
+                        if deadline_at is not None:
+                            async def _expire(d: float = deadline_at, a: Any = actx) -> None:
+                                await ctx.clock.sleep_until(d)
+                                nonlocal timed_out
+                                timed_out = (
+                                    "schedule_to_close" if overall is not None and d >= overall
+                                    else "start_to_close"
+                                )
+                                a.request_stop(f"{timed_out} timeout")
+                            tg.start_soon(_expire)
+                        try:
+                            value = await _activities.call_activity(
+                                actx, defn.fn, defn.is_async, call_args,
+                                abandon_on_cancel=policy is CancellationPolicy.TRY_CANCEL,
+                            )
+                        finally:
+                            tg.cancel_scope.cancel()
+                except BaseExceptionGroup as group:
+                    leaves = leaf_exceptions(group)
+                    if len(leaves) == 1:
+                        raise leaves[0] from None
+                    raise
+                if timed_out is not None:
+                    raise ActivityStopRequested(timed_out)
+                result = ctx.encode(value, f"the result of activity {defn.name!r}")
+                failure = None
+                break
+            except StructuralLimitExceeded:
+                raise
+            except ActivityStopRequested:
+                if timed_out is None:
+                    # stopped by the workflow's cancellation: surface it as such
+                    await anyio.lowlevel.checkpoint()
+                    raise
+                failure = {
+                    "failure_category": "timeout", "propagation_kind": "timeout",
+                    "exception_class": "durable.ActivityTimedOut", "timeout_kind": timed_out,
+                    "attempt": attempt,
+                    "message": f"local activity {defn.name} timed out ({timed_out})",
+                }
+                retryable = timed_out != "schedule_to_close"
+            except Exception as exc:
+                failure = failure_from_exception(exc)
+                retryable = not getattr(exc, "non_retryable", False) and (
+                    type(exc).__name__ not in retry.non_retryable_error_types
+                    and failure["exception_class"] not in retry.non_retryable_error_types
+                )
+            finally:
+                ctx.running_local.pop(op_id, None)
+            if not retryable or attempt >= retry.max_attempts:
+                break
+            next_at = ctx.clock.now() + retry.delay_before(attempt + 1)
+            if overall is not None and next_at >= overall:
+                break
+            await ctx.clock.sleep_until(next_at)
+    except anyio.get_cancelled_exc_class():
+        if ctx.may_act_on_interrupt():
+            abandoned = policy is CancellationPolicy.TRY_CANCEL and not defn.is_async
+            receipt = {
+                "kind": "abandoned_thread" if abandoned else (
+                    "cancel_scope" if defn.is_async else "cooperative"),
+                "confirmed": not abandoned, "attempt": attempt,
+                "at": _iso_now(ctx),
+            }
+            with _tracked_shield(ctx):
+                await record_interrupt(receipt, attempt)
+        raise
+    finally:
+        ctx.unpark(op_id)
     await ctx.commit([RecordLocalActivity(
         op_id=op_id, name=defn.name, started_at=started, attempts=attempt,
         result=result, failure=failure,
     )])
     return _outcome(ctx, state, ctx.recorded[op_id], defn.return_hint)
+
+
+def _iso_now(ctx: WorkflowContext) -> str | None:
+    value = to_datetime(ctx.clock.now())
+    return value.isoformat() if value else None
 
 
 # ---------------------------------------------------------------- timers
@@ -312,19 +430,27 @@ async def sleep(duration: Seconds) -> None:
     assert seconds is not None
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, "timer", "sleep")
-    if record is not None and record.closed:
+    if record is not None and record.closed and not ctx.must_block(record, op_id):
         _outcome(ctx, state, record)
         return
     ctx.reserve("timer")
     try:
         if record is None:
+            await _live_gate(ctx)
             _live(state)
             fire_at = ctx.clock.now() + seconds
             await ctx.commit([ScheduleTimer(op_id=op_id, fire_at=fire_at, duration=seconds)])
         else:
             assert record.fire_at is not None
             fire_at = record.fire_at
-        await ctx.clock.sleep_until(fire_at)
+
+        async def on_interrupt() -> None:
+            known = ctx.recorded.get(op_id)
+            if known is None or not known.interrupted:
+                await ctx.commit([CancelTimer(op_id)])
+
+        await _interruptible(ctx, op_id, "timer", lambda: ctx.clock.sleep_until(fire_at),
+                             on_interrupt)
     finally:
         ctx.release("timer")
     await ctx.commit([FireTimer(op_id=op_id)])
@@ -338,18 +464,32 @@ class ChildHandle:
     """A started child workflow; `await handle.result()` for its outcome."""
 
     def __init__(self, ctx: WorkflowContext, state: TaskState, op_id: str, workflow_id: str,
-                 hint: Any) -> None:
+                 hint: Any, options: ChildOptions) -> None:
         self._ctx = ctx
         self._state = state
         self.op_id = op_id
         self.workflow_id = workflow_id
         self._hint = hint
+        self._options = options
 
     async def result(self) -> Any:
-        record = self._ctx.recorded.get(self.op_id)
-        if record is None or not record.closed:
-            record = await self._ctx.wait_op(self.op_id)
-        return _outcome(self._ctx, self._state, record, self._hint)
+        ctx, op_id, options = self._ctx, self.op_id, self._options
+        record = ctx.recorded.get(op_id)
+        if record is not None and record.closed and not ctx.must_block(record, op_id):
+            return _outcome(ctx, self._state, record, self._hint)
+        policy = options.cancellation
+
+        async def on_interrupt() -> None:
+            known = ctx.recorded.get(op_id)
+            if known is None or not known.interrupted:
+                await ctx.commit([RequestChildCancellation(
+                    op_id, policy.value, _float(options.cleanup_timeout))])
+            if policy is CancellationPolicy.WAIT_CANCELLATION_COMPLETED:
+                await ctx.wait_op(op_id)
+
+        record = await _interruptible(ctx, op_id, "child", lambda: ctx.wait_op(op_id),
+                                      on_interrupt)
+        return _outcome(ctx, self._state, record, self._hint)
 
 
 async def start_child(
@@ -371,7 +511,9 @@ async def start_child(
         if not record.closed:
             ctx.reserve("child")
             ctx.open_children.add(op_id)
-        return ChildHandle(ctx, state, op_id, record.child_workflow_id or child_id, hint)
+        return ChildHandle(ctx, state, op_id, record.child_workflow_id or child_id, hint,
+                           options)
+    await _live_gate(ctx)
     _live(state)
     ctx.reserve("child")
     ctx.open_children.add(op_id)
@@ -392,7 +534,7 @@ async def start_child(
         "execution_timeout_seconds": request.execution_timeout,
         "run_timeout_seconds": request.run_timeout,
     })])
-    return ChildHandle(ctx, state, op_id, child_id, hint)
+    return ChildHandle(ctx, state, op_id, child_id, hint, options)
 
 
 def _float(value: Any) -> float | None:
@@ -442,7 +584,11 @@ class TaskGroup:
         async def child() -> None:
             state = enter_task(ctx, path, parent.clock)
             state.replaying = parent.replaying
-            await fn(*args)
+            ctx.task_started()
+            try:
+                await fn(*args)
+            finally:
+                ctx.task_finished()
 
         self._tg.start_soon(child, name=name or f"workflow-task {path}")
 
@@ -475,33 +621,35 @@ def task_group() -> Any:
 def cancellation_shield() -> Iterator[anyio.CancelScope]:
     """Shield cleanup from the delivered cancellation, bounded by the cleanup deadline.
 
-    Durable activities, timers and child calls work inside it.
+    Durable activities, timers and child calls work inside it. When the
+    original deadline passes, the shield is cancelled and the run closes as
+    cancelled with ``deadline_expired``.
     """
-    ctx, state = _ctx()
-    limit = _binding_deadline(ctx)
-    with anyio.CancelScope(shield=True) as scope:
-        if limit is not None and math.isfinite(limit):
-            scope.deadline = anyio.current_time() + max(0.0, limit - ctx.clock.now())
+    ctx, _ = _ctx()
+    with _tracked_shield(ctx) as scope:
         yield scope
 
 
-def cancellation() -> Any:
+def cancellation() -> CancellationContext | None:
     """The delivered `CancellationContext`, or None if none was delivered."""
     ctx, _ = _ctx()
-    return getattr(ctx, "cancellation", None)
+    return ctx.cancellation
 
 
 def _binding_deadline(ctx: WorkflowContext) -> float | None:
     run = ctx.run
+    cleanup = ctx.cancellation.deadline.timestamp() if ctx.cancellation is not None else None
     values = [
-        v for v in (run.cleanup_deadline_at, run.run_deadline_at, run.execution_deadline_at)
-        if v is not None
+        v for v in (cleanup, run.run_deadline_at, run.execution_deadline_at) if v is not None
     ]
     return min(values) if values else None
 
 
 def deadline() -> Any:
-    """The earliest binding deadline (cleanup, run, execution) as a UTC datetime, or None."""
+    """The earliest binding deadline (cleanup, run, execution) as a UTC datetime, or None.
+
+    Deterministic: the cleanup deadline counts once the cancellation is delivered.
+    """
     ctx, _ = _ctx()
     return to_datetime(_binding_deadline(ctx))
 
@@ -515,13 +663,13 @@ def remaining() -> float:
     limit = _binding_deadline(ctx)
     if limit is None:
         return math.inf
-    return max(0.0, limit - state.clock)
+    return max(0.0, limit - max(state.clock, ctx.delivered_at))
 
 
 def now() -> Any:
     """Deterministic workflow time: advances with recorded op completions."""
-    _, state = _ctx()
-    return to_datetime(state.clock)
+    ctx, state = _ctx()
+    return to_datetime(max(state.clock, ctx.delivered_at))
 
 
 def random() -> float:
