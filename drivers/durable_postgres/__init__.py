@@ -90,6 +90,9 @@ _CONFLICT: tuple[type[BaseException], ...] = (
     pgerr.DeadlockDetectedError,
     pgerr.SerializationError,
     pgerr.UniqueViolationError,
+    # another process migrated the schema under our prepared statements;
+    # asyncpg has dropped them, the next attempt prepares afresh
+    pgerr.InvalidCachedStatementError,
 )
 
 
@@ -619,10 +622,11 @@ class PostgresDriver(SQLDriverBase):
                     ) from exc
                 attempt += 1
                 if lost:
-                    # The pool's other connections likely died with this one
-                    # (a restart, a failover): replace them all, not one by one.
-                    await pool.expire_connections()
                     self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+                    if not isinstance(exc, TimeoutError):
+                        # The pool's other connections likely died with this one
+                        # (a restart, a failover): replace them all, not one by one.
+                        await pool.expire_connections()
                 await asyncio.sleep(0 if attempt == 1 else min(0.05 * 2 ** attempt, 2.0))
 
     async def _transaction(
