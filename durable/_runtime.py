@@ -497,15 +497,28 @@ class RunExecutor:
                 if self.stop_reason is not None:
                     scope.cancel()
                 await self._execute()
-        except LostAuthority:
-            ctx.log.info("run_dropped", reason="lost authority")
+        except BaseExceptionGroup as group:
+            # Task groups bundle a run's cancellation with the error that ended
+            # it; handle the error here and let only a cancellation go on.
+            cancelled, rest = group.split(anyio.get_cancelled_exc_class())
+            if rest is not None:
+                self._dropped(rest)
+            if cancelled is not None:
+                raise leaf_exceptions(cancelled)[0] from None
         except Exception as exc:
-            # A storage error (not the workflow's own): drop the run locally and
-            # hand it back; whoever claims it next replays it from storage.
-            ctx.log.warning("run_execution_error", error=repr(exc))
-            self.needs_release = True
+            self._dropped(exc)
         finally:
             self._on_done(self)
+
+    def _dropped(self, exc: BaseException) -> None:
+        leaves = leaf_exceptions(exc)
+        if all(isinstance(e, LostAuthority) for e in leaves):
+            self.ctx.log.info("run_dropped", reason="lost authority")
+            return
+        # A storage error (not the workflow's own): drop the run locally and hand
+        # it back; whoever claims it next replays it from storage.
+        self.ctx.log.warning("run_execution_error", error=repr(exc))
+        self.needs_release = True
 
     async def _execute(self) -> None:
         ctx = self.ctx

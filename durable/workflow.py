@@ -357,9 +357,15 @@ async def execute_local_activity(
                         finally:
                             tg.cancel_scope.cancel()
                 except BaseExceptionGroup as group:
+                    # trio groups the attempt's own stop with the run's cancellation;
+                    # the cancellation is what this await must report.
                     leaves = leaf_exceptions(group)
-                    if len(leaves) == 1:
-                        raise leaves[0] from None
+                    cancelled = anyio.get_cancelled_exc_class()
+                    first = next((e for e in leaves if isinstance(e, cancelled)), None)
+                    if first is None and len(leaves) == 1:
+                        first = leaves[0]
+                    if first is not None:
+                        raise first from None
                     raise
                 if timed_out is not None:
                     raise ActivityStopRequested(timed_out)
@@ -370,9 +376,9 @@ async def execute_local_activity(
                 raise
             except ActivityStopRequested:
                 if timed_out is None:
-                    # stopped by the workflow's cancellation: surface it as such
-                    await anyio.lowlevel.checkpoint()
-                    raise
+                    # Stopped because the run's code is being cancelled (delivery or a
+                    # worker stop): wait for that cancellation to reach this await.
+                    await anyio.sleep_forever()
                 failure = {
                     "failure_category": "timeout", "propagation_kind": "timeout",
                     "exception_class": "durable.ActivityTimedOut", "timeout_kind": timed_out,
