@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime
+import multiprocessing
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,7 @@ class ActivityContext:
         self.stop_reason: str | None = None
         self.wakeup = anyio.Event()
         self.loop_thread = threading.get_ident()
+        self.process_stop: dict[str, Any] | None = None
 
     # -- called by activity code (any thread) --------------------------------
 
@@ -120,9 +122,79 @@ def current() -> ActivityContext:
     return ctx
 
 
+def _process_main(conn: Any, fn: Any, args: list[Any]) -> None:
+    """Entry point of a process-isolated attempt (runs in the child process)."""
+    try:
+        value = fn(*args)
+    except BaseException as exc:
+        try:
+            conn.send(("err", exc))
+        except Exception:
+            conn.send(("err", RuntimeError(f"{type(exc).__qualname__}: {exc}")))
+    else:
+        conn.send(("ok", value))
+    finally:
+        conn.close()
+
+
+def _terminate(proc: Any) -> int | None:
+    """Terminate, then kill, and wait: a signal sent is not a stop confirmed."""
+    proc.terminate()
+    proc.join(2.0)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5.0)
+    return None if proc.is_alive() else proc.exitcode
+
+
+async def _run_in_process(ctx: ActivityContext, fn: Any, args: list[Any]) -> Any:
+    """Run a sync activity in a child process that a stop terminates and confirms."""
+    mp = multiprocessing.get_context("spawn")
+    receiver, sender = mp.Pipe(duplex=False)
+    proc = mp.Process(target=_process_main, args=(sender, fn, args), daemon=True,
+                      name=f"durable-activity-{ctx.info.activity_type}")
+    await anyio.to_thread.run_sync(proc.start)
+    sender.close()
+    try:
+        while not ctx.stopped:
+            if await anyio.to_thread.run_sync(receiver.poll, 0.05):
+                kind, payload = receiver.recv()
+                await anyio.to_thread.run_sync(proc.join)
+                if kind == "ok":
+                    return payload
+                raise payload
+            if not proc.is_alive():
+                raise RuntimeError(
+                    f"the process running activity {ctx.info.activity_type} exited with code "
+                    f"{proc.exitcode} before returning a result"
+                )
+    finally:
+        receiver.close()
+        if proc.is_alive():
+            with anyio.CancelScope(shield=True):
+                exit_code = await anyio.to_thread.run_sync(_terminate, proc)
+            ctx.process_stop = {"exit_code": exit_code, "confirmed": exit_code is not None}
+    raise _stopped(ctx)
+
+
+def _stopped(ctx: ActivityContext) -> ActivityStopRequested:
+    stop = ctx.process_stop
+    if stop is not None:
+        return ActivityStopRequested(
+            f"activity {ctx.info.activity_type} attempt {ctx.info.attempt}: its process was "
+            f"terminated (exit code {stop['exit_code']}): {ctx.stop_reason}",
+            stop_kind="process_killed", confirmed=bool(stop["confirmed"]),
+            exit_code=stop["exit_code"],
+        )
+    return ActivityStopRequested(
+        f"activity {ctx.info.activity_type} attempt {ctx.info.attempt} was stopped: "
+        f"{ctx.stop_reason}"
+    )
+
+
 async def call_activity(
     ctx: ActivityContext, fn: Any, is_async: bool, args: list[Any],
-    *, abandon_on_cancel: bool = False,
+    *, abandon_on_cancel: bool = False, process_isolated: bool = False,
 ) -> Any:
     """Run the activity function with its context set; stoppable through ctx.
 
@@ -137,14 +209,13 @@ async def call_activity(
                 scope.cancel()
             if is_async:
                 return await fn(*args)
+            if process_isolated:
+                return await _run_in_process(ctx, fn, args)
             context = contextvars.copy_context()
             return await anyio.to_thread.run_sync(
                 context.run, fn, *args, abandon_on_cancel=abandon_on_cancel
             )
-        raise ActivityStopRequested(
-            f"activity {ctx.info.activity_type} attempt {ctx.info.attempt} was stopped: "
-            f"{ctx.stop_reason}"
-        )
+        raise _stopped(ctx)
     finally:
         _current.reset(token)
 

@@ -137,7 +137,23 @@ class ActivityCancelled(ActivityFailed):
 
 class ActivityStopRequested(DurableError):
     """Raised inside an activity by `heartbeat()`/`check_cancelled()` when its
-    attempt must stop (cancellation, timeout fencing or worker shutdown)."""
+    attempt must stop (cancellation, timeout fencing or worker shutdown).
+
+    For a process-isolated activity it reports how the stop was confirmed.
+    """
+
+    def __init__(
+        self,
+        message: str = "the activity attempt must stop",
+        *,
+        stop_kind: str | None = None,
+        confirmed: bool = True,
+        exit_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.stop_kind = stop_kind
+        self.confirmed = confirmed
+        self.exit_code = exit_code
 
 
 class ChildWorkflowFailed(_FailureCarrying):

@@ -419,12 +419,19 @@ class Worker:
                         rebuild(a, defn.param_hints[i] if i < len(defn.param_hints) else None)
                         for i, a in enumerate(raw)
                     ]
-                    value = await _activities.call_activity(actx, defn.fn, defn.is_async, args)
+                    value = await _activities.call_activity(
+                        actx, defn.fn, defn.is_async, args,
+                        process_isolated=defn.process_isolated,
+                    )
                     result = converter.encode(value, f"the result of activity {task.name!r}")
                 except ActivityStopRequested as exc:
                     failure = failure_from_exception(exc, "stopped")
                     failure["stop_reason"] = actx.stop_reason
-                    failure["stop_kind"] = "cancel_scope" if defn.is_async else "cooperative"
+                    failure["stop_kind"] = exc.stop_kind or (
+                        "cancel_scope" if defn.is_async else "cooperative")
+                    failure["stop_confirmed"] = exc.confirmed
+                    if exc.exit_code is not None:
+                        failure["exit_code"] = exc.exit_code
                 except Exception as exc:
                     failure = failure_from_exception(exc)
                 finally:

@@ -353,6 +353,7 @@ async def execute_local_activity(
                             value = await _activities.call_activity(
                                 actx, defn.fn, defn.is_async, call_args,
                                 abandon_on_cancel=policy is CancellationPolicy.TRY_CANCEL,
+                                process_isolated=defn.process_isolated,
                             )
                         finally:
                             tg.cancel_scope.cancel()
@@ -402,13 +403,19 @@ async def execute_local_activity(
             await ctx.clock.sleep_until(next_at)
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
-            abandoned = policy is CancellationPolicy.TRY_CANCEL and not defn.is_async
-            receipt = {
+            abandoned = policy is CancellationPolicy.TRY_CANCEL and not (
+                defn.is_async or defn.process_isolated)
+            receipt: dict[str, Any] = {
                 "kind": "abandoned_thread" if abandoned else (
                     "cancel_scope" if defn.is_async else "cooperative"),
                 "confirmed": not abandoned, "attempt": attempt,
                 "at": _iso_now(ctx),
             }
+            stop = getattr(actx, "process_stop", None)
+            if defn.process_isolated:
+                receipt.update(kind="process_killed",
+                               confirmed=bool(stop and stop["confirmed"]),
+                               exit_code=stop["exit_code"] if stop else None)
             with _tracked_shield(ctx):
                 await record_interrupt(receipt, attempt)
         raise

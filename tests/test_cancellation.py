@@ -515,3 +515,49 @@ async def test_lost_worker_leaves_the_stop_unverified(
     if stops[0]["state"] == "unverified":
         assert cascade["inspection_complete"] is False
         assert cascade["findings"]
+
+
+@activity.defn(process_isolated=True)
+def stubborn(pid_file: str) -> str:
+    """Ignores every stop request: only killing its process stops it."""
+    import os
+    from pathlib import Path
+
+    Path(pid_file).write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.5)
+
+
+@workflow.defn
+async def isolated(kind: str, pid_file: str) -> str:
+    options = opts(P.WAIT_CANCELLATION_COMPLETED)
+    if kind == "local":
+        await workflow.execute_local_activity(stubborn, pid_file, options=options)
+    else:
+        await workflow.execute_activity(stubborn, pid_file, options=options)
+    return "finished"
+
+
+@pytest.mark.parametrize("kind", ["remote", "local"])
+async def test_process_isolated_activity_is_killed_and_confirmed(
+    client: durable.Client, make_worker: Any, kind: str, tmp_path: Any
+) -> None:
+    import os
+
+    pid_file = tmp_path / "pid"
+    async with make_worker(workflows=[isolated], activities=[stubborn]):
+        handle = await client.start(isolated, kind, str(pid_file), id=f"isolated-{kind}")
+        with anyio.fail_after(20):
+            while not pid_file.exists() or not pid_file.read_text():
+                await anyio.sleep(0.05)
+        pid = int(pid_file.read_text())
+        await handle.request_cancellation(reason="kill it", cleanup_timeout=30)
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+    receipt = next(e for e in await handle.history()
+                   if e.type == "ActivityCancelled").data["stop_receipt"]
+    assert receipt["kind"] == "process_killed"
+    assert receipt["confirmed"] is True
+    assert receipt["exit_code"] is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
