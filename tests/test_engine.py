@@ -390,3 +390,48 @@ async def two_steps(key: str) -> str:
     opts = durable.ActivityOptions(retry=durable.RetryPolicy(initial_interval=0.01))
     result: str = await workflow.execute_activity(wait_gate, key, options=opts)
     return result
+
+
+SHAPE = {"v": 1}
+
+
+@workflow.defn
+async def changing(key: str) -> str:
+    if SHAPE["v"] == 1:
+        await workflow.execute_local_activity(counted, key)
+    else:
+        await workflow.sleep(0.01)  # a deploy changed the code under a running run
+    opts = durable.ActivityOptions(retry=durable.RetryPolicy(initial_interval=0.01))
+    result: str = await workflow.execute_activity(wait_gate, key, options=opts)
+    return result
+
+
+async def test_non_determinism_marks_the_run_for_review(
+    client: durable.Client, make_worker: Any
+) -> None:
+    key = f"nd-{id(client)}"
+    GATES[key] = anyio.Event()
+    SHAPE["v"] = 1
+    async with make_worker(workflows=[changing], activities=[counted, wait_gate]):
+        handle = await client.start(changing, key, id="nd")
+        while CALLS.get(key, 0) < 1:
+            await anyio.sleep(0.01)
+    SHAPE["v"] = 2
+    try:
+        async with make_worker(workflows=[changing], activities=[counted, wait_gate]):
+            with anyio.fail_after(10):
+                while not (await handle.describe())["run"]["needs_review"]:
+                    await anyio.sleep(0.02)
+            await anyio.sleep(0.3)  # no worker picks it up again
+            info = await handle.describe()
+    finally:
+        SHAPE["v"] = 1
+        GATES[key].set()
+    assert info["status"] == "running"
+    assert info["run"]["owner"] is None
+    failure = info["failures"][-1]
+    assert failure["failure_category"] == "non_determinism"
+    assert "does not replay" in failure["message"]
+    types = [e.type for e in await handle.history()]
+    assert "WorkflowNeedsReview" in types and "WorkflowFailed" not in types
+    assert CALLS[key] == 1
