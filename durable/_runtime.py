@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from ._log import get_logger
 
+from ._log import get_logger
+from .cancellation import CancellationContext
 from .clock import Clock
 from .converter import PayloadConverter, check_size
 from .driver import (
     CloseRun,
     CommitResult,
+    DeliverCancellation,
     OpRecord,
     RunRecord,
     RunWrites,
@@ -41,8 +43,6 @@ from .errors import (
     StructuralLimitExceeded,
     WorkflowAPIOutsideWorkflow,
 )
-from .cancellation import CancellationContext
-from .driver import DeliverCancellation
 from .options import Limits
 
 if TYPE_CHECKING:
@@ -490,7 +490,6 @@ class RunExecutor:
         self.interrupt_code()
 
     async def execute(self) -> None:
-        ctx = self.ctx
         try:
             with anyio.CancelScope() as scope:
                 self.scope = scope

@@ -167,7 +167,7 @@ class Client:
     async def close(self) -> None:
         await self.driver.close()
 
-    async def wait_for_change(self, run_id: str, timeout: float) -> None:
+    async def wait_for_change(self, run_id: str, at_most: float) -> None:
         """Wait until a wake-up names the run (or anything, cross-process), or timeout."""
         event = anyio.Event()
 
@@ -177,7 +177,7 @@ class Client:
 
         unsubscribe = self.driver.hub.subscribe(on_wake)
         try:
-            with anyio.move_on_after(timeout):
+            with anyio.move_on_after(at_most):
                 await event.wait()
         finally:
             unsubscribe()

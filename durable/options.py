@@ -48,7 +48,7 @@ def _timeout_seconds(value: Seconds, what: str) -> float:
     return float(value)
 
 
-class CancellationPolicy(str, enum.Enum):
+class CancellationPolicy(enum.StrEnum):
     """What an interrupted await does when its workflow is cancelled."""
 
     TRY_CANCEL = "try_cancel"
@@ -56,7 +56,7 @@ class CancellationPolicy(str, enum.Enum):
     ABANDON = "abandon"
 
 
-class ParentClosePolicy(str, enum.Enum):
+class ParentClosePolicy(enum.StrEnum):
     """What happens to an open child when its parent closes."""
 
     ABANDON = "abandon"
@@ -182,7 +182,7 @@ class ChildOptions:
         )
 
 
-class IdReusePolicy(str, enum.Enum):
+class IdReusePolicy(enum.StrEnum):
     """What `start` does when the workflow id is already in use."""
 
     REJECT_DUPLICATE = "reject_duplicate"

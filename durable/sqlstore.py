@@ -24,20 +24,20 @@ from .clock import to_datetime, to_iso
 from .driver import (
     OPEN_STATUSES,
     ActivityOutcome,
-    CancelTimer,
-    DeliverCancellation,
-    RequestActivityStop,
-    RequestChildCancellation,
     ActivityTask,
+    CancelTimer,
     ClaimedRun,
     CloseRun,
     CommitResult,
+    DeliverCancellation,
     FireTimer,
     HeartbeatAck,
     HistoryEvent,
     OpRecord,
     RecordEvent,
     RecordLocalActivity,
+    RequestActivityStop,
+    RequestChildCancellation,
     RunRecord,
     RunWrites,
     ScheduleActivity,
@@ -1227,10 +1227,10 @@ def _retry_or_fail(
         if s2c is None or available < s2c:
             s2s = _plus(available, opts.get("schedule_to_start_timeout"))
             yield ex(
-                "UPDATE activity_tasks SET status = 'pending', attempt = attempt + 1, owner = NULL, "
-                "available_at = ?, schedule_to_start_deadline = ?, start_to_close_deadline = NULL, "
-                "heartbeat_deadline = NULL, lease_expires_at = NULL, deadline_at = ?, last_failure = ?, "
-                "claimed_at = NULL "
+                "UPDATE activity_tasks SET status = 'pending', attempt = attempt + 1, "
+                "owner = NULL, available_at = ?, schedule_to_start_deadline = ?, "
+                "start_to_close_deadline = NULL, heartbeat_deadline = NULL, "
+                "lease_expires_at = NULL, deadline_at = ?, last_failure = ?, claimed_at = NULL "
                 "WHERE task_id = ?",
                 available, s2s, _min(s2s, s2c), dumps(failure), task["task_id"],
             )
@@ -1505,7 +1505,9 @@ def _expired_run_deadline(run: RunRecord, now: float) -> tuple[str | None, float
 # ---------------------------------------------------------------- inspection
 
 
-def describe(namespace: str, workflow_id: str, run_id: str | None) -> Program[dict[str, Any] | None]:
+def describe(
+    namespace: str, workflow_id: str, run_id: str | None
+) -> Program[dict[str, Any] | None]:
     wf = yield q1(
         "SELECT workflow_id, workflow_type, namespace, current_run_id, status, closed_reason, "
         "execution_timeout, execution_deadline_at, run_count, memo, created_at, closed_at "

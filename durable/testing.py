@@ -86,7 +86,7 @@ class TimeSkippingEnvironment:
     async def __aenter__(self) -> TimeSkippingEnvironment:
         client = await connect(self.url, namespace=self.namespace, clock=self.clock)
         self._counting = _CountingDriver(client.driver)
-        client.driver = self._counting  # type: ignore[assignment]
+        client.driver = self._counting
         self._client = client
         tg = anyio.create_task_group()
         await tg.__aenter__()

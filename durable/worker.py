@@ -41,8 +41,8 @@ class _Trigger:
     def set(self) -> None:
         self._event.set()
 
-    async def wait(self, timeout: float) -> None:
-        with anyio.move_on_after(timeout):
+    async def wait(self, at_most: float) -> None:
+        with anyio.move_on_after(at_most):
             await self._event.wait()
         self._event = anyio.Event()
 

@@ -36,8 +36,8 @@ from ._runtime import (
     leaf_exceptions,
     new_uuid,
 )
-from .clock import to_datetime
 from .cancellation import CancellationContext
+from .clock import to_datetime
 from .driver import (
     CancelTimer,
     FireTimer,
@@ -310,8 +310,8 @@ async def execute_local_activity(
         for i, a in enumerate(decoded)
     ]
     retry = options.retry_policy
-    s2c = options.schedule_to_close_timeout
-    overall = started + float(s2c) if s2c is not None else None
+    s2c = to_seconds(options.schedule_to_close_timeout, "schedule_to_close_timeout")
+    overall = started + s2c if s2c is not None else None
     attempt = 0
     failure: dict[str, Any] | None = None
     result: str | None = None
@@ -321,8 +321,8 @@ async def execute_local_activity(
         while True:
             attempt += 1
             attempt_start = ctx.clock.now()
-            stc = options.start_to_close_timeout
-            deadlines = [d for d in (overall, attempt_start + float(stc) if stc else None) if d]
+            stc = to_seconds(options.start_to_close_timeout, "start_to_close_timeout")
+            deadlines = [d for d in (overall, attempt_start + stc if stc else None) if d]
             deadline_at = min(deadlines) if deadlines else None
             actx = _activities.ActivityContext(
                 _activities.make_info(
