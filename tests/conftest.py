@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -74,12 +74,37 @@ def new_postgres_url() -> str:
     return f"{POSTGRES_URL}{sep}schema={schema}"
 
 
+def drop_postgres_schema(url: str) -> None:
+    """Drop the schema of a `new_postgres_url()`, even one the driver would
+    refuse to open; on a thread of its own, so any host loop may call it."""
+    import asyncio
+    import threading
+
+    import asyncpg
+
+    base, schema = url.rsplit("schema=", 1)
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(base.rstrip("?&"))
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(drop(),))
+    thread.start()
+    thread.join()
+
+
 @pytest.fixture
-def db_url(driver_name: str, tmp_path: Path) -> str:
+def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
     if driver_name == "postgres":
         require_postgres()
-        return new_postgres_url()
-    return f"sqlite:///{tmp_path / 'durable.db'}"
+        url = new_postgres_url()
+        yield url
+        drop_postgres_schema(url)  # tests that connect by URL leave it behind
+        return
+    yield f"sqlite:///{tmp_path / 'durable.db'}"
 
 
 @pytest.fixture

@@ -8,19 +8,17 @@ thread) and skip without a server unless DURABLE_REQUIRE_POSTGRES=1.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import anyio.to_thread
-import asyncpg
 import pytest
-from conftest import POSTGRES_URL, new_postgres_url, require_postgres
+from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, require_postgres
 
 import durable
 from durable import activity, workflow
@@ -31,22 +29,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 
 @pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
+def pg_url() -> Iterator[str]:
     """A fresh schema of its own, dropped afterwards."""
     require_postgres()
     url = new_postgres_url()
     yield url
-    await anyio.to_thread.run_sync(asyncio.run, _drop_schema(url))
-
-
-async def _drop_schema(url: str) -> None:
-    """Drop a test schema directly (even one the driver refuses to open)."""
-    base, schema = url.rsplit("schema=", 1)
-    conn = await asyncpg.connect(base.rstrip("?&"))
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
+    drop_postgres_schema(url)
 
 
 async def sql(client: durable.Client, statement: str, *params: Any, mode: str = "exec") -> Any:
