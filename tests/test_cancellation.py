@@ -561,3 +561,70 @@ async def test_process_isolated_activity_is_killed_and_confirmed(
     assert receipt["exit_code"] is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@workflow.defn
+async def two_steps_with_a_pause(key: str) -> str:
+    try:
+        await workflow.execute_local_activity(note, "step 1")
+        await anyio.sleep(5)  # not a durable op: code "between steps"
+        await workflow.execute_local_activity(note, "step 2")
+        return "done"
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                await workflow.execute_activity(cleanup, key, 0.0)
+
+
+async def test_cancellation_between_steps(client: durable.Client, make_worker: Any) -> None:
+    key = f"between-{id(client)}"
+    async with make_worker(workflows=[two_steps_with_a_pause], activities=ALL_ACTIVITIES):
+        handle = await client.start(two_steps_with_a_pause, key, id=key)
+        await started(handle, "ActivityCompleted")
+        await handle.request_cancellation(reason="between")
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+    events = await handle.history()
+    delivered = next(e for e in events if e.type == "CancellationDelivered")
+    assert delivered.data["boundary"] == []
+    completed = [e.data["result"] for e in events if e.type == "ActivityCompleted"]
+    assert completed == ["step 1", "cleaned"]
+    assert EFFECTS[key] == ["cleanup"]
+
+
+@activity.defn
+def deaf(seconds: float) -> str:
+    time.sleep(seconds)  # cannot be stopped: only its return ends it
+    return "returned"
+
+
+@workflow.defn
+async def waits_for_deaf() -> str:
+    try:
+        return str(await workflow.execute_activity(
+            deaf, 1.0, options=opts(P.WAIT_CANCELLATION_COMPLETED)))
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                await workflow.execute_local_activity(note, "after the receipt")
+
+
+async def test_wait_policy_waits_for_an_operation_that_only_stops_when_it_returns(
+    client: durable.Client, make_worker: Any
+) -> None:
+    async with make_worker(workflows=[waits_for_deaf], activities=[deaf, note]):
+        handle = await client.start(waits_for_deaf, id="deaf")
+        await started(handle)
+        began = time.monotonic()
+        await handle.request_cancellation(reason="stop")
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+        waited = time.monotonic() - began
+    assert 0.5 < waited < 5
+    events = await handle.history()
+    types = [e.type for e in events]
+    assert types.index("ActivityCompleted") < types.index("WorkflowCancelled")
+    cascade = await handle.cancellation_cascade()
+    stop = cascade["runs"][0]["activity_stops"][0]
+    assert stop["stop_receipt"]["kind"] == "completed"
+    assert stop["state"] == "stopped"
