@@ -337,9 +337,15 @@ async def execute_local_activity(
             ctx.running_local[op_id] = actx
             timed_out: str | None = None
             try:
-                try:
-                    async with anyio.create_task_group() as tg:
-                        if deadline_at is not None:
+                if deadline_at is None:  # the common case: no watcher task needed
+                    value = await _activities.call_activity(
+                        actx, defn.fn, defn.is_async, call_args,
+                        abandon_on_cancel=policy is CancellationPolicy.TRY_CANCEL,
+                        process_isolated=defn.process_isolated,
+                    )
+                else:
+                    try:
+                        async with anyio.create_task_group() as tg:
                             async def _expire(d: float = deadline_at, a: Any = actx) -> None:
                                 await ctx.clock.sleep_until(d)
                                 nonlocal timed_out
@@ -348,26 +354,27 @@ async def execute_local_activity(
                                     else "start_to_close"
                                 )
                                 a.request_stop(f"{timed_out} timeout")
+
                             tg.start_soon(_expire)
-                        try:
-                            value = await _activities.call_activity(
-                                actx, defn.fn, defn.is_async, call_args,
-                                abandon_on_cancel=policy is CancellationPolicy.TRY_CANCEL,
-                                process_isolated=defn.process_isolated,
-                            )
-                        finally:
-                            tg.cancel_scope.cancel()
-                except BaseExceptionGroup as group:
-                    # trio groups the attempt's own stop with the run's cancellation;
-                    # the cancellation is what this await must report.
-                    leaves = leaf_exceptions(group)
-                    cancelled = anyio.get_cancelled_exc_class()
-                    first = next((e for e in leaves if isinstance(e, cancelled)), None)
-                    if first is None and len(leaves) == 1:
-                        first = leaves[0]
-                    if first is not None:
-                        raise first from None
-                    raise
+                            try:
+                                value = await _activities.call_activity(
+                                    actx, defn.fn, defn.is_async, call_args,
+                                    abandon_on_cancel=policy is CancellationPolicy.TRY_CANCEL,
+                                    process_isolated=defn.process_isolated,
+                                )
+                            finally:
+                                tg.cancel_scope.cancel()
+                    except BaseExceptionGroup as group:
+                        # trio groups the attempt's own stop with the run's cancellation;
+                        # the cancellation is what this await must report.
+                        leaves = leaf_exceptions(group)
+                        cancelled = anyio.get_cancelled_exc_class()
+                        first = next((e for e in leaves if isinstance(e, cancelled)), None)
+                        if first is None and len(leaves) == 1:
+                            first = leaves[0]
+                        if first is not None:
+                            raise first from None
+                        raise
                 if timed_out is not None:
                     raise ActivityStopRequested(timed_out)
                 result = ctx.encode(value, f"the result of activity {defn.name!r}")
