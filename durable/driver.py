@@ -377,6 +377,11 @@ class Driver(Protocol):
     async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:
         """See the module docstring."""
 
+    async def resync(
+        self, run_ids: list[str], waiting: dict[str, list[str]]
+    ) -> tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]]:
+        """Many owned runs' state and the closed ops they wait on, in one read."""
+
     async def load_ops(self, run_id: str, op_ids: list[str]) -> dict[str, OpRecord]:
         """See the module docstring."""
 

@@ -528,6 +528,35 @@ def load_ops(run_id: str, op_ids: Sequence[str] | None = None) -> Program[dict[s
     return {row["op_id"]: op_from_row(row) for row in rows}
 
 
+def resync(
+    run_ids: list[str], waiting: dict[str, list[str]]
+) -> Program[tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]]]:
+    """The state of many owned runs and the closed ops they wait on, in one read."""
+    runs: dict[str, RunRecord] = {}
+    closed: list[tuple[str, OpRecord]] = []
+    for start in range(0, len(run_ids), 400):
+        chunk = run_ids[start:start + 400]
+        rows = yield q(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN ({placeholders(len(chunk))})",
+            *chunk,
+        )
+        for row in rows:
+            runs[row["run_id"]] = run_from_row(row)
+        op_ids = sorted({op for r in chunk for op in waiting.get(r, ())})
+        if not op_ids:
+            continue
+        op_rows = yield q(
+            f"SELECT run_id, {_OP_COLUMNS} FROM ops WHERE run_id IN "
+            f"({placeholders(len(chunk))}) AND op_id IN ({placeholders(len(op_ids))}) "
+            "AND status <> 'scheduled'",
+            *chunk, *op_ids,
+        )
+        for row in op_rows:
+            if row["op_id"] in waiting.get(row["run_id"], ()):
+                closed.append((row["run_id"], op_from_row(row)))
+    return runs, closed
+
+
 # ---------------------------------------------------------------- runs: claim, lease
 
 
@@ -577,11 +606,16 @@ def claim_runs(
 
 
 def renew_leases(
-    worker_id: str, run_ids: list[str], lease_seconds: float, now: float
+    tx: Tx, worker_id: str, run_ids: list[str], lease_seconds: float, now: float
 ) -> Program[set[str]]:
+    # Rows are locked in run_id order, the order every multi-run transaction
+    # uses (commit, claims, enforcement): on PostgreSQL two transactions that
+    # lock the same runs in different orders deadlock, and each deadlock costs
+    # the server's deadlock_timeout (1 s) before one of them is retried.
     rows = yield q(
-        "UPDATE runs SET lease_expires_at = ? WHERE owner = ? "
-        "AND status IN ('pending', 'running') RETURNING run_id",
+        "UPDATE runs SET lease_expires_at = ? WHERE run_id IN (SELECT run_id FROM runs "
+        "WHERE owner = ? AND status IN ('pending', 'running') ORDER BY run_id" + tx.lock
+        + ") RETURNING run_id",
         now + lease_seconds, worker_id,
     )
     tasks = yield q(
@@ -636,7 +670,7 @@ def release_runs(tx: Tx, worker_id: str, run_ids: list[str], now: float) -> Prog
 
 def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
     results: list[CommitResult] = []
-    for batch in batches:
+    for batch in sorted(batches, key=lambda b: b.run_id):  # lock order: see renew_leases
         fence = yield q1(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
                          batch.run_id)
         if (
@@ -1159,7 +1193,7 @@ def claim_activities(
             "deadline_at = ?, schedule_to_start_deadline = NULL WHERE task_id = ?",
             updates,
         )
-        for task in tasks:
+        for task in sorted(tasks, key=lambda t: t.run_id):  # lock order: see renew_leases
             yield from append_events(tx, task.run_id, [("ActivityStarted", {
                 "op_id": task.op_id, "activity_type": task.name, "task_id": task.task_id,
                 "attempt": task.attempt, "worker_id": worker_id,
@@ -1479,7 +1513,7 @@ def enforce_expired(
         + tx.skip_locked,
         namespace, now, limit,
     )
-    for task in tasks:
+    for task in sorted(tasks, key=lambda t: str(t["run_id"])):  # lock order: see renew_leases
         kind = yield from _time_out_task(tx, task, now)
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
@@ -1696,7 +1730,7 @@ class SQLDriverBase:
         self, worker_id: str, run_ids: list[str], lease_seconds: float, now: float
     ) -> set[str]:
         result: set[str] = await self._run(
-            lambda tx: renew_leases(worker_id, run_ids, lease_seconds, now)
+            lambda tx: renew_leases(tx, worker_id, run_ids, lease_seconds, now)
         )
         return result
 
@@ -1705,6 +1739,14 @@ class SQLDriverBase:
 
     async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:
         result: list[CommitResult] = await self._run(lambda tx: commit(tx, batches, now))
+        return result
+
+    async def resync(
+        self, run_ids: list[str], waiting: dict[str, list[str]]
+    ) -> tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]]:
+        result: tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]] = await self._run(
+            lambda tx: resync(run_ids, waiting), write=False
+        )
         return result
 
     async def load_ops(self, run_id: str, op_ids: list[str]) -> dict[str, OpRecord]:

@@ -243,22 +243,23 @@ class Worker:
                     actx = self.running_activities.get(task_id)
                     if actx is not None:
                         actx.request_stop("a stop was requested for this attempt")
-            for run_id in pending:
-                executor = self.executors.get(run_id)
-                if executor is None:
-                    continue
-                run = await self.driver.get_run(self.namespace, executor.run.workflow_id, run_id)
+            executors = {r: self.executors[r] for r in pending if r in self.executors}
+            if not executors:
+                continue
+            waiting = {r: ex.ctx.open_waiters() for r, ex in executors.items()}
+            runs, closed = await self.driver.resync(sorted(executors), waiting)
+            for run_id, executor in executors.items():
+                run = runs.get(run_id)
                 if run is None or not run.is_open or run.epoch != executor.run.epoch:
                     executor.stop("closed or claimed elsewhere")
-                    continue
-                if run.cancellation is not None and "cooperative_cancellation" in (
+                elif run.cancellation is not None and "cooperative_cancellation" in (
                     self.capabilities
                 ):
                     executor.on_request(run.cancellation)
-                waiting = executor.ctx.open_waiters()
-                if waiting:
-                    for op in (await self.driver.load_ops(run_id, waiting)).values():
-                        executor.ctx.resolve(op)
+            for run_id, op in closed:
+                owner = self.executors.get(run_id)
+                if owner is not None:
+                    owner.ctx.resolve(op)
 
     # ---------------------------------------------------------------- runs
 
