@@ -608,19 +608,14 @@ def claim_runs(
 def renew_leases(
     tx: Tx, worker_id: str, run_ids: list[str], lease_seconds: float, now: float
 ) -> Program[set[str]]:
-    # Rows are locked in run_id order, the order every multi-run transaction
-    # uses (commit, claims, enforcement): on PostgreSQL two transactions that
-    # lock the same runs in different orders deadlock, and each deadlock costs
-    # the server's deadlock_timeout (1 s) before one of them is retried.
-    rows = yield q(
-        "UPDATE runs SET lease_expires_at = ? WHERE run_id IN (SELECT run_id FROM runs "
-        "WHERE owner = ? AND status IN ('pending', 'running') ORDER BY run_id" + tx.lock
-        + ") RETURNING run_id",
-        now + lease_seconds, worker_id,
-    )
+    # Lock order, on PostgreSQL: activity attempts before runs (as completing
+    # or timing out an attempt does), each in id order (as commit, claims and
+    # enforcement do). Two transactions that lock rows in different orders
+    # deadlock, and each deadlock costs the server's deadlock_timeout (1 s).
     tasks = yield q(
         "SELECT task_id, start_to_close_deadline, heartbeat_deadline, "
-        "schedule_to_close_deadline FROM activity_tasks WHERE owner = ? AND status = 'running'",
+        "schedule_to_close_deadline FROM activity_tasks WHERE owner = ? AND status = 'running' "
+        "ORDER BY task_id" + tx.lock,
         worker_id,
     )
     if tasks:
@@ -633,6 +628,12 @@ def renew_leases(
                 for t in tasks
             ],
         )
+    rows = yield q(
+        "UPDATE runs SET lease_expires_at = ? WHERE run_id IN (SELECT run_id FROM runs "
+        "WHERE owner = ? AND status IN ('pending', 'running') ORDER BY run_id" + tx.lock
+        + ") RETURNING run_id",
+        now + lease_seconds, worker_id,
+    )
     return {r["run_id"] for r in rows}
 
 
