@@ -48,7 +48,15 @@ import sniffio
 from durable._log import get_logger
 from durable.driver import Wake
 from durable.errors import ConfigurationError, StorageUnavailable
-from durable.sqlstore import Program, SQLDriverBase, Stmt, Tx, migrate, schema_statements
+from durable.sqlstore import (
+    SCHEMA_VERSION,
+    Program,
+    SQLDriverBase,
+    Stmt,
+    Tx,
+    migrate,
+    schema_statements,
+)
 
 __all__ = ["PostgresDriver"]
 
@@ -529,7 +537,20 @@ class PostgresDriver(SQLDriverBase):
 
     async def _migrate(self, conn: Connection) -> None:
         """Create or check the schema under an advisory lock, so that processes
-        starting together on a fresh database do not race their DDL."""
+        starting together on a fresh database do not race their DDL.
+
+        A schema that is already current is only checked: even a no-op
+        ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on its table, which
+        would stall (and deadlock with) the workers already running on it.
+        """
+        async with conn.transaction():
+            if await conn.fetchval("SELECT to_regclass('durable_meta') IS NOT NULL"):
+                found = await conn.fetchval(
+                    "SELECT value FROM durable_meta WHERE key = 'schema_version'"
+                )
+                if found is not None and int(found) >= SCHEMA_VERSION:
+                    await _drive(conn, migrate())  # refuses a newer schema
+                    return
         async with conn.transaction():
             await conn.execute(
                 "SELECT pg_advisory_xact_lock($1, hashtext($2))",
