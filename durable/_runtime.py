@@ -125,9 +125,10 @@ class Committer:
         self._busy = False
         self._idle = anyio.Event()
 
-    async def submit(self, run_id: str, epoch: int, writes: list[Write]) -> CommitResult:
+    async def submit(self, run_id: str, epoch: int, writes: list[Write],
+                     quiet: bool = False) -> CommitResult:
         slot: list[Any] = []
-        self._queue.append((RunWrites(run_id, epoch, list(writes)), slot))
+        self._queue.append((RunWrites(run_id, epoch, list(writes), quiet), slot))
         while not slot:
             if self._busy:
                 await self._idle.wait()
@@ -135,19 +136,21 @@ class Committer:
             self._busy = True
             batch, self._queue = self._queue, []
             try:
-                merged: dict[str, RunWrites] = {}
+                merged: dict[tuple[str, int], RunWrites] = {}
                 for entry, _ in batch:
-                    target = merged.get(entry.run_id)
-                    if target is None or target.epoch != entry.epoch:
-                        merged[entry.run_id] = RunWrites(entry.run_id, entry.epoch,
-                                                         list(entry.writes))
+                    target = merged.get((entry.run_id, entry.epoch))
+                    if target is None:
+                        merged[(entry.run_id, entry.epoch)] = RunWrites(
+                            entry.run_id, entry.epoch, list(entry.writes), entry.quiet)
                     else:
                         target.writes.extend(entry.writes)
+                        target.quiet = target.quiet and entry.quiet
+                keys = list(merged)
                 with anyio.CancelScope(shield=True):
-                    results = await self._commit(list(merged.values()), self._clock.now())
-                by_run = {r.run_id: r for r in results}
+                    results = await self._commit([merged[k] for k in keys], self._clock.now())
+                by_key = dict(zip(keys, results, strict=True))
                 for entry, out in batch:
-                    out.append(by_run[entry.run_id])
+                    out.append(by_key[(entry.run_id, entry.epoch)])
             except BaseException as exc:
                 for _, out in batch:
                     if not out:
@@ -223,12 +226,13 @@ class WorkflowContext:
         if record is None:
             return None
         if record.kind != kind or record.name != name:
-            raise NonDeterminismError(
+            self.fatal = NonDeterminismError(
                 f"workflow {self.run.workflow_type} (run {self.run.run_id}) asked for "
                 f"{kind} {name!r} at {op_id}, but history recorded {record.kind} "
                 f"{record.name!r} there: the code changed in a way that does not replay. "
                 "The run is marked for review; deploy the old code or terminate the run"
             )
+            raise self.fatal  # fatal even if the workflow code catches it
         return record
 
     def reserve(self, kind: str) -> None:
@@ -263,7 +267,9 @@ class WorkflowContext:
         if self.broken is not None:
             raise self.broken
         try:
-            result = await self.committer.submit(self.run.run_id, self.run.epoch, writes)
+            result = await self.committer.submit(
+                self.run.run_id, self.run.epoch, writes, quiet=self.cancellation is None
+            )
         except Exception as exc:
             # Whatever the workflow code does with this error, the run must not
             # go on from an unknown state: it is replayed from storage instead.
@@ -531,7 +537,11 @@ class RunExecutor:
             self._guard = guard
             if deadline is not None:
                 guard.start_soon(self._watch_deadline, deadline)
-            if run.cancellation is not None and run.cancellation.get("delivered_at") is None:
+            if (
+                run.cancellation is not None
+                and run.cancellation.get("delivered_at") is None
+                and "cooperative_cancellation" in getattr(ctx.worker, "capabilities", ())
+            ):
                 self.on_request(run.cancellation)
             try:
                 outcome = await self._run_code()
@@ -625,6 +635,8 @@ class RunExecutor:
 
     def _failed(self, exc: BaseException) -> CloseRun:
         ctx = self.ctx
+        if isinstance(ctx.fatal, NonDeterminismError):
+            return self._non_deterministic(ctx.fatal)
         if ctx.fatal is not None:
             exc = ctx.fatal
         leaves = leaf_exceptions(exc)

@@ -114,6 +114,16 @@ class WorkflowHandle:
         )
         return CancellationRequestResult(accepted, CancellationContext.from_record(record))
 
+    async def retry_after_review(self) -> bool:
+        """Replay a run that was marked for review (non-determinism), after a fix.
+
+        Deploy code that replays the recorded history first; returns False when
+        the run was not marked.
+        """
+        return await self.client.driver.clear_review(
+            self.client.namespace, self.workflow_id, self.client.clock.now()
+        )
+
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
         return await self.client.driver.cancellation_cascade(

@@ -290,6 +290,9 @@ class RunWrites:
     run_id: str
     epoch: int
     writes: list[Write] = field(default_factory=list)
+    # The owner has not delivered a cancellation it has yet to mark: the batch
+    # needs no lifecycle bookkeeping (lets drivers take a one-statement path).
+    quiet: bool = False
 
 
 @dataclass(frozen=True)
@@ -371,7 +374,9 @@ class Driver(Protocol):
     ) -> set[str]:
         """See the module docstring."""
 
-    async def release_runs(self, worker_id: str, run_ids: list[str], now: float) -> None:
+    async def release_runs(
+        self, worker_id: str, run_ids: list[str], now: float, attempts: bool = True
+    ) -> None:
         """See the module docstring."""
 
     async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:
@@ -431,6 +436,9 @@ class Driver(Protocol):
         now: float,
     ) -> RunRecord:
         """See the module docstring."""
+
+    async def clear_review(self, namespace: str, workflow_id: str, now: float) -> bool:
+        """Let a run marked for review be replayed again; False if it was not marked."""
 
     async def describe(
         self, namespace: str, workflow_id: str, run_id: str | None

@@ -363,6 +363,12 @@ def request_child_cancellation(
         return None
     op = op_from_row(op_row)
     if write.policy == "abandon":
+        # The child is left independent: the parent's close will not reach it.
+        yield ex(
+            "UPDATE runs SET parent_close_policy = 'abandon' WHERE namespace = ? "
+            "AND workflow_id = ? AND status IN ('pending', 'running')",
+            run.namespace, op.child_workflow_id,
+        )
         events.append(("ChildCancellationRequested", {
             "op_id": op.op_id, "child_workflow_id": op.child_workflow_id,
             "child_run_id": op.child_run_id, "policy": "abandon", "request_id": None,
@@ -532,10 +538,11 @@ def _cascade_run(
             item["cancellation_policy"] = data.get("cancellation")
             item["parent_close_policy"] = data.get("parent_close_policy")
         elif e["type"] == "ChildCancellationRequested":
-            item["policy"] = data["policy"]
+            item["policy"] = data["policy"]  # the operation's policy comes first
             item["request_id"] = data.get("request_id")
         else:
-            item["policy"] = f"parent_close:{data['policy']}"
+            item["parent_close_policy_applied"] = data["policy"]
+            item.setdefault("policy", f"parent_close:{data['policy']}")
     for child_id, item in propagation.items():
         child_row = yield q1(
             "SELECT status, cancellation FROM runs WHERE namespace = ? AND workflow_id = ? "

@@ -22,9 +22,9 @@ from . import _activities
 from ._log import get_logger
 from ._registry import ActivityDefn, WorkflowDefn, activity_defn_of, workflow_defn_of
 from ._runtime import Committer, RunExecutor, WorkflowContext, failure_from_exception
-from .converter import rebuild
+from .converter import check_size, rebuild
 from .driver import ActivityTask, ClaimedRun, Wake, WorkerRegistration
-from .errors import ActivityStopRequested, ConfigurationError
+from .errors import ActivityStopRequested, ConfigurationError, StructuralLimitExceeded
 
 if TYPE_CHECKING:
     from .client import Client
@@ -304,7 +304,8 @@ class Worker:
         """Hand a run whose execution hit a storage error back, to be replayed."""
         await anyio.sleep(0.1)
         try:
-            await self.driver.release_runs(self.worker_id, [run_id], self.clock.now())
+            await self.driver.release_runs(self.worker_id, [run_id], self.clock.now(),
+                                           attempts=False)
         except Exception as exc:
             self.log.warning("release_failed", run_id=run_id, error=repr(exc))
 
@@ -313,14 +314,12 @@ class Worker:
         while True:
             await anyio.sleep(interval)
             now = self.clock.now()
+            sent = dict(self.executors)
             owned = await self.driver.renew_leases(
-                self.worker_id, list(self.executors), self.lease_seconds, now
+                self.worker_id, list(sent), self.lease_seconds, now
             )
-            stray = owned - set(self.executors)
-            if stray:  # runs this worker no longer executes: let others have them now
-                await self.driver.release_runs(self.worker_id, sorted(stray), now)
-            for run_id, executor in list(self.executors.items()):
-                if run_id not in owned:
+            for run_id, executor in sent.items():
+                if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
             await self.driver.register_worker(self._registration(), self.lease_seconds * 2, now)
 
@@ -425,6 +424,8 @@ class Worker:
                         process_isolated=defn.process_isolated,
                     )
                     result = converter.encode(value, f"the result of activity {task.name!r}")
+                    check_size(result, self.client.limits.payload_bytes,
+                               f"the result of activity {task.name!r}")
                 except ActivityStopRequested as exc:
                     failure = failure_from_exception(exc, "stopped")
                     failure["stop_reason"] = actx.stop_reason
@@ -433,6 +434,9 @@ class Worker:
                     failure["stop_confirmed"] = exc.confirmed
                     if exc.exit_code is not None:
                         failure["exit_code"] = exc.exit_code
+                except StructuralLimitExceeded as exc:
+                    failure = failure_from_exception(exc)
+                    failure["non_retryable"] = True
                 except Exception as exc:
                     failure = failure_from_exception(exc)
                 finally:
@@ -473,10 +477,13 @@ class Worker:
                 if not dirty:
                     continue
                 last_flush = self.clock.now()
+                encoded: str | None = self.client.converter.encode(details, "heartbeat details")
+                if encoded is not None and len(encoded) > self.client.limits.payload_bytes:
+                    self.log.warning("heartbeat_details_too_large", task_id=task.task_id,
+                                     size=len(encoded), limit=self.client.limits.payload_bytes)
+                    encoded = None
                 ack = await self.driver.heartbeat_activity(
-                    task.task_id, task.attempt, self.worker_id,
-                    self.client.converter.encode(details, "heartbeat details"),
-                    last_flush,
+                    task.task_id, task.attempt, self.worker_id, encoded, last_flush,
                 )
                 if not ack.accepted or ack.stop_requested:
                     actx.request_stop(ack.reason or "stop requested")

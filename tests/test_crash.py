@@ -18,8 +18,8 @@ on SQLite (processes sharing one file) and on PostgreSQL.
 
 The fault-injection test kills random workers among three while 60 workflows
 run (benchmarks/fault_injection.py is its long version). The in-process tests
-at the end pin engine behaviours those runs tripped over; the ones marked
-xfail(strict=True) are open bugs, described in their reasons.
+at the end pin engine behaviours those runs tripped over: bugs found and
+fixed here, kept as regression tests.
 """
 
 from __future__ import annotations
@@ -393,11 +393,6 @@ async def test_losing_one_run_does_not_hand_back_other_runs_activity_attempts(
     assert starts == 1, f"the holder's activity was started {starts} times"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sqlstore.release_runs hands back every running activity attempt of the worker, not "
-    "only those of the given runs; Worker._release_after_error (a storage error on one "
-    "run) and the stray-run release in Worker._lease_loop call it for single runs"
-))
 async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_attempts(
     client: durable.Client,
 ) -> None:
@@ -428,12 +423,6 @@ async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_a
     assert starts == 1, f"the holder's activity was started {starts} times"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Worker._lease_loop releases as 'stray' every run renew_leases returns that has no "
-    "executor yet, including one whose claim has committed while _claim_runs_loop has "
-    "not started it (on PostgreSQL the two run on separate connections); release_runs "
-    "then also hands back every running activity attempt of the worker"
-))
 async def test_a_run_claimed_during_a_lease_renewal_is_not_released_as_stray(
     client: durable.Client,
 ) -> None:
@@ -501,11 +490,6 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
     assert epoch <= 3 and reruns <= 1, f"epoch {epoch}, {reruns} local steps re-run"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_runtime.Committer.submit merges queued writes by run_id; an entry with another "
-    "epoch replaces the earlier one in `merged`, whose writes are dropped while its "
-    "submitter receives the other entry's CommitResult (committed=True)"
-))
 async def test_group_commit_never_reports_a_stale_owners_writes_as_committed(
     client: durable.Client,
 ) -> None:

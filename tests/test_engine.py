@@ -426,7 +426,7 @@ async def test_non_determinism_marks_the_run_for_review(
             info = await handle.describe()
     finally:
         SHAPE["v"] = 1
-        GATES[key].set()
+    GATES[key].set()
     assert info["status"] == "running"
     assert info["run"]["owner"] is None
     failure = info["failures"][-1]
@@ -434,4 +434,9 @@ async def test_non_determinism_marks_the_run_for_review(
     assert "does not replay" in failure["message"]
     types = [e.type for e in await handle.history()]
     assert "WorkflowNeedsReview" in types and "WorkflowFailed" not in types
+    assert CALLS[key] == 1
+    # the old code is back: clear the mark and the run replays to completion
+    assert await handle.retry_after_review() is True
+    async with make_worker(workflows=[changing], activities=[counted, wait_gate]):
+        assert await handle.result() == "done"
     assert CALLS[key] == 1

@@ -218,10 +218,10 @@ async def _execute(conn: Connection, stmt: Stmt) -> Any:
     return _rowcount(await conn.execute(sql, *stmt.params))
 
 
-async def _drive(conn: Connection, program: Program[T]) -> T:
+async def _drive(conn: Connection, program: Program[T], first: Stmt | None = None) -> T:
     """Send a program's statements on `conn`, feeding each result back."""
     try:
-        stmt = next(program)
+        stmt = next(program) if first is None else first
         while True:
             stmt = program.send(await _execute(conn, stmt))
     except StopIteration as done:
@@ -655,9 +655,22 @@ class PostgresDriver(SQLDriverBase):
     ) -> Any:
         if not write:
             return await _drive(conn, program)
+        try:
+            first = next(program)
+        except StopIteration as done:
+            empty: Any = done.value
+            return empty
+        if first.autocommit and not tx.wakes:
+            # A single self-contained statement commits on its own: one round trip.
+            try:
+                program.send(await _execute(conn, first))
+            except StopIteration as done:
+                single: Any = done.value
+                return single
+            raise RuntimeError("an autocommit statement must be its program's only statement")
         await conn.execute("BEGIN")
         try:
-            result = await _drive(conn, program)
+            result = await _drive(conn, program, first)
         except BaseException as exc:
             await self._rollback(conn, exc)
             raise
