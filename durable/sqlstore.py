@@ -682,6 +682,27 @@ def release_runs(
 # ---------------------------------------------------------------- the owner's commits
 
 
+def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
+    """Lock the attempts this commit asks to stop before any run's fence.
+
+    Lock order on PostgreSQL is activity attempts before runs (renew_leases,
+    complete_activity); a stop request would otherwise lock its attempt after
+    its run, and deadlock (1 s of deadlock_timeout, then a retry) with a lease
+    renewal or a completion of that attempt. SQLite's write lock covers all.
+    """
+    pairs = [(b.run_id, w.op_id) for b in batches for w in b.writes
+             if isinstance(w, RequestActivityStop)]
+    if not pairs or not tx.lock:
+        return None
+    match = " OR ".join("(run_id = ? AND op_id = ?)" for _ in pairs)
+    yield q(
+        f"SELECT task_id FROM activity_tasks WHERE task_id IN (SELECT task_id FROM ops "
+        f"WHERE {match}) ORDER BY task_id" + tx.lock,
+        *(value for pair in pairs for value in pair),
+    )
+    return None
+
+
 def _local_steps_only(batch: RunWrites) -> bool:
     return batch.quiet and all(
         isinstance(w, RecordLocalActivity) and w.failure is None and not w.interrupted
@@ -749,6 +770,7 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         return (yield from _commit_local_steps(batches[0], now))
     results: list[CommitResult | None] = [None] * len(batches)
     order = sorted(range(len(batches)), key=lambda i: batches[i].run_id)  # lock order
+    yield from _lock_attempts_to_stop(tx, batches)
     for index in order:
         batch = batches[index]
         fence = yield q1(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
