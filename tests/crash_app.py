@@ -142,6 +142,23 @@ async def pipeline(key: str, timer_seconds: float) -> list[str]:
     return [r1, l1, r2, l2]
 
 
+CLEANUP_STEPS = ("c1", "c2")
+
+
+@workflow.defn(name="crash_cancellable")
+async def cancellable(key: str) -> str:
+    """Waits on a timer until cancelled, then cleans up under the shield: a remote
+    step and a local one, so a kill can land in the middle of the cleanup."""
+    try:
+        await workflow.sleep(3600)
+        return "not cancelled"
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                await workflow.execute_activity(step, key, "c1", options=OPTIONS)
+                await workflow.execute_local_activity(step, key, "c2", options=OPTIONS)
+
+
 @activity.defn(name="crash_fault_work")
 async def work(key: str, name: str, value: int, seconds: float) -> int:
     """Work on both sides of the effect (`seconds` in all, on average), so that kills
@@ -180,7 +197,8 @@ def fault_flow_steps(steps: int) -> list[str]:
 async def _serve(args: argparse.Namespace) -> None:
     async with durable.connect(args.db) as client:
         worker = durable.Worker(
-            client, workflows=[pipeline, fault_flow], activities=[step, step_sync, work],
+            client, workflows=[pipeline, fault_flow, cancellable],
+            activities=[step, step_sync, work],
             lease_seconds=args.lease, poll_interval=args.poll, identity=args.identity,
             max_concurrent_runs=args.max_runs, max_concurrent_activities=args.max_activities,
         )

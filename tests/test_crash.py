@@ -45,7 +45,9 @@ from conftest import (
     require_postgres,
 )
 from crash_app import (
+    CLEANUP_STEPS,
     PIPELINE_STEPS,
+    cancellable,
     check_history,
     count_type,
     kill9,
@@ -190,6 +192,60 @@ def assert_recovered(outcome: Outcome, reexecuted: str | None, key: str = "p1") 
     assert count_type(outcome.events, "WorkflowCompleted") == 1
     expected = {s: 2 if s == reexecuted else 1 for s in PIPELINE_STEPS}
     assert outcome.effects == expected, outcome.log
+
+
+# ---------------------------------------------------------------- a kill during shielded cleanup
+
+
+@pytest.mark.parametrize(("pause", "reexecuted"), [
+    pytest.param("after:c1", "c1", id="cleanup-effect-done-not-recorded"),
+    pytest.param("before:c2", None, id="between-cleanup-steps"),
+])
+async def test_kill_during_shielded_cleanup_resumes_at_the_same_boundary(
+    crash_db: str, tmp_path: Path, pause: str, reexecuted: str | None
+) -> None:
+    key = "cancel1"
+    procs: list[subprocess.Popen[bytes]] = []
+    async with durable.connect(crash_db) as client:
+        handle = await client.start(cancellable, key, id=key)
+        try:
+            first = spawn_worker(crash_db, tmp_path, pauses=[pause], backend="asyncio",
+                                 lease=LEASE, name="first")
+            procs.append(first)
+
+            async def timer_scheduled() -> bool:
+                return any(e.type == "TimerScheduled" for e in await handle.history())
+
+            with anyio.fail_after(15):
+                while not await timer_scheduled():
+                    await anyio.sleep(0.02)
+            request = await handle.request_cancellation(reason="crash test", cleanup_timeout=60)
+            marker = marker_file(tmp_path, key, pause)
+            await wait_until(marker.exists, f"marker {marker.name}", tmp_path, first)
+            kill9(first)
+            second = spawn_worker(crash_db, tmp_path, backend="trio", lease=LEASE,
+                                  name="second")
+            procs.append(second)
+            with anyio.fail_after(20), pytest.raises(durable.WorkflowCancelled):
+                await handle.result()
+            events = await handle.history()
+            info = await handle.describe()
+        finally:
+            for proc in procs:
+                kill9(proc)
+    types = [e.type for e in events]
+    assert types.count("CancellationDelivered") == 1, logs(tmp_path)
+    assert types.count("TimerCancelled") == 1
+    assert types.count("WorkflowCancelled") == 1
+    completed = [e.data["result"] for e in events if e.type == "ActivityCompleted"]
+    assert completed == [f"{s}:{key}" for s in CLEANUP_STEPS], logs(tmp_path)
+    effects = read_effects(tmp_path)
+    assert {s: effects[key, s] for s in CLEANUP_STEPS} == {
+        s: 2 if s == reexecuted else 1 for s in CLEANUP_STEPS
+    }, logs(tmp_path)
+    assert info["cancellation"]["request_id"] == request.context.request_id
+    assert info["cancellation"]["lifecycle"] == "cancelled"
+    assert info["cancellation"]["cleanup_outcome"] == "completed"
 
 
 # ---------------------------------------------------------------- (a) effect done, not recorded
