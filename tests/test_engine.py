@@ -304,9 +304,9 @@ async def test_unknown_names_are_refused(client: durable.Client) -> None:
         await client.start("nope", id="x")
     with pytest.raises(durable.ConfigurationError, match="not a workflow"):
         await client.start(len, id="x")
-    with pytest.raises(durable.ConfigurationError, match="no @activity.defn"):
+    with pytest.raises(durable.ConfigurationError, match=r"no @activity\.defn"):
         durable.Worker(client, activities=["not-registered"])
-    with pytest.raises(durable.ConfigurationError, match="no @workflow.defn"):
+    with pytest.raises(durable.ConfigurationError, match=r"no @workflow\.defn"):
         durable.Worker(client, workflows=["not-registered"])
 
 
