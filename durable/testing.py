@@ -91,8 +91,7 @@ class TimeSkippingEnvironment:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        if self.auto_skip:
-            tg.start_soon(self._skip_when_idle)
+        tg.start_soon(self._skip_when_idle)  # it skips only while auto_skip is True
         return self
 
     async def __aexit__(
@@ -137,9 +136,12 @@ class TimeSkippingEnvironment:
             self._paused -= 1
 
     async def run(self, awaitable: Callable[[], Awaitable[Any]]) -> Any:
-        """Await `awaitable()` while time skips (a convenience for auto_skip=False)."""
-        self.auto_skip = True
-        return await awaitable()
+        """Await `awaitable()` with time skipping on, then restore the setting."""
+        previous, self.auto_skip = self.auto_skip, True
+        try:
+            return await awaitable()
+        finally:
+            self.auto_skip = previous
 
     async def _idle(self) -> None:
         """Return once every task is blocked and no storage call is in flight."""
@@ -157,7 +159,7 @@ class TimeSkippingEnvironment:
         while True:
             await self._idle()
             next_at = self.clock.next_wakeup()
-            if self._paused or next_at is None:
+            if self._paused or not self.auto_skip or next_at is None:
                 await anyio.sleep(0.005)
                 continue
             self.clock.advance_to(next_at)

@@ -220,6 +220,7 @@ async def test_run_timeout_fences_open_activity(env: TimeSkippingEnvironment) ->
 
 
 async def test_timeout_enforced_when_no_worker_is_alive(env: TimeSkippingEnvironment) -> None:
+    env.auto_skip = False  # time must not move while the worker holds the run
     async with env.worker(workflows=[sleeper]):
         handle = await env.client.start(
             sleeper, 5 * HOUR, id="orphan",
@@ -227,7 +228,6 @@ async def test_timeout_enforced_when_no_worker_is_alive(env: TimeSkippingEnviron
         )
         while (await handle.describe())["status"] != "running":
             await anyio.sleep(0.01)
-    env.auto_skip = False
     await env.sleep(2 * HOUR)
     assert (await handle.describe())["status"] == "running"  # nobody has enforced it yet
     counts = await env.client.repair_pass()
@@ -240,6 +240,7 @@ async def test_timeout_enforced_when_no_worker_is_alive(env: TimeSkippingEnviron
 async def test_next_workers_watchdog_enforces_an_orphaned_timeout(
     env: TimeSkippingEnvironment,
 ) -> None:
+    env.auto_skip = False  # time must not move while the worker holds the run
     async with env.worker(workflows=[sleeper]):
         handle = await env.client.start(
             sleeper, 5 * HOUR, id="orphan2",
@@ -247,8 +248,8 @@ async def test_next_workers_watchdog_enforces_an_orphaned_timeout(
         )
         while (await handle.describe())["status"] != "running":
             await anyio.sleep(0.01)
-    env.auto_skip = False
     await env.sleep(2 * HOUR)
+    env.auto_skip = True
     async with env.worker(activities=[on_nobodys_queue]):  # runs no workflows, only a watchdog
         with pytest.raises(durable.WorkflowTimedOut) as err:
             await handle.result()
