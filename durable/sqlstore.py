@@ -710,7 +710,9 @@ def _local_steps_only(batch: RunWrites) -> bool:
     )
 
 
-def _commit_local_steps(batch: RunWrites, now: float) -> Program[list[CommitResult]]:
+def _commit_local_steps(
+    batch: RunWrites, now: float, *, autocommit: bool = True
+) -> Program[list[CommitResult]]:
     """The hot path on PostgreSQL: fence, ops and events in ONE statement.
 
     A data-modifying CTE commits on its own (autocommit), so recording a local
@@ -739,6 +741,7 @@ def _commit_local_steps(batch: RunWrites, now: float) -> Program[list[CommitResu
     row = yield Stmt(
         "WITH fence AS (UPDATE runs SET event_seq = event_seq + CAST(? AS BIGINT) "
         "WHERE run_id = ? AND epoch = CAST(? AS BIGINT) AND status IN ('pending', 'running') "
+        "AND (deadline_at IS NULL OR deadline_at > CAST(? AS DOUBLE PRECISION)) "
         "RETURNING event_seq), "
         "new_ops AS (INSERT INTO ops (run_id, op_id, kind, name, status, result, "
         "scheduled_at, closed_at) SELECT CAST(? AS TEXT), v.op_id, 'local_activity', v.name, "
@@ -750,10 +753,10 @@ def _commit_local_steps(batch: RunWrites, now: float) -> Program[list[CommitResu
         f"CAST(? AS DOUBLE PRECISION), e.data FROM (VALUES {event_values}) "
         "AS e(n, type, data), fence) "
         "SELECT event_seq FROM fence",
-        (n_events, batch.run_id, batch.epoch, batch.run_id, now, *op_params,
+        (n_events, batch.run_id, batch.epoch, now, batch.run_id, now, *op_params,
          batch.run_id, n_events, now, *event_params),
         "one",
-        autocommit=True,
+        autocommit=autocommit,
     )
     if row is None:
         return [CommitResult(batch.run_id, False)]
@@ -773,6 +776,10 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
     yield from _lock_attempts_to_stop(tx, batches)
     for index in order:
         batch = batches[index]
+        if tx.dialect == "postgres" and _local_steps_only(batch):
+            # one statement for this run's local steps, inside the group's transaction
+            results[index] = (yield from _commit_local_steps(batch, now, autocommit=False))[0]
+            continue
         fence = yield q1(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
                          batch.run_id)
         if (
