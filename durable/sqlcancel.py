@@ -266,11 +266,9 @@ def request_activity_stop(
     tx: Tx, run: RunRecord, write: RequestActivityStop, now: float,
     events: list[tuple[str, dict[str, Any]]], ops: dict[str, OpRecord],
 ) -> Program[None]:
-    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
-                      run.run_id, write.op_id)
-    if op_row is None or op_row["interrupted"]:
+    op_row = yield from _interrupt_once(run.run_id, write.op_id)
+    if op_row is None:
         return None
-    yield from _mark_interrupted(run.run_id, write.op_id)
     if op_row["status"] != "scheduled" or write.policy == "abandon":
         return None
     op = op_from_row(op_row)
@@ -328,20 +326,23 @@ def _close_op(run_id: str, op: OpRecord, failure: dict[str, Any], now: float,
     return None
 
 
-def _mark_interrupted(run_id: str, op_id: str) -> Program[None]:
-    """Remember that the op's await was interrupted, so replay interrupts it again."""
+def _interrupt_once(run_id: str, op_id: str) -> Program[Any]:
+    """The op's row, marked interrupted (so replay interrupts the same await
+    again); None if it does not exist or was marked already (idempotent)."""
+    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+                      run_id, op_id)
+    if op_row is None or op_row["interrupted"]:
+        return None
     yield ex("UPDATE ops SET interrupted = 1 WHERE run_id = ? AND op_id = ?", run_id, op_id)
-    return None
+    return op_row
 
 
 def cancel_timer(run: RunRecord, op_id: str, now: float,
                  events: list[tuple[str, dict[str, Any]]],
                  ops: dict[str, OpRecord]) -> Program[None]:
-    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
-                      run.run_id, op_id)
-    if op_row is None or op_row["interrupted"]:
+    op_row = yield from _interrupt_once(run.run_id, op_id)
+    if op_row is None:
         return None
-    yield from _mark_interrupted(run.run_id, op_id)
     if op_row["status"] != "scheduled":
         return None
     failure = {"failure_category": "cancelled", "message": "timer cancelled"}
@@ -354,11 +355,9 @@ def request_child_cancellation(
     tx: Tx, run: RunRecord, write: RequestChildCancellation, now: float,
     events: list[tuple[str, dict[str, Any]]], ops: dict[str, OpRecord],
 ) -> Program[None]:
-    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
-                      run.run_id, write.op_id)
-    if op_row is None or op_row["interrupted"]:
+    op_row = yield from _interrupt_once(run.run_id, write.op_id)
+    if op_row is None:
         return None
-    yield from _mark_interrupted(run.run_id, write.op_id)
     if op_row["status"] != "scheduled":
         return None
     op = op_from_row(op_row)
