@@ -4,7 +4,7 @@
     def import_rows(path: str) -> int:
         for n, row in enumerate(read(path), 1):
             activity.heartbeat({"processed": n})   # raises once the attempt must stop
-            ...
+            store(row)
 
 Activities may be `async def` or plain functions; plain functions run in a
 worker thread and stop cooperatively at `heartbeat()` / `check_cancelled()`.

@@ -24,11 +24,9 @@ class Clock(Protocol):
 
     def now(self) -> float:
         """Wall-clock UTC epoch seconds."""
-        ...
 
     async def sleep_until(self, instant: float) -> None:
         """Return once `now() >= instant` (cancellable)."""
-        ...
 
 
 class SystemClock:

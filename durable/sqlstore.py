@@ -14,6 +14,7 @@ so that an operator can read it with any SQL client.
 
 from __future__ import annotations
 
+import abc
 import json
 import uuid
 from collections.abc import Generator, Iterable, Sequence
@@ -1816,7 +1817,7 @@ def registered_names(namespace: str, now: float) -> Program[tuple[set[str], set[
     return types, names
 
 
-class SQLDriverBase:
+class SQLDriverBase(abc.ABC):
     """Implements the Driver Protocol by running the programs above.
 
     Subclasses provide `_run(program_factory, write)`; everything else is here,
@@ -1828,8 +1829,9 @@ class SQLDriverBase:
     def __init__(self) -> None:
         self.hub = WakeHub()
 
-    async def _run(self, build: Any, *, write: bool = True) -> Any:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _run(self, build: Any, *, write: bool = True) -> Any:
+        """Run the transaction program `build(tx)` and publish its wake-ups."""
 
     def _tx(self) -> Tx:
         return Tx(self.dialect)
