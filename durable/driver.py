@@ -168,6 +168,7 @@ class StartRequest:
     parent_op_id: str | None = None
     parent_close_policy: str | None = None
     cancellation: dict[str, Any] | None = None
+    cleanup_timeout: float | None = None  # a child's budget for a parent's cooperative request
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,7 @@ CREATE TABLE IF NOT EXISTS runs (
     parent_workflow_id TEXT,
     parent_op_id TEXT,
     parent_close_policy TEXT,
+    cleanup_timeout {real},
     run_timeout {real},
     execution_timeout {real},
     execution_deadline_at {real},
@@ -303,7 +304,7 @@ _RUN_COLUMNS = (
     "closed_reason, input, result, failure, parent_run_id, parent_workflow_id, parent_op_id, "
     "run_timeout, execution_timeout, execution_deadline_at, run_deadline_at, "
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
-    "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at"
+    "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout"
 )
 
 _OP_COLUMNS = (
@@ -468,12 +469,14 @@ def insert_run(
     yield ex(
         "INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, run_number, "
         "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
-        "parent_close_policy, run_timeout, execution_timeout, execution_deadline_at, "
-        "run_deadline_at, cleanup_deadline_at, deadline_at, created_at, ready_at, cancellation) "
-        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
+        "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
+        "ready_at, cancellation) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
         req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
-        req.parent_close_policy, req.run_timeout, req.execution_timeout, execution_deadline,
+        req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
+        execution_deadline,
         run_deadline, cleanup_deadline, _min(execution_deadline, run_deadline, cleanup_deadline),
         now, now, dumps(req.cancellation),
     )
@@ -1125,6 +1128,7 @@ def close_run(
             run_timeout=run.run_timeout, parent_run_id=run.parent_run_id,
             parent_workflow_id=run.parent_workflow_id, parent_op_id=run.parent_op_id,
             parent_close_policy=row["parent_close_policy"],
+            cleanup_timeout=row["cleanup_timeout"],
             cancellation=None if run.cancellation is None else dict(
                 run.cancellation, lifecycle="requested", delivered_at=None, boundary=None,
                 cleanup_outcome=None),
@@ -1169,10 +1173,11 @@ def apply_parent_close_policy(
         )
     elif policy == "request_cancellation":
         child_full = yield q1(
-            f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs "
-            "WHERE run_id = ?", child.run_id,
+            f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities "
+            "FROM runs WHERE run_id = ?", child.run_id,
         )
-        yield from sqlcancel.request_child(tx, parent, child_full, reason, None,
+        yield from sqlcancel.request_child(tx, parent, child_full, reason,
+                                           child_full["cleanup_timeout"],
                                            "parent_close_policy", now)
     elif policy == "request_cancel":
         yield from close_run(

@@ -546,6 +546,7 @@ async def start_child(
         run_timeout=_float(options.run_timeout),
         parent_run_id=ctx.run.run_id, parent_workflow_id=ctx.run.workflow_id,
         parent_op_id=op_id, parent_close_policy=options.parent_close_policy.value,
+        cleanup_timeout=_float(options.cleanup_timeout),
     )
     ctx.waiter(op_id)
     await ctx.commit([ScheduleChild(op_id=op_id, request=request, options={

@@ -628,3 +628,34 @@ async def test_wait_policy_waits_for_an_operation_that_only_stops_when_it_return
     stop = cascade["runs"][0]["activity_stops"][0]
     assert stop["stop_receipt"]["kind"] == "completed"
     assert stop["state"] == "stopped"
+
+
+@workflow.defn
+async def leaves_a_child(key: str) -> str:
+    await workflow.start_child(
+        cleaning_child, key, id=f"{key}-child",
+        options=durable.ChildOptions(cleanup_timeout=5),
+    )
+    return "parent done"
+
+
+async def test_parent_close_request_cancellation_uses_the_childs_cleanup_timeout(
+    client: durable.Client, make_worker: Any
+) -> None:
+    key = f"pclose-{id(client)}"
+    async with make_worker(workflows=[leaves_a_child, cleaning_child],
+                           activities=ALL_ACTIVITIES):
+        assert await client.execute(leaves_a_child, key, id=key) == "parent done"
+        child = client.get_handle(f"{key}-child")
+        with pytest.raises(durable.WorkflowCancelled):
+            await child.result()
+    ctx = (await child.describe())["cancellation"]
+    assert ctx["source"] == "parent_close_policy"
+    assert ctx["cleanup_timeout_seconds"] == 5
+    requested = ctx["requested_at"]
+    from datetime import datetime
+
+    budget = (datetime.fromisoformat(ctx["deadline_at"])
+              - datetime.fromisoformat(requested)).total_seconds()
+    assert budget == pytest.approx(5, abs=0.01)
+    assert EFFECTS[f"{key}-child"] == ["cleanup"]
