@@ -109,6 +109,18 @@ async def types_of(handle: durable.WorkflowHandle) -> list[str]:
     return [e.type for e in await handle.history()]
 
 
+async def child_waiting_on_its_timer(child: durable.WorkflowHandle) -> None:
+    """Wait until the child exists and sleeps on its durable timer."""
+    with anyio.fail_after(10):
+        while True:
+            try:
+                if "TimerScheduled" in await types_of(child):
+                    return
+            except durable.WorkflowNotFound:
+                pass
+            await anyio.sleep(0.02)
+
+
 @pytest.mark.parametrize("policy", [P.TRY_CANCEL, P.WAIT_CANCELLATION_COMPLETED, P.ABANDON])
 async def test_remote_async_activity_without_heartbeats_is_stopped(
     client: durable.Client, make_worker: Any, policy: P
@@ -253,14 +265,7 @@ async def test_child_policies(client: durable.Client, make_worker: Any, policy: 
     async with make_worker(workflows=[guarded, cleaning_child], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "child", policy.value, 0.0, id=key)
         child = client.get_handle(f"{key}-child")
-        with anyio.fail_after(10):
-            while True:
-                try:
-                    if "TimerScheduled" in await types_of(child):
-                        break
-                except durable.WorkflowNotFound:
-                    pass
-                await anyio.sleep(0.02)
+        await child_waiting_on_its_timer(child)
         await handle.request_cancellation(reason="stop", cleanup_timeout=30)
         with pytest.raises(durable.WorkflowCancelled):
             await handle.result()
@@ -426,14 +431,7 @@ async def test_child_never_gets_a_longer_budget(client: durable.Client, make_wor
     async with make_worker(workflows=[budgeted, cleaning_child], activities=ALL_ACTIVITIES):
         handle = await client.start(budgeted, key, 3600.0, id=key)
         child = client.get_handle(f"{key}-child")
-        with anyio.fail_after(10):
-            while True:
-                try:
-                    if "TimerScheduled" in await types_of(child):
-                        break
-                except durable.WorkflowNotFound:
-                    pass
-                await anyio.sleep(0.02)
+        await child_waiting_on_its_timer(child)
         request = await handle.request_cancellation(reason="budget", cleanup_timeout=20)
         with pytest.raises(durable.WorkflowCancelled):
             await handle.result()
