@@ -1,8 +1,11 @@
 """The client: start workflows, await their results, inspect and control them.
 
-A client owns one storage driver; a `Worker` built on the client shares it, so
-that in one process a result is delivered by an in-memory wake-up the moment
-it is recorded.
+A client reaches the runs through a control plane (`durable.control`): the
+embedded one opens storage in this process (a `Worker` built on the client
+shares it, so a result is delivered by an in-memory wake-up the moment it is
+recorded); the remote one speaks to a `durable serve` control plane over
+HTTP. Validation, payload encoding and typed errors live here, once, so both
+behave the same.
 """
 
 from __future__ import annotations
@@ -11,13 +14,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-import anyio
-
+from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
 from .cancellation import CancellationContext, CancellationRequestResult
 from .clock import Clock, SystemClock
+from .control import ControlPlane, Page, RunState
 from .converter import JSONConverter, PayloadConverter, check_size
-from .driver import Driver, HistoryEvent, RunRecord, StartRequest, Wake, driver_factory
+from .driver import Driver, HistoryEvent, StartRequest, driver_factory
 from .errors import (
     ConfigurationError,
     NotRegistered,
@@ -27,6 +30,9 @@ from .errors import (
 )
 from .options import Limits, Seconds, StartOptions, to_seconds
 
+# How long one wait of result() lasts before it asks again (a remote plane
+# holds a request open that long; the embedded one listens to wake-ups).
+_RESULT_POLL = 30.0
 
 class WorkflowHandle:
     """A workflow instance (its current run, or one given run)."""
@@ -41,17 +47,17 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"WorkflowHandle(workflow_id={self.workflow_id!r}, run_id={self.run_id!r})"
 
-    async def _run(self, run_id: str | None = None) -> RunRecord:
-        run = await self.client.driver.get_run(
-            self.client.namespace, self.workflow_id, run_id or self.run_id
+    def _not_found(self) -> WorkflowNotFound:
+        run = f" run {self.run_id!r}" if self.run_id else ""
+        return WorkflowNotFound(
+            f"no workflow {self.workflow_id!r}{run} in namespace {self.client.namespace!r}"
         )
-        if run is None:
-            raise WorkflowNotFound(
-                f"no workflow {self.workflow_id!r}"
-                + (f" run {self.run_id!r}" if self.run_id else "")
-                + f" in namespace {self.client.namespace!r}"
-            )
-        return run
+
+    async def _state(self, run_id: str | None) -> RunState:
+        state = await self.client.control.run_state(self.workflow_id, run_id)
+        if state is None:
+            raise self._not_found()
+        return state
 
     async def result(self, *, follow_runs: bool = True) -> Any:
         """Wait for the workflow's result, following continue-as-new.
@@ -59,36 +65,35 @@ class WorkflowHandle:
         Raises WorkflowFailed / WorkflowCancelled / WorkflowTimedOut /
         WorkflowTerminated when it does not complete.
         """
-        run = await self._run()
-        poll = 0.01
+        control = self.client.control
+        state = await self._state(self.run_id)
         while True:
-            if run.status == "continued" and follow_runs and run.continued_run_id:
-                run = await self._run(run.continued_run_id)
+            if state.is_open:
+                state = await control.await_run(self.workflow_id, state.run_id, _RESULT_POLL)
                 continue
-            if run.status == "completed":
-                return self.client.converter.decode(run.result, self._hint)
-            if not run.is_open and run.status != "continued":
-                raise error_from_failure(run.failure or {"failure_category": run.status,
-                                                         "message": run.status})
-            if run.status == "continued":
+            if state.status == "continued":
+                if follow_runs and state.continued_run_id:
+                    state = await self._state(state.continued_run_id)
+                    continue
                 return None
-            await self.client.wait_for_change(run.run_id, poll)
-            poll = min(poll * 2, 0.5)
-            run = await self._run(run.run_id)
+            if state.status == "completed":
+                return self.client.converter.decode(state.result, self._hint)
+            raise error_from_failure(state.failure or {"failure_category": state.status,
+                                                       "message": state.status})
 
     async def describe(self) -> dict[str, Any]:
         """The instance, its run, deadlines, pending operations and failures."""
-        info = await self.client.driver.describe(self.client.namespace, self.workflow_id,
-                                                 self.run_id)
+        info = await self.client.control.describe(self.workflow_id, self.run_id)
         if info is None:
-            raise WorkflowNotFound(f"no workflow {self.workflow_id!r} in "
-                                   f"namespace {self.client.namespace!r}")
+            raise self._not_found()
         return info
 
-    async def history(self) -> list[HistoryEvent]:
-        """The run's history events, in order."""
-        run = await self._run()
-        return await self.client.driver.history(run.run_id)
+    async def history(self, *, after_sequence: int = 0,
+                      limit: int | None = None) -> list[HistoryEvent]:
+        """The run's history events, in order (those after `after_sequence`)."""
+        return await self.client.control.history(
+            self.workflow_id, self.run_id, after_sequence=after_sequence, limit=limit
+        )
 
     async def request_cancellation(
         self,
@@ -108,9 +113,9 @@ class WorkflowHandle:
         seconds = to_seconds(cleanup_timeout, "cleanup_timeout")
         if seconds is None or seconds <= 0:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds")
-        accepted, record = await self.client.driver.request_cancellation(
-            self.client.namespace, self.workflow_id, self.run_id, reason, seconds,
-            requester, source, self.client.clock.now(),
+        accepted, record = await self.client.control.request_cancellation(
+            self.workflow_id, self.run_id, reason=reason, cleanup_timeout=seconds,
+            requester=requester, source=source,
         )
         return CancellationRequestResult(accepted, CancellationContext.from_record(record))
 
@@ -120,48 +125,67 @@ class WorkflowHandle:
         Deploy code that replays the recorded history first; returns False when
         the run was not marked.
         """
-        return await self.client.driver.clear_review(
-            self.client.namespace, self.workflow_id, self.client.clock.now()
-        )
+        return await self.client.control.clear_review(self.workflow_id)
 
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
-        return await self.client.driver.cancellation_cascade(
-            self.client.namespace, self.workflow_id, self.run_id, self.client.clock.now()
-        )
+        return await self.client.control.cancellation_cascade(self.workflow_id, self.run_id)
 
     async def cancel(self, reason: str = "cancelled") -> None:
         """Close the run at once as cancelled; no cleanup code runs."""
-        await self.client.driver.close_run_externally(
-            self.client.namespace, self.workflow_id, self.run_id, "cancelled", reason,
-            self.client.clock.now(),
-        )
+        await self.client.control.close_run(self.workflow_id, self.run_id, status="cancelled",
+                                            reason=reason)
 
     async def terminate(self, reason: str = "terminated") -> None:
         """Close the run at once as terminated, revoking all its authority."""
-        await self.client.driver.close_run_externally(
-            self.client.namespace, self.workflow_id, self.run_id, "terminated", reason,
-            self.client.clock.now(),
-        )
+        await self.client.control.close_run(self.workflow_id, self.run_id,
+                                            status="terminated", reason=reason)
 
 
 class Client:
-    """Entry point for applications: start, await, list and control workflows."""
+    """Entry point for applications: start, await, list and control workflows.
+
+    Built by `durable.connect`; ``Client(driver)`` wraps a storage driver you
+    opened yourself, ``Client(control=...)`` any other control plane.
+    """
 
     def __init__(
         self,
-        driver: Driver,
+        driver: Driver | None = None,
         *,
         namespace: str = "default",
         clock: Clock | None = None,
         converter: PayloadConverter | None = None,
         limits: Limits | None = None,
+        control: ControlPlane | None = None,
     ) -> None:
-        self.driver = driver
-        self.namespace = namespace
+        if (driver is None) == (control is None):
+            raise ConfigurationError("a Client needs exactly one of a driver or a control plane")
         self.clock: Clock = clock or SystemClock()
         self.converter: PayloadConverter = converter or JSONConverter()
         self.limits = limits or Limits()
+        self._driver = driver
+        if driver is not None:
+            control = EmbeddedControl(driver, namespace, self.clock)
+        assert control is not None
+        self.control: ControlPlane = control
+        self.namespace = control.namespace
+
+    @property
+    def driver(self) -> Driver:
+        """The storage driver of an embedded client (workers need one)."""
+        if self._driver is None:
+            raise ConfigurationError(
+                "this client talks to a control plane over HTTP and has no storage of its own; "
+                "a Worker needs storage: connect it with a database URL (sqlite:// or "
+                "postgresql://)"
+            )
+        return self._driver
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the client opened storage in this process (and can host workers)."""
+        return self._driver is not None
 
     async def __aenter__(self) -> Client:
         return self
@@ -175,22 +199,7 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
-        await self.driver.close()
-
-    async def wait_for_change(self, run_id: str, at_most: float) -> None:
-        """Wait until a wake-up names the run (or anything, cross-process), or timeout."""
-        event = anyio.Event()
-
-        def on_wake(wake: Wake) -> None:
-            if wake.key[0] == "any" or (wake.key[0] == "run" and wake.key[1] == run_id):
-                event.set()
-
-        unsubscribe = self.driver.hub.subscribe(on_wake)
-        try:
-            with anyio.move_on_after(at_most):
-                await event.wait()
-        finally:
-            unsubscribe()
+        await self.control.close()
 
     async def start(
         self,
@@ -204,14 +213,14 @@ class Client:
         options = options or StartOptions()
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
-        if defn is None and wf_type not in await self._registered_types():
+        if defn is None and wf_type not in await self.control.registered_types():
             raise NotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
         if not isinstance(id, str) or not id:
-            raise ValueError("workflow id must be a non-empty string")
+            raise ConfigurationError("workflow id must be a non-empty string")
         payload = self.converter.encode(list(args), f"the arguments of workflow {wf_type!r}")
         check_size(payload, self.limits.payload_bytes, f"the arguments of workflow {wf_type!r}")
         memo = None
@@ -226,7 +235,7 @@ class Client:
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
-        await self.driver.start_workflow(request, self.clock.now())
+        await self.control.start(request)
         return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
 
     async def execute(
@@ -248,8 +257,19 @@ class Client:
     async def list(
         self, *, status: str | None = None, workflow_type: str | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
-        """Run summaries, newest first."""
-        return await self.driver.list_runs(self.namespace, status, workflow_type, limit)
+        """Run summaries, newest first (the first `limit`; `list_page` pages through all)."""
+        page = await self.list_page(status=status, workflow_type=workflow_type, limit=limit)
+        return page.items
+
+    async def list_page(
+        self, *, status: str | None = None, workflow_type: str | None = None, limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        """One page of run summaries, newest first; pass `next_cursor` for the next."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigurationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        return await self.control.list_runs(status=status, workflow_type=workflow_type,
+                                            limit=limit, cursor=cursor)
 
     async def repair_pass(self) -> dict[str, int]:
         """Enforce every deadline that is due now, once; counts by kind.
@@ -257,11 +277,7 @@ class Client:
         Workers do this continuously in their watchdog; this one-shot pass is
         for operators and scripts (and works with no worker running).
         """
-        return await self.driver.enforce_expired(self.namespace, self.clock.now())
-
-    async def _registered_types(self) -> set[str]:
-        types, _ = await self.driver.registered_names(self.namespace, self.clock.now())
-        return types
+        return await self.control.repair_pass()
 
 
 class _Connecting:

@@ -446,12 +446,15 @@ class Driver(Protocol):
     ) -> dict[str, Any] | None:
         """See the module docstring."""
 
-    async def history(self, run_id: str) -> list[HistoryEvent]:
+    async def history(
+        self, run_id: str, after_sequence: int = 0, limit: int | None = None
+    ) -> list[HistoryEvent]:
         """See the module docstring."""
 
     async def list_runs(
-        self, namespace: str, status: str | None, workflow_type: str | None, limit: int
-    ) -> list[dict[str, Any]]:
+        self, namespace: str, status: str | None, workflow_type: str | None, limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
         """See the module docstring."""
 
     async def register_worker(

@@ -1749,10 +1749,16 @@ def describe(
     }
 
 
-def history(run_id: str) -> Program[list[HistoryEvent]]:
-    rows = yield q(
-        "SELECT seq, type, recorded_at, data FROM events WHERE run_id = ? ORDER BY seq", run_id
-    )
+def history(
+    run_id: str, after_sequence: int = 0, limit: int | None = None
+) -> Program[list[HistoryEvent]]:
+    sql = ("SELECT seq, type, recorded_at, data FROM events WHERE run_id = ? AND seq > ? "
+           "ORDER BY seq")
+    params: list[Any] = [run_id, after_sequence]
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    rows = yield q(sql, *params)
     return [
         HistoryEvent(int(r["seq"]), r["type"], to_datetime(r["recorded_at"]), json.loads(r["data"]))
         for r in rows
@@ -1760,8 +1766,14 @@ def history(run_id: str) -> Program[list[HistoryEvent]]:
 
 
 def list_runs(
-    namespace: str, status: str | None, workflow_type: str | None, limit: int
-) -> Program[list[dict[str, Any]]]:
+    namespace: str, status: str | None, workflow_type: str | None, limit: int,
+    before: tuple[float, str] | None = None,
+) -> Program[tuple[list[dict[str, Any]], tuple[float, str] | None]]:
+    """Run summaries, newest first, and the key of the next page (None on the last).
+
+    `before` is the key a previous page returned: (created_at, run_id) of its
+    last row (keyset pagination: stable while new runs are added).
+    """
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
         "closed_at, closed_reason, task_queue FROM runs WHERE namespace = ?"
@@ -1773,9 +1785,15 @@ def list_runs(
     if workflow_type is not None:
         sql += " AND workflow_type = ?"
         params.append(workflow_type)
-    sql += " ORDER BY created_at DESC LIMIT ?"
-    params.append(limit)
+    if before is not None:
+        sql += " AND (created_at < ? OR (created_at = ? AND run_id < ?))"
+        params.extend([before[0], before[0], before[1]])
+    sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+    params.append(limit + 1)
     rows = yield q(sql, *params)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_key = (float(rows[-1]["created_at"]), str(rows[-1]["run_id"])) if more else None
     return [
         {
             "workflow_id": r["workflow_id"], "run_id": r["run_id"],
@@ -1785,7 +1803,7 @@ def list_runs(
             "closed_at": to_datetime(r["closed_at"]), "closed_reason": r["closed_reason"],
         }
         for r in rows
-    ]
+    ], next_key
 
 
 # ---------------------------------------------------------------- workers
@@ -1983,15 +2001,19 @@ class SQLDriverBase(abc.ABC):
         )
         return result
 
-    async def history(self, run_id: str) -> list[HistoryEvent]:
-        result: list[HistoryEvent] = await self._run(lambda tx: history(run_id), write=False)
+    async def history(
+        self, run_id: str, after_sequence: int = 0, limit: int | None = None
+    ) -> list[HistoryEvent]:
+        result: list[HistoryEvent] = await self._run(
+            lambda tx: history(run_id, after_sequence, limit), write=False)
         return result
 
     async def list_runs(
-        self, namespace: str, status: str | None, workflow_type: str | None, limit: int
-    ) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._run(
-            lambda tx: list_runs(namespace, status, workflow_type, limit), write=False
+        self, namespace: str, status: str | None, workflow_type: str | None, limit: int,
+        before: tuple[float, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
+        result: tuple[list[dict[str, Any]], tuple[float, str] | None] = await self._run(
+            lambda tx: list_runs(namespace, status, workflow_type, limit, before), write=False
         )
         return result
 

@@ -20,14 +20,14 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
 
-from .client import Client, connect
+from .client import Client
 from .clock import VirtualClock
-from .driver import Driver
+from .driver import Driver, driver_factory
 from .worker import Worker
 
 __all__ = ["TimeSkippingEnvironment"]
@@ -84,10 +84,11 @@ class TimeSkippingEnvironment:
         return self._client
 
     async def __aenter__(self) -> TimeSkippingEnvironment:
-        client = await connect(self.url, namespace=self.namespace, clock=self.clock)
-        self._counting = _CountingDriver(client.driver)
-        client.driver = self._counting
-        self._client = client
+        driver = driver_factory(self.url)(self.url)
+        await driver.open()
+        self._counting = _CountingDriver(driver)
+        self._client = Client(cast(Driver, self._counting), namespace=self.namespace,
+                              clock=self.clock)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg

@@ -1,0 +1,112 @@
+"""How a `Client` reaches workflows: through storage (embedded) or over HTTP (remote).
+
+`Client` and `WorkflowHandle` hold everything users see: validation, payload
+encoding, following continue-as-new, typed errors. A *control plane* only
+carries their requests to where the runs are. The embedded one runs the
+store's domain transactions in this process; the remote one
+(`durable.http`) sends the same requests to a `durable serve` control plane.
+Because both sit behind this one interface, a client has the same methods,
+return types and errors whichever way it is connected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .driver import HistoryEvent, StartRequest, StartResult
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What `WorkflowHandle.result()` needs to know about one run."""
+
+    run_id: str
+    status: str
+    result: str | None = None  # the encoded result, when completed
+    failure: dict[str, Any] | None = None
+    continued_run_id: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in ("pending", "running")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of run summaries, newest first; `next_cursor` is None on the last."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    next_cursor: str | None = None
+
+
+class ControlPlane(Protocol):
+    """The requests a client makes; every method acts in the plane's namespace.
+
+    Methods raise the same `durable` errors whichever plane carries them:
+    `WorkflowNotFound`, `WorkflowAlreadyStarted`, `RunNotCurrent`,
+    `RunAlreadyClosed`, `CapabilityUnsupported`, `StorageUnavailable`.
+    """
+
+    namespace: str
+
+    async def start(self, request: StartRequest) -> StartResult:
+        """Record a start (the request's namespace is this plane's); the run id."""
+        ...
+
+    async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
+        """The run (the current one when `run_id` is None), or None if unknown."""
+        ...
+
+    async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:
+        """The run's state once it has closed, or after `wait` seconds if it
+        is still open (`wait`). Raises `WorkflowNotFound` for an unknown run."""
+        ...
+
+    async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
+        """The instance and the run as `WorkflowHandle.describe()` documents it."""
+        ...
+
+    async def history(
+        self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,
+        limit: int | None = None,
+    ) -> list[HistoryEvent]:
+        """The run's events with a sequence above `after_sequence`, oldest first."""
+        ...
+
+    async def request_cancellation(
+        self, workflow_id: str, run_id: str | None, *, reason: str, cleanup_timeout: float,
+        requester: dict[str, Any] | None, source: str,
+    ) -> tuple[bool, dict[str, Any]]:
+        """Record a cooperative request once: (accepted, the request as stored)."""
+        ...
+
+    async def close_run(self, workflow_id: str, run_id: str | None, *, status: str,
+                        reason: str) -> None:
+        """Close the run now as `cancelled` or `terminated` (no-op when closed)."""
+        ...
+
+    async def cancellation_cascade(self, workflow_id: str, run_id: str | None) -> dict[str, Any]:
+        """The cancellation tree rooted at the run, read from records alone."""
+        ...
+
+    async def clear_review(self, workflow_id: str) -> bool:
+        """Let a run marked for review be replayed; False if it was not marked."""
+        ...
+
+    async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
+                        cursor: str | None) -> Page:
+        """Run summaries, newest first, one page at a time."""
+        ...
+
+    async def repair_pass(self) -> dict[str, int]:
+        """Enforce every deadline due now, once; counts by kind."""
+        ...
+
+    async def registered_types(self) -> set[str]:
+        """Workflow types that live workers have registered."""
+        ...
+
+    async def close(self) -> None:
+        """Release the connection(s)."""
+        ...
