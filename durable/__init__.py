@@ -9,17 +9,21 @@ where it stopped. This module is the public face; the engine is private.
 from __future__ import annotations
 
 from . import activity, workflow
-from ._activities import ActivityInfo
+from ._runtime.attempts import ActivityInfo
 from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
 from .clock import Clock, SystemClock, VirtualClock
+from .control import ControlPlane, Page
 from .converter import JSONConverter, PayloadConverter
-from .driver import Driver, HistoryEvent
+from .deadlines import Deadlines
+from .driver import Dialect, Driver, register_driver
 from .errors import (
+    ActivityAPIOutsideActivity,
     ActivityCancelled,
     ActivityFailed,
     ActivityStopRequested,
     ActivityTimedOut,
+    ApplicationError,
     CapabilityUnsupported,
     ChildWorkflowFailed,
     ConfigurationError,
@@ -32,6 +36,7 @@ from .errors import (
     RunNotCurrent,
     StorageUnavailable,
     StructuralLimitExceeded,
+    WorkerLost,
     WorkflowAlreadyStarted,
     WorkflowAPIOutsideWorkflow,
     WorkflowCancelled,
@@ -40,6 +45,7 @@ from .errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
+from .failure import Failure
 from .options import (
     ActivityOptions,
     CancellationPolicy,
@@ -50,17 +56,20 @@ from .options import (
     RetryPolicy,
     StartOptions,
 )
+from .store.records import HistoryEvent, RunStatus
 from .worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActivityAPIOutsideActivity",
     "ActivityCancelled",
     "ActivityFailed",
     "ActivityInfo",
     "ActivityOptions",
     "ActivityStopRequested",
     "ActivityTimedOut",
+    "ApplicationError",
     "CancellationContext",
     "CancellationPolicy",
     "CancellationRequestResult",
@@ -70,14 +79,19 @@ __all__ = [
     "Client",
     "Clock",
     "ConfigurationError",
+    "ControlPlane",
+    "Deadlines",
+    "Dialect",
     "Driver",
     "DurableError",
+    "Failure",
     "HistoryEvent",
     "IdReusePolicy",
     "JSONConverter",
     "Limits",
     "NonDeterminismError",
     "NotRegistered",
+    "Page",
     "ParentClosePolicy",
     "PayloadConverter",
     "PayloadError",
@@ -85,12 +99,14 @@ __all__ = [
     "RetryPolicy",
     "RunAlreadyClosed",
     "RunNotCurrent",
+    "RunStatus",
     "StartOptions",
     "StorageUnavailable",
     "StructuralLimitExceeded",
     "SystemClock",
     "VirtualClock",
     "Worker",
+    "WorkerLost",
     "WorkflowAPIOutsideWorkflow",
     "WorkflowAlreadyStarted",
     "WorkflowCancelled",
@@ -101,5 +117,6 @@ __all__ = [
     "WorkflowTimedOut",
     "activity",
     "connect",
+    "register_driver",
     "workflow",
 ]

@@ -16,8 +16,10 @@ import anyio
 
 from .clock import Clock
 from .control import Page, RunState
-from .driver import Driver, HistoryEvent, RunRecord, StartRequest, StartResult, Wake
+from .driver import Wake
 from .errors import ConfigurationError, WorkflowNotFound
+from .store import Store
+from .store.records import HistoryEvent, RunRecord, StartRequest, StartResult
 
 
 def encode_cursor(key: tuple[float, str]) -> str:
@@ -37,22 +39,23 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
 
 
 def _state(run: RunRecord) -> RunState:
-    return RunState(run.run_id, run.status, run.result, run.failure, run.continued_run_id)
+    failure = run.failure.to_dict() if run.failure is not None else None
+    return RunState(run.run_id, run.status, run.result, failure, run.continued_run_id)
 
 
 class EmbeddedControl:
-    """A `ControlPlane` over a storage driver opened in this process."""
+    """A `ControlPlane` over storage opened in this process."""
 
-    def __init__(self, driver: Driver, namespace: str, clock: Clock) -> None:
-        self.driver = driver
+    def __init__(self, store: Store, namespace: str, clock: Clock) -> None:
+        self.store = store
         self.namespace = namespace
         self.clock = clock
 
     async def start(self, request: StartRequest) -> StartResult:
-        return await self.driver.start_workflow(request, self.clock.now())
+        return await self.store.start_workflow(request, self.clock.now())
 
     async def _run(self, workflow_id: str, run_id: str | None) -> RunRecord | None:
-        return await self.driver.get_run(self.namespace, workflow_id, run_id)
+        return await self.store.get_run(self.namespace, workflow_id, run_id)
 
     async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
         run = await self._run(workflow_id, run_id)
@@ -65,7 +68,7 @@ class EmbeddedControl:
             if wake.key[0] == "any" or (wake.key[0] == "run" and wake.key[1] == run_id):
                 changed.set()
 
-        unsubscribe = self.driver.hub.subscribe(on_wake)
+        unsubscribe = self.store.hub.subscribe(on_wake)
         # Another process's commit wakes us only while something watches the
         # driver (a worker does); without one, a bounded poll finds it.
         poll = 0.01
@@ -94,7 +97,7 @@ class EmbeddedControl:
         return _state(run)
 
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
-        return await self.driver.describe(self.namespace, workflow_id, run_id)
+        return await self.store.describe(self.namespace, workflow_id, run_id)
 
     async def history(
         self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,
@@ -103,48 +106,48 @@ class EmbeddedControl:
         run = await self._run(workflow_id, run_id)
         if run is None:
             raise WorkflowNotFound(_not_found(workflow_id, run_id, self.namespace))
-        return await self.driver.history(run.run_id, after_sequence, limit)
+        return await self.store.history(run.run_id, after_sequence, limit)
 
     async def request_cancellation(
         self, workflow_id: str, run_id: str | None, *, reason: str, cleanup_timeout: float,
         requester: dict[str, Any] | None, source: str,
     ) -> tuple[bool, dict[str, Any]]:
-        return await self.driver.request_cancellation(
+        return await self.store.request_cancellation(
             self.namespace, workflow_id, run_id, reason, cleanup_timeout, requester, source,
             self.clock.now(),
         )
 
     async def close_run(self, workflow_id: str, run_id: str | None, *, status: str,
                         reason: str) -> None:
-        await self.driver.close_run_externally(
+        await self.store.close_run_externally(
             self.namespace, workflow_id, run_id, status, reason, self.clock.now()
         )
 
     async def cancellation_cascade(self, workflow_id: str, run_id: str | None) -> dict[str, Any]:
-        return await self.driver.cancellation_cascade(
+        return await self.store.cancellation_cascade(
             self.namespace, workflow_id, run_id, self.clock.now()
         )
 
     async def clear_review(self, workflow_id: str) -> bool:
-        return await self.driver.clear_review(self.namespace, workflow_id, self.clock.now())
+        return await self.store.clear_review(self.namespace, workflow_id, self.clock.now())
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         before = decode_cursor(cursor) if cursor else None
-        items, next_key = await self.driver.list_runs(
+        items, next_key = await self.store.list_runs(
             self.namespace, status, workflow_type, limit, before
         )
         return Page(items, encode_cursor(next_key) if next_key is not None else None)
 
     async def repair_pass(self) -> dict[str, int]:
-        return await self.driver.enforce_expired(self.namespace, self.clock.now())
+        return await self.store.enforce_expired(self.namespace, self.clock.now())
 
     async def registered_types(self) -> set[str]:
-        types, _ = await self.driver.registered_names(self.namespace, self.clock.now())
+        types, _ = await self.store.registered_names(self.namespace, self.clock.now())
         return types
 
     async def close(self) -> None:
-        await self.driver.close()
+        await self.store.driver.close()
 
 
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:

@@ -1,15 +1,19 @@
-"""Definitions of workflows and activities, and the process-wide name registry.
+"""Definitions of workflows and activities, and the registries that name them.
 
 `@workflow.defn` / `@activity.defn` attach a definition to the function and
-record it by name, so that code can refer to work by function or by name.
+record it by name in the process-wide registry, so that code can refer to
+work by function or by name. A `Worker` keeps a `Registry` of its own: the
+subset of definitions it runs. In both, a name means one definition:
+registering a different function under a taken name is an error, not a
+silent overwrite (re-importing the same module is fine).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .converter import parameter_hints
 from .errors import ConfigurationError, NotRegistered
@@ -35,8 +39,69 @@ class ActivityDefn:
     return_hint: Any = None
 
 
-_workflows: dict[str, WorkflowDefn] = {}
-_activities: dict[str, ActivityDefn] = {}
+Defn = TypeVar("Defn", WorkflowDefn, ActivityDefn)
+
+
+def _origin(fn: Callable[..., Any]) -> tuple[str, str]:
+    """Where a function was defined: the same definition imported twice (as
+    ``tests.app`` and as ``app``, or reloaded) has the same origin."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    filename = code.co_filename if code is not None else getattr(fn, "__module__", "?")
+    return filename, getattr(fn, "__qualname__", repr(fn))
+
+
+def _add(table: dict[str, Defn], defn: Defn, what: str) -> None:
+    existing = table.get(defn.name)
+    if existing is not None and existing.fn is not defn.fn and (
+        _origin(existing.fn) != _origin(defn.fn)
+    ):
+        raise ConfigurationError(
+            f"two different {what}s are named {defn.name!r} ({existing.fn.__module__}."
+            f"{existing.fn.__qualname__} and {defn.fn.__module__}.{defn.fn.__qualname__}); "
+            f"give one of them another name with @{what}.defn(name=...)"
+        )
+    table[defn.name] = defn
+
+
+class Registry:
+    """Workflows and activities by name; one definition per name."""
+
+    def __init__(self) -> None:
+        self.workflows: dict[str, WorkflowDefn] = {}
+        self.activities: dict[str, ActivityDefn] = {}
+
+    def add_workflow(self, defn: WorkflowDefn) -> None:
+        _add(self.workflows, defn, "workflow")
+
+    def add_activity(self, defn: ActivityDefn) -> None:
+        _add(self.activities, defn, "activity")
+
+    @classmethod
+    def of(cls, workflows: Iterable[Callable[..., Any] | str],
+           activities: Iterable[Callable[..., Any] | str]) -> Registry:
+        """The registry of a worker: the definitions behind these functions or names."""
+        registry = cls()
+        for ref in workflows:
+            wdefn = workflow_defn_of(ref)
+            if wdefn is None:
+                raise ConfigurationError(
+                    f"Worker was given workflow {ref!r}, which no @workflow.defn defines here; "
+                    "pass the decorated function (or import its module first)"
+                )
+            registry.add_workflow(wdefn)
+        for aref in activities:
+            adefn = activity_defn_of(aref)
+            if adefn is None:
+                raise ConfigurationError(
+                    f"Worker was given activity {aref!r}, which no @activity.defn defines "
+                    "here; pass the decorated function (or import its module first)"
+                )
+            registry.add_activity(adefn)
+        return registry
+
+
+#: Every definition decorated in this process, for references by name.
+DEFINITIONS = Registry()
 
 
 def define_workflow(fn: Callable[..., Any], name: str | None) -> WorkflowDefn:
@@ -46,7 +111,7 @@ def define_workflow(fn: Callable[..., Any], name: str | None) -> WorkflowDefn:
         )
     params, ret = parameter_hints(fn)
     defn = WorkflowDefn(name or fn.__name__, fn, params, ret)
-    _workflows[defn.name] = defn
+    DEFINITIONS.add_workflow(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn
 
@@ -64,7 +129,7 @@ def define_activity(
         )
     params, ret = parameter_hints(fn)
     defn = ActivityDefn(name or fn.__name__, fn, is_async, process_isolated, params, ret)
-    _activities[defn.name] = defn
+    DEFINITIONS.add_activity(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn
 
@@ -74,7 +139,7 @@ def workflow_defn_of(ref: Callable[..., Any] | str | WorkflowDefn) -> WorkflowDe
     if isinstance(ref, WorkflowDefn):
         return ref
     if isinstance(ref, str):
-        return _workflows.get(ref)
+        return DEFINITIONS.workflows.get(ref)
     defn = getattr(ref, DEFN_ATTR, None)
     if isinstance(defn, WorkflowDefn):
         return defn
@@ -88,7 +153,7 @@ def activity_defn_of(ref: Callable[..., Any] | str | ActivityDefn) -> ActivityDe
     if isinstance(ref, ActivityDefn):
         return ref
     if isinstance(ref, str):
-        return _activities.get(ref)
+        return DEFINITIONS.activities.get(ref)
     defn = getattr(ref, DEFN_ATTR, None)
     if isinstance(defn, ActivityDefn):
         return defn
@@ -98,32 +163,16 @@ def activity_defn_of(ref: Callable[..., Any] | str | ActivityDefn) -> ActivityDe
 
 
 def workflow_name(ref: Callable[..., Any] | str) -> str:
+    """The name a workflow function is registered under (a name is itself)."""
     defn = workflow_defn_of(ref)
     if defn is not None:
         return defn.name
     assert isinstance(ref, str)
     return ref
-
-
-def activity_name(ref: Callable[..., Any] | str) -> str:
-    defn = activity_defn_of(ref)
-    if defn is not None:
-        return defn.name
-    assert isinstance(ref, str)
-    return ref
-
-
-def require_workflow(ref: Callable[..., Any] | str) -> WorkflowDefn:
-    defn = workflow_defn_of(ref)
-    if defn is None:
-        raise NotRegistered(
-            f"unknown workflow {ref!r}: no @workflow.defn with this name is imported in "
-            "this process; import the module that defines it"
-        )
-    return defn
 
 
 def require_activity(ref: Callable[..., Any] | str) -> ActivityDefn:
+    """The activity's definition; raise `NotRegistered` if this process has none."""
     defn = activity_defn_of(ref)
     if defn is None:
         raise NotRegistered(

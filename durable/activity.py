@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from ._activities import ActivityInfo, current
 from ._registry import define_activity
+from ._runtime.attempts import ActivityInfo, current
 from .clock import to_datetime
 
 F = TypeVar("F", bound=Callable[..., Any])

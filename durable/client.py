@@ -20,15 +20,17 @@ from .cancellation import CancellationContext, CancellationRequestResult
 from .clock import Clock, SystemClock
 from .control import ControlPlane, Page, RunState
 from .converter import JSONConverter, PayloadConverter, check_size
-from .driver import Driver, HistoryEvent, StartRequest, driver_factory
+from .driver import Driver, driver_factory
 from .errors import (
     ConfigurationError,
     NotRegistered,
     StructuralLimitExceeded,
     WorkflowNotFound,
-    error_from_failure,
 )
+from .failure import Failure
 from .options import Limits, Seconds, StartOptions, to_seconds
+from .store import Store
+from .store.records import HistoryEvent, StartRequest
 
 # How long one wait of result() lasts before it asks again (a remote plane
 # holds a request open that long; the embedded one listens to wake-ups).
@@ -78,8 +80,9 @@ class WorkflowHandle:
                 return None
             if state.status == "completed":
                 return self.client.converter.decode(state.result, self._hint)
-            raise error_from_failure(state.failure or {"failure_category": state.status,
-                                                       "message": state.status})
+            failure = Failure.from_dict(state.failure or {"failure_category": state.status,
+                                                          "message": state.status})
+            raise failure.to_workflow_error(state.status)
 
     async def describe(self) -> dict[str, Any]:
         """The instance, its run, deadlines, pending operations and failures."""
@@ -165,22 +168,34 @@ class Client:
         self.converter: PayloadConverter = converter or JSONConverter()
         self.limits = limits or Limits()
         self._driver = driver
-        if driver is not None:
-            control = EmbeddedControl(driver, namespace, self.clock)
+        self._store = Store(driver) if driver is not None else None
+        if self._store is not None:
+            control = EmbeddedControl(self._store, namespace, self.clock)
         assert control is not None
         self.control: ControlPlane = control
         self.namespace = control.namespace
+
+    @staticmethod
+    def _no_storage() -> ConfigurationError:
+        return ConfigurationError(
+            "this client talks to a control plane over HTTP and has no storage of its own; "
+            "a Worker needs storage: connect it with a database URL (sqlite:// or "
+            "postgresql://)"
+        )
 
     @property
     def driver(self) -> Driver:
         """The storage driver of an embedded client (workers need one)."""
         if self._driver is None:
-            raise ConfigurationError(
-                "this client talks to a control plane over HTTP and has no storage of its own; "
-                "a Worker needs storage: connect it with a database URL (sqlite:// or "
-                "postgresql://)"
-            )
+            raise self._no_storage()
         return self._driver
+
+    @property
+    def store(self) -> Store:
+        """The domain transactions over this client's storage (embedded clients)."""
+        if self._store is None:
+            raise self._no_storage()
+        return self._store
 
     @property
     def embedded(self) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .driver import HistoryEvent, StartRequest, StartResult
+from .store.records import HistoryEvent, StartRequest, StartResult
 
 
 @dataclass(frozen=True)

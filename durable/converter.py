@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import inspect
 import json
+import sys
+import types
 import typing
 import uuid
 from collections.abc import Callable, Sequence
@@ -72,6 +75,9 @@ def rebuild(value: Any, type_hint: Any) -> Any:
     origin = typing.get_origin(type_hint)
     if origin is not None:
         args = typing.get_args(type_hint)
+        if origin in (typing.Union, types.UnionType):
+            present = [a for a in args if a is not type(None)]
+            return rebuild(value, present[0]) if len(present) == 1 else value
         if origin in (list, Sequence) and args and isinstance(value, list):
             return [rebuild(v, args[0]) for v in value]
         if origin is dict and len(args) == 2 and isinstance(value, dict):
@@ -79,7 +85,7 @@ def rebuild(value: Any, type_hint: Any) -> Any:
         return value
     if isinstance(type_hint, type):
         if dataclasses.is_dataclass(type_hint) and isinstance(value, dict):
-            hints = typing.get_type_hints(type_hint)
+            hints = resolve_hints(type_hint)
             fields = {f.name for f in dataclasses.fields(type_hint)}
             return type_hint(
                 **{k: rebuild(v, hints.get(k)) for k, v in value.items() if k in fields}
@@ -103,14 +109,53 @@ def check_size(text: str, limit: int, what: str) -> None:
         )
 
 
+def decode_args(converter: PayloadConverter, payload: str, hints: Sequence[Any]) -> list[Any]:
+    """Arguments recorded as a JSON array, each rebuilt from its parameter's hint."""
+    decoded = converter.decode(payload)
+    if not isinstance(decoded, list):
+        return [decoded]
+    return [rebuild(a, hints[i] if i < len(hints) else None) for i, a in enumerate(decoded)]
+
+
+def resolve_hints(obj: Any) -> dict[str, Any]:
+    """The type hints of a function or class, evaluated one by one.
+
+    `typing.get_type_hints` fails as a whole when one annotation names
+    something that does not exist at run time (a type imported under
+    ``if TYPE_CHECKING:``); that would silently drop every hint, and
+    dataclass arguments would arrive as dicts. Evaluating each annotation on
+    its own keeps every hint that can be resolved.
+    """
+    try:
+        return typing.get_type_hints(obj)
+    except Exception:
+        pass
+    if isinstance(obj, type):
+        annotations: dict[str, Any] = {}
+        for klass in reversed(obj.__mro__):
+            annotations.update(getattr(klass, "__annotations__", {}))
+        module = sys.modules.get(obj.__module__)
+        globalns = dict(vars(module)) if module is not None else {}
+        localns: dict[str, Any] = dict(vars(obj))
+    else:
+        target = inspect.unwrap(obj)
+        annotations = dict(getattr(target, "__annotations__", {}) or {})
+        globalns = dict(getattr(target, "__globals__", {}) or {})
+        localns = {}
+    hints: dict[str, Any] = {}
+    for name, annotation in annotations.items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, globalns, localns)  # as get_type_hints does
+            except Exception:
+                continue
+        hints[name] = annotation
+    return hints
+
+
 def parameter_hints(fn: Callable[..., Any]) -> tuple[list[Any], Any]:
     """The positional parameter type hints and the return hint of `fn`."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        hints = {}
-    import inspect
-
+    hints = resolve_hints(fn)
     try:
         params = [
             p

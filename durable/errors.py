@@ -65,7 +65,7 @@ class StorageUnavailable(DurableError):
         self.outcome_unknown = outcome_unknown
 
 
-class _FailureCarrying(DurableError):
+class FailureCarrying(DurableError):
     """An error rebuilt from a recorded failure dictionary."""
 
     def __init__(self, message: str, failure: dict[str, Any] | None = None) -> None:
@@ -78,19 +78,19 @@ class _FailureCarrying(DurableError):
         return str(value) if value is not None else None
 
 
-class WorkflowFailed(_FailureCarrying):
+class WorkflowFailed(FailureCarrying):
     """The workflow raised; `failure` holds the recorded failure."""
 
 
-class WorkflowCancelled(_FailureCarrying):
+class WorkflowCancelled(FailureCarrying):
     """The workflow was cancelled (cooperatively, immediately, or by its parent)."""
 
 
-class WorkflowTerminated(_FailureCarrying):
+class WorkflowTerminated(FailureCarrying):
     """The workflow was terminated."""
 
 
-class WorkflowTimedOut(_FailureCarrying):
+class WorkflowTimedOut(FailureCarrying):
     """The workflow exceeded its execution or run timeout (`timeout_kind`)."""
 
     @property
@@ -104,7 +104,7 @@ class WorkflowTimedOut(_FailureCarrying):
         return str(value) if value is not None else None
 
 
-class ActivityFailed(_FailureCarrying):
+class ActivityFailed(FailureCarrying):
     """The activity raised on its last attempt (or a non-retryable error).
 
     `cause_type` and `cause_message` name the original exception.
@@ -135,6 +135,35 @@ class ActivityCancelled(ActivityFailed):
     """The activity was cancelled before it completed."""
 
 
+class WorkerLost(ActivityFailed):
+    """The worker running an activity attempt stopped renewing its lease (it
+    crashed, hung or lost storage) and no attempt was left to retry on."""
+
+
+class ApplicationError(FailureCarrying):
+    """An exception raised by workflow or activity code, rebuilt from its record.
+
+    The original class may not be importable where the failure is read (another
+    process, another version), so it comes back as this error carrying the
+    original class name in `type` and its message; `traceback` is the original
+    traceback as text.
+    """
+
+    def __init__(self, message: str, failure: dict[str, Any] | None = None, *,
+                 type: str | None = None) -> None:
+        super().__init__(message, failure)
+        self.type = type
+
+    @property
+    def traceback(self) -> str | None:
+        value = self.failure.get("traceback")
+        return None if value is None else str(value)
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        return f"{self.type}: {message}" if self.type else message
+
+
 class ActivityStopRequested(DurableError):
     """Raised inside an activity by `heartbeat()`/`check_cancelled()` when its
     attempt must stop (cancellation, timeout fencing or worker shutdown).
@@ -156,7 +185,7 @@ class ActivityStopRequested(DurableError):
         self.exit_code = exit_code
 
 
-class ChildWorkflowFailed(_FailureCarrying):
+class ChildWorkflowFailed(FailureCarrying):
     """A child workflow did not complete; `cause` is the child's terminal error."""
 
 
@@ -211,30 +240,3 @@ class ContinueAsNew(BaseException):
     def __init__(self, args: tuple[Any, ...]) -> None:
         super().__init__("continue as new")
         self.new_args = args
-
-
-def error_from_failure(failure: dict[str, Any]) -> _FailureCarrying:
-    """Rebuild the error a recorded workflow failure stands for."""
-    message = str(failure.get("message", "workflow did not complete"))
-    category = failure.get("failure_category")
-    cls: type[_FailureCarrying]
-    if category == "timeout":
-        cls = WorkflowTimedOut
-    elif category == "cancelled":
-        cls = WorkflowCancelled
-    elif category == "terminated":
-        cls = WorkflowTerminated
-    else:
-        cls = WorkflowFailed
-    return cls(message, failure)
-
-
-def activity_error_from_failure(failure: dict[str, Any]) -> ActivityFailed:
-    """Rebuild the error a recorded activity failure stands for."""
-    message = str(failure.get("message", "activity failed"))
-    category = failure.get("failure_category")
-    if category == "timeout":
-        return ActivityTimedOut(message, failure)
-    if category == "cancelled":
-        return ActivityCancelled(message, failure)
-    return ActivityFailed(message, failure)

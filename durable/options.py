@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import ConfigurationError
+from .failure import Failure
 
 Seconds = int | float | timedelta
 
@@ -87,6 +88,30 @@ class RetryPolicy:
         if self.backoff_coefficient < 1:
             raise ConfigurationError("RetryPolicy.backoff_coefficient must be at least 1")
         object.__setattr__(self, "non_retryable_error_types", tuple(self.non_retryable_error_types))
+
+    def next_attempt_at(self, failure: Failure, attempt: int, now: float,
+                        overall_deadline: float | None, *, retryable: bool = True
+                        ) -> float | None:
+        """When the attempt after a failed `attempt` may start, or None: no retry.
+
+        The one retry rule for local and remote attempts alike: the failure must
+        be retryable (not marked non-retryable, its type not listed in
+        `non_retryable_error_types`), attempts must be left, and the next one
+        must be able to start before the schedule-to-close deadline.
+        """
+        names = self.non_retryable_error_types
+        if (
+            not retryable
+            or failure.non_retryable
+            or attempt >= self.max_attempts
+            or failure.exception_class in names
+            or failure.get("cause_type") in names
+        ):
+            return None
+        at = now + self.delay_before(attempt + 1)
+        if overall_deadline is not None and at >= overall_deadline:
+            return None
+        return at
 
     def delay_before(self, attempt: int) -> float:
         """Seconds to wait before `attempt` (2 = the first retry)."""

@@ -18,13 +18,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from . import _activities
 from ._log import get_logger
-from ._registry import ActivityDefn, WorkflowDefn, activity_defn_of, workflow_defn_of
-from ._runtime import Committer, RunExecutor, WorkflowContext, failure_from_exception
-from .converter import check_size, rebuild
-from .driver import ActivityTask, ClaimedRun, Wake, WorkerRegistration
-from .errors import ActivityStopRequested, ConfigurationError, StructuralLimitExceeded
+from ._registry import ActivityDefn, Registry
+from ._runtime import attempts
+from ._runtime.committer import Committer
+from ._runtime.context import WorkflowContext
+from ._runtime.executor import RunExecutor
+from .converter import check_size
+from .driver import Wake
+from .errors import ConfigurationError
+from .failure import Failure
+from .store.records import ActivityTask, ClaimedRun, OpRecord, WorkerRegistration
 
 if TYPE_CHECKING:
     from .client import Client
@@ -74,6 +78,7 @@ class Worker:
             raise ConfigurationError("lease_seconds and poll_interval must be positive")
         self.client = client
         self.driver = client.driver
+        self.store = client.store
         self.clock = client.clock
         self.namespace = client.namespace
         self.task_queue = task_queue
@@ -83,27 +88,12 @@ class Worker:
         self.poll_interval = poll_interval
         self.worker_id = identity or f"worker-{uuid.uuid4().hex[:12]}"
         self.capabilities = tuple(capabilities)
-        self.workflows: dict[str, WorkflowDefn] = {}
-        for ref in workflows:
-            wdefn = workflow_defn_of(ref)
-            if wdefn is None:
-                raise ConfigurationError(
-                    f"Worker was given workflow {ref!r}, which no @workflow.defn defines here; "
-                    "pass the decorated function (or import its module first)"
-                )
-            self.workflows[wdefn.name] = wdefn
-        self.activities: dict[str, ActivityDefn] = {}
-        for aref in activities:
-            adefn = activity_defn_of(aref)
-            if adefn is None:
-                raise ConfigurationError(
-                    f"Worker was given activity {aref!r}, which no @activity.defn defines here; "
-                    "pass the decorated function (or import its module first)"
-                )
-            self.activities[adefn.name] = adefn
+        self.registry = Registry.of(workflows, activities)
+        self.workflows = self.registry.workflows
+        self.activities = self.registry.activities
         self.executors: dict[str, RunExecutor] = {}
-        self.running_activities: dict[str, _activities.ActivityContext] = {}
-        self.committer = Committer(self.driver.commit, self.clock)
+        self.running_activities: dict[str, attempts.ActivityContext] = {}
+        self.committer = Committer(self.store.commit, self.clock)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
         self._tg: anyio.abc.TaskGroup | None = None
         self._runs_trigger = _Trigger()
@@ -120,9 +110,9 @@ class Worker:
     # ---------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Worker:
-        await self.driver.register_worker(self._registration(), self.lease_seconds * 2,
+        await self.store.register_worker(self._registration(), self.lease_seconds * 2,
                                           self.clock.now())
-        self._unsubscribe = self.driver.hub.subscribe(self._on_wake)
+        self._unsubscribe = self.store.hub.subscribe(self._on_wake)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -164,9 +154,9 @@ class Worker:
 
     async def _release_all(self) -> None:
         try:
-            await self.driver.release_runs(self.worker_id, self._owned_at_exit,
+            await self.store.release_runs(self.worker_id, self._owned_at_exit,
                                            self.clock.now())
-            await self.driver.deregister_worker(self.worker_id)
+            await self.store.deregister_worker(self.worker_id)
         except Exception as exc:  # storage may be gone at shutdown: leases expire anyway
             self.log.warning("release_failed", error=repr(exc))
 
@@ -205,8 +195,8 @@ class Worker:
         if kind == "run":
             executor = self.executors.get(wake.key[1])
             if executor is not None:
-                if wake.op is not None:
-                    executor.ctx.resolve(wake.op)
+                if isinstance(wake.data, OpRecord):
+                    executor.ctx.resolve(wake.data)
                 else:
                     self._resync.add(wake.key[1])
                     self._resync_trigger.set()
@@ -239,7 +229,7 @@ class Worker:
                 self._resync = {r for r, ex in self.executors.items() if ex.ctx.open_waiters()}
             pending, self._resync = self._resync, set()
             if self.running_activities:
-                for task_id in await self.driver.stop_requests(self.worker_id):
+                for task_id in await self.store.stop_requests(self.worker_id):
                     actx = self.running_activities.get(task_id)
                     if actx is not None:
                         actx.request_stop("a stop was requested for this attempt")
@@ -247,7 +237,7 @@ class Worker:
             if not executors:
                 continue
             waiting = {r: ex.ctx.open_waiters() for r, ex in executors.items()}
-            runs, closed = await self.driver.resync(sorted(executors), waiting)
+            runs, closed = await self.store.resync(sorted(executors), waiting)
             for run_id, executor in executors.items():
                 run = runs.get(run_id)
                 if run is None or not run.is_open or run.epoch != executor.run.epoch:
@@ -270,7 +260,7 @@ class Worker:
             batch = min(room, 100)
             claimed: list[ClaimedRun] = []
             if batch > 0:
-                claimed = await self.driver.claim_runs(
+                claimed = await self.store.claim_runs(
                     self.namespace, self.task_queue, self.worker_id, types, batch,
                     self.lease_seconds, self.clock.now(), self.capabilities,
                 )
@@ -304,7 +294,7 @@ class Worker:
         """Hand a run whose execution hit a storage error back, to be replayed."""
         await anyio.sleep(0.1)
         try:
-            await self.driver.release_runs(self.worker_id, [run_id], self.clock.now(),
+            await self.store.release_runs(self.worker_id, [run_id], self.clock.now(),
                                            attempts=False)
         except Exception as exc:
             self.log.warning("release_failed", run_id=run_id, error=repr(exc))
@@ -315,20 +305,20 @@ class Worker:
             await anyio.sleep(interval)
             now = self.clock.now()
             sent = dict(self.executors)
-            owned = await self.driver.renew_leases(
+            owned = await self.store.renew_leases(
                 self.worker_id, list(sent), self.lease_seconds, now
             )
             for run_id, executor in sent.items():
                 if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
-            await self.driver.register_worker(self._registration(), self.lease_seconds * 2, now)
+            await self.store.register_worker(self._registration(), self.lease_seconds * 2, now)
 
     async def known_activity_names(self) -> set[str]:
         """Activity names any live worker has registered (cached, refreshed on a miss)."""
         now = self.clock.now()
         if now - self._known_checked > 1.0:
             self._known_checked = now
-            _, names = await self.driver.registered_names(self.namespace, now)
+            _, names = await self.store.registered_names(self.namespace, now)
             self._known_names = set(self.activities) | names
         return self._known_names
 
@@ -338,14 +328,14 @@ class Worker:
         """Sleep until the next deadline of any kind, then enforce what expired."""
         while True:
             now = self.clock.now()
-            counts = await self.driver.enforce_expired(self.namespace, now)
+            counts = await self.store.enforce_expired(self.namespace, now)
             if counts:
                 for kind, n in counts.items():
                     self.repairs[kind] = self.repairs.get(kind, 0) + n
                 self.log.info("deadlines_enforced", **counts)
                 self._activities_trigger.set()
                 self._runs_trigger.set()
-            next_at = await self.driver.next_deadline(self.namespace, now)
+            next_at = await self.store.next_deadline(self.namespace, now)
             async with anyio.create_task_group() as race:
 
                 async def until_deadline(at: float) -> None:
@@ -372,7 +362,7 @@ class Worker:
             batch = min(room, 100)
             tasks: list[ActivityTask] = []
             if batch > 0:
-                tasks = await self.driver.claim_activities(
+                tasks = await self.store.claim_activities(
                     self.namespace, self.task_queue, self.worker_id, names, batch,
                     self.lease_seconds, self.clock.now(),
                 )
@@ -386,63 +376,42 @@ class Worker:
     def _start_activity(self, task: ActivityTask) -> None:
         assert self._tg is not None
         defn = self.activities[task.name]
-        converter = self.client.converter
         deadlines = [d for d in (task.start_to_close_deadline, task.schedule_to_close_deadline)
                      if d is not None]
         deadline = min(deadlines) if deadlines else None
-        actx = _activities.ActivityContext(
-            _activities.make_info(
-                activity_id=task.task_id, activity_type=task.name, attempt=task.attempt,
-                workflow_id=task.workflow_id, run_id=task.run_id, task_queue=task.task_queue,
-                local=False, scheduled_at=task.scheduled_at, started_at=task.claimed_at,
-                deadline=deadline, heartbeat_timeout=task.options.get("heartbeat_timeout"),
-                heartbeat_details=converter.decode(task.heartbeat_details),
-            ),
-            self.clock, deadline,
+        actx = attempts.new_context(
+            defn, activity_id=task.task_id, attempt=task.attempt, workflow_id=task.workflow_id,
+            run_id=task.run_id, task_queue=task.task_queue, local=False,
+            scheduled_at=task.scheduled_at, started_at=task.claimed_at, deadline=deadline,
+            heartbeat_timeout=task.options.get("heartbeat_timeout"),
+            heartbeat_details=self.client.converter.decode(task.heartbeat_details),
+            clock=self.clock,
         )
         self.running_activities[task.task_id] = actx
         self._tg.start_soon(self._run_activity, task, defn, actx,
                             name=f"durable activity {task.name}/{task.task_id}")
 
     async def _run_activity(
-        self, task: ActivityTask, defn: ActivityDefn, actx: _activities.ActivityContext
+        self, task: ActivityTask, defn: ActivityDefn, actx: attempts.ActivityContext
     ) -> None:
         converter = self.client.converter
         result: str | None = None
-        failure: dict[str, Any] | None = None
+        failure: Failure | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._supervise, task, actx)
                 try:
-                    raw = converter.decode(task.input)
-                    args = [
-                        rebuild(a, defn.param_hints[i] if i < len(defn.param_hints) else None)
-                        for i, a in enumerate(raw)
-                    ]
-                    value = await _activities.call_activity(
-                        actx, defn.fn, defn.is_async, args,
-                        process_isolated=defn.process_isolated,
-                    )
+                    args = attempts.arguments(defn, converter, task.input)
+                    value = await attempts.run_attempt(actx, defn, args)
                     result = converter.encode(value, f"the result of activity {task.name!r}")
                     check_size(result, self.client.limits.payload_bytes,
                                f"the result of activity {task.name!r}")
-                except ActivityStopRequested as exc:
-                    failure = failure_from_exception(exc, "stopped")
-                    failure["stop_reason"] = actx.stop_reason
-                    failure["stop_kind"] = exc.stop_kind or (
-                        "cancel_scope" if defn.is_async else "cooperative")
-                    failure["stop_confirmed"] = exc.confirmed
-                    if exc.exit_code is not None:
-                        failure["exit_code"] = exc.exit_code
-                except StructuralLimitExceeded as exc:
-                    failure = failure_from_exception(exc)
-                    failure["non_retryable"] = True
                 except Exception as exc:
-                    failure = failure_from_exception(exc)
+                    result, failure = None, attempts.attempt_failure(exc, actx, defn)
                 finally:
                     tg.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
-                outcome = await self.driver.complete_activity(
+                outcome = await self.store.complete_activity(
                     task.task_id, task.attempt, self.worker_id, result, failure,
                     self.clock.now(),
                 )
@@ -453,7 +422,7 @@ class Worker:
             self.running_activities.pop(task.task_id, None)
             self._activities_trigger.set()
 
-    async def _supervise(self, task: ActivityTask, actx: _activities.ActivityContext) -> None:
+    async def _supervise(self, task: ActivityTask, actx: attempts.ActivityContext) -> None:
         """Flush heartbeats (throttled) and stop the attempt when storage says so."""
         hb_timeout = task.options.get("heartbeat_timeout")
         throttle = max(0.05, min(1.0, hb_timeout * 0.4)) if hb_timeout else 1.0
@@ -482,7 +451,7 @@ class Worker:
                     self.log.warning("heartbeat_details_too_large", task_id=task.task_id,
                                      size=len(encoded), limit=self.client.limits.payload_bytes)
                     encoded = None
-                ack = await self.driver.heartbeat_activity(
+                ack = await self.store.heartbeat_activity(
                     task.task_id, task.attempt, self.worker_id, encoded, last_flush,
                 )
                 if not ack.accepted or ack.stop_requested:

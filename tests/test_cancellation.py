@@ -400,9 +400,9 @@ async def test_capability_refusal_records_nothing(
         assert await types_of(handle) == before
         assert (await handle.describe())["cancellation"] is None
         # upgrading the registration does not upgrade the claim already held
-        from durable.driver import WorkerRegistration
+        from durable.store.records import WorkerRegistration
 
-        await client.driver.register_worker(WorkerRegistration(
+        await client.store.register_worker(WorkerRegistration(
             w.worker_id, client.namespace, "default", ("guarded",), (), (
                 "cooperative_cancellation",)), 60, client.clock.now())
         with pytest.raises(durable.CapabilityUnsupported):

@@ -61,8 +61,10 @@ from crash_app import (
 
 import durable
 from durable import activity, workflow
-from durable._runtime import Committer
-from durable.driver import ClaimedRun, CommitResult, RecordEvent, RunWrites, driver_factory
+from durable._runtime.committer import Committer
+from durable.driver import driver_factory
+from durable.store.records import ClaimedRun, CommitResult
+from durable.store.writes import RunWrites, ScheduleTimer
 
 pytestmark = [pytest.mark.crash, pytest.mark.anyio]
 
@@ -436,7 +438,7 @@ async def test_losing_one_run_does_not_hand_back_other_runs_activity_attempts(
         held, _ = await hold_one_attempt_and_park_victim(client, key)
         # another owner takes the victim over (as after a lease expiry); the worker
         # finds out when the timer fires and its commit is refused
-        taken = await client.driver.claim_runs(
+        taken = await client.store.claim_runs(
             client.namespace, "default", "another-worker", ("crash_victim",), 10, 60.0,
             client.clock.now() + 60.0,
         )
@@ -456,7 +458,7 @@ async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_a
     connection) hands that run back; the attempts the worker runs for other
     workflows stay with it."""
     key = f"error-{id(client)}"
-    commit = client.driver.commit
+    commit = client.store.commit
     victim_run: list[str] = []
 
     async def failing_once(batches: list[RunWrites], now: float) -> list[CommitResult]:
@@ -465,7 +467,7 @@ async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_a
             raise RuntimeError("deadlock detected")  # what asyncpg raised in the fault runs
         return await commit(batches, now)
 
-    client.driver.commit = failing_once  # type: ignore[method-assign]
+    client.store.commit = failing_once  # type: ignore[method-assign]
     async with durable.Worker(client, workflows=[holder, victim], activities=[hold],
                               lease_seconds=30.0, poll_interval=0.1):
         held, parked = await hold_one_attempt_and_park_victim(client, key)
@@ -487,7 +489,7 @@ async def test_a_run_claimed_during_a_lease_renewal_is_not_released_as_stray(
     Here the claim's result reaches the worker a little after a renewal (as a busy
     event loop or connection pool makes it): nothing may be handed back."""
     key = f"stray-{id(client)}"
-    claim = client.driver.claim_runs
+    claim = client.store.claim_runs
     slow = anyio.Event()
 
     async def claim_then_dawdle(*args: Any) -> list[ClaimedRun]:
@@ -498,7 +500,7 @@ async def test_a_run_claimed_during_a_lease_renewal_is_not_released_as_stray(
             await anyio.sleep(0.6)  # two renewals of a 0.9 s lease happen meanwhile
         return claimed
 
-    client.driver.claim_runs = claim_then_dawdle  # type: ignore[method-assign,assignment]
+    client.store.claim_runs = claim_then_dawdle  # type: ignore[method-assign,assignment]
     async with durable.Worker(client, workflows=[holder, victim], activities=[hold],
                               lease_seconds=0.9, poll_interval=0.05):
         held, _ = await hold_one_attempt_and_park_victim(client, key)
@@ -522,7 +524,7 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
     local activities each time (it did, before LostAuthority was unwrapped from
     task-group errors: each takeover released the run from under the next one)."""
     key = f"lapse-{id(client)}"
-    renew = client.driver.renew_leases
+    renew = client.store.renew_leases
     calls = 0
 
     async def late_first_renewal(worker_id: str, run_ids: list[str], lease: float,
@@ -533,7 +535,7 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
             await anyio.sleep(0.9)  # the 0.6 s lease lapses meanwhile
         return await renew(worker_id, run_ids, lease, client.clock.now())
 
-    client.driver.renew_leases = late_first_renewal  # type: ignore[method-assign,assignment]
+    client.store.renew_leases = late_first_renewal  # type: ignore[method-assign,assignment]
     async with durable.Worker(client, workflows=[steps], activities=[counted],
                               lease_seconds=0.6, poll_interval=0.05):
         handle = await client.start(steps, key, 40, id="lapse")
@@ -556,7 +558,7 @@ async def test_group_commit_never_reports_a_stale_owners_writes_as_committed(
     run_id = (await handle.describe())["run"]["run_id"]
     other = await client.start(victim, id="other")
     other_id = (await other.describe())["run"]["run_id"]
-    claim = client.driver.claim_runs
+    claim = client.store.claim_runs
     first = await claim(client.namespace, "default", "w", ("crash_victim",), 10, 60.0,
                         client.clock.now())
     stale = {c.run.run_id: c.run.epoch for c in first}[run_id]
@@ -564,11 +566,13 @@ async def test_group_commit_never_reports_a_stale_owners_writes_as_committed(
                         client.clock.now() + 120.0)
     fresh = again[0].run.epoch
     assert again[0].run.run_id == run_id and fresh == stale + 1
-    committer = Committer(client.driver.commit, client.clock)
+    committer = Committer(client.store.commit, client.clock)
     results: dict[str, CommitResult] = {}
 
     async def submit(name: str, rid: str, epoch: int) -> None:
-        results[name] = await committer.submit(rid, epoch, [RecordEvent(f"Test{name}", {})])
+        marker = ScheduleTimer(op_id=f"test:{name}", fire_at=client.clock.now() + 3600,
+                               duration=3600)
+        results[name] = await committer.submit(rid, epoch, [marker])
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(submit, "Other", other_id, {c.run.run_id: c.run.epoch
@@ -576,8 +580,9 @@ async def test_group_commit_never_reports_a_stale_owners_writes_as_committed(
         await anyio.lowlevel.checkpoint()  # its commit is in flight: the next two queue
         tg.start_soon(submit, "Stale", run_id, stale)
         tg.start_soon(submit, "Fresh", run_id, fresh)
-    recorded = [e.type for e in await handle.history()]
-    assert results["Fresh"].committed and "TestFresh" in recorded
+    recorded = [e.data.get("op_id") for e in await handle.history()
+                if e.type == "TimerScheduled"]
+    assert results["Fresh"].committed and "test:Fresh" in recorded
     assert not results["Stale"].committed, "the stale owner was told its write was recorded"
 
 

@@ -23,7 +23,7 @@ from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, requi
 import durable
 from durable import activity, workflow
 from durable.driver import Wake
-from durable.sqlstore import Program, Stmt, Tx, ex, q
+from durable.driver import Program, Stmt, Tx, ex, q
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -43,7 +43,7 @@ async def sql(client: durable.Client, statement: str, *params: Any, mode: str = 
     def program(tx: Tx) -> Program[Any]:
         return (yield Stmt(statement, params, mode))
 
-    return await client.driver._run(program)  # type: ignore[attr-defined]
+    return await client.driver.run(program)
 
 
 async def kill_backends(killer: durable.Client, victim: durable.Client) -> int:
@@ -310,7 +310,7 @@ async def test_connection_lost_inside_a_transaction_retries_it_whole(pg_url: str
                 yield q("SELECT pg_terminate_backend(pg_backend_pid())")
             return attempts
 
-        assert await client.driver._run(program) == 2  # type: ignore[attr-defined]
+        assert await client.driver.run(program) == 2
         rows = await sql(client, "SELECT n FROM marks", mode="all")
     assert [r["n"] for r in rows] == [2]
 

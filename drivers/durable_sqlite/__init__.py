@@ -1,5 +1,7 @@
 """The embedded SQLite driver (``sqlite:///path.db``, ``sqlite://:memory:``).
 
+An executor for `durable.store`'s programs with SQLite's dialect (the base
+`Dialect`: no row locks, ``BEGIN IMMEDIATE`` takes the write lock up front).
 One connection, used by one thread at a time: each domain transaction runs as
 a whole on a worker thread (``anyio.to_thread.run_sync`` with a limiter of
 one), so a transaction costs one thread hop however many statements it has.
@@ -16,16 +18,19 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import anyio.to_thread
 
+from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
 from durable.errors import ConfigurationError
-from durable.sqlstore import Program, SQLDriverBase, Stmt, Tx, migrate, schema_statements
+from durable.store.migrations import migrate
+from durable.store.schema import schema_statements
+
+T = TypeVar("T")
 
 __all__ = ["SQLiteDriver"]
 
@@ -63,7 +68,7 @@ def _execute(conn: sqlite3.Connection, stmt: Stmt) -> Any:
     return cursor.rowcount
 
 
-def _run_program(conn: sqlite3.Connection, program: Program[Any], write: bool) -> Any:
+def _run_program(conn: sqlite3.Connection, program: Program[T], write: bool) -> T:
     """Run a whole transaction program on this (database) thread."""
     conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
@@ -72,20 +77,20 @@ def _run_program(conn: sqlite3.Connection, program: Program[Any], write: bool) -
             stmt = program.send(_execute(conn, stmt))
     except StopIteration as done:
         conn.execute("COMMIT")
-        return done.value
+        value: T = done.value
+        return value
     except BaseException:
         conn.execute("ROLLBACK")
         raise
 
 
-class SQLiteDriver(SQLDriverBase):
+class SQLiteDriver:
     """Storage on one SQLite file (or in memory), shared safely by processes."""
-
-    dialect = "sqlite"
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
                  checkpoint_every: int = 200):
-        super().__init__()
+        self.hub = WakeHub()
+        self.dialect = Dialect()
         self.url = url
         self.path, options = _parse(url)
         self.synchronous = options.get("synchronous", "NORMAL").upper()
@@ -130,7 +135,7 @@ class SQLiteDriver(SQLDriverBase):
             conn.execute("PRAGMA foreign_keys=OFF")
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for ddl in schema_statements("sqlite"):
+                for ddl in schema_statements(self.dialect):
                     conn.execute(ddl)
                 conn.execute("COMMIT")
             except BaseException:
@@ -153,13 +158,14 @@ class SQLiteDriver(SQLDriverBase):
                 if self._checkpointer is not None:
                     await anyio.to_thread.run_sync(self._checkpointer.join)
 
-    async def _run(self, build: Callable[[Tx], Program[Any]], *, write: bool = True) -> Any:
+    async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
+        """Run the program whole on the database thread: one hop per transaction."""
         conn = self._conn
         if conn is None:
             raise ConfigurationError("the SQLite driver is closed; open the client first")
-        tx = self._tx()
+        tx = Tx(self.dialect)
         result = await anyio.to_thread.run_sync(
-            _run_program, conn, build(tx), write, limiter=self._limiter
+            _run_program, conn, program(tx), write, limiter=self._limiter
         )
         if write and self._checkpoint_uri is not None:
             self._count_write()
@@ -210,8 +216,6 @@ class SQLiteDriver(SQLDriverBase):
             if self._conn is not None:
                 version = await anyio.to_thread.run_sync(self._data_version, limiter=self._limiter)
                 if last is not None and version != last:
-                    from durable.driver import Wake
-
                     self.hub.publish([Wake(("any",))])
                 last = version
             await anyio.sleep(self.poll_interval)

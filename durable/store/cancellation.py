@@ -4,57 +4,43 @@ A request is recorded once on the run it targets (a duplicate returns the
 original identity and deadline; a new timeout never extends the budget). The
 run's owner records the delivery boundary and interrupts the code; operation
 policies then ask activity attempts and children to stop, and every stop is
-acknowledged by a fenced stop receipt. The cascade view is read from these
-records alone, so it says "unverified" where a receipt is missing rather than
-trusting that a stop happened.
+acknowledged by a fenced stop receipt. The cascade view
+(`durable.store.inspection`) is read from these records alone.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from .clock import to_iso
-from .driver import (
-    DeliverCancellation,
-    OpRecord,
-    RequestActivityStop,
-    RequestChildCancellation,
-    RunRecord,
-)
-from .errors import (
+from ..clock import to_iso
+from ..driver import Program, Row, Tx, ex, q, q1
+from ..errors import (
     CapabilityUnsupported,
     RunAlreadyClosed,
     RunNotCurrent,
     WorkflowNotFound,
 )
-from .sqlstore import (
-    _OP_COLUMNS,
-    _RUN_COLUMNS,
-    Program,
-    Tx,
-    append_events,
+from ..failure import Failure
+from .events import Event, append_events
+from .records import (
+    OP_COLUMNS,
+    RUN_COLUMNS,
+    OpRecord,
+    RunRecord,
+    dump_failure,
     dumps,
-    ex,
-    get_run,
     loads,
     new_id,
     op_from_row,
-    q,
-    q1,
     run_from_row,
 )
+from .writes import DeliverCancellation, RequestActivityStop, RequestChildCancellation
 
 DEFAULT_CHILD_CLEANUP = 30.0
 CAPABILITY = "cooperative_cancellation"
 
 
-def _deadline_at(run: RunRecord, cleanup: float | None) -> float | None:
-    values = [v for v in (run.execution_deadline_at, run.run_deadline_at, cleanup) if v is not None]
-    return min(values) if values else None
-
-
-def _claim_supports(run_row: Any, now: float) -> bool:
+def _claim_supports(run_row: Row, now: float) -> bool:
     """Whether the worker holding the run's claim (if any) can take a cooperative request.
 
     The capabilities are those the worker declared when it claimed the run, so
@@ -106,9 +92,10 @@ def _record_request(tx: Tx, run: RunRecord, ctx: dict[str, Any], now: float) -> 
     yield ex(
         "UPDATE runs SET cancellation = ?, cleanup_deadline_at = ?, deadline_at = ?, "
         "ready_at = COALESCE(ready_at, ?) WHERE run_id = ?",
-        dumps(ctx), ctx["deadline_at"], _deadline_at(run, ctx["deadline_at"]), now, run.run_id,
+        dumps(ctx), ctx["deadline_at"], run.deadlines.with_cleanup(ctx["deadline_at"]).earliest,
+        now, run.run_id,
     )
-    yield from append_events(tx, run.run_id, [("CancellationRequested", public_context(ctx))],
+    yield from append_events(run.run_id, [("CancellationRequested", public_context(ctx))],
                              now)
     tx.wake("run", run.run_id)
     return None
@@ -169,7 +156,7 @@ def request_cancellation(
             f"(that is {wf['current_run_id']}); cancellation targets the current run"
         )
     row = yield q1(
-        f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs "
+        f"SELECT {RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs "
         "WHERE run_id = ?" + tx.lock,
         wf["current_run_id"],
     )
@@ -196,7 +183,7 @@ def request_cancellation(
 def request_child(
     tx: Tx,
     parent: RunRecord,
-    child_row: Any,
+    child_row: Row,
     reason: str,
     cleanup_timeout: float | None,
     source: str,
@@ -209,7 +196,7 @@ def request_child(
     if child.cancellation is not None:
         return child.cancellation
     if not _claim_supports(child_row, now):
-        yield from append_events(tx, parent.run_id, [("ChildCancellationRefused", {
+        yield from append_events(parent.run_id, [("ChildCancellationRefused", {
             "child_workflow_id": child.workflow_id, "child_run_id": child.run_id,
             "reason": "the worker holding the child does not support cooperative cancellation",
         })], now)
@@ -237,8 +224,8 @@ def _update_context(run_id: str, ctx: dict[str, Any]) -> Program[None]:
 
 
 def deliver(
-    tx: Tx, run: RunRecord, write: DeliverCancellation, now: float,
-    events: list[tuple[str, dict[str, Any]]],
+    run: RunRecord, write: DeliverCancellation, now: float,
+    events: list[Event],
 ) -> Program[None]:
     ctx = run.cancellation
     if ctx is None or ctx.get("delivered_at") is not None:
@@ -264,7 +251,7 @@ def mark_cleaning_up(run: RunRecord) -> Program[None]:
 
 def request_activity_stop(
     tx: Tx, run: RunRecord, write: RequestActivityStop, now: float,
-    events: list[tuple[str, dict[str, Any]]], ops: dict[str, OpRecord],
+    events: list[Event], ops: dict[str, OpRecord],
 ) -> Program[None]:
     op_row = yield from _interrupt_once(run.run_id, write.op_id)
     if op_row is None:
@@ -278,10 +265,8 @@ def request_activity_stop(
     )
     if task is None:
         return None
-    failure = {
-        "failure_category": "cancelled", "exception_class": "durable.ActivityCancelled",
-        "policy": write.policy, "message": f"activity {op.name} cancelled ({write.policy})",
-    }
+    failure = Failure.activity_cancelled(f"activity {op.name} cancelled ({write.policy})",
+                                         policy=write.policy)
     if task["status"] == "pending":
         receipt = {"kind": "not_started", "confirmed": True, "at": to_iso(now),
                    "attempt": task["attempt"]}
@@ -312,13 +297,13 @@ def request_activity_stop(
     return None
 
 
-def _close_op(run_id: str, op: OpRecord, failure: dict[str, Any], now: float,
+def _close_op(run_id: str, op: OpRecord, failure: Failure, now: float,
               ops: dict[str, OpRecord]) -> Program[None]:
-    failure = dict(failure, interrupted=True)
+    failure = failure.with_details(interrupted=True)
     yield ex(
         "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ?, interrupted = 1 "
         "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
-        json.dumps(failure), now, run_id, op.op_id,
+        dump_failure(failure), now, run_id, op.op_id,
     )
     ops[op.op_id] = OpRecord(op.op_id, op.kind, op.name, "cancelled", None, failure,
                              op.scheduled_at, now, op.fire_at, op.child_workflow_id,
@@ -326,10 +311,10 @@ def _close_op(run_id: str, op: OpRecord, failure: dict[str, Any], now: float,
     return None
 
 
-def _interrupt_once(run_id: str, op_id: str) -> Program[Any]:
+def _interrupt_once(run_id: str, op_id: str) -> Program[Row | None]:
     """The op's row, marked interrupted (so replay interrupts the same await
     again); None if it does not exist or was marked already (idempotent)."""
-    op_row = yield q1(f"SELECT {_OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+    op_row = yield q1(f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
                       run_id, op_id)
     if op_row is None or op_row["interrupted"]:
         return None
@@ -338,14 +323,14 @@ def _interrupt_once(run_id: str, op_id: str) -> Program[Any]:
 
 
 def cancel_timer(run: RunRecord, op_id: str, now: float,
-                 events: list[tuple[str, dict[str, Any]]],
+                 events: list[Event],
                  ops: dict[str, OpRecord]) -> Program[None]:
     op_row = yield from _interrupt_once(run.run_id, op_id)
     if op_row is None:
         return None
     if op_row["status"] != "scheduled":
         return None
-    failure = {"failure_category": "cancelled", "message": "timer cancelled"}
+    failure = Failure("cancelled", "timer cancelled")
     yield from _close_op(run.run_id, op_from_row(op_row), failure, now, ops)
     events.append(("TimerCancelled", {"op_id": op_id, "reason": "cancellation delivered"}))
     return None
@@ -353,7 +338,7 @@ def cancel_timer(run: RunRecord, op_id: str, now: float,
 
 def request_child_cancellation(
     tx: Tx, run: RunRecord, write: RequestChildCancellation, now: float,
-    events: list[tuple[str, dict[str, Any]]], ops: dict[str, OpRecord],
+    events: list[Event], ops: dict[str, OpRecord],
 ) -> Program[None]:
     op_row = yield from _interrupt_once(run.run_id, write.op_id)
     if op_row is None:
@@ -374,7 +359,7 @@ def request_child_cancellation(
         }))
         return None
     child_row = yield q1(
-        f"SELECT {_RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs WHERE run_id = "
+        f"SELECT {RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs WHERE run_id = "
         "(SELECT current_run_id FROM workflows WHERE namespace = ? AND workflow_id = ?)" + tx.lock,
         run.namespace, op.child_workflow_id,
     )
@@ -391,30 +376,28 @@ def request_child_cancellation(
         "deadline_at": to_iso(ctx["deadline_at"]) if ctx else None,
     }))
     if write.policy == "try_cancel":
-        failure = {"failure_category": "cancelled", "policy": "try_cancel",
-                   "exception_class": "durable.ChildWorkflowFailed",
-                   "message": f"child {op.child_workflow_id} asked to cancel; not waited for"}
+        failure = Failure("cancelled", f"child {op.child_workflow_id} asked to cancel; not "
+                          "waited for", "durable.ChildWorkflowFailed",
+                          details={"policy": "try_cancel"})
         yield from _close_op(run.run_id, op, failure, now, ops)
     return None
 
 
 def stop_receipt(
-    tx: Tx, task: Any, worker_id: str, result: str | None, failure: dict[str, Any] | None,
-    now: float,
+    task: Row, worker_id: str, failure: Failure | None, now: float,
 ) -> Program[dict[str, Any]]:
     """Record a fenced stop receipt for an attempt that was asked to stop."""
     run = yield q1("SELECT cleanup_deadline_at FROM runs WHERE run_id = ?", task["run_id"])
     deadline = run["cleanup_deadline_at"] if run is not None else None
-    kind = "completed" if failure is None else str(
-        (failure or {}).get("stop_kind") or "stopped")
-    receipt = {
+    kind = "completed" if failure is None else str(failure.get("stop_kind") or "stopped")
+    receipt: dict[str, Any] = {
         "kind": kind, "worker_id": worker_id, "attempt": int(task["attempt"]),
-        "acknowledged_at": to_iso(now), "confirmed": bool((failure or {}).get(
-            "stop_confirmed", True)),
+        "acknowledged_at": to_iso(now),
+        "confirmed": bool(failure.get("stop_confirmed", True)) if failure else True,
         "received_after_deadline": bool(deadline is not None and now > deadline),
     }
-    if failure is not None and "exit_code" in failure:
-        receipt["exit_code"] = failure["exit_code"]
+    if failure is not None and "exit_code" in failure.details:
+        receipt["exit_code"] = failure.get("exit_code")
     yield ex("UPDATE activity_tasks SET stop_receipt = ? WHERE task_id = ?", dumps(receipt),
              task["task_id"])
     return receipt
@@ -426,142 +409,3 @@ def stop_requests(worker_id: str) -> Program[list[str]]:
         "AND stop_requested = 1", worker_id,
     )
     return [r["task_id"] for r in rows]
-
-
-# ---------------------------------------------------------------- the cascade view
-
-
-def cascade(
-    namespace: str, workflow_id: str, run_id: str | None, now: float, limit: int = 200
-) -> Program[dict[str, Any]]:
-    root = yield from get_run(namespace, workflow_id, run_id)
-    if root is None:
-        raise WorkflowNotFound(f"no workflow {workflow_id!r} in namespace {namespace!r}")
-    root_ctx = root.cancellation
-    view: dict[str, Any] = {
-        "root": public_context(root_ctx) if root_ctx else None,
-        "inspection_complete": True,
-        "truncated": False,
-        "findings": [],
-        "runs": [],
-        "edges": [],
-    }
-    if root_ctx is None:
-        return view
-    live_workers = yield q("SELECT worker_id FROM workers WHERE expires_at >= ?", now)
-    alive = {w["worker_id"] for w in live_workers}
-    queue = [root]
-    seen: set[str] = set()
-    while queue:
-        run = queue.pop(0)
-        if run.run_id in seen:
-            continue
-        seen.add(run.run_id)
-        if len(view["runs"]) >= limit:
-            view["truncated"] = True
-            break
-        entry = yield from _cascade_run(run, now, alive, view["findings"])
-        view["runs"].append(entry)
-        children = yield q(f"SELECT {_RUN_COLUMNS} FROM runs WHERE parent_run_id = ?",
-                           run.run_id)
-        for child_row in children:
-            child = run_from_row(child_row)
-            propagation = entry["child_propagation"].get(child.workflow_id, {})
-            view["edges"].append({
-                "parent_workflow_id": run.workflow_id, "parent_run_id": run.run_id,
-                "child_workflow_id": child.workflow_id, "child_run_id": child.run_id,
-                "policy": propagation.get("policy"),
-            })
-            queue.append(child)
-    view["inspection_complete"] = not view["findings"]
-    return view
-
-
-def _cascade_run(
-    run: RunRecord, now: float, alive: set[str], findings: list[dict[str, Any]]
-) -> Program[dict[str, Any]]:
-    ctx = run.cancellation or {}
-    lifecycle = ctx.get("lifecycle")
-    if lifecycle is None:
-        lifecycle = {"terminated": "terminated", "cancelled": "cancelled"}.get(
-            run.status, "not_requested")
-    tasks = yield q(
-        "SELECT task_id, op_id, activity_name, attempt, status, owner, options, "
-        "stop_requested, stop_requested_at, stop_receipt, closed_at FROM activity_tasks "
-        "WHERE run_id = ? AND (stop_requested = 1 OR status = 'cancelled')",
-        run.run_id,
-    )
-    stops = []
-    for t in tasks:
-        receipt = loads(t["stop_receipt"])
-        policy = (loads(t["options"]) or {}).get("cancellation")
-        if receipt is not None:
-            state = "stopped" if receipt.get("confirmed", True) else "signalled"
-        elif t["status"] == "running" and t["owner"] in alive:
-            state = "stopping"
-        else:
-            state = "unverified"
-            findings.append({
-                "workflow_id": run.workflow_id, "run_id": run.run_id, "task_id": t["task_id"],
-                "finding": f"attempt {t['attempt']} of {t['activity_name']} has no stop receipt "
-                           f"and its worker ({t['owner']}) is gone or it was fenced; it is not "
-                           "verified as stopped",
-            })
-        stops.append({
-            "task_id": t["task_id"], "op_id": t["op_id"], "activity_type": t["activity_name"],
-            "policy": policy, "fence": {"attempt": t["attempt"], "status": t["status"],
-                                         "owner": t["owner"]},
-            "stop_requested_at": to_iso(t["stop_requested_at"]), "stop_receipt": receipt,
-            "acknowledged_at": receipt.get("acknowledged_at") if receipt else None,
-            "received_after_deadline": (receipt or {}).get("received_after_deadline"),
-            "state": state,
-        })
-    events = yield q(
-        "SELECT type, data FROM events WHERE run_id = ? AND type IN "
-        "('ChildCancellationRequested', 'ParentClosePolicyApplied', 'ChildWorkflowScheduled', "
-        "'CancellationDelivered') ORDER BY seq",
-        run.run_id,
-    )
-    propagation: dict[str, dict[str, Any]] = {}
-    delivery = None
-    for e in events:
-        data = json.loads(e["data"])
-        if e["type"] == "CancellationDelivered":
-            delivery = data
-            continue
-        child_id = data.get("child_workflow_id")
-        if child_id is None:
-            continue
-        item = propagation.setdefault(child_id, {"child_workflow_id": child_id})
-        if e["type"] == "ChildWorkflowScheduled":
-            item["cancellation_policy"] = data.get("cancellation")
-            item["parent_close_policy"] = data.get("parent_close_policy")
-        elif e["type"] == "ChildCancellationRequested":
-            item["policy"] = data["policy"]  # the operation's policy comes first
-            item["request_id"] = data.get("request_id")
-        else:
-            item["parent_close_policy_applied"] = data["policy"]
-            item.setdefault("policy", f"parent_close:{data['policy']}")
-    for child_id, item in propagation.items():
-        child_row = yield q1(
-            "SELECT status, cancellation FROM runs WHERE namespace = ? AND workflow_id = ? "
-            "ORDER BY run_number DESC LIMIT 1", run.namespace, child_id,
-        )
-        if child_row is not None:
-            child_ctx = loads(child_row["cancellation"]) or {}
-            item["outcome"] = child_row["status"]
-            item["child_lifecycle"] = child_ctx.get("lifecycle")
-        item.setdefault("policy", item.get("cancellation_policy"))
-        if item.get("policy") == "abandon":
-            item["waited"] = False
-    return {
-        "workflow_id": run.workflow_id, "run_id": run.run_id, "workflow_type": run.workflow_type,
-        "status": run.status, "lifecycle": lifecycle,
-        "request": public_context(ctx) if ctx else None,
-        "delivery": {"delivered_at": to_iso(ctx.get("delivered_at")),
-                     "boundary": ctx.get("boundary")} if ctx.get("delivered_at") else delivery,
-        "cleanup_outcome": ctx.get("cleanup_outcome"),
-        "deadline_at": to_iso(ctx.get("deadline_at")) if ctx else None,
-        "activity_stops": stops,
-        "child_propagation": propagation,
-    }

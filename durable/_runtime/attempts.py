@@ -1,4 +1,12 @@
-"""Running activity attempts under supervision.
+"""Running activity attempts under supervision: one runner for local and remote.
+
+Local activities (run by the workflow's own op, in this worker) and remote
+ones (claimed from the queue by a worker) run an attempt the same way:
+`new_context` builds the attempt's `ActivityContext`, `decode_args` rebuilds
+the arguments from their type hints, `run_attempt` calls the function
+(async in a cancel scope, sync in a thread, process-isolated in a child
+process), and `attempt_failure` records how an attempt that raised failed.
+Retry decisions are the frozen `RetryPolicy`'s (`next_attempt_at`).
 
 An attempt runs with an `ActivityContext` in a contextvar, so that
 `activity.heartbeat()` and `activity.check_cancelled()` work from async code and
@@ -22,8 +30,11 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from .clock import Clock, to_datetime
-from .errors import ActivityAPIOutsideActivity, ActivityStopRequested
+from .._registry import ActivityDefn
+from ..clock import Clock, to_datetime
+from ..converter import PayloadConverter, decode_args
+from ..errors import ActivityAPIOutsideActivity, ActivityStopRequested, StructuralLimitExceeded
+from ..failure import Failure
 
 
 @dataclass(frozen=True)
@@ -220,10 +231,10 @@ async def call_activity(
         _current.reset(token)
 
 
-def make_info(
+def new_context(
+    defn: ActivityDefn,
     *,
     activity_id: str,
-    activity_type: str,
     attempt: int,
     workflow_id: str,
     run_id: str,
@@ -234,10 +245,12 @@ def make_info(
     deadline: float | None,
     heartbeat_timeout: float | None,
     heartbeat_details: Any,
-) -> ActivityInfo:
-    return ActivityInfo(
+    clock: Clock,
+) -> ActivityContext:
+    """The context of one attempt: its info, clock and binding deadline."""
+    info = ActivityInfo(
         activity_id=activity_id,
-        activity_type=activity_type,
+        activity_type=defn.name,
         attempt=attempt,
         workflow_id=workflow_id,
         run_id=run_id,
@@ -249,3 +262,37 @@ def make_info(
         heartbeat_timeout=heartbeat_timeout,
         heartbeat_details=heartbeat_details,
     )
+    return ActivityContext(info, clock, deadline)
+
+
+def arguments(defn: ActivityDefn, converter: PayloadConverter, payload: str) -> list[Any]:
+    """The attempt's arguments, rebuilt from their recorded JSON by type hint."""
+    return decode_args(converter, payload, defn.param_hints)
+
+
+async def run_attempt(actx: ActivityContext, defn: ActivityDefn, args: list[Any], *,
+                      abandon_on_cancel: bool = False) -> Any:
+    """Call the activity for one attempt, supervised through `actx`."""
+    return await call_activity(actx, defn.fn, defn.is_async, args,
+                               abandon_on_cancel=abandon_on_cancel,
+                               process_isolated=defn.process_isolated)
+
+
+def attempt_failure(exc: Exception, actx: ActivityContext, defn: ActivityDefn) -> Failure:
+    """How an attempt that raised `exc` failed, as recorded.
+
+    A stop (timeout fencing, cancellation, shutdown) records how it was
+    stopped and whether the stop was confirmed; a result over the payload
+    limit is not retried (it would be as large next time).
+    """
+    if isinstance(exc, ActivityStopRequested):
+        return Failure.from_exception(exc, "stopped").with_details(
+            stop_reason=actx.stop_reason,
+            stop_kind=exc.stop_kind or ("cancel_scope" if defn.is_async else "cooperative"),
+            stop_confirmed=exc.confirmed,
+            **({"exit_code": exc.exit_code} if exc.exit_code is not None else {}),
+        )
+    failure = Failure.from_exception(exc)
+    if isinstance(exc, StructuralLimitExceeded):
+        failure = failure.with_details(non_retryable=True)
+    return failure

@@ -1,0 +1,111 @@
+"""Talking to one asyncpg connection: statements, programs, failures.
+
+A program's statements are sent one by one on the connection (asyncpg keeps
+them prepared), their results fed back. The error tuples say which failures
+leave a transaction safe to retry (the server rolled it back) and which mean
+the connection is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import asyncpg
+import asyncpg.exceptions as pgerr
+
+from durable.driver import Program, Stmt
+
+T = TypeVar("T")
+if TYPE_CHECKING:  # asyncpg's classes are generic only in its stubs
+    from asyncpg.pool import PoolConnectionProxy
+
+    Pool = asyncpg.Pool[asyncpg.Record]
+    # a pooled connection comes wrapped in a proxy with the same interface
+    Connection = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
+
+# Errors after which the connection is gone: nothing the server did in an open
+# transaction survives it (the server rolls back), so retrying is safe unless
+# COMMIT was already on the wire.
+CONNECTION_LOST: tuple[type[BaseException], ...] = (
+    OSError,  # includes TimeoutError (a command or acquire timeout)
+    pgerr.PostgresConnectionError,
+    pgerr.AdminShutdownError,
+    pgerr.CrashShutdownError,
+    pgerr.CannotConnectNowError,
+    pgerr.TooManyConnectionsError,
+    # the server's FATAL arrived but the socket is not closed yet: asyncpg
+    # refuses the next statement before sending it
+    pgerr.InternalClientError,
+)
+# Errors the server raises when concurrent transactions collide; the
+# transaction was rolled back and a fresh run of the program sees the winner's
+# rows (e.g. two starts of one workflow id: the second becomes "already started").
+CONFLICT: tuple[type[BaseException], ...] = (
+    pgerr.DeadlockDetectedError,
+    pgerr.SerializationError,
+    pgerr.UniqueViolationError,
+    # another process migrated the schema under our prepared statements;
+    # asyncpg has dropped them, the next attempt prepares afresh
+    pgerr.InvalidCachedStatementError,
+)
+
+
+
+@functools.lru_cache(maxsize=4096)
+def _numbered(sql: str) -> str:
+    """Rewrite ``?`` placeholders as ``$1..$n`` (our SQL has no literal '?')."""
+    pieces = sql.split("?")
+    out = [pieces[0]]
+    for n, piece in enumerate(pieces[1:], start=1):
+        out.append(f"${n}")
+        out.append(piece)
+    return "".join(out)
+
+
+def _rowcount(status: str) -> int:
+    """The row count in a command tag ("UPDATE 3", "INSERT 0 1"); 0 if none."""
+    tail = status.rsplit(" ", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+async def execute(conn: Connection, stmt: Stmt) -> Any:
+    sql = _numbered(stmt.sql)
+    if stmt.mode == "all":
+        return await conn.fetch(sql, *stmt.params)
+    if stmt.mode == "one":
+        return await conn.fetchrow(sql, *stmt.params)
+    if stmt.mode == "many":
+        if stmt.params_seq:
+            await conn.executemany(sql, stmt.params_seq)
+        return None
+    return _rowcount(await conn.execute(sql, *stmt.params))
+
+
+async def drive(conn: Connection, program: Program[T], first: Stmt | None = None) -> T:
+    """Send a program's statements on `conn`, feeding each result back."""
+    try:
+        stmt = next(program) if first is None else first
+        while True:
+            stmt = program.send(await execute(conn, stmt))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def no_reset(conn: Connection) -> None:
+    """Pool release hook: asyncpg already rolled back any open transaction, and
+    our transactions leave no other session state worth a round trip to reset."""
+
+
+def discard(conn: Connection) -> None:
+    """Close a broken connection at once; the pool opens a new one. (A lost
+    connection may already be detached from its pool proxy, which then
+    refuses every call: nothing is left to close.)"""
+    with contextlib.suppress(Exception):
+        conn.terminate()
+
+
+class CommitOutcomeUnknown(Exception):
+    """The connection broke while COMMIT was on the wire."""

@@ -1,0 +1,399 @@
+"""The PostgreSQL executor: programs as transactions on pooled asyncpg connections.
+
+A step's cost is its round trips, so the driver spends as few as the
+protocol allows: ``BEGIN``, one per statement (asyncpg keeps them prepared),
+and one for ``NOTIFY`` + ``COMMIT`` sent together; programs that only read
+skip ``BEGIN``/``COMMIT`` (under READ COMMITTED each statement has its own
+snapshot either way); a released connection is not reset (our transactions
+leave no session state), which asyncpg would otherwise do with a round trip
+of its own. A transaction that certainly did not commit (a lost connection
+before COMMIT, a serialization conflict) is re-run whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+import asyncpg
+import asyncpg.exceptions as pgerr
+import sniffio
+
+from durable._log import get_logger
+from durable.driver import Program, ProgramFactory, Tx, Wake, WakeHub
+from durable.errors import ConfigurationError, StorageUnavailable
+from durable.store.migrations import SCHEMA_VERSION, migrate
+from durable.store.schema import schema_statements
+
+from .bridge import LoopThread
+from .connection import (
+    CONFLICT,
+    CONNECTION_LOST,
+    CommitOutcomeUnknown,
+    discard,
+    drive,
+    execute,
+    no_reset,
+)
+from .dialect import PostgresDialect
+from .listener import Listener
+from .url import channel_name, parse_url, quote_ident, quote_literal
+
+if TYPE_CHECKING:
+    from .connection import Connection, Pool
+
+T = TypeVar("T")
+
+# pg_advisory_xact_lock(class, key): the class names "durable schema DDL", the
+# key the schema, so processes migrating different schemas do not queue.
+_DDL_LOCK_CLASS = 0x64757261
+# pg_notify payloads must stay under 8000 bytes; a larger set of keys is sent
+# as ("any",), which every listener treats as "look at everything".
+_MAX_PAYLOAD = 7000
+
+
+class PostgresDriver:
+    """Storage on PostgreSQL, shared by any number of worker processes.
+
+    `min_pool`/`max_pool` bound the connection pool (plus one LISTEN
+    connection while a worker watches); `poll_interval` is how often a
+    watching worker looks at everything even without a notification;
+    `retries` is how often a transaction is retried after a lost connection
+    or a conflict before `StorageUnavailable` is raised; `command_timeout`
+    bounds each statement, so a vanished server cannot hang a worker.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_pool: int = 1,
+        max_pool: int = 10,
+        poll_interval: float = 1.0,
+        connect_timeout: float = 10.0,
+        command_timeout: float | None = 60.0,
+        retries: int = 5,
+        statement_cache_size: int = 512,
+    ) -> None:
+        self.hub = WakeHub()
+        self.dialect = PostgresDialect()
+        if min_pool < 0 or max_pool < 1 or min_pool > max_pool:
+            raise ConfigurationError(
+                f"min_pool={min_pool}, max_pool={max_pool}: need 0 <= min_pool <= max_pool "
+                "and max_pool >= 1"
+            )
+        if poll_interval <= 0:
+            raise ConfigurationError("poll_interval must be positive")
+        self.url = url
+        self._target = parse_url(url)
+        self.schema = self._target.schema
+        self.channel = channel_name(self.schema)
+        self.min_pool = min_pool
+        self.max_pool = max_pool
+        self.poll_interval = poll_interval
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.retries = retries
+        self.statement_cache_size = statement_cache_size
+        self.origin = uuid.uuid4().hex[:16]
+        self.application_name = self._target.application_name or f"durable:{self.origin}"
+        self.log = get_logger("durable.postgres").bind(url=self._target.masked)
+        self._pool: Pool | None = None
+        self._thread: LoopThread | None = None
+        self._listener = Listener(self)
+        self._watch_lock: anyio.Lock | None = None
+
+    # ---------------------------------------------------------------- host bridge
+
+    async def _call(self, fn: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
+        """Run `fn` where asyncpg lives. Shielded by default: a transaction, once
+        started, runs to its end like the SQLite driver's thread hop, so a
+        cancelled caller never leaves a claim committed but unseen."""
+        if self._thread is not None:
+            return await self._thread.run(fn, shield=shield)
+        with anyio.CancelScope(shield=shield):
+            result = await fn()
+        return result
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _server_settings(self) -> dict[str, str]:
+        settings = {"standard_conforming_strings": "on"}
+        if self._target.application_name is None:
+            settings["application_name"] = self.application_name
+        if self.schema is not None:
+            settings["search_path"] = quote_ident(self.schema)
+        return settings
+
+    async def _connect_one(self) -> Connection:
+        """A connection outside the pool (the LISTEN connection)."""
+        conn: Connection = await asyncpg.connect(
+            self._target.dsn, timeout=self.connect_timeout,
+            server_settings=self._server_settings(),
+        )
+        return conn
+
+    def _connect_error(self, exc: BaseException) -> ConfigurationError:
+        t = self._target
+        where = f"PostgreSQL at {t.masked!r}"
+        if isinstance(exc, pgerr.InvalidCatalogNameError):
+            hint = (f"database {t.database!r} does not exist on {t.address}; create it "
+                    f"(createdb {t.database}) or fix the database name in the URL")
+        elif isinstance(exc, pgerr.InvalidAuthorizationSpecificationError):
+            hint = ("the server refused the login; check the user and password in the URL "
+                    "and the server's pg_hba.conf")
+        elif isinstance(exc, pgerr.InsufficientPrivilegeError):
+            hint = (f"the user may not create schema {self.schema!r} or its tables; grant "
+                    "CREATE on the database or create the schema beforehand")
+        elif isinstance(exc, OSError):
+            hint = (f"no server answered at {t.address}; check that PostgreSQL is running, "
+                    "listens on that host and port (listen_addresses, port) and that no "
+                    "firewall is in the way")
+        else:
+            hint = "check the URL and the server's log"
+        return ConfigurationError(f"cannot connect to {where}: {exc}; {hint}")
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        self._watch_lock = anyio.Lock()
+        host = sniffio.current_async_library()
+        if host == "trio":
+            self._thread = LoopThread()
+        elif host != "asyncio":
+            raise ConfigurationError(
+                f"the PostgreSQL driver runs under asyncio or trio, not {host!r}"
+            )
+        try:
+            await self._call(self._open_pool)
+        except BaseException:
+            if self._thread is not None:
+                await self._thread.stop()
+                self._thread = None
+            raise
+
+    async def _open_pool(self) -> None:
+        try:
+            pool = await asyncpg.create_pool(
+                self._target.dsn,
+                min_size=self.min_pool,
+                max_size=self.max_pool,
+                timeout=self.connect_timeout,
+                command_timeout=self.command_timeout,
+                statement_cache_size=self.statement_cache_size,
+                server_settings=self._server_settings(),
+                reset=no_reset,
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise self._connect_error(exc) from exc
+        try:
+            async with pool.acquire() as conn:
+                await self._migrate(conn)
+        except ConfigurationError as exc:
+            await pool.close()
+            raise ConfigurationError(f"cannot use {self._target.masked!r}: {exc}") from exc
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            await pool.close()
+            raise self._connect_error(exc) from exc
+        self._pool = pool
+
+    async def _migrate(self, conn: Connection) -> None:
+        """Create or check the schema under an advisory lock, so that processes
+        starting together on a fresh database do not race their DDL.
+
+        A schema that is already current is only checked: even a no-op
+        ``CREATE INDEX IF NOT EXISTS`` takes a SHARE lock on its table, which
+        would stall (and deadlock with) the workers already running on it.
+        """
+        async with conn.transaction():
+            if await conn.fetchval("SELECT to_regclass('durable_meta') IS NOT NULL"):
+                found = await conn.fetchval(
+                    "SELECT value FROM durable_meta WHERE key = 'schema_version'"
+                )
+                if found is not None and int(found) >= SCHEMA_VERSION:
+                    await drive(conn, migrate())  # refuses a newer schema
+                    return
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                _DDL_LOCK_CLASS, self.schema or "",
+            )
+            if self.schema is not None:
+                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+            await conn.execute(";\n".join(schema_statements(self.dialect)))
+            await drive(conn, migrate())
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self._pool is not None:
+                pool, self._pool = self._pool, None
+                await self._call(lambda: self._close_on_loop(pool))
+            if self._thread is not None:
+                thread, self._thread = self._thread, None
+                await thread.stop()
+
+    async def _close_on_loop(self, pool: Pool) -> None:
+        await self._listener.close()
+        try:
+            await asyncio.wait_for(pool.close(), 10)
+        except Exception:
+            pool.terminate()
+
+    async def drop_schema(self) -> None:
+        """Drop this URL's schema and everything in it (tests clean up with it)."""
+        if self.schema is None:
+            raise ConfigurationError(
+                f"{self._target.masked!r} names no schema; drop_schema() only drops a "
+                "schema given with ?schema=NAME"
+            )
+        statement = f"DROP SCHEMA IF EXISTS {quote_ident(self.schema)} CASCADE"
+
+        async def drop() -> None:
+            async with self._require_pool().acquire() as conn:
+                await conn.execute(statement)
+
+        await self._call(drop)
+
+    def _require_pool(self) -> Pool:
+        if self._pool is None:
+            raise ConfigurationError("the PostgreSQL driver is closed; open the client first")
+        return self._pool
+
+    # ---------------------------------------------------------------- transactions
+
+    async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
+        """Run the program as one transaction (see the module docstring)."""
+        self._require_pool()
+        result, tx = await self._call(lambda: self._run_on_loop(program, write))
+        self.hub.publish(tx.wakes)
+        return result
+
+    async def _run_on_loop(self, build: ProgramFactory[T], write: bool) -> tuple[T, Tx]:
+        """Run a program, retrying it whole while nothing can have been committed."""
+        pool = self._require_pool()
+        attempt = 0
+        while True:
+            tx = Tx(self.dialect)
+            try:
+                async with pool.acquire(timeout=self.connect_timeout) as conn:
+                    try:
+                        result = await self._transaction(conn, build(tx), tx, write)
+                    except CONNECTION_LOST:
+                        discard(conn)
+                        raise
+                return result, tx
+            except CommitOutcomeUnknown as unknown:
+                cause = unknown.__cause__
+                await pool.expire_connections()
+                raise StorageUnavailable(
+                    f"lost the connection to PostgreSQL at {self._target.masked!r} while "
+                    f"committing ({cause!r}); the transaction may or may not have been "
+                    "recorded: read the state back from storage before acting on it",
+                    outcome_unknown=True,
+                ) from cause
+            except (*CONNECTION_LOST, *CONFLICT) as exc:
+                lost = isinstance(exc, CONNECTION_LOST)
+                if attempt >= self.retries:
+                    if not lost:
+                        raise
+                    raise StorageUnavailable(
+                        f"PostgreSQL at {self._target.masked!r} is unavailable after "
+                        f"{attempt + 1} attempts ({exc!r}); check that the server is up and "
+                        "reachable; nothing was recorded",
+                        outcome_unknown=False,
+                    ) from exc
+                attempt += 1
+                if lost:
+                    self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+                    if not isinstance(exc, TimeoutError):
+                        # The pool's other connections likely died with this one
+                        # (a restart, a failover): replace them all, not one by one.
+                        await pool.expire_connections()
+                await asyncio.sleep(0 if attempt == 1 else min(0.05 * 2 ** attempt, 2.0))
+
+    async def _transaction(
+        self, conn: Connection, program: Program[T], tx: Tx, write: bool
+    ) -> T:
+        if not write:
+            return await drive(conn, program)
+        try:
+            first = next(program)
+        except StopIteration as done:
+            empty: T = done.value
+            return empty
+        if first.autocommit and not tx.wakes:
+            # A single self-contained statement commits on its own: one round trip.
+            try:
+                program.send(await execute(conn, first))
+            except StopIteration as done:
+                single: T = done.value
+                return single
+            raise RuntimeError("an autocommit statement must be its program's only statement")
+        await conn.execute("BEGIN")
+        try:
+            result = await drive(conn, program, first)
+        except BaseException as exc:
+            await self._rollback(conn, exc)
+            raise
+        # NOTIFY travels in the transaction, so listeners hear of a commit only
+        # if it happened, and in the same round trip as COMMIT.
+        commit = "COMMIT"
+        if tx.wakes:
+            commit = f"NOTIFY {quote_ident(self.channel)}, {quote_literal(self._payload(tx))};"
+            commit += " COMMIT"
+        try:
+            await conn.execute(commit)
+        except CONNECTION_LOST as exc:
+            discard(conn)
+            raise CommitOutcomeUnknown() from exc
+        except BaseException as exc:
+            await self._rollback(conn, exc)
+            raise
+        return result
+
+    @staticmethod
+    async def _rollback(conn: Connection, cause: BaseException) -> None:
+        """Roll back, never masking the error that brought us here. After a
+        lost connection there is nothing to roll back (the server did it) and
+        waiting for an answer could hang: the connection is discarded."""
+        if isinstance(cause, CONNECTION_LOST):
+            discard(conn)
+            return
+        try:
+            await conn.execute("ROLLBACK")
+        except Exception:
+            discard(conn)
+
+    def _payload(self, tx: Tx) -> str:
+        keys = list(dict.fromkeys(wake.key for wake in tx.wakes))
+        text = json.dumps({"o": self.origin, "k": keys}, separators=(",", ":"))
+        if len(text) > _MAX_PAYLOAD:
+            text = json.dumps({"o": self.origin, "k": [["any"]]}, separators=(",", ":"))
+        return text
+
+    # ---------------------------------------------------------------- wake-ups
+
+    async def watch(self) -> None:
+        """Publish other processes' commits (LISTEN), and ``("any",)`` every
+        `poll_interval` so that a lost notification delays work, never loses it."""
+        assert self._watch_lock is not None, "open the driver first"
+        # One listener per driver however many workers share it; a second
+        # watch() takes over when the first is cancelled.
+        async with self._watch_lock:
+            next_any = anyio.current_time() + self.poll_interval
+            while True:
+                wait = max(0.0, next_any - anyio.current_time())
+                keys, fresh = await self._call(
+                    functools.partial(self._listener.next_batch, wait), shield=False
+                )
+                wakes = [Wake(key) for key in dict.fromkeys(keys)]
+                now = anyio.current_time()
+                if fresh or now >= next_any:
+                    wakes.append(Wake(("any",)))
+                    next_any = now + self.poll_interval
+                self.hub.publish(wakes)

@@ -1,0 +1,89 @@
+"""LISTEN/NOTIFY: other processes' commits, heard on a connection of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .driver import PostgresDriver
+
+
+class Listener:
+    """The LISTEN connection; lives on the asyncpg loop.
+
+    Notifications land in a queue that the host's `watch()` drains in
+    batches, so that wake-ups are published on the host loop.
+    """
+
+    def __init__(self, driver: PostgresDriver) -> None:
+        self._driver = driver
+        self._conn: Connection | None = None
+        self._queue: asyncio.Queue[tuple[str, ...] | None] | None = None
+        self._failures = 0
+
+    def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        assert self._queue is not None
+        try:
+            message = json.loads(str(payload))
+            if message.get("o") == self._driver.origin:
+                return  # our own commit: already published, with its op records
+            keys = [tuple(str(part) for part in key) for key in message["k"]]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            keys = [("any",)]
+        for key in keys:
+            self._queue.put_nowait(key)
+
+    def _on_terminated(self, conn: object) -> None:
+        if self._queue is not None:
+            self._queue.put_nowait(None)
+
+    async def _connect(self) -> None:
+        self._queue = asyncio.Queue()
+        conn = await self._driver._connect_one()
+        try:
+            await conn.add_listener(self._driver.channel, self._on_notify)
+        except BaseException:
+            conn.terminate()
+            raise
+        conn.add_termination_listener(self._on_terminated)
+        self._conn = conn
+
+    async def next_batch(self, wait: float) -> tuple[list[tuple[str, ...]], bool]:
+        """Keys notified within `wait` seconds, and whether we (re)connected, in which
+        case notifications may have been missed and the caller says ("any",)."""
+        if self._conn is None or self._conn.is_closed():
+            self._conn = None
+            try:
+                await self._connect()
+            except Exception as exc:
+                self._failures += 1
+                self._driver.log.warning("listen_failed", error=repr(exc),
+                                         attempt=self._failures)
+                await asyncio.sleep(min(wait, 0.1 * 2 ** min(self._failures, 6)))
+                return [], False
+            self._failures = 0
+            return [], True  # say so at once, without waiting for a notification
+        assert self._queue is not None
+        try:
+            first = await asyncio.wait_for(self._queue.get(), wait)
+        except TimeoutError:
+            return [], False
+        items = [first]
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        if None in items:  # the connection dropped: reconnect on the next call
+            if self._conn is not None:
+                self._conn.terminate()
+            self._conn = None
+        return [key for key in items if key is not None], False
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await asyncio.wait_for(conn.close(), 5)
+            except Exception:
+                conn.terminate()

@@ -1,0 +1,262 @@
+"""Executing one claimed run: replay, continue live, deliver cancellation, close.
+
+The executor runs the workflow's coroutine in the worker's task group, in
+the host event loop. It bounds the run by its earliest deadline on the engine
+clock (storage is the source of truth; this makes enforcement prompt), and it
+delivers a cooperative cancellation at a recorded boundary: once every
+workflow task waits on a durable op, it records that set of ops and cancels
+the code's scope, so the workflow sees the host's native cancellation
+exception at those awaits. Replay re-delivers at the same boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ..cancellation import CancellationContext
+from ..converter import decode_args
+from ..errors import ContinueAsNew, LostAuthority, NonDeterminismError, StructuralLimitExceeded
+from ..failure import Failure, leaf_exceptions
+from ..store.records import RunStatus
+from ..store.writes import CloseRun, DeliverCancellation
+from .context import WorkflowContext
+from .runtime import WorkflowRuntime
+from .state import enter_task
+
+
+class RunExecutor:
+    """Owns one claimed run: replays it, continues it live, closes it.
+
+    It also delivers a cooperative cancellation: once every workflow task waits
+    on a durable op, it records that set of ops (the delivery boundary) and
+    cancels the code's scope, so the workflow sees the host's native
+    cancellation exception at those awaits. Replay re-delivers at the same
+    boundary.
+    """
+
+    def __init__(self, ctx: WorkflowContext, on_done: Callable[[RunExecutor], None]) -> None:
+        self.ctx = ctx
+        self.run = ctx.run
+        ctx.executor = self
+        ctx.runtime = WorkflowRuntime(ctx)
+        self.scope: anyio.CancelScope | None = None
+        self.code_scope: anyio.CancelScope | None = None
+        self.stop_reason: str | None = None
+        self.needs_release = False
+        self._on_done = on_done
+        self._guard: anyio.abc.TaskGroup | None = None
+        self._interrupt_pending = False
+        self._delivery_started = False
+
+    def stop(self, reason: str) -> None:
+        """Stop executing this run locally (lost lease, shutdown, closed elsewhere)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._hard_stop()
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def _hard_stop(self) -> None:
+        self.ctx.hard_stop = True
+        for shield in list(self.ctx.shields):
+            shield.cancel()
+        for actx in list(self.ctx.running_local.values()):
+            actx.request_stop("the run stopped on this worker")
+        self.interrupt_code()
+
+    def interrupt_code(self) -> None:
+        if self.code_scope is None:
+            self._interrupt_pending = True
+        else:
+            self.code_scope.cancel()
+
+    def on_request(self, record: dict[str, Any]) -> None:
+        """A cancellation request was recorded for this run: deliver it."""
+        ctx = self.ctx
+        if ctx.cancellation is not None or self._delivery_started or self._guard is None:
+            return
+        if record.get("delivered_at") is not None:
+            return
+        self._delivery_started = True
+        self.run.cleanup_deadline_at = float(record["deadline_at"])
+        self._guard.start_soon(self._deliver, record)
+        self._guard.start_soon(self._watch_deadline, float(record["deadline_at"]))
+
+    async def _deliver(self, record: dict[str, Any]) -> None:
+        ctx = self.ctx
+        # Deliver where every task waits on a durable op, so replay finds the same
+        # boundary; a task stuck in a non-durable await is not waited for long.
+        with anyio.move_on_after(0.25):
+            while ctx.active > 0 or self.code_scope is None:
+                with anyio.move_on_after(0.01):
+                    await ctx.quiet.wait()
+        boundary = [{"op_id": op_id, "kind": kind} for op_id, kind in sorted(ctx.parked.items())]
+        ctx.delivering = True
+        delivered_at = ctx.clock.now()
+        try:
+            await ctx.commit([DeliverCancellation(record["request_id"], boundary, delivered_at)])
+        except Exception:
+            self.stop("delivery could not be recorded")
+            return
+        ctx.cancellation = CancellationContext.from_record(record)
+        ctx.delivered_at = delivered_at
+        ctx.log.info("cancellation_delivered", request_id=record["request_id"],
+                     boundary=[b["op_id"] for b in boundary])
+        for actx in list(ctx.running_local.values()):
+            actx.request_stop("the workflow is being cancelled")
+        ctx.delivering = False
+        self.interrupt_code()
+
+    async def execute(self) -> None:
+        try:
+            with anyio.CancelScope() as scope:
+                self.scope = scope
+                if self.stop_reason is not None:
+                    scope.cancel()
+                await self._execute()
+        except BaseExceptionGroup as group:
+            # Task groups bundle a run's cancellation with the error that ended
+            # it; handle the error here and let only a cancellation go on.
+            cancelled, rest = group.split(anyio.get_cancelled_exc_class())
+            if rest is not None:
+                self._dropped(rest)
+            if cancelled is not None:
+                raise leaf_exceptions(cancelled)[0] from None
+        except Exception as exc:
+            self._dropped(exc)
+        finally:
+            self._on_done(self)
+
+    def _dropped(self, exc: BaseException) -> None:
+        leaves = leaf_exceptions(exc)
+        if all(isinstance(e, LostAuthority) for e in leaves):
+            self.ctx.log.info("run_dropped", reason="lost authority")
+            return
+        # A storage error (not the workflow's own): drop the run locally and hand
+        # it back; whoever claims it next replays it from storage.
+        self.ctx.log.warning("run_execution_error", error=repr(exc))
+        self.needs_release = True
+
+    async def _execute(self) -> None:
+        ctx = self.ctx
+        run = self.run
+        deadline = run.deadlines.earliest
+        if deadline is not None and ctx.clock.now() >= deadline:
+            await self._enforce_deadline()
+            return
+        outcome: CloseRun | None = None
+        async with anyio.create_task_group() as guard:
+            self._guard = guard
+            if deadline is not None:
+                guard.start_soon(self._watch_deadline, deadline)
+            if (
+                run.cancellation is not None
+                and run.cancellation.get("delivered_at") is None
+                and "cooperative_cancellation" in getattr(ctx.worker, "capabilities", ())
+            ):
+                self.on_request(run.cancellation)
+            try:
+                outcome = await self._run_code()
+            finally:
+                self._guard = None
+                guard.cancel_scope.cancel()
+        if self.stop_reason == "deadline":
+            await self._enforce_deadline()
+            return
+        if ctx.broken is not None:
+            raise ctx.broken
+        if outcome is None or self.stop_reason is not None:
+            return
+        await ctx.commit([outcome])
+        ctx.log.info("run_closed", status=outcome.status)
+
+    async def _run_code(self) -> CloseRun | None:
+        ctx = self.ctx
+        state = enter_task(ctx, "0", self.run.started_at or self.run.created_at)
+        ctx.task_started()
+        try:
+            args = decode_args(ctx.converter, self.run.input, ctx.defn.param_hints)
+            with anyio.CancelScope() as code_scope:
+                self.code_scope = code_scope
+                if self._interrupt_pending:
+                    code_scope.cancel()
+                value = await ctx.defn.fn(*args)
+            if ctx.fatal is not None:
+                raise ctx.fatal
+            if ctx.cancellation is not None and not ctx.hard_stop:
+                return self._cancelled(None if code_scope.cancelled_caught else value)
+            if code_scope.cancelled_caught:
+                return None
+            return CloseRun(RunStatus.COMPLETED,
+                            result=ctx.encode(value, "the workflow's result"))
+        except BaseExceptionGroup as group:
+            special = [
+                e for e in leaf_exceptions(group)
+                if isinstance(e, ContinueAsNew | LostAuthority | NonDeterminismError)
+            ]
+            if not special:
+                if group.subgroup(Exception) is None:
+                    raise
+                return self._failed(group)
+            exc0 = special[0]
+            if isinstance(exc0, LostAuthority):
+                raise exc0 from None
+            if isinstance(exc0, ContinueAsNew):
+                return self._continue(exc0)
+            return self._non_deterministic(exc0)
+        except ContinueAsNew as can:
+            return self._continue(can)
+        except NonDeterminismError as exc:
+            return self._non_deterministic(exc)
+        except LostAuthority:
+            raise
+        except Exception as exc:
+            return self._failed(exc)
+        finally:
+            ctx.task_finished()
+            del state
+
+    def _cancelled(self, value: Any) -> CloseRun:
+        ctx = self.ctx
+        assert ctx.cancellation is not None
+        failure = Failure.cancelled_workflow(ctx.cancellation.reason,
+                                             ctx.cancellation.request_id,
+                                             ctx.cancellation.root_request_id)
+        result = None if value is None else ctx.encode(value, "the workflow's result")
+        return CloseRun(RunStatus.CANCELLED, result=result, failure=failure)
+
+    def _continue(self, can: ContinueAsNew) -> CloseRun:
+        payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
+        return CloseRun(RunStatus.CONTINUED, continue_input=payload)
+
+    def _non_deterministic(self, exc: BaseException) -> CloseRun:
+        self.ctx.log.error("non_determinism", error=str(exc))
+        return CloseRun(RunStatus.FAILED, failure=Failure.from_exception(exc, "non_determinism"),
+                        needs_review=True)
+
+    def _failed(self, exc: BaseException) -> CloseRun:
+        ctx = self.ctx
+        if isinstance(ctx.fatal, NonDeterminismError):
+            return self._non_deterministic(ctx.fatal)
+        if ctx.fatal is not None:
+            exc = ctx.fatal
+        leaves = leaf_exceptions(exc)
+        category = "structural_limit" if any(
+            isinstance(e, StructuralLimitExceeded) for e in leaves) else "application"
+        ctx.log.info("run_failed", error=repr(exc))
+        return CloseRun(RunStatus.FAILED, failure=Failure.from_exception(exc, category))
+
+    async def _watch_deadline(self, deadline: float) -> None:
+        await self.ctx.clock.sleep_until(deadline)
+        self.stop_reason = self.stop_reason or "deadline"
+        self._hard_stop()
+
+    async def _enforce_deadline(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.ctx.worker.store.enforce_expired(
+                self.run.namespace, self.ctx.clock.now(), self.run.run_id
+            )

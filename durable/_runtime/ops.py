@@ -1,0 +1,278 @@
+"""Durable operations: remote activities, timers, child workflows, and what they share.
+
+Every op follows the same steps. It takes the next op id of its task; if
+history has a record for that id, the record's kind and name must match
+(else `NonDeterminismError`) and a closed record's outcome is returned or
+raised at once, without yielding. Otherwise the op goes live: it records its
+"scheduled" write and awaits its completion. The await is *interruptible*:
+when a cooperative cancellation is delivered, the op's `CancellationPolicy`
+is applied under a shield bounded by the cleanup deadline, and the host's
+cancellation exception continues. Replay interrupts the same awaits again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+
+from .._registry import activity_defn_of, workflow_defn_of, workflow_name
+from ..errors import NotRegistered, PolicyRejected, WorkflowAlreadyStarted
+from ..failure import Failure
+from ..options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds, to_seconds
+from ..store.records import OpKind, OpRecord, OpStatus, StartRequest
+from ..store.writes import (
+    CancelTimer,
+    FireTimer,
+    RequestActivityStop,
+    RequestChildCancellation,
+    ScheduleActivity,
+    ScheduleChild,
+    ScheduleTimer,
+)
+from .context import WorkflowContext
+from .state import TaskState
+
+
+def outcome(ctx: WorkflowContext, state: TaskState, op: OpRecord, hint: Any = None) -> Any:
+    """Return or raise a closed op's recorded outcome (replay and live alike)."""
+    if op.closed_at is not None:
+        state.clock = max(state.clock, op.closed_at)
+    if op.status == OpStatus.COMPLETED:
+        return ctx.converter.decode(op.result, hint)
+    failure = op.failure or Failure(op.status)
+    if op.kind == OpKind.CHILD:
+        if failure.category == "child_start":
+            raise WorkflowAlreadyStarted(op.child_workflow_id or "?")
+        raise failure.to_child_error()
+    raise failure.to_activity_error()
+
+
+def go_live(state: TaskState) -> None:
+    """From here on this task runs new code: its log lines are no longer replays."""
+    state.replaying = False
+
+
+async def live_gate(ctx: WorkflowContext) -> None:
+    """Before an op goes live in replay, re-deliver a recorded cancellation."""
+    if ctx.replay_delivery_pending:
+        ctx.redeliver()
+        await anyio.lowlevel.checkpoint()
+
+
+@contextmanager
+def tracked_shield(ctx: WorkflowContext) -> Iterator[anyio.CancelScope]:
+    """A shield bounded by the cleanup deadline (cancelled when it expires)."""
+    scope = ctx.shield()
+    ctx.shields.add(scope)
+    try:
+        with scope:
+            yield scope
+    finally:
+        ctx.shields.discard(scope)
+
+
+async def interruptible(
+    ctx: WorkflowContext,
+    op_id: str,
+    kind: str,
+    wait: Callable[[], Awaitable[Any]],
+    on_interrupt: Callable[[], Awaitable[None]],
+) -> Any:
+    """Await a durable op; when a cancellation interrupts the await, apply the
+    op's cancellation policy under a shield bounded by the cleanup deadline,
+    then let the host's cancellation exception continue."""
+    block = ctx.must_block(ctx.recorded.get(op_id), op_id)
+    ctx.park(op_id, kind)
+    try:
+        if block:
+            await anyio.sleep_forever()
+        result = await wait()
+        if ctx.delivering:
+            await anyio.sleep_forever()  # delivery is being recorded: this is the boundary
+        return result
+    except anyio.get_cancelled_exc_class():
+        if ctx.may_act_on_interrupt():
+            with tracked_shield(ctx):
+                await on_interrupt()
+        raise
+    finally:
+        ctx.unpark(op_id)
+
+
+def seconds_or_none(value: Seconds | None) -> float | None:
+    """An option's duration as float seconds (options are validated when built)."""
+    return to_seconds(value, "duration")
+
+
+# ---------------------------------------------------------------- remote activities
+
+
+async def execute_activity(ctx: WorkflowContext, state: TaskState,
+                           activity: Callable[..., Any] | str, args: tuple[Any, ...],
+                           options: ActivityOptions) -> Any:
+    """A remote activity: any worker with it registered may run it."""
+    defn = activity_defn_of(activity)
+    name = defn.name if defn is not None else str(activity)
+    if options.cancellation is CancellationPolicy.ABANDON and (
+        options.schedule_to_close_timeout is None
+    ):
+        raise PolicyRejected(
+            "CancellationPolicy.ABANDON leaves the activity running on its own; it needs a "
+            "finite schedule_to_close_timeout so that it cannot run forever"
+        )
+    op_id = state.next_op_id()
+    record = ctx.recorded_op(op_id, OpKind.ACTIVITY, name)
+    hint = defn.return_hint if defn is not None else None
+    if record is not None and record.closed and not ctx.must_block(record, op_id):
+        return outcome(ctx, state, record, hint)
+    if record is None:
+        await live_gate(ctx)
+        go_live(state)
+        if defn is None and name not in await ctx.worker.known_activity_names():
+            raise NotRegistered(
+                f"unknown activity {name!r}: no @activity.defn with this name is imported here "
+                "and no live worker has registered it; check the name or start a worker that "
+                "has it"
+            )
+        payload = ctx.encode(list(args), f"the arguments of activity {name!r}")
+    policy = options.cancellation
+
+    async def on_interrupt() -> None:
+        known = ctx.recorded.get(op_id)
+        if known is None or not known.interrupted:
+            await ctx.commit([RequestActivityStop(op_id, policy.value)])
+        if policy is CancellationPolicy.WAIT_CANCELLATION_COMPLETED:
+            await ctx.wait_op(op_id)
+
+    ctx.reserve("activity")
+    try:
+        if record is None:
+            ctx.waiter(op_id)
+            await ctx.commit([ScheduleActivity(
+                op_id=op_id, name=name, task_id=uuid.uuid4().hex,
+                task_queue=options.task_queue or ctx.run.task_queue, input=payload,
+                options=options.snapshot(),
+            )])
+        done = await interruptible(ctx, op_id, OpKind.ACTIVITY, lambda: ctx.wait_op(op_id),
+                                   on_interrupt)
+    finally:
+        ctx.release("activity")
+    return outcome(ctx, state, done, hint)
+
+
+# ---------------------------------------------------------------- timers
+
+
+async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> None:
+    """A durable timer: survives crashes and restarts; fires once."""
+    seconds = to_seconds(duration, "sleep duration")
+    assert seconds is not None
+    op_id = state.next_op_id()
+    record = ctx.recorded_op(op_id, OpKind.TIMER, "sleep")
+    if record is not None and record.closed and not ctx.must_block(record, op_id):
+        outcome(ctx, state, record)
+        return
+    ctx.reserve("timer")
+    try:
+        if record is None:
+            await live_gate(ctx)
+            go_live(state)
+            fire_at = ctx.clock.now() + seconds
+            await ctx.commit([ScheduleTimer(op_id=op_id, fire_at=fire_at, duration=seconds)])
+        else:
+            assert record.fire_at is not None
+            fire_at = record.fire_at
+
+        async def on_interrupt() -> None:
+            known = ctx.recorded.get(op_id)
+            if known is None or not known.interrupted:
+                await ctx.commit([CancelTimer(op_id)])
+
+        await interruptible(ctx, op_id, OpKind.TIMER, lambda: ctx.clock.sleep_until(fire_at),
+                            on_interrupt)
+    finally:
+        ctx.release("timer")
+    await ctx.commit([FireTimer(op_id=op_id)])
+    state.clock = max(state.clock, fire_at)
+
+
+# ---------------------------------------------------------------- children
+
+
+class ChildHandle:
+    """A started child workflow; `await handle.result()` for its outcome."""
+
+    def __init__(self, ctx: WorkflowContext, state: TaskState, op_id: str, workflow_id: str,
+                 hint: Any, options: ChildOptions) -> None:
+        self._ctx = ctx
+        self._state = state
+        self.op_id = op_id
+        self.workflow_id = workflow_id
+        self._hint = hint
+        self._options = options
+
+    async def result(self) -> Any:
+        """The child's result; raises `ChildWorkflowFailed` (caused by the child's
+        own terminal error) when it did not complete."""
+        ctx, op_id, options = self._ctx, self.op_id, self._options
+        record = ctx.recorded.get(op_id)
+        if record is not None and record.closed and not ctx.must_block(record, op_id):
+            return outcome(ctx, self._state, record, self._hint)
+        policy = options.cancellation
+
+        async def on_interrupt() -> None:
+            known = ctx.recorded.get(op_id)
+            if known is None or not known.interrupted:
+                await ctx.commit([RequestChildCancellation(
+                    op_id, policy.value, seconds_or_none(options.cleanup_timeout))])
+            if policy is CancellationPolicy.WAIT_CANCELLATION_COMPLETED:
+                await ctx.wait_op(op_id)
+
+        record = await interruptible(ctx, op_id, OpKind.CHILD, lambda: ctx.wait_op(op_id),
+                                     on_interrupt)
+        return outcome(ctx, self._state, record, self._hint)
+
+
+async def start_child(ctx: WorkflowContext, state: TaskState,
+                      workflow: Callable[..., Any] | str, args: tuple[Any, ...],
+                      child_id: str | None, options: ChildOptions) -> ChildHandle:
+    """Start a child workflow and return its handle once the start is recorded."""
+    wf_type = workflow_name(workflow)
+    defn = workflow_defn_of(workflow)
+    op_id = state.next_op_id()
+    record = ctx.recorded_op(op_id, OpKind.CHILD, wf_type)
+    child_id = child_id or f"{ctx.run.workflow_id}/{op_id}"
+    hint = defn.return_hint if defn is not None else None
+    if record is not None:
+        if not record.closed:
+            ctx.reserve("child")
+            ctx.open_children.add(op_id)
+        return ChildHandle(ctx, state, op_id, record.child_workflow_id or child_id, hint,
+                           options)
+    await live_gate(ctx)
+    go_live(state)
+    ctx.reserve("child")
+    ctx.open_children.add(op_id)
+    payload = ctx.encode(list(args), f"the arguments of child workflow {wf_type!r}")
+    request = StartRequest(
+        namespace=ctx.run.namespace, workflow_id=child_id, workflow_type=wf_type,
+        task_queue=options.task_queue or ctx.run.task_queue, input=payload,
+        id_reuse="reject_duplicate",
+        execution_timeout=seconds_or_none(options.execution_timeout),
+        run_timeout=seconds_or_none(options.run_timeout),
+        parent_run_id=ctx.run.run_id, parent_workflow_id=ctx.run.workflow_id,
+        parent_op_id=op_id, parent_close_policy=options.parent_close_policy.value,
+        cleanup_timeout=seconds_or_none(options.cleanup_timeout),
+    )
+    ctx.waiter(op_id)
+    await ctx.commit([ScheduleChild(op_id=op_id, request=request, options={
+        "cancellation": options.cancellation.value,
+        "parent_close_policy": options.parent_close_policy.value,
+        "execution_timeout_seconds": request.execution_timeout,
+        "run_timeout_seconds": request.run_timeout,
+    })])
+    return ChildHandle(ctx, state, op_id, child_id, hint, options)

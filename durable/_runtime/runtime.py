@@ -1,0 +1,224 @@
+"""The interface between `durable.workflow`'s functions and the running workflow.
+
+`durable.workflow` is module-level functions (``await workflow.sleep(5)``);
+each asks `current()` for the runtime of the calling workflow task and calls
+the matching method. `WorkflowRuntime` is the runtime of a run a worker
+executes: durable ops record and replay through its `WorkflowContext`. The
+interface is what another runtime implements to run workflow code under
+other rules.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from ..cancellation import CancellationContext
+from ..clock import to_datetime
+from ..errors import ContinueAsNew
+from ..options import ActivityOptions, ChildOptions, Seconds
+from .context import WorkflowContext
+from .local import execute_local_activity
+from .ops import ChildHandle, execute_activity, sleep, start_child, tracked_shield
+from .state import TaskState, current_task_state, enter_task
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """Identity and deadlines of the running workflow (`workflow.info()`)."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    namespace: str
+    task_queue: str
+    run_number: int
+    parent_workflow_id: str | None
+    parent_run_id: str | None
+    execution_deadline: datetime | None
+    run_deadline: datetime | None
+
+
+class TaskGroup:
+    """A workflow task group: children get deterministic paths at `start_soon`."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, parent: TaskState) -> None:
+        self._tg = tg
+        self._parent = parent
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any,
+                   name: str | None = None) -> None:
+        """Run ``fn(*args)`` as a workflow task (its ops get this task's child path)."""
+        parent = self._parent
+        path = parent.child_path()
+        ctx = parent.ctx
+
+        async def child() -> None:
+            state = enter_task(ctx, path, parent.clock)
+            state.replaying = parent.replaying
+            ctx.task_started()
+            try:
+                await fn(*args)
+            finally:
+                ctx.task_finished()
+
+        self._tg.start_soon(child, name=name or f"workflow-task {path}")
+
+    @property
+    def cancel_scope(self) -> anyio.CancelScope:
+        return self._tg.cancel_scope
+
+
+class Runtime(abc.ABC):
+    """What `durable.workflow`'s functions ask of the running workflow."""
+
+    @abc.abstractmethod
+    async def execute_activity(self, activity: Callable[..., Any] | str, args: tuple[Any, ...],
+                               options: ActivityOptions) -> Any:
+        """A remote activity's result (or its failure raised)."""
+
+    @abc.abstractmethod
+    async def execute_local_activity(self, activity: Callable[..., Any] | str,
+                                     args: tuple[Any, ...], options: ActivityOptions) -> Any:
+        """A local activity's result (or its failure raised)."""
+
+    @abc.abstractmethod
+    async def sleep(self, duration: Seconds) -> None:
+        """A durable timer."""
+
+    @abc.abstractmethod
+    async def start_child(self, workflow: Callable[..., Any] | str, args: tuple[Any, ...],
+                          child_id: str | None, options: ChildOptions) -> ChildHandle:
+        """A started child workflow's handle."""
+
+    @abc.abstractmethod
+    def task_group(self) -> AbstractAsyncContextManager[TaskGroup]:
+        """A deterministic task group for concurrent durable ops."""
+
+    @abc.abstractmethod
+    def cancellation_shield(self) -> AbstractContextManager[anyio.CancelScope]:
+        """A shield for cleanup, bounded by the cleanup deadline."""
+
+    @abc.abstractmethod
+    def cancellation(self) -> CancellationContext | None:
+        """The delivered cancellation, if any."""
+
+    @abc.abstractmethod
+    def deadline(self) -> float | None:
+        """The binding deadline (epoch seconds), deterministic."""
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """Deterministic workflow time (epoch seconds)."""
+
+    @abc.abstractmethod
+    def random(self) -> float:
+        """A deterministic random float in [0, 1)."""
+
+    @abc.abstractmethod
+    def uuid4(self) -> uuid.UUID:
+        """A deterministic UUID4."""
+
+    @abc.abstractmethod
+    def info(self) -> WorkflowInfo:
+        """Identity and deadlines of the run."""
+
+    @abc.abstractmethod
+    def log(self, level: str, event: str, fields: dict[str, Any]) -> None:
+        """Log through the run's bound logger, silently while replaying."""
+
+    def continue_as_new(self, args: tuple[Any, ...]) -> None:
+        """End this run; the next run of the same id starts with `args`."""
+        raise ContinueAsNew(args)
+
+    def remaining(self) -> float:
+        """Seconds until `deadline()` from `now()`; inf when unbounded."""
+        limit = self.deadline()
+        return math.inf if limit is None else max(0.0, limit - self.now())
+
+
+class WorkflowRuntime(Runtime):
+    """The runtime of a run executed by a worker: ops record and replay."""
+
+    def __init__(self, ctx: WorkflowContext) -> None:
+        self.ctx = ctx
+
+    async def execute_activity(self, activity: Callable[..., Any] | str, args: tuple[Any, ...],
+                               options: ActivityOptions) -> Any:
+        return await execute_activity(self.ctx, current_task_state(), activity, args, options)
+
+    async def execute_local_activity(self, activity: Callable[..., Any] | str,
+                                     args: tuple[Any, ...], options: ActivityOptions) -> Any:
+        return await execute_local_activity(self.ctx, current_task_state(), activity, args,
+                                            options)
+
+    async def sleep(self, duration: Seconds) -> None:
+        await sleep(self.ctx, current_task_state(), duration)
+
+    async def start_child(self, workflow: Callable[..., Any] | str, args: tuple[Any, ...],
+                          child_id: str | None, options: ChildOptions) -> ChildHandle:
+        return await start_child(self.ctx, current_task_state(), workflow, args, child_id,
+                                 options)
+
+    @asynccontextmanager
+    async def task_group(self) -> AsyncIterator[TaskGroup]:
+        state = current_task_state()
+        async with anyio.create_task_group() as tg:
+            yield TaskGroup(tg, state)
+
+    @contextmanager
+    def cancellation_shield(self) -> Iterator[anyio.CancelScope]:
+        current_task_state()
+        with tracked_shield(self.ctx) as scope:
+            yield scope
+
+    def cancellation(self) -> CancellationContext | None:
+        return self.ctx.cancellation
+
+    def deadline(self) -> float | None:
+        return self.ctx.binding_deadline()
+
+    def now(self) -> float:
+        return max(current_task_state().clock, self.ctx.delivered_at)
+
+    def random(self) -> float:
+        return current_task_state().rng.random()
+
+    def uuid4(self) -> uuid.UUID:
+        return current_task_state().new_uuid()
+
+    def info(self) -> WorkflowInfo:
+        run = self.ctx.run
+        return WorkflowInfo(
+            workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type,
+            namespace=run.namespace, task_queue=run.task_queue, run_number=run.run_number,
+            parent_workflow_id=run.parent_workflow_id, parent_run_id=run.parent_run_id,
+            execution_deadline=to_datetime(run.execution_deadline_at),
+            run_deadline=to_datetime(run.run_deadline_at),
+        )
+
+    def log(self, level: str, event: str, fields: dict[str, Any]) -> None:
+        if current_task_state().replaying:
+            return
+        getattr(self.ctx.log, level)(event, **fields)
+
+
+def current() -> Runtime:
+    """The runtime of the calling workflow task; a clear error anywhere else."""
+    runtime = current_task_state().ctx.runtime
+    assert runtime is not None, "the executor sets a run's runtime before its code runs"
+    return runtime

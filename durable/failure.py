@@ -1,0 +1,301 @@
+"""What went wrong, as recorded: the `Failure` value and the errors it stands for.
+
+A failure is stored as a JSON object (``failure_category``, ``message``,
+``exception_class``, kind-specific fields, and a nested ``cause``) so that an
+operator can read it in `describe()`, history and SQL. In the engine it is a
+`Failure`: built by the constructors below (one per kind of failure, so the
+same kind is always recorded the same way) and turned back into exceptions
+by `to_error()` and its variants, with the chain of causes rebuilt as
+``__cause__`` links. A class that cannot be imported where the failure is
+read never stops ``except`` blocks from running: application exceptions come
+back as `ApplicationError` carrying their type name and message.
+"""
+
+from __future__ import annotations
+
+import traceback as _traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors
+from .clock import to_iso
+
+_KNOWN = ("failure_category", "message", "exception_class", "cause")
+
+
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or the exception itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        found: list[BaseException] = []
+        for inner in exc.exceptions:
+            found.extend(leaf_exceptions(inner))
+        return found
+    return [exc]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A recorded failure. `to_dict()` / `from_dict()` round-trip exactly."""
+
+    category: str | None
+    message: str | None = None
+    exception_class: str | None = None
+    cause: Failure | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- storage form
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.category is not None:
+            data["failure_category"] = self.category
+        if self.exception_class is not None:
+            data["exception_class"] = self.exception_class
+        if self.message is not None:
+            data["message"] = self.message
+        data.update(self.details)
+        if self.cause is not None:
+            data["cause"] = self.cause.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Failure:
+        cause = data.get("cause")
+        return cls(
+            category=data.get("failure_category"),
+            message=data.get("message"),
+            exception_class=data.get("exception_class"),
+            cause=cls.from_dict(cause) if isinstance(cause, Mapping) else None,
+            details={k: v for k, v in data.items() if k not in _KNOWN},
+        )
+
+    @classmethod
+    def maybe(cls, data: Mapping[str, Any] | None) -> Failure | None:
+        return None if data is None else cls.from_dict(data)
+
+    # ---------------------------------------------------------------- reading
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A kind-specific field (``timeout_kind``, ``attempt``, ``policy``...)."""
+        return self.details.get(key, default)
+
+    @property
+    def timeout_kind(self) -> str | None:
+        value = self.details.get("timeout_kind")
+        return None if value is None else str(value)
+
+    @property
+    def non_retryable(self) -> bool:
+        return bool(self.details.get("non_retryable", False))
+
+    @property
+    def cause_type(self) -> str | None:
+        """The class name of the exception this failure describes."""
+        value = self.details.get("cause_type")
+        if value is not None:
+            return str(value)
+        if self.exception_class:
+            return self.exception_class.rsplit(".", 1)[-1]
+        return None
+
+    def with_details(self, **details: Any) -> Failure:
+        return Failure(self.category, self.message, self.exception_class, self.cause,
+                       {**self.details, **details})
+
+    # ---------------------------------------------------------------- constructors
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, category: str = "application") -> Failure:
+        """The recorded form of an exception raised by workflow or activity code."""
+        leaves = leaf_exceptions(exc)
+        if len(leaves) == 1:
+            exc = leaves[0]
+        kind = type(exc)
+        details: dict[str, Any] = {
+            "cause_type": kind.__name__,
+            "cause_message": str(exc),
+            "traceback": "".join(_traceback.format_exception(exc))[-8000:],
+        }
+        if isinstance(exc, errors.StructuralLimitExceeded):
+            category = "structural_limit"
+            details.update(kind=exc.kind, value=exc.value, limit=exc.limit)
+        if getattr(exc, "non_retryable", False):
+            details["non_retryable"] = True
+        carried = getattr(exc, "failure", None)
+        return cls(
+            category=category,
+            message=str(exc) or kind.__name__,
+            exception_class=f"{kind.__module__}.{kind.__qualname__}",
+            cause=cls.from_dict(carried) if isinstance(carried, Mapping) and carried else None,
+            details=details,
+        )
+
+    @classmethod
+    def activity_timeout(cls, kind: str, deadline: float | None, name: str,
+                         attempt: int) -> Failure:
+        return cls("timeout", f"activity {name} timed out ({kind}) on attempt {attempt}",
+                   "durable.ActivityTimedOut", details={
+                       "propagation_kind": "timeout", "timeout_kind": kind,
+                       "deadline_at": to_iso(deadline), "attempt": attempt})
+
+    @classmethod
+    def local_timeout(cls, kind: str, name: str, attempt: int) -> Failure:
+        return cls("timeout", f"local activity {name} timed out ({kind})",
+                   "durable.ActivityTimedOut", details={
+                       "propagation_kind": "timeout", "timeout_kind": kind, "attempt": attempt})
+
+    @classmethod
+    def worker_lost(cls, name: str, attempt: int, deadline: float | None) -> Failure:
+        return cls("worker_lost",
+                   f"the worker running attempt {attempt} of {name} stopped renewing its lease",
+                   "durable.WorkerLost", details={"attempt": attempt,
+                                                  "deadline_at": to_iso(deadline)})
+
+    @classmethod
+    def workflow_timeout(cls, kind: str, deadline: float | None, workflow_id: str) -> Failure:
+        return cls("timeout", f"workflow {workflow_id} exceeded its {kind.replace('_', ' ')}",
+                   "durable.WorkflowTimedOut", details={
+                       "propagation_kind": "timeout", "timeout_kind": kind,
+                       "deadline_at": to_iso(deadline)})
+
+    @classmethod
+    def cleanup_expired(cls, deadline: float | None, workflow_id: str) -> Failure:
+        return cls("cancelled",
+                   f"workflow {workflow_id} did not finish its cleanup before the "
+                   "cancellation deadline; its authority is revoked",
+                   "durable.WorkflowCancelled", details={
+                       "lifecycle": "deadline_expired", "deadline_at": to_iso(deadline)})
+
+    @classmethod
+    def closed_by_request(cls, status: str, reason: str) -> Failure:
+        """A run closed from outside: ``cancelled`` (cancel()) or ``terminated``."""
+        category = "terminated" if status == "terminated" else "cancelled"
+        return cls(category, reason, f"durable.Workflow{category.capitalize()}")
+
+    @classmethod
+    def cancelled_workflow(cls, reason: str, request_id: str, root_request_id: str) -> Failure:
+        """A run whose code finished after a delivered cooperative cancellation."""
+        return cls("cancelled", f"cancelled: {reason}", "durable.WorkflowCancelled",
+                   details={"request_id": request_id, "root_request_id": root_request_id})
+
+    @classmethod
+    def activity_cancelled(cls, message: str, **details: Any) -> Failure:
+        return cls("cancelled", message, "durable.ActivityCancelled", details=details)
+
+    @classmethod
+    def child_failed(cls, child_workflow_id: str, status: str,
+                     cause: Failure | None) -> Failure:
+        return cls("child_workflow", f"child workflow {child_workflow_id} {status}",
+                   "durable.ChildWorkflowFailed", cause or Failure(status),
+                   details={"child_status": status})
+
+    @classmethod
+    def child_start(cls, child_workflow_id: str) -> Failure:
+        return cls("child_start", f"child workflow id {child_workflow_id!r} is already in use",
+                   "durable.WorkflowAlreadyStarted")
+
+    # ---------------------------------------------------------------- back to errors
+
+    def to_error(self) -> BaseException:
+        """The exception this failure describes, its causes chained below it."""
+        cls = _durable_class(self.exception_class)
+        if cls is None:
+            app = errors.ApplicationError(
+                self.message or "", type=self.cause_type, failure=self.to_dict(),
+            )
+            if self.cause is not None:
+                app.__cause__ = self.cause.to_error()
+            return app
+        if not issubclass(cls, errors.FailureCarrying):
+            return _plain(cls, self.message or cls.__name__)
+        # An error that carried a failure (ActivityFailed carries the activity's)
+        # was recorded with that failure as its cause.
+        carried = self.cause if self.cause is not None else self
+        err = cls(self.message or cls.__name__, carried.to_dict())
+        link = carried._next_link(cls)
+        if link is not None:
+            err.__cause__ = link
+        return err
+
+    def _next_link(self, carrier: type[errors.FailureCarrying]) -> BaseException | None:
+        """What lies under an error of class `carrier` that carries this failure."""
+        if issubclass(carrier, errors.ChildWorkflowFailed):
+            status = self.get("child_status")
+            if self.category == "child_start" or self.cause is None:
+                return None
+            return self.cause.to_workflow_error(str(status) if status else None)
+        if self.cause is not None:
+            return self.cause.to_error()
+        described = _durable_class(self.exception_class)
+        if described is None and self.exception_class is not None:
+            return self.to_error()  # the application error the activity raised
+        return None
+
+    def to_activity_error(self) -> errors.ActivityFailed:
+        """What awaiting an activity that ended with this failure raises."""
+        cls: type[errors.ActivityFailed]
+        if self.category == "timeout":
+            cls = errors.ActivityTimedOut
+        elif self.category == "cancelled":
+            cls = errors.ActivityCancelled
+        elif self.category == "worker_lost":
+            cls = errors.WorkerLost
+        else:
+            cls = errors.ActivityFailed
+        err = cls(self.message or "activity failed", self.to_dict())
+        link = self._next_link(cls)
+        if link is not None:
+            err.__cause__ = link
+        return err
+
+    def to_child_error(self) -> BaseException:
+        """What awaiting a child workflow that ended with this failure raises."""
+        if self.category == "child_start":
+            return errors.WorkflowAlreadyStarted(str(self.get("child_workflow_id") or "?"))
+        err = errors.ChildWorkflowFailed(self.message or "child workflow failed",
+                                         self.to_dict())
+        link = self._next_link(errors.ChildWorkflowFailed)
+        if link is not None:
+            err.__cause__ = link
+        return err
+
+    def to_workflow_error(self, status: str | None = None) -> errors.FailureCarrying:
+        """What `handle.result()` raises for a run that closed with this failure."""
+        category = self.category or status
+        cls: type[errors.FailureCarrying]
+        if category == "timeout" or status == "timed_out":
+            cls = errors.WorkflowTimedOut
+        elif category == "cancelled" or status == "cancelled":
+            cls = errors.WorkflowCancelled
+        elif category == "terminated" or status == "terminated":
+            cls = errors.WorkflowTerminated
+        else:
+            cls = errors.WorkflowFailed
+        err = cls(self.message or str(category or "workflow did not complete"), self.to_dict())
+        if cls is errors.WorkflowFailed and self.exception_class is not None:
+            err.__cause__ = self.to_error()  # what the workflow raised
+        return err
+
+
+def _plain(cls: type[BaseException], message: str) -> BaseException:
+    try:
+        return cls(message)
+    except TypeError:
+        return errors.ApplicationError(message, type=cls.__name__)
+
+
+def _durable_class(name: str | None) -> type[BaseException] | None:
+    """The durable error class a recorded ``exception_class`` names, if any."""
+    if not name or not name.startswith("durable."):
+        return None
+    short = name.rsplit(".", 1)[-1]
+    found = getattr(errors, short, None)
+    if isinstance(found, type) and issubclass(found, errors.DurableError):
+        return found
+    return None
+
+
+def exception_from_failure(data: Mapping[str, Any]) -> BaseException:
+    """The exception a recorded failure describes (for tools that hold the dict)."""
+    return Failure.from_dict(data).to_error()

@@ -1,0 +1,320 @@
+"""Remote activities: claiming attempts, recording their outcomes, timing them out.
+
+An attempt is fenced by (task id, attempt, owner): a result from an attempt
+that is no longer current (timed out, retried, cancelled, its run closed) is
+refused, visibly (``ActivityResultRefused``). Retries follow the policy that
+was frozen when the activity was scheduled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import to_iso
+from ..driver import Program, Row, Tx, ex, many, placeholders, q, q1
+from ..failure import Failure
+from ..options import RetryPolicy
+from . import cancellation
+from .events import Event, append_events, record_failure
+from .records import (
+    TASK_COLUMNS,
+    ActivityOutcome,
+    ActivityTask,
+    AttemptStatus,
+    HeartbeatAck,
+    OpKind,
+    OpRecord,
+    OpStatus,
+    dump_failure,
+    earliest,
+    loads,
+    plus,
+)
+
+
+def claim_activities(
+    tx: Tx,
+    namespace: str,
+    task_queue: str,
+    worker_id: str,
+    names: tuple[str, ...],
+    limit: int,
+    lease_seconds: float,
+    now: float,
+) -> Program[list[ActivityTask]]:
+    """Start up to `limit` pending attempts of these activities on this worker."""
+    if limit <= 0 or not names:
+        return []
+    rows = yield q(
+        "SELECT task_id, run_id, workflow_id, op_id, activity_name, input, attempt, options, "
+        "scheduled_at, schedule_to_close_deadline, heartbeat_details FROM activity_tasks "
+        "WHERE namespace = ? AND task_queue = ? AND status = 'pending' AND available_at <= ? "
+        f"AND (deadline_at IS NULL OR deadline_at > ?) AND activity_name IN "
+        f"({placeholders(len(names))}) ORDER BY available_at LIMIT ?" + tx.skip_locked,
+        namespace, task_queue, now, now, *names, limit,
+    )
+    tasks: list[ActivityTask] = []
+    updates: list[tuple[Any, ...]] = []
+    for row in rows:
+        opts = loads(row["options"])
+        s2c = row["schedule_to_close_deadline"]
+        stc = plus(now, opts.get("start_to_close_timeout"))
+        hb = plus(now, opts.get("heartbeat_timeout"))
+        lease = now + lease_seconds
+        updates.append((worker_id, now, stc, hb, lease, earliest(stc, hb, s2c, lease),
+                        row["task_id"]))
+        tasks.append(ActivityTask(
+            task_id=row["task_id"], namespace=namespace, task_queue=task_queue,
+            name=row["activity_name"], run_id=row["run_id"], workflow_id=row["workflow_id"],
+            op_id=row["op_id"], input=row["input"], attempt=int(row["attempt"]), options=opts,
+            scheduled_at=row["scheduled_at"], claimed_at=now,
+            heartbeat_details=row["heartbeat_details"], start_to_close_deadline=stc,
+            schedule_to_close_deadline=s2c, heartbeat_deadline=hb,
+        ))
+    if updates:
+        yield many(
+            "UPDATE activity_tasks SET status = 'running', owner = ?, claimed_at = ?, "
+            "start_to_close_deadline = ?, heartbeat_deadline = ?, lease_expires_at = ?, "
+            "deadline_at = ?, schedule_to_start_deadline = NULL WHERE task_id = ?",
+            updates,
+        )
+        for task in sorted(tasks, key=lambda t: t.run_id):  # lock order: see claims
+            yield from append_events(task.run_id, [("ActivityStarted", {
+                "op_id": task.op_id, "activity_type": task.name, "task_id": task.task_id,
+                "attempt": task.attempt, "worker_id": worker_id,
+                "start_to_close_deadline": to_iso(task.start_to_close_deadline),
+                "heartbeat_deadline": to_iso(task.heartbeat_deadline),
+            })], now)
+    return tasks
+
+
+def _resolve_op(
+    tx: Tx,
+    task: Row,
+    status: str,
+    result: str | None,
+    failure: Failure | None,
+    event: Event,
+    now: float,
+) -> Program[None]:
+    """Record an activity's terminal outcome on its op and wake the run."""
+    yield ex(
+        "UPDATE ops SET status = ?, result = ?, failure = ?, closed_at = ? "
+        "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
+        status, result, dump_failure(failure), now, task["run_id"], task["op_id"],
+    )
+    yield from append_events(task["run_id"], [event], now)
+    if failure is not None:
+        yield from record_failure(task["run_id"], failure, now)
+    yield ex(
+        "UPDATE runs SET ready_at = ? WHERE run_id = ? AND ready_at IS NULL", now, task["run_id"]
+    )
+    op = OpRecord(task["op_id"], OpKind.ACTIVITY, task["activity_name"], status, result,
+                  failure, None, now, task_id=task["task_id"])
+    tx.wake("run", task["run_id"], data=op)
+    return None
+
+
+def _retry_or_fail(
+    tx: Tx,
+    task: Row,
+    failure: Failure,
+    retryable: bool,
+    now: float,
+    terminal_event: str,
+) -> Program[str]:
+    """Schedule the next attempt if the frozen policy allows it, else fail terminally."""
+    opts = loads(task["options"])
+    policy = RetryPolicy.from_dict(opts["retry"])
+    attempt = int(task["attempt"])
+    s2c = task["schedule_to_close_deadline"]
+    available = policy.next_attempt_at(failure, attempt, now, s2c, retryable=retryable)
+    if available is not None:
+        s2s = plus(available, opts.get("schedule_to_start_timeout"))
+        yield ex(
+            "UPDATE activity_tasks SET status = 'pending', attempt = attempt + 1, "
+            "owner = NULL, available_at = ?, schedule_to_start_deadline = ?, "
+            "start_to_close_deadline = NULL, heartbeat_deadline = NULL, "
+            "lease_expires_at = NULL, deadline_at = ?, last_failure = ?, claimed_at = NULL "
+            "WHERE task_id = ?",
+            available, s2s, earliest(s2s, s2c), dump_failure(failure), task["task_id"],
+        )
+        data: dict[str, Any] = {
+            "op_id": task["op_id"], "activity_type": task["activity_name"],
+            "task_id": task["task_id"], "failed_attempt": attempt,
+            "next_attempt": attempt + 1, "next_attempt_at": to_iso(available),
+            "schedule_to_start_deadline": to_iso(s2s), "failure": failure.to_dict(),
+        }
+        if failure.timeout_kind is not None:
+            data["timeout_kind"] = failure.timeout_kind
+        yield from append_events(task["run_id"], [("ActivityRetryScheduled", data)], now)
+        tx.wake("activities", task["namespace"], task["task_queue"])
+        return "retry_scheduled"
+    final_status = (AttemptStatus.TIMED_OUT if terminal_event == "ActivityTimedOut"
+                    else AttemptStatus.FAILED)
+    yield ex(
+        "UPDATE activity_tasks SET status = ?, closed_at = ?, deadline_at = NULL, "
+        "last_failure = ? WHERE task_id = ?",
+        final_status, now, dump_failure(failure), task["task_id"],
+    )
+    event: dict[str, Any] = {
+        "op_id": task["op_id"], "activity_type": task["activity_name"],
+        "task_id": task["task_id"], "attempt": attempt, "failure": failure.to_dict(),
+    }
+    if failure.timeout_kind is not None:
+        event["timeout_kind"] = failure.timeout_kind
+    yield from _resolve_op(tx, task, OpStatus.FAILED, None, failure, (terminal_event, event), now)
+    return "recorded"
+
+
+def time_out_task(tx: Tx, task: Row, now: float) -> Program[str | None]:
+    """Apply whichever of the task's timeouts has expired; None when none has."""
+    status = task["status"]
+    s2c = task["schedule_to_close_deadline"]
+    name, attempt = task["activity_name"], int(task["attempt"])
+    if s2c is not None and now >= s2c:
+        failure = Failure.activity_timeout("schedule_to_close", s2c, name, attempt)
+        yield from _retry_or_fail(tx, task, failure, False, now, "ActivityTimedOut")
+        return "schedule_to_close"
+    if status == AttemptStatus.PENDING:
+        s2s = task["schedule_to_start_deadline"]
+        if s2s is not None and now >= s2s:
+            failure = Failure.activity_timeout("schedule_to_start", s2s, name, attempt)
+            yield from _retry_or_fail(tx, task, failure, True, now, "ActivityTimedOut")
+            return "schedule_to_start"
+        return None
+    stc, hb = task["start_to_close_deadline"], task["heartbeat_deadline"]
+    lease = task["lease_expires_at"]
+    candidates = [
+        (d, k)
+        for d, k in ((stc, "start_to_close"), (hb, "heartbeat"), (lease, "worker_lost"))
+        if d is not None
+    ]
+    expired = sorted((d, k) for d, k in candidates if now >= d)
+    if not expired:
+        return None
+    deadline, kind = expired[0]
+    if kind == "worker_lost":
+        failure = Failure.worker_lost(name, attempt, deadline)
+        yield from _retry_or_fail(tx, task, failure, True, now, "ActivityFailed")
+        return kind
+    failure = Failure.activity_timeout(kind, deadline, name, attempt)
+    tx.wake("activity_stop", task["task_id"])
+    yield from _retry_or_fail(tx, task, failure, True, now, "ActivityTimedOut")
+    return kind
+
+
+def _refuse(task: Row | None, task_id: str, attempt: int, worker_id: str,
+            reason: str, now: float) -> Program[ActivityOutcome]:
+    if task is not None:
+        yield from append_events(task["run_id"], [("ActivityResultRefused", {
+            "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
+            "worker_id": worker_id, "reason": reason,
+        })], now)
+    return ActivityOutcome("refused", reason)
+
+
+def _record_stop(tx: Tx, task: Row, task_id: str, attempt: int, worker_id: str,
+                 failure: Failure | None, now: float) -> Program[ActivityOutcome]:
+    """An attempt that was asked to stop reports back having stopped (or, fenced
+    already, with anything): its stop receipt, and the op's cancellation."""
+    receipt = yield from cancellation.stop_receipt(task, worker_id, failure, now)
+    if task["status"] == AttemptStatus.RUNNING:  # it stopped (failure) before completing
+        yield ex(
+            "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL "
+            "WHERE task_id = ?", now, task_id,
+        )
+        stop_failure = Failure.activity_cancelled(
+            f"activity {task['activity_name']} stopped on request", stop_receipt=receipt)
+        yield from _resolve_op(tx, task, OpStatus.CANCELLED, None, stop_failure, (
+            "ActivityCancelled", {"op_id": task["op_id"], "task_id": task_id,
+                                  "activity_type": task["activity_name"],
+                                  "attempt": attempt, "stop_receipt": receipt}), now)
+        return ActivityOutcome("recorded", "stop receipt recorded")
+    late: list[Event] = [("ActivityStopReceipt", {
+        "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
+        "stop_receipt": receipt,
+    })]
+    if failure is None:
+        late.append(("ActivityResultRefused", {
+            "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
+            "worker_id": worker_id,
+            "reason": "the attempt was fenced before its result arrived",
+        }))
+    yield from append_events(task["run_id"], late, now)
+    return ActivityOutcome("refused", "stop receipt recorded")
+
+
+def complete_activity(
+    tx: Tx,
+    task_id: str,
+    attempt: int,
+    worker_id: str,
+    result: str | None,
+    failure: Failure | None,
+    now: float,
+) -> Program[ActivityOutcome]:
+    """Record an attempt's result or failure (or refuse it, visibly)."""
+    task = yield q1(f"SELECT {TASK_COLUMNS} FROM activity_tasks WHERE task_id = ?" + tx.lock,
+                    task_id)
+    if task is None:
+        return (yield from _refuse(None, task_id, attempt, worker_id, "unknown task", now))
+    if (task["stop_requested"] and task["stop_receipt"] is None and task["owner"] == worker_id
+            and int(task["attempt"]) == attempt
+            and task["status"] in (AttemptStatus.RUNNING, AttemptStatus.CANCELLED)):
+        if task["status"] == AttemptStatus.CANCELLED or failure is not None:
+            return (yield from _record_stop(tx, task, task_id, attempt, worker_id, failure, now))
+        # asked to stop, but it completed first: the receipt says so and the result counts
+        yield from cancellation.stop_receipt(task, worker_id, None, now)
+    if (task["status"] != AttemptStatus.RUNNING or int(task["attempt"]) != attempt
+            or task["owner"] != worker_id):
+        reason = (
+            f"attempt {attempt} is no longer current (task is {task['status']}, "
+            f"attempt {task['attempt']})"
+        )
+        return (yield from _refuse(task, task_id, attempt, worker_id, reason, now))
+    kind = yield from time_out_task(tx, task, now)
+    if kind is not None:
+        reason = f"the attempt's {kind} deadline passed before the result arrived"
+        return (yield from _refuse(task, task_id, attempt, worker_id, reason, now))
+    if failure is None:
+        yield ex(
+            "UPDATE activity_tasks SET status = 'completed', closed_at = ?, deadline_at = NULL "
+            "WHERE task_id = ?",
+            now, task_id,
+        )
+        yield from _resolve_op(tx, task, OpStatus.COMPLETED, result, None, ("ActivityCompleted", {
+            "op_id": task["op_id"], "activity_type": task["activity_name"], "task_id": task_id,
+            "attempt": attempt, "result": loads(result),
+        }), now)
+        return ActivityOutcome("recorded")
+    outcome = yield from _retry_or_fail(
+        tx, task, failure, not failure.non_retryable, now, "ActivityFailed"
+    )
+    return ActivityOutcome(outcome)
+
+
+def heartbeat_activity(
+    tx: Tx, task_id: str, attempt: int, worker_id: str, details: str | None, now: float
+) -> Program[HeartbeatAck]:
+    """Record progress details and extend the heartbeat deadline; say whether to stop."""
+    task = yield q1(f"SELECT {TASK_COLUMNS} FROM activity_tasks "
+                    "WHERE task_id = ?" + tx.lock, task_id)
+    if task is None or task["status"] != AttemptStatus.RUNNING or (
+        int(task["attempt"]) != attempt or task["owner"] != worker_id
+    ):
+        return HeartbeatAck(False, True, "attempt is no longer current")
+    kind = yield from time_out_task(tx, task, now)
+    if kind is not None:
+        return HeartbeatAck(False, True, f"{kind} timeout")
+    opts = loads(task["options"])
+    hb = plus(now, opts.get("heartbeat_timeout"))
+    yield ex(
+        "UPDATE activity_tasks SET heartbeat_details = COALESCE(?, heartbeat_details), "
+        "heartbeat_deadline = ?, deadline_at = ? WHERE task_id = ?",
+        details, hb,
+        earliest(hb, task["start_to_close_deadline"], task["schedule_to_close_deadline"],
+                 task["lease_expires_at"]),
+        task_id,
+    )
+    return HeartbeatAck(True, bool(task["stop_requested"]))

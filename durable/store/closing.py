@@ -1,0 +1,310 @@
+"""Closing a run and everything that hangs off it, in the caller's transaction.
+
+Closing revokes the run's authority (epoch bump), fences its open activity
+attempts, cancels its timers, applies the parent close policy to its open
+children, resolves the parent's child op, and starts the next run for
+continue-as-new.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..driver import Program, Row, Tx, ex, q, q1
+from ..errors import WorkflowNotFound
+from ..failure import Failure
+from . import cancellation
+from .events import Event, append_events, record_failure
+from .records import (
+    OP_COLUMNS,
+    OPEN_STATUSES,
+    RUN_COLUMNS,
+    OpKind,
+    OpRecord,
+    OpStatus,
+    RunRecord,
+    RunStatus,
+    StartRequest,
+    dump_failure,
+    dumps,
+    loads,
+    new_id,
+    op_from_row,
+    run_from_row,
+)
+from .runs import get_run, insert_run
+
+_CLOSE_EVENT = {
+    RunStatus.COMPLETED: "WorkflowCompleted",
+    RunStatus.FAILED: "WorkflowFailed",
+    RunStatus.CANCELLED: "WorkflowCancelled",
+    RunStatus.TERMINATED: "WorkflowTerminated",
+    RunStatus.TIMED_OUT: "WorkflowTimedOut",
+    RunStatus.CONTINUED: "WorkflowContinuedAsNew",
+}
+
+
+def _cancellation_outcome(cancellation: dict[str, Any], status: str, closed_reason: str,
+                          reason: str | None, now: float) -> dict[str, Any]:
+    """The cancellation record as the run closes: its lifecycle and cleanup outcome."""
+    if closed_reason == "deadline_expired":
+        lifecycle = outcome = "deadline_expired"
+    elif status == RunStatus.TERMINATED:
+        lifecycle = outcome = "terminated"
+    elif status == RunStatus.CANCELLED:
+        lifecycle = "cancelled"
+        if not cancellation.get("delivered_at"):
+            outcome = "not_delivered"
+        elif reason is None:  # the run's own code closed it: cleanup finished
+            outcome = "completed"
+        else:  # cancel() cut the cleanup short
+            outcome = "interrupted"
+    else:
+        lifecycle, outcome = status, status
+    return dict(cancellation, lifecycle=lifecycle, cleanup_outcome=outcome, closed_at=now)
+
+
+def close_run(
+    tx: Tx,
+    run_id: str,
+    status: str,
+    now: float,
+    *,
+    result: str | None = None,
+    failure: Failure | None = None,
+    continue_input: str | None = None,
+    needs_review: bool = False,
+    reason: str | None = None,
+) -> Program[str | None]:
+    """Close a run (see the module docstring); the next run's id for continue-as-new."""
+    row = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock, run_id)
+    if row is None or row["status"] not in OPEN_STATUSES:
+        return None
+    run = run_from_row(row)
+    if needs_review:
+        yield ex(
+            "UPDATE runs SET needs_review = 1, owner = NULL, epoch = epoch + 1, "
+            "failure = ? WHERE run_id = ?",
+            dump_failure(failure), run_id,
+        )
+        yield from append_events(
+            run_id, [("WorkflowNeedsReview", failure.to_dict() if failure else {})], now)
+        if failure is not None:
+            yield from record_failure(run_id, failure, now)
+        return None
+    closed_reason = reason or status
+    cancellation_record = run.cancellation
+    if cancellation_record is not None and status != RunStatus.CONTINUED:
+        cancellation_record = _cancellation_outcome(cancellation_record, status, closed_reason,
+                                                    reason, now)
+    yield ex(
+        "UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, closed_reason = ?, "
+        "owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL, "
+        "cancellation = ? WHERE run_id = ?",
+        status, result, dump_failure(failure), now, closed_reason, dumps(cancellation_record),
+        run_id,
+    )
+    events: list[Event] = []
+    yield from _cancel_open_work(tx, run_id, status, now, events)
+    data: dict[str, Any] = {"reason": closed_reason}
+    if result is not None:
+        data["result"] = loads(result)
+    if failure is not None:
+        data["failure"] = failure.to_dict()
+        if failure.timeout_kind is not None:
+            data["timeout_kind"] = failure.timeout_kind
+            data["deadline_at"] = failure.get("deadline_at")
+    next_run_id: str | None = None
+    if status == RunStatus.CONTINUED:
+        next_run_id = new_id()
+        data["new_run_id"] = next_run_id
+    events.append((_CLOSE_EVENT[RunStatus(status)], data))
+    yield from append_events(run_id, events, now)
+    if failure is not None and status != RunStatus.CONTINUED:
+        yield from record_failure(run_id, failure, now)
+
+    if status == RunStatus.CONTINUED:
+        assert next_run_id is not None
+        yield from _continue(tx, run, next_run_id, continue_input, now)
+    else:
+        children = yield q(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? "
+            "AND status IN ('pending', 'running')",
+            run_id,
+        )
+        for child_row in children:
+            yield from apply_parent_close_policy(tx, run, child_row, now)
+        yield ex(
+            "UPDATE workflows SET status = ?, closed_reason = ?, closed_at = ? "
+            "WHERE namespace = ? AND workflow_id = ? AND current_run_id = ?",
+            status, closed_reason, now, run.namespace, run.workflow_id, run_id,
+        )
+        if run.parent_run_id is not None:
+            yield from notify_parent(tx, run, status, result, failure, now)
+    tx.wake("run", run_id)
+    return next_run_id
+
+
+def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
+                      events: list[Event]) -> Program[None]:
+    """Fence the run's open activity attempts and cancel its timers."""
+    cancel_failure = Failure.activity_cancelled(
+        f"cancelled because the workflow run closed ({status})")
+    tasks = yield q(
+        "SELECT task_id, op_id, activity_name, options FROM activity_tasks "
+        "WHERE run_id = ? AND status IN ('pending', 'running')", run_id,
+    )
+    fenced: set[str] = set()
+    for task in tasks:
+        if (loads(task["options"]) or {}).get("cancellation") == "abandon":
+            continue  # an abandoned activity has its own lifetime
+        fenced.add(task["task_id"])
+        yield ex(
+            "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
+            "stop_requested = 1, stop_requested_at = COALESCE(stop_requested_at, ?) "
+            "WHERE task_id = ?",
+            now, now, task["task_id"],
+        )
+        events.append(("ActivityCancelled", {
+            "op_id": task["op_id"], "activity_type": task["activity_name"],
+            "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
+        }))
+        tx.wake("activity_stop", task["task_id"])
+    open_ops = yield q(
+        f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
+        "AND kind IN ('activity', 'timer')", run_id
+    )
+    for op_row in open_ops:
+        op = op_from_row(op_row)
+        if op.kind == OpKind.ACTIVITY and op.task_id not in fenced:
+            continue  # abandoned
+        if op.kind == OpKind.TIMER:
+            events.append(("TimerCancelled", {"op_id": op.op_id, "reason": f"workflow {status}"}))
+        yield ex(
+            "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ? "
+            "WHERE run_id = ? AND op_id = ?",
+            dump_failure(cancel_failure), now, run_id, op.op_id,
+        )
+    return None
+
+
+def _continue(tx: Tx, run: RunRecord, next_run_id: str, continue_input: str | None,
+              now: float) -> Program[None]:
+    """Start the next run of a continued instance (same id, same parent)."""
+    req = StartRequest(
+        namespace=run.namespace, workflow_id=run.workflow_id,
+        workflow_type=run.workflow_type, task_queue=run.task_queue,
+        input=continue_input or "[]", id_reuse="", execution_timeout=run.execution_timeout,
+        run_timeout=run.run_timeout, parent_run_id=run.parent_run_id,
+        parent_workflow_id=run.parent_workflow_id, parent_op_id=run.parent_op_id,
+        parent_close_policy=run.parent_close_policy,
+        cleanup_timeout=run.cleanup_timeout,
+        cancellation=None if run.cancellation is None else dict(
+            run.cancellation, lifecycle="requested", delivered_at=None, boundary=None,
+            cleanup_outcome=None),
+    )
+    yield ex("UPDATE runs SET continued_run_id = ? WHERE run_id = ?", next_run_id, run.run_id)
+    yield from insert_run(
+        tx, req, next_run_id, run.run_number + 1, now, run.execution_deadline_at,
+        new_instance=False,
+    )
+    if run.parent_run_id is not None:
+        yield ex(
+            "UPDATE ops SET child_run_id = ? WHERE run_id = ? AND op_id = ?",
+            next_run_id, run.parent_run_id, run.parent_op_id,
+        )
+    return None
+
+
+def apply_parent_close_policy(tx: Tx, parent: RunRecord, child_row: Row,
+                              now: float) -> Program[None]:
+    """What happens to an open child when its parent closes."""
+    child = run_from_row(child_row)
+    policy = child.parent_close_policy or "terminate"
+    yield from append_events(parent.run_id, [("ParentClosePolicyApplied", {
+        "child_workflow_id": child.workflow_id, "child_run_id": child.run_id, "policy": policy,
+    })], now)
+    reason = f"parent {parent.workflow_id} closed"
+    if policy == "terminate":
+        yield from close_run(tx, child.run_id, RunStatus.TERMINATED, now, reason=reason,
+                             failure=Failure.closed_by_request(RunStatus.TERMINATED, reason))
+    elif policy == "request_cancellation":
+        child_full = yield q1(
+            f"SELECT {RUN_COLUMNS}, lease_expires_at, claim_capabilities "
+            "FROM runs WHERE run_id = ?", child.run_id,
+        )
+        yield from cancellation.request_child(tx, parent, child_full, reason,
+                                              child_full["cleanup_timeout"],
+                                              "parent_close_policy", now)
+    elif policy == "request_cancel":
+        yield from close_run(tx, child.run_id, RunStatus.CANCELLED, now, reason=reason,
+                             failure=Failure.closed_by_request(RunStatus.CANCELLED, reason))
+    return None
+
+
+def notify_parent(
+    tx: Tx,
+    child: RunRecord,
+    status: str,
+    result: str | None,
+    failure: Failure | None,
+    now: float,
+) -> Program[None]:
+    """Resolve the parent's child op with the child's terminal outcome."""
+    parent = yield q1(
+        "SELECT status FROM runs WHERE run_id = ?" + tx.lock, child.parent_run_id
+    )
+    if parent is None or parent["status"] not in OPEN_STATUSES:
+        return None
+    op_failure: Failure | None
+    if status == RunStatus.COMPLETED:
+        op_status, op_failure, etype = OpStatus.COMPLETED, None, "ChildWorkflowCompleted"
+    else:
+        op_status, etype = OpStatus.FAILED, "ChildWorkflowFailed"
+        op_failure = Failure.child_failed(child.workflow_id, status, failure)
+    count = yield ex(
+        "UPDATE ops SET status = ?, result = ?, failure = ?, closed_at = ? "
+        "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
+        op_status, result, dump_failure(op_failure), now, child.parent_run_id,
+        child.parent_op_id,
+    )
+    if not count:
+        return None
+    assert child.parent_run_id is not None and child.parent_op_id is not None
+    data: dict[str, Any] = {
+        "op_id": child.parent_op_id, "child_workflow_id": child.workflow_id,
+        "child_run_id": child.run_id, "status": status,
+    }
+    if op_failure is not None:
+        data["failure"] = op_failure.to_dict()
+    yield from append_events(child.parent_run_id, [(etype, data)], now)
+    yield ex(
+        "UPDATE runs SET ready_at = ? WHERE run_id = ? AND ready_at IS NULL",
+        now, child.parent_run_id,
+    )
+    op = OpRecord(child.parent_op_id, OpKind.CHILD, child.workflow_type, op_status, result,
+                  op_failure, None, now, child_workflow_id=child.workflow_id,
+                  child_run_id=child.run_id)
+    tx.wake("run", child.parent_run_id, data=op)
+    return None
+
+
+def close_run_externally(
+    tx: Tx,
+    namespace: str,
+    workflow_id: str,
+    run_id: str | None,
+    status: str,
+    reason: str,
+    now: float,
+) -> Program[RunRecord]:
+    """cancel() / terminate(): close the run now, whoever owns it."""
+    run = yield from get_run(namespace, workflow_id, run_id)
+    if run is None:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r} (run {run_id}) in {namespace!r}")
+    if run.is_open:
+        yield from close_run(tx, run.run_id, status, now,
+                             failure=Failure.closed_by_request(status, reason), reason=reason)
+        run = yield from get_run(namespace, workflow_id, run.run_id)
+        assert run is not None
+    return run

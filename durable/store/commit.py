@@ -1,0 +1,308 @@
+"""The owner's commit: a group of runs' writes in one transaction, each run fenced.
+
+Every run's batch is checked against the run's lease epoch, status and
+deadline; a stale or expired batch is refused on its own (the others still
+commit). Each write type has one handler (`HANDLERS`), which records it and
+collects the run's history events; a dialect may record a batch of
+successful local steps in one statement (`Dialect.local_steps`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clock import to_iso
+from ..driver import Program, Tx, ex, q, q1
+from ..failure import Failure
+from . import cancellation
+from .closing import close_run
+from .deadlines import enforce_expired
+from .events import Event, append_events, record_failure
+from .records import (
+    OPEN_STATUSES,
+    RUN_COLUMNS,
+    CommitResult,
+    OpKind,
+    OpRecord,
+    OpStatus,
+    RunRecord,
+    dump_failure,
+    dumps,
+    earliest,
+    loads,
+    new_id,
+    plus,
+    run_from_row,
+)
+from .runs import insert_run
+from .writes import (
+    CancelTimer,
+    CloseRun,
+    DeliverCancellation,
+    FireTimer,
+    RecordLocalActivity,
+    RequestActivityStop,
+    RequestChildCancellation,
+    RunWrites,
+    ScheduleActivity,
+    ScheduleChild,
+    ScheduleTimer,
+    Write,
+)
+
+
+@dataclass
+class _RunCommit:
+    """One run's share of a commit, as its writes are recorded."""
+
+    tx: Tx
+    run: RunRecord
+    now: float
+    events: list[Event] = field(default_factory=list)
+    ops: dict[str, OpRecord] = field(default_factory=dict)
+    next_run_id: str | None = None
+
+    def flush(self) -> Program[None]:
+        events, self.events = self.events, []
+        yield from append_events(self.run.run_id, events, self.now)
+        return None
+
+
+def _record_local_activity(c: _RunCommit, w: RecordLocalActivity) -> Program[None]:
+    if w.failure is None:
+        status = OpStatus.COMPLETED
+    else:
+        status = OpStatus.CANCELLED if w.interrupted else OpStatus.FAILED
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, result, failure, scheduled_at, "
+        "closed_at, interrupted) VALUES (?, ?, 'local_activity', ?, ?, ?, ?, ?, ?, ?)",
+        c.run.run_id, w.op_id, w.name, status, w.result, dump_failure(w.failure),
+        w.started_at, c.now, int(w.interrupted),
+    )
+    c.events.append(("ActivityScheduled", {
+        "op_id": w.op_id, "activity_type": w.name, "local": True,
+    }))
+    if w.failure is None:
+        c.events.append(("ActivityCompleted", {
+            "op_id": w.op_id, "activity_type": w.name, "local": True,
+            "attempt": w.attempts, "result": loads(w.result),
+        }))
+    elif w.interrupted:
+        c.events.append(("ActivityCancelled", {
+            "op_id": w.op_id, "activity_type": w.name, "local": True,
+            "attempt": w.attempts, "policy": w.failure.get("policy"),
+            "stop_receipt": w.failure.get("stop_receipt"),
+        }))
+    else:
+        kind = w.failure.timeout_kind
+        c.events.append((
+            "ActivityTimedOut" if kind else "ActivityFailed",
+            {"op_id": w.op_id, "activity_type": w.name, "local": True,
+             "attempt": w.attempts, "failure": w.failure.to_dict(),
+             **({"timeout_kind": kind} if kind else {})},
+        ))
+        yield from record_failure(c.run.run_id, w.failure, c.now)
+    c.ops[w.op_id] = OpRecord(w.op_id, OpKind.LOCAL_ACTIVITY, w.name, status, w.result,
+                              w.failure, w.started_at, c.now, interrupted=w.interrupted)
+    return None
+
+
+def _schedule_activity(c: _RunCommit, w: ScheduleActivity) -> Program[None]:
+    opts = w.options
+    now, run = c.now, c.run
+    s2s = plus(now, opts.get("schedule_to_start_timeout"))
+    s2c = plus(now, opts.get("schedule_to_close_timeout"))
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, scheduled_at, task_id) "
+        "VALUES (?, ?, 'activity', ?, 'scheduled', ?, ?)",
+        run.run_id, w.op_id, w.name, now, w.task_id,
+    )
+    yield ex(
+        "INSERT INTO activity_tasks (task_id, namespace, task_queue, activity_name, run_id, "
+        "workflow_id, op_id, input, status, attempt, options, scheduled_at, available_at, "
+        "schedule_to_start_deadline, schedule_to_close_deadline, deadline_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, ?)",
+        w.task_id, run.namespace, w.task_queue, w.name, run.run_id,
+        run.workflow_id, w.op_id, w.input, dumps(opts), now, now, s2s, s2c,
+        earliest(s2s, s2c),
+    )
+    c.events.append(("ActivityScheduled", {
+        "op_id": w.op_id, "activity_type": w.name, "task_id": w.task_id,
+        "task_queue": w.task_queue, "local": False,
+        "schedule_to_start_timeout": opts.get("schedule_to_start_timeout"),
+        "start_to_close_timeout": opts.get("start_to_close_timeout"),
+        "schedule_to_close_timeout": opts.get("schedule_to_close_timeout"),
+        "heartbeat_timeout": opts.get("heartbeat_timeout"),
+        "retry_policy": opts.get("retry"),
+        "cancellation": opts.get("cancellation"),
+        "schedule_to_start_deadline": to_iso(s2s),
+        "schedule_to_close_deadline": to_iso(s2c),
+    }))
+    c.tx.wake("activities", run.namespace, w.task_queue)
+    return None
+
+
+def _schedule_timer(c: _RunCommit, w: ScheduleTimer) -> Program[None]:
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, scheduled_at, fire_at) "
+        "VALUES (?, ?, 'timer', 'sleep', 'scheduled', ?, ?)",
+        c.run.run_id, w.op_id, c.now, w.fire_at,
+    )
+    c.events.append(("TimerScheduled", {
+        "op_id": w.op_id, "duration_seconds": w.duration, "fire_at": to_iso(w.fire_at),
+    }))
+    return None
+
+
+def _fire_timer(c: _RunCommit, w: FireTimer) -> Program[None]:
+    yield ex(
+        "UPDATE ops SET status = 'completed', closed_at = ? "
+        "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
+        c.now, c.run.run_id, w.op_id,
+    )
+    c.events.append(("TimerFired", {"op_id": w.op_id}))
+    return None
+
+
+def _schedule_child(c: _RunCommit, w: ScheduleChild) -> Program[None]:
+    req, now, run_id = w.request, c.now, c.run.run_id
+    existing = yield q1(
+        "SELECT current_run_id FROM workflows WHERE namespace = ? AND workflow_id = ?",
+        req.namespace, req.workflow_id,
+    )
+    if existing is not None:
+        failure = Failure.child_start(req.workflow_id)
+        yield ex(
+            "INSERT INTO ops (run_id, op_id, kind, name, status, failure, scheduled_at, "
+            "closed_at, child_workflow_id) VALUES (?, ?, 'child', ?, 'failed', ?, ?, ?, ?)",
+            run_id, w.op_id, req.workflow_type, dump_failure(failure), now, now,
+            req.workflow_id,
+        )
+        c.events.append(("ChildWorkflowFailed", {
+            "op_id": w.op_id, "child_workflow_id": req.workflow_id,
+            "failure": failure.to_dict(),
+        }))
+        c.ops[w.op_id] = OpRecord(w.op_id, OpKind.CHILD, req.workflow_type, OpStatus.FAILED,
+                                  None, failure, now, now, child_workflow_id=req.workflow_id)
+        return None
+    child_run_id = new_id()
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, scheduled_at, child_workflow_id, "
+        "child_run_id) VALUES (?, ?, 'child', ?, 'scheduled', ?, ?, ?)",
+        run_id, w.op_id, req.workflow_type, now, req.workflow_id, child_run_id,
+    )
+    c.events.append(("ChildWorkflowScheduled", {
+        "op_id": w.op_id, "child_workflow_id": req.workflow_id,
+        "child_run_id": child_run_id, "workflow_type": req.workflow_type, **w.options,
+    }))
+    yield from insert_run(c.tx, req, child_run_id, 1, now, plus(now, req.execution_timeout))
+    return None
+
+
+def _deliver(c: _RunCommit, w: DeliverCancellation) -> Program[None]:
+    yield from cancellation.deliver(c.run, w, c.now, c.events)
+    return None
+
+
+def _request_activity_stop(c: _RunCommit, w: RequestActivityStop) -> Program[None]:
+    yield from cancellation.request_activity_stop(c.tx, c.run, w, c.now, c.events, c.ops)
+    return None
+
+
+def _cancel_timer(c: _RunCommit, w: CancelTimer) -> Program[None]:
+    yield from cancellation.cancel_timer(c.run, w.op_id, c.now, c.events, c.ops)
+    return None
+
+
+def _request_child_cancellation(c: _RunCommit, w: RequestChildCancellation) -> Program[None]:
+    yield from cancellation.request_child_cancellation(c.tx, c.run, w, c.now, c.events, c.ops)
+    return None
+
+
+def _close(c: _RunCommit, w: CloseRun) -> Program[None]:
+    yield from c.flush()  # the run's last events come before its close event
+    c.next_run_id = yield from close_run(
+        c.tx, c.run.run_id, w.status, c.now, result=w.result, failure=w.failure,
+        continue_input=w.continue_input, needs_review=w.needs_review,
+    )
+    return None
+
+
+Handler = Callable[[_RunCommit, Any], Program[None]]
+
+#: One handler per write type: what recording that write means.
+HANDLERS: dict[type[Write], Handler] = {
+    RecordLocalActivity: _record_local_activity,
+    ScheduleActivity: _schedule_activity,
+    ScheduleTimer: _schedule_timer,
+    FireTimer: _fire_timer,
+    ScheduleChild: _schedule_child,
+    DeliverCancellation: _deliver,
+    RequestActivityStop: _request_activity_stop,
+    CancelTimer: _cancel_timer,
+    RequestChildCancellation: _request_child_cancellation,
+    CloseRun: _close,
+}
+
+
+def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
+    """Lock the attempts this commit asks to stop before any run's fence.
+
+    Lock order on PostgreSQL is activity attempts before runs (renew_leases,
+    complete_activity); a stop request would otherwise lock its attempt after
+    its run, and deadlock (1 s of deadlock_timeout, then a retry) with a lease
+    renewal or a completion of that attempt. SQLite's write lock covers all.
+    """
+    pairs = [(b.run_id, w.op_id) for b in batches for w in b.writes
+             if isinstance(w, RequestActivityStop)]
+    if not pairs or not tx.lock:
+        return None
+    match = " OR ".join("(run_id = ? AND op_id = ?)" for _ in pairs)
+    yield q(
+        f"SELECT task_id FROM activity_tasks WHERE task_id IN (SELECT task_id FROM ops "
+        f"WHERE {match}) ORDER BY task_id" + tx.lock,
+        *(value for pair in pairs for value in pair),
+    )
+    return None
+
+
+def _commit_run(tx: Tx, batch: RunWrites, now: float) -> Program[CommitResult]:
+    fast = tx.dialect.local_steps(batch, now, autocommit=False) if (
+        batch.local_steps_only()) else None
+    if fast is not None:
+        return (yield from fast)
+    fence = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
+                     batch.run_id)
+    if (
+        fence is None
+        or int(fence["epoch"]) != batch.epoch
+        or fence["status"] not in OPEN_STATUSES
+    ):
+        return CommitResult(batch.run_id, False)
+    if fence["deadline_at"] is not None and now >= fence["deadline_at"]:
+        # Storage is the source of truth for deadlines: nothing is recorded for
+        # a run past its deadline; it is timed out (or its cleanup expires) now.
+        yield from enforce_expired(tx, fence["namespace"], now, batch.run_id)
+        return CommitResult(batch.run_id, False)
+    c = _RunCommit(tx, run_from_row(fence), now)
+    if not all(isinstance(w, DeliverCancellation) for w in batch.writes):
+        yield from cancellation.mark_cleaning_up(c.run)
+    for write in batch.writes:
+        yield from HANDLERS[type(write)](c, write)
+    yield from c.flush()
+    return CommitResult(batch.run_id, True, c.ops, c.next_run_id)
+
+
+def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
+    """Record many runs' writes in one transaction; one result per batch, in order."""
+    if len(batches) == 1 and batches[0].local_steps_only():
+        fast = tx.dialect.local_steps(batches[0], now, autocommit=True)
+        if fast is not None:  # the whole transaction is one self-committing statement
+            return [(yield from fast)]
+    results: list[CommitResult | None] = [None] * len(batches)
+    yield from _lock_attempts_to_stop(tx, batches)
+    for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order
+        results[index] = yield from _commit_run(tx, batches[index], now)
+    return [r for r in results if r is not None]

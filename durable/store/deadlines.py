@@ -1,0 +1,84 @@
+"""The watchdog's transactions: when is the next deadline, and enforce what expired.
+
+Enforcement is idempotent and safe on many workers at once (claims skip rows
+another enforcer holds). Storage is the source of truth: a run past its
+deadline is timed out (or its cleanup expires) here, whichever worker or
+commit gets to it first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..driver import Program, Tx, q, q1
+from ..failure import Failure
+from .activities import time_out_task
+from .closing import close_run
+from .records import RUN_COLUMNS, TASK_COLUMNS, RunStatus, earliest, run_from_row
+
+
+def next_deadline(namespace: str, now: float) -> Program[float | None]:
+    """The earliest instant at which something in the namespace is due."""
+    row = yield q1(
+        "SELECT "
+        "(SELECT MIN(deadline_at) FROM runs WHERE namespace = ? "
+        " AND status IN ('pending', 'running')) AS run_deadline, "
+        "(SELECT MIN(deadline_at) FROM activity_tasks WHERE namespace = ? "
+        " AND status IN ('pending', 'running')) AS task_deadline, "
+        "(SELECT MIN(available_at) FROM activity_tasks WHERE namespace = ? "
+        " AND status = 'pending' AND available_at > ?) AS task_available, "
+        "(SELECT MIN(lease_expires_at) FROM runs WHERE namespace = ? "
+        " AND status IN ('pending', 'running') AND owner IS NOT NULL) AS lease_expiry",
+        namespace, namespace, namespace, now, namespace,
+    )
+    if row is None:
+        return None
+    return earliest(row["run_deadline"], row["task_deadline"], row["task_available"],
+                    row["lease_expiry"])
+
+
+def enforce_expired(
+    tx: Tx, namespace: str, now: float, run_id: str | None = None, limit: int = 500
+) -> Program[dict[str, int]]:
+    """Time out runs and activity attempts past their deadlines; counts by kind.
+
+    With `run_id`, only that run's own deadlines (a commit found it expired).
+    """
+    counts: dict[str, int] = {}
+    run_filter = " AND run_id = ?" if run_id is not None else ""
+    extra: tuple[Any, ...] = (run_id,) if run_id is not None else ()
+    runs = yield q(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE namespace = ? AND status IN "
+        f"('pending', 'running') AND deadline_at <= ?{run_filter} ORDER BY deadline_at LIMIT ?"
+        + tx.skip_locked,
+        namespace, now, *extra, limit,
+    )
+    for row in runs:
+        run = run_from_row(row)
+        expired = run.deadlines.expired(now)
+        if expired is None:
+            continue
+        kind, deadline = expired
+        if kind == "cleanup_deadline":
+            yield from close_run(tx, run.run_id, RunStatus.CANCELLED, now,
+                                 failure=Failure.cleanup_expired(deadline, run.workflow_id),
+                                 reason="deadline_expired")
+        else:
+            yield from close_run(tx, run.run_id, RunStatus.TIMED_OUT, now,
+                                 failure=Failure.workflow_timeout(kind, deadline,
+                                                                  run.workflow_id),
+                                 reason=kind)
+        counts[kind] = counts.get(kind, 0) + 1
+    if run_id is not None:
+        return counts
+    tasks = yield q(
+        f"SELECT {TASK_COLUMNS} FROM activity_tasks WHERE namespace = ? AND status IN "
+        "('pending', 'running') AND deadline_at <= ? ORDER BY deadline_at LIMIT ?"
+        + tx.skip_locked,
+        namespace, now, limit,
+    )
+    for task in sorted(tasks, key=lambda t: str(t["run_id"])):  # lock order: see claims
+        task_kind = yield from time_out_task(tx, task, now)
+        if task_kind is not None:
+            counts[task_kind] = counts.get(task_kind, 0) + 1
+    return counts

@@ -1,0 +1,279 @@
+"""Reading runs for people: describe(), history, listing, the cancellation cascade."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..clock import to_datetime, to_iso
+from ..driver import Program, q, q1
+from ..errors import WorkflowNotFound
+from .cancellation import describe_cancellation, public_context
+from .records import RUN_COLUMNS, HistoryEvent, RunRecord, loads, run_from_row
+from .runs import get_run
+
+
+def describe(
+    namespace: str, workflow_id: str, run_id: str | None
+) -> Program[dict[str, Any] | None]:
+    """The instance and one run (the current one by default), as describe() shows them."""
+    wf = yield q1(
+        "SELECT workflow_id, workflow_type, namespace, current_run_id, status, closed_reason, "
+        "execution_timeout, execution_deadline_at, run_count, memo, created_at, closed_at "
+        "FROM workflows WHERE namespace = ? AND workflow_id = ?",
+        namespace, workflow_id,
+    )
+    if wf is None:
+        return None
+    run = yield from get_run(namespace, workflow_id, run_id or wf["current_run_id"])
+    if run is None:
+        return None
+    failure_rows = yield q(
+        "SELECT data FROM failures WHERE run_id = ? ORDER BY id", run.run_id
+    )
+    pending = yield q(
+        "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
+        "t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
+        "FROM ops o LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
+        "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at",
+        run.run_id,
+    )
+    return {
+        "workflow_id": wf["workflow_id"],
+        "workflow_type": wf["workflow_type"],
+        "namespace": wf["namespace"],
+        "status": run.status if run_id else wf["status"],
+        "closed_reason": run.closed_reason if run_id else wf["closed_reason"],
+        "execution_timeout_seconds": wf["execution_timeout"],
+        "run_count": int(wf["run_count"]),
+        "memo": loads(wf["memo"]),
+        "run": {
+            "run_id": run.run_id,
+            "run_number": run.run_number,
+            "status": run.status,
+            "run_timeout_seconds": run.run_timeout,
+            "execution_deadline_at": to_iso(run.execution_deadline_at),
+            "run_deadline_at": to_iso(run.run_deadline_at),
+            "started_at": to_iso(run.started_at),
+            "closed_at": to_iso(run.closed_at),
+            "task_queue": run.task_queue,
+            "owner": run.owner,
+            "epoch": run.epoch,
+            "needs_review": run.needs_review,
+            "parent_workflow_id": run.parent_workflow_id,
+            "parent_run_id": run.parent_run_id,
+            "continued_run_id": run.continued_run_id,
+        },
+        "pending_operations": [
+            {
+                "op_id": p["op_id"], "kind": p["kind"], "name": p["name"],
+                "scheduled_at": to_iso(p["scheduled_at"]), "fire_at": to_iso(p["fire_at"]),
+                "child_workflow_id": p["child_workflow_id"], "task_status": p["task_status"],
+                "attempt": p["attempt"], "heartbeat_details": loads(p["heartbeat_details"]),
+                "last_failure": loads(p["last_failure"]),
+            }
+            for p in pending
+        ],
+        "failures": [json.loads(r["data"]) for r in failure_rows],
+        "cancellation": describe_cancellation(run.cancellation),
+    }
+
+
+def history(
+    run_id: str, after_sequence: int = 0, limit: int | None = None
+) -> Program[list[HistoryEvent]]:
+    """A run's events after `after_sequence`, oldest first."""
+    sql = ("SELECT seq, type, recorded_at, data FROM events WHERE run_id = ? AND seq > ? "
+           "ORDER BY seq")
+    params: list[Any] = [run_id, after_sequence]
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    rows = yield q(sql, *params)
+    return [
+        HistoryEvent(int(r["seq"]), r["type"], to_datetime(r["recorded_at"]), json.loads(r["data"]))
+        for r in rows
+    ]
+
+
+def list_runs(
+    namespace: str, status: str | None, workflow_type: str | None, limit: int,
+    before: tuple[float, str] | None = None,
+) -> Program[tuple[list[dict[str, Any]], tuple[float, str] | None]]:
+    """Run summaries, newest first, and the key of the next page (None on the last).
+
+    `before` is the key a previous page returned: (created_at, run_id) of its
+    last row (keyset pagination: stable while new runs are added).
+    """
+    sql = (
+        "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
+        "closed_at, closed_reason, task_queue FROM runs WHERE namespace = ?"
+    )
+    params: list[Any] = [namespace]
+    if status is not None:
+        sql += " AND status = ?"
+        params.append(status)
+    if workflow_type is not None:
+        sql += " AND workflow_type = ?"
+        params.append(workflow_type)
+    if before is not None:
+        sql += " AND (created_at < ? OR (created_at = ? AND run_id < ?))"
+        params.extend([before[0], before[0], before[1]])
+    sql += " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+    params.append(limit + 1)
+    rows = yield q(sql, *params)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_key = (float(rows[-1]["created_at"]), str(rows[-1]["run_id"])) if more else None
+    return [
+        {
+            "workflow_id": r["workflow_id"], "run_id": r["run_id"],
+            "workflow_type": r["workflow_type"], "status": r["status"],
+            "run_number": int(r["run_number"]), "task_queue": r["task_queue"],
+            "created_at": to_datetime(r["created_at"]), "started_at": to_datetime(r["started_at"]),
+            "closed_at": to_datetime(r["closed_at"]), "closed_reason": r["closed_reason"],
+        }
+        for r in rows
+    ], next_key
+
+
+def cascade(
+    namespace: str, workflow_id: str, run_id: str | None, now: float, limit: int = 200
+) -> Program[dict[str, Any]]:
+    """What a cancellation did across the tree of runs, read from records alone.
+
+    Where evidence is missing (an attempt without a stop receipt whose worker
+    is gone) the view says so in `findings` and `inspection_complete` is
+    False: missing evidence is never shown as success.
+    """
+    root = yield from get_run(namespace, workflow_id, run_id)
+    if root is None:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r} in namespace {namespace!r}")
+    root_ctx = root.cancellation
+    view: dict[str, Any] = {
+        "root": public_context(root_ctx) if root_ctx else None,
+        "inspection_complete": True,
+        "truncated": False,
+        "findings": [],
+        "runs": [],
+        "edges": [],
+    }
+    if root_ctx is None:
+        return view
+    live_workers = yield q("SELECT worker_id FROM workers WHERE expires_at >= ?", now)
+    alive = {w["worker_id"] for w in live_workers}
+    queue = [root]
+    seen: set[str] = set()
+    while queue:
+        run = queue.pop(0)
+        if run.run_id in seen:
+            continue
+        seen.add(run.run_id)
+        if len(view["runs"]) >= limit:
+            view["truncated"] = True
+            break
+        entry = yield from _cascade_run(run, now, alive, view["findings"])
+        view["runs"].append(entry)
+        children = yield q(f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ?",
+                           run.run_id)
+        for child_row in children:
+            child = run_from_row(child_row)
+            propagation = entry["child_propagation"].get(child.workflow_id, {})
+            view["edges"].append({
+                "parent_workflow_id": run.workflow_id, "parent_run_id": run.run_id,
+                "child_workflow_id": child.workflow_id, "child_run_id": child.run_id,
+                "policy": propagation.get("policy"),
+            })
+            queue.append(child)
+    view["inspection_complete"] = not view["findings"]
+    return view
+
+
+def _cascade_run(
+    run: RunRecord, now: float, alive: set[str], findings: list[dict[str, Any]]
+) -> Program[dict[str, Any]]:
+    ctx = run.cancellation or {}
+    lifecycle = ctx.get("lifecycle")
+    if lifecycle is None:
+        lifecycle = {"terminated": "terminated", "cancelled": "cancelled"}.get(
+            run.status, "not_requested")
+    tasks = yield q(
+        "SELECT task_id, op_id, activity_name, attempt, status, owner, options, "
+        "stop_requested, stop_requested_at, stop_receipt, closed_at FROM activity_tasks "
+        "WHERE run_id = ? AND (stop_requested = 1 OR status = 'cancelled')",
+        run.run_id,
+    )
+    stops = []
+    for t in tasks:
+        receipt = loads(t["stop_receipt"])
+        policy = (loads(t["options"]) or {}).get("cancellation")
+        if receipt is not None:
+            state = "stopped" if receipt.get("confirmed", True) else "signalled"
+        elif t["status"] == "running" and t["owner"] in alive:
+            state = "stopping"
+        else:
+            state = "unverified"
+            findings.append({
+                "workflow_id": run.workflow_id, "run_id": run.run_id, "task_id": t["task_id"],
+                "finding": f"attempt {t['attempt']} of {t['activity_name']} has no stop receipt "
+                           f"and its worker ({t['owner']}) is gone or it was fenced; it is not "
+                           "verified as stopped",
+            })
+        stops.append({
+            "task_id": t["task_id"], "op_id": t["op_id"], "activity_type": t["activity_name"],
+            "policy": policy, "fence": {"attempt": t["attempt"], "status": t["status"],
+                                         "owner": t["owner"]},
+            "stop_requested_at": to_iso(t["stop_requested_at"]), "stop_receipt": receipt,
+            "acknowledged_at": receipt.get("acknowledged_at") if receipt else None,
+            "received_after_deadline": (receipt or {}).get("received_after_deadline"),
+            "state": state,
+        })
+    events = yield q(
+        "SELECT type, data FROM events WHERE run_id = ? AND type IN "
+        "('ChildCancellationRequested', 'ParentClosePolicyApplied', 'ChildWorkflowScheduled', "
+        "'CancellationDelivered') ORDER BY seq",
+        run.run_id,
+    )
+    propagation: dict[str, dict[str, Any]] = {}
+    delivery = None
+    for e in events:
+        data = json.loads(e["data"])
+        if e["type"] == "CancellationDelivered":
+            delivery = data
+            continue
+        child_id = data.get("child_workflow_id")
+        if child_id is None:
+            continue
+        item = propagation.setdefault(child_id, {"child_workflow_id": child_id})
+        if e["type"] == "ChildWorkflowScheduled":
+            item["cancellation_policy"] = data.get("cancellation")
+            item["parent_close_policy"] = data.get("parent_close_policy")
+        elif e["type"] == "ChildCancellationRequested":
+            item["policy"] = data["policy"]  # the operation's policy comes first
+            item["request_id"] = data.get("request_id")
+        else:
+            item["parent_close_policy_applied"] = data["policy"]
+            item.setdefault("policy", f"parent_close:{data['policy']}")
+    for child_id, item in propagation.items():
+        child_row = yield q1(
+            "SELECT status, cancellation FROM runs WHERE namespace = ? AND workflow_id = ? "
+            "ORDER BY run_number DESC LIMIT 1", run.namespace, child_id,
+        )
+        if child_row is not None:
+            child_ctx = loads(child_row["cancellation"]) or {}
+            item["outcome"] = child_row["status"]
+            item["child_lifecycle"] = child_ctx.get("lifecycle")
+        item.setdefault("policy", item.get("cancellation_policy"))
+        if item.get("policy") == "abandon":
+            item["waited"] = False
+    return {
+        "workflow_id": run.workflow_id, "run_id": run.run_id, "workflow_type": run.workflow_type,
+        "status": run.status, "lifecycle": lifecycle,
+        "request": public_context(ctx) if ctx else None,
+        "delivery": {"delivered_at": to_iso(ctx.get("delivered_at")),
+                     "boundary": ctx.get("boundary")} if ctx.get("delivered_at") else delivery,
+        "cleanup_outcome": ctx.get("cleanup_outcome"),
+        "deadline_at": to_iso(ctx.get("deadline_at")) if ctx else None,
+        "activity_stops": stops,
+        "child_propagation": propagation,
+    }

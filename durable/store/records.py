@@ -1,0 +1,338 @@
+"""The records the store reads and returns, and how rows become records.
+
+Statuses and kinds are string-valued enums, so the stored text is unchanged
+and a value read back from storage (a plain ``str``) compares equal to its
+member. Failures are `Failure` values in memory and JSON objects in storage.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..deadlines import Deadlines
+from ..driver import Row
+from ..failure import Failure
+
+
+class RunStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    TERMINATED = "terminated"
+    CONTINUED = "continued"
+
+    @property
+    def is_open(self) -> bool:
+        return self in (RunStatus.PENDING, RunStatus.RUNNING)
+
+
+OPEN_STATUSES: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
+
+
+class OpKind(enum.StrEnum):
+    ACTIVITY = "activity"
+    LOCAL_ACTIVITY = "local_activity"
+    TIMER = "timer"
+    CHILD = "child"
+
+
+class OpStatus(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptStatus(enum.StrEnum):
+    """The status of a remote activity task's current attempt."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+def dumps(value: Any) -> str | None:
+    """Compact JSON text for storage (None stays NULL)."""
+    return None if value is None else json.dumps(value, separators=(",", ":"), default=str)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def dump_failure(failure: Failure | None) -> str | None:
+    return None if failure is None else dumps(failure.to_dict())
+
+
+def load_failure(text: str | None) -> Failure | None:
+    data = loads(text)
+    return None if data is None else Failure.from_dict(data)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class OpRecord:
+    """One durable operation of a run, as recorded."""
+
+    op_id: str
+    kind: str  # OpKind
+    name: str
+    status: str  # OpStatus
+    result: str | None = None
+    failure: Failure | None = None
+    scheduled_at: float | None = None
+    closed_at: float | None = None
+    fire_at: float | None = None
+    child_workflow_id: str | None = None
+    child_run_id: str | None = None
+    task_id: str | None = None
+    interrupted: bool = False
+
+    @property
+    def closed(self) -> bool:
+        return self.status != OpStatus.SCHEDULED
+
+
+@dataclass
+class RunRecord:
+    """A run (one execution of a workflow instance) as stored."""
+
+    run_id: str
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    run_number: int
+    task_queue: str
+    status: str  # RunStatus
+    input: str
+    created_at: float
+    started_at: float | None = None
+    closed_at: float | None = None
+    closed_reason: str | None = None
+    result: str | None = None
+    failure: Failure | None = None
+    parent_run_id: str | None = None
+    parent_workflow_id: str | None = None
+    parent_op_id: str | None = None
+    run_timeout: float | None = None
+    execution_timeout: float | None = None
+    execution_deadline_at: float | None = None
+    run_deadline_at: float | None = None
+    cleanup_deadline_at: float | None = None
+    owner: str | None = None
+    epoch: int = 0
+    cancellation: dict[str, Any] | None = None
+    continued_run_id: str | None = None
+    needs_review: bool = False
+    parent_close_policy: str | None = None
+    cleanup_timeout: float | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+    @property
+    def deadlines(self) -> Deadlines:
+        return Deadlines(self.execution_deadline_at, self.run_deadline_at,
+                         self.cleanup_deadline_at)
+
+
+@dataclass
+class ClaimedRun:
+    """A run a worker now owns, with every op recorded so far (for replay)."""
+
+    run: RunRecord
+    ops: dict[str, OpRecord]
+
+
+@dataclass
+class ActivityTask:
+    """One claimed attempt of a remote activity."""
+
+    task_id: str
+    namespace: str
+    task_queue: str
+    name: str
+    run_id: str
+    workflow_id: str
+    op_id: str
+    input: str
+    attempt: int
+    options: dict[str, Any]
+    scheduled_at: float
+    claimed_at: float
+    heartbeat_details: str | None
+    start_to_close_deadline: float | None
+    schedule_to_close_deadline: float | None
+    heartbeat_deadline: float | None
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    namespace: str
+    workflow_id: str
+    workflow_type: str
+    task_queue: str
+    input: str
+    id_reuse: str
+    execution_timeout: float | None
+    run_timeout: float | None
+    memo: str | None = None
+    parent_run_id: str | None = None
+    parent_workflow_id: str | None = None
+    parent_op_id: str | None = None
+    parent_close_policy: str | None = None
+    cancellation: dict[str, Any] | None = None
+    cleanup_timeout: float | None = None  # a child's budget for a parent's cooperative request
+
+
+@dataclass(frozen=True)
+class StartResult:
+    run_id: str
+    created: bool
+    status: str
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """One run's share of a group commit: refused (`committed=False`: the
+    writer lost authority) or recorded, with the ops it closed."""
+
+    run_id: str
+    committed: bool
+    ops: dict[str, OpRecord] = field(default_factory=dict)
+    next_run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ActivityOutcome:
+    """What happened to an activity result or failure report."""
+
+    status: str  # recorded | retry_scheduled | refused
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatAck:
+    accepted: bool
+    stop_requested: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of a run's history: `data` holds the event's fields."""
+
+    sequence: int
+    type: str
+    recorded_at: Any  # datetime
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkerRegistration:
+    worker_id: str
+    namespace: str
+    task_queue: str
+    workflow_types: tuple[str, ...]
+    activity_names: tuple[str, ...]
+    capabilities: tuple[str, ...]
+
+
+# ---------------------------------------------------------------- row mapping
+
+RUN_COLUMNS = (
+    "run_id, namespace, workflow_id, workflow_type, run_number, task_queue, status, "
+    "closed_reason, input, result, failure, parent_run_id, parent_workflow_id, parent_op_id, "
+    "run_timeout, execution_timeout, execution_deadline_at, run_deadline_at, "
+    "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
+    "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout"
+)
+
+OP_COLUMNS = (
+    "op_id, kind, name, status, result, failure, scheduled_at, closed_at, fire_at, "
+    "child_workflow_id, child_run_id, task_id, interrupted"
+)
+
+TASK_COLUMNS = (
+    "task_id, namespace, task_queue, activity_name, run_id, workflow_id, op_id, status, attempt, "
+    "options, available_at, schedule_to_start_deadline, schedule_to_close_deadline, "
+    "start_to_close_deadline, heartbeat_deadline, owner, heartbeat_details, lease_expires_at, "
+    "stop_requested, stop_receipt"
+)
+
+
+def run_from_row(row: Row) -> RunRecord:
+    return RunRecord(
+        run_id=row["run_id"],
+        namespace=row["namespace"],
+        workflow_id=row["workflow_id"],
+        workflow_type=row["workflow_type"],
+        run_number=int(row["run_number"]),
+        task_queue=row["task_queue"],
+        status=row["status"],
+        input=row["input"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        closed_at=row["closed_at"],
+        closed_reason=row["closed_reason"],
+        result=row["result"],
+        failure=load_failure(row["failure"]),
+        parent_run_id=row["parent_run_id"],
+        parent_workflow_id=row["parent_workflow_id"],
+        parent_op_id=row["parent_op_id"],
+        run_timeout=row["run_timeout"],
+        execution_timeout=row["execution_timeout"],
+        execution_deadline_at=row["execution_deadline_at"],
+        run_deadline_at=row["run_deadline_at"],
+        cleanup_deadline_at=row["cleanup_deadline_at"],
+        owner=row["owner"],
+        epoch=int(row["epoch"]),
+        cancellation=loads(row["cancellation"]),
+        continued_run_id=row["continued_run_id"],
+        needs_review=bool(row["needs_review"]),
+        parent_close_policy=row["parent_close_policy"],
+        cleanup_timeout=row["cleanup_timeout"],
+    )
+
+
+def op_from_row(row: Row) -> OpRecord:
+    return OpRecord(
+        op_id=row["op_id"],
+        kind=row["kind"],
+        name=row["name"],
+        status=row["status"],
+        result=row["result"],
+        failure=load_failure(row["failure"]),
+        scheduled_at=row["scheduled_at"],
+        closed_at=row["closed_at"],
+        fire_at=row["fire_at"],
+        child_workflow_id=row["child_workflow_id"],
+        child_run_id=row["child_run_id"],
+        task_id=row["task_id"],
+        interrupted=bool(row["interrupted"]),
+    )
+
+
+def earliest(*values: float | None) -> float | None:
+    """The earliest of the given instants that are set, or None."""
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def plus(base: float, seconds: float | None) -> float | None:
+    """`base + seconds`, or None when there is no duration."""
+    return None if seconds is None else base + seconds

@@ -1,0 +1,179 @@
+"""Runs: starting an instance, inserting a run, and reading runs back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import to_iso
+from ..deadlines import Deadlines
+from ..driver import Program, Tx, ex, placeholders, q, q1
+from ..errors import WorkflowAlreadyStarted, WorkflowNotFound
+from .events import append_events
+from .records import (
+    OP_COLUMNS,
+    OPEN_STATUSES,
+    RUN_COLUMNS,
+    OpRecord,
+    RunRecord,
+    RunStatus,
+    StartRequest,
+    StartResult,
+    dumps,
+    loads,
+    new_id,
+    op_from_row,
+    plus,
+    run_from_row,
+)
+
+
+def start_workflow(tx: Tx, req: StartRequest, now: float) -> Program[StartResult]:
+    """Start an instance, honouring its id-reuse policy."""
+    existing = yield q1(
+        "SELECT workflow_id, current_run_id, status FROM workflows "
+        "WHERE namespace = ? AND workflow_id = ?" + tx.lock,
+        req.namespace, req.workflow_id,
+    )
+    if existing is not None:
+        is_open = existing["status"] in OPEN_STATUSES
+        if is_open and req.id_reuse == "return_existing_active":
+            return StartResult(existing["current_run_id"], False, existing["status"])
+        if is_open or req.id_reuse != "allow_duplicate_failed_only" or (
+            existing["status"] == RunStatus.COMPLETED
+        ):
+            raise WorkflowAlreadyStarted(req.workflow_id, existing["current_run_id"])
+    run_id = new_id()
+    execution_deadline = plus(now, req.execution_timeout)
+    yield from insert_run(tx, req, run_id, 1, now, execution_deadline, replace=existing is not None)
+    return StartResult(run_id, True, RunStatus.PENDING)
+
+
+def insert_run(
+    tx: Tx,
+    req: StartRequest,
+    run_id: str,
+    run_number: int,
+    now: float,
+    execution_deadline: float | None,
+    *,
+    replace: bool = False,
+    new_instance: bool = True,
+) -> Program[None]:
+    """Insert a run (and its instance when new) plus its WorkflowStarted event."""
+    run_deadline = plus(now, req.run_timeout)
+    cleanup_deadline = None
+    if req.cancellation is not None:
+        cleanup_deadline = req.cancellation.get("deadline_at")
+    deadlines = Deadlines(execution_deadline, run_deadline, cleanup_deadline)
+    if new_instance:
+        if replace:
+            yield ex(
+                "DELETE FROM workflows WHERE namespace = ? AND workflow_id = ?",
+                req.namespace, req.workflow_id,
+            )
+        yield ex(
+            "INSERT INTO workflows (namespace, workflow_id, workflow_type, current_run_id, "
+            "status, execution_timeout, execution_deadline_at, run_count, memo, created_at) "
+            "VALUES (?, ?, ?, ?, 'pending', ?, ?, 1, ?, ?)",
+            req.namespace, req.workflow_id, req.workflow_type, run_id,
+            req.execution_timeout, execution_deadline, req.memo, now,
+        )
+    else:
+        yield ex(
+            "UPDATE workflows SET current_run_id = ?, run_count = run_count + 1, "
+            "status = 'pending' WHERE namespace = ? AND workflow_id = ?",
+            run_id, req.namespace, req.workflow_id,
+        )
+    yield ex(
+        "INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, run_number, "
+        "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
+        "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
+        "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
+        "ready_at, cancellation) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
+        req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
+        req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
+        execution_deadline, run_deadline, cleanup_deadline, deadlines.earliest,
+        now, now, dumps(req.cancellation),
+    )
+    data: dict[str, Any] = {
+        "workflow_type": req.workflow_type,
+        "task_queue": req.task_queue,
+        "run_number": run_number,
+        "input": loads(req.input),
+    }
+    if req.execution_timeout is not None:
+        data["execution_timeout_seconds"] = req.execution_timeout
+        data["execution_deadline_at"] = to_iso(execution_deadline)
+    if req.run_timeout is not None:
+        data["run_timeout_seconds"] = req.run_timeout
+        data["run_deadline_at"] = to_iso(run_deadline)
+    if req.parent_run_id is not None:
+        data["parent_workflow_id"] = req.parent_workflow_id
+        data["parent_run_id"] = req.parent_run_id
+    yield from append_events(run_id, [("WorkflowStarted", data)], now)
+    tx.wake("runs", req.namespace, req.task_queue)
+    return None
+
+
+def get_run(namespace: str, workflow_id: str, run_id: str | None) -> Program[RunRecord | None]:
+    """A run of the instance (its current run when `run_id` is None), or None."""
+    if run_id is None:
+        row = yield q1(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = (SELECT current_run_id FROM "
+            "workflows WHERE namespace = ? AND workflow_id = ?)",
+            namespace, workflow_id,
+        )
+    else:
+        row = yield q1(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ? AND namespace = ? "
+            "AND workflow_id = ?",
+            run_id, namespace, workflow_id,
+        )
+    return None if row is None else run_from_row(row)
+
+
+def resync(
+    run_ids: list[str], waiting: dict[str, list[str]]
+) -> Program[tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]]]:
+    """The state of many owned runs and the closed ops they wait on, in one read."""
+    runs: dict[str, RunRecord] = {}
+    closed: list[tuple[str, OpRecord]] = []
+    for start in range(0, len(run_ids), 400):
+        chunk = run_ids[start:start + 400]
+        rows = yield q(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN ({placeholders(len(chunk))})",
+            *chunk,
+        )
+        for row in rows:
+            runs[row["run_id"]] = run_from_row(row)
+        op_ids = sorted({op for r in chunk for op in waiting.get(r, ())})
+        if not op_ids:
+            continue
+        op_rows = yield q(
+            f"SELECT run_id, {OP_COLUMNS} FROM ops WHERE run_id IN "
+            f"({placeholders(len(chunk))}) AND op_id IN ({placeholders(len(op_ids))}) "
+            "AND status <> 'scheduled'",
+            *chunk, *op_ids,
+        )
+        for row in op_rows:
+            if row["op_id"] in waiting.get(row["run_id"], ()):
+                closed.append((row["run_id"], op_from_row(row)))
+    return runs, closed
+
+
+def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float) -> Program[bool]:
+    """Let a run marked for review be claimed and replayed again (after a fix)."""
+    run = yield from get_run(namespace, workflow_id, None)
+    if run is None:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r} in {namespace!r}")
+    if not run.needs_review:
+        return False
+    yield ex(
+        "UPDATE runs SET needs_review = 0, ready_at = ?, owner = NULL WHERE run_id = ?",
+        now, run.run_id,
+    )
+    yield from append_events(run.run_id, [("WorkflowReviewCleared", {})], now)
+    tx.wake("runs", run.namespace, run.task_queue)
+    return True

@@ -1,0 +1,132 @@
+"""What a run's owner asks storage to record, batched into one fenced commit.
+
+Each write is a small frozen value; `durable.store.commit` has one handler
+per write type. A `RunWrites` carries one run's writes and the lease epoch
+they were made under: storage refuses the whole batch when the epoch is no
+longer current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..failure import Failure
+from .records import StartRequest
+
+
+@dataclass(frozen=True)
+class ScheduleActivity:
+    op_id: str
+    name: str
+    task_id: str
+    task_queue: str
+    input: str
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordLocalActivity:
+    """A local activity's outcome (its only record: it ran inside the worker)."""
+
+    op_id: str
+    name: str
+    started_at: float
+    attempts: int
+    result: str | None = None
+    failure: Failure | None = None
+    interrupted: bool = False
+
+
+@dataclass(frozen=True)
+class ScheduleTimer:
+    op_id: str
+    fire_at: float
+    duration: float
+
+
+@dataclass(frozen=True)
+class FireTimer:
+    op_id: str
+
+
+@dataclass(frozen=True)
+class ScheduleChild:
+    op_id: str
+    request: StartRequest
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CloseRun:
+    """Close the run: completed, failed, cancelled, continued (with the next run's input)."""
+
+    status: str
+    result: str | None = None
+    failure: Failure | None = None
+    continue_input: str | None = None
+    needs_review: bool = False
+
+
+@dataclass(frozen=True)
+class DeliverCancellation:
+    """Record the delivery boundary: which ops were pending when it was delivered."""
+
+    request_id: str
+    boundary: list[dict[str, Any]]
+    delivered_at: float
+
+
+@dataclass(frozen=True)
+class RequestActivityStop:
+    """Ask a remote activity's attempt to stop (TRY_CANCEL / WAIT_CANCELLATION_COMPLETED)."""
+
+    op_id: str
+    policy: str
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    op_id: str
+
+
+@dataclass(frozen=True)
+class RequestChildCancellation:
+    """Send a child a cooperative request carrying this run's lineage."""
+
+    op_id: str
+    policy: str
+    cleanup_timeout: float | None = None
+
+
+Write = (
+    ScheduleActivity
+    | RecordLocalActivity
+    | ScheduleTimer
+    | FireTimer
+    | ScheduleChild
+    | CloseRun
+    | DeliverCancellation
+    | RequestActivityStop
+    | CancelTimer
+    | RequestChildCancellation
+)
+
+
+@dataclass
+class RunWrites:
+    """One run's writes for one commit, fenced by the lease epoch they were made under."""
+
+    run_id: str
+    epoch: int
+    writes: list[Write] = field(default_factory=list)
+    # The owner has not delivered a cancellation it has yet to mark: the batch
+    # needs no lifecycle bookkeeping (lets dialects take a one-statement path).
+    quiet: bool = False
+
+    def local_steps_only(self) -> bool:
+        """Only successful local steps: what a dialect's fast path may record."""
+        return self.quiet and all(
+            isinstance(w, RecordLocalActivity) and w.failure is None and not w.interrupted
+            for w in self.writes
+        )
