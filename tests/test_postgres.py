@@ -22,8 +22,7 @@ from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, requi
 
 import durable
 from durable import activity, workflow
-from durable.driver import Wake
-from durable.driver import Program, Stmt, Tx, ex, q
+from durable.driver import Program, Stmt, Tx, Wake, ex, q
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
