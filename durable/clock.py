@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import heapq
 import itertools
-import math
 import time
 from typing import Protocol
 
@@ -90,10 +89,3 @@ def to_iso(instant: float | None) -> str | None:
     """Epoch seconds to ISO 8601 with an explicit +00:00 offset."""
     value = to_datetime(instant)
     return value.isoformat() if value is not None else None
-
-
-def remaining(deadline: float | None, now: float) -> float:
-    """Seconds until `deadline` (never negative); infinity when unbounded."""
-    if deadline is None:
-        return math.inf
-    return max(0.0, deadline - now)

@@ -185,6 +185,15 @@ class ActivityStopRequested(DurableError):
         self.exit_code = exit_code
 
 
+class ActivityProcessExited(DurableError):
+    """The child process of a process-isolated activity attempt died without a
+    result (killed, crashed, or exited); `exit_code` says how."""
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class ChildWorkflowFailed(FailureCarrying):
     """A child workflow did not complete; `cause` is the child's terminal error."""
 

@@ -243,14 +243,14 @@ class StartOptions:
         """Bound the whole instance, across continue-as-new (at least 1 second)."""
         value = _timeout_seconds(seconds, "execution timeout")
         if value < 1:
-            raise ValueError("execution timeout must be at least 1 second")
+            raise ConfigurationError("execution timeout must be at least 1 second")
         return dataclasses.replace(self, execution_timeout=value)
 
     def with_run_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound each run; renewed at every continue-as-new (at least 1 second)."""
         value = _timeout_seconds(seconds, "run timeout")
         if value < 1:
-            raise ValueError("run timeout must be at least 1 second")
+            raise ConfigurationError("run timeout must be at least 1 second")
         return dataclasses.replace(self, run_timeout=value)
 
     def with_task_queue(self, task_queue: str) -> StartOptions:

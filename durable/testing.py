@@ -28,6 +28,7 @@ import anyio.abc
 from .client import Client
 from .clock import VirtualClock
 from .driver import Driver, driver_factory
+from .errors import ConfigurationError
 from .worker import Worker
 
 __all__ = ["TimeSkippingEnvironment"]
@@ -80,7 +81,7 @@ class TimeSkippingEnvironment:
     @property
     def client(self) -> Client:
         if self._client is None:
-            raise RuntimeError("use `async with TimeSkippingEnvironment() as env` first")
+            raise ConfigurationError("use `async with TimeSkippingEnvironment() as env` first")
         return self._client
 
     async def __aenter__(self) -> TimeSkippingEnvironment:

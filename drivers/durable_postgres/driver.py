@@ -333,7 +333,8 @@ class PostgresDriver:
             except StopIteration as done:
                 single: T = done.value
                 return single
-            raise RuntimeError("an autocommit statement must be its program's only statement")
+            raise ConfigurationError(
+                "a program's autocommit statement must be its only statement")
         await conn.execute("BEGIN")
         try:
             result = await drive(conn, program, first)

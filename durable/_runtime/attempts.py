@@ -33,7 +33,12 @@ import anyio.to_thread
 from .._registry import ActivityDefn
 from ..clock import Clock, to_datetime
 from ..converter import PayloadConverter, decode_args
-from ..errors import ActivityAPIOutsideActivity, ActivityStopRequested, StructuralLimitExceeded
+from ..errors import (
+    ActivityAPIOutsideActivity,
+    ActivityProcessExited,
+    ActivityStopRequested,
+    StructuralLimitExceeded,
+)
 from ..failure import Failure
 
 
@@ -175,9 +180,9 @@ async def _run_in_process(ctx: ActivityContext, fn: Any, args: list[Any]) -> Any
                     return payload
                 raise payload
             if not proc.is_alive():
-                raise RuntimeError(
+                raise ActivityProcessExited(
                     f"the process running activity {ctx.info.activity_type} exited with code "
-                    f"{proc.exitcode} before returning a result"
+                    f"{proc.exitcode} before returning a result", exit_code=proc.exitcode,
                 )
     finally:
         receiver.close()
