@@ -1,7 +1,10 @@
 """Shared fixtures: every engine test runs on each driver and on each host loop.
 
 `backend` x `driver`: asyncio and trio (anyio's pytest plugin), SQLite and
-PostgreSQL. PostgreSQL tests take their server from DURABLE_TEST_POSTGRES_URL
+PostgreSQL, plus `stepwise`: SQLite through a test driver with a deliberately
+different executor (tests/stepwise_driver.py), which proves that a driver is
+a dialect plus an executor (it runs the conformance tests on asyncio; crash
+and PostgreSQL-specific tests are deselected for it). PostgreSQL tests take their server from DURABLE_TEST_POSTGRES_URL
 (default postgresql://postgres@127.0.0.1:5432/test), each test in a schema of
 its own; they skip when no server answers, unless DURABLE_REQUIRE_POSTGRES=1,
 when they fail instead (CI sets it).
@@ -20,13 +23,21 @@ from urllib.parse import urlsplit
 import pytest
 
 import durable
+from stepwise_driver import SCHEME as STEPWISE_SCHEME
+from stepwise_driver import StepwiseSQLiteDriver
+
+durable.register_driver(STEPWISE_SCHEME, StepwiseSQLiteDriver)
 
 POSTGRES_URL = os.environ.get(
     "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 REQUIRE_POSTGRES = os.environ.get("DURABLE_REQUIRE_POSTGRES") == "1"
-DRIVERS = [d.strip() for d in os.environ.get("DURABLE_TEST_DRIVERS", "sqlite,postgres").split(",")
+DRIVERS = [d.strip() for d in os.environ.get("DURABLE_TEST_DRIVERS",
+                                             "sqlite,postgres,stepwise").split(",")
            if d.strip()]
+# Test modules that exercise more than the driver seam: real worker processes
+# (they cannot see a driver registered in this process) or PostgreSQL itself.
+_NOT_FOR_STEPWISE = ("test_crash.py", "test_postgres.py")
 
 
 def postgres_reachable() -> str | None:
@@ -104,7 +115,27 @@ def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
         yield url
         drop_postgres_schema(url)  # tests that connect by URL leave it behind
         return
+    if driver_name == "stepwise":
+        yield f"{STEPWISE_SCHEME}:///{tmp_path / 'durable.db'}"
+        return
     yield f"sqlite:///{tmp_path / 'durable.db'}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The stepwise driver runs the conformance suite once, on asyncio."""
+    keep, drop = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        values = params.params if params is not None else {}
+        stepwise = values.get("driver_name") == "stepwise"
+        if stepwise and (values.get("anyio_backend") == "trio"
+                         or item.path.name in _NOT_FOR_STEPWISE):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture

@@ -29,7 +29,12 @@ def attempt_of(key: str) -> int:
 
 @pytest.fixture
 async def env(db_url: str) -> AsyncIterator[TimeSkippingEnvironment]:
-    url = "sqlite://:memory:" if db_url.startswith("sqlite") else db_url
+    if db_url.startswith("sqlite:"):
+        url = "sqlite://:memory:"
+    elif db_url.startswith("sqlite-"):
+        url = db_url.split(":", 1)[0] + "://:memory:"
+    else:
+        url = db_url
     async with TimeSkippingEnvironment(url) as environment:
         yield environment
 
