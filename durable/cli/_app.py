@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -215,7 +215,8 @@ def make_console(stream: Any) -> Console:
     if tty:
         return Console(file=stream, highlight=False, emoji=False)
     width = None if "COLUMNS" in os.environ else 160
-    return Console(file=_TrimmedLines(stream), highlight=False, width=width, emoji=False)
+    trimmed = cast(IO[str], _TrimmedLines(stream))  # write/flush/isatty/encoding suffice
+    return Console(file=trimmed, highlight=False, width=width, emoji=False)
 
 
 @dataclass
