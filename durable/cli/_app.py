@@ -79,12 +79,12 @@ class OneLineUsageError(click.UsageError):
     """A usage error as one line, pointing at the command's --help (exit code 2)."""
 
     def __init__(self, exc: click.UsageError) -> None:
-        super().__init__(exc.message, exc.ctx)
+        super().__init__(exc.format_message(), exc.ctx)
 
     def show(self, file: Any = None) -> None:
         stream = file if file is not None else sys.stderr
         path = self.ctx.command_path if self.ctx is not None else "durable"
-        line = f"{path}: usage error: {_one_line(self.format_message())} (see: {path} --help)"
+        line = f"{path}: usage error: {_one_line(self.message)} (see: {path} --help)"
         if _colour_allowed(stream):
             line = click.style(line, fg="red")
         click.echo(line, file=stream)
