@@ -23,11 +23,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import cli_app
 import click
 import pytest
 from click.testing import CliRunner, Result
 
-import cli_app
 import durable
 from durable.cli import _fmt
 from durable.cli._commands import cli
@@ -393,6 +393,11 @@ def test_watch_prints_frames_until_the_run_closes(url: str) -> None:
     assert "[completed]" in frames.split("watch-2 (cli-count)")[-1]
     lines = ok(url, "watch", "watch-2", "--json").stdout.splitlines()
     assert json.loads(lines[-1])["status"] == "completed"
+    # on a terminal (FORCE_COLOR makes rich treat the stream as one) it is a rich.Live view
+    start(url, "cli-count", "watch-3", 6, 0.05)
+    live = ANSI_ANY.sub("", ok(url, "watch", "watch-3", env={"FORCE_COLOR": "1"}).stdout)
+    assert "[completed]" in live.split("watch-3 (cli-count)")[-1]
+    assert "\x1b[?25l" in ok(url, "watch", "watch-3", env={"FORCE_COLOR": "1"}).stdout
 
 
 # ---------------------------------------------------------------- steering

@@ -238,11 +238,27 @@ class Session:
             client = await self._connect(create_database)
             try:
                 return await body(client)
+            except Exception as exc:
+                if self.server and _is_transport_error(exc):
+                    raise self._server_error(exc) from exc
+                raise
             finally:
                 with anyio.CancelScope(shield=True):
                     await client.close()
 
         return anyio.run(main, backend=backend)
+
+    def _server_error(self, exc: Exception) -> CliError:
+        """One line for a control plane that cannot be used (at connect or at a request)."""
+        if self.debug:
+            traceback.print_exc()
+        if isinstance(exc, durable.ConfigurationError) and "no storage driver" in str(exc):
+            detail = ("this installation of durable has no remote client for http(s) URLs; "
+                      "use --db URL with the database itself")
+        else:
+            detail = str(exc) or type(exc).__name__
+        return CliError(f"cannot use the control plane at {self.server}: {detail}",
+                        fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
 
     def describe_target(self) -> str:
         return f"control plane {self.server}" if self.server else f"database {self.db}"
@@ -259,12 +275,7 @@ class Session:
             try:
                 client: durable.Client = await durable.connect(self.server, **kwargs)
             except Exception as exc:
-                if self.debug:
-                    traceback.print_exc()
-                raise CliError(
-                    f"cannot use the control plane at {self.server}: {exc}",
-                    fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN",
-                ) from exc
+                raise self._server_error(exc) from exc
             return client
         if not self.db:
             raise click.UsageError(
@@ -275,6 +286,15 @@ class Session:
             _check_sqlite_exists(self.db)
         embedded: durable.Client = await durable.connect(self.db, namespace=self.namespace)
         return embedded
+
+
+def _is_transport_error(exc: Exception) -> bool:
+    """An error about reaching the server, not about the workflow asked for."""
+    if isinstance(exc, click.ClickException):
+        return False
+    if isinstance(exc, durable.DurableError):
+        return isinstance(exc, durable.StorageUnavailable)
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in ("httpx", "httpcore")
 
 
 def _check_sqlite_exists(url: str) -> None:
@@ -314,7 +334,7 @@ class DurableGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except KeyboardInterrupt as exc:
-            raise CliError("interrupted", EXIT_INTERRUPTED) from exc
+            raise CliError("stopped by Ctrl-C", EXIT_INTERRUPTED, label="interrupted") from exc
         except Exception as exc:
             session = ctx.find_object(Session)
             if session is not None and session.debug:
@@ -359,10 +379,13 @@ def cli(ctx: click.Context, db: str | None, server: str | None, token: str | Non
 
     Global options go before the command, --json after it:
 
+    \b
         durable --db sqlite:///app.db list --status running --json
 
+    \b
     Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 refused.
-    Shell completion: eval "$(_DURABLE_COMPLETE=bash_source durable)".
+    Shell completion: eval "$(_DURABLE_COMPLETE=bash_source durable)"
+    Documentation: docs/cli.md
     """
     ctx.obj = Session(db=db or None, server=server or None, token=token or None,
                       namespace=namespace, debug=debug)

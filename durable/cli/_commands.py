@@ -74,7 +74,7 @@ def _event(event: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- start
 
 
-@cli.command()
+@cli.command(short_help="Start a workflow by type name.")
 @click.argument("workflow_type", metavar="TYPE")
 @click.option("--id", "workflow_id", required=True, metavar="ID",
               help="The workflow id (unique in the namespace).")
@@ -128,7 +128,7 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
 # ---------------------------------------------------------------- list
 
 
-@cli.command("list")
+@cli.command("list", short_help="List runs, newest first.")
 @click.option("--status", metavar="S", shell_complete=complete_status,
               help="Only runs with this status (running, completed, failed, timed_out, ...).")
 @click.option("--type", "workflow_type", metavar="T", help="Only workflows of this type.")
@@ -152,7 +152,7 @@ def list_(session: Session, status: str | None, workflow_type: str | None, limit
 # ---------------------------------------------------------------- describe
 
 
-@cli.command()
+@cli.command(short_help="Show a run: status, deadlines, pending ops, failures.")
 @workflow_id_argument
 @run_option
 @json_option
@@ -170,7 +170,7 @@ def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
 # ---------------------------------------------------------------- history
 
 
-@cli.command()
+@cli.command(short_help="Print a run's history (--follow streams it).")
 @workflow_id_argument
 @run_option
 @click.option("--follow", "-f", is_flag=True,
@@ -236,7 +236,7 @@ def history(session: Session, workflow_id: str, run_id: str | None, follow: bool
 # ---------------------------------------------------------------- result
 
 
-@cli.command()
+@cli.command(short_help="Print the workflow's result (--wait for it).")
 @workflow_id_argument
 @click.option("--wait", "-w", is_flag=True, help="Wait until the workflow closes.")
 @json_option
@@ -286,7 +286,7 @@ def result(session: Session, workflow_id: str, wait: bool) -> None:
 # ---------------------------------------------------------------- steering
 
 
-@cli.command("request-cancellation")
+@cli.command("request-cancellation", short_help="Ask a run to stop cooperatively, with cleanup.")
 @workflow_id_argument
 @click.option("--reason", required=True, metavar="R", help="Why (kept in every view).")
 @click.option("--cleanup-timeout", type=DURATION, default=30.0, show_default=True,
@@ -335,7 +335,7 @@ def _close(session: Session, workflow_id: str, run_id: str | None, action: str,
     session.out.emit(session.run(body), _views.closed)
 
 
-@cli.command()
+@cli.command(short_help="Close a run now as cancelled; no cleanup runs.")
 @workflow_id_argument
 @click.option("--reason", default="cancelled with the durable CLI", show_default=True,
               metavar="R")
@@ -347,7 +347,7 @@ def cancel(session: Session, workflow_id: str, reason: str, run_id: str | None) 
     _close(session, workflow_id, run_id, "cancelled", reason)
 
 
-@cli.command()
+@cli.command(short_help="Close a run now as terminated.")
 @workflow_id_argument
 @click.option("--reason", default="terminated with the durable CLI", show_default=True,
               metavar="R")
@@ -362,7 +362,7 @@ def terminate(session: Session, workflow_id: str, reason: str, run_id: str | Non
 # ---------------------------------------------------------------- cascade and watch
 
 
-@cli.command()
+@cli.command(short_help="Show a cancellation's cascade as a tree.")
 @workflow_id_argument
 @run_option
 @json_option
@@ -381,7 +381,7 @@ def cascade(session: Session, workflow_id: str, run_id: str | None) -> None:
     session.out.emit(session.run(body), _views.cascade)
 
 
-@cli.command()
+@cli.command(short_help="Watch one run live until it closes.")
 @workflow_id_argument
 @run_option
 @click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and tests).")
@@ -453,7 +453,7 @@ async def _watch_live(out: Output, handle: durable.WorkflowHandle, info: dict[st
 # ---------------------------------------------------------------- operations
 
 
-@cli.command("repair-pass")
+@cli.command("repair-pass", short_help="Enforce every deadline that is due, once.")
 @json_option
 @pass_session
 def repair_pass(session: Session) -> None:
@@ -466,7 +466,7 @@ def repair_pass(session: Session) -> None:
     session.out.emit(session.run(body), _views.repair)
 
 
-@cli.command()
+@cli.command(short_help="Run a worker for what MODULE:ATTR lists.")
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--task-queue", metavar="Q", help="Override the spec's task queue.")
 @click.option("--identity", metavar="NAME", help="Worker id shown in describe() and receipts.")
@@ -482,6 +482,7 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 
     ATTR is a spec, a dict or object listing them:
 
+    \b
         WORKER = {"workflows": [order], "activities": [charge], "task_queue": "orders"}
 
     or a factory: a function taking the client and returning a durable.Worker.
