@@ -149,8 +149,8 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
         return
     now = _fmt.utcnow()
     table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("WORKFLOW ID", overflow="fold")
-    table.add_column("TYPE")
+    table.add_column("WORKFLOW ID", overflow="fold", min_width=11)
+    table.add_column("TYPE", min_width=4)
     table.add_column("STATUS", no_wrap=True)
     table.add_column("RUN", justify="right")
     table.add_column("RUN ID", no_wrap=True)
@@ -257,7 +257,7 @@ def phase_text(phase: Mapping[str, Any], now: datetime, open_: bool) -> Text:
 def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: datetime) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("OP", "KIND", "NAME", "STATE", "ATTEMPT", "DETAILS"):
-        table.add_column(name, overflow="fold")
+        table.add_column(name, overflow="fold", min_width=len(name))
     for op in pending:
         details: Text
         progress = _fmt.progress_of(op.get("heartbeat_details"))
