@@ -118,8 +118,8 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
             raise CliError(
                 f"no live worker in namespace {session.namespace!r} has registered workflow "
                 f"type {workflow_type!r}",
-                fix="start one that does (durable worker MODULE:ATTR), or check the name and "
-                    "--namespace") from exc
+                fix="start a worker that registers it with `durable worker MODULE:ATTR`, or "
+                    "check the name and --namespace") from exc
         return _run_shape(await handle.describe())
 
     session.out.emit(session.run(body), _views.started)

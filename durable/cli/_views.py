@@ -122,7 +122,7 @@ def started(out: Output, data: Mapping[str, Any]) -> None:
     out.console.print(Text.assemble(
         "Started ", (str(data.get("workflow_id")), "bold"), f" ({data.get('workflow_type')}) ",
         status_badge(data.get("status")),
-    ))
+    ), soft_wrap=True)
     grid = _grid()
     grid.add_row("run", Text(str(data.get("run_id"))))
     grid.add_row("namespace", Text(str(data.get("namespace"))))
@@ -150,25 +150,26 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
     now = _fmt.utcnow()
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("WORKFLOW ID", overflow="fold", min_width=11)
-    table.add_column("TYPE", min_width=4)
+    table.add_column("TYPE", overflow="fold", min_width=4)
     table.add_column("STATUS", no_wrap=True)
-    table.add_column("RUN", justify="right")
-    table.add_column("RUN ID", no_wrap=True)
+    table.add_column("RUN", no_wrap=True)
     table.add_column("STARTED", no_wrap=True)
-    table.add_column("CLOSED", no_wrap=True)
+    table.add_column("TOOK", no_wrap=True)
     for run in runs:
         started_at = _fmt.instant(run.get("started_at") or run.get("created_at"))
         closed_at = _fmt.instant(run.get("closed_at"))
-        if closed_at is not None:
-            took = f" after {_fmt.duration((closed_at - started_at).total_seconds())}" \
-                if started_at else ""
-            closed = Text.assemble(_fmt.absolute(closed_at), (took, "dim"))
+        if started_at is None:
+            took = Text("-", style="dim")
+        elif closed_at is not None:
+            took = Text(_fmt.duration((closed_at - started_at).total_seconds()))
         else:
-            closed = Text("-", style="dim")
+            took = Text(f"{_fmt.duration((now - started_at).total_seconds())} so far",
+                        style="dim")
         table.add_row(
             Text(str(run.get("workflow_id"))), Text(str(run.get("workflow_type"))),
-            status_badge(run.get("status")), Text(str(run.get("run_number") or "-")),
-            Text(str(run.get("run_id"))), when(started_at, now), closed,
+            status_badge(run.get("status")),
+            Text(f"{run.get('run_number') or '-'} {_short(run.get('run_id'), 8)}"),
+            when(started_at, now), took,
         )
     out.console.print(table)
     if data.get("truncated"):
@@ -355,18 +356,22 @@ _SKIPPED_KEYS = frozenset({
 })
 
 
-def _value(value: Any) -> str:
-    """An event field for a table cell; instants to the second (``2026-04-12T14:00:00Z``)."""
+def _value(value: Any, day: datetime | None = None) -> str:
+    """An event field for a table cell. Instants are cut to the second, and to the
+    time alone on the day of the event itself (``14:00:00Z``), which keeps rows short."""
     if isinstance(value, str) and len(value) >= 25 and value[10:11] == "T":
         moment = _fmt.instant(value)
         if moment is not None:
+            if day is not None and moment.date() == day.date():
+                return moment.strftime("%H:%M:%SZ")
             return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     return _fmt.compact(value, 48)
 
 
-def event_summary(data: Mapping[str, Any], limit: int = 200) -> str:
+def event_summary(data: Mapping[str, Any], limit: int = 200,
+                  day: datetime | None = None) -> str:
     """The fields of an event that say what happened, ``key=value``, one line."""
-    parts = [f"{k}={_value(data[k])}" for k in _SUMMARY_KEYS
+    parts = [f"{k}={_value(data[k], day)}" for k in _SUMMARY_KEYS
              if data.get(k) not in (None, "", [], {})]
     for key, value in data.items():
         if key in _SUMMARY_KEYS or key in _SKIPPED_KEYS or value in (None, "", [], {}):
@@ -377,17 +382,18 @@ def event_summary(data: Mapping[str, Any], limit: int = 200) -> str:
             parts.append(f"stop_receipt={value.get('kind')}"
                          f"{'' if value.get('confirmed', True) else ' (NOT confirmed)'}")
         else:
-            parts.append(f"{key}={_value(value)}")
+            parts.append(f"{key}={_value(value, day)}")
     return _fmt.compact(" ".join(parts), limit)
 
 
 def history_table(events: Iterable[Mapping[str, Any]], started: datetime | None,
                   header: bool = True) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False, show_header=header)
-    table.add_column("#", justify="right", no_wrap=True, min_width=3)
-    table.add_column("RECORDED (UTC)", no_wrap=True, min_width=15)
-    table.add_column("+ELAPSED", justify="right", no_wrap=True, min_width=9)
-    table.add_column("EVENT", no_wrap=True, min_width=24)
+    # fixed widths: the batches that `history --follow` prints line up
+    table.add_column("#", justify="right", no_wrap=True, width=4)
+    table.add_column("RECORDED (UTC)", no_wrap=True, width=14)
+    table.add_column("+ELAPSED", justify="right", no_wrap=True, width=9)
+    table.add_column("EVENT", no_wrap=True, overflow="ellipsis", width=26)
     table.add_column("DETAILS", overflow="fold")
     for event in events:
         recorded = _fmt.instant(event.get("recorded_at"))
@@ -400,7 +406,7 @@ def history_table(events: Iterable[Mapping[str, Any]], started: datetime | None,
             str(event.get("sequence")),
             recorded.strftime("%H:%M:%S.%f")[:-3] if recorded else "-",
             elapsed, Text(event_type, style=style),
-            Text(event_summary(event.get("data") or {})),
+            Text(event_summary(event.get("data") or {}, day=recorded)),
         )
     return table
 
@@ -411,7 +417,7 @@ def history(out: Output, data: Mapping[str, Any]) -> None:
     out.console.print(Text.assemble(
         ("History of ", "bold"), (str(data.get("workflow_id")), "bold"),
         f" run {data.get('run_id')} ({len(events)} events",
-        f", first at {_fmt.absolute(started)})" if started else ")"))
+        f", first at {_fmt.absolute(started)})" if started else ")"), soft_wrap=True)
     out.console.print(history_table(events, started))
 
 
@@ -438,7 +444,8 @@ def cancellation_requested(out: Output, data: Mapping[str, Any]) -> None:
     head = (Text("Cancellation requested", style="bold green") if data.get("accepted") else
             Text("Already requested: the original request stands (its deadline is not "
                  "extended)", style="bold yellow"))
-    out.console.print(Text.assemble(head, " for ", (str(data.get("workflow_id")), "bold")))
+    out.console.print(Text.assemble(head, " for ", (str(data.get("workflow_id")), "bold")),
+                      soft_wrap=True)
     grid = _grid()
     grid.add_row("request", Text(str(ctx.get("request_id"))))
     grid.add_row("reason", Text(str(ctx.get("reason"))))
@@ -451,7 +458,7 @@ def closed(out: Output, data: Mapping[str, Any]) -> None:
     out.console.print(Text.assemble(
         f"{str(data.get('action')).capitalize()} ", (str(data.get("workflow_id")), "bold"),
         f" run {data.get('run_id')}: now ", status_badge(data.get("status")),
-        f" (reason: {data.get('reason')})"))
+        f" (reason: {data.get('reason')})"), soft_wrap=True)
 
 
 def repair(out: Output, data: Mapping[str, Any]) -> None:
@@ -459,8 +466,10 @@ def repair(out: Output, data: Mapping[str, Any]) -> None:
     if not counts:
         out.console.print("Repair pass: nothing was due.")
         return
-    out.console.print(Text(f"Repair pass: {data.get('total')} expired deadline(s) enforced",
-                           style="bold"))
+    total = int(data.get("total") or 0)
+    out.console.print(Text(f"Repair pass: {total} expired "
+                           f"{'deadline' if total == 1 else 'deadlines'} enforced", style="bold"),
+                      soft_wrap=True)
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("KIND")
     table.add_column("COUNT", justify="right")
