@@ -482,7 +482,8 @@ def repair(out: Output, data: Mapping[str, Any]) -> None:
 
 
 def cascade(out: Output, data: Mapping[str, Any]) -> None:
-    out.console.print(cascade_tree(out, data, _fmt.utcnow()))
+    view = cascade_tree(out, data, _fmt.utcnow())
+    out.console.print(view, soft_wrap=isinstance(view, Text))
 
 
 def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> RenderableType:
