@@ -770,3 +770,26 @@ def test_the_shape_validator_reports_what_is_wrong() -> None:
     event = {"sequence": 1, "type": "T", "recorded_at": "2026-04-12T12:00:00", "data": {}}
     assert validate(event, SCHEMAS["history_event"]) == [
         "$.recorded_at: '2026-04-12T12:00:00' has no UTC offset"]
+
+
+def test_the_json_examples_in_docs_cli_md_have_the_documented_shapes() -> None:
+    """Every `$ durable COMMAND ... --json` transcript in docs/cli.md fits its schema."""
+    text = (REPO / "docs" / "cli.md").read_text()
+    checked: set[str] = set()
+    for block in re.findall(r"```console\n(.*?)```", text, flags=re.S):
+        for command, output in re.findall(r"^\$ durable (.+?)\n(.*?)(?=^\$ |\Z)", block,
+                                          flags=re.S | re.M):
+            if "--json" not in command:
+                continue
+            name = command.split()[0]
+            if "--follow" in command:
+                values = [json.loads(line) for line in output.splitlines()]
+                shape = "history_event"
+            else:
+                values, shape = [json.loads(output)], name
+            for value in values:
+                assert not validate(value, SCHEMAS[shape]), (command, validate(
+                    value, SCHEMAS[shape]))
+            checked.add(shape)
+    assert {"start", "list", "describe", "history_event", "result", "request-cancellation",
+            "cascade"} <= checked
