@@ -27,6 +27,7 @@ import cli_app
 import click
 import pytest
 from click.testing import CliRunner, Result
+from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 
 import durable
 from durable.cli import _fmt
@@ -626,6 +627,30 @@ def test_worker_refuses_a_target_it_cannot_run(fresh_url: str, target: str, code
     assert needle in one_error_line(result)
 
 
+@pytest.mark.postgres
+def test_commands_work_the_same_on_postgresql() -> None:
+    require_postgres()
+    pg = new_postgres_url()
+    worker = ThreadWorker(pg).start()
+    try:
+        started = start(pg, "cli-greet", "pg-1", "pat", extra=("--run-timeout", "5m"))
+        answer = as_json(ok(pg, "result", "pg-1", "--wait", "--json"), "result")
+        assert answer["result"] == "hello, pat" and answer["run_id"] == started["run_id"]
+        listed = as_json(ok(pg, "list", "--json"), "list")
+        assert [r["workflow_id"] for r in listed["runs"]] == ["pg-1"]
+        assert describe(pg, "pg-1")["run"]["run_timeout_seconds"] == 300.0
+        start(pg, "cli-guarded", "pg-2", "k")
+        wait_for(activity_running(pg, "pg-2"), "the activity to start")
+        ok(pg, "request-cancellation", "pg-2", "--reason", "stop")
+        assert invoke(pg, "result", "pg-2", "--wait").exit_code == 1
+        view = as_json(ok(pg, "cascade", "pg-2", "--json"), "cascade")
+        assert view["runs"][0]["lifecycle"] == "cancelled"
+        assert invoke(pg, "describe", "nope").exit_code == 3
+    finally:
+        worker.close()
+        drop_postgres_schema(pg)
+
+
 # ---------------------------------------------------------------- configuration and errors
 
 
@@ -650,6 +675,8 @@ def test_configuration_comes_from_the_environment_too(url: str) -> None:
     (("list",), {"DURABLE_SERVER_URL": "http://127.0.0.1:9"}, 1,
      "cannot use the control plane at http://127.0.0.1:9"),
     (("frobnicate",), {}, 2, "No such command 'frobnicate'"),
+    (("--server", "http://127.0.0.1:9", "worker", "cli_app:WORKER"), {}, 2,
+     "a worker reads and writes the database itself: give --db URL"),
     (("list", "--limit", "0"), {"DURABLE_DB_URL": "sqlite:///x.db"}, 2, "--limit"),
 ])
 def test_configuration_errors_are_one_line_with_the_fix(

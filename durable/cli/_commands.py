@@ -491,6 +491,10 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
     """
     from . import _worker
 
+    if session.server:
+        raise click.UsageError(
+            "a worker reads and writes the database itself: give --db URL (or DURABLE_DB_URL), "
+            "not --server")
     loaded = _worker.load_target(target)
     _worker.configure_logging(log_level)
     overrides = {"task_queue": task_queue, "identity": identity}
