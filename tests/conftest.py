@@ -21,10 +21,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-
-import durable
 from stepwise_driver import SCHEME as STEPWISE_SCHEME
 from stepwise_driver import StepwiseSQLiteDriver
+
+import durable
 
 durable.register_driver(STEPWISE_SCHEME, StepwiseSQLiteDriver)
 
