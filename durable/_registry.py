@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from . import _validate
 from .converter import parameter_hints
 from .errors import ConfigurationError, NotRegistered
 
@@ -110,7 +111,7 @@ def define_workflow(fn: Callable[..., Any], name: str | None) -> WorkflowDefn:
             f"@workflow.defn needs an `async def` function, got {fn!r}: workflows are coroutines"
         )
     params, ret = parameter_hints(fn)
-    defn = WorkflowDefn(name or fn.__name__, fn, params, ret)
+    defn = WorkflowDefn(_validate.name(name or fn.__name__, "workflow name"), fn, params, ret)
     DEFINITIONS.add_workflow(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn
@@ -128,7 +129,8 @@ def define_activity(
             "async activities are stopped through their cancel scope"
         )
     params, ret = parameter_hints(fn)
-    defn = ActivityDefn(name or fn.__name__, fn, is_async, process_isolated, params, ret)
+    defn = ActivityDefn(_validate.name(name or fn.__name__, "activity name"), fn, is_async,
+                        process_isolated, params, ret)
     DEFINITIONS.add_activity(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from . import _validate
 from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -37,13 +38,24 @@ from .store.records import HistoryEvent, StartRequest
 _RESULT_POLL = 30.0
 
 class WorkflowHandle:
-    """A workflow instance (its current run, or one given run)."""
+    """A workflow instance: its current run, one given run, or the chain a start began.
+
+    - ``client.get_handle(id)`` follows whatever run is current, even after the
+      id is reused by a new start;
+    - ``client.get_handle(id, run_id=R)`` acts on run R only;
+    - the handle `start()` returns is bound to the run it started (`run_id`,
+      `first_run_id`) and to the runs that continue it (continue-as-new), never
+      to a later instance that reuses the id: after a reuse, `result()` still
+      reports its own chain's outcome, `cancel()`/`terminate()` find it closed,
+      and `request_cancellation()` raises `RunNotCurrent`.
+    """
 
     def __init__(self, client: Client, workflow_id: str, run_id: str | None = None,
-                 result_hint: Any = None) -> None:
+                 result_hint: Any = None, *, first_run_id: str | None = None) -> None:
         self.client = client
         self.workflow_id = workflow_id
         self.run_id = run_id
+        self.first_run_id = first_run_id
         self._hint = result_hint
 
     def __repr__(self) -> str:
@@ -60,6 +72,15 @@ class WorkflowHandle:
         if state is None:
             raise self._not_found()
         return state
+
+    async def _target(self) -> str | None:
+        """The run this handle acts on now (None: the instance's current run)."""
+        if self.first_run_id is None:
+            return self.run_id
+        state = await self._state(self.first_run_id)
+        while state.status == "continued" and state.continued_run_id:
+            state = await self._state(state.continued_run_id)
+        return state.run_id
 
     async def result(self, *, follow_runs: bool = True) -> Any:
         """Wait for the workflow's result, following continue-as-new.
@@ -86,7 +107,7 @@ class WorkflowHandle:
 
     async def describe(self) -> dict[str, Any]:
         """The instance, its run, deadlines, pending operations and failures."""
-        info = await self.client.control.describe(self.workflow_id, self.run_id)
+        info = await self.client.control.describe(self.workflow_id, await self._target())
         if info is None:
             raise self._not_found()
         return info
@@ -95,7 +116,7 @@ class WorkflowHandle:
                       limit: int | None = None) -> list[HistoryEvent]:
         """The run's history events, in order (those after `after_sequence`)."""
         return await self.client.control.history(
-            self.workflow_id, self.run_id, after_sequence=after_sequence, limit=limit
+            self.workflow_id, await self._target(), after_sequence=after_sequence, limit=limit
         )
 
     async def request_cancellation(
@@ -113,11 +134,13 @@ class WorkflowHandle:
         Raises `CapabilityUnsupported` (recording nothing) when the worker
         holding the run cannot take cooperative cancellation.
         """
-        seconds = to_seconds(cleanup_timeout, "cleanup_timeout")
-        if seconds is None or seconds <= 0:
-            raise ConfigurationError("cleanup_timeout must be greater than 0 seconds")
+        seconds = to_seconds(cleanup_timeout, "cleanup_timeout", inclusive=False)
+        if seconds is None:
+            raise ConfigurationError("cleanup_timeout must be greater than 0 seconds, got None")
+        if not isinstance(reason, str):
+            raise ConfigurationError(f"reason must be a string, got {reason!r}")
         accepted, record = await self.client.control.request_cancellation(
-            self.workflow_id, self.run_id, reason=reason, cleanup_timeout=seconds,
+            self.workflow_id, await self._target(), reason=reason, cleanup_timeout=seconds,
             requester=requester, source=source,
         )
         return CancellationRequestResult(accepted, CancellationContext.from_record(record))
@@ -132,16 +155,17 @@ class WorkflowHandle:
 
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
-        return await self.client.control.cancellation_cascade(self.workflow_id, self.run_id)
+        return await self.client.control.cancellation_cascade(self.workflow_id,
+                                                              await self._target())
 
     async def cancel(self, reason: str = "cancelled") -> None:
         """Close the run at once as cancelled; no cleanup code runs."""
-        await self.client.control.close_run(self.workflow_id, self.run_id, status="cancelled",
-                                            reason=reason)
+        await self.client.control.close_run(self.workflow_id, await self._target(),
+                                            status="cancelled", reason=reason)
 
     async def terminate(self, reason: str = "terminated") -> None:
         """Close the run at once as terminated, revoking all its authority."""
-        await self.client.control.close_run(self.workflow_id, self.run_id,
+        await self.client.control.close_run(self.workflow_id, await self._target(),
                                             status="terminated", reason=reason)
 
 
@@ -164,6 +188,7 @@ class Client:
     ) -> None:
         if (driver is None) == (control is None):
             raise ConfigurationError("a Client needs exactly one of a driver or a control plane")
+        _validate.name(namespace, "namespace")
         self.clock: Clock = clock or SystemClock()
         self.converter: PayloadConverter = converter or JSONConverter()
         self.limits = limits or Limits()
@@ -234,8 +259,8 @@ class Client:
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
-        if not isinstance(id, str) or not id:
-            raise ConfigurationError("workflow id must be a non-empty string")
+        _validate.name(id, "workflow id")
+        _validate.optional_name(task_queue, "task_queue")
         payload = self.converter.encode(list(args), f"the arguments of workflow {wf_type!r}")
         check_size(payload, self.limits.payload_bytes, f"the arguments of workflow {wf_type!r}")
         memo = None
@@ -250,8 +275,9 @@ class Client:
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
-        await self.control.start(request)
-        return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
+        started = await self.control.start(request)
+        return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
+                              first_run_id=started.run_id)
 
     async def execute(
         self,
@@ -267,6 +293,8 @@ class Client:
 
     def get_handle(self, workflow_id: str, *, run_id: str | None = None) -> WorkflowHandle:
         """A handle to an existing instance (its current run unless run_id is given)."""
+        _validate.name(workflow_id, "workflow id")
+        _validate.optional_name(run_id, "run id")
         return WorkflowHandle(self, workflow_id, run_id)
 
     async def list(

@@ -65,6 +65,30 @@ class StorageUnavailable(DurableError):
         self.outcome_unknown = outcome_unknown
 
 
+class StorageClosed(StorageUnavailable):
+    """The client (and its storage) was closed: nothing more can be recorded.
+
+    Workers that meet it stop serving (logged once) instead of retrying.
+    """
+
+
+class WorkerFailed(DurableError):
+    """A worker stopped because of an internal error (a bug in durable).
+
+    Raised where the application leaves ``async with Worker(...)`` (or from
+    `Worker.run()`); its ``__cause__`` is the error, whose traceback was
+    logged when it happened. The application's own code is never interrupted.
+    """
+
+
+class WriteRejected(DurableError):
+    """Storage refused a write as invalid (a value it cannot represent).
+
+    Raised at the workflow call whose write it was; other runs committed in the
+    same transaction are not affected. `cause` is the database's complaint.
+    """
+
+
 class FailureCarrying(DurableError):
     """An error rebuilt from a recorded failure dictionary."""
 

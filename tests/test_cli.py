@@ -605,7 +605,7 @@ def test_worker_accepts_a_spec_object_and_a_factory(fresh_url: str) -> None:
                 return durable.Worker(c, workflows=[cli_app.greet], identity="async-made")
 
             c = await build_worker(client, factory, "m:af", {})
-            return [(w.worker_id, w.task_queue) for w in (a, b, c)]
+            return [(w.identity, w.task_queue) for w in (a, b, c)]
 
     assert anyio.run(main) == [("a", "q1"), ("factory-worker", "default"),
                                ("async-made", "default")]

@@ -300,7 +300,11 @@ class PostgresDriver:
                 lost = isinstance(exc, CONNECTION_LOST)
                 if attempt >= self.retries:
                     if not lost:
-                        raise
+                        raise StorageUnavailable(
+                            f"PostgreSQL at {self._target.masked!r}: the transaction kept "
+                            f"colliding with others ({exc!r}) after {attempt + 1} attempts; "
+                            "nothing was recorded", outcome_unknown=False,
+                        ) from exc
                     raise StorageUnavailable(
                         f"PostgreSQL at {self._target.masked!r} is unavailable after "
                         f"{attempt + 1} attempts ({exc!r}); check that the server is up and "

@@ -26,7 +26,7 @@ import anyio
 import anyio.to_thread
 
 from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
-from durable.errors import ConfigurationError
+from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
@@ -68,19 +68,59 @@ def _execute(conn: sqlite3.Connection, stmt: Stmt) -> Any:
     return cursor.rowcount
 
 
+# SQLite errors that say storage cannot be used right now (another process
+# holds the lock past busy_timeout, the disk is full or failing, the file is
+# gone or read-only): the transaction did not commit and may be retried.
+_UNAVAILABLE = (
+    "database is locked",
+    "database table is locked",
+    "disk i/o error",
+    "database or disk is full",
+    "unable to open database file",
+    "attempt to write a readonly database",
+)
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """Whether `exc` means storage is unavailable (retry), not a bad statement."""
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        text in str(exc).lower() for text in _UNAVAILABLE)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back, never masking the error that brought us here (after some
+    errors SQLite has rolled back already and there is nothing to undo)."""
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
 def _run_program(conn: sqlite3.Connection, program: Program[T], write: bool) -> T:
-    """Run a whole transaction program on this (database) thread."""
+    """Run a whole transaction program on this (database) thread.
+
+    A statement that fails for its own reasons (a value SQLite cannot store,
+    a constraint) is thrown into the program at its ``yield``, so a program
+    may handle it (roll back to a savepoint); storage failures are not.
+    """
     conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
         stmt = next(program)
         while True:
-            stmt = program.send(_execute(conn, stmt))
+            try:
+                result = _execute(conn, stmt)
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                stmt = program.throw(exc)
+                continue
+            stmt = program.send(result)
     except StopIteration as done:
         conn.execute("COMMIT")
         value: T = done.value
         return value
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
 
 
@@ -162,11 +202,22 @@ class SQLiteDriver:
         """Run the program whole on the database thread: one hop per transaction."""
         conn = self._conn
         if conn is None:
-            raise ConfigurationError("the SQLite driver is closed; open the client first")
+            raise StorageClosed(f"the SQLite database {self.url!r} is closed (the client was "
+                                "closed); nothing more can be recorded through it")
         tx = Tx(self.dialect)
-        result = await anyio.to_thread.run_sync(
-            _run_program, conn, program(tx), write, limiter=self._limiter
-        )
+        try:
+            result = await anyio.to_thread.run_sync(
+                _run_program, conn, program(tx), write, limiter=self._limiter
+            )
+        except sqlite3.Error as exc:
+            if not storage_failure(exc):
+                raise
+            raise StorageUnavailable(
+                f"SQLite at {self.url!r} cannot be used right now ({exc}); nothing was "
+                "recorded. Another process may hold the write lock longer than busy_timeout "
+                f"({self.busy_timeout:g} s), or the disk is full or failing",
+                outcome_unknown=False,
+            ) from exc
         if write and self._checkpoint_uri is not None:
             self._count_write()
         self.hub.publish(tx.wakes)

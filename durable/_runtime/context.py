@@ -10,6 +10,7 @@ through the worker's group committer fenced by the run's epoch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -18,7 +19,12 @@ from .._log import get_logger
 from ..cancellation import CancellationContext
 from ..clock import Clock
 from ..converter import PayloadConverter, check_size
-from ..errors import LostAuthority, NonDeterminismError, StructuralLimitExceeded
+from ..errors import (
+    LostAuthority,
+    NonDeterminismError,
+    StructuralLimitExceeded,
+    WriteRejected,
+)
 from ..options import Limits
 from ..store.records import CommitResult, OpRecord, RunRecord
 from ..store.writes import Write
@@ -64,8 +70,10 @@ class WorkflowContext:
         converter: PayloadConverter,
         limits: Limits,
         committer: Committer,
+        stop_grace: float = 10.0,
     ) -> None:
         self.run = run
+        self.stop_grace = stop_grace
         self.recorded = ops
         self.defn = defn
         self.worker = worker
@@ -74,6 +82,7 @@ class WorkflowContext:
         self.limits = limits
         self.committer = committer
         self.waiters: dict[str, _Waiter] = {}
+        self.asked: set[str] = set()  # op ids the code asked for in this execution
         self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
         self.open_children: set[str] = set()
         self.fatal: BaseException | None = None
@@ -106,6 +115,7 @@ class WorkflowContext:
 
     def recorded_op(self, op_id: str, kind: str, name: str) -> OpRecord | None:
         """The record of this op if it exists; check it is the same op."""
+        self.asked.add(op_id)
         record = self.recorded.get(op_id)
         if record is None:
             return None
@@ -118,6 +128,18 @@ class WorkflowContext:
             )
             raise self.fatal  # fatal even if the workflow code catches it
         return record
+
+    def unreplayed_ops(self) -> list[str]:
+        """Recorded ops of the workflow's main task that its code never asked
+        for again: the code skipped part of its history (non-determinism).
+
+        Only the main task is checked: its ops run in one deterministic
+        sequence. A task of a task group may legitimately not reach ops it
+        recorded before (its group was cancelled when another task finished
+        first, which replay can reach sooner).
+        """
+        return sorted(op for op in self.recorded
+                      if op.startswith("0:") and op not in self.asked)
 
     def reserve(self, kind: str) -> None:
         """Count one more pending op of `kind`; over the structural limit, fail the run."""
@@ -138,6 +160,17 @@ class WorkflowContext:
     def release(self, kind: str) -> None:
         self.pending_counts[kind] -= 1
 
+    def details_encoder(self) -> Callable[[Any], str]:
+        """How a local activity's heartbeat details are checked at the call."""
+        converter, limit = self.converter, self.limits.payload_bytes
+
+        def encode(value: Any) -> str:
+            text = converter.encode(value, "heartbeat details")
+            check_size(text, limit, "heartbeat details")
+            return text
+
+        return encode
+
     def encode(self, value: Any, what: str) -> str:
         text = self.converter.encode(value, what)
         try:
@@ -148,12 +181,22 @@ class WorkflowContext:
         return text
 
     async def commit(self, writes: list[Write]) -> CommitResult:
+        """Record writes for this run (fenced by its epoch) and resolve the ops
+        they closed.
+
+        `WriteRejected` (storage refused these writes as invalid; nothing of
+        them was recorded) is raised to the calling workflow code, which may
+        handle it. Any other failure breaks the run here: it is dropped and
+        replayed from storage, never continued from an unknown state.
+        """
         if self.broken is not None:
             raise self.broken
         try:
             result = await self.committer.submit(
                 self.run.run_id, self.run.epoch, writes, quiet=self.cancellation is None
             )
+        except WriteRejected:
+            raise
         except Exception as exc:
             # Whatever the workflow code does with this error, the run must not
             # go on from an unknown state: it is replayed from storage instead.

@@ -19,7 +19,14 @@ import anyio.abc
 
 from ..cancellation import CancellationContext
 from ..converter import decode_args
-from ..errors import ContinueAsNew, LostAuthority, NonDeterminismError, StructuralLimitExceeded
+from ..errors import (
+    ContinueAsNew,
+    LostAuthority,
+    NonDeterminismError,
+    PayloadError,
+    StructuralLimitExceeded,
+    WriteRejected,
+)
 from ..failure import Failure, leaf_exceptions
 from ..store.records import RunStatus
 from ..store.writes import CloseRun, DeliverCancellation
@@ -171,7 +178,23 @@ class RunExecutor:
             raise ctx.broken
         if outcome is None or self.stop_reason is not None:
             return
-        await ctx.commit([outcome])
+        skipped = ctx.unreplayed_ops() if not outcome.needs_review else []
+        if skipped:
+            outcome = self._non_deterministic(NonDeterminismError(
+                f"workflow {self.run.workflow_type} (run {self.run.run_id}) closed "
+                f"{outcome.status} without asking again for the recorded operations "
+                f"{', '.join(skipped[:5])}{'...' if len(skipped) > 5 else ''}: the code "
+                "changed in a way that skips part of its history. The run is marked for "
+                "review; deploy the old code or terminate the run"))
+        try:
+            await ctx.commit([outcome])
+        except WriteRejected as exc:
+            # The close itself could not be stored (its result or failure):
+            # close the run failed with a failure that can be, saying why.
+            ctx.log.error("run_close_rejected", error=str(exc))
+            outcome = CloseRun(RunStatus.FAILED, failure=Failure(
+                "storage_rejected", str(exc), "durable.WriteRejected"))
+            await ctx.commit([outcome])
         ctx.log.info("run_closed", status=outcome.status)
 
     async def _run_code(self) -> CloseRun | None:
@@ -230,7 +253,12 @@ class RunExecutor:
         return CloseRun(RunStatus.CANCELLED, result=result, failure=failure)
 
     def _continue(self, can: ContinueAsNew) -> CloseRun:
-        payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
+        try:
+            payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
+        except (StructuralLimitExceeded, PayloadError) as exc:
+            # The next run cannot start with these arguments: this run fails,
+            # saying so (it would otherwise be replayed forever).
+            return self._failed(exc)
         return CloseRun(RunStatus.CONTINUED, continue_input=payload)
 
     def _non_deterministic(self, exc: BaseException) -> CloseRun:

@@ -166,10 +166,10 @@ async def serve(client: durable.Client, target: Any, ref: str, overrides: Mappin
         tg.start_soon(watch_signals)
         async with worker:
             out.note(
-                f"durable worker {worker.worker_id} running in namespace {worker.namespace!r}, "
+                f"durable worker {worker.identity} running in namespace {worker.namespace!r}, "
                 f"task queue {worker.task_queue!r}: workflows "
                 f"{', '.join(sorted(worker.workflows)) or '-'}; activities "
                 f"{', '.join(sorted(worker.activities)) or '-'} (Ctrl-C to stop)")
             await stop.wait()
-        out.note(f"durable worker {worker.worker_id} stopped")
+        out.note(f"durable worker {worker.identity} stopped")
         tg.cancel_scope.cancel()

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..clock import to_iso
 from ..driver import Program, Row, Tx, ex, many, placeholders, q, q1
+from ..errors import ConfigurationError
 from ..failure import Failure
 from ..options import RetryPolicy
 from . import cancellation
@@ -125,10 +126,14 @@ def _retry_or_fail(
 ) -> Program[str]:
     """Schedule the next attempt if the frozen policy allows it, else fail terminally."""
     opts = loads(task["options"])
-    policy = RetryPolicy.from_dict(opts["retry"])
     attempt = int(task["attempt"])
     s2c = task["schedule_to_close_deadline"]
-    available = policy.next_attempt_at(failure, attempt, now, s2c, retryable=retryable)
+    try:
+        policy: RetryPolicy | None = RetryPolicy.from_dict(opts["retry"])
+    except (ConfigurationError, KeyError, TypeError, ValueError):
+        policy = None  # a policy that cannot be read back is not retried on
+    available = None if policy is None else policy.next_attempt_at(
+        failure, attempt, now, s2c, retryable=retryable)
     if available is not None:
         s2s = plus(available, opts.get("schedule_to_start_timeout"))
         yield ex(
@@ -292,6 +297,13 @@ def complete_activity(
         tx, task, failure, not failure.non_retryable, now, "ActivityFailed"
     )
     return ActivityOutcome(outcome)
+
+
+def attempt_state(task_id: str) -> Program[tuple[str, int, str | None] | None]:
+    """(status, attempt, owner) of an activity task, or None."""
+    row = yield q1("SELECT status, attempt, owner FROM activity_tasks WHERE task_id = ?",
+                   task_id)
+    return None if row is None else (str(row["status"]), int(row["attempt"]), row["owner"])
 
 
 def heartbeat_activity(
