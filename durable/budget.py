@@ -156,9 +156,10 @@ class Budget:
     def _setup(self, *, name: str, parent: Budget | None, own_deadline: float | None,
                phase: Phase | None = None) -> None:
         self.name = name
-        self._parent = parent
-        self._phase = phase
-        self._own_deadline = own_deadline
+        self._parent: Budget | None = parent
+        self._phase: Phase | None = phase
+        self._own_deadline: float | None = own_deadline
+        self._deadline: float | None
         inherited = parent._deadline if parent is not None else None
         if own_deadline is None:
             self._deadline = inherited
