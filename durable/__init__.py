@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import activity, workflow
 from ._activities import ActivityInfo
+from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
 from .clock import Clock, SystemClock, VirtualClock
@@ -20,6 +21,8 @@ from .errors import (
     ActivityFailed,
     ActivityStopRequested,
     ActivityTimedOut,
+    BudgetCancelled,
+    BudgetExhausted,
     CapabilityUnsupported,
     ChildWorkflowFailed,
     ConfigurationError,
@@ -27,6 +30,7 @@ from .errors import (
     NonDeterminismError,
     NotRegistered,
     PayloadError,
+    PhaseTimedOut,
     PolicyRejected,
     RunAlreadyClosed,
     RunNotCurrent,
@@ -50,6 +54,7 @@ from .options import (
     RetryPolicy,
     StartOptions,
 )
+from .subprocess import StopReceipt
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -61,6 +66,9 @@ __all__ = [
     "ActivityOptions",
     "ActivityStopRequested",
     "ActivityTimedOut",
+    "Budget",
+    "BudgetCancelled",
+    "BudgetExhausted",
     "CancellationContext",
     "CancellationPolicy",
     "CancellationRequestResult",
@@ -81,11 +89,13 @@ __all__ = [
     "ParentClosePolicy",
     "PayloadConverter",
     "PayloadError",
+    "PhaseTimedOut",
     "PolicyRejected",
     "RetryPolicy",
     "RunAlreadyClosed",
     "RunNotCurrent",
     "StartOptions",
+    "StopReceipt",
     "StorageUnavailable",
     "StructuralLimitExceeded",
     "SystemClock",
