@@ -458,7 +458,7 @@ class Budget:
         budget: Budget | None = self
         while budget is not None:
             mine = budget._cancellation
-            if mine is not None and (found is None or mine.at <= found.at):
+            if mine is not None and (found is None or mine.at < found.at):
                 found = mine
             budget = budget._parent
         return found
@@ -675,16 +675,18 @@ class Phase:
         assert scope is not None
         self._scope = None
         try:
-            swallowed = bool(scope.__exit__(exc_type, exc, tb))
+            # trio's scope answers True for "no exception" too: only an
+            # exception it swallowed is a cut by the deadline
+            cut = bool(scope.__exit__(exc_type, exc, tb)) and exc is not None
         except BaseException as raised:
             self._end(raised, cut_by_scope=False)
             raise
-        replacement = self._end(None if swallowed else exc, cut_by_scope=swallowed)
+        replacement = self._end(None if cut else exc, cut_by_scope=cut)
         if replacement is not None:
-            if swallowed:
+            if cut:
                 raise replacement from None
             raise replacement
-        return swallowed
+        return cut
 
     # ------------------------------------------------------------ sync: checked
 
