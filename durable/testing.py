@@ -25,12 +25,28 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ._testing_deps import (
+    AnswersAtDeadline,
+    ManualClock,
+    SlowCall,
+    SlowHTTPServer,
+    UnacceptingServer,
+    UninterruptibleCall,
+)
 from .client import Client, connect
 from .clock import VirtualClock
 from .driver import Driver
 from .worker import Worker
 
-__all__ = ["TimeSkippingEnvironment"]
+__all__ = [
+    "AnswersAtDeadline",
+    "ManualClock",
+    "SlowCall",
+    "SlowHTTPServer",
+    "TimeSkippingEnvironment",
+    "UnacceptingServer",
+    "UninterruptibleCall",
+]
 
 _FOREVER = 10 * 365 * 24 * 3600.0
 
