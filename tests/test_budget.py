@@ -25,7 +25,7 @@ from conftest import POSTGRES_URL, require_postgres
 
 import durable
 from durable import Budget, BudgetCancelled, BudgetExhausted, ConfigurationError, PhaseTimedOut
-from durable._testing_deps import (
+from durable.testing import (
     AnswersAtDeadline,
     ManualClock,
     SlowCall,

@@ -22,8 +22,8 @@ import pytest
 import durable
 import durable.subprocess
 from durable import Budget, BudgetCancelled, BudgetExhausted, ConfigurationError, StopReceipt
-from durable._testing_deps import ManualClock
 from durable.subprocess import SubprocessCancelled, SubprocessFailed, SubprocessTimedOut, run
+from durable.testing import ManualClock
 
 pytestmark = [
     pytest.mark.anyio,
