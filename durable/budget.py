@@ -596,7 +596,7 @@ class Phase:
                     cancellation, refused=self.name)
             else:
                 error = parent._exhausted_error(now, refused=self.name)
-            _log.warning("phase_refused", budget=parent.name, phase=self.name,
+            _log.info("phase_refused", budget=parent.name, phase=self.name,
                          stop_kind="cancelled" if isinstance(error, BudgetCancelled)
                          else "timed_out")
             raise error
@@ -654,10 +654,11 @@ class Phase:
         if self._token is not None:
             _current.reset(self._token)
             self._token = None
-        log = _log.info if outcome == "completed" else _log.warning
-        log("phase_ended", budget=self._parent.name, phase=self.name, stop_kind=outcome,
-            duration=round(now - self._record.started, 6), limit=self.limit,
-            timeout_kind=timeout_kind, error_type=error_name)
+        # info, whatever the outcome: a time-out or a cancellation is the
+        # caller's to handle (and to log louder if it matters to them)
+        _log.info("phase_ended", budget=self._parent.name, phase=self.name,
+                  stop_kind=outcome, duration=round(now - self._record.started, 6),
+                  limit=self.limit, timeout_kind=timeout_kind, error_type=error_name)
         return replacement
 
     # ------------------------------------------------------------ async: bounded

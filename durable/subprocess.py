@@ -526,7 +526,8 @@ def _stop_error(program: str, budget: Budget, receipt: StopReceipt, by_cancel: b
 def _stopped(log: Any, budget: Budget, receipt: StopReceipt,
              on_stop: Callable[[StopReceipt], object] | None) -> None:
     budget.record_stop(receipt)
-    emit = log.warning if receipt.confirmed else log.error
+    # an unconfirmed stop is an operator's problem: the group may still run
+    emit = log.info if receipt.confirmed else log.error
     emit("subprocess_stopped", stop_kind=receipt.reason, signals=list(receipt.signals),
          confirmed=receipt.confirmed, exit_code=receipt.exit_code,
          elapsed=round(receipt.elapsed, 6))

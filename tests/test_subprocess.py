@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import signal
 import subprocess as std_subprocess
@@ -212,7 +213,9 @@ async def test_on_stop_failure_does_not_hide_the_stop() -> None:
 # ---------------------------------------------------------------- unconfirmed stops
 
 
-async def test_stop_that_cannot_be_confirmed_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_stop_that_cannot_be_confirmed_says_so(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="durable.subprocess")
     monkeypatch.setattr(os, "killpg", lambda pgid, signum: None)  # signals reach nobody
     with pytest.raises(SubprocessTimedOut) as info:
         await run(["sleep", "30"], budget=Budget(timeout=0.2), grace=0.2, confirm_timeout=0.3)
@@ -222,6 +225,8 @@ async def test_stop_that_cannot_be_confirmed_says_so(monkeypatch: pytest.MonkeyP
         assert receipt.confirmed is False and receipt.exit_code is None
         assert "NOT confirmed" in str(info.value)
         assert alive(receipt.pid)  # it really is still running
+        (stopped,) = [r for r in caplog.records if "subprocess_stopped" in r.getMessage()]
+        assert stopped.levelno == logging.ERROR and "confirmed=False" in stopped.getMessage()
     finally:
         os.kill(receipt.pid, signal.SIGKILL)
         # run() could not reap it: its Popen goes to subprocess's own list of
@@ -230,6 +235,18 @@ async def test_stop_that_cannot_be_confirmed_says_so(monkeypatch: pytest.MonkeyP
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)
             gc.collect()
+
+
+async def test_logs_name_the_program_never_its_arguments(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="durable.subprocess")
+    with pytest.raises(SubprocessTimedOut):
+        await run(["sh", "-c", "sleep 30", "--token=s3cr3t"], budget=Budget(timeout=0.2),
+                  env={"API_KEY": "k3y", "PATH": os.environ["PATH"]})
+    events = [r.getMessage() for r in caplog.records]
+    assert any("subprocess_started" in e and "program='sh'" in e for e in events)
+    assert any("subprocess_stopped" in e and "stop_kind='timed_out'" in e for e in events)
+    assert not any("s3cr3t" in e or "k3y" in e or "sleep 30" in e for e in events)
 
 
 async def test_receipt_is_json_ready() -> None:
