@@ -276,15 +276,22 @@ class Budget:
         is reported: a cancellation made after the deadline passed does not
         turn a time-out into a cancellation, nor the other way round.
         """
-        now = self._clock()
+        error = self._stop_error(self._clock())
+        if error is not None:
+            raise error
+
+    def _stop_error(self, now: float, *, refused: str | None = None,
+                    ) -> BudgetCancelled | BudgetExhausted | None:
+        """The error `check()` raises at `now`, or None while work may go on."""
         cancellation = self._first_cancellation()
         expired = self._deadline is not None and now >= self._deadline
         if cancellation is not None and not (
             expired and self._deadline is not None and self._deadline <= cancellation.at
         ):
-            raise self._cancelled_error(cancellation)
+            return self._cancelled_error(cancellation, refused=refused)
         if expired:
-            raise self._exhausted_error(now)
+            return self._exhausted_error(now, refused=refused)
+        return None
 
     def timeout_for(self, op_timeout: float | None = None) -> float:
         """`min(op_timeout, remaining())` for an operation's own timeout argument.
@@ -586,19 +593,11 @@ class Phase:
             )
         parent = self._parent
         now = parent._clock()
-        cancellation = parent._first_cancellation()
-        expired = parent._deadline is not None and now >= parent._deadline
-        if cancellation is not None or expired:
-            if cancellation is not None and not (
-                expired and parent._deadline is not None and parent._deadline <= cancellation.at
-            ):
-                error: BudgetCancelled | BudgetExhausted = parent._cancelled_error(
-                    cancellation, refused=self.name)
-            else:
-                error = parent._exhausted_error(now, refused=self.name)
+        error = parent._stop_error(now, refused=self.name)
+        if error is not None:
             _log.info("phase_refused", budget=parent.name, phase=self.name,
-                         stop_kind="cancelled" if isinstance(error, BudgetCancelled)
-                         else "timed_out")
+                      stop_kind="cancelled" if isinstance(error, BudgetCancelled)
+                      else "timed_out")
             raise error
         own = None if self.limit is None else now + self.limit
         budget = parent._derive(f"{parent.name}/{self.name}", own, phase=self)

@@ -372,7 +372,7 @@ async def _feed(stream: IO[bytes], data: bytes) -> None:
 # ---------------------------------------------------------------- run
 
 
-def _check_options(popen_kwargs: dict[str, Any], grace: float, confirm_timeout: float,
+def _check_options(popen_kwargs: dict[str, Any], confirm_timeout: float,
                    input: bytes | None) -> None:
     for key, why in _FORBIDDEN.items():
         if key in popen_kwargs:
@@ -383,11 +383,10 @@ def _check_options(popen_kwargs: dict[str, Any], grace: float, confirm_timeout: 
                 f"run(input=...) must be bytes, not {type(input).__name__} (encode text first)")
         if "stdin" in popen_kwargs:
             raise ConfigurationError("run() takes input= or stdin=, not both")
-    if confirm_timeout <= 0 or math.isinf(grace):
+    if confirm_timeout <= 0:
         raise ConfigurationError(
-            "run(): confirm_timeout must be > 0 and grace finite, "
-            f"not confirm_timeout={confirm_timeout!r}, grace={grace!r}"
-        )
+            f"run(confirm_timeout=...) must be > 0 seconds, not {confirm_timeout!r}: "
+            "a stop is confirmed by looking, and looking takes time")
 
 
 async def run(
@@ -426,7 +425,7 @@ async def run(
             "durable.subprocess.run needs POSIX process groups (Linux, macOS, BSD)")
     grace = _seconds(grace, "run(grace=...)")
     confirm_timeout = _seconds(confirm_timeout, "run(confirm_timeout=...)")
-    _check_options(popen_kwargs, grace, confirm_timeout, input)
+    _check_options(popen_kwargs, confirm_timeout, input)
     if budget is None:
         budget = Budget.current()
     elif not isinstance(budget, Budget):

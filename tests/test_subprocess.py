@@ -269,6 +269,7 @@ async def test_receipt_is_json_ready() -> None:
         ({"input": "text"}, "must be bytes"),
         ({"input": b"x", "stdin": std_subprocess.DEVNULL}, "input= or stdin=, not both"),
         ({"grace": -1}, "grace"),
+        ({"confirm_timeout": 0}, "confirm_timeout=...\\) must be > 0"),
         ({"budget": 30}, "must be a durable.Budget"),
     ],
 )
