@@ -15,6 +15,7 @@ import subprocess as std_subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -32,9 +33,22 @@ pytestmark = [
                        reason="reads /proc to check that processes are gone"),
 ]
 
-# Ignores SIGTERM (and so do the sleeps it starts: an ignored signal stays
-# ignored across exec), so only SIGKILL stops it.
-TERM_IGNORING = "trap '' TERM; while :; do sleep 0.05; done"
+
+
+def term_ignoring(ready: Path) -> str:
+    """A shell that ignores SIGTERM (and so do the sleeps it starts: an ignored
+    signal stays ignored across exec), so only SIGKILL stops it; it creates
+    `ready` once the trap is set."""
+    return f"trap '' TERM; touch '{ready}'; while :; do sleep 0.05; done"
+
+
+async def when_ready(ready: Path, stop: Callable[[], object]) -> None:
+    """Call `stop` once the child has created `ready`: a stop that races the
+    child's own set-up would test the machine's load, not the stop."""
+    with anyio.fail_after(30):
+        while not await anyio.Path(ready).exists():
+            await anyio.sleep(0.01)
+    stop()
 
 
 def alive(pid: int) -> bool:
@@ -102,10 +116,13 @@ async def test_budget_running_out_stops_the_child_with_sigterm_confirmed() -> No
     assert "stop confirmed" in str(err)
 
 
-async def test_child_ignoring_sigterm_is_killed_after_the_grace_period() -> None:
-    budget = Budget(timeout=0.5)
-    with pytest.raises(SubprocessTimedOut) as info:
-        await run(["sh", "-c", TERM_IGNORING], budget=budget, grace=0.3)
+async def test_child_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    budget = Budget(timeout=30)
+    ready = tmp_path / "ready"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(when_ready, ready, budget.cancel)
+        with pytest.raises(SubprocessCancelled) as info:
+            await run(["sh", "-c", term_ignoring(ready)], budget=budget, grace=0.3)
     receipt = info.value.receipt
     assert receipt.signals == ("SIGTERM", "SIGKILL")
     assert receipt.confirmed and receipt.exit_code == -signal.SIGKILL
@@ -113,20 +130,29 @@ async def test_child_ignoring_sigterm_is_killed_after_the_grace_period() -> None
 
 
 @pytest.mark.parametrize("trap", ["", "trap '' TERM; "], ids=["plain", "ignoring-term"])
-async def test_grandchild_in_the_group_is_stopped_too(trap: str) -> None:
-    budget = Budget(timeout=0.5)
-    with pytest.raises(SubprocessTimedOut) as info:
-        await run(["sh", "-c", f"{trap}sleep 30 & echo $!; wait"], budget=budget, grace=0.3)
+async def test_grandchild_in_the_group_is_stopped_too(trap: str, tmp_path: Path) -> None:
+    budget = Budget(timeout=30)
+    ready = tmp_path / "ready"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(when_ready, ready, budget.cancel)
+        with pytest.raises(SubprocessCancelled) as info:
+            await run(["sh", "-c", f"{trap}sleep 30 & echo $!; touch '{ready}'; wait"],
+                      budget=budget, grace=0.3)
     grandchild = int(info.value.stdout or b"0")
     assert grandchild > 0
     assert info.value.receipt.confirmed
+    assert info.value.receipt.signals == (("SIGTERM", "SIGKILL") if trap else ("SIGTERM",))
     assert not alive(grandchild)
 
 
-async def test_partial_output_is_kept_on_the_error() -> None:
-    with pytest.raises(SubprocessTimedOut) as info:
-        await run(["sh", "-c", "echo started; echo warn >&2; sleep 30"],
-                  budget=Budget(timeout=0.4))
+async def test_partial_output_is_kept_on_the_error(tmp_path: Path) -> None:
+    budget = Budget(timeout=30)
+    ready = tmp_path / "ready"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(when_ready, ready, budget.cancel)
+        with pytest.raises(SubprocessCancelled) as info:
+            await run(["sh", "-c", f"echo started; echo warn >&2; touch '{ready}'; sleep 30"],
+                      budget=budget)
     assert (info.value.stdout, info.value.stderr) == (b"started\n", b"warn\n")
 
 
@@ -161,15 +187,20 @@ async def test_child_ending_at_or_after_the_deadline_is_refused() -> None:
 # ---------------------------------------------------------------- stops on cancellation
 
 
-async def test_cancelling_the_awaiting_task_stops_the_child_then_reraises() -> None:
+async def test_cancelling_the_awaiting_task_stops_the_child_then_reraises(
+        tmp_path: Path) -> None:
     receipts: list[StopReceipt] = []
     budget = Budget(name="request")
+    ready = tmp_path / "ready"
+    runner = anyio.CancelScope()
     finished = False
-    with anyio.move_on_after(0.3) as scope:
-        await run(["sh", "-c", TERM_IGNORING], budget=budget, grace=0.2,
-                  on_stop=receipts.append)
-        finished = True
-    assert scope.cancelled_caught and not finished
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(when_ready, ready, runner.cancel)
+        with runner:
+            await run(["sh", "-c", term_ignoring(ready)], budget=budget, grace=0.2,
+                      on_stop=receipts.append)
+            finished = True
+    assert runner.cancelled_caught and not finished
     (receipt,) = receipts
     assert receipt.reason == "cancelled"
     assert receipt.signals == ("SIGTERM", "SIGKILL") and receipt.confirmed
