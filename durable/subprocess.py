@@ -192,19 +192,32 @@ def _program(argv: Any) -> str:
 # ---------------------------------------------------------------- the process group
 
 
+def _stat(pid: int | str) -> list[bytes] | None:
+    """Linux: the fields of /proc/<pid>/stat after the command name (state,
+    ppid, pgrp, ...), or None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()
+
+
+def _running(fields: list[bytes] | None) -> bool:
+    return fields is not None and fields[0] not in (b"Z", b"X")
+
+
 def _live_members(pgid: int) -> bool:
-    """Linux: is any process of the group alive (not a zombie waiting for its parent)?"""
+    """Linux: is any process of the group alive (not a zombie waiting for its parent)?
+
+    There is no kernel call listing a group's members, so this reads every
+    process's stat: milliseconds on a busy host, hence run on a thread.
+    """
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # it ended while we looked
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
+        if entry.name.isdigit():
+            fields = _stat(entry.name)
+            if fields is not None and _running(fields) and int(fields[2]) == pgid:
+                return True
     return False
 
 
@@ -242,7 +255,7 @@ class _Child:
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
-    def group_alive(self) -> bool:
+    async def group_alive(self) -> bool:
         """Does any live process remain in the child's group?"""
         try:
             os.killpg(self.pgid, 0)
@@ -251,7 +264,9 @@ class _Child:
         except PermissionError:
             return True  # a member we may not signal is still a member
         if _LINUX_PROC:
-            return _live_members(self.pgid)
+            if _running(_stat(self.pid)):
+                return True  # the leader itself: no need to look further
+            return await anyio.to_thread.run_sync(_live_members, self.pgid)
         # Elsewhere a zombie counts as a member: reap our own once it ended
         # (its group id stays taken while any other member lives), look again.
         if self.exited():
@@ -277,7 +292,7 @@ class _Child:
     async def wait_group_gone(self, within: float) -> bool:
         end = time.monotonic() + within
         delay = 0.005
-        while self.group_alive():
+        while await self.group_alive():
             left = end - time.monotonic()
             if left <= 0:
                 return False
@@ -295,14 +310,14 @@ class _Child:
         """SIGTERM, grace, SIGKILL, confirm; call shielded."""
         started = time.monotonic()
         sent: list[str] = []
-        if self.group_alive():
+        if await self.group_alive():
             if self.signal_group(signal.SIGTERM):
                 sent.append("SIGTERM")
             if not await self.wait_group_gone(grace):
                 if self.signal_group(signal.SIGKILL):
                     sent.append("SIGKILL")
                 await self.wait_group_gone(confirm_timeout)
-        confirmed = not self.group_alive()
+        confirmed = not await self.group_alive()
         exit_code = self.reap()
         return StopReceipt(
             pid=self.pid, pgid=self.pgid, signals=tuple(sent), confirmed=confirmed,
