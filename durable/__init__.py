@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import activity, workflow
 from ._runtime.attempts import ActivityInfo
+from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
 from .clock import Clock, SystemClock, VirtualClock
@@ -25,6 +26,8 @@ from .errors import (
     ActivityStopRequested,
     ActivityTimedOut,
     ApplicationError,
+    BudgetCancelled,
+    BudgetExhausted,
     CapabilityUnsupported,
     ChildWorkflowFailed,
     ConfigurationError,
@@ -32,6 +35,7 @@ from .errors import (
     NonDeterminismError,
     NotRegistered,
     PayloadError,
+    PhaseTimedOut,
     PolicyRejected,
     RunAlreadyClosed,
     RunNotCurrent,
@@ -58,6 +62,7 @@ from .options import (
     StartOptions,
 )
 from .store.records import HistoryEvent, RunStatus
+from .subprocess import StopReceipt
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -72,6 +77,9 @@ __all__ = [
     "ActivityStopRequested",
     "ActivityTimedOut",
     "ApplicationError",
+    "Budget",
+    "BudgetCancelled",
+    "BudgetExhausted",
     "CancellationContext",
     "CancellationPolicy",
     "CancellationRequestResult",
@@ -97,12 +105,14 @@ __all__ = [
     "ParentClosePolicy",
     "PayloadConverter",
     "PayloadError",
+    "PhaseTimedOut",
     "PolicyRejected",
     "RetryPolicy",
     "RunAlreadyClosed",
     "RunNotCurrent",
     "RunStatus",
     "StartOptions",
+    "StopReceipt",
     "StorageUnavailable",
     "StructuralLimitExceeded",
     "SystemClock",

@@ -273,3 +273,84 @@ class ContinueAsNew(BaseException):
     def __init__(self, args: tuple[Any, ...]) -> None:
         super().__init__("continue as new")
         self.new_args = args
+
+
+# ------------------------------------------------------------------ time budgets
+#
+# Raised by `durable.Budget` (durable/budget.py) anywhere: in activities, plain
+# scripts, web handlers. A budget that ran out and a budget that was cancelled
+# are different stops, so they are different classes; a phase that overran its
+# own limit is a kind of running out (a subclass), told apart by `timeout_kind`.
+
+
+class BudgetExhausted(DurableError, TimeoutError):
+    """A time budget ran out: its deadline passed (at or after it counts as passed).
+
+    `budget` names the budget whose deadline bound, `phase` the phase that was
+    running (or refused to start), `late_by` how many seconds past the deadline
+    the check happened, `timeout_kind` is ``"budget"`` (``"phase"`` for
+    `PhaseTimedOut`). Also a `TimeoutError`, so code that already handles
+    timeouts handles it.
+    """
+
+    timeout_kind: str = "budget"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "budget",
+        phase: str | None = None,
+        deadline: float | None = None,
+        late_by: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.phase = phase
+        self.deadline = deadline
+        self.late_by = late_by
+
+
+class PhaseTimedOut(BudgetExhausted):
+    """A phase overran its own `limit` while the budget around it still had time.
+
+    Distinct from the whole budget running out (plain `BudgetExhausted`): the
+    caller may skip or retry the phase and go on with the time left.
+    """
+
+    timeout_kind = "phase"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "budget",
+        phase: str | None = None,
+        limit: float | None = None,
+        deadline: float | None = None,
+        late_by: float = 0.0,
+    ) -> None:
+        super().__init__(message, budget=budget, phase=phase, deadline=deadline,
+                         late_by=late_by)
+        self.limit = limit
+
+
+class BudgetCancelled(DurableError):
+    """The budget was cancelled (`Budget.cancel(reason)`): no new work may start.
+
+    `budget` names the budget that was cancelled, `reason` is the reason given,
+    `phase` the phase that was running or refused to start.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "budget",
+        reason: str = "cancelled",
+        phase: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.reason = reason
+        self.phase = phase

@@ -25,13 +25,29 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 
+from ._testing_deps import (
+    AnswersAtDeadline,
+    ManualClock,
+    SlowCall,
+    SlowHTTPServer,
+    UnacceptingServer,
+    UninterruptibleCall,
+)
 from .client import Client
 from .clock import VirtualClock
 from .driver import Driver, driver_factory
 from .errors import ConfigurationError
 from .worker import Worker
 
-__all__ = ["TimeSkippingEnvironment"]
+__all__ = [
+    "AnswersAtDeadline",
+    "ManualClock",
+    "SlowCall",
+    "SlowHTTPServer",
+    "TimeSkippingEnvironment",
+    "UnacceptingServer",
+    "UninterruptibleCall",
+]
 
 _FOREVER = 10 * 365 * 24 * 3600.0
 
