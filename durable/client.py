@@ -10,6 +10,7 @@ behave the same.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -323,6 +324,24 @@ class Client:
         return await self.control.repair_pass()
 
 
+def _check_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:
+    """Refuse driver options the driver does not take, naming those it does."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigurationError(
+            f"durable.connect({url!r}) does not take {', '.join(unknown)}; its driver "
+            f"accepts {', '.join(accepted) or 'no options'} (and namespace, clock, "
+            "converter, limits for the client)"
+        )
+
+
 class _Connecting:
     """What `connect()` returns: await it, or use it with ``async with``."""
 
@@ -334,9 +353,14 @@ class _Connecting:
 
     async def _open(self) -> Client:
         factory = driver_factory(self._url)
+        _check_options(factory, self._url, self._driver_options)
         driver = factory(self._url, **self._driver_options)
         await driver.open()
-        return Client(driver, **self._kwargs)
+        try:
+            return Client(driver, **self._kwargs)
+        except BaseException:
+            await driver.close()
+            raise
 
     def __await__(self) -> Any:
         return self._open().__await__()

@@ -10,6 +10,7 @@ reference engine's users).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 
@@ -123,9 +124,10 @@ class WorkflowTimedOut(FailureCarrying):
         return str(value) if value is not None else None
 
     @property
-    def deadline_at(self) -> str | None:
+    def deadline_at(self) -> datetime | None:
+        """The deadline that passed, as an aware UTC datetime (ISO text in `failure`)."""
         value = self.failure.get("deadline_at")
-        return str(value) if value is not None else None
+        return None if value is None else datetime.fromisoformat(str(value))
 
 
 class ActivityFailed(FailureCarrying):

@@ -16,6 +16,7 @@ file; another process's commits are noticed through ``PRAGMA data_version``.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -25,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.to_thread
 
+from durable import _validate
 from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
 from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
 from durable.store.migrations import migrate
@@ -35,11 +37,26 @@ T = TypeVar("T")
 __all__ = ["SQLiteDriver"]
 
 
+_FORMS = ("sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite://:memory:, "
+          "optionally with ?synchronous=OFF|NORMAL|FULL|EXTRA")
+_QUERY_OPTIONS = ("synchronous",)
+
+
 def _parse(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     if parts.scheme.split("+")[0] != "sqlite":
-        raise ConfigurationError(f"not a sqlite URL: {url!r}")
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        raise ConfigurationError(f"not a sqlite URL: {url!r}; use {_FORMS}")
+    if not url.split(":", 1)[1].startswith("//"):
+        raise ConfigurationError(
+            f"malformed sqlite URL {url!r} (it needs '//' after 'sqlite:'); use {_FORMS}")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - set(_QUERY_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"sqlite URL {url!r} has unknown options {unknown}; the URL takes only "
+            f"{list(_QUERY_OPTIONS)} (driver options such as busy_timeout go to "
+            "durable.connect as keywords)")
+    options = {k: v[-1] for k, v in query.items()}
     if parts.netloc == ":memory:" or parts.path in ("/:memory:", ":memory:"):
         return ":memory:", options
     if parts.netloc:
@@ -128,7 +145,7 @@ class SQLiteDriver:
     """Storage on one SQLite file (or in memory), shared safely by processes."""
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
-                 checkpoint_every: int = 200):
+                 checkpoint_every: int = 200, file_mode: int = 0o600):
         self.hub = WakeHub()
         self.dialect = Dialect()
         self.url = url
@@ -138,12 +155,18 @@ class SQLiteDriver:
             raise ConfigurationError(
                 f"sqlite synchronous={self.synchronous!r} is not one of OFF, NORMAL, FULL, EXTRA"
             )
-        self.busy_timeout = busy_timeout
-        self.poll_interval = poll_interval
+        self.busy_timeout = _validate.duration(busy_timeout, "busy_timeout", maximum=3600)
+        self.poll_interval = _validate.duration(poll_interval, "poll_interval",
+                                                inclusive=False, maximum=60)
+        self.checkpoint_every = _validate.integer(checkpoint_every, "checkpoint_every")
+        if isinstance(file_mode, bool) or not isinstance(file_mode, int) or not (
+                0 <= file_mode <= 0o777):
+            raise ConfigurationError(
+                f"file_mode must be permission bits such as 0o600, got {file_mode!r}")
+        self.file_mode = file_mode
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
         # WAL checkpoints run on a thread and connection of their own (see _checkpoint)
-        self.checkpoint_every = checkpoint_every
         self._writes = 0
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_uri: str | None = None
@@ -160,6 +183,7 @@ class SQLiteDriver:
                 raise ConfigurationError(
                     f"cannot open {self.url!r}: directory {str(parent)!r} does not exist"
                 )
+            self._create_private()
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None,
@@ -185,6 +209,19 @@ class SQLiteDriver:
             raise ConfigurationError(f"cannot open SQLite database {self.url!r}: {exc}") from exc
         _run_program(conn, migrate(), True)
         return conn
+
+    def _create_private(self) -> None:
+        """Create the database file readable by its owner only (`file_mode`,
+        0600 by default): payloads are stored in clear. SQLite gives the -wal
+        and -shm files it creates the database file's permissions."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, self.file_mode)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise ConfigurationError(f"cannot create the SQLite file {self.path!r}: {exc}") from exc
+        os.close(fd)
+        os.chmod(self.path, self.file_mode)  # whatever the umask
 
     async def open(self) -> None:
         if self._conn is None:

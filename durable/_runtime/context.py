@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from .._log import get_logger
+from .._log import get_logger, get_user_logger
 from ..cancellation import CancellationContext
 from ..clock import Clock
 from ..converter import PayloadConverter, check_size
@@ -107,9 +107,10 @@ class WorkflowContext:
             self.replay_delivery_pending = True
             self.cancellation = CancellationContext.from_record(run.cancellation or {})
             self.delivered_at = float((run.cancellation or {})["delivered_at"])
-        self.log = get_logger("durable.workflow").bind(
-            workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type
-        )
+        ids = {"workflow_id": run.workflow_id, "run_id": run.run_id,
+               "workflow_type": run.workflow_type}
+        self.log = get_logger("durable.workflow").bind(**ids)
+        self.user_log = get_user_logger("durable.workflow").bind(**ids)
 
     # -- ops -------------------------------------------------------------
 

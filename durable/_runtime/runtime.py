@@ -214,7 +214,7 @@ class WorkflowRuntime(Runtime):
     def log(self, level: str, event: str, fields: dict[str, Any]) -> None:
         if current_task_state().replaying:
             return
-        getattr(self.ctx.log, level)(event, **fields)
+        getattr(self.ctx.user_log, level)(event, **fields)
 
 
 def current() -> Runtime:
