@@ -237,7 +237,11 @@ class BackendSampler:
     The backends are found in ``pg_stat_activity`` by the workers'
     ``application_name`` (our driver sets ``durable:<origin>``; each worker
     prints its own).  Every ``interval`` seconds one query reads their wait
-    state and whether they wait for a lock that is not granted (``pg_locks``);
+    state (``wait_event_type = 'Lock'``) and the lock they wait for (the
+    ungranted entry in ``pg_locks``: type, mode, relation or object; e.g.
+    ``object AccessExclusiveLock on pg_database 0`` is the lock PostgreSQL
+    takes at commit in every transaction that sent a ``NOTIFY``, and
+    ``transactionid ShareLock`` a wait for another transaction's row lock);
     the CPU each backend used is read from ``/proc/<pid>/stat`` (the server runs
     on this machine), from just before the release (or from its start, for a
     backend opened during the run) to its last reading.  Lock waits are
@@ -251,7 +255,10 @@ class BackendSampler:
     QUERY = """
         SELECT a.pid, a.application_name, extract(epoch FROM a.backend_start)::float8,
                a.wait_event_type, a.wait_event, extract(epoch FROM a.query_start)::float8,
-               EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)
+               (SELECT l.locktype || ' ' || l.mode
+                       || coalesce(' on ' || l.relation::regclass::text, '')
+                       || coalesce(' on ' || l.classid::regclass::text || ' ' || l.objid, '')
+                FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted LIMIT 1)
         FROM pg_stat_activity a
         WHERE a.application_name = ANY($1::text[])
     """
@@ -300,7 +307,7 @@ class BackendSampler:
         rows = await self._conn.fetch(self.QUERY, self.app_names)
         self.samples += 1
         waiting = 0
-        for pid, app, started, wtype, wevent, query_start, blocked in rows:
+        for pid, app, started, wtype, wevent, query_start, lock in rows:
             if pid not in self.base:
                 self.app_of[pid] = app
                 if started is not None and started >= self.t_go:
@@ -308,10 +315,13 @@ class BackendSampler:
                 else:
                     self.base[pid] = proc_cpu_seconds(pid) or 0.0
             self._read_cpu(pid)
-            if wtype == "Lock" or blocked:
+            if wtype == "Lock":
                 waiting += 1
                 self.waits.add((pid, query_start))
-                self.wait_events[f"{wtype}:{wevent}"] += 1
+                # which lock: pg_locks is read in the same statement but is its own
+                # snapshot, so the wait may already be over there
+                what = lock or "granted by the time pg_locks was read"
+                self.wait_events[f"{wevent}: {what}"] += 1
         if waiting:
             self.lock_wait_samples += 1
             self.lock_wait_s += waiting * dt
