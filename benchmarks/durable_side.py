@@ -54,6 +54,8 @@ Usage::
 
     python benchmarks/durable_side.py --workload sequential --db sqlite
     python benchmarks/durable_side.py --workload concurrent --backend trio --synchronous FULL
+    python benchmarks/durable_side.py --workload taskgroup --record batched   # when available
+    python benchmarks/durable_side.py --probe
 """
 
 from __future__ import annotations
