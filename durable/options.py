@@ -13,7 +13,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import ConfigurationError
 from .failure import Failure
@@ -38,6 +38,36 @@ def to_seconds(value: Seconds | None, what: str) -> float | None:
     return seconds
 
 
+def _whole_number(value: Any, what: str, minimum: int) -> int:
+    """An integer option (not a bool, not a float) of at least `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigurationError(f"{what} must be at least {minimum}, got {value!r}")
+    return value
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _member(kind: type[E], value: Any, what: str) -> E:
+    """An enum option: the member itself or its string value."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(f"{kind.__name__}.{m.name}" for m in kind)
+        raise ConfigurationError(
+            f"{what} must be a durable.{kind.__name__} ({allowed}), got {value!r}"
+        ) from None
+
+
+def _queue(value: Any, what: str) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(f"{what} must be a non-empty string or None, got {value!r}")
+
+
 def _timeout_seconds(value: Seconds, what: str) -> float:
     """Seconds for a workflow timeout; a negative one gets the 'at least 1 second' error."""
     if isinstance(value, timedelta):
@@ -47,6 +77,13 @@ def _timeout_seconds(value: Seconds, what: str) -> float:
             f"{what} must be a number of seconds or a datetime.timedelta, got {value!r}"
         )
     return float(value)
+
+
+def _iterable(value: Any) -> list[Any]:
+    try:
+        return list(value)
+    except TypeError:
+        return [None]  # not iterable: reported as the wrong type
 
 
 class CancellationPolicy(enum.StrEnum):
@@ -81,13 +118,26 @@ class RetryPolicy:
     non_retryable_error_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigurationError("RetryPolicy.max_attempts must be at least 1")
-        if self.initial_interval < 0 or self.maximum_interval < 0:
-            raise ConfigurationError("RetryPolicy intervals must be non-negative")
-        if self.backoff_coefficient < 1:
-            raise ConfigurationError("RetryPolicy.backoff_coefficient must be at least 1")
-        object.__setattr__(self, "non_retryable_error_types", tuple(self.non_retryable_error_types))
+        _whole_number(self.max_attempts, "RetryPolicy.max_attempts", 1)
+        for name in ("initial_interval", "maximum_interval"):
+            seconds = to_seconds(getattr(self, name), f"RetryPolicy.{name}")
+            object.__setattr__(self, name, seconds)
+        coefficient = self.backoff_coefficient
+        if (isinstance(coefficient, bool) or not isinstance(coefficient, int | float)
+                or math.isnan(coefficient) or coefficient < 1):
+            raise ConfigurationError(
+                f"RetryPolicy.backoff_coefficient must be a number of at least 1, "
+                f"got {coefficient!r}"
+            )
+        names = self.non_retryable_error_types
+        if isinstance(names, str) or not all(
+            isinstance(n, str) and n for n in _iterable(names)
+        ):
+            raise ConfigurationError(
+                "RetryPolicy.non_retryable_error_types must be a tuple of exception class "
+                f"names such as ('PaymentDeclined',), got {names!r}"
+            )
+        object.__setattr__(self, "non_retryable_error_types", tuple(names))
 
     def next_attempt_at(self, failure: Failure, attempt: int, now: float,
                         overall_deadline: float | None, *, retryable: bool = True
@@ -154,16 +204,20 @@ class ActivityOptions:
             "schedule_to_close_timeout",
             "heartbeat_timeout",
         ):
-            seconds = to_seconds(getattr(self, name), name)
+            seconds = to_seconds(getattr(self, name), f"ActivityOptions.{name}")
             if seconds is not None and seconds <= 0:
-                raise ConfigurationError(f"{name} must be greater than 0, got {seconds}")
+                raise ConfigurationError(
+                    f"ActivityOptions.{name} must be greater than 0, got {seconds}")
             object.__setattr__(self, name, seconds)
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigurationError("ActivityOptions.max_attempts must be at least 1")
-        if not isinstance(self.cancellation, CancellationPolicy):
+        if self.max_attempts is not None:
+            _whole_number(self.max_attempts, "ActivityOptions.max_attempts", 1)
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise ConfigurationError(
-                f"cancellation must be a durable.CancellationPolicy, got {self.cancellation!r}"
+                f"ActivityOptions.retry must be a durable.RetryPolicy, got {self.retry!r}"
             )
+        object.__setattr__(self, "cancellation", _member(
+            CancellationPolicy, self.cancellation, "ActivityOptions.cancellation"))
+        _queue(self.task_queue, "ActivityOptions.task_queue")
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -197,14 +251,24 @@ class ChildOptions:
     task_queue: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cancellation", _member(
+            CancellationPolicy, self.cancellation, "ChildOptions.cancellation"))
+        object.__setattr__(self, "parent_close_policy", _member(
+            ParentClosePolicy, self.parent_close_policy, "ChildOptions.parent_close_policy"))
         for name, label in (("execution_timeout", "execution"), ("run_timeout", "run")):
-            seconds = to_seconds(getattr(self, name), name)
+            seconds = to_seconds(getattr(self, name), f"ChildOptions.{name}")
             if seconds is not None and seconds < 1:
-                raise ConfigurationError(f"{label} timeout must be at least 1 second")
+                raise ConfigurationError(
+                    f"ChildOptions.{name}: {label} timeout must be at least 1 second, "
+                    f"got {seconds}"
+                )
             object.__setattr__(self, name, seconds)
-        object.__setattr__(
-            self, "cleanup_timeout", to_seconds(self.cleanup_timeout, "cleanup_timeout")
-        )
+        cleanup = to_seconds(self.cleanup_timeout, "ChildOptions.cleanup_timeout")
+        if cleanup is not None and cleanup <= 0:
+            raise ConfigurationError(
+                f"ChildOptions.cleanup_timeout must be greater than 0, got {cleanup}")
+        object.__setattr__(self, "cleanup_timeout", cleanup)
+        _queue(self.task_queue, "ChildOptions.task_queue")
 
 
 class IdReusePolicy(enum.StrEnum):
@@ -228,6 +292,24 @@ class StartOptions:
     run_timeout: float | None = None
     task_queue: str | None = None
     memo: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id_reuse", _member(
+            IdReusePolicy, self.id_reuse, "StartOptions.id_reuse"))
+        for name, label in (("execution_timeout", "execution"), ("run_timeout", "run")):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            seconds = _timeout_seconds(value, f"StartOptions.{name}")
+            if seconds < 1:
+                raise ConfigurationError(
+                    f"StartOptions.{name}: {label} timeout must be at least 1 second, "
+                    f"got {value!r}"
+                )
+            object.__setattr__(self, name, seconds)
+        _queue(self.task_queue, "StartOptions.task_queue")
+        if not isinstance(self.memo, dict):
+            raise ConfigurationError(f"StartOptions.memo must be a dict, got {self.memo!r}")
 
     @classmethod
     def reject_duplicate(cls) -> StartOptions:
@@ -276,3 +358,7 @@ class Limits:
     pending_activities: int = 2000
     pending_children: int = 1000
     pending_timers: int = 2000
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _whole_number(getattr(self, f.name), f"Limits.{f.name}", 1)
