@@ -51,13 +51,16 @@ def _origin(fn: Callable[..., Any]) -> tuple[str, str]:
     return filename, getattr(fn, "__qualname__", repr(fn))
 
 
+_PLURAL = {"workflow": "workflows", "activity": "activities"}
+
+
 def _add(table: dict[str, Defn], defn: Defn, what: str) -> None:
     existing = table.get(defn.name)
     if existing is not None and existing.fn is not defn.fn and (
         _origin(existing.fn) != _origin(defn.fn)
     ):
         raise ConfigurationError(
-            f"two different {what}s are named {defn.name!r} ({existing.fn.__module__}."
+            f"two different {_PLURAL[what]} are named {defn.name!r} ({existing.fn.__module__}."
             f"{existing.fn.__qualname__} and {defn.fn.__module__}.{defn.fn.__qualname__}); "
             f"give one of them another name with @{what}.defn(name=...)"
         )
