@@ -35,13 +35,14 @@ def to_seconds(value: Seconds | None, what: str, *, minimum: float = 0.0,
     return _validate.duration(value, what, minimum=minimum, inclusive=inclusive)
 
 
-def _workflow_timeout(value: Seconds | None, label: str) -> float | None:
+def _workflow_timeout(value: Seconds | None, label: str, field: str) -> float | None:
     """An execution or run timeout: at least 1 second (the reference engine's rule)."""
     if value is None:
         return None
-    seconds = _validate.duration(value, f"{label} timeout", minimum=-math.inf)
+    seconds = _validate.duration(value, f"{field}: {label} timeout", minimum=-math.inf)
     if seconds < 1:
-        raise ConfigurationError(f"{label} timeout must be at least 1 second, got {value!r}")
+        raise ConfigurationError(
+            f"{field}: {label} timeout must be at least 1 second, got {value!r}")
     return seconds
 
 
@@ -216,8 +217,10 @@ class ChildOptions:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution"))
-        set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run"))
+        set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution",
+                                                          f"{type(self).__name__}.execution_timeout"))
+        set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run",
+                                                    f"{type(self).__name__}.run_timeout"))
         set_(self, "cleanup_timeout", to_seconds(
             self.cleanup_timeout, "ChildOptions.cleanup_timeout", inclusive=False))
         set_(self, "cancellation", _validate.choice(
@@ -253,8 +256,10 @@ class StartOptions:
         set_ = object.__setattr__
         set_(self, "id_reuse", _validate.choice(self.id_reuse, IdReusePolicy,
                                                 "StartOptions.id_reuse"))
-        set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution"))
-        set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run"))
+        set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution",
+                                                          f"{type(self).__name__}.execution_timeout"))
+        set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run",
+                                                    f"{type(self).__name__}.run_timeout"))
         _validate.optional_name(self.task_queue, "StartOptions.task_queue")
         if not isinstance(self.memo, dict) or not all(isinstance(k, str) for k in self.memo):
             raise ConfigurationError(
@@ -273,12 +278,13 @@ class StartOptions:
 
     def with_execution_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound the whole instance, across continue-as-new (at least 1 second)."""
-        return dataclasses.replace(self, execution_timeout=_workflow_timeout(seconds,
-                                                                             "execution"))
+        return dataclasses.replace(self, execution_timeout=_workflow_timeout(
+            seconds, "execution", "StartOptions.with_execution_timeout"))
 
     def with_run_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound each run; renewed at every continue-as-new (at least 1 second)."""
-        return dataclasses.replace(self, run_timeout=_workflow_timeout(seconds, "run"))
+        return dataclasses.replace(self, run_timeout=_workflow_timeout(
+            seconds, "run", "StartOptions.with_run_timeout"))
 
     def with_task_queue(self, task_queue: str) -> StartOptions:
         """Run the workflow on workers polling this task queue."""

@@ -44,6 +44,17 @@ class Committer:
         """
         slot: list[CommitResult | BaseException] = []
         self._queue.append((RunWrites(run_id, epoch, list(writes), quiet), slot))
+        # Shielded: a caller cancelled while its writes wait for a commit still
+        # learns whether they were recorded (the cancellation lands right after),
+        # so code never goes on believing a recorded write was not.
+        with anyio.CancelScope(shield=True):
+            await self._until_committed(slot)
+        outcome = slot[0]
+        if isinstance(outcome, BaseException):
+            raise _own(outcome)
+        return outcome
+
+    async def _until_committed(self, slot: list[CommitResult | BaseException]) -> None:
         while not slot:
             if self._busy:
                 await self._idle.wait()
@@ -61,8 +72,7 @@ class Committer:
                         target.writes.extend(entry.writes)
                         target.quiet = target.quiet and entry.quiet
                 keys = list(merged)
-                with anyio.CancelScope(shield=True):
-                    results = await self._commit_group([merged[k] for k in keys])
+                results = await self._commit_group([merged[k] for k in keys])
                 by_key = dict(zip(keys, results, strict=True))
                 for entry, out in batch:
                     out.append(by_key[(entry.run_id, entry.epoch)])
@@ -74,10 +84,6 @@ class Committer:
                 self._busy = False
                 idle, self._idle = self._idle, anyio.Event()
                 idle.set()
-        outcome = slot[0]
-        if isinstance(outcome, BaseException):
-            raise _own(outcome)
-        return outcome
 
     async def _commit_group(self, batches: list[RunWrites]
                             ) -> list[CommitResult | BaseException]:

@@ -125,12 +125,22 @@ def _resolve_op(
     event: Event,
     now: float,
 ) -> Program[None]:
-    """Record an activity's terminal outcome on its op and wake the run."""
-    yield ex(
+    """Record an activity's terminal outcome on its op and wake the run.
+
+    An op closed already (TRY_CANCEL closed it when the stop was asked) keeps
+    its outcome: the late one is refused, visibly, and nobody is woken.
+    """
+    count = yield ex(
         "UPDATE ops SET status = ?, result = ?, failure = ?, closed_at = ? "
         "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
         status, result, dump_failure(failure), now, task["run_id"], task["op_id"],
     )
+    if not count:
+        yield from append_events(task["run_id"], [("ActivityResultRefused", {
+            "op_id": task["op_id"], "task_id": task["task_id"],
+            "reason": f"the operation was already closed; this {event[0]} came too late",
+        })], now)
+        return None
     yield from append_events(task["run_id"], [event], now)
     if failure is not None:
         yield from record_failure(task["run_id"], failure, now)

@@ -34,7 +34,6 @@ from durable.failure import Failure
     ({"maximum_interval": float("nan")}, "RetryPolicy.maximum_interval"),
     ({"backoff_coefficient": 0.5}, "RetryPolicy.backoff_coefficient"),
     ({"backoff_coefficient": "2"}, "RetryPolicy.backoff_coefficient"),
-    ({"non_retryable_error_types": "ValueError"}, "RetryPolicy.non_retryable_error_types"),
     ({"non_retryable_error_types": (ValueError,)}, "RetryPolicy.non_retryable_error_types"),
     ({"non_retryable_error_types": 3}, "RetryPolicy.non_retryable_error_types"),
 ])
@@ -136,6 +135,9 @@ def test_valid_options_are_normalised() -> None:
         IdReusePolicy.RETURN_EXISTING_ACTIVE, 30.0, {"a": 1})
     policy = RetryPolicy(non_retryable_error_types=["A", "b.B"])  # type: ignore[arg-type]
     assert policy.non_retryable_error_types == ("A", "b.B")
+    # a bare string is one name, not its characters
+    one = RetryPolicy(non_retryable_error_types="PaymentDeclined")  # type: ignore[arg-type]
+    assert one.non_retryable_error_types == ("PaymentDeclined",)
     assert Limits(pending_timers=3).pending_timers == 3
 
 

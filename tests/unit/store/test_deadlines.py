@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_nothing_due_in_an_empty_namespace(store: Store) -> None:
-    assert await store.next_deadline(NS, T0) is None
+    assert await store.next_deadline(NS, T0) == (None, None)
     assert await store.enforce_expired(NS, T0) == {}
 
 
@@ -36,12 +36,22 @@ async def test_next_deadline_is_the_earliest_of_runs_attempts_retries_and_leases
     store: Store,
 ) -> None:
     await start(store, "bounded", run_timeout=500.0)
-    assert await store.next_deadline(NS, T0) == T0 + 500
-    run = await started_and_claimed(store, "leased")  # a 30 s lease
-    assert await store.next_deadline(NS, T0) == T0 + 30
+    assert await store.next_deadline(NS, T0) == (T0 + 500, None)
+    run = await started_and_claimed(store, "leased")  # a 30 s lease: apart from deadlines
+    assert await store.next_deadline(NS, T0) == (T0 + 500, T0 + 30)
     await commit(store, run, schedule("0:1", schedule_to_close_timeout=20))
-    assert await store.next_deadline(NS, T0) == T0 + 20
-    assert await store.next_deadline("other", T0) is None
+    assert await store.next_deadline(NS, T0) == (T0 + 20, T0 + 30)
+    assert await store.next_deadline("other", T0) == (None, None)
+
+
+async def test_an_attempt_lease_is_a_lease_not_a_deadline(store: Store) -> None:
+    """A virtual clock must never skip to a lease expiry (it would declare a live
+    worker lost): an attempt bounded only by its lease reports it as a lease."""
+    run = await started_and_claimed(store, "wf")
+    await store.release_runs("w1", [run.run_id], T0, attempts=False)
+    await commit(store, run, schedule("0:1"))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
+    assert await store.next_deadline(NS, T0) == (None, T0 + 100)
 
 
 async def test_a_scheduled_retry_is_a_deadline_of_its_own(store: Store) -> None:
@@ -51,7 +61,7 @@ async def test_a_scheduled_retry_is_a_deadline_of_its_own(store: Store) -> None:
     [task] = await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
     await store.complete_activity(task.task_id, 1, "a1", None,
                                   Failure.from_exception(RuntimeError("x")), T0 + 1)
-    assert await store.next_deadline(NS, T0 + 1) == T0 + 8  # when the retry may start
+    assert await store.next_deadline(NS, T0 + 1) == (T0 + 8, None)  # when the retry may start
 
 
 @pytest.mark.parametrize(("timeouts", "kind"), [
