@@ -537,11 +537,6 @@ class Worker:
                     result, failure = None, attempts.attempt_failure(exc, actx, defn)
                 finally:
                     tg.cancel_scope.cancel()
-            if actx.abandoned:
-                self.log.warning("activity_thread_abandoned", task_id=task.task_id,
-                                 activity=task.name, grace=self.shutdown_grace,
-                                 hint="it ignored its stop; use process_isolated=True for code "
-                                      "that cannot check activity.heartbeat()")
             if self._stopping and failure is not None and failure.category == "stopped":
                 return  # stopped by this worker's shutdown: handed back without a retry
             with anyio.CancelScope(shield=True):
@@ -550,6 +545,11 @@ class Worker:
                 self.log.info("activity_result_refused", task_id=task.task_id,
                               activity=task.name, attempt=task.attempt, reason=outcome.reason)
         finally:
+            if actx.abandoned:
+                self.log.warning("activity_thread_abandoned", task_id=task.task_id,
+                                 activity=task.name, grace=self.shutdown_grace,
+                                 hint="it ignored its stop; use process_isolated=True for code "
+                                      "that cannot check activity.heartbeat()")
             self.running_activities.pop(task.task_id, None)
             self._activities_trigger.set()
 

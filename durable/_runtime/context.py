@@ -83,6 +83,12 @@ class WorkflowContext:
         self.committer = committer
         self.waiters: dict[str, _Waiter] = {}
         self.asked: set[str] = set()  # op ids the code asked for in this execution
+        # task paths (and their ancestors) that history has ops of: those replay
+        self.recorded_paths: set[str] = set()
+        for op_id in ops:
+            path = op_id.rsplit(":", 1)[0]
+            parts = path.split(".")
+            self.recorded_paths.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
         self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
         self.open_children: set[str] = set()
         self.fatal: BaseException | None = None

@@ -69,7 +69,6 @@ class TaskGroup:
 
         async def child() -> None:
             state = enter_task(ctx, path, parent.clock)
-            state.replaying = parent.replaying
             ctx.task_started()
             try:
                 await fn(*args)
