@@ -43,10 +43,15 @@ def _state(run: RunRecord) -> RunState:
 class EmbeddedControl:
     """A `ControlPlane` over a storage driver opened in this process."""
 
-    def __init__(self, driver: Driver, namespace: str, clock: Clock) -> None:
+    def __init__(self, driver: Driver, namespace: str, clock: Clock, *,
+                 owns_driver: bool = True) -> None:
         self.driver = driver
         self.namespace = namespace
         self.clock = clock
+        self._owns_driver = owns_driver
+
+    def for_namespace(self, namespace: str) -> EmbeddedControl:
+        return EmbeddedControl(self.driver, namespace, self.clock, owns_driver=False)
 
     async def start(self, request: StartRequest) -> StartResult:
         return await self.driver.start_workflow(request, self.clock.now())
@@ -144,7 +149,8 @@ class EmbeddedControl:
         return types
 
     async def close(self) -> None:
-        await self.driver.close()
+        if self._owns_driver:
+            await self.driver.close()
 
 
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:

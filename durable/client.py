@@ -187,6 +187,19 @@ class Client:
         """Whether the client opened storage in this process (and can host workers)."""
         return self._driver is not None
 
+    def with_namespace(self, namespace: str) -> Client:
+        """A client acting in `namespace` over this client's connection.
+
+        Cheap (no new connection): a server answering many namespaces builds
+        one per request. Closing the view releases nothing; close this client.
+        """
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigurationError("namespace must be a non-empty string")
+        view = Client(control=self.control.for_namespace(namespace), clock=self.clock,
+                      converter=self.converter, limits=self.limits)
+        view._driver = self._driver
+        return view
+
     async def __aenter__(self) -> Client:
         return self
 
