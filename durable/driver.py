@@ -337,6 +337,35 @@ class WorkerRegistration:
     capabilities: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class RecordedEvent:
+    """A history event as the metrics tail reads it: storage-wide, by its id."""
+
+    event_id: int
+    namespace: str
+    run_id: str
+    type: str
+    recorded_at: float
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StorageSnapshot:
+    """What one metrics scrape reads, in one read transaction.
+
+    `runs` counts runs by (namespace, status); `open_cancellations` counts open
+    runs under a cooperative request by (namespace, lifecycle); `events` are
+    the events after the id the caller passed (oldest first, at most its
+    limit) plus any of the ids it asked to re-check; `last_event_id` is the
+    highest event id stored when no id was passed (where a tail starts).
+    """
+
+    runs: dict[tuple[str, str], int]
+    open_cancellations: dict[tuple[str, str], int]
+    events: list[RecordedEvent]
+    last_event_id: int
+
+
 @runtime_checkable
 class Driver(Protocol):
     """What the engine needs from storage. See the module docstring."""
@@ -488,6 +517,11 @@ class Driver(Protocol):
 
     async def registered_names(self, namespace: str, now: float) -> tuple[set[str], set[str]]:
         """Workflow types and activity names that live workers have registered."""
+
+    async def observe(
+        self, after_event_id: int | None, limit: int, recheck: tuple[int, ...] = ()
+    ) -> StorageSnapshot:
+        """Counts and the event tail that metrics export (read only)."""
 
     async def watch(self) -> None:
         """Run until cancelled, publishing ``Wake(("any",))`` when another process
