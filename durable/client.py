@@ -232,6 +232,13 @@ class Client:
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
+        request = self._start_request(wf_type, args, id, options, task_queue)
+        await self.control.start(request)
+        return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
+
+    def _start_request(self, wf_type: str, args: tuple[Any, ...] | list[Any], id: str,
+                       options: StartOptions, task_queue: str | None) -> StartRequest:
+        """Validate and encode a start (the control plane's start route builds one too)."""
         if not isinstance(id, str) or not id:
             raise ConfigurationError("workflow id must be a non-empty string")
         payload = self.converter.encode(list(args), f"the arguments of workflow {wf_type!r}")
@@ -242,14 +249,12 @@ class Client:
             if len(memo.encode()) > self.limits.memo_bytes:
                 raise StructuralLimitExceeded("memo_bytes", len(memo.encode()),
                                               self.limits.memo_bytes)
-        request = StartRequest(
+        return StartRequest(
             namespace=self.namespace, workflow_id=id, workflow_type=wf_type,
             task_queue=task_queue or options.task_queue or "default", input=payload,
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
-        await self.control.start(request)
-        return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
 
     async def execute(
         self,
