@@ -10,6 +10,7 @@ behave the same.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -301,13 +302,47 @@ class Client:
 class _Connecting:
     """What `connect()` returns: await it, or use it with ``async with``."""
 
-    def __init__(self, url: str, kwargs: dict[str, Any], driver_options: dict[str, Any]) -> None:
+    def __init__(self, url: str, kwargs: dict[str, Any], driver_options: dict[str, Any],
+                 token: str | None = None) -> None:
         self._url = url
         self._kwargs = kwargs
         self._driver_options = driver_options
+        self._token = token
         self._client: Client | None = None
 
+    def _open_remote(self) -> Client:
+        unknown = sorted(set(self._driver_options) - set(_REMOTE_OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} storage driver "
+                f"option(s), which mean nothing to a control plane over HTTP; a remote client "
+                f"takes token=, namespace=, converter=, limits= and {', '.join(_REMOTE_OPTIONS)}"
+            )
+        if self._kwargs.get("clock") is not None:
+            raise ConfigurationError(
+                "clock= cannot be given to a remote client: the control plane's storage and "
+                "workers keep time; pass a clock to the process that serves it"
+            )
+        try:
+            from .http.remote import RemoteControl
+        except ImportError as exc:
+            raise ConfigurationError(
+                "connecting over HTTP needs httpx: pip install 'durable-sdk[remote]'"
+            ) from exc
+        token = self._token if self._token is not None else os.environ.get("DURABLE_TOKEN")
+        control = RemoteControl(self._url, token=token or None,
+                                namespace=self._kwargs["namespace"], **self._driver_options)
+        return Client(control=control, converter=self._kwargs.get("converter"),
+                      limits=self._kwargs.get("limits"))
+
     async def _open(self) -> Client:
+        if _is_http(self._url):
+            return self._open_remote()
+        if self._token is not None:
+            raise ConfigurationError(
+                "token= is for a control plane over HTTP (http:// or https:// URLs); a "
+                f"database URL ({self._url.split(':', 1)[0]}://) needs none"
+            )
         factory = driver_factory(self._url)
         driver = factory(self._url, **self._driver_options)
         await driver.open()
@@ -337,15 +372,33 @@ def connect(
     clock: Clock | None = None,
     converter: PayloadConverter | None = None,
     limits: Limits | None = None,
+    token: str | None = None,
     **driver_options: Any,
 ) -> _Connecting:
     """Open storage at `url` (driver chosen by scheme) and return a client.
 
     ``async with durable.connect(url) as client:`` closes it at the end;
     ``client = await durable.connect(url)`` leaves closing to you.
+
+    An ``http://`` or ``https://`` URL connects to a control plane (``durable
+    serve``) instead: the same `Client`, its requests sent over HTTP with the
+    bearer `token` (default: the ``DURABLE_TOKEN`` environment variable).
+    Such a client takes `timeout` (seconds, default 30), `verify` (TLS: a
+    bool or a CA bundle path) and `transport` (an httpx transport, e.g.
+    ``httpx.ASGITransport(app)`` in tests); it has no storage, so a Worker
+    needs a database URL.
     """
     return _Connecting(
         url,
         {"namespace": namespace, "clock": clock, "converter": converter, "limits": limits},
         driver_options,
+        token,
     )
+
+
+# Options a remote client takes besides those every client takes.
+_REMOTE_OPTIONS = ("timeout", "verify", "transport")
+
+
+def _is_http(url: str) -> bool:
+    return url.split(":", 1)[0].lower() in ("http", "https")
