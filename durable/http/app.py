@@ -79,6 +79,19 @@ def error_response(status: int, code: str, message: str, *,
                     headers=dict(headers or {}))
 
 
+def response_for_exception(exc: Exception, request_id: str) -> Response:
+    """The JSON error for an exception: a durable error's status and code
+    (`errors.ERROR_TABLE`; 503 adds Retry-After), else a logged 500."""
+    known = classify(exc)
+    if known is not None:
+        status, code, extra = known
+        headers = {"Retry-After": "1"} if status == 503 else None
+        return error_response(status, code, str(exc), headers=headers, **extra)
+    log.exception("control plane request failed", request_id=request_id)
+    return error_response(500, "internal_error",
+                          f"the server failed (request id {request_id}); see its logs")
+
+
 def _depth_exceeds(value: Any, limit: int) -> bool:
     stack = [(value, 1)]
     while stack:
@@ -303,14 +316,7 @@ class ControlPlaneServer:
         return handle
 
     def error_for(self, exc: Exception, request_id: str) -> Response:
-        known = classify(exc)
-        if known is not None:
-            status, code, extra = known
-            headers = {"Retry-After": "1"} if status == 503 else None
-            return error_response(status, code, str(exc), headers=headers, **extra)
-        log.exception("control plane request failed", request_id=request_id)
-        return error_response(500, "internal_error",
-                              f"the server failed (request id {request_id}); see its logs")
+        return response_for_exception(exc, request_id)
 
     async def openapi(self, request: Request) -> Response:
         return Response(dumps(self.spec), media_type="application/json")
@@ -406,6 +412,15 @@ class AccessLog:
                      namespace=scope.get("durable.namespace"), disconnected=disconnected)
 
 
+def _by_method(handlers: dict[str, Callable[[Request], Awaitable[Response]]],
+               ) -> Callable[[Request], Awaitable[Response]]:
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return dispatch
+
+
 def create_app(
     client: Client,
     tokens: Mapping[str, str] | None = None,
@@ -464,10 +479,12 @@ def create_app(
     plane = ControlPlaneServer(client, token_set, anonymous_role=anonymous_role,
                          max_body_bytes=max_body_bytes, max_wait=float(max_wait),
                          public_metrics=public_metrics)
-    routes = [
-        Route(op.path, plane.endpoint(op), methods=[op.method], name=op.operation_id)
-        for op in plane.operations
-    ]
+    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
+    for op in plane.operations:
+        by_path.setdefault(op.path, {})[op.method] = plane.endpoint(op)
+    # One route per path, so a wrong method is a 405 whose Allow lists them all.
+    routes = [Route(path, _by_method(handlers), methods=list(handlers))
+              for path, handlers in by_path.items()]
     routes += [
         Route("/api/openapi.json", plane.openapi, methods=["GET"], name="openapi"),
         Route("/healthz", plane.healthz, methods=["GET"], name="healthz"),
