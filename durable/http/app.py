@@ -261,6 +261,7 @@ class ControlPlaneServer:
                                 ) -> tuple[int, Any] | None:
         """Run `work`, but give up when the client disconnects (None then)."""
         outcome: tuple[int, Any] | None = None
+        failure: Exception | None = None
         async with anyio.create_task_group() as tg:
             async def watch() -> None:
                 while True:
@@ -270,12 +271,17 @@ class ControlPlaneServer:
                         return
 
             async def run() -> None:
-                nonlocal outcome
-                outcome = await work()
+                nonlocal outcome, failure
+                try:
+                    outcome = await work()
+                except Exception as exc:  # raised below, outside the task group
+                    failure = exc
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
             tg.start_soon(run)
+        if failure is not None:
+            raise failure
         return outcome
 
     # ------------------------------------------------------------ routes

@@ -57,6 +57,11 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     for reply in op.replies:
         responses[str(reply.status)] = _response(reply)
+        if op.links and 200 <= reply.status < 300:
+            responses[str(reply.status)]["links"] = {
+                name: {"operationId": target, "parameters": params}
+                for name, (target, params) in op.links.items()
+            }
     errors: dict[int, str] = {}
     if op.versioned or op.params:
         errors[400] = ("unsupported_version (the version header), invalid_parameter (a path, "
@@ -97,7 +102,7 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
         out["security"] = [{"bearerAuth": []}] + ([{}] if anonymous else [])
         out["x-durable-role"] = op.role
     if op.body is not None:
-        out["requestBody"] = {"required": False,
+        out["requestBody"] = {"required": op.body_required,
                               "content": {"application/json": {"schema": op.body}}}
     return out
 

@@ -81,7 +81,11 @@ class Operation:
     params: tuple[Param, ...] = ()
     body: Schema | None = None
     replies: tuple[Reply, ...] = ()
+    body_required: bool = False
     long_poll: bool = False  # ends when the client disconnects
+    # OpenAPI links from this operation's reply to others: {name: (operationId,
+    # {parameter: runtime expression})}.
+    links: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     tags: tuple[str, ...] = ("workflows",)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -410,12 +414,23 @@ def _run_scoped(method: str, action: str, op_id: str, summary: str, handler: Han
     ]
 
 
+_RUN_ACTIONS = ("describeWorkflow", "getHistory", "getResult", "requestCancellation",
+                "cancelWorkflow", "terminateWorkflow", "getCancellationCascade")
+
+
 def operations() -> list[Operation]:
     """Every route of the control plane (the OpenAPI document is written from these)."""
     ops = [
         Operation(
             "POST", "/api/workflows", "startWorkflow", "Start a workflow", start_workflow,
-            "operator", body=START_BODY,
+            "operator", body=START_BODY, body_required=True,
+            links={
+                **{f"{op_id}Run": (f"{op_id}Run", {"workflowId": "$response.body#/workflow_id",
+                                                   "runId": "$response.body#/run_id"})
+                   for op_id in _RUN_ACTIONS},
+                **{op_id: (op_id, {"workflowId": "$response.body#/workflow_id"})
+                   for op_id in (*_RUN_ACTIONS, "retryAfterReview")},
+            },
             replies=(Reply(201, "Started: the ids of the new run.", START_REPLY),
                      Reply(200, "id_reuse_policy return_existing_active: the running one.",
                            START_REPLY),
