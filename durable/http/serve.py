@@ -47,7 +47,9 @@ def is_loopback(host: str) -> bool:
 def _bind(host: str, port: int) -> socket.socket:
     host = host.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only
+    # for sockets that say they are TCP (else Nagle + delayed ACK add ~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
