@@ -325,9 +325,11 @@ class ControlPlaneServer:
         return response_for_exception(exc, request_id)
 
     async def openapi(self, request: Request) -> Response:
+        request.scope["durable.route"] = "/api/openapi.json"
         return Response(dumps(self.spec), media_type="application/json")
 
     async def healthz(self, request: Request) -> Response:
+        request.scope["durable.route"] = "/healthz"
         return Response(dumps({"status": "ok"}), media_type="application/json")
 
     async def metrics_endpoint(self, request: Request) -> Response:
