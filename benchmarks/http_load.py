@@ -2,8 +2,8 @@
 
 A control plane (`durable.http.serve`, uvicorn on asyncio) runs in a child
 process with a worker in the same process (`worker="http_load:make_worker"`);
-this process runs `--clients` concurrent HTTP clients (httpx, one connection
-pool) for `--duration` seconds. Each client loops:
+this process runs `--clients` concurrent HTTP clients (each an httpx client
+with its own keep-alive connection) for `--duration` seconds. Each client loops:
 
 * 4 times in 5: start a short workflow (``POST /api/workflows``: one local
   activity and a 10 ms durable timer), then long-poll its result
@@ -165,15 +165,18 @@ async def cancelled_workflow(stats: Stats, http: httpx.AsyncClient, deadline: fl
     stats.cancellations += 1
 
 
-async def client_loop(stats: Stats, http: httpx.AsyncClient, index: int,
-                      deadline: float) -> None:
+async def client_loop(stats: Stats, base_url: str, index: int, deadline: float) -> None:
+    """One client: its own httpx client and keep-alive connection (one shared pool of
+    50 connections costs httpcore O(connections) per request, which saturated the
+    load generator's core before the server)."""
     turn = index
-    while time.monotonic() < deadline:
-        if turn % 5 == 4:
-            await cancelled_workflow(stats, http, deadline)
-        else:
-            await short_workflow(stats, http, deadline)
-        turn += 1
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        while time.monotonic() < deadline:
+            if turn % 5 == 4:
+                await cancelled_workflow(stats, http, deadline)
+            else:
+                await short_workflow(stats, http, deadline)
+            turn += 1
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -206,15 +209,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     process, port = start_server(args.db)
     stats = Stats()
     try:
-        limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits,
-                                     timeout=30) as http:
-            began = time.monotonic()
-            deadline = began + args.duration
-            async with anyio.create_task_group() as tg:
-                for i in range(args.clients):
-                    tg.start_soon(client_loop, stats, http, i, deadline)
-            elapsed = time.monotonic() - began
+        began = time.monotonic()
+        deadline = began + args.duration
+        async with anyio.create_task_group() as tg:
+            for i in range(args.clients):
+                tg.start_soon(client_loop, stats, f"http://127.0.0.1:{port}", i, deadline)
+        elapsed = time.monotonic() - began
     finally:
         process.terminate()
         process.wait(timeout=30)
