@@ -260,7 +260,6 @@ async def test_timer_is_cancelled_and_cleanup_runs(
     assert EFFECTS[key] == ["cleanup"]
 
 
-@pytest.mark.remote_client
 @pytest.mark.parametrize("policy", [P.TRY_CANCEL, P.WAIT_CANCELLATION_COMPLETED, P.ABANDON])
 async def test_child_policies(client: durable.Client, make_worker: Any, policy: P) -> None:
     key = f"child-{policy.value}-{id(client)}"

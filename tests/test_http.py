@@ -103,6 +103,10 @@ async def live(storage_client: durable.Client) -> AsyncIterator[tuple[Plane, str
         tg.cancel_scope.cancel()
 
 
+# Rules of the HTTP layer that no storage call reaches: SQLite is enough.
+HTTP_ONLY = pytest.mark.parametrize("driver_name", ["sqlite"])
+
+
 def error_of(response: httpx.Response) -> dict[str, Any]:
     body = response.json()
     assert set(body) == {"error"}, body
@@ -114,6 +118,7 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
 # ---------------------------------------------------------------- header rules
 
 
+@HTTP_ONLY
 @pytest.mark.parametrize("value", [None, "1", "3", "two"])
 async def test_missing_or_other_version_header_is_400_naming_the_header(
     plane: Plane, value: str | None
@@ -130,6 +135,7 @@ async def test_missing_or_other_version_header_is_400_naming_the_header(
     assert error["supported"] == ["2"]
 
 
+@HTTP_ONLY
 async def test_missing_token_is_401_with_www_authenticate(plane: Plane) -> None:
     response = await plane.http.get("/api/workflows", headers=VERSION)
     assert response.status_code == 401
@@ -194,6 +200,7 @@ async def test_a_run_of_another_namespace_is_404_never_403(plane: Plane) -> None
     assert (await plane.start("shared-id", headers=in_b)).status_code == 201
 
 
+@HTTP_ONLY
 async def test_bad_namespace_header_is_400(plane: Plane) -> None:
     for bad in ("", "has space", "-leading", "x" * 200):
         response = await plane.http.get("/api/workflows",
@@ -202,6 +209,7 @@ async def test_bad_namespace_header_is_400(plane: Plane) -> None:
         assert error_of(response)["parameter"] == "X-Namespace"
 
 
+@HTTP_ONLY
 async def test_request_id_is_echoed_or_made_and_logged_without_secrets(
     plane: Plane, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -269,6 +277,7 @@ async def test_start_of_a_type_no_worker_registered_is_400_not_registered(
         assert types.json() == {"workflow_types": ["napper"]}
 
 
+@HTTP_ONLY
 @pytest.mark.parametrize(("body", "field"), [
     ({"workflow_id": "x"}, "body.workflow_type"),
     ({"workflow_type": 7, "workflow_id": "x"}, "body.workflow_type"),
@@ -294,6 +303,7 @@ async def test_invalid_body_is_422_naming_the_field(plane: Plane, body: Any,
     assert await plane.storage.list() == []
 
 
+@HTTP_ONLY
 async def test_body_that_is_not_json_is_400(plane: Plane) -> None:
     for raw in (b"{not json", b"\xff\xfe", b'{"a": NaN}', b"[" * 100_000):
         response = await plane.http.post("/api/workflows", content=raw,
@@ -303,6 +313,7 @@ async def test_body_that_is_not_json_is_400(plane: Plane) -> None:
         assert error_of(response)["code"] in ("invalid_json", "invalid_body")
 
 
+@HTTP_ONLY
 async def test_body_over_the_limit_is_413_before_parsing(storage_client: durable.Client) -> None:
     app = make_app(storage_client, max_body_bytes=4096)
     transport = httpx.ASGITransport(app=app)
@@ -344,6 +355,7 @@ async def test_payload_over_the_clients_limit_is_413_structural_limit(
     assert (error["kind"], error["limit"]) == ("payload_bytes", 1000)
 
 
+@HTTP_ONLY
 @pytest.mark.parametrize(("query", "name"), [
     ("limit=0", "limit"), ("limit=1001", "limit"), ("limit=abc", "limit"),
     ("limit=1.5", "limit"), ("status=sleeping", "status"), ("cursor=%00", "cursor"),
@@ -379,6 +391,7 @@ async def test_bad_cursor_is_400_and_paging_follows_next_cursor(plane: Plane) ->
     assert len(typed.json()["items"]) == 1 and typed.json()["next_cursor"]
 
 
+@HTTP_ONLY
 async def test_unknown_route_and_method_are_json_errors(plane: Plane) -> None:
     missing = await plane.http.get("/api/nothing-here", headers=AS_OPERATOR)
     assert missing.status_code == 404 and error_of(missing)["code"] == "route_not_found"
