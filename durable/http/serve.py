@@ -246,5 +246,5 @@ def serve(
 
     try:
         anyio.run(main, backend=loop)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:  # Ctrl-C: trio raises it inside the task group
         pass
