@@ -67,21 +67,6 @@ ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
     (StorageUnavailable, 503, "storage_unavailable"),
 )
 
-# Codes the HTTP layer itself answers with (no durable class raised them).
-HTTP_CODES: dict[str, tuple[int, str]] = {
-    "unsupported_version": (400, f"the {VERSION_HEADER} header is missing or not {VERSION}"),
-    "invalid_parameter": (400, "a path, query or header parameter is invalid"),
-    "invalid_json": (400, "the body is not JSON"),
-    "unauthenticated": (401, "no bearer token, or one the server does not know"),
-    "forbidden": (403, "the token's role may not do this"),
-    "route_not_found": (404, "no such route"),
-    "method_not_allowed": (405, "the route does not take this method"),
-    "payload_too_large": (413, "the body is larger than the server accepts"),
-    "invalid_body": (422, "the body does not fit the route's schema"),
-    "internal_error": (500, "the server failed; see its logs (request id)"),
-}
-
-
 def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
     """(status, code, extra fields) for a durable error, or None for anything else."""
     for cls, status, code in ERROR_TABLE:
