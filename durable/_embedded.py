@@ -46,10 +46,15 @@ def _state(run: RunRecord) -> RunState:
 class EmbeddedControl:
     """A `ControlPlane` over storage opened in this process."""
 
-    def __init__(self, store: Store, namespace: str, clock: Clock) -> None:
+    def __init__(self, store: Store, namespace: str, clock: Clock, *,
+                 owns_driver: bool = True) -> None:
         self.store = store
         self.namespace = namespace
         self.clock = clock
+        self._owns_driver = owns_driver
+
+    def for_namespace(self, namespace: str) -> EmbeddedControl:
+        return EmbeddedControl(self.store, namespace, self.clock, owns_driver=False)
 
     async def start(self, request: StartRequest) -> StartResult:
         return await self.store.start_workflow(request, self.clock.now())
@@ -147,7 +152,8 @@ class EmbeddedControl:
         return types
 
     async def close(self) -> None:
-        await self.store.driver.close()
+        if self._owns_driver:
+            await self.store.driver.close()
 
 
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:

@@ -11,6 +11,7 @@ behave the same.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -228,6 +229,19 @@ class Client:
         """Whether the client opened storage in this process (and can host workers)."""
         return self._driver is not None
 
+    def with_namespace(self, namespace: str) -> Client:
+        """A client acting in `namespace` over this client's connection.
+
+        Cheap (no new connection): a server answering many namespaces builds
+        one per request. Closing the view releases nothing; close this client.
+        """
+        _validate.name(namespace, "namespace")
+        view = Client(control=self.control.for_namespace(namespace), clock=self.clock,
+                      converter=self.converter, limits=self.limits)
+        view._driver = self._driver
+        view._store = self._store
+        return view
+
     async def __aenter__(self) -> Client:
         return self
 
@@ -260,6 +274,14 @@ class Client:
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
+        request = self._start_request(wf_type, args, id, options, task_queue)
+        started = await self.control.start(request)
+        return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
+                              first_run_id=started.run_id)
+
+    def _start_request(self, wf_type: str, args: tuple[Any, ...] | list[Any], id: str,
+                       options: StartOptions, task_queue: str | None) -> StartRequest:
+        """Validate and encode a start (the control plane's start route builds one too)."""
         _validate.name(id, "workflow id")
         _validate.optional_name(task_queue, "task_queue")
         payload = self.converter.encode(list(args), f"the arguments of workflow {wf_type!r}")
@@ -270,15 +292,12 @@ class Client:
             if len(memo.encode()) > self.limits.memo_bytes:
                 raise StructuralLimitExceeded("memo_bytes", len(memo.encode()),
                                               self.limits.memo_bytes)
-        request = StartRequest(
+        return StartRequest(
             namespace=self.namespace, workflow_id=id, workflow_type=wf_type,
             task_queue=task_queue or options.task_queue or "default", input=payload,
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
-        started = await self.control.start(request)
-        return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
-                              first_run_id=started.run_id)
 
     async def execute(
         self,
@@ -345,13 +364,47 @@ def _check_options(factory: Callable[..., Any], url: str, options: dict[str, Any
 class _Connecting:
     """What `connect()` returns: await it, or use it with ``async with``."""
 
-    def __init__(self, url: str, kwargs: dict[str, Any], driver_options: dict[str, Any]) -> None:
+    def __init__(self, url: str, kwargs: dict[str, Any], driver_options: dict[str, Any],
+                 token: str | None = None) -> None:
         self._url = url
         self._kwargs = kwargs
         self._driver_options = driver_options
+        self._token = token
         self._client: Client | None = None
 
+    def _open_remote(self) -> Client:
+        unknown = sorted(set(self._driver_options) - set(_REMOTE_OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} storage driver "
+                f"option(s), which mean nothing to a control plane over HTTP; a remote client "
+                f"takes token=, namespace=, converter=, limits= and {', '.join(_REMOTE_OPTIONS)}"
+            )
+        if self._kwargs.get("clock") is not None:
+            raise ConfigurationError(
+                "clock= cannot be given to a remote client: the control plane's storage and "
+                "workers keep time; pass a clock to the process that serves it"
+            )
+        try:
+            from .http.remote import RemoteControl
+        except ImportError as exc:
+            raise ConfigurationError(
+                "connecting over HTTP needs httpx: pip install 'durable-sdk[remote]'"
+            ) from exc
+        token = self._token if self._token is not None else os.environ.get("DURABLE_TOKEN")
+        control = RemoteControl(self._url, token=token or None,
+                                namespace=self._kwargs["namespace"], **self._driver_options)
+        return Client(control=control, converter=self._kwargs.get("converter"),
+                      limits=self._kwargs.get("limits"))
+
     async def _open(self) -> Client:
+        if _is_http(self._url):
+            return self._open_remote()
+        if self._token is not None:
+            raise ConfigurationError(
+                "token= is for a control plane over HTTP (http:// or https:// URLs); a "
+                f"database URL ({self._url.split(':', 1)[0]}://) needs none"
+            )
         factory = driver_factory(self._url)
         _check_options(factory, self._url, self._driver_options)
         driver = factory(self._url, **self._driver_options)
@@ -386,15 +439,33 @@ def connect(
     clock: Clock | None = None,
     converter: PayloadConverter | None = None,
     limits: Limits | None = None,
+    token: str | None = None,
     **driver_options: Any,
 ) -> _Connecting:
     """Open storage at `url` (driver chosen by scheme) and return a client.
 
     ``async with durable.connect(url) as client:`` closes it at the end;
     ``client = await durable.connect(url)`` leaves closing to you.
+
+    An ``http://`` or ``https://`` URL connects to a control plane (``durable
+    serve``) instead: the same `Client`, its requests sent over HTTP with the
+    bearer `token` (default: the ``DURABLE_TOKEN`` environment variable).
+    Such a client takes `timeout` (seconds, default 30), `verify` (TLS: a
+    bool or a CA bundle path) and `transport` (an httpx transport, e.g.
+    ``httpx.ASGITransport(app)`` in tests); it has no storage, so a Worker
+    needs a database URL.
     """
     return _Connecting(
         url,
         {"namespace": namespace, "clock": clock, "converter": converter, "limits": limits},
         driver_options,
+        token,
     )
+
+
+# Options a remote client takes besides those every client takes.
+_REMOTE_OPTIONS = ("timeout", "verify", "transport")
+
+
+def _is_http(url: str) -> bool:
+    return url.split(":", 1)[0].lower() in ("http", "https")

@@ -107,6 +107,11 @@ class ControlPlane(Protocol):
         """Workflow types that live workers have registered."""
         ...
 
+    def for_namespace(self, namespace: str) -> ControlPlane:
+        """The same connection acting in `namespace` (a view: closing it
+        releases nothing; the plane that opened the connection owns it)."""
+        ...
+
     async def close(self) -> None:
-        """Release the connection(s)."""
+        """Release the connection(s) (a view from `for_namespace`: nothing)."""
         ...

@@ -13,14 +13,17 @@ when they fail instead (CI sets it).
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
 from stepwise_driver import SCHEME as STEPWISE_SCHEME
 from stepwise_driver import StepwiseSQLiteDriver
@@ -140,11 +143,57 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-async def client(db_url: str) -> AsyncIterator[durable.Client]:
+def client_kind() -> str:
+    """How tests reach the runs: "embedded" (storage in this process), unless a
+    test is marked `remote_client`; then it runs once more with "remote"."""
+    return "embedded"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "client_kind" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "remote_client"
+    ):
+        metafunc.parametrize("client_kind", ["embedded", "remote"])
+
+
+REMOTE_TOKEN = "test-operator-token"
+
+
+@asynccontextmanager
+async def remote_plane(storage: durable.Client) -> AsyncIterator[str]:
+    """A live control plane for `storage` on a free loopback port (uvicorn on
+    asyncio, hypercorn on trio); its base URL."""
+    from durable.http import create_app
+    from durable.http.serve import serve_app
+
+    app = create_app(storage, tokens={REMOTE_TOKEN: "operator"}, environ={})
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(serve_app, app, host="127.0.0.1", port=0))
+        yield f"http://127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def storage_client(db_url: str) -> AsyncIterator[durable.Client]:
+    """The embedded client on the test's storage (workers are built on it)."""
     async with durable.connect(db_url) as c:
         yield c
         if db_url.startswith("postgres"):
             await _drop_schema(c)
+
+
+@pytest.fixture
+async def client(storage_client: durable.Client,
+                 client_kind: str) -> AsyncIterator[durable.Client]:
+    """The client a test calls: the embedded one, or (client_kind "remote") a
+    `durable.connect("http://...")` client of a live control plane serving the
+    same storage."""
+    if client_kind == "embedded":
+        yield storage_client
+        return
+    async with remote_plane(storage_client) as url:
+        async with durable.connect(url, token=REMOTE_TOKEN) as remote:
+            yield remote
 
 
 async def _drop_schema(c: durable.Client) -> None:
@@ -154,10 +203,10 @@ async def _drop_schema(c: durable.Client) -> None:
 
 
 @pytest.fixture
-def make_worker(client: durable.Client) -> Callable[..., durable.Worker]:
+def make_worker(storage_client: durable.Client) -> Callable[..., durable.Worker]:
     def make(**kwargs: Any) -> durable.Worker:
         kwargs.setdefault("lease_seconds", 5.0)
         kwargs.setdefault("poll_interval", 0.2)
-        return durable.Worker(client, **kwargs)
+        return durable.Worker(storage_client, **kwargs)
 
     return make

@@ -244,6 +244,7 @@ async def abandon_unbounded() -> str:
     return "accepted"
 
 
+@pytest.mark.remote_client
 async def test_timer_is_cancelled_and_cleanup_runs(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -289,6 +290,7 @@ async def test_child_policies(client: durable.Client, make_worker: Any, policy: 
     assert EFFECTS[key] == ["cleanup"]
 
 
+@pytest.mark.remote_client
 async def test_duplicate_request_keeps_original_deadline(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -308,6 +310,7 @@ async def test_duplicate_request_keeps_original_deadline(
     assert (await types_of(handle)).count("CancellationRequested") == 1
 
 
+@pytest.mark.remote_client
 async def test_request_for_an_old_run_is_refused(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -332,6 +335,7 @@ async def twice(n: int) -> None:
     await workflow.sleep(3600)
 
 
+@pytest.mark.remote_client
 async def test_cancel_is_immediate_and_runs_no_cleanup(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -353,6 +357,7 @@ async def test_cancel_is_immediate_and_runs_no_cleanup(
     assert "CancellationDelivered" not in await types_of(handle)
 
 
+@pytest.mark.remote_client
 async def test_delivery_while_no_worker_is_alive(client: durable.Client, make_worker: Any) -> None:
     key = f"offline-{id(client)}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
@@ -367,6 +372,7 @@ async def test_delivery_while_no_worker_is_alive(client: durable.Client, make_wo
     assert EFFECTS[key] == ["cleanup"]
 
 
+@pytest.mark.remote_client
 async def test_cleanup_deadline_expiry_revokes_authority(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -461,6 +467,7 @@ async def level(key: str, depth: int) -> None:
                 await workflow.execute_activity(cleanup, key, 0.0)
 
 
+@pytest.mark.remote_client
 async def test_three_level_tree_cascade(client: durable.Client, make_worker: Any) -> None:
     key = f"tree-{id(client)}"
     async with make_worker(workflows=[level], activities=ALL_ACTIVITIES,
@@ -574,6 +581,7 @@ async def two_steps_with_a_pause(key: str) -> str:
                 await workflow.execute_activity(cleanup, key, 0.0)
 
 
+@pytest.mark.remote_client
 async def test_cancellation_between_steps(client: durable.Client, make_worker: Any) -> None:
     key = f"between-{id(client)}"
     async with make_worker(workflows=[two_steps_with_a_pause], activities=ALL_ACTIVITIES):

@@ -176,6 +176,7 @@ async def many_timers(n: int) -> None:
             tg.start_soon(workflow.sleep, 10)
 
 
+@pytest.mark.remote_client
 async def test_activities_timers_and_result(client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[arithmetic], activities=[add, shout]):
         result = await client.execute(arithmetic, 1, id="wf-1")
@@ -190,12 +191,14 @@ async def test_activities_timers_and_result(client: durable.Client, make_worker:
     assert info["workflow_type"] == "arithmetic"
 
 
+@pytest.mark.remote_client
 async def test_dataclass_payloads_round_trip(client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[priced], activities=[price]):
         result = await client.execute(priced, Order("o1", 21), id="priced")
     assert result == Order("o1", 42)
 
 
+@pytest.mark.remote_client
 async def test_retries_then_success(client: durable.Client, make_worker: Any) -> None:
     key = f"retry-{id(client)}"
     async with make_worker(workflows=[retrying], activities=[flaky]):
@@ -204,6 +207,7 @@ async def test_retries_then_success(client: durable.Client, make_worker: Any) ->
     assert types.count("ActivityRetryScheduled") == 2
 
 
+@pytest.mark.remote_client
 async def test_non_retryable_error_fails_at_once(client: durable.Client, make_worker: Any) -> None:
     key = f"decline-{id(client)}"
     async with make_worker(workflows=[declined], activities=[decline]):
@@ -212,6 +216,7 @@ async def test_non_retryable_error_fails_at_once(client: durable.Client, make_wo
     assert CALLS[key] == 1
 
 
+@pytest.mark.remote_client
 async def test_workflow_failure_is_raised_from_result(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -226,6 +231,7 @@ async def test_workflow_failure_is_raised_from_result(
     assert info["failures"][0]["cause_type"] == "ValueError"
 
 
+@pytest.mark.remote_client
 async def test_child_results_and_failures(client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[parent, arithmetic, failing], activities=[add, shout]):
         assert await client.execute(parent, 5, id="parent") == 16
@@ -234,11 +240,13 @@ async def test_child_results_and_failures(client: durable.Client, make_worker: A
     assert "ChildWorkflowCompleted" in types and "ChildWorkflowFailed" in types
 
 
+@pytest.mark.remote_client
 async def test_task_group_fan_out(client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[fan_out], activities=[add]):
         assert await client.execute(fan_out, 5, id="fan") == [100, 101, 102, 103, 104]
 
 
+@pytest.mark.remote_client
 async def test_continue_as_new_chains_runs(client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[counter], activities=[add]):
         handle = await client.start(counter, 3, 0, id="counter")
@@ -248,6 +256,7 @@ async def test_continue_as_new_chains_runs(client: durable.Client, make_worker: 
     assert info["run"]["run_number"] == 4
 
 
+@pytest.mark.remote_client
 async def test_op_from_unmanaged_task_is_an_error(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -257,6 +266,7 @@ async def test_op_from_unmanaged_task_is_an_error(
     assert "task_group" in str(err.value)
 
 
+@pytest.mark.remote_client
 async def test_payload_limit_fails_run_with_structural_limit(
     client: durable.Client, make_worker: Any
 ) -> None:
@@ -278,6 +288,7 @@ async def test_pending_timer_limit(db_url: str) -> None:
     assert (failure["kind"], failure["limit"]) == ("pending_timers", 3)
 
 
+@pytest.mark.remote_client
 async def test_duplicate_id_is_rejected(client: durable.Client, make_worker: Any) -> None:
     await client.start(arithmetic, 1, id="dup")
     with pytest.raises(durable.WorkflowAlreadyStarted):
@@ -289,6 +300,7 @@ async def test_duplicate_id_is_rejected(client: durable.Client, make_worker: Any
     assert len(await client.list()) == 1
 
 
+@pytest.mark.remote_client
 async def test_unserialisable_argument_fails_at_call_and_writes_nothing(
     client: durable.Client,
 ) -> None:

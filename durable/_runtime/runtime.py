@@ -68,7 +68,7 @@ class TaskGroup:
         ctx = parent.ctx
 
         async def child() -> None:
-            state = enter_task(ctx, path, parent.clock)
+            enter_task(ctx, path, parent.clock)
             ctx.task_started()
             try:
                 await fn(*args)

@@ -38,6 +38,7 @@ from .records import (
     RunRecord,
     StartRequest,
     StartResult,
+    StorageSnapshot,
     WorkerRegistration,
 )
 from .writes import RunWrites
@@ -217,6 +218,13 @@ class Store:
         """Run summaries, newest first, and the key of the next page."""
         return await self.driver.run(lambda tx: inspection.list_runs(
             namespace, status, workflow_type, limit, before), write=False)
+
+    async def observe(
+        self, after_event_id: int | None, limit: int, recheck: tuple[int, ...] = ()
+    ) -> StorageSnapshot:
+        """Run counts, open cancellations and an event tail (what metrics export)."""
+        return await self.driver.run(
+            lambda tx: inspection.observe(after_event_id, limit, recheck), write=False)
 
     async def cancellation_cascade(
         self, namespace: str, workflow_id: str, run_id: str | None, now: float

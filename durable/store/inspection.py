@@ -6,10 +6,18 @@ import json
 from typing import Any
 
 from ..clock import to_datetime, to_iso
-from ..driver import Program, q, q1
+from ..driver import Program, placeholders, q, q1
 from ..errors import WorkflowNotFound
 from .cancellation import describe_cancellation, public_context
-from .records import RUN_COLUMNS, HistoryEvent, RunRecord, loads, run_from_row
+from .records import (
+    RUN_COLUMNS,
+    HistoryEvent,
+    RecordedEvent,
+    RunRecord,
+    StorageSnapshot,
+    loads,
+    run_from_row,
+)
 from .runs import get_run
 
 
@@ -277,3 +285,42 @@ def _cascade_run(
         "activity_stops": stops,
         "child_propagation": propagation,
     }
+
+
+def observe(
+    after_event_id: int | None, limit: int, recheck: tuple[int, ...] = ()
+) -> Program[StorageSnapshot]:
+    """Run counts by status, open cancellations by lifecycle, and an event tail.
+
+    Counting runs walks the (namespace, status, created_at) index; open
+    cancellations are read from open runs only; the tail is a primary-key
+    range (plus the ids the caller re-checks: on PostgreSQL a transaction may
+    commit a lower id after a higher one was read).
+    """
+    runs: dict[tuple[str, str], int] = {}
+    for r in (yield q("SELECT namespace, status, COUNT(*) AS n FROM runs "
+                      "GROUP BY namespace, status")):
+        runs[(str(r["namespace"]), str(r["status"]))] = int(r["n"])
+    cancellations: dict[tuple[str, str], int] = {}
+    for r in (yield q("SELECT namespace, cancellation FROM runs WHERE status IN "
+                      "('pending', 'running') AND cancellation IS NOT NULL")):
+        key = (str(r["namespace"]), str(loads(r["cancellation"]).get("lifecycle")))
+        cancellations[key] = cancellations.get(key, 0) + 1
+    if after_event_id is None:
+        row = yield q1("SELECT MAX(id) AS last FROM events")
+        last = int(row["last"] or 0) if row is not None else 0
+        return StorageSnapshot(runs, cancellations, [], last)
+    sql = ("SELECT e.id, e.run_id, e.type, e.recorded_at, e.data, r.namespace FROM events e "
+           "JOIN runs r ON r.run_id = e.run_id WHERE e.id > ?")
+    params: list[Any] = [after_event_id]
+    if recheck:
+        sql += f" OR e.id IN ({placeholders(len(recheck))})"
+        params.extend(recheck)
+    rows = yield q(sql + " ORDER BY e.id LIMIT ?", *params, limit)
+    events = [
+        RecordedEvent(int(r["id"]), str(r["namespace"]), str(r["run_id"]), str(r["type"]),
+                      float(r["recorded_at"]), json.loads(r["data"]))
+        for r in rows
+    ]
+    last = max([after_event_id, *(e.event_id for e in events)])
+    return StorageSnapshot(runs, cancellations, events, last)

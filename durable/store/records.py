@@ -243,6 +243,35 @@ class HistoryEvent:
 
 
 @dataclass(frozen=True)
+class RecordedEvent:
+    """A history event as the metrics tail reads it: storage-wide, by its id."""
+
+    event_id: int
+    namespace: str
+    run_id: str
+    type: str
+    recorded_at: float
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StorageSnapshot:
+    """What one metrics scrape reads, in one read transaction.
+
+    `runs` counts runs by (namespace, status); `open_cancellations` counts open
+    runs under a cooperative request by (namespace, lifecycle); `events` are
+    the events after the id the caller passed (oldest first, at most its
+    limit) plus any of the ids it asked to re-check; `last_event_id` is the
+    highest event id stored when no id was passed (where a tail starts).
+    """
+
+    runs: dict[tuple[str, str], int]
+    open_cancellations: dict[tuple[str, str], int]
+    events: list[RecordedEvent]
+    last_event_id: int
+
+
+@dataclass(frozen=True)
 class WorkerRegistration:
     worker_id: str
     namespace: str

@@ -1,0 +1,531 @@
+"""The control plane as an ASGI application (Starlette; asyncio and trio through anyio).
+
+`create_app(client, tokens=...)` serves the routes of `routes.py` for the
+storage `client` opened. Every /api route checks, in this order: the
+version header (400), the bearer token and its role (401 / 403), the
+namespace header, the path and query parameters (400), the body (read with
+a cap before parsing: 413; not JSON: 400; not fitting the schema: 422);
+then the handler runs and a `durable` error becomes the status of
+`errors.ERROR_TABLE`. Nothing reaches a handler unvalidated, so bad input is
+a 4xx, never a 500.
+
+Long polls (`wait=N` on result and history) hold no database connection
+while they wait: they listen to the driver's wake-ups (and re-read on a
+bounded poll), and end as soon as the client disconnects.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._log import get_logger
+from ..client import Client
+from ..driver import Wake
+from ..errors import ConfigurationError
+from .auth import ROLES, TokenSet, load_tokens, role_allows
+from .errors import VERSION, VERSION_HEADER, classify
+from .metrics import Metrics
+from .openapi import build_spec
+from .routes import Call, Operation, operations
+from .schema import SchemaViolation, validate
+from .wire import dumps
+
+log = get_logger("durable.http")
+
+NAMESPACE_HEADER = "X-Namespace"
+REQUEST_ID_HEADER = "X-Request-Id"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# JSON nested deeper than this is refused (422) before anything encodes it.
+MAX_DEPTH = 64
+# How often a history long poll re-reads when no wake-up names its run.
+_HISTORY_POLL = 1.0
+
+
+class HTTPError(Exception):
+    """A refusal with a status, a code and a message (becomes a JSON error)."""
+
+    def __init__(self, status: int, code: str, message: str, *,
+                 headers: Mapping[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+
+def error_response(status: int, code: str, message: str, *,
+                   headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
+    body = {"error": {"code": code, "message": message, **extra}}
+    return Response(dumps(body), status_code=status, media_type="application/json",
+                    headers=dict(headers or {}))
+
+
+def response_for_exception(exc: Exception, request_id: str) -> Response:
+    """The JSON error for an exception: a durable error's status and code
+    (`errors.ERROR_TABLE`; 503 adds Retry-After), else a logged 500."""
+    known = classify(exc)
+    if known is not None:
+        status, code, extra = known
+        headers = {"Retry-After": "1"} if status == 503 else None
+        return error_response(status, code, str(exc), headers=headers, **extra)
+    log.exception("control plane request failed", request_id=request_id)
+    return error_response(500, "internal_error",
+                          f"the server failed (request id {request_id}); see its logs")
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class ControlPlaneServer:
+    """The state behind one app: the storage client, tokens, limits, metrics."""
+
+    def __init__(self, client: Client, tokens: TokenSet, *, anonymous_role: str | None,
+                 max_body_bytes: int, max_wait: float, public_metrics: bool) -> None:
+        self.client = client
+        self.tokens = tokens
+        self.anonymous_role = anonymous_role
+        self.max_body_bytes = max_body_bytes
+        self.max_wait = max_wait
+        self.public_metrics = public_metrics
+        self.operations = operations()
+        self.metrics = Metrics(client.store)
+        self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
+                               max_body_bytes=max_body_bytes, max_wait=max_wait)
+
+    # ------------------------------------------------------------ checks
+
+    def _check_version(self, request: Request) -> None:
+        value = request.headers.get(VERSION_HEADER)
+        if value is None or value.strip() != VERSION:
+            got = "is missing" if value is None else f"is {value!r}"
+            raise HTTPError(400, "unsupported_version",
+                            f"the {VERSION_HEADER} header {got}; this server speaks version "
+                            f"{VERSION}: send '{VERSION_HEADER}: {VERSION}'",
+                            header=VERSION_HEADER, supported=[VERSION])
+
+    def _authenticate(self, request: Request, required: str) -> str:
+        header = request.headers.get("authorization")
+        if header is None or (not len(self.tokens) and self.anonymous_role is not None):
+            if self.anonymous_role is None:
+                raise HTTPError(401, "unauthenticated",
+                                "this route needs 'Authorization: Bearer <token>'",
+                                headers={"WWW-Authenticate": 'Bearer realm="durable"'})
+            role = self.anonymous_role
+        else:
+            scheme, _, token = header.strip().partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                raise HTTPError(401, "unauthenticated",
+                                "the Authorization header must be 'Bearer <token>'",
+                                headers={"WWW-Authenticate":
+                                         'Bearer realm="durable", error="invalid_request"'})
+            found = self.tokens.role_of(token)
+            if found is None:
+                raise HTTPError(401, "unauthenticated", "the bearer token is not known here",
+                                headers={"WWW-Authenticate":
+                                         'Bearer realm="durable", error="invalid_token"'})
+            role = found
+        if not role_allows(role, required):
+            raise HTTPError(403, "forbidden",
+                            f"a {role} token may not do this; it needs the {required} role",
+                            role=role, required_role=required)
+        return role
+
+    def _namespace(self, request: Request) -> str:
+        value = request.headers.get(NAMESPACE_HEADER)
+        if value is None:
+            return "default"
+        if not _NAMESPACE.match(value):
+            raise HTTPError(400, "invalid_parameter",
+                            f"the {NAMESPACE_HEADER} header must be 1 to 128 letters, digits, "
+                            "'.', '_', ':' or '-' (starting with a letter or digit)",
+                            parameter=NAMESPACE_HEADER)
+        return value
+
+    def _params(self, op: Operation, request: Request) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for param in op.params:
+            if param.location == "path":
+                raw: str | None = request.path_params.get(param.name)
+            elif param.location == "query":
+                raw = request.query_params.get(param.name)
+            else:
+                raw = request.headers.get(param.name)
+            where = f"{param.location} parameter {param.name!r}"
+            if raw is None:
+                if param.required:
+                    raise HTTPError(400, "invalid_parameter", f"{where} is required",
+                                    parameter=param.name)
+                if "default" in param.schema:
+                    values[param.name] = param.schema["default"]
+                continue
+            value = _parse_scalar(raw, param.schema, where)
+            try:
+                validate(value, param.schema, where)
+            except SchemaViolation as exc:
+                raise HTTPError(400, "invalid_parameter", str(exc),
+                                parameter=param.name) from None
+            values[param.name] = value
+        return values
+
+    async def _body(self, op: Operation, request: Request) -> dict[str, Any]:
+        if op.body is None:
+            return {}
+        limit = self.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise HTTPError(413, "payload_too_large",
+                            f"the body is {declared} bytes; this server takes at most {limit}",
+                            value=int(declared), limit=limit)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPError(413, "payload_too_large",
+                                f"the body is over {limit} bytes, the most this server takes",
+                                value=size, limit=limit)
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        if not raw.strip():
+            data: Any = {}
+        else:
+            try:
+                data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            except (ValueError, RecursionError) as exc:
+                raise HTTPError(400, "invalid_json",
+                                f"the body is not JSON ({str(exc)[:200]}); send a JSON object "
+                                "with 'Content-Type: application/json'") from None
+        if _depth_exceeds(data, MAX_DEPTH):
+            raise HTTPError(422, "invalid_body",
+                            f"body: JSON nested deeper than {MAX_DEPTH} levels", field="body")
+        try:
+            validate(data, op.body, "body")
+        except SchemaViolation as exc:
+            raise HTTPError(422, "invalid_body", str(exc), field=exc.where) from None
+        assert isinstance(data, dict)
+        return data
+
+    # ------------------------------------------------------------ waiting
+
+    async def wait_for_change(self, run_id: str, seconds: float) -> None:
+        """Return on a wake-up naming the run (or another process's commit),
+        or after a bounded poll interval; holds no database connection."""
+        changed = anyio.Event()
+
+        def on_wake(wake: Wake) -> None:
+            if wake.key[0] == "any" or (wake.key[0] == "run" and wake.key[1] == run_id):
+                changed.set()
+
+        unsubscribe = self.client.driver.hub.subscribe(on_wake)
+        try:
+            with anyio.move_on_after(min(seconds, _HISTORY_POLL)):
+                await changed.wait()
+        finally:
+            unsubscribe()
+
+    async def _until_disconnect(self, request: Request,
+                                work: Callable[[], Awaitable[tuple[int, Any]]],
+                                ) -> tuple[int, Any] | None:
+        """Run `work`, but give up when the client disconnects (None then)."""
+        outcome: tuple[int, Any] | None = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                while True:
+                    message = await request.receive()
+                    if message["type"] == "http.disconnect":
+                        tg.cancel_scope.cancel()
+                        return
+
+            async def run() -> None:
+                nonlocal outcome, failure
+                try:
+                    outcome = await work()
+                except Exception as exc:  # raised below, outside the task group
+                    failure = exc
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(run)
+        if failure is not None:
+            raise failure
+        return outcome
+
+    # ------------------------------------------------------------ routes
+
+    def endpoint(self, op: Operation) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(request: Request) -> Response:
+            request.scope["durable.route"] = op.path
+            request_id = str(request.scope.get("durable.request_id") or uuid.uuid4().hex)
+            try:
+                if op.versioned:
+                    self._check_version(request)
+                role = self._authenticate(request, op.role) if op.role else None
+                namespace = self._namespace(request)
+                request.scope["durable.namespace"] = namespace
+                params = self._params(op, request)
+                body = await self._body(op, request)
+                call = Call(
+                    client=self.client.with_namespace(namespace), namespace=namespace,
+                    role=role, params=params, body=body, request_id=request_id,
+                    max_wait=self.max_wait, wait_for_change=self.wait_for_change,
+                )
+                if op.long_poll and params.get("wait"):
+                    outcome = await self._until_disconnect(request, lambda: op.handler(call))
+                    if outcome is None:
+                        request.scope["durable.disconnected"] = True
+                        return Response(status_code=499)
+                    status, payload = outcome
+                else:
+                    status, payload = await op.handler(call)
+                return Response(dumps(payload), status_code=status,
+                                media_type="application/json")
+            except HTTPError as exc:
+                return error_response(exc.status, exc.code, exc.message, headers=exc.headers,
+                                      **exc.extra)
+            except Exception as exc:
+                return self.error_for(exc, request_id)
+
+        return handle
+
+    def error_for(self, exc: Exception, request_id: str) -> Response:
+        return response_for_exception(exc, request_id)
+
+    async def openapi(self, request: Request) -> Response:
+        request.scope["durable.route"] = "/api/openapi.json"
+        return Response(dumps(self.spec), media_type="application/json")
+
+    async def healthz(self, request: Request) -> Response:
+        request.scope["durable.route"] = "/healthz"
+        return Response(dumps({"status": "ok"}), media_type="application/json")
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        request.scope["durable.route"] = "/metrics"
+        try:
+            if not self.public_metrics:
+                self._authenticate(request, "viewer")
+            text, content_type = await self.metrics.render()
+        except HTTPError as exc:
+            return error_response(exc.status, exc.code, exc.message, headers=exc.headers,
+                                  **exc.extra)
+        except Exception as exc:
+            return self.error_for(exc, str(request.scope.get("durable.request_id", "")))
+        return Response(text, media_type=content_type)
+
+    async def watch_storage(self) -> None:
+        """Publish other processes' commits as wake-ups (ends long polls early)."""
+        while True:
+            try:
+                await self.client.driver.watch()
+            except Exception:
+                log.exception("watching storage for wake-ups failed; retrying in 1 s")
+            await anyio.sleep(1)
+
+
+def _parse_scalar(raw: str, schema: Mapping[str, Any], where: str) -> Any:
+    kind = schema.get("type")
+    try:
+        if kind == "integer":
+            if not re.fullmatch(r"[+-]?\d{1,18}", raw.strip()):
+                raise ValueError(raw)
+            return int(raw)
+        if kind == "number":
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError(raw)
+            return value
+        if kind == "boolean":
+            if raw.lower() not in ("true", "false"):
+                raise ValueError(raw)
+            return raw.lower() == "true"
+    except ValueError:
+        raise HTTPError(400, "invalid_parameter",
+                        f"{where} must be a finite {kind}, got {raw[:100]!r}",
+                        parameter=where) from None
+    return raw
+
+
+class AccessLog:
+    """ASGI middleware: request id (accepted from X-Request-Id or made), echoed on
+    the response; one structured log line per request (method, route template,
+    status, duration; never bodies, query strings or tokens); request metrics."""
+
+    def __init__(self, app: ASGIApp, plane: ControlPlaneServer) -> None:
+        self.app = app
+        self.plane = plane
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = ""
+        for name, value in scope.get("headers", []):
+            if name == b"x-request-id":
+                given = value.decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope["durable.request_id"] = request_id
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                MutableHeaders(scope=message).append(REQUEST_ID_HEADER, request_id)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            duration = time.perf_counter() - started
+            route = str(scope.get("durable.route", "unmatched"))
+            method = str(scope.get("method", ""))
+            disconnected = bool(scope.get("durable.disconnected"))
+            self.plane.metrics.observe_request(method, route, status, duration)
+            log.info("http_request", request_id=request_id, method=method, route=route,
+                     status=status, duration_ms=round(duration * 1000, 2),
+                     namespace=scope.get("durable.namespace"), disconnected=disconnected)
+
+
+def _by_method(handlers: dict[str, Callable[[Request], Awaitable[Response]]],
+               ) -> Callable[[Request], Awaitable[Response]]:
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return dispatch
+
+
+def create_app(
+    client: Client,
+    tokens: Mapping[str, str] | None = None,
+    *,
+    tokens_file: str | os.PathLike[str] | None = None,
+    anonymous_role: str | None = None,
+    max_body_bytes: int | None = None,
+    max_wait: float = 60.0,
+    public_metrics: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Starlette:
+    """The control plane for the storage `client` opened, as an ASGI app.
+
+    `tokens` maps bearer tokens to roles (``"operator"``, ``"viewer"``) and is
+    merged with ``DURABLE_TOKENS`` and `tokens_file` / ``DURABLE_TOKENS_FILE``
+    (see `durable.http.auth`). With no token anywhere the app refuses to be
+    built unless `anonymous_role` says which role a request without a token
+    has (for a development server on loopback; `serve` sets it there).
+    `max_body_bytes` caps request bodies (default: the client's payload and
+    memo limits plus 64 KiB of JSON around them); `max_wait` caps long polls;
+    `public_metrics` serves /metrics without a token.
+
+    The client's namespace does not matter: each request acts in the
+    namespace of its ``X-Namespace`` header through `Client.with_namespace`.
+    Mount the app anywhere (``Mount("/durable", app)`` in Starlette,
+    ``fastapi_app.mount("/durable", app)``); its lifespan watches storage for
+    other processes' commits so long polls end at once (without it, they
+    notice within a second).
+    """
+    if not client.embedded:
+        raise ConfigurationError(
+            "the control plane serves storage it opens itself: give create_app a client "
+            "connected with a database URL (sqlite:// or postgresql://), not an http(s) one"
+        )
+    if anonymous_role is not None and anonymous_role not in ROLES:
+        raise ConfigurationError(
+            f"anonymous_role must be one of {', '.join(ROLES)} or None, got {anonymous_role!r}"
+        )
+    token_set = load_tokens(tokens, tokens_file, environ)
+    if not len(token_set) and anonymous_role is None:
+        raise ConfigurationError(
+            "no control-plane tokens: pass tokens={'<token>': 'operator'}, set DURABLE_TOKENS "
+            "('tok1:operator,tok2:viewer') or DURABLE_TOKENS_FILE, or pass "
+            "anonymous_role='operator' for a development server reachable only on loopback"
+        )
+    if not (isinstance(max_wait, int | float) and 0 < max_wait <= 3600):
+        raise ConfigurationError(f"max_wait must be 0 < seconds <= 3600, got {max_wait!r}")
+    if max_body_bytes is None:
+        max_body_bytes = client.limits.payload_bytes + client.limits.memo_bytes + 64 * 1024
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or (
+        max_body_bytes < 1024
+    ):
+        raise ConfigurationError(
+            f"max_body_bytes must be an integer of at least 1024, got {max_body_bytes!r}"
+        )
+    plane = ControlPlaneServer(client, token_set, anonymous_role=anonymous_role,
+                         max_body_bytes=max_body_bytes, max_wait=float(max_wait),
+                         public_metrics=public_metrics)
+    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
+    for op in plane.operations:
+        by_path.setdefault(op.path, {})[op.method] = plane.endpoint(op)
+    # One route per path, so a wrong method is a 405 whose Allow lists them all.
+    routes = [Route(path, _by_method(handlers), methods=list(handlers))
+              for path, handlers in by_path.items()]
+    routes += [
+        Route("/api/openapi.json", plane.openapi, methods=["GET"], name="openapi"),
+        Route("/healthz", plane.healthz, methods=["GET"], name="healthz"),
+        Route("/metrics", plane.metrics_endpoint, methods=["GET"], name="metrics"),
+    ]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(plane.watch_storage)
+            yield
+            tg.cancel_scope.cancel()
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            return error_response(405, "method_not_allowed",
+                                  f"{request.method} is not allowed here",
+                                  headers=exc.headers)
+        if exc.status_code == 404:
+            return error_response(404, "route_not_found",
+                                  "no such route; the routes are listed in /api/openapi.json",
+                                  headers=exc.headers)
+        return error_response(exc.status_code, "http_error", str(exc.detail),
+                              headers=exc.headers)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return plane.error_for(exc, str(request.scope.get("durable.request_id", "")))
+
+    app = Starlette(
+        routes=routes, lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+    )
+    app.state.durable = plane
+    app.add_middleware(AccessLog, plane=plane)
+    return app

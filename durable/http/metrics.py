@@ -1,0 +1,226 @@
+"""Prometheus metrics of the control plane, read from storage at each scrape.
+
+Each app has its own `CollectorRegistry` (two apps in one process never mix
+their series). What is exported, and where each figure comes from:
+
+Gauges, counted in storage at every scrape (one read transaction,
+`Store.observe`):
+
+- ``durable_runs{namespace,status}``: runs by status.
+- ``durable_cancellations_open{namespace,lifecycle}``: open runs under a
+  cooperative cancellation request, by lifecycle (requested, delivered,
+  cleaning_up).
+
+Counters, from the history events recorded since this process first served
+/metrics (the scrape reads the event table after the last event it saw, by
+primary key; a restart starts again from the newest event, which Prometheus
+treats as a counter reset):
+
+- ``durable_events_total{namespace,type}``: every event type.
+- ``durable_activity_attempts_total{namespace}``: remote activity attempts
+  started (``ActivityStarted``; local activities record no attempt events).
+- ``durable_steps_total{namespace,kind,outcome}``: durable operations that
+  ended: kind activity / local_activity / timer / child; outcome completed,
+  failed, timed_out, cancelled.
+- ``durable_timeouts_total{namespace,scope,kind}``: scope workflow (kind
+  execution_timeout / run_timeout), activity (schedule_to_start,
+  start_to_close, schedule_to_close, heartbeat) and cancellation (kind
+  cleanup_deadline: a cleanup that outlived its budget).
+- ``durable_cancellations_total{namespace,lifecycle}``: requested and
+  delivered (cooperative requests), deadline_expired (cleanup budget
+  exhausted), cancelled (every run closed as cancelled, cooperatively or by
+  cancel()), terminated (every terminated run).
+
+Histogram ``durable_deadline_lateness_seconds{scope}``: how long after its
+deadline a timeout was recorded (scopes workflow, activity, cleanup) or a
+timer fired (scope timer, when its ``TimerScheduled`` was read by the same
+process).
+
+And the control plane's own traffic: ``durable_http_requests_total{method,
+route,status}`` and ``durable_http_request_duration_seconds{method,route}``
+(route is the template, e.g. ``/api/workflows/{workflowId}``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import OrderedDict
+from typing import Any
+
+import anyio
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from ..store import Store
+from ..store.records import RecordedEvent
+
+# Events read per storage round trip, and round trips per scrape (a backlog
+# larger than this is caught up over the next scrapes).
+_BATCH = 5000
+_BATCHES_PER_SCRAPE = 4
+# An event id below the newest one read but not seen yet may still commit
+# (PostgreSQL sequences hand out ids before commit); re-checked this long.
+_GAP_SECONDS = 60.0
+_MAX_GAPS = 1000
+_MAX_TIMERS = 100_000
+
+_STEP_EVENTS = {
+    "ActivityCompleted": "completed", "ActivityFailed": "failed",
+    "ActivityTimedOut": "timed_out", "ActivityCancelled": "cancelled",
+}
+_LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                     60.0, 300.0)
+
+
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+class Metrics:
+    """The registry of one app and the storage tail that feeds it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.runs = Gauge("durable_runs", "Runs by status, counted in storage at each scrape.",
+                          ["namespace", "status"], registry=r)
+        self.open_cancellations = Gauge(
+            "durable_cancellations_open",
+            "Open runs under a cooperative cancellation request, by lifecycle.",
+            ["namespace", "lifecycle"], registry=r)
+        self.events = Counter("durable_events", "History events recorded, by type.",
+                              ["namespace", "type"], registry=r)
+        self.attempts = Counter("durable_activity_attempts",
+                                "Remote activity attempts started.", ["namespace"], registry=r)
+        self.steps = Counter("durable_steps", "Durable operations that ended.",
+                             ["namespace", "kind", "outcome"], registry=r)
+        self.timeouts = Counter("durable_timeouts", "Timeouts enforced, by scope and kind.",
+                                ["namespace", "scope", "kind"], registry=r)
+        self.cancellations = Counter("durable_cancellations",
+                                     "Cancellation lifecycle transitions recorded.",
+                                     ["namespace", "lifecycle"], registry=r)
+        self.lateness = Histogram(
+            "durable_deadline_lateness_seconds",
+            "Seconds between a deadline (or a timer's fire time) and when it was recorded.",
+            ["scope"], buckets=_LATENESS_BUCKETS, registry=r)
+        self.http_requests = Counter("durable_http_requests", "Control-plane HTTP requests.",
+                                     ["method", "route", "status"], registry=r)
+        self.http_duration = Histogram("durable_http_request_duration_seconds",
+                                       "Control-plane HTTP request durations.",
+                                       ["method", "route"], registry=r)
+        self._last_event: int | None = None
+        self._gaps: OrderedDict[int, float] = OrderedDict()
+        self._timers: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._lock = anyio.Lock()
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, route, str(status)).inc()
+        self.http_duration.labels(method, route).observe(seconds)
+
+    async def refresh(self) -> None:
+        """Read counts and new events from storage (one scrape at a time)."""
+        async with self._lock:
+            for _ in range(_BATCHES_PER_SCRAPE):
+                now = time.monotonic()
+                for event_id, since in list(self._gaps.items()):
+                    if now - since > _GAP_SECONDS:
+                        del self._gaps[event_id]
+                snapshot = await self.store.observe(self._last_event, _BATCH,
+                                                     tuple(self._gaps))
+                self._set_gauges(snapshot.runs, snapshot.open_cancellations)
+                if self._last_event is None:
+                    self._last_event = snapshot.last_event_id
+                    return
+                previous = self._last_event
+                for event in snapshot.events:
+                    if event.event_id in self._gaps:
+                        del self._gaps[event.event_id]
+                    elif event.event_id > previous:
+                        for missing in range(previous + 1, event.event_id):
+                            self._gaps[missing] = now
+                        previous = event.event_id
+                    self._count(event)
+                while len(self._gaps) > _MAX_GAPS:
+                    self._gaps.popitem(last=False)
+                self._last_event = snapshot.last_event_id
+                if len(snapshot.events) < _BATCH:
+                    return
+
+    def _set_gauges(self, runs: dict[tuple[str, str], int],
+                    open_cancellations: dict[tuple[str, str], int]) -> None:
+        self.runs.clear()
+        for (namespace, status), count in runs.items():
+            self.runs.labels(namespace, status).set(count)
+        self.open_cancellations.clear()
+        for (namespace, lifecycle), count in open_cancellations.items():
+            self.open_cancellations.labels(namespace, lifecycle).set(count)
+
+    def _late(self, scope: str, event: RecordedEvent, deadline: float | None) -> None:
+        if deadline is not None:
+            self.lateness.labels(scope).observe(max(0.0, event.recorded_at - deadline))
+
+    def _count(self, event: RecordedEvent) -> None:
+        ns, kind, data = event.namespace, event.type, event.data
+        self.events.labels(ns, kind).inc()
+        failure = data.get("failure")
+        if not isinstance(failure, dict):
+            failure = {}
+        deadline = _epoch(data.get("deadline_at") or failure.get("deadline_at"))
+        if kind == "ActivityStarted":
+            self.attempts.labels(ns).inc()
+        elif kind in _STEP_EVENTS:
+            step = "local_activity" if data.get("local") else "activity"
+            self.steps.labels(ns, step, _STEP_EVENTS[kind]).inc()
+            if kind == "ActivityTimedOut":
+                self.timeouts.labels(ns, "activity",
+                                     str(data.get("timeout_kind") or "unknown")).inc()
+                self._late("activity", event, deadline)
+        elif kind == "TimerScheduled":
+            fire_at = _epoch(data.get("fire_at"))
+            if fire_at is not None:
+                self._timers[(event.run_id, str(data.get("op_id")))] = fire_at
+                while len(self._timers) > _MAX_TIMERS:
+                    self._timers.popitem(last=False)
+        elif kind in ("TimerFired", "TimerCancelled"):
+            fire_at = self._timers.pop((event.run_id, str(data.get("op_id"))), None)
+            self.steps.labels(ns, "timer",
+                              "completed" if kind == "TimerFired" else "cancelled").inc()
+            if kind == "TimerFired":
+                self._late("timer", event, fire_at)
+        elif kind in ("ChildWorkflowCompleted", "ChildWorkflowFailed"):
+            self.steps.labels(ns, "child",
+                              "completed" if kind == "ChildWorkflowCompleted" else "failed").inc()
+        elif kind == "WorkflowTimedOut":
+            self.timeouts.labels(ns, "workflow", str(data.get("timeout_kind") or "unknown")).inc()
+            self._late("workflow", event, deadline)
+        elif kind == "CancellationRequested":
+            self.cancellations.labels(ns, "requested").inc()
+        elif kind == "CancellationDelivered":
+            self.cancellations.labels(ns, "delivered").inc()
+        elif kind == "WorkflowCancelled":
+            if data.get("reason") == "deadline_expired":
+                self.cancellations.labels(ns, "deadline_expired").inc()
+                self.timeouts.labels(ns, "cancellation", "cleanup_deadline").inc()
+                self._late("cleanup", event, deadline)
+            else:
+                self.cancellations.labels(ns, "cancelled").inc()
+        elif kind == "WorkflowTerminated":
+            self.cancellations.labels(ns, "terminated").inc()
+
+    async def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition after reading storage."""
+        await self.refresh()
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,218 @@
+"""The remote control plane: a `Client`'s requests as HTTP calls to `durable serve`.
+
+``durable.connect("http://host:8233", token=..., namespace=...)`` builds
+``Client(control=RemoteControl(...))``: the same `Client` and
+`WorkflowHandle` as an embedded connection, with the same return types and
+the same error classes (rebuilt from the server's JSON errors by
+`errors.error_from_wire`). httpx runs on asyncio and trio alike.
+
+Only httpx is needed here (the ``remote`` extra), not the server's packages.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ..control import Page, RunState
+from ..errors import ConfigurationError, StorageUnavailable, WorkflowNotFound
+from ..store.records import HistoryEvent, StartRequest, StartResult
+from .errors import VERSION, VERSION_HEADER, error_from_wire
+from .wire import event_from_wire, record_from_wire, state_from_wire, summary_from_wire
+
+# Longest wait one result request asks for (the server may cap it lower).
+_MAX_WAIT = 30.0
+# Events per history request when the caller wants all of them.
+_HISTORY_PAGE = 1000
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class RemoteControl:
+    """A `ControlPlane` over HTTP (see the module docstring)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        namespace: str = "default",
+        timeout: float = 30.0,
+        verify: bool | str = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigurationError("namespace must be a non-empty string")
+        self.base_url = base_url.rstrip("/")
+        self.namespace = namespace
+        self.timeout = timeout
+        self._owns_http = http is None
+        if http is None:
+            headers = {VERSION_HEADER: VERSION, "Accept": "application/json"}
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            http = httpx.AsyncClient(base_url=self.base_url, headers=headers,
+                                     timeout=httpx.Timeout(timeout), verify=verify,
+                                     transport=transport)
+        self._http = http
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"RemoteControl({self.base_url!r}, namespace={self.namespace!r})"
+
+    def for_namespace(self, namespace: str) -> RemoteControl:
+        return RemoteControl(self.base_url, namespace=namespace, timeout=self.timeout,
+                             http=self._http)
+
+    async def close(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # ------------------------------------------------------------ plumbing
+
+    async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                    body: dict[str, Any] | None = None,
+                    read_timeout: float | None = None) -> tuple[int, Any]:
+        headers = {"X-Namespace": self.namespace}
+        content = None
+        if body is not None:
+            content = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+            headers["Content-Type"] = "application/json"
+        timeout = httpx.Timeout(self.timeout, read=read_timeout or self.timeout)
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = await self._http.request(
+                method, path, params=query, content=content, headers=headers, timeout=timeout,
+            )
+        except httpx.ConnectError as exc:
+            raise StorageUnavailable(
+                f"cannot reach the control plane at {self.base_url}: {exc}"
+            ) from exc
+        except httpx.TransportError as exc:
+            # The request may have arrived: only the server knows whether it acted.
+            raise StorageUnavailable(
+                f"the connection to the control plane at {self.base_url} failed during "
+                f"{method} {path}: {exc!r}; the request may or may not have been carried out",
+                outcome_unknown=method != "GET",
+            ) from exc
+        try:
+            data = response.json() if response.content else None
+        except ValueError:
+            data = None
+        if response.status_code >= 400:
+            raise error_from_wire(response.status_code, data)
+        return response.status_code, data
+
+    @staticmethod
+    def _run_path(workflow_id: str, run_id: str | None, action: str = "") -> str:
+        path = f"/api/workflows/{_segment(workflow_id)}"
+        if run_id is not None:
+            path += f"/runs/{_segment(run_id)}"
+        return path + (f"/{action}" if action else "")
+
+    # ------------------------------------------------------------ the protocol
+
+    async def start(self, request: StartRequest) -> StartResult:
+        body = {
+            "workflow_type": request.workflow_type,
+            "workflow_id": request.workflow_id,
+            "input": json.loads(request.input),
+            "execution_timeout_seconds": request.execution_timeout,
+            "run_timeout_seconds": request.run_timeout,
+            "id_reuse_policy": request.id_reuse,
+            "task_queue": request.task_queue,
+            "memo": json.loads(request.memo) if request.memo else None,
+            # The client checked a workflow name already (as an embedded one does).
+            "require_registered": False,
+        }
+        _, data = await self._call("POST", "/api/workflows", body=body)
+        return StartResult(run_id=str(data["run_id"]), created=bool(data["created"]),
+                           status=str(data["status"]))
+
+    async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
+        try:
+            _, data = await self._call("GET", self._run_path(workflow_id, run_id, "result"))
+        except WorkflowNotFound:
+            return None
+        return state_from_wire(data)
+
+    async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:
+        wait = max(0.0, min(wait, _MAX_WAIT))
+        _, data = await self._call("GET", self._run_path(workflow_id, run_id, "result"),
+                                   params={"wait": wait}, read_timeout=wait + self.timeout)
+        return state_from_wire(data)
+
+    async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
+        try:
+            _, data = await self._call("GET", self._run_path(workflow_id, run_id))
+        except WorkflowNotFound:
+            return None
+        return dict(data)
+
+    async def history(
+        self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,
+        limit: int | None = None,
+    ) -> list[HistoryEvent]:
+        events: list[HistoryEvent] = []
+        after = after_sequence
+        while limit is None or len(events) < limit:
+            page = _HISTORY_PAGE if limit is None else min(_HISTORY_PAGE, limit - len(events))
+            _, data = await self._call(
+                "GET", self._run_path(workflow_id, run_id, "history"),
+                params={"after_sequence": after, "limit": page})
+            batch = [event_from_wire(item) for item in data["events"]]
+            events.extend(batch)
+            if run_id is None:  # keep paging the run the first page came from
+                run_id = str(data["run_id"])
+            if len(batch) < page:
+                break
+            after = int(data["next_after_sequence"])
+        return events
+
+    async def request_cancellation(
+        self, workflow_id: str, run_id: str | None, *, reason: str, cleanup_timeout: float,
+        requester: dict[str, Any] | None, source: str,
+    ) -> tuple[bool, dict[str, Any]]:
+        _, data = await self._call(
+            "POST", self._run_path(workflow_id, run_id, "request-cancellation"),
+            body={"reason": reason, "cleanup_timeout_seconds": cleanup_timeout,
+                  "requester": requester, "source": source})
+        return bool(data["accepted"]), record_from_wire(data["request"])
+
+    async def close_run(self, workflow_id: str, run_id: str | None, *, status: str,
+                        reason: str) -> None:
+        action = {"cancelled": "cancel", "terminated": "terminate"}.get(status)
+        if action is None:
+            raise ConfigurationError(f"a run is closed from outside as cancelled or terminated, "
+                                     f"not {status!r}")
+        await self._call("POST", self._run_path(workflow_id, run_id, action),
+                         body={"reason": reason})
+
+    async def cancellation_cascade(self, workflow_id: str, run_id: str | None) -> dict[str, Any]:
+        _, data = await self._call(
+            "GET", self._run_path(workflow_id, run_id, "cancellation-cascade"))
+        return dict(data)
+
+    async def clear_review(self, workflow_id: str) -> bool:
+        _, data = await self._call(
+            "POST", f"/api/workflows/{_segment(workflow_id)}/retry-after-review")
+        return bool(data["cleared"])
+
+    async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
+                        cursor: str | None) -> Page:
+        _, data = await self._call("GET", "/api/workflows", params={
+            "status": status, "workflow_type": workflow_type, "limit": limit, "cursor": cursor})
+        return Page([summary_from_wire(item) for item in data["items"]], data["next_cursor"])
+
+    async def repair_pass(self) -> dict[str, int]:
+        _, data = await self._call("POST", "/api/repair-pass")
+        return {str(k): int(v) for k, v in data["counts"].items()}
+
+    async def registered_types(self) -> set[str]:
+        _, data = await self._call("GET", "/api/workflow-types")
+        return {str(t) for t in data["workflow_types"]}

@@ -1,0 +1,533 @@
+"""The control plane's routes, each declared once: method, path, role, parameters,
+request and response schemas, and the handler.
+
+`app.py` turns every `Operation` into a Starlette route that checks the
+version header, the token's role, the namespace, the parameters and the
+body against these very schemas before the handler runs; `openapi.py`
+writes the OpenAPI document from the same objects. To add routes (signals,
+queries and updates come next), append `Operation`s to the list that
+`operations()` returns: the server, its validation and its spec follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NotRegistered, WorkflowNotFound
+from ..options import IdReusePolicy, StartOptions
+from .schema import TEXT_PATTERN, Schema, check_schema
+from .wire import event_to_wire, record_to_wire, state_to_wire
+
+if TYPE_CHECKING:
+    from ..client import Client
+    from ..control import RunState
+
+STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
+            "terminated", "continued"]
+# Ten years: a longer timeout has no date storage or ISO 8601 can show.
+MAX_SECONDS = 315_360_000
+# PostgreSQL stores a sequence number in a 32-bit integer.
+MAX_SEQUENCE = 2_147_483_647
+
+
+@dataclass
+class Call:
+    """One validated request, as a handler sees it."""
+
+    client: Client  # acting in the request's namespace
+    namespace: str
+    role: str | None
+    params: dict[str, Any]
+    body: dict[str, Any]
+    request_id: str
+    max_wait: float
+    # Waits until the run may have changed (a wake-up or a bounded poll).
+    wait_for_change: Callable[[str, float], Awaitable[None]]
+
+
+Handler = Callable[[Call], Awaitable[tuple[int, Any]]]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    location: str  # "path" | "query" | "header"
+    schema: Schema
+    description: str
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    description: str
+    schema: Schema | None = None
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A route: where it is, who may call it, what it takes and gives, what it does."""
+
+    method: str
+    path: str
+    operation_id: str
+    summary: str
+    handler: Handler
+    role: str | None = "viewer"  # None: no token needed
+    versioned: bool = True  # requires the version header
+    params: tuple[Param, ...] = ()
+    body: Schema | None = None
+    replies: tuple[Reply, ...] = ()
+    body_required: bool = False
+    long_poll: bool = False  # ends when the client disconnects
+    # OpenAPI links from this operation's reply to others: {name: (operationId,
+    # {parameter: runtime expression})}.
+    links: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    tags: tuple[str, ...] = ("workflows",)
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def text(max_length: int, description: str, *, min_length: int = 1) -> Schema:
+    return {"type": "string", "minLength": min_length, "maxLength": max_length,
+            "pattern": TEXT_PATTERN, "description": description}
+
+
+def seconds(description: str, *, minimum: float | None = None,
+            exclusive_minimum: float | None = None, nullable: bool = True) -> Schema:
+    schema: Schema = {"type": ["number", "null"] if nullable else "number",
+                      "maximum": MAX_SECONDS, "description": description}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    if exclusive_minimum is not None:
+        schema["exclusiveMinimum"] = exclusive_minimum
+    return schema
+
+
+WORKFLOW_ID = Param("workflowId", "path", text(1000, "The workflow id."), "The workflow id.",
+                    required=True)
+RUN_ID = Param("runId", "path", text(200, "A run id of the workflow."),
+               "A run id of the workflow.", required=True)
+WAIT = Param("wait", "query",
+             {"type": "number", "minimum": 0, "default": 0,
+              "description": "Long-poll for up to this many seconds (capped by the server's "
+                             "max_wait); 0 answers at once."},
+             "Long-poll for up to this many seconds (capped by the server).")
+
+ID_FIELD = {"type": "string"}
+INSTANT = {"type": ["string", "null"], "description": "ISO 8601 with an offset"}
+ANY_OBJECT: Schema = {"type": "object"}
+
+START_BODY = check_schema({
+    "type": "object",
+    "required": ["workflow_type", "workflow_id"],
+    "additionalProperties": False,
+    "properties": {
+        "workflow_type": text(1000, "The registered name of the workflow."),
+        "workflow_id": text(1000, "The instance id (unique per namespace)."),
+        "input": {"type": "array", "maxItems": 10_000,
+                  "description": "The workflow's positional arguments, as JSON values."},
+        "execution_timeout_seconds": seconds(
+            "Bounds the whole instance, across continue-as-new.", minimum=1),
+        "run_timeout_seconds": seconds("Bounds each run.", minimum=1),
+        "id_reuse_policy": {"type": "string", "enum": [p.value for p in IdReusePolicy],
+                            "default": "reject_duplicate"},
+        "task_queue": {**text(1000, "The task queue its workers poll."),
+                       "type": ["string", "null"]},
+        "memo": {"type": ["object", "null"], "description": "Metadata describe() shows."},
+        "require_registered": {
+            "type": "boolean", "default": True,
+            "description": "Refuse (400 not_registered) a type no live worker registers. "
+                           "The Python remote client sends false: like the embedded client "
+                           "it has already checked a name, and a workflow function it "
+                           "imports needs no live worker to be started."},
+    },
+})
+
+CANCELLATION_BODY = check_schema({
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "reason": {**text(10_000, "Why (recorded and shown to the workflow)."),
+                   "default": "cancellation requested", "minLength": 0},
+        "cleanup_timeout_seconds": {
+            **seconds("The cleanup budget; a repeat never extends it.",
+                      exclusive_minimum=0, nullable=False), "default": 30},
+        "requester": {"type": ["object", "null"],
+                      "description": "Who asks (recorded as given); by default the role."},
+        "source": {**text(200, "Where the request came from."), "default": "http"},
+    },
+})
+
+REASON_BODY = check_schema({
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"reason": {**text(10_000, "Recorded as the closing reason."),
+                              "minLength": 0}},
+})
+
+ERROR_SCHEMA: Schema = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {
+        "type": "object", "required": ["code", "message"],
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+    }},
+}
+SUMMARY: Schema = {
+    "type": "object",
+    "required": ["workflow_id", "run_id", "workflow_type", "status"],
+    "properties": {
+        "workflow_id": ID_FIELD, "run_id": ID_FIELD, "workflow_type": {"type": "string"},
+        "status": {"type": "string", "enum": STATUSES}, "run_number": {"type": "integer"},
+        "task_queue": {"type": "string"}, "created_at": INSTANT, "started_at": INSTANT,
+        "closed_at": INSTANT, "closed_reason": {"type": ["string", "null"]},
+    },
+}
+LIST_REPLY: Schema = {
+    "type": "object", "required": ["items", "next_cursor"],
+    "properties": {"items": {"type": "array", "items": SUMMARY},
+                   "next_cursor": {"type": ["string", "null"]}},
+}
+START_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "run_id", "namespace", "status", "created"],
+    "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD, "namespace": ID_FIELD,
+                   "status": {"type": "string", "enum": STATUSES},
+                   "created": {"type": "boolean"}},
+}
+DESCRIBE_REPLY: Schema = {
+    "type": "object",
+    "required": ["workflow_id", "workflow_type", "namespace", "status", "run"],
+    "properties": {
+        "workflow_id": ID_FIELD, "workflow_type": {"type": "string"},
+        "namespace": {"type": "string"}, "status": {"type": "string"},
+        "run": {"type": "object", "required": ["run_id", "status"]},
+        "failures": {"type": "array"},
+        "cancellation": {"type": ["object", "null"]},
+    },
+}
+EVENT: Schema = {
+    "type": "object", "required": ["sequence", "type", "recorded_at", "data"],
+    "properties": {"sequence": {"type": "integer"}, "type": {"type": "string"},
+                   "recorded_at": {"type": "string"}, "data": {"type": "object"}},
+}
+HISTORY_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "run_id", "events", "next_after_sequence"],
+    "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
+                   "events": {"type": "array", "items": EVENT},
+                   "next_after_sequence": {"type": "integer"}},
+}
+RESULT_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "run_id", "status"],
+    "properties": {
+        "workflow_id": ID_FIELD, "run_id": ID_FIELD,
+        "status": {"type": "string", "enum": STATUSES},
+        "result": {"description": "The workflow's return value (status completed)."},
+        "failure": {"type": "object", "description": "What ended the run (failed, cancelled, "
+                                                     "timed_out, terminated)."},
+        "continued_run_id": {"type": ["string", "null"]},
+    },
+}
+REQUEST_RECORD: Schema = {
+    "type": "object",
+    "required": ["request_id", "root_request_id", "reason", "source", "requested_at",
+                 "deadline_at", "lineage"],
+    "properties": {"request_id": ID_FIELD, "root_request_id": ID_FIELD,
+                   "reason": {"type": "string"}, "source": {"type": "string"},
+                   "requested_at": {"type": "string"}, "deadline_at": {"type": "string"},
+                   "lineage": {"type": "array"}, "lifecycle": {"type": ["string", "null"]}},
+}
+CANCELLATION_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "accepted", "request"],
+    "properties": {"workflow_id": ID_FIELD, "accepted": {"type": "boolean"},
+                   "request": REQUEST_RECORD},
+}
+CLOSE_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "run_id", "status"],
+    "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
+                   "status": {"type": "string", "enum": STATUSES}},
+}
+CASCADE_REPLY: Schema = {"type": "object", "required": ["runs"],
+                         "properties": {"runs": {"type": "array"}}}
+
+
+def _run_state_or_404(state: RunState | None, workflow_id: str, run_id: str | None,
+                      namespace: str) -> RunState:
+    if state is None:
+        run = f" run {run_id!r}" if run_id else ""
+        raise WorkflowNotFound(f"no workflow {workflow_id!r}{run} in namespace {namespace!r}")
+    return state
+
+
+# ---------------------------------------------------------------- handlers
+
+
+async def list_workflows(call: Call) -> tuple[int, Any]:
+    p = call.params
+    page = await call.client.list_page(status=p.get("status"),
+                                       workflow_type=p.get("workflow_type"),
+                                       limit=p["limit"], cursor=p.get("cursor"))
+    return 200, {"items": page.items, "next_cursor": page.next_cursor}
+
+
+async def start_workflow(call: Call) -> tuple[int, Any]:
+    body = call.body
+    client = call.client
+    wf_type: str = body["workflow_type"]
+    if body.get("require_registered", True) and (
+        wf_type not in await client.control.registered_types()
+    ):
+        raise NotRegistered(
+            f"unknown workflow type {wf_type!r}: no live worker in namespace "
+            f"{call.namespace!r} has registered it; start a worker with it, check the name "
+            "(GET /api/workflow-types lists registered types), or send "
+            '"require_registered": false to record the start anyway'
+        )
+    options = StartOptions(
+        id_reuse=IdReusePolicy(body.get("id_reuse_policy", "reject_duplicate")),
+        execution_timeout=body.get("execution_timeout_seconds"),
+        run_timeout=body.get("run_timeout_seconds"),
+        memo=dict(body.get("memo") or {}),
+    )
+    request = client._start_request(wf_type, list(body.get("input") or []),
+                                    body["workflow_id"], options, body.get("task_queue"))
+    result = await client.control.start(request)
+    return (201 if result.created else 200), {
+        "workflow_id": body["workflow_id"], "run_id": result.run_id,
+        "namespace": call.namespace, "status": result.status, "created": result.created,
+    }
+
+
+async def describe(call: Call) -> tuple[int, Any]:
+    wf, run = call.params["workflowId"], call.params.get("runId")
+    return 200, await call.client.get_handle(wf, run_id=run).describe()
+
+
+async def history(call: Call) -> tuple[int, Any]:
+    p = call.params
+    wf, run = p["workflowId"], p.get("runId")
+    control = call.client.control
+    state = _run_state_or_404(await control.run_state(wf, run), wf, run, call.namespace)
+    after: int = p["after_sequence"]
+    wait = min(float(p.get("wait") or 0), call.max_wait)
+    events = await control.history(wf, state.run_id, after_sequence=after, limit=p["limit"])
+    if not events and wait > 0 and state.is_open:
+        deadline = _now() + wait
+        while not events:
+            left = deadline - _now()
+            if left <= 0:
+                break
+            await call.wait_for_change(state.run_id, left)
+            events = await control.history(wf, state.run_id, after_sequence=after,
+                                           limit=p["limit"])
+    return 200, {
+        "workflow_id": wf, "run_id": state.run_id,
+        "events": [event_to_wire(e) for e in events],
+        "next_after_sequence": events[-1].sequence if events else after,
+    }
+
+
+async def result(call: Call) -> tuple[int, Any]:
+    p = call.params
+    wf, run = p["workflowId"], p.get("runId")
+    control = call.client.control
+    state = _run_state_or_404(await control.run_state(wf, run), wf, run, call.namespace)
+    wait = min(float(p.get("wait") or 0), call.max_wait)
+    if state.is_open and wait > 0:
+        state = await control.await_run(wf, state.run_id, wait)
+    return (202 if state.is_open else 200), state_to_wire(wf, state)
+
+
+async def request_cancellation(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    requester = body.get("requester") or {"type": "http", "id": None, "label": call.role}
+    accepted, record = await call.client.control.request_cancellation(
+        p["workflowId"], p.get("runId"), reason=body.get("reason", "cancellation requested"),
+        cleanup_timeout=float(body.get("cleanup_timeout_seconds", 30)),
+        requester=requester, source=body.get("source", "http"),
+    )
+    return (202 if accepted else 200), {"workflow_id": p["workflowId"], "accepted": accepted,
+                                        "request": record_to_wire(record)}
+
+
+async def _close(call: Call, status: str) -> tuple[int, Any]:
+    p = call.params
+    wf, run = p["workflowId"], p.get("runId")
+    control = call.client.control
+    await control.close_run(wf, run, status=status, reason=call.body.get("reason", status))
+    state = _run_state_or_404(await control.run_state(wf, run), wf, run, call.namespace)
+    return 200, {"workflow_id": wf, "run_id": state.run_id, "status": state.status}
+
+
+async def cancel(call: Call) -> tuple[int, Any]:
+    return await _close(call, "cancelled")
+
+
+async def terminate(call: Call) -> tuple[int, Any]:
+    return await _close(call, "terminated")
+
+
+async def cascade(call: Call) -> tuple[int, Any]:
+    p = call.params
+    return 200, await call.client.control.cancellation_cascade(p["workflowId"], p.get("runId"))
+
+
+async def retry_after_review(call: Call) -> tuple[int, Any]:
+    return 200, {"cleared": await call.client.control.clear_review(call.params["workflowId"])}
+
+
+async def repair_pass(call: Call) -> tuple[int, Any]:
+    return 200, {"counts": await call.client.control.repair_pass()}
+
+
+async def workflow_types(call: Call) -> tuple[int, Any]:
+    return 200, {"workflow_types": sorted(await call.client.control.registered_types())}
+
+
+def _now() -> float:
+    import anyio
+
+    return anyio.current_time()
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _run_scoped(method: str, action: str, op_id: str, summary: str, handler: Handler, *,
+                role: str = "viewer", params: tuple[Param, ...] = (),
+                body: Schema | None = None, replies: tuple[Reply, ...] = (),
+                long_poll: bool = False, description: str = "") -> list[Operation]:
+    """An action on a run, twice: on a given run, and on the workflow's current run."""
+    suffix = f"/{action}" if action else ""
+    return [
+        Operation(method, f"/api/workflows/{{workflowId}}/runs/{{runId}}{suffix}",
+                  f"{op_id}Run", f"{summary} (a given run)", handler, role,
+                  params=(WORKFLOW_ID, RUN_ID, *params), body=body, replies=replies,
+                  long_poll=long_poll, description=description),
+        Operation(method, f"/api/workflows/{{workflowId}}{suffix}", op_id,
+                  f"{summary} (the current run)", handler, role,
+                  params=(WORKFLOW_ID, *params), body=body, replies=replies,
+                  long_poll=long_poll, description=description),
+    ]
+
+
+_RUN_ACTIONS = ("describeWorkflow", "getHistory", "getResult", "requestCancellation",
+                "cancelWorkflow", "terminateWorkflow", "getCancellationCascade")
+
+
+def operations() -> list[Operation]:
+    """Every route of the control plane (the OpenAPI document is written from these)."""
+    ops = [
+        Operation(
+            "POST", "/api/workflows", "startWorkflow", "Start a workflow", start_workflow,
+            "operator", body=START_BODY, body_required=True,
+            links={
+                **{f"{op_id}Run": (f"{op_id}Run", {"workflowId": "$response.body#/workflow_id",
+                                                   "runId": "$response.body#/run_id"})
+                   for op_id in _RUN_ACTIONS},
+                **{op_id: (op_id, {"workflowId": "$response.body#/workflow_id"})
+                   for op_id in (*_RUN_ACTIONS, "retryAfterReview")},
+            },
+            replies=(Reply(201, "Started: the ids of the new run.", START_REPLY),
+                     Reply(200, "id_reuse_policy return_existing_active: the running one.",
+                           START_REPLY),
+                     Reply(409, "The id is taken (code already_started).", ERROR_SCHEMA)),
+        ),
+        Operation(
+            "GET", "/api/workflows", "listWorkflows", "List runs, newest first",
+            list_workflows,
+            params=(
+                Param("status", "query", {"type": "string", "enum": STATUSES},
+                      "Only runs with this status."),
+                Param("workflow_type", "query", text(1000, "Only runs of this type."),
+                      "Only runs of this type."),
+                Param("limit", "query",
+                      {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                      "Page size."),
+                Param("cursor", "query", text(1000, "The next_cursor of the previous page."),
+                      "The next_cursor of the previous page."),
+            ),
+            replies=(Reply(200, "One page of run summaries.", LIST_REPLY),),
+        ),
+        Operation(
+            "GET", "/api/workflow-types", "listWorkflowTypes",
+            "Workflow types live workers have registered", workflow_types,
+            replies=(Reply(200, "The types, sorted.", {
+                "type": "object", "required": ["workflow_types"],
+                "properties": {"workflow_types": {"type": "array",
+                                                  "items": {"type": "string"}}}}),),
+        ),
+        Operation(
+            "POST", "/api/repair-pass", "repairPass",
+            "Enforce every deadline due now, once", repair_pass, "operator",
+            replies=(Reply(200, "Counts by kind of what was enforced.", {
+                "type": "object", "required": ["counts"],
+                "properties": {"counts": {"type": "object",
+                                          "additionalProperties": {"type": "integer"}}}}),),
+        ),
+        Operation(
+            "POST", "/api/workflows/{workflowId}/retry-after-review", "retryAfterReview",
+            "Replay a run marked for review (after a code fix)", retry_after_review,
+            "operator", params=(WORKFLOW_ID,),
+            replies=(Reply(200, "cleared is false when the run was not marked.", {
+                "type": "object", "required": ["cleared"],
+                "properties": {"cleared": {"type": "boolean"}}}),),
+        ),
+    ]
+    ops += _run_scoped("GET", "", "describeWorkflow", "Describe", describe,
+                       replies=(Reply(200, "The instance and the run.", DESCRIBE_REPLY),))
+    ops += _run_scoped(
+        "GET", "history", "getHistory", "History events", history,
+        params=(
+            Param("after_sequence", "query",
+                  {"type": "integer", "minimum": 0, "maximum": MAX_SEQUENCE, "default": 0},
+                  "Only events with a higher sequence number."),
+            Param("limit", "query",
+                  {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1000},
+                  "At most this many events."),
+            WAIT,
+        ),
+        replies=(Reply(200, "Events, oldest first (empty when a wait ran out).",
+                       HISTORY_REPLY),),
+        long_poll=True,
+        description="With wait=N and no event after after_sequence, waits up to N seconds "
+                    "for one. Pass next_after_sequence back to follow a run.",
+    )
+    ops += _run_scoped(
+        "GET", "result", "getResult", "The outcome", result, params=(WAIT,),
+        replies=(
+            Reply(200, "The run is closed: result (completed), failure (failed, cancelled, "
+                       "timed_out, terminated) or continued_run_id (continued).",
+                  RESULT_REPLY),
+            Reply(202, "The run is still open (after waiting up to wait seconds).",
+                  RESULT_REPLY),
+        ),
+        long_poll=True,
+    )
+    ops += _run_scoped(
+        "POST", "request-cancellation", "requestCancellation",
+        "Ask the run to stop cooperatively (bounded cleanup)", request_cancellation,
+        role="operator", body=CANCELLATION_BODY,
+        replies=(
+            Reply(202, "Accepted: the request as recorded.", CANCELLATION_REPLY),
+            Reply(200, "A repeat: the original request, identity and deadline (a different "
+                       "cleanup timeout never extends it).", CANCELLATION_REPLY),
+            Reply(409, "run_not_current, run_already_closed or capability_unsupported "
+                       "(nothing recorded).", ERROR_SCHEMA),
+        ),
+    )
+    ops += _run_scoped("POST", "cancel", "cancelWorkflow",
+                       "Close the run at once as cancelled (no cleanup)", cancel,
+                       role="operator", body=REASON_BODY,
+                       replies=(Reply(200, "The run's status after.", CLOSE_REPLY),))
+    ops += _run_scoped("POST", "terminate", "terminateWorkflow",
+                       "Close the run at once as terminated", terminate, role="operator",
+                       body=REASON_BODY,
+                       replies=(Reply(200, "The run's status after.", CLOSE_REPLY),))
+    ops += _run_scoped("GET", "cancellation-cascade", "getCancellationCascade",
+                       "What a cancellation did across the tree of runs", cascade,
+                       replies=(Reply(200, "The cascade view.", CASCADE_REPLY),))
+    return ops

@@ -1,0 +1,250 @@
+"""Run the control plane: `serve()` (blocking, for ``durable serve``) and its parts.
+
+uvicorn serves it on asyncio, hypercorn on trio; either way the process's
+event loop is the one the storage driver and an optional in-process worker
+run on. A server reachable from other machines must authenticate: `serve`
+refuses a non-loopback address when no token is configured.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import ipaddress
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from .._log import get_logger
+from ..client import Client, connect
+from ..errors import ConfigurationError
+from ..worker import Worker
+from .app import create_app
+from .auth import load_tokens
+
+log = get_logger("durable.http")
+
+LOOPS = ("asyncio", "trio")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is only reachable from this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only
+    # for sockets that say they are TCP (else Nagle + delayed ACK add ~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_app(app: Any, *, host: str = "127.0.0.1", port: int = 8233,
+                    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve an ASGI app until cancelled: uvicorn on asyncio, hypercorn on trio.
+
+    Reports the bound port through `task_status` (``port=0`` picks a free
+    one: ``port = await tg.start(partial(serve_app, app, port=0))``). On
+    cancellation the server stops accepting, finishes its lifespan and returns.
+    """
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        await _serve_hypercorn(app, host, port, task_status)
+    else:
+        await _serve_uvicorn(app, host, port, task_status)
+
+
+async def _serve_uvicorn(app: Any, host: str, port: int, task_status: TaskStatus[int]) -> None:
+    import uvicorn
+
+    sock = _bind(host, port)
+    bound = int(sock.getsockname()[1])
+    config = uvicorn.Config(app, host=host, port=bound, log_config=None, access_log=False,
+                            lifespan="on", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    done = anyio.Event()
+
+    async def run() -> None:
+        try:
+            with anyio.CancelScope(shield=True):  # stopped by should_exit, not cancellation
+                await server.serve(sockets=[sock])
+        finally:
+            sock.close()
+            done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            while not server.started:
+                if done.is_set():
+                    raise ConfigurationError(
+                        f"the control plane on {host}:{bound} did not start; see its log")
+                await anyio.sleep(0.01)
+            task_status.started(bound)
+            await done.wait()
+        finally:
+            server.should_exit = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                await done.wait()
+
+
+async def _serve_hypercorn(app: Any, host: str, port: int, task_status: TaskStatus[int]) -> None:
+    import hypercorn.trio
+    from hypercorn.config import Config
+
+    sock = _bind(host, port)
+    bound = int(sock.getsockname()[1])
+    config = Config()
+    # hypercorn closes the socket it is given: give it a duplicate of ours
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]
+    config.accesslog = None
+    config.loglevel = "WARNING"  # our access log says what happened
+    config.graceful_timeout = 5
+    stop = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            async def run(*, task_status: Any) -> None:
+                with anyio.CancelScope(shield=True):  # stopped by `stop`, not cancellation
+                    await hypercorn.trio.serve(app, config, shutdown_trigger=stop.wait,
+                                               task_status=task_status)
+
+            await tg.start(run)
+            task_status.started(bound)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                stop.set()
+    finally:
+        sock.close()
+
+
+def load_worker(spec: str, client: Client) -> Worker:
+    """``"module:attr"``: a callable taking the client and returning a Worker, or a
+    dict of Worker keyword arguments (``{"workflows": [...], "activities": [...]}``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(
+            f"worker {spec!r} must be MODULE:ATTR, e.g. 'myapp.worker:make_worker'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import the worker module {module_name!r}: {exc}") \
+            from exc
+    target = getattr(module, attr, None)
+    if target is None:
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}")
+    if isinstance(target, Mapping):
+        return Worker(client, **dict(target))
+    if callable(target):
+        worker = target(client)
+        if isinstance(worker, Worker):
+            return worker
+        raise ConfigurationError(
+            f"{spec} returned {type(worker).__name__}, not a durable.Worker")
+    raise ConfigurationError(
+        f"{spec} must be a callable taking the client and returning a durable.Worker, or a "
+        "dict of Worker arguments ({'workflows': [...], 'activities': [...]})")
+
+
+async def serve_async(
+    db_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8233,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    tokens_file: str | os.PathLike[str] | None = None,
+    worker: str | None = None,
+    max_wait: float = 60.0,
+    public_metrics: bool = False,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """`serve` inside a running event loop (asyncio or trio); see `serve`."""
+    token_set = load_tokens(tokens, tokens_file)
+    anonymous: str | None = None
+    if not len(token_set):
+        if not is_loopback(host):
+            raise ConfigurationError(
+                f"refusing to serve the control plane on {host}, which other machines can "
+                "reach, without tokens: set DURABLE_TOKENS ('tok1:operator,tok2:viewer'), "
+                "DURABLE_TOKENS_FILE or tokens=, or bind 127.0.0.1"
+            )
+        anonymous = "operator"
+        log.warning("serving the control plane without tokens: every request on loopback "
+                    "acts as operator", host=host)
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(connect(db_url))
+        if worker is not None:
+            await stack.enter_async_context(load_worker(worker, client))
+        app = create_app(client, tokens, tokens_file=tokens_file, anonymous_role=anonymous,
+                         max_wait=max_wait, public_metrics=public_metrics)
+        await serve_app(app, host=host, port=port, task_status=task_status)
+
+
+def serve(
+    db_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8233,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    tokens_file: str | os.PathLike[str] | None = None,
+    worker: str | None = None,
+    loop: str = "asyncio",
+    max_wait: float = 60.0,
+    public_metrics: bool = False,
+    on_ready: Callable[[int], Any] | None = None,
+) -> None:
+    """Serve the control plane for the storage at `db_url` until interrupted.
+
+    - `host`, `port`: where to listen (``port=0``: any free port, passed to
+      `on_ready`). A non-loopback `host` needs tokens.
+    - `tokens` / `tokens_file`: bearer tokens and roles, merged with
+      ``DURABLE_TOKENS`` and ``DURABLE_TOKENS_FILE``. With none on loopback,
+      every request acts as operator (a warning is logged).
+    - `worker`: ``"module:attr"``, a callable ``(client) -> durable.Worker`` or
+      a dict of Worker arguments, run in this process on the same storage.
+    - `loop`: ``"asyncio"`` (uvicorn) or ``"trio"`` (hypercorn).
+    - `max_wait`: the longest long poll; `public_metrics`: /metrics without a token.
+    """
+    if loop not in LOOPS:
+        raise ConfigurationError(f"loop must be one of {', '.join(LOOPS)}, got {loop!r}")
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            bound = await tg.start(partial(
+                serve_async, db_url, host, port, tokens=tokens, tokens_file=tokens_file,
+                worker=worker, max_wait=max_wait, public_metrics=public_metrics))
+            log.info("control plane listening", url=f"http://{host}:{bound}", loop=loop)
+            if on_ready is not None:
+                result = on_ready(bound)
+                if inspect.isawaitable(result):
+                    await result
+
+    try:
+        anyio.run(main, backend=loop)
+    except* KeyboardInterrupt:  # Ctrl-C: trio raises it inside the task group
+        pass

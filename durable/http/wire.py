@@ -1,0 +1,130 @@
+"""The JSON shapes both sides of the control plane agree on (no web framework here).
+
+Instants travel as ISO 8601 strings with an explicit offset; payloads (a
+workflow's input, result, memo) travel as JSON values, decoded from the text
+storage keeps, so `curl` users read them and the remote client re-encodes
+them into the same text its converter decodes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+from ..clock import to_iso
+from ..control import RunState
+from ..store.records import HistoryEvent
+
+# Keys of a cancellation request record that are instants (epoch seconds in storage).
+_RECORD_INSTANTS = ("requested_at", "deadline_at", "delivered_at", "closed_at")
+# Keys of a run summary (`Client.list`) that are datetimes.
+_SUMMARY_INSTANTS = ("created_at", "started_at", "closed_at")
+
+
+def json_default(value: Any) -> Any:
+    """`json.dumps` hook: datetimes as ISO 8601, sets as sorted lists."""
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    raise TypeError(f"{type(value).__qualname__} is not JSON serialisable")
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, default=json_default, separators=(",", ":"),
+                      allow_nan=False).encode()
+
+
+def parse_payload(text: str | None, what: str) -> Any:
+    """A stored payload as a JSON value (the wire carries values, not text)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"{what} is not JSON text; the HTTP control plane carries JSON payloads, so "
+            "clients and workers must use a JSON payload converter"
+        ) from exc
+
+
+def encode_payload(value: Any) -> str:
+    """A JSON value back to the compact text `JSONConverter` writes."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def record_to_wire(record: dict[str, Any]) -> dict[str, Any]:
+    """A cancellation request as stored (epoch instants) to its wire form (ISO)."""
+    out = dict(record)
+    for key in _RECORD_INSTANTS:
+        value = out.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = to_iso(float(value))
+    return out
+
+
+def record_from_wire(data: dict[str, Any]) -> dict[str, Any]:
+    """The wire form of a cancellation request back to the stored form."""
+    out = dict(data)
+    for key in _RECORD_INSTANTS:
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = datetime.datetime.fromisoformat(value).timestamp()
+    return out
+
+
+def summary_from_wire(item: dict[str, Any]) -> dict[str, Any]:
+    out = dict(item)
+    for key in _SUMMARY_INSTANTS:
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = datetime.datetime.fromisoformat(value)
+    return out
+
+
+def event_to_wire(event: HistoryEvent) -> dict[str, Any]:
+    recorded = event.recorded_at
+    return {
+        "sequence": event.sequence,
+        "type": event.type,
+        "recorded_at": recorded.isoformat() if isinstance(recorded, datetime.datetime)
+        else recorded,
+        "data": event.data,
+    }
+
+
+def event_from_wire(item: dict[str, Any]) -> HistoryEvent:
+    recorded = item.get("recorded_at")
+    return HistoryEvent(
+        sequence=int(item["sequence"]),
+        type=str(item["type"]),
+        recorded_at=datetime.datetime.fromisoformat(recorded) if isinstance(recorded, str)
+        else recorded,
+        data=dict(item.get("data") or {}),
+    )
+
+
+def state_to_wire(workflow_id: str, state: RunState) -> dict[str, Any]:
+    """The result route's body: the outcome of a closed run, or its open status."""
+    body: dict[str, Any] = {"workflow_id": workflow_id, "run_id": state.run_id,
+                            "status": state.status}
+    if state.status == "completed":
+        body["result"] = parse_payload(state.result, "the workflow's result")
+    elif state.status == "continued":
+        body["continued_run_id"] = state.continued_run_id
+    elif not state.is_open:
+        body["failure"] = state.failure or {"failure_category": state.status,
+                                            "message": state.status}
+    return body
+
+
+def state_from_wire(body: dict[str, Any]) -> RunState:
+    status = str(body["status"])
+    result = encode_payload(body.get("result")) if status == "completed" else None
+    failure = body.get("failure")
+    return RunState(
+        run_id=str(body["run_id"]), status=status, result=result,
+        failure=dict(failure) if isinstance(failure, dict) else None,
+        continued_run_id=body.get("continued_run_id"),
+    )

@@ -1,0 +1,886 @@
+"""The control plane over HTTP: every route, status code and header rule.
+
+Most tests call the ASGI app in-process through httpx's ASGITransport (the
+same bytes a server would pass it); the tests of long polls, disconnects,
+`serve` and the remote client run a real server on a loopback port
+(uvicorn on asyncio, hypercorn on trio). Every test runs on both host loops
+and, where storage matters, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+import durable
+from durable import workflow
+from durable.http import create_app
+from durable.http.app import response_for_exception
+from durable.http.auth import TokenSet, load_tokens, parse_token_list
+from durable.http.errors import ERROR_TABLE, error_from_wire
+from durable.http.routes import operations
+from durable.http.serve import is_loopback, load_worker, serve_app, serve_async
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = "op-token-1"
+VIEWER = "view-token-1"
+TOKENS = {OPERATOR: "operator", VIEWER: "viewer"}
+VERSION = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+AS_OPERATOR = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
+AS_VIEWER = {**VERSION, "Authorization": f"Bearer {VIEWER}"}
+
+
+@workflow.defn
+async def napper(seconds: float) -> str:
+    await workflow.sleep(seconds)
+    return "rested"
+
+
+@workflow.defn
+async def broken(message: str) -> None:
+    raise ValueError(message)
+
+
+@workflow.defn
+async def hops(n: int) -> int:
+    if n > 0:
+        workflow.continue_as_new(n - 1)
+    return n
+
+
+SERVE_WORKER = {"workflows": [napper, broken, hops]}
+
+
+class Plane:
+    """A control plane app on the test's storage, and an HTTP client for it."""
+
+    def __init__(self, storage: durable.Client, app: Starlette, http: httpx.AsyncClient):
+        self.storage = storage
+        self.app = app
+        self.http = http
+
+    async def start(self, workflow_id: str, wf_type: str = "napper", args: Any = (3600,),
+                    headers: dict[str, str] | None = None, **fields: Any) -> httpx.Response:
+        body = {"workflow_type": wf_type, "workflow_id": workflow_id, "input": list(args),
+                "require_registered": False, **fields}
+        return await self.http.post("/api/workflows", json=body,
+                                    headers=headers or AS_OPERATOR)
+
+
+def make_app(storage: durable.Client, **kwargs: Any) -> Starlette:
+    kwargs.setdefault("environ", {})
+    return create_app(storage, TOKENS, **kwargs)
+
+
+@pytest.fixture
+async def plane(storage_client: durable.Client) -> AsyncIterator[Plane]:
+    app = make_app(storage_client)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        yield Plane(storage_client, app, http)
+
+
+@pytest.fixture
+async def live(storage_client: durable.Client) -> AsyncIterator[tuple[Plane, str]]:
+    """The app served on a free loopback port by a real server."""
+    app = make_app(storage_client)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(serve_app, app, port=0))
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url) as http:
+            yield Plane(storage_client, app, http), url
+        tg.cancel_scope.cancel()
+
+
+# Rules of the HTTP layer that no storage call reaches: SQLite is enough.
+HTTP_ONLY = pytest.mark.parametrize("driver_name", ["sqlite"])
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert isinstance(error["code"], str) and isinstance(error["message"], str)
+    return error
+
+
+# ---------------------------------------------------------------- header rules
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize("value", [None, "1", "3", "two"])
+async def test_missing_or_other_version_header_is_400_naming_the_header(
+    plane: Plane, value: str | None
+) -> None:
+    headers = {"Authorization": f"Bearer {OPERATOR}"}
+    if value is not None:
+        headers["X-Durable-Workflow-Control-Plane-Version"] = value
+    response = await plane.http.get("/api/workflows", headers=headers)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "unsupported_version"
+    assert "X-Durable-Workflow-Control-Plane-Version" in error["message"]
+    assert error["header"] == "X-Durable-Workflow-Control-Plane-Version"
+    assert error["supported"] == ["2"]
+
+
+@HTTP_ONLY
+async def test_missing_token_is_401_with_www_authenticate(plane: Plane) -> None:
+    response = await plane.http.get("/api/workflows", headers=VERSION)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert error_of(response)["code"] == "unauthenticated"
+    for bad in ("Bearer", "Basic b3A6dG9rZW4=", f"Token {OPERATOR}", "Bearer nope"):
+        response = await plane.http.get("/api/workflows",
+                                        headers={**VERSION, "Authorization": bad})
+        assert response.status_code == 401, bad
+        assert "Bearer" in response.headers["WWW-Authenticate"]
+
+
+async def test_viewer_token_reads_but_is_refused_on_writes(plane: Plane) -> None:
+    assert (await plane.start("w1")).status_code == 201
+    assert (await plane.http.get("/api/workflows", headers=AS_VIEWER)).status_code == 200
+    assert (await plane.http.get("/api/workflows/w1", headers=AS_VIEWER)).status_code == 200
+    writes = [
+        ("/api/workflows", {"workflow_type": "napper", "workflow_id": "w2",
+                            "require_registered": False}),
+        ("/api/workflows/w1/request-cancellation", {"reason": "no"}),
+        ("/api/workflows/w1/cancel", {}),
+        ("/api/workflows/w1/terminate", {}),
+        ("/api/repair-pass", None),
+        ("/api/workflows/w1/retry-after-review", None),
+    ]
+    for path, body in writes:
+        response = await plane.http.post(path, json=body, headers=AS_VIEWER)
+        assert response.status_code == 403, path
+        error = error_of(response)
+        assert error["code"] == "forbidden" and error["required_role"] == "operator"
+    # nothing was written
+    info = (await plane.http.get("/api/workflows/w1", headers=AS_VIEWER)).json()
+    assert info["status"] == "pending" and info["cancellation"] is None
+    listed = (await plane.http.get("/api/workflows", headers=AS_VIEWER)).json()["items"]
+    assert [r["workflow_id"] for r in listed] == ["w1"]
+
+
+async def test_a_run_of_another_namespace_is_404_never_403(plane: Plane) -> None:
+    in_a = {**AS_OPERATOR, "X-Namespace": "team-a"}
+    in_b = {**AS_OPERATOR, "X-Namespace": "team-b"}
+    created = await plane.start("shared-id", headers=in_a)
+    assert created.status_code == 201 and created.json()["namespace"] == "team-a"
+    run_id = created.json()["run_id"]
+    for path in ("/api/workflows/shared-id", f"/api/workflows/shared-id/runs/{run_id}",
+                 "/api/workflows/shared-id/history", "/api/workflows/shared-id/result",
+                 "/api/workflows/shared-id/cancellation-cascade"):
+        response = await plane.http.get(path, headers=in_b)
+        assert response.status_code == 404, path
+        assert error_of(response)["code"] == "not_found"
+        assert "team-b" in error_of(response)["message"]
+    for action in ("request-cancellation", "cancel", "terminate"):
+        response = await plane.http.post(f"/api/workflows/shared-id/{action}", json={},
+                                         headers=in_b)
+        assert response.status_code == 404, action
+    assert (await plane.http.get("/api/workflows", headers=in_b)).json()["items"] == []
+    # the default namespace does not see it either; its own namespace does
+    assert (await plane.http.get("/api/workflows/shared-id",
+                                 headers=AS_OPERATOR)).status_code == 404
+    described = await plane.http.get("/api/workflows/shared-id", headers=in_a)
+    assert described.json()["status"] == "pending"
+    # the same id is free in another namespace
+    assert (await plane.start("shared-id", headers=in_b)).status_code == 201
+
+
+@HTTP_ONLY
+async def test_bad_namespace_header_is_400(plane: Plane) -> None:
+    for bad in ("", "has space", "-leading", "x" * 200):
+        response = await plane.http.get("/api/workflows",
+                                        headers={**AS_OPERATOR, "X-Namespace": bad})
+        assert response.status_code == 400, bad
+        assert error_of(response)["parameter"] == "X-Namespace"
+
+
+@HTTP_ONLY
+async def test_request_id_is_echoed_or_made_and_logged_without_secrets(
+    plane: Plane, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="durable.http")
+    response = await plane.http.post(
+        "/api/workflows", headers={**AS_OPERATOR, "X-Request-Id": "req-42"},
+        json={"workflow_type": "napper", "workflow_id": "secret-body-value", "input": [1],
+              "require_registered": False})
+    assert response.headers["X-Request-Id"] == "req-42"
+    made = await plane.http.get("/healthz", headers={"X-Request-Id": "bad id\nwith newline"})
+    assert made.headers["X-Request-Id"] != "bad id\nwith newline"
+    assert len(made.headers["X-Request-Id"]) == 32
+    lines = [r.getMessage() for r in caplog.records if r.name == "durable.http"]
+    line = next(x for x in lines if "req-42" in x)
+    assert "route='/api/workflows'" in line and "status=201" in line
+    assert "duration_ms=" in line and "method='POST'" in line
+    described = await plane.http.get("/api/workflows/secret-body-value", headers=AS_OPERATOR)
+    assert described.status_code == 200
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert OPERATOR not in text and "secret-body-value" not in text
+    assert "route='/api/workflows/{workflowId}'" in text
+
+
+# ---------------------------------------------------------------- start and bodies
+
+
+async def test_start_is_201_with_ids_409_when_taken_200_when_returning_existing(
+    plane: Plane,
+) -> None:
+    first = await plane.start("order-1", execution_timeout_seconds=7200,
+                              run_timeout_seconds=3600, memo={"customer": "c-1"},
+                              task_queue="orders")
+    assert first.status_code == 201
+    body = first.json()
+    assert body["workflow_id"] == "order-1" and body["created"] is True
+    assert body["namespace"] == "default" and body["status"] == "pending"
+    again = await plane.start("order-1")
+    assert again.status_code == 409
+    error = error_of(again)
+    assert error["code"] == "already_started"
+    assert (error["workflow_id"], error["run_id"]) == ("order-1", body["run_id"])
+    existing = await plane.start("order-1", id_reuse_policy="return_existing_active")
+    assert existing.status_code == 200
+    assert existing.json()["run_id"] == body["run_id"] and existing.json()["created"] is False
+    info = await plane.storage.get_handle("order-1").describe()
+    assert info["execution_timeout_seconds"] == 7200
+    assert info["run"]["run_timeout_seconds"] == 3600
+    assert info["memo"] == {"customer": "c-1"}
+    assert info["run"]["task_queue"] == "orders"
+    events = await plane.storage.get_handle("order-1").history()
+    assert events[0].data["input"] == [3600]
+
+
+async def test_start_of_a_type_no_worker_registered_is_400_not_registered(
+    plane: Plane, make_worker: Any
+) -> None:
+    body = {"workflow_type": "napper", "workflow_id": "n1", "input": [1]}
+    response = await plane.http.post("/api/workflows", json=body, headers=AS_OPERATOR)
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "not_registered"
+    async with make_worker(workflows=[napper]):
+        response = await plane.http.post("/api/workflows", json=body, headers=AS_OPERATOR)
+        assert response.status_code == 201
+        types = await plane.http.get("/api/workflow-types", headers=AS_VIEWER)
+        assert types.json() == {"workflow_types": ["napper"]}
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize(("body", "field"), [
+    ({"workflow_id": "x"}, "body.workflow_type"),
+    ({"workflow_type": 7, "workflow_id": "x"}, "body.workflow_type"),
+    ({"workflow_type": "napper", "workflow_id": ""}, "body.workflow_id"),
+    ({"workflow_type": "napper", "workflow_id": "x", "input": {"a": 1}}, "body.input"),
+    ({"workflow_type": "napper", "workflow_id": "x", "execution_timeout_seconds": 0.5},
+     "body.execution_timeout_seconds"),
+    ({"workflow_type": "napper", "workflow_id": "x", "run_timeout_seconds": 1e12},
+     "body.run_timeout_seconds"),
+    ({"workflow_type": "napper", "workflow_id": "x", "id_reuse_policy": "sometimes"},
+     "body.id_reuse_policy"),
+    ({"workflow_type": "napper", "workflow_id": "x", "surprise": True}, "body.surprise"),
+    ({"workflow_type": "napper", "workflow_id": "nul\u0000byte"}, "body.workflow_id"),
+    ([1, 2], "body"),
+])
+async def test_invalid_body_is_422_naming_the_field(plane: Plane, body: Any,
+                                                     field: str) -> None:
+    response = await plane.http.post("/api/workflows", json=body, headers=AS_OPERATOR)
+    assert response.status_code == 422
+    error = error_of(response)
+    assert error["code"] == "invalid_body" and error["field"] == field
+    assert field in error["message"]
+    assert await plane.storage.list() == []
+
+
+@HTTP_ONLY
+async def test_body_that_is_not_json_is_400(plane: Plane) -> None:
+    for raw in (b"{not json", b"\xff\xfe", b'{"a": NaN}', b"[" * 100_000):
+        response = await plane.http.post("/api/workflows", content=raw,
+                                         headers={**AS_OPERATOR,
+                                                  "Content-Type": "application/json"})
+        assert response.status_code in (400, 422), raw[:10]
+        assert error_of(response)["code"] in ("invalid_json", "invalid_body")
+
+
+@HTTP_ONLY
+async def test_body_over_the_limit_is_413_before_parsing(storage_client: durable.Client) -> None:
+    app = make_app(storage_client, max_body_bytes=4096)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        # not even JSON: refused for its size, so parsing never started
+        big = b"{" + b"x" * 10_000
+        response = await http.post("/api/workflows", content=big, headers=AS_OPERATOR)
+        assert response.status_code == 413
+        error = error_of(response)
+        assert error["code"] == "payload_too_large" and error["limit"] == 4096
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: streamed
+            for _ in range(10):
+                yield b" " * 1000
+
+        response = await http.post("/api/workflows", content=chunks(), headers=AS_OPERATOR)
+        assert response.status_code == 413
+        assert error_of(response)["code"] == "payload_too_large"
+        small = {"workflow_type": "napper", "workflow_id": "ok", "input": ["y" * 3000],
+                 "require_registered": False}
+        assert (await http.post("/api/workflows", json=small,
+                                headers=AS_OPERATOR)).status_code == 201
+
+
+async def test_payload_over_the_clients_limit_is_413_structural_limit(
+    storage_client: durable.Client,
+) -> None:
+    storage = storage_client.with_namespace("default")
+    storage.limits = durable.Limits(payload_bytes=1000)
+    app = make_app(storage)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as http:
+        body = {"workflow_type": "napper", "workflow_id": "big", "input": ["z" * 2000],
+                "require_registered": False}
+        response = await http.post("/api/workflows", json=body, headers=AS_OPERATOR)
+    assert response.status_code == 413
+    error = error_of(response)
+    assert error["code"] == "structural_limit_exceeded"
+    assert (error["kind"], error["limit"]) == ("payload_bytes", 1000)
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize(("query", "name"), [
+    ("limit=0", "limit"), ("limit=1001", "limit"), ("limit=abc", "limit"),
+    ("limit=1.5", "limit"), ("status=sleeping", "status"), ("cursor=%00", "cursor"),
+])
+async def test_bad_query_parameter_is_400_naming_it(plane: Plane, query: str,
+                                                    name: str) -> None:
+    response = await plane.http.get(f"/api/workflows?{query}", headers=AS_OPERATOR)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "invalid_parameter" and name in error["message"]
+
+
+async def test_bad_cursor_is_400_and_paging_follows_next_cursor(plane: Plane) -> None:
+    for i in range(5):
+        assert (await plane.start(f"p{i}")).status_code == 201
+    response = await plane.http.get("/api/workflows?cursor=garbage", headers=AS_OPERATOR)
+    assert response.status_code == 400 and error_of(response)["code"] == "invalid_argument"
+    seen: list[str] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = (await plane.http.get("/api/workflows", params=params,
+                                     headers=AS_VIEWER)).json()
+        seen += [item["workflow_id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["p4", "p3", "p2", "p1", "p0"]
+    running = await plane.http.get("/api/workflows?status=running", headers=AS_VIEWER)
+    assert running.json() == {"items": [], "next_cursor": None}
+    typed = await plane.http.get("/api/workflows?workflow_type=napper&limit=1",
+                                 headers=AS_VIEWER)
+    assert len(typed.json()["items"]) == 1 and typed.json()["next_cursor"]
+
+
+@HTTP_ONLY
+async def test_unknown_route_and_method_are_json_errors(plane: Plane) -> None:
+    missing = await plane.http.get("/api/nothing-here", headers=AS_OPERATOR)
+    assert missing.status_code == 404 and error_of(missing)["code"] == "route_not_found"
+    wrong = await plane.http.delete("/api/workflows", headers=AS_OPERATOR)
+    assert wrong.status_code == 405 and error_of(wrong)["code"] == "method_not_allowed"
+    assert "GET" in wrong.headers["Allow"] and "POST" in wrong.headers["Allow"]
+
+
+# ---------------------------------------------------------------- run routes
+
+
+async def test_describe_history_and_result_of_a_completed_run(
+    plane: Plane, make_worker: Any
+) -> None:
+    async with make_worker(workflows=[napper]):
+        run_id = (await plane.start("nap", args=[0.05])).json()["run_id"]
+        result = await plane.http.get("/api/workflows/nap/result?wait=10", headers=AS_VIEWER)
+    assert result.status_code == 200
+    assert result.json() == {"workflow_id": "nap", "run_id": run_id, "status": "completed",
+                             "result": "rested"}
+    by_run = await plane.http.get(f"/api/workflows/nap/runs/{run_id}", headers=AS_VIEWER)
+    current = await plane.http.get("/api/workflows/nap", headers=AS_VIEWER)
+    assert by_run.json() == current.json()
+    assert current.json()["run"]["run_id"] == run_id
+    history = (await plane.http.get(f"/api/workflows/nap/runs/{run_id}/history",
+                                    headers=AS_VIEWER)).json()
+    types = [e["type"] for e in history["events"]]
+    assert types[0] == "WorkflowStarted" and types[-1] == "WorkflowCompleted"
+    assert history["next_after_sequence"] == history["events"][-1]["sequence"]
+    page = (await plane.http.get("/api/workflows/nap/history?after_sequence=1&limit=2",
+                                 headers=AS_VIEWER)).json()
+    assert [e["sequence"] for e in page["events"]] == [2, 3]
+    tail = await plane.http.get(
+        f"/api/workflows/nap/history?after_sequence={history['next_after_sequence']}&wait=5",
+        headers=AS_VIEWER)  # a closed run gets no new events: no waiting
+    assert tail.json()["events"] == []
+    unknown = await plane.http.get("/api/workflows/nap/runs/not-a-run/result",
+                                   headers=AS_VIEWER)
+    assert unknown.status_code == 404
+
+
+async def test_result_is_202_while_open_and_the_failure_once_failed(
+    plane: Plane, make_worker: Any
+) -> None:
+    await plane.start("open-one")
+    pending = await plane.http.get("/api/workflows/open-one/result", headers=AS_VIEWER)
+    assert pending.status_code == 202 and pending.json()["status"] == "pending"
+    async with make_worker(workflows=[broken]):
+        await plane.start("bad", wf_type="broken", args=["it broke"])
+        failed = await plane.http.get("/api/workflows/bad/result?wait=10", headers=AS_VIEWER)
+    assert failed.status_code == 200
+    body = failed.json()
+    assert body["status"] == "failed"
+    assert body["failure"]["exception_class"] == "builtins.ValueError"
+    assert "it broke" in body["failure"]["message"]
+
+
+async def test_result_of_a_timed_out_run_carries_the_timeout_kind(
+    plane: Plane, make_worker: Any
+) -> None:
+    async with make_worker(workflows=[napper]):
+        await plane.start("slow", args=[60], run_timeout_seconds=1)
+        response = await plane.http.get("/api/workflows/slow/result?wait=15",
+                                        headers=AS_VIEWER)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "timed_out"
+    assert body["failure"]["timeout_kind"] == "run_timeout"
+
+
+async def test_continued_run_result_names_the_next_run(plane: Plane, make_worker: Any) -> None:
+    async with make_worker(workflows=[hops]):
+        first = (await plane.start("hop", wf_type="hops", args=[1])).json()["run_id"]
+        final = await plane.http.get("/api/workflows/hop/result?wait=10", headers=AS_VIEWER)
+        assert final.status_code in (200, 202)
+        with anyio.fail_after(10):
+            while (await plane.http.get("/api/workflows/hop/result",
+                                        headers=AS_VIEWER)).json()["status"] != "completed":
+                await anyio.sleep(0.05)
+    old = (await plane.http.get(f"/api/workflows/hop/runs/{first}/result",
+                                headers=AS_VIEWER)).json()
+    assert old["status"] == "continued" and old["continued_run_id"]
+    last = (await plane.http.get(f"/api/workflows/hop/runs/{old['continued_run_id']}/result",
+                                 headers=AS_VIEWER)).json()
+    assert last["status"] == "completed" and last["result"] == 0
+
+
+async def test_request_cancellation_202_then_200_with_the_original_identity_and_deadline(
+    plane: Plane, make_worker: Any
+) -> None:
+    async with make_worker(workflows=[napper]):
+        run_id = (await plane.start("order-9")).json()["run_id"]
+        path = f"/api/workflows/order-9/runs/{run_id}/request-cancellation"
+        first = await plane.http.post(path, headers={**AS_OPERATOR, "X-Namespace": "default"},
+                                      json={"reason": "Order withdrawn",
+                                            "cleanup_timeout_seconds": 30})
+        assert first.status_code == 202
+        original = first.json()
+        assert original["accepted"] is True
+        request = original["request"]
+        assert request["reason"] == "Order withdrawn"
+        assert request["cleanup_timeout_seconds"] == 30
+        assert request["requester"] == {"type": "http", "id": None, "label": "operator"}
+        assert request["source"] == "http"
+        assert request["lineage"] == [[request["request_id"], "order-9", run_id]]
+        repeat = await plane.http.post(path, headers=AS_OPERATOR,
+                                       json={"reason": "again", "cleanup_timeout_seconds": 900})
+        assert repeat.status_code == 200
+        again = repeat.json()
+        assert again["accepted"] is False
+        for key in ("request_id", "root_request_id", "reason", "requested_at", "deadline_at"):
+            assert again["request"][key] == request[key], key
+        result = await plane.http.get(f"/api/workflows/order-9/runs/{run_id}/result?wait=10",
+                                      headers=AS_VIEWER)
+        assert result.json()["status"] == "cancelled"
+    closed = await plane.http.post(path, headers=AS_OPERATOR, json={})
+    assert closed.status_code == 200  # still the same request, after the run closed
+    assert closed.json()["request"]["request_id"] == request["request_id"]
+    cascade = await plane.http.get(f"/api/workflows/order-9/runs/{run_id}/cancellation-cascade",
+                                   headers=AS_VIEWER)
+    assert cascade.status_code == 200
+    assert cascade.json()["root"]["request_id"] == request["request_id"]
+
+
+async def test_request_cancellation_of_an_old_or_closed_run_is_409(
+    plane: Plane, make_worker: Any
+) -> None:
+    async with make_worker(workflows=[hops, napper]):
+        first = (await plane.start("hop2", wf_type="hops", args=[1])).json()["run_id"]
+        with anyio.fail_after(10):
+            while (await plane.http.get(f"/api/workflows/hop2/runs/{first}/result",
+                                        headers=AS_VIEWER)).json()["status"] != "continued":
+                await anyio.sleep(0.05)
+        old = await plane.http.post(f"/api/workflows/hop2/runs/{first}/request-cancellation",
+                                    json={"reason": "late"}, headers=AS_OPERATOR)
+        assert old.status_code == 409 and error_of(old)["code"] == "run_not_current"
+        await plane.start("to-close")
+        await plane.http.post("/api/workflows/to-close/terminate", json={"reason": "done"},
+                              headers=AS_OPERATOR)
+        closed = await plane.http.post("/api/workflows/to-close/request-cancellation",
+                                       json={}, headers=AS_OPERATOR)
+    assert closed.status_code == 409 and error_of(closed)["code"] == "run_already_closed"
+
+
+async def test_cancel_and_terminate_close_the_run_at_once(plane: Plane) -> None:
+    await plane.start("c1")
+    await plane.start("t1")
+    cancelled = await plane.http.post("/api/workflows/c1/cancel", json={"reason": "stop now"},
+                                      headers=AS_OPERATOR)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    terminated = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
+    assert terminated.status_code == 200 and terminated.json()["status"] == "terminated"
+    again = await plane.http.post("/api/workflows/t1/cancel", headers=AS_OPERATOR)
+    assert again.json()["status"] == "terminated"  # closing a closed run changes nothing
+    result = (await plane.http.get("/api/workflows/c1/result", headers=AS_VIEWER)).json()
+    assert result["status"] == "cancelled" and result["failure"]["message"] == "stop now"
+    missing = await plane.http.post("/api/workflows/ghost/cancel", headers=AS_OPERATOR)
+    assert missing.status_code == 404
+
+
+async def test_repair_pass_and_retry_after_review(plane: Plane) -> None:
+    response = await plane.http.post("/api/repair-pass", headers=AS_OPERATOR)
+    assert response.status_code == 200 and response.json() == {"counts": {}}
+    await plane.start("r1")
+    cleared = await plane.http.post("/api/workflows/r1/retry-after-review",
+                                    headers=AS_OPERATOR)
+    assert cleared.json() == {"cleared": False}
+    missing = await plane.http.post("/api/workflows/nope/retry-after-review",
+                                    headers=AS_OPERATOR)
+    assert missing.status_code == 404
+
+
+# ---------------------------------------------------------------- long polls
+
+
+async def test_result_long_poll_returns_when_the_run_closes(
+    live: tuple[Plane, str], make_worker: Any
+) -> None:
+    plane, _ = live
+    async with make_worker(workflows=[napper]):
+        await plane.start("poll", args=[0.3])
+        with anyio.fail_after(20):
+            response = await plane.http.get("/api/workflows/poll/result?wait=15",
+                                            headers=AS_VIEWER, timeout=30)
+    assert response.status_code == 200 and response.json()["result"] == "rested"
+
+
+async def test_history_long_poll_returns_new_events(live: tuple[Plane, str],
+                                                    make_worker: Any) -> None:
+    plane, _ = live
+    await plane.start("follow", args=[0.2])
+    seen = (await plane.http.get("/api/workflows/follow/history",
+                                 headers=AS_VIEWER)).json()["next_after_sequence"]
+    async with anyio.create_task_group() as tg:
+        got: list[dict[str, Any]] = []
+
+        async def follow() -> None:
+            response = await plane.http.get(
+                f"/api/workflows/follow/history?after_sequence={seen}&wait=15",
+                headers=AS_VIEWER, timeout=30)
+            got.extend(response.json()["events"])
+
+        tg.start_soon(follow)
+        await anyio.sleep(0.2)  # the poll is waiting: a worker now makes progress
+        async with make_worker(workflows=[napper]):
+            with anyio.fail_after(15):
+                while not got:
+                    await anyio.sleep(0.02)
+    assert got and got[0]["sequence"] == seen + 1
+
+
+async def test_long_poll_ends_when_the_client_disconnects(live: tuple[Plane, str]) -> None:
+    plane, _ = live
+    await plane.start("forever")  # no worker: it stays pending
+    with pytest.raises(httpx.ReadTimeout):
+        await plane.http.get("/api/workflows/forever/result?wait=50", headers=AS_VIEWER,
+                             timeout=httpx.Timeout(5, read=0.5))
+    with pytest.raises(httpx.ReadTimeout):
+        await plane.http.get("/api/workflows/forever/history?after_sequence=99&wait=50",
+                             headers=AS_VIEWER, timeout=httpx.Timeout(5, read=0.5))
+    # the server saw both disconnects (it counts them as 499) long before 50 s
+    with anyio.fail_after(10):
+        while True:
+            text = (await plane.http.get("/metrics", headers=AS_VIEWER)).text
+            ended = [line for line in text.splitlines()
+                     if line.startswith("durable_http_requests_total") and 'status="499"' in line]
+            if len(ended) == 2:
+                break
+            await anyio.sleep(0.05)
+
+
+# ---------------------------------------------------------------- meta routes
+
+
+async def test_healthz_and_openapi_need_no_token(plane: Plane) -> None:
+    health = await plane.http.get("/healthz")
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    spec = await plane.http.get("/api/openapi.json")
+    assert spec.status_code == 200
+    document = spec.json()
+    assert document["openapi"] == "3.1.0"
+    for op in operations():
+        entry = document["paths"][op.path][op.method.lower()]
+        assert entry["operationId"] == op.operation_id
+        if op.body is not None:
+            assert entry["requestBody"]["content"]["application/json"]["schema"] == op.body
+        if op.role is not None:
+            assert entry["security"] == [{"bearerAuth": []}]
+            assert "401" in entry["responses"] and "403" in entry["responses"]
+
+
+async def test_metrics_need_a_token_and_count_runs_events_and_requests(
+    plane: Plane, make_worker: Any
+) -> None:
+    assert (await plane.http.get("/metrics")).status_code == 401
+    first = await plane.http.get("/metrics", headers={"Authorization": f"Bearer {VIEWER}"})
+    assert first.status_code == 200 and first.headers["content-type"].startswith("text/plain")
+    async with make_worker(workflows=[napper, broken]):
+        await plane.start("m1", args=[0.05])
+        await plane.start("m2", wf_type="broken", args=["x"])
+        await plane.http.get("/api/workflows/m1/result?wait=10", headers=AS_VIEWER)
+        await plane.http.get("/api/workflows/m2/result?wait=10", headers=AS_VIEWER)
+        await plane.start("m3")
+        with anyio.fail_after(10):
+            while (await plane.http.get("/api/workflows/m3",
+                                        headers=AS_VIEWER)).json()["status"] != "running":
+                await anyio.sleep(0.02)
+        await plane.http.post("/api/workflows/m3/request-cancellation",
+                              json={"cleanup_timeout_seconds": 10}, headers=AS_OPERATOR)
+        await plane.http.get("/api/workflows/m3/result?wait=10", headers=AS_VIEWER)
+    text = (await plane.http.get("/metrics", headers=AS_VIEWER)).text
+    assert 'durable_runs{namespace="default",status="completed"} 1.0' in text
+    assert 'durable_runs{namespace="default",status="failed"} 1.0' in text
+    assert 'durable_runs{namespace="default",status="cancelled"} 1.0' in text
+    assert 'durable_events_total{namespace="default",type="WorkflowStarted"} 3.0' in text
+    assert 'durable_steps_total{kind="timer",namespace="default",outcome="completed"} 1.0' \
+        in text
+    assert 'durable_cancellations_total{lifecycle="requested",namespace="default"} 1.0' in text
+    assert 'durable_cancellations_total{lifecycle="delivered",namespace="default"} 1.0' in text
+    assert "durable_deadline_lateness_seconds_count{scope=\"timer\"} 1.0" in text
+    assert 'durable_http_requests_total{method="POST",route="/api/workflows",status="201"} 3.0' \
+        in text
+
+
+async def test_mounted_under_a_prefix_in_another_app(storage_client: durable.Client) -> None:
+    outer = Starlette(routes=[Mount("/durable", app=make_app(storage_client))])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=outer),
+                                 base_url="http://host") as http:
+        response = await http.post("/durable/api/workflows", headers=AS_OPERATOR, json={
+            "workflow_type": "napper", "workflow_id": "mounted", "require_registered": False})
+        assert response.status_code == 201
+        listed = await http.get("/durable/api/workflows", headers=AS_VIEWER)
+        assert listed.json()["items"][0]["workflow_id"] == "mounted"
+
+
+# ---------------------------------------------------------------- tokens and errors
+
+
+def test_tokens_merge_argument_environment_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("# team tokens\nfile-op:operator\n\nfile-view:viewer\n")
+    tokens = load_tokens({"arg-op": "operator"}, path,
+                         {"DURABLE_TOKENS": "env-op:operator, env:view:viewer"})
+    assert len(tokens) == 5
+    assert tokens.role_of("arg-op") == "operator"
+    assert tokens.role_of("env:view") == "viewer"
+    assert tokens.role_of("file-view") == "viewer"
+    assert tokens.role_of("nope") is None
+    assert "file-op" not in repr(tokens) and "arg-op" not in repr(tokens)
+    from_env_file = load_tokens(None, None, {"DURABLE_TOKENS_FILE": str(path)})
+    assert from_env_file.role_of("file-op") == "operator"
+    with pytest.raises(durable.ConfigurationError, match="roles are viewer, operator"):
+        TokenSet({"t": "admin"})
+    with pytest.raises(durable.ConfigurationError, match="TOKEN:ROLE"):
+        parse_token_list("just-a-token", "DURABLE_TOKENS")
+    with pytest.raises(durable.ConfigurationError, match="cannot read the tokens file"):
+        load_tokens(None, tmp_path / "missing", {})
+
+
+async def test_create_app_refuses_no_tokens_and_remote_clients(
+    storage_client: durable.Client,
+) -> None:
+    with pytest.raises(durable.ConfigurationError, match="no control-plane tokens"):
+        create_app(storage_client, environ={})
+    with pytest.raises(durable.ConfigurationError, match="anonymous_role"):
+        create_app(storage_client, environ={}, anonymous_role="admin")
+    app = create_app(storage_client, environ={"DURABLE_TOKENS": "from-env:viewer"})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as http:
+        ok = await http.get("/api/workflows", headers={**VERSION,
+                                                       "Authorization": "Bearer from-env"})
+        assert ok.status_code == 200
+    remote = await durable.connect("http://127.0.0.1:9", token="x")
+    try:
+        with pytest.raises(durable.ConfigurationError, match="serves storage it opens"):
+            create_app(remote, TOKENS)
+    finally:
+        await remote.close()
+
+
+async def test_anonymous_role_applies_to_requests_without_a_token(
+    storage_client: durable.Client,
+) -> None:
+    app = create_app(storage_client, environ={}, anonymous_role="viewer")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as http:
+        assert (await http.get("/api/workflows", headers=VERSION)).status_code == 200
+        write = await http.post("/api/repair-pass", headers=VERSION)
+        assert write.status_code == 403
+        spec = (await http.get("/api/openapi.json")).json()
+        assert spec["paths"]["/api/workflows"]["get"]["security"] == [{"bearerAuth": []}, {}]
+
+
+def test_every_durable_error_round_trips_through_its_json_form() -> None:
+    samples: list[durable.DurableError] = [
+        durable.WorkflowAlreadyStarted("w", "r"), durable.WorkflowNotFound("no w"),
+        durable.RunNotCurrent("old"), durable.RunAlreadyClosed("closed"),
+        durable.CapabilityUnsupported("no cap"),
+        durable.StructuralLimitExceeded("payload_bytes", 10, 5),
+        durable.NotRegistered("nope"), durable.PolicyRejected("bad policy"),
+        durable.PayloadError("bad payload"), durable.ConfigurationError("bad input"),
+        durable.StorageUnavailable("db down", outcome_unknown=True),
+    ]
+    assert {type(e) for e in samples} == {cls for cls, _, _ in ERROR_TABLE}
+    for exc in samples:
+        response = response_for_exception(exc, "rid")
+        status = response.status_code
+        assert status in (400, 404, 409, 413, 503)
+        if status == 503:
+            assert response.headers["Retry-After"] == "1"
+        rebuilt = error_from_wire(status, json.loads(bytes(response.body)))
+        assert type(rebuilt) is type(exc), exc
+        assert str(rebuilt) == str(exc)
+    storage = error_from_wire(503, {"error": {"code": "storage_unavailable", "message": "m",
+                                              "outcome_unknown": True}})
+    assert isinstance(storage, durable.StorageUnavailable) and storage.outcome_unknown
+
+
+# ---------------------------------------------------------------- the remote client
+
+
+async def test_remote_client_speaks_the_same_api_with_the_same_errors(
+    live: tuple[Plane, str], make_worker: Any
+) -> None:
+    plane, url = live
+    async with durable.connect(url, token=OPERATOR) as remote:
+        assert not remote.embedded
+        with pytest.raises(durable.ConfigurationError, match="no storage of its own"):
+            durable.Worker(remote, workflows=[napper])
+        with pytest.raises(durable.NotRegistered):
+            await remote.start("never-defined", 1, id="before-worker")
+        handle = await remote.start(napper, 0.05, id="r1")  # a function: no worker needed
+        async with make_worker(workflows=[napper, broken]):
+            assert await handle.result() == "rested"
+            with pytest.raises(durable.WorkflowFailed) as failed:
+                await remote.execute(broken, "remote boom", id="r2")
+            assert failed.value.failure["exception_class"] == "builtins.ValueError"
+            with pytest.raises(durable.WorkflowAlreadyStarted):
+                await remote.start(napper, 1, id="r1",
+                                   options=durable.StartOptions.reject_duplicate())
+        with pytest.raises(durable.WorkflowNotFound):
+            await remote.get_handle("ghost").describe()
+        with pytest.raises(durable.WorkflowNotFound):
+            await remote.get_handle("ghost").result()
+        assert [e.type for e in await handle.history(limit=2)] == ["WorkflowStarted",
+                                                                    "TimerScheduled"]
+        summaries = await remote.list(status="completed")
+        assert summaries[0]["workflow_id"] == "r1"
+        assert summaries[0]["started_at"] == (await plane.storage.list(
+            status="completed"))[0]["started_at"]
+        assert await remote.repair_pass() == {}
+        other = remote.with_namespace("elsewhere")
+        assert await other.list() == []
+        await other.close()  # a view: the connection stays open
+        assert len(await remote.list()) == 2
+    async with durable.connect(url, token=VIEWER) as viewer:
+        assert len(await viewer.list()) == 2
+        with pytest.raises(durable.http.PermissionDenied):
+            await viewer.get_handle("r1").terminate()
+    async with durable.connect(url, token="wrong") as stranger:
+        with pytest.raises(durable.http.AuthenticationFailed):
+            await stranger.list()
+
+
+async def test_connect_over_http_takes_token_from_environment_and_refuses_driver_options(
+    live: tuple[Plane, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, url = live
+    monkeypatch.setenv("DURABLE_TOKEN", VIEWER)
+    async with durable.connect(url) as client:
+        assert await client.list() == []
+    with pytest.raises(durable.ConfigurationError, match=r"pool_size .*mean nothing"):
+        await durable.connect(url, pool_size=3)
+    with pytest.raises(durable.ConfigurationError, match="clock="):
+        await durable.connect(url, clock=durable.VirtualClock())
+    with pytest.raises(durable.ConfigurationError, match="token= is for a control plane"):
+        await durable.connect("sqlite:///:memory:", token="x")
+    unreachable = await durable.connect("http://127.0.0.1:9", token="x", timeout=2)
+    try:
+        with pytest.raises(durable.StorageUnavailable, match="cannot reach"):
+            await unreachable.list()
+    finally:
+        await unreachable.close()
+
+
+# ---------------------------------------------------------------- serve
+
+
+def test_only_loopback_addresses_count_as_loopback() -> None:
+    for host in ("127.0.0.1", "127.9.9.9", "::1", "[::1]", "localhost"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "::", "10.0.0.1", "192.168.1.2", "example.com"):
+        assert not is_loopback(host), host
+
+
+async def test_serve_refuses_a_non_loopback_address_without_tokens(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DURABLE_TOKENS", raising=False)
+    monkeypatch.delenv("DURABLE_TOKENS_FILE", raising=False)
+    with pytest.raises(durable.ConfigurationError, match="refusing to serve"):
+        await serve_async(db_url, host="0.0.0.0", port=0)
+
+
+async def test_serve_runs_a_worker_in_process_and_answers_on_loopback(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DURABLE_TOKENS", raising=False)
+    monkeypatch.delenv("DURABLE_TOKENS_FILE", raising=False)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(
+            serve_async, db_url, "127.0.0.1", 0, worker="test_http:SERVE_WORKER"))
+        async with durable.connect(f"http://127.0.0.1:{port}") as remote:  # no token: loopback
+            assert await remote.execute("napper", 0.01, id="served") == "rested"
+            assert "napper" in await remote.control.registered_types()
+        tg.cancel_scope.cancel()
+
+
+def not_a_worker(client: durable.Client) -> str:
+    return "not a worker"
+
+
+async def test_worker_spec_errors_are_clear(storage_client: durable.Client) -> None:
+    storage = storage_client
+    with pytest.raises(durable.ConfigurationError, match="MODULE:ATTR"):
+        load_worker("no-colon", storage)
+    with pytest.raises(durable.ConfigurationError, match="cannot import"):
+        load_worker("no_such_module_here:x", storage)
+    with pytest.raises(durable.ConfigurationError, match="has no attribute"):
+        load_worker("test_http:NOTHING", storage)
+    with pytest.raises(durable.ConfigurationError, match=r"not a durable\.Worker"):
+        load_worker("test_http:not_a_worker", storage)
