@@ -403,13 +403,25 @@ class Worker:
         self._runs_trigger.set()
 
     async def _release_after_error(self, run_id: str) -> None:
-        """Hand a run whose execution hit a storage error back, to be replayed."""
-        await anyio.sleep(0.1)
-        try:
-            await self.store.release_runs(self.worker_id, [run_id], self.clock.now(),
-                                          attempts=False)
-        except Exception as exc:  # its lease expires anyway
-            self.log.warning("release_failed", run_id=run_id, error=repr(exc))
+        """Hand a run whose execution hit a storage error back, to be replayed
+        (by this worker or another) as soon as storage answers again."""
+        delay = 0.1
+        while not self._stopping:
+            await anyio.sleep(delay)
+            try:
+                await self.store.release_runs(self.worker_id, [run_id], self.clock.now(),
+                                              attempts=False)
+                self._runs_trigger.set()
+                return
+            except StorageClosed:
+                return
+            except StorageUnavailable as exc:
+                self._storage_down("release", exc)
+                delay = min(delay * 2, 5.0)
+            except Exception as exc:  # its lease expires anyway
+                self.log.warning("release_failed", run_id=run_id, error=repr(exc))
+                return
+        self._to_release.append(run_id)
 
     async def _lease_loop(self) -> None:
         interval = self.lease_seconds / 3
