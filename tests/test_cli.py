@@ -651,6 +651,68 @@ def test_commands_work_the_same_on_postgresql() -> None:
         drop_postgres_schema(pg)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> None:
+    """`durable serve` runs the control plane (and a worker) as a real process;
+    the commands then go over HTTP with --server and behave as with --db."""
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV}
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [str(SCRIPT), "--db", db, "serve", "--port", str(port), "--worker",
+             "tests.cli_app:WORKER"], cwd=REPO, stdout=err, stderr=err, env=env)
+    server = f"http://127.0.0.1:{port}"
+
+    def remote(*args: str) -> Result:
+        result = CliRunner().invoke(cli, ["--server", server, *args], env=CLEAN_ENV,
+                                    prog_name="durable")
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    try:
+        wait_for(lambda: remote("list", "--json").exit_code == 0 or proc.poll() is not None,
+                 "durable serve to answer")
+        assert proc.poll() is None, log.read_text()
+        started = as_json(remote("start", "cli-greet", "--id", "http-1", "--input", '["ann"]',
+                                 "--json"), "start")
+        answer = as_json(remote("result", "http-1", "--wait", "--json"), "result")
+        assert answer["result"] == "hello, ann" and answer["run_id"] == started["run_id"]
+        assert [r["workflow_id"] for r in as_json(remote("list", "--json"), "list")["runs"]] == [
+            "http-1"]
+        info = as_json(remote("describe", "http-1", "--json"), "describe")
+        assert info["status"] == "completed"
+        types = [e["type"] for e in as_json(remote("history", "http-1", "--json"),
+                                            "history")["events"]]
+        assert types[0] == "WorkflowStarted" and types[-1] == "WorkflowCompleted"
+        remote("start", "cli-guarded", "--id", "http-2", "--input", '["k"]')
+        wait_for(lambda: "ActivityStarted" in [
+            e["type"] for e in json.loads(remote("history", "http-2", "--json").stdout)["events"]],
+            "the activity to start")
+        assert remote("request-cancellation", "http-2", "--reason", "stop").exit_code == 0
+        assert remote("result", "http-2", "--wait").exit_code == 1
+        view = as_json(remote("cascade", "http-2", "--json"), "cascade")
+        assert view["runs"][0]["lifecycle"] == "cancelled"
+        assert remote("describe", "nope").exit_code == 3
+        assert remote("start", "cli-greet", "--id", "http-1", "--input", '["x"]').exit_code == 4
+        assert remote("repair-pass", "--json").exit_code == 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        finally:
+            stop_process(proc)
+
+
 # ---------------------------------------------------------------- configuration and errors
 
 

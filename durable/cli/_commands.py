@@ -501,3 +501,49 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
     session.run(lambda client: _worker.serve(client, loaded, target, overrides, session.out),
                 create_database=True, backend=backend)
 
+
+
+@cli.command(short_help="Serve the HTTP control plane (and, optionally, a worker).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any but loopback needs tokens.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--worker", "worker_target", metavar="MODULE:ATTR",
+              help="Also run a worker in this process (a spec or factory, as `durable worker`).")
+@click.option("--loop", type=click.Choice(["asyncio", "trio"]), default="asyncio",
+              show_default=True, help="asyncio runs uvicorn; trio runs hypercorn.")
+@click.option("--tokens-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Bearer tokens, one `token:role` per line (also DURABLE_TOKENS).")
+@click.option("--max-wait", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
+              help="The longest long poll a request may ask for, in seconds.")
+@click.option("--public-metrics", is_flag=True, help="Serve /metrics without a token.")
+@pass_session
+def serve(session: Session, host: str, port: int, worker_target: str | None, loop: str,
+          tokens_file: str | None, max_wait: float, public_metrics: bool) -> None:
+    """Serve the control plane for the database of --db (DURABLE_DB_URL).
+
+    Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
+    then reach the runs over HTTP. Tokens come from DURABLE_TOKENS
+    ("tok1:operator,tok2:viewer") or --tokens-file; without tokens only a
+    loopback address is allowed. Ctrl-C stops it.
+    """
+    if session.server or not session.db:
+        raise click.UsageError(
+            "serve needs the database itself: give --db URL (or DURABLE_DB_URL)")
+    try:
+        from ..http.serve import serve as serve_http
+    except ImportError as exc:
+        raise CliError(f"the control plane is not installed ({exc.name} is missing)",
+                       fix="pip install 'durable-sdk[server]'") from None
+    from . import _worker
+
+    spec: Any = None
+    if worker_target is not None:
+        loaded = _worker.load_target(worker_target)
+        spec = _worker.spec_kwargs(loaded, worker_target) if _worker.is_spec(loaded) else loaded
+    _worker.configure_logging("INFO")
+    try:
+        serve_http(session.db, host, port, tokens_file=tokens_file, worker=spec,
+                   loop=loop, max_wait=max_wait, public_metrics=public_metrics)
+    except KeyboardInterrupt:
+        session.out.note("durable serve stopped")

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from functools import partial
@@ -32,6 +33,8 @@ from .auth import load_tokens
 log = get_logger("durable.http")
 
 LOOPS = ("asyncio", "trio")
+#: What `serve(worker=...)` takes: "module:attr", a factory or a dict of Worker arguments.
+WorkerSpec = str | Callable[[Client], Worker] | Mapping[str, Any]
 
 
 def is_loopback(host: str) -> bool:
@@ -141,21 +144,27 @@ async def _serve_hypercorn(app: Any, host: str, port: int, task_status: TaskStat
         sock.close()
 
 
-def load_worker(spec: str, client: Client) -> Worker:
-    """``"module:attr"``: a callable taking the client and returning a Worker, or a
-    dict of Worker keyword arguments (``{"workflows": [...], "activities": [...]}``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigurationError(
-            f"worker {spec!r} must be MODULE:ATTR, e.g. 'myapp.worker:make_worker'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import the worker module {module_name!r}: {exc}") \
-            from exc
-    target = getattr(module, attr, None)
-    if target is None:
-        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}")
+def load_worker(spec: WorkerSpec, client: Client) -> Worker:
+    """A worker from ``"module:attr"`` (the module is looked for in the current
+    directory too, like ``python -m``), or from what it names: a callable taking
+    the client and returning a Worker, or a dict of Worker keyword arguments
+    (``{"workflows": [...], "activities": [...]}``)."""
+    target: Any = spec
+    if isinstance(spec, str):
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise ConfigurationError(
+                f"worker {spec!r} must be MODULE:ATTR, e.g. 'myapp.worker:make_worker'")
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"cannot import the worker module {module_name!r}: {exc}") from exc
+        target = getattr(module, attr, None)
+        if target is None:
+            raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}")
     if isinstance(target, Mapping):
         return Worker(client, **dict(target))
     if callable(target):
@@ -176,7 +185,7 @@ async def serve_async(
     *,
     tokens: Mapping[str, str] | None = None,
     tokens_file: str | os.PathLike[str] | None = None,
-    worker: str | None = None,
+    worker: WorkerSpec | None = None,
     max_wait: float = 60.0,
     public_metrics: bool = False,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
@@ -210,7 +219,7 @@ def serve(
     *,
     tokens: Mapping[str, str] | None = None,
     tokens_file: str | os.PathLike[str] | None = None,
-    worker: str | None = None,
+    worker: WorkerSpec | None = None,
     loop: str = "asyncio",
     max_wait: float = 60.0,
     public_metrics: bool = False,
@@ -248,3 +257,8 @@ def serve(
         anyio.run(main, backend=loop)
     except* KeyboardInterrupt:  # Ctrl-C: trio raises it inside the task group
         pass
+    except* Exception as group:  # one clear error, not a group of one
+        leaves = group.exceptions
+        if len(leaves) == 1 and not isinstance(leaves[0], BaseExceptionGroup):
+            raise leaves[0] from None
+        raise
