@@ -438,7 +438,8 @@ async def run_fault_injection(
             started = time.monotonic()
             procs = [spawn(i) for i in range(workers)]
             next_kill = started + kill_every
-            next_terminate = started + (terminate_backends_every or math.inf)
+            next_terminate = started + (terminate_backends_every or math.inf
+                                        if postgres else math.inf)
             next_stop = started + (sigstop_every or math.inf)
             while time.monotonic() - started < time_limit:
                 now = time.monotonic()
