@@ -147,13 +147,18 @@ class WorkflowHandle:
         )
         return CancellationRequestResult(accepted, CancellationContext.from_record(record))
 
-    async def retry_after_review(self) -> bool:
-        """Replay a run that was marked for review (non-determinism), after a fix.
+    async def retry_after_review(self, *, units: str | None = None) -> bool:
+        """Let a run marked for review be replayed again; False if it was not marked.
 
-        Deploy code that replays the recorded history first; returns False when
-        the run was not marked.
+        After non-determinism: deploy code that replays the recorded history
+        first. After units whose outcome is unknown (`workflow.units`), say
+        what an operator found: ``units="rerun"`` runs them again (their
+        effect did not happen, or doing it twice is safe), ``units="confirm"``
+        records them done (their effect happened).
         """
-        return await self.client.control.clear_review(self.workflow_id)
+        if units not in (None, "rerun", "confirm"):
+            raise ConfigurationError(f"units must be 'rerun' or 'confirm', got {units!r}")
+        return await self.client.control.clear_review(self.workflow_id, units=units)
 
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""

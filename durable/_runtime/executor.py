@@ -24,13 +24,16 @@ from ..errors import (
     LostAuthority,
     NonDeterminismError,
     PayloadError,
+    PhaseTimedOut,
     StructuralLimitExceeded,
+    UnitOutcomeUnknown,
     WriteRejected,
 )
 from ..failure import Failure, leaf_exceptions
 from ..store.records import RunStatus
 from ..store.writes import CloseRun, DeliverCancellation
 from .context import WorkflowContext
+from .phases import phase_failure
 from .runtime import WorkflowRuntime
 from .state import enter_task
 
@@ -273,6 +276,16 @@ class RunExecutor:
         if ctx.fatal is not None:
             exc = ctx.fatal
         leaves = leaf_exceptions(exc)
+        unknown = next((e for e in leaves if isinstance(e, UnitOutcomeUnknown)), None)
+        if unknown is not None:
+            ctx.log.warning("units_outcome_unknown", units=unknown.keys)
+            return CloseRun(RunStatus.FAILED, needs_review=True, failure=Failure.units_unknown(
+                unknown.keys, unknown.handler, self.run.workflow_id))
+        phase = next((e for e in leaves if isinstance(e, PhaseTimedOut)), None)
+        if phase is not None and len(leaves) == 1:
+            ctx.log.info("run_timed_out_in_phase", phase=phase.phase)
+            return CloseRun(RunStatus.TIMED_OUT,
+                            failure=phase_failure(phase, self.run.workflow_id))
         category = "structural_limit" if any(
             isinstance(e, StructuralLimitExceeded) for e in leaves) else "application"
         ctx.log.info("run_failed", error=repr(exc))

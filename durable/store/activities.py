@@ -169,6 +169,11 @@ def _retry_or_fail(
         policy: RetryPolicy | None = RetryPolicy.from_dict(opts["retry"])
     except (ConfigurationError, KeyError, TypeError, ValueError):
         policy = None  # a policy that cannot be read back is not retried on
+    if opts.get("unit") and _unconfirmed(failure):
+        # an idempotent unit whose effect may or may not have happened: never
+        # guess by running it again; the run goes to review (workflow.units)
+        policy = None
+        failure = failure.with_details(unit_outcome="unknown")
     available = None if policy is None else policy.next_attempt_at(
         failure, attempt, now, s2c, retryable=retryable)
     if available is not None:
@@ -207,6 +212,15 @@ def _retry_or_fail(
         event["timeout_kind"] = failure.timeout_kind
     yield from _resolve_op(tx, task, OpStatus.FAILED, None, failure, (terminal_event, event), now)
     return "recorded"
+
+
+def _unconfirmed(failure: Failure) -> bool:
+    """A failure after which nobody knows whether the attempt's effect happened:
+    its worker was lost, or it ran past its start-to-close or heartbeat timeout."""
+    if failure.category == "worker_lost":
+        return True
+    return failure.category == "timeout" and failure.timeout_kind in (
+        "start_to_close", "heartbeat")
 
 
 def time_out_task(tx: Tx, task: Row, now: float) -> Program[str | None]:

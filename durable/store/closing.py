@@ -170,6 +170,16 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
         }))
         tx.wake("activity_stop", task["task_id"])
+    phases = yield q(
+        "SELECT op_id, name, kind FROM ops WHERE run_id = ? AND status = 'scheduled' "
+        "AND kind IN ('phase', 'units')", run_id)
+    for marker in phases:
+        yield ex("UPDATE ops SET status = 'cancelled', closed_at = ? WHERE run_id = ? AND "
+                 "op_id = ?", now, run_id, marker["op_id"])
+        if marker["kind"] == OpKind.PHASE:
+            events.append(("PhaseCancelled", {
+                "op_id": marker["op_id"], "phase": marker["name"], "outcome": "cancelled",
+                "reason": f"workflow {status}"}))
     open_ops = yield q(
         f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
         "AND kind IN ('activity', 'timer')", run_id

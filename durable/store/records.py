@@ -41,6 +41,8 @@ class OpKind(enum.StrEnum):
     LOCAL_ACTIVITY = "local_activity"
     TIMER = "timer"
     CHILD = "child"
+    PHASE = "phase"  # a durable phase: open while it runs, closed with its outcome
+    UNITS = "units"  # a batch of idempotent units: open while they run
 
 
 class OpStatus(enum.StrEnum):
