@@ -181,6 +181,7 @@ class RunExecutor:
             raise ctx.broken
         if outcome is None or self.stop_reason is not None:
             return
+        await ctx.worker.crash_point("before_close")
         skipped = ctx.unreplayed_ops() if not outcome.needs_review else []
         if skipped:
             outcome = self._non_deterministic(NonDeterminismError(

@@ -98,6 +98,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                                        timed_out, policy)
                 if timed_out:
                     raise ActivityStopRequested(timed_out[0])
+                await ctx.worker.crash_point("after_effect")
                 result = ctx.encode(value, f"the result of activity {defn.name!r}")
                 failure = None
                 break

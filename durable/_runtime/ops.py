@@ -72,6 +72,8 @@ async def live_gate(ctx: WorkflowContext) -> None:
         ctx.redeliver()
         await anyio.lowlevel.checkpoint()
     await anyio.lowlevel.checkpoint_if_cancelled()
+    if ctx.cancellation is not None:
+        await ctx.worker.crash_point("cleanup")  # an op of the shielded cleanup
 
 
 @contextmanager

@@ -104,6 +104,8 @@ class Phase:
         else:
             outcome = "failed"
         await self._record_end(frame, outcome, raise_instead or exc)
+        if outcome == "completed":
+            await ctx.worker.crash_point("between_phases")
         if raise_instead is not None:
             raise raise_instead from exc
         return False

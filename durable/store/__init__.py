@@ -113,6 +113,10 @@ class Store:
         await self.driver.run(
             lambda tx: claims.release_runs(tx, worker_id, run_ids, now, attempts))
 
+    async def expire_leases(self, worker_id: str, now: float) -> int:
+        """Declare a worker gone now (its leases expire at once); how many leases."""
+        return await self.driver.run(lambda tx: claims.expire_leases(tx, worker_id, now))
+
     # ---------------------------------------------------------------- the owner's commit
 
     async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:
