@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import _validate
+from . import _validate, observe
 from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -203,6 +203,7 @@ class Client:
         self._store = Store(driver) if driver is not None else None
         if self._store is not None:
             control = EmbeddedControl(self._store, namespace, self.clock)
+            observe.watch(self._store.hub)  # stops recorded here are logged here
         assert control is not None
         self.control: ControlPlane = control
         self.namespace = control.namespace

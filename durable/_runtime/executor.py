@@ -199,7 +199,6 @@ class RunExecutor:
             outcome = CloseRun(RunStatus.FAILED, failure=Failure(
                 "storage_rejected", str(exc), "durable.WriteRejected"))
             await ctx.commit([outcome])
-        ctx.log.info("run_closed", status=outcome.status)
 
     async def _run_code(self) -> CloseRun | None:
         ctx = self.ctx

@@ -150,7 +150,28 @@ def _resolve_op(
     op = OpRecord(task["op_id"], OpKind.ACTIVITY, task["activity_name"], status, result,
                   failure, None, now, task_id=task["task_id"])
     tx.wake("run", task["run_id"], data=op)
+    _attempt_notice(tx, task, event[0], failure, now)
     return None
+
+
+def _attempt_notice(tx: Tx, task: Row, outcome: str, failure: Failure | None,
+                    now: float) -> None:
+    """What the logs and metrics say of an attempt that ended (in-process only)."""
+    claimed = _column(task, "claimed_at")
+    tx.wake("attempt_ended", task["task_id"], local=True, data={
+        "task_id": task["task_id"], "activity_type": task["activity_name"],
+        "run_id": task["run_id"], "attempt": int(_column(task, "attempt") or 0),
+        "outcome": outcome, "started_at": claimed, "ended_at": now,
+        "failure_category": failure.category if failure else None,
+        "timeout_kind": failure.timeout_kind if failure else None,
+    })
+
+
+def _column(row: Row, name: str) -> Any:
+    try:
+        return row[name]
+    except (KeyError, IndexError):
+        return None
 
 
 def _retry_or_fail(
@@ -196,6 +217,7 @@ def _retry_or_fail(
             data["timeout_kind"] = failure.timeout_kind
         yield from append_events(task["run_id"], [("ActivityRetryScheduled", data)], now)
         tx.wake("activities", task["namespace"], task["task_queue"])
+        _attempt_notice(tx, task, "ActivityRetryScheduled", failure, now)
         return "retry_scheduled"
     final_status = (AttemptStatus.TIMED_OUT if terminal_event == "ActivityTimedOut"
                     else AttemptStatus.FAILED)

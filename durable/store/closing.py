@@ -142,7 +142,25 @@ def close_run(
         if run.parent_run_id is not None:
             yield from notify_parent(tx, run, status, result, failure, now)
     tx.wake("run", run_id)
+    tx.wake("stopped", run_id, local=True, data=_stop_notice(run, status, closed_reason,
+                                                               failure, now))
     return next_run_id
+
+
+def _stop_notice(run: RunRecord, status: str, reason: str, failure: Failure | None,
+                 now: float) -> dict[str, Any]:
+    """What the logs and metrics say of a run that stopped (see `durable.observe`)."""
+    notice: dict[str, Any] = {
+        "workflow_id": run.workflow_id, "run_id": run.run_id,
+        "workflow_type": run.workflow_type, "namespace": run.namespace,
+        "status": str(status), "reason": str(reason),
+        "started_at": run.started_at or run.created_at, "closed_at": now,
+    }
+    if failure is not None:
+        notice["failure_category"] = failure.category
+        notice["timeout_kind"] = failure.timeout_kind
+        notice["phase"] = failure.get("phase")
+    return notice
 
 
 def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
