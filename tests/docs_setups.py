@@ -600,3 +600,18 @@ async def describe_keys(ns: Namespace) -> None:
     assert set(info["run"]) == set(shown["run"]), (set(info["run"]) ^ set(shown["run"]))
     pending = info["pending_operations"][0]
     assert set(pending) <= set(shown["pending_operations"][0]), pending
+
+
+@check
+async def instants(ns: Namespace) -> None:
+    from durable import workflow
+
+    @workflow.defn
+    async def overslept() -> None:
+        await workflow.sleep(3600)
+
+    ns["overslept"] = overslept
+    async with virtual(ns, ["overslept"]) as env:
+        handle = await env.client.start(overslept, id="late",
+                                        options=durable.StartOptions().with_run_timeout(60))
+        await ns["instants"](handle)
