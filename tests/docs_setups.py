@@ -615,3 +615,51 @@ async def instants(ns: Namespace) -> None:
         handle = await env.client.start(overslept, id="late",
                                         options=durable.StartOptions().with_run_timeout(60))
         await ns["instants"](handle)
+
+
+# -- logging.md -------------------------------------------------------------------
+
+
+@check
+async def default_output(ns: Namespace) -> None:
+    import logging
+
+    lines = await printed_async(ns["main"])
+    assert lines[-1] == "hello Ada", lines
+    assert any("greeting" in line and "workflow_id=greet-ada" in line for line in lines), lines
+    # durable's own events stay in logging, quiet at its default level
+    assert not logging.getLogger("durable.worker").isEnabledFor(logging.INFO)
+
+
+@check
+async def json_lines(ns: Namespace) -> None:
+    import json
+
+    lines = await printed_async(ns["main"])
+    assert "hello Ada" in lines, lines
+    events = [json.loads(line) for line in lines if line != "hello Ada"]
+    by_event = {e["event"]: e for e in events}
+    assert by_event["worker_started"]["logger"] == "durable.worker", events
+    assert by_event["greeting"]["logger"] == "durable.workflow", events
+    assert by_event["greeting"]["workflow_id"] == "greet-ada", events
+    assert by_event["run_closed"]["status"] == "completed", events
+
+
+@check
+async def stdlib_records(ns: Namespace) -> None:
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep()
+    logging.getLogger().addHandler(keep)
+    await ns["main"]()
+    logging.getLogger().removeHandler(keep)
+    names = {(r.name, r.msg["event"]) for r in records if isinstance(r.msg, dict)}
+    assert ("durable.worker", "worker_started") in names, names
+    assert ("durable.workflow", "greeting") in names, names
+    assert ("durable.workflow", "run_closed") in names, names
