@@ -663,3 +663,17 @@ async def stdlib_records(ns: Namespace) -> None:
     assert ("durable.worker", "worker_started") in names, names
     assert ("durable.workflow", "greeting") in names, names
     assert ("durable.workflow", "run_closed") in names, names
+
+
+@check
+async def main_in_new_dir(ns: Namespace) -> None:
+    """`main()` in a directory of its own, once per backend (it creates files)."""
+    import tempfile
+
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory(dir=here) as fresh:
+        os.chdir(fresh)
+        try:
+            await ns["main"]()
+        finally:
+            os.chdir(here)
