@@ -677,3 +677,22 @@ async def main_in_new_dir(ns: Namespace) -> None:
             await ns["main"]()
         finally:
             os.chdir(here)
+
+
+# -- coming-from.md -----------------------------------------------------------------
+
+
+@check
+async def caught_cancellation(ns: Namespace) -> None:
+    async with running(ns, ["reorder"], ["wait_for_stock"]) as client:
+        lines = await printed_async(lambda: ns["show_status"](client))
+    assert lines == ["cancelled", "WorkflowCancelled gave up"], lines
+
+
+@check
+async def clocks(ns: Namespace) -> None:
+    async with virtual(ns, ["clocks"]) as env:
+        seen = await env.client.execute(ns["clocks"], id="clocks")
+    shown = ast.literal_eval("\n".join(line.strip()[2:] for line in ns["__source__"].splitlines()
+                                       if line.strip().startswith("# ")))
+    assert seen == shown, seen
