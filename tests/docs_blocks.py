@@ -59,7 +59,7 @@ class Block:
 
     @property
     def id(self) -> str:
-        return f"{self.path.relative_to(ROOT).as_posix()}:{self.line}"
+        return f"{_label(self.path)}:{self.line}"
 
     def continued(self) -> Block | None:
         """The block this one continues, if it does."""
@@ -75,6 +75,10 @@ class Block:
 
     def names(self, key: str) -> list[str]:
         return [n for n in self.options.get(key, "").split(",") if n]
+
+
+def _label(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
 def doc_files() -> list[Path]:
@@ -110,7 +114,7 @@ def blocks_of(path: Path) -> list[Block]:
                                         and lines[end].strip().strip(fence[0]) == ""):
             end += 1
         if info.split(" ")[0] in ("python", "py"):
-            where = f"{path.relative_to(ROOT).as_posix()}:{i + 1}"
+            where = f"{_label(path)}:{i + 1}"
             before = lines[i - 1] if i > 0 else ""
             note = _ANNOTATION.match(before)
             options = parse_annotation(note["body"], where) if note else {}

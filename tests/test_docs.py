@@ -19,7 +19,7 @@ from typing import Any
 import docs_runner
 import pytest
 from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, require_postgres
-from docs_blocks import Block, all_blocks
+from docs_blocks import Block, all_blocks, blocks_of, parse_annotation
 from docs_setups import CHECKS, SETUPS
 
 BLOCKS = all_blocks()
@@ -101,3 +101,22 @@ def test_doc_block(block: Block, tmp_path: Path) -> None:
         print(output)
     if not passed:
         pytest.fail(f"{block.id} failed:\n{error}\n--- output ---\n{output}", pytrace=False)
+
+
+def test_an_annotation_with_an_unknown_key_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="unknown docs-test key 'setpu'"):
+        parse_annotation("setpu=imports", "docs/x.md:3")
+
+
+def test_a_skip_without_a_reason_is_refused() -> None:
+    with pytest.raises(ValueError, match='skip needs reason="'):
+        parse_annotation("skip", "docs/x.md:3")
+
+
+def test_blocks_are_found_with_their_fence_line_and_annotation(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# t\n\n<!-- docs-test: setup=imports continues -->\n  ```python\n"
+                    "  x = 1\n  ```\n\n```console\n$ ls\n```\n```py\ny = 2\n```\n")
+    found = blocks_of(page)
+    assert [(b.line, b.source, b.options) for b in found] == [
+        (4, "x = 1\n", {"setup": "imports", "continues": ""}), (11, "y = 2\n", {})]
