@@ -3,10 +3,11 @@
 Two kinds of log lines, configured in one place (docs/logging.md):
 
 - durable's own events (``durable.worker``, ``durable.workflow``,
-  ``durable.postgres``, ...): if the application configured structlog they
-  join its pipeline; if not, they go to the standard `logging` logger of the
-  same name (rendered as key=value), so Python's default WARNING level keeps
-  a library quiet until the application asks for more.
+  ``durable.postgres``, ...): if the application has configured structlog
+  when a line is logged, it joins its pipeline (with ``logger=<name>``); if
+  not, it goes to the standard `logging` logger of the same name (rendered
+  as key=value), so Python's default WARNING level keeps a library quiet
+  until the application asks for more.
 - the lines workflow code writes with ``workflow.logger``: the application's
   own events, so they are visible by default. If structlog is configured
   they join its pipeline; if not, structlog's default prints them to
@@ -59,11 +60,7 @@ class _Redacting:
         yield from structlog.get_config()["processors"]
 
 
-def get_logger(name: str) -> Any:
-    """durable's own events: quiet unless the application asks for them."""
-    if structlog.is_configured():
-        return structlog.wrap_logger(None, processors=_Redacting(),
-                                     logger_factory_args=(name,))
+def _stdlib(name: str) -> Any:
     return structlog.wrap_logger(
         logging.getLogger(name),
         processors=[
@@ -74,6 +71,34 @@ def get_logger(name: str) -> Any:
         ],
         wrapper_class=structlog.stdlib.BoundLogger,
     )
+
+
+class _DurableLogger:
+    """A logger that picks its route when it logs, not when it was made:
+    module-level loggers (``durable.budget``, ``durable.http``) are made at
+    ``import durable``, usually before the application configures structlog,
+    and must still join its pipeline once it has."""
+
+    def __init__(self, name: str, context: dict[str, Any]) -> None:
+        self._name = name
+        self._context = context
+
+    def bind(self, **values: Any) -> _DurableLogger:
+        return _DurableLogger(self._name, {**self._context, **values})
+
+    def __getattr__(self, method: str) -> Any:
+        if structlog.is_configured():
+            logger = structlog.wrap_logger(None, processors=_Redacting(),
+                                           logger_factory_args=(self._name,))
+            logger = logger.bind(logger=self._name)
+        else:
+            logger = _stdlib(self._name)
+        return getattr(logger.bind(**self._context), method)
+
+
+def get_logger(name: str) -> Any:
+    """durable's own events: quiet unless the application asks for them."""
+    return _DurableLogger(name, {})
 
 
 def get_user_logger(name: str) -> Any:

@@ -15,12 +15,14 @@ API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def _section(text: str, heading: str | None) -> str:
-    """The text under a ``## heading`` (up to the next one), or the whole page."""
+    """The text under every ``## heading`` or ``## heading: more`` (up to the
+    next heading), or the whole page."""
     if heading is None:
         return text
-    match = re.search(rf"^## {re.escape(heading)}\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match is not None, f"docs/api.md has no '## {heading}' section"
-    return match.group(1)
+    found = re.findall(rf"^## {re.escape(heading)}(?::[^\n]*)?\s*$(.*?)(?=^## |\Z)", text,
+                       re.M | re.S)
+    assert found, f"docs/api.md has no '## {heading}' section"
+    return "\n".join(found)
 
 
 def _code_names(text: str) -> set[str]:
@@ -35,6 +37,7 @@ SURFACES: list[tuple[str, str | None]] = [
     ("durable", None),
     ("durable.workflow", "durable.workflow"),
     ("durable.activity", "durable.activity"),
+    ("durable.testing", "durable.testing"),
 ]
 
 
