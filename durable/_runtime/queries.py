@@ -1,0 +1,92 @@
+"""Queries of runs that no live worker holds: load, replay read-only, answer, drop.
+
+A query goes to the run's owner when it has one (its executor answers at the
+next scheduling point, from the state in memory). A run with no live owner (a
+closed run, or an open one whose worker is gone) is answered by any worker
+that has its workflow type on the run's task queue: it takes the request
+(one worker only), loads the run's records, replays them without recording
+anything (`durable._runtime.replay`), answers from the state reached and
+drops the replay. The worker runs this loop beside its claim loops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from ..store.records import ClientRequest
+from .inbox import answer_query
+from .replay import replay_run
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+#: How long one replay may take to answer a query before the answer says so.
+REPLAY_TIMEOUT = 30.0
+
+
+class IdleQueries:
+    """The worker's loop that answers queries of runs no live worker holds."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._event = anyio.Event()
+
+    def trigger(self) -> None:
+        self._event.set()
+
+    async def run(self) -> None:
+        worker = self.worker
+        types = tuple(sorted(worker.workflows))
+        async with anyio.create_task_group() as tg:
+            while True:
+                with anyio.move_on_after(worker.poll_interval):
+                    await self._event.wait()
+                self._event = anyio.Event()
+                taken = await worker.store.take_idle_requests(
+                    worker.namespace, worker.task_queue, types, worker.worker_id, 20,
+                    worker.clock.now(),
+                )
+                for request in taken:
+                    tg.start_soon(self._answer, request)
+
+    async def _answer(self, request: ClientRequest) -> None:
+        worker = self.worker
+        answer: dict[str, Any]
+        try:
+            with anyio.fail_after(REPLAY_TIMEOUT):
+                answer = await self._replay_and_ask(request)
+        except TimeoutError:
+            answer = {"error": {"message": f"replaying run {request.run_id} to answer query "
+                                           f"{request.name!r} took over {REPLAY_TIMEOUT:g} s"}}
+        except Exception as exc:
+            worker.log.warning("query_replay_failed", run_id=request.run_id, error=repr(exc))
+            answer = {"error": {"message": f"the run could not be replayed to answer the "
+                                           f"query: {exc}"}}
+        try:
+            await worker.store.answer_request(request.request_id, answer, worker.clock.now())
+        except Exception as exc:  # the caller times out and says so
+            worker.log.warning("request_answer_failed", request_id=request.request_id,
+                               error=repr(exc))
+
+    async def _replay_and_ask(self, request: ClientRequest) -> dict[str, Any]:
+        worker = self.worker
+        loaded = await worker.store.load_for_replay(request.run_id)
+        if loaded is None:
+            return {"error": {"message": f"run {request.run_id} no longer exists"}}
+        run, ops, inbox = loaded
+        defn = worker.workflows[run.workflow_type]
+
+        async def ask(ctx: Any) -> dict[str, Any]:
+            return await answer_query(ctx, request.name, request.input)
+
+        outcome = await replay_run(defn, run, ops, inbox, worker=worker,
+                                   converter=worker.client.converter,
+                                   limits=worker.client.limits, then=ask)
+        if outcome.ctx.fatal is not None:
+            return {"error": {"message": "the run does not replay with this worker's code, so "
+                                         f"the query cannot be answered: {outcome.ctx.fatal}"}}
+        answer: dict[str, Any] = outcome.answer
+        return answer
