@@ -10,6 +10,7 @@ behave the same.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -144,6 +145,68 @@ class WorkflowHandle:
         await self.client.control.close_run(self.workflow_id, self.run_id,
                                             status="terminated", reason=reason)
 
+    async def signal(self, name: str, *args: Any) -> None:
+        """Send the run a signal; returns once it is recorded (``SignalReceived``).
+
+        Signals are delivered to the workflow's handler for `name` in the order
+        received, exactly once; one sent before a handler exists is kept until
+        the workflow registers one. Raises `RunAlreadyClosed` for a closed run
+        and `WorkflowNotFound` (nothing recorded).
+        """
+        payload = self.client._payload(args, f"the arguments of signal {name!r}")
+        await self.client.control.signal(self.workflow_id, self.run_id, _name(name, "signal"),
+                                         payload)
+
+    async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
+                    result_type: Any = None) -> Any:
+        """Ask the workflow's query handler `name`; its return value.
+
+        A worker that holds the run answers from its state in memory; a run no
+        live worker holds (closed ones too) is replayed by a worker that has
+        its workflow type, without recording anything. Raises `QueryFailed`
+        when the handler raises or tries a durable operation, when there is no
+        such handler, or when no worker answered within `timeout` seconds (the
+        request is then withdrawn: a cancel scope around the call could not do
+        that). `result_type` rebuilds a dataclass or model from the answer.
+        """
+        wait = to_seconds(timeout, "query timeout")
+        if wait is None or wait <= 0:
+            raise ConfigurationError("query timeout must be greater than 0 seconds")
+        payload = self.client._payload(args, f"the arguments of query {name!r}")
+        text = await self.client.control.query(self.workflow_id, self.run_id,
+                                               _name(name, "query"), payload, wait)
+        return self.client.converter.decode(text, result_type)
+
+    async def update(self, name: str, *args: Any, update_id: str | None = None,
+                     timeout: Seconds | None = None,  # noqa: ASYNC109
+                     result_type: Any = None) -> Any:
+        """Ask the workflow's update handler `name` and wait for its result.
+
+        The update is validated first (its validator raising rejects it with
+        `UpdateRejected`, and nothing is recorded), then recorded
+        (``UpdateAccepted``), run as workflow code, and its result recorded
+        (``UpdateCompleted``). Giving the same `update_id` again returns the
+        recorded result without running it again. Raises `UpdateFailed` when
+        the handler raised or the run closed first, or when `timeout` seconds
+        passed (None: wait as long as it takes); `RunAlreadyClosed`.
+        """
+        wait = to_seconds(timeout, "update timeout") if timeout is not None else None
+        if wait is not None and wait <= 0:
+            raise ConfigurationError("update timeout must be greater than 0 seconds")
+        if update_id is not None and (not isinstance(update_id, str) or not update_id):
+            raise ConfigurationError("update_id must be a non-empty string")
+        payload = self.client._payload(args, f"the arguments of update {name!r}")
+        text = await self.client.control.update(
+            self.workflow_id, self.run_id, _name(name, "update"), payload,
+            update_id or uuid.uuid4().hex, wait)
+        return self.client.converter.decode(text, result_type)
+
+
+def _name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"a {what} name must be a non-empty string, got {name!r}")
+    return name
+
 
 class Client:
     """Entry point for applications: start, await, list and control workflows.
@@ -234,23 +297,59 @@ class Client:
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
+        request = self._start_request(wf_type, args, id, options, task_queue)
+        await self.control.start(request)
+        return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
+
+    def _payload(self, args: tuple[Any, ...], what: str) -> str:
+        payload = self.converter.encode(list(args), what)
+        check_size(payload, self.limits.payload_bytes, what)
+        return payload
+
+    def _start_request(self, wf_type: str, args: tuple[Any, ...], id: str,
+                       options: StartOptions, task_queue: str | None) -> StartRequest:
         if not isinstance(id, str) or not id:
             raise ConfigurationError("workflow id must be a non-empty string")
-        payload = self.converter.encode(list(args), f"the arguments of workflow {wf_type!r}")
-        check_size(payload, self.limits.payload_bytes, f"the arguments of workflow {wf_type!r}")
+        payload = self._payload(args, f"the arguments of workflow {wf_type!r}")
         memo = None
         if options.memo:
             memo = self.converter.encode(options.memo, "the memo")
             if len(memo.encode()) > self.limits.memo_bytes:
                 raise StructuralLimitExceeded("memo_bytes", len(memo.encode()),
                                               self.limits.memo_bytes)
-        request = StartRequest(
+        return StartRequest(
             namespace=self.namespace, workflow_id=id, workflow_type=wf_type,
             task_queue=task_queue or options.task_queue or "default", input=payload,
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
-        await self.control.start(request)
+
+    async def signal_with_start(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str,
+        signal: str,
+        signal_args: tuple[Any, ...] | list[Any] = (),
+        options: StartOptions | None = None,
+        task_queue: str | None = None,
+    ) -> WorkflowHandle:
+        """Signal the instance `id` if it is running, else start it with `args`
+        and signal the new run; one transaction either way. A new run's handlers
+        see the signal before its code starts. A closed instance is started
+        again only as its `options.id_reuse` allows (else `WorkflowAlreadyStarted`).
+        """
+        options = options or StartOptions()
+        wf_type = workflow_name(workflow)
+        defn = workflow_defn_of(workflow)
+        if defn is None and wf_type not in await self.control.registered_types():
+            raise NotRegistered(
+                f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
+                "here and no worker has registered it; pass the workflow class or function"
+            )
+        request = self._start_request(wf_type, args, id, options, task_queue)
+        payload = self._payload(tuple(signal_args), f"the arguments of signal {signal!r}")
+        await self.control.signal_with_start(request, _name(signal, "signal"), payload)
         return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
 
     async def execute(
