@@ -24,11 +24,19 @@ from ._runtime import attempts
 from ._runtime.committer import Committer
 from ._runtime.context import WorkflowContext
 from ._runtime.executor import RunExecutor
+from ._runtime.queries import IdleQueries
 from .converter import check_size
 from .driver import Wake
 from .errors import ConfigurationError
 from .failure import Failure
-from .store.records import ActivityTask, ClaimedRun, OpRecord, WorkerRegistration
+from .store.records import (
+    ActivityTask,
+    ClaimedRun,
+    ClientRequest,
+    InboxItem,
+    OpRecord,
+    WorkerRegistration,
+)
 
 if TYPE_CHECKING:
     from .client import Client
@@ -106,6 +114,7 @@ class Worker:
         self._unsubscribe: Callable[[], None] | None = None
         self.repairs: dict[str, int] = {}
         self._owned_at_exit: list[str] = []
+        self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -122,6 +131,7 @@ class Worker:
         tg.start_soon(self._resilient, self._resync_loop)
         if self.workflows:
             tg.start_soon(self._resilient, self._claim_runs_loop)
+            tg.start_soon(self._resilient, self.idle_queries.run)
         if self.activities:
             tg.start_soon(self._resilient, self._claim_activities_loop)
         self.log.info("worker_started", task_queue=self.task_queue,
@@ -197,9 +207,13 @@ class Worker:
             if executor is not None:
                 if isinstance(wake.data, OpRecord):
                     executor.ctx.resolve(wake.data)
+                elif isinstance(wake.data, InboxItem | ClientRequest):
+                    executor.on_interaction(wake.data)  # a signal, query or update
                 else:
                     self._resync.add(wake.key[1])
                     self._resync_trigger.set()
+        elif kind == "requests":
+            self.idle_queries.trigger()
         elif kind == "runs":
             self._runs_trigger.set()
             self._watchdog_trigger.set()
@@ -211,6 +225,7 @@ class Worker:
             if actx is not None:
                 actx.request_stop("the attempt was fenced (timed out or cancelled)")
         elif kind == "any":
+            self.idle_queries.trigger()
             self._runs_trigger.set()
             self._activities_trigger.set()
             self._watchdog_trigger.set()
@@ -242,7 +257,9 @@ class Worker:
                 run = runs.get(run_id)
                 if run is None or not run.is_open or run.epoch != executor.run.epoch:
                     executor.stop("closed or claimed elsewhere")
-                elif run.cancellation is not None and "cooperative_cancellation" in (
+                    continue
+                executor.on_run_state(run)  # signals, queries, updates from elsewhere
+                if run.cancellation is not None and "cooperative_cancellation" in (
                     self.capabilities
                 ):
                     executor.on_request(run.cancellation)
