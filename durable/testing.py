@@ -25,13 +25,14 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 
+from ._registry import isolated_definitions
 from .client import Client
 from .clock import VirtualClock
 from .driver import Driver, driver_factory
 from .errors import ConfigurationError
 from .worker import Worker
 
-__all__ = ["TimeSkippingEnvironment"]
+__all__ = ["TimeSkippingEnvironment", "isolated_definitions"]
 
 _FOREVER = 10 * 365 * 24 * 3600.0
 

@@ -230,16 +230,17 @@ class Inbox:
 
     async def at_start(self) -> None:
         """Before the code starts: the deliveries recorded there, and, for a run
-        that has recorded nothing else yet, the signals and updates waiting."""
+        that has recorded nothing else yet, the signals waiting (so handlers see
+        them first; queries and updates wait for the code to have registered
+        its handlers: a function workflow does that as it runs)."""
         ctx = self.ctx
         ctx.block()  # the main task has not started: it waits for nothing but this
         try:
             while self.replay and not self.replay[0].frontier:
                 await self._replay_next()
-            if (not self.replay and not ctx.recorded and not ctx.scratch
-                    and (self.signals or self.requests)):
+            if not self.replay and not ctx.recorded and not ctx.scratch and self.signals:
                 async with self.executor.delivery_lock:
-                    await self._serve_live()
+                    await self._serve_live(requests=False)
         finally:
             ctx.unblock()
 
@@ -272,7 +273,7 @@ class Inbox:
 
     # ---------------------------------------------------------------- live deliveries
 
-    async def _serve_live(self) -> None:
+    async def _serve_live(self, *, requests: bool = True) -> None:
         """Deliver the waiting signals (in the order received), then answer the
         requests (in the order asked). Called at a scheduling point."""
         ctx = self.ctx
@@ -302,7 +303,7 @@ class Inbox:
                     await self._run(d, live=True)
             finally:
                 ctx.open_gate()
-        while self.requests and not ctx.broken:
+        while requests and self.requests and not ctx.broken:
             request = self.requests.popleft()
             if request.kind == "query":
                 await self._answer_query(request)
