@@ -18,21 +18,34 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 
 import anyio
 import anyio.abc
 
-from ._registry import isolated_definitions
+from ._registry import Registry, isolated_definitions
+from ._runtime.history import HistoryLike, history_to_json, load_history, records_from_history
+from ._runtime.replay import NoStorage, replay_run
 from .client import Client
 from .clock import VirtualClock
+from .converter import JSONConverter, PayloadConverter
 from .driver import Driver, driver_factory
-from .errors import ConfigurationError
+from .errors import ConfigurationError, NonDeterminismError
+from .options import Limits
+from .store.records import OpRecord
 from .worker import Worker
 
-__all__ = ["TimeSkippingEnvironment", "isolated_definitions"]
+__all__ = [
+    "ReplayResult",
+    "Replayer",
+    "TimeSkippingEnvironment",
+    "history_to_json",
+    "isolated_definitions",
+    "load_history",
+]
 
 _FOREVER = 10 * 365 * 24 * 3600.0
 
@@ -166,3 +179,97 @@ class TimeSkippingEnvironment:
                 await anyio.sleep(0.005)
                 continue
             self.clock.advance_to(next_at)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay went through: the run as history recorded it."""
+
+    workflow_type: str
+    status: str  # the history's run status: running, completed, failed, ...
+    ops: int  # ops the code asked for, each found in history
+    deliveries: int  # signals and updates delivered again where they were recorded
+    finished: bool  # the code returned (False: it waits where the history ends)
+
+
+class Replayer:
+    """Replays recorded histories against the current code, with no storage.
+
+    ``await Replayer(workflows=[order]).replay(history)`` re-runs the workflow
+    as a worker replays a run after a restart, on the history alone (from
+    ``await handle.history()``, its JSON export, or a file). Where the code
+    asks for a different op than history recorded, or for one past the end of
+    a closed history, or returns while history has ops it never asked for, it
+    raises `NonDeterminismError` naming the first diverging op: the error a
+    deploy of this code would park running instances with. Replaying stored
+    histories in CI guards deploys (see docs/interaction.md).
+    """
+
+    def __init__(
+        self,
+        workflows: Sequence[Any],
+        *,
+        activities: Sequence[Any] = (),
+        converter: PayloadConverter | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        if not workflows:
+            raise ConfigurationError("a Replayer needs the workflows whose histories it replays")
+        self.registry = Registry.of(workflows, activities)
+        self.converter = converter or JSONConverter()
+        self.limits = limits or Limits()
+
+    async def replay(self, history: HistoryLike) -> ReplayResult:
+        """Replay one run's history; raises `NonDeterminismError` on divergence."""
+        events = load_history(history)
+        records = records_from_history(events)
+        run = records.run
+        defn = self.registry.workflows.get(run.workflow_type)
+        if defn is None:
+            raise ConfigurationError(
+                f"the history is of workflow type {run.workflow_type!r}, which this Replayer "
+                f"was not given (it has: {', '.join(sorted(self.registry.workflows)) or 'none'})"
+            )
+        outcome = await replay_run(
+            defn, run, records.ops, records.inbox,
+            worker=NoStorage(set(self.registry.activities)), converter=self.converter,
+            limits=self.limits, clock=VirtualClock(run.closed_at or run.started_at),
+            strict=True,
+        )
+        ctx = outcome.ctx
+        if isinstance(ctx.fatal, NonDeterminismError):
+            raise ctx.fatal
+        if ctx.fatal is not None:
+            raise NonDeterminismError(
+                f"replaying {run.workflow_type} failed: {ctx.fatal!r}") from ctx.fatal
+        seen = ctx.seen_ops or set()
+        closed = outcome.committer.closed_with
+        if outcome.finished and closed is not None and not run.is_open:
+            if records.closed_by_code and closed.status != run.status:
+                raise NonDeterminismError(
+                    f"workflow {run.workflow_type}: the code ended {closed.status}, but "
+                    f"history recorded {records.close_type}: the code changed in a way that "
+                    "does not replay"
+                )
+            missing = [op for op_id, op in records.ops.items() if op_id not in seen]
+            if missing:
+                first = min(missing, key=_op_order)
+                raise NonDeterminismError(
+                    f"workflow {run.workflow_type}: history recorded {first.kind} "
+                    f"{first.name!r} at {first.op_id}, which the code never asked for: the "
+                    "code changed in a way that does not replay"
+                )
+        elif records.closed_by_code and not outcome.finished:
+            where = ", ".join(f["op_id"] for f in outcome.blocked_at) or "a non-durable await"
+            raise NonDeterminismError(
+                f"workflow {run.workflow_type}: history recorded {records.close_type}, but the "
+                f"replayed code is still waiting (at {where}): the code changed in a way that "
+                "does not replay"
+            )
+        return ReplayResult(run.workflow_type, str(run.status), len(seen), ctx.deliveries,
+                            outcome.finished)
+
+
+def _op_order(op: OpRecord) -> tuple[list[str], int]:
+    path, _, seq = op.op_id.rpartition(":")
+    return path.split("."), int(seq) if seq.isdigit() else 0

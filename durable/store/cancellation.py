@@ -386,7 +386,7 @@ def request_child_cancellation(
             "child_run_id": op.child_run_id, "policy": "abandon", "request_id": None, **scope,
         }))
         if per_op:  # the await ends now; the child runs on
-            yield from _close_op(run.run_id, op, _child_cancelled(op, "abandon"), now, ops,
+            yield from _close_op(run.run_id, op, child_cancelled_failure(op, "abandon"), now, ops,
                                  interrupted=False)
         return None
     child_row = yield q1(
@@ -412,7 +412,7 @@ def request_child_cancellation(
     }))
     if write.policy == "try_cancel":
         if per_op:
-            failure = _child_cancelled(op, "try_cancel")
+            failure = child_cancelled_failure(op, "try_cancel")
         else:
             failure = Failure("cancelled", f"child {op.child_workflow_id} asked to cancel; not "
                               "waited for", "durable.ChildWorkflowFailed",
@@ -421,7 +421,7 @@ def request_child_cancellation(
     return None
 
 
-def _child_cancelled(op: OpRecord, policy: str) -> Failure:
+def child_cancelled_failure(op: OpRecord, policy: str) -> Failure:
     """What awaiting a child cancelled through its handle raises, without waiting
     for it: ChildWorkflowFailed caused by WorkflowCancelled."""
     cause = Failure("cancelled", f"child workflow {op.child_workflow_id} was asked to cancel "
