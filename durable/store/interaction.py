@@ -370,6 +370,7 @@ def deliver_signal(c: RunCommitState, w: DeliverSignal) -> Program[None]:
             "seq": w.seq, "name": w.name, "delivery": w.delivery, "frontier": w.frontier,
             "delivered_at": to_iso(w.delivered_at),
         }))
+        c.tx.wake("delivered", c.run.run_id)  # for whoever waits to see it handled
     return None
 
 
