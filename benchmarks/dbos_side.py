@@ -16,6 +16,33 @@ output, then record the new one), plus the workflow's own status rows:
   event loop; ``--mode sync`` (the default: it was the faster of the two
   on DBOS 3.4.0 here) uses plain functions with ``DBOS.start_workflow``
   (DBOS's thread pool, one thread per running workflow).
+* ``taskgroup``: one ``async def`` workflow that starts ``--steps`` (default
+  1,000) ``async def`` steps at once (``asyncio.gather``, the pattern DBOS
+  documents for concurrent steps: each step takes its step id when it is
+  called, before its first ``await``, so the order is deterministic) and
+  awaits them all.  Reported as steps per second.  Always ``--mode async``.
+
+SQLite settings (``--sqlite-pragmas``)
+--------------------------------------
+DBOS 3.4 opens its SQLite system database with SQLAlchemy
+(``SQLiteSystemDatabase._create_engine`` in ``dbos/_sys_db_sqlite.py``): a
+``"connect"`` event listener on its engine sets ``isolation_level =
+"IMMEDIATE"``, ``busy_timeout`` and ``foreign_keys``, and nothing else, so
+its connections run sqlite3's defaults: ``journal_mode=delete`` (rollback
+journal) and ``synchronous=FULL``.  ``default`` leaves that alone.
+``wal-normal`` / ``wal-full`` force our settings on DBOS: the database file
+is created in WAL mode before ``DBOS.launch()`` (the journal mode is stored
+in the file), and a SQLAlchemy ``"connect"`` listener registered on the
+``sqlalchemy.engine.Engine`` class (SQLAlchemy's documented way to set
+SQLite pragmas on every connection of every engine) runs ``PRAGMA
+journal_mode=WAL`` and ``PRAGMA synchronous=NORMAL|FULL`` on each new DBAPI
+connection, next to DBOS's own listener.  DBOS's public alternatives do not
+fit: ``db_engine_kwargs`` cannot run statements on connect, and
+``system_database_engine`` (a custom engine) would skip DBOS's own listener
+and so its ``IMMEDIATE`` transactions.  In every mode the listener reads
+back ``journal_mode`` and ``synchronous`` on each connection; the result's
+``sqlite_pragmas`` lists what DBOS's connections actually ran with, and the
+run fails if any connection differs from the requested mode.
 
 The database is either a fresh SQLite file in a temporary directory or a
 fresh PostgreSQL database (``dbos_bench_<random>`` on 127.0.0.1:5432, user
@@ -42,6 +69,7 @@ Usage::
 
     python benchmarks/dbos_side.py --workload sequential --db sqlite
     python benchmarks/dbos_side.py --workload concurrent --db postgres --repeat 3
+    python benchmarks/dbos_side.py --workload taskgroup --db sqlite --sqlite-pragmas wal-full
 """
 
 from __future__ import annotations
@@ -63,7 +91,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-Workload = Literal["sequential", "concurrent"]
+Workload = Literal["sequential", "concurrent", "taskgroup"]
+Pragmas = Literal["default", "wal-normal", "wal-full"]
 DbKind = Literal["sqlite", "postgres"]
 Mode = Literal["sync", "async"]
 
@@ -72,8 +101,12 @@ PG_PORT = 5432
 PG_USER = "postgres"
 PG_ADMIN_DB = "test"
 
-DEFAULT_STEPS: dict[str, int] = {"sequential": 200, "concurrent": 10}
-DEFAULT_WORKFLOWS: dict[str, int] = {"sequential": 1, "concurrent": 100}
+DEFAULT_STEPS: dict[str, int] = {"sequential": 200, "concurrent": 10, "taskgroup": 1000}
+DEFAULT_WORKFLOWS: dict[str, int] = {"sequential": 1, "concurrent": 100, "taskgroup": 1}
+# journal_mode, synchronous (as PRAGMA synchronous reads back: 1 NORMAL, 2 FULL)
+PRAGMAS: dict[str, tuple[str, int] | None] = {
+    "default": None, "wal-normal": ("wal", 1), "wal-full": ("wal", 2),
+}
 
 SCRIPT = Path(__file__).resolve()
 
@@ -92,6 +125,7 @@ def run_dbos(
     repeat: int = 1,
     mode: Mode = "sync",
     sqlite_dir: str | None = None,
+    sqlite_pragmas: Pragmas = "default",
     pool_size: int | None = None,
     timeout: float = 600.0,
 ) -> dict[str, Any]:
@@ -119,7 +153,12 @@ def run_dbos(
         cmd += ["--sqlite-dir", sqlite_dir]
     if pool_size is not None:
         cmd += ["--pool-size", str(pool_size)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if sqlite_pragmas != "default":
+        cmd += ["--sqlite-pragmas", sqlite_pragmas]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"dbos_side timed out after {timeout:.0f} s: {' '.join(cmd)}") from exc
     if proc.returncode != 0:
         raise RuntimeError(
             f"dbos_side failed (exit {proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-4000:]}"
@@ -142,6 +181,7 @@ class Bench:
 
     seq_workflow: Callable[[int, int], int]
     seq_workflow_async: Callable[[int, int], Coroutine[Any, Any, int]]
+    gather_workflow: Callable[[int, int], Coroutine[Any, Any, int]]
 
 
 def _step_value(i: int) -> int:
@@ -174,19 +214,78 @@ def _define_workflows() -> Bench:
             total += await bench_step_async(base + i)
         return total
 
-    return Bench(seq_workflow=bench_workflow, seq_workflow_async=bench_workflow_async)
+    @DBOS.workflow()
+    async def bench_gather_workflow(base: int, n: int) -> int:
+        # every step is called (and takes its step id) here, in order, before
+        # gather schedules them: DBOS's documented pattern for concurrent steps
+        results = await asyncio.gather(*(bench_step_async(base + i) for i in range(n)))
+        return sum(results)
+
+    return Bench(seq_workflow=bench_workflow, seq_workflow_async=bench_workflow_async,
+                 gather_workflow=bench_gather_workflow)
 
 
 def _expected(base: int, n: int) -> int:
     return sum(_step_value(base + i) for i in range(n))
 
 
+_seen_pragmas: list[tuple[str, int]] = []
+
+
+def _install_sqlite_pragmas(pragmas: Pragmas) -> None:
+    """Force (or just observe) the pragmas of every SQLite connection DBOS opens.
+
+    A class-level SQLAlchemy ``"connect"`` listener runs for each new DBAPI
+    connection of every engine, DBOS's included, alongside DBOS's own
+    listener (which sets IMMEDIATE transactions, busy_timeout, foreign_keys).
+    """
+    import sqlite3
+
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
+    wanted = PRAGMAS[pragmas]
+
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        if not isinstance(dbapi_conn, sqlite3.Connection):
+            return
+        if wanted is not None:
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute(f"PRAGMA synchronous={wanted[1]}")
+        journal = str(dbapi_conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        sync = int(dbapi_conn.execute("PRAGMA synchronous").fetchone()[0])
+        _seen_pragmas.append((journal, sync))
+
+    event.listen(sa.engine.Engine, "connect", on_connect)
+
+
+def _check_pragmas(pragmas: Pragmas) -> dict[str, Any]:
+    """What DBOS's connections ran with; fails if a forced mode did not hold."""
+    seen = sorted(set(_seen_pragmas))
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    report = {"requested": pragmas, "connections": len(_seen_pragmas),
+              "observed": [{"journal_mode": j, "synchronous": names.get(s, s)} for j, s in seen]}
+    wanted = PRAGMAS[pragmas]
+    if wanted is not None and seen != [wanted]:
+        raise RuntimeError(f"DBOS's SQLite connections did not run with {pragmas}: {report}")
+    return report
+
+
 @contextmanager
-def _database(db: DbKind, sqlite_dir: str | None) -> Iterator[str]:
+def _database(db: DbKind, sqlite_dir: str | None, pragmas: Pragmas) -> Iterator[str]:
     """Yield a system_database_url for a fresh database; drop it afterwards."""
     if db == "sqlite":
+        import sqlite3
+
         with tempfile.TemporaryDirectory(prefix="dbos_bench_", dir=sqlite_dir) as tmp:
-            yield f"sqlite:///{os.path.join(tmp, 'dbos_sys.sqlite')}"
+            path = os.path.join(tmp, "dbos_sys.sqlite")
+            if PRAGMAS[pragmas] is not None:
+                # WAL is a property of the file: set it before DBOS's pool opens
+                # several connections at once.
+                conn = sqlite3.connect(path)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.close()
+            yield f"sqlite:///{path}"
         return
 
     import psycopg
@@ -239,6 +338,18 @@ def _concurrent(bench: Bench, mode: Mode, steps: int, workflows: int, base: int)
         raise AssertionError("concurrent: wrong results")
 
 
+def _taskgroup(bench: Bench, steps: int, base: int) -> None:
+    from dbos import DBOS
+
+    async def go() -> int:
+        handle = await DBOS.start_workflow_async(bench.gather_workflow, base, steps)
+        return await handle.get_result()
+
+    got = _loop().run_until_complete(go())
+    if got != _expected(base, steps):
+        raise AssertionError(f"taskgroup: got {got}, want {_expected(base, steps)}")
+
+
 _loop_holder: list[asyncio.AbstractEventLoop] = []
 
 
@@ -263,13 +374,16 @@ def _measure(
     repeat: int,
     sqlite_dir: str | None,
     pool_size: int | None,
+    pragmas: Pragmas,
 ) -> dict[str, Any]:
     import dbos as dbos_pkg
     from dbos import DBOS, DBOSConfig
 
     _loop()
+    if db == "sqlite":
+        _install_sqlite_pragmas(pragmas)
     bench = _define_workflows()
-    with _database(db, sqlite_dir) as url:
+    with _database(db, sqlite_dir, pragmas) as url:
         config: DBOSConfig = {
             "name": "dbos-bench",
             "system_database_url": url,
@@ -288,6 +402,8 @@ def _measure(
                 nonlocal base
                 if workload == "sequential":
                     _sequential(bench, mode, n_steps, base)
+                elif workload == "taskgroup":
+                    _taskgroup(bench, n_steps, base)
                 else:
                     _concurrent(bench, mode, n_steps, n_wf, base)
                 base += n_steps * n_wf
@@ -304,6 +420,7 @@ def _measure(
                 once(steps, workflows)
                 runs.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
+            observed = _check_pragmas(pragmas) if db == "sqlite" else None
         finally:
             DBOS.destroy(destroy_registry=True)
     _loop().close()
@@ -313,7 +430,7 @@ def _measure(
     return {
         "workload": workload,
         "db": db,
-        "mode": mode,
+        "mode": "async" if workload == "taskgroup" else mode,
         "steps": steps,
         "workflows": workflows,
         "steps_total": steps_total,
@@ -325,6 +442,7 @@ def _measure(
         "cpu_s": round(statistics.median(cpu), 6),
         "sqlite_dir": (sqlite_dir or tempfile.gettempdir()) if db == "sqlite" else None,
         "sys_db_pool_size": pool_size,
+        "sqlite_pragmas": observed,
         "launch_s": round(launch_s, 3),
         "dbos_version": _dbos_version(dbos_pkg),
         "python": sys.version.split()[0],
@@ -342,7 +460,7 @@ def _dbos_version(pkg: Any) -> str:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--workload", choices=["sequential", "concurrent"], required=True)
+    p.add_argument("--workload", choices=list(DEFAULT_STEPS), required=True)
     p.add_argument("--db", choices=["sqlite", "postgres"], required=True)
     p.add_argument("--steps", type=int, default=None, help="steps per workflow")
     p.add_argument("--workflows", type=int, default=None, help="concurrent workflows")
@@ -361,6 +479,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "use the same dir as our side, fsync cost dominates",
     )
     p.add_argument(
+        "--sqlite-pragmas",
+        choices=list(PRAGMAS),
+        default="default",
+        help="default: DBOS's own (rollback journal, synchronous=FULL); wal-normal / "
+        "wal-full: forced on each of its connections (ours: WAL + NORMAL or FULL)",
+    )
+    p.add_argument(
         "--pool-size",
         type=int,
         default=None,
@@ -375,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = args.steps if args.steps is not None else DEFAULT_STEPS[workload]
     workflows = (
         1
-        if workload == "sequential"
+        if workload in ("sequential", "taskgroup")
         else (args.workflows if args.workflows is not None else DEFAULT_WORKFLOWS[workload])
     )
     if steps < 1 or workflows < 1 or args.repeat < 1:
@@ -396,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
             args.repeat,
             args.sqlite_dir,
             args.pool_size,
+            args.sqlite_pragmas,
         )
     finally:
         sys.stdout = real_stdout

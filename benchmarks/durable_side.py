@@ -16,6 +16,17 @@ per-step bookkeeping, not user work:
   (``workflow.execute_activity``): each step is scheduled on the task queue,
   claimed and executed by the same worker (same process), and its result
   recorded.
+* ``taskgroup`` (d): one workflow that starts ``--steps`` (default 1,000)
+  local activities at once in a ``workflow.task_group()`` and awaits them
+  all.  Reported as steps per second.
+
+``--record batched`` runs the local activities with
+``durable.ActivityOptions(record="batched")`` (their results are recorded
+with the next durable operation instead of one write each).  Builds without
+that option make the child exit with status 3 and the message
+``skipped: batched recording not available in this build``; ``--probe``
+prints ``{"batched": true|false, "reason": ...}`` without measuring, which
+is how ``run.py`` decides whether to schedule the batched variant at all.
 
 The process opens the database with ``durable.connect(url)`` and starts one
 ``durable.Worker`` on the host loop (``--backend asyncio|trio``) before the
@@ -43,6 +54,8 @@ Usage::
 
     python benchmarks/durable_side.py --workload sequential --db sqlite
     python benchmarks/durable_side.py --workload concurrent --backend trio --synchronous FULL
+    python benchmarks/durable_side.py --workload taskgroup --record batched   # when available
+    python benchmarks/durable_side.py --probe
 """
 
 from __future__ import annotations
@@ -61,13 +74,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-Workload = Literal["sequential", "concurrent", "concurrent_remote"]
+Workload = Literal["sequential", "concurrent", "concurrent_remote", "taskgroup"]
 DbKind = Literal["sqlite", "postgres"]
 Backend = Literal["asyncio", "trio"]
 
-WORKLOADS: tuple[str, ...] = ("sequential", "concurrent", "concurrent_remote")
-DEFAULT_STEPS: dict[str, int] = {"sequential": 200, "concurrent": 10, "concurrent_remote": 10}
-DEFAULT_WORKFLOWS: dict[str, int] = {"sequential": 1, "concurrent": 100, "concurrent_remote": 100}
+WORKLOADS: tuple[str, ...] = ("sequential", "concurrent", "concurrent_remote", "taskgroup")
+DEFAULT_STEPS: dict[str, int] = {"sequential": 200, "concurrent": 10, "concurrent_remote": 10,
+                                 "taskgroup": 1000}
+DEFAULT_WORKFLOWS: dict[str, int] = {"sequential": 1, "concurrent": 100, "concurrent_remote": 100,
+                                     "taskgroup": 1}
+# Workloads made of local activities: the only ones `record="batched"` applies to.
+LOCAL_WORKLOADS = ("sequential", "concurrent", "taskgroup")
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 SCRIPT = Path(__file__).resolve()
@@ -84,6 +101,7 @@ def run_durable(
     *,
     backend: Backend = "asyncio",
     synchronous: str | None = None,
+    record: str | None = None,
     steps: int | None = None,
     workflows: int | None = None,
     repeat: int = 1,
@@ -102,6 +120,8 @@ def run_durable(
     ]
     if synchronous is not None:
         cmd += ["--synchronous", synchronous]
+    if record is not None:
+        cmd += ["--record", record]
     if steps is not None:
         cmd += ["--steps", str(steps)]
     if workflows is not None:
@@ -129,6 +149,20 @@ def run_durable(
     return result
 
 
+def probe_durable(timeout: float = 60.0) -> dict[str, Any]:
+    """What this build of durable supports, asked of a fresh interpreter.
+
+    Returns ``{"batched": bool, "reason": str | None, "version": str}``.
+    """
+    cmd = [sys.executable, str(SCRIPT), "--probe"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"durable_side --probe failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-2000:]}")
+    found: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return found
+
+
 # --------------------------------------------------------------------------
 # Child side: everything below imports durable.
 # --------------------------------------------------------------------------
@@ -142,8 +176,30 @@ def _expected(base: int, n: int) -> int:
     return sum(_step_value(base + i) for i in range(n))
 
 
-def _define() -> tuple[Any, Any, Any]:
-    """Define the activity and the two workflows (imports durable)."""
+SKIPPED_BATCHED = "skipped: batched recording not available in this build"
+EXIT_SKIPPED = 3
+
+
+def batched_options() -> tuple[Any, str | None]:
+    """`ActivityOptions(record="batched")`, or None and why this build lacks it.
+
+    Feature detection: the option is being added to the engine ([3/8] item 5);
+    until then the constructor rejects the keyword.
+    """
+    import durable
+
+    try:
+        return durable.ActivityOptions(record="batched"), None  # type: ignore[call-arg]
+    except (TypeError, durable.DurableError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _define(local_options: Any = None) -> tuple[Any, Any, Any, Any]:
+    """Define the activity and the workflows (imports durable).
+
+    `local_options` is passed to every local activity call (None: defaults,
+    i.e. one recorded write per step).
+    """
     from durable import activity, workflow
 
     @activity.defn(name="bench_step")
@@ -154,8 +210,22 @@ def _define() -> tuple[Any, Any, Any]:
     async def bench_local(base: int, n: int) -> int:
         total = 0
         for i in range(n):
-            total += await workflow.execute_local_activity(bench_step, base + i)
+            total += await workflow.execute_local_activity(
+                bench_step, base + i, options=local_options)
         return total
+
+    @workflow.defn(name="bench_taskgroup")
+    async def bench_taskgroup(base: int, n: int) -> int:
+        results = [0] * n
+
+        async def one(i: int) -> None:
+            results[i] = await workflow.execute_local_activity(
+                bench_step, base + i, options=local_options)
+
+        async with workflow.task_group() as tg:
+            for i in range(n):
+                tg.start_soon(one, i)
+        return sum(results)
 
     @workflow.defn(name="bench_remote")
     async def bench_remote(base: int, n: int) -> int:
@@ -164,7 +234,7 @@ def _define() -> tuple[Any, Any, Any]:
             total += await workflow.execute_activity(bench_step, base + i)
         return total
 
-    return bench_step, bench_local, bench_remote
+    return bench_step, bench_local, bench_remote, bench_taskgroup
 
 
 def _storage_url(db: DbKind, sqlite_dir: str, synchronous: str | None, pg_url: str) -> str:
@@ -220,8 +290,12 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     workload: Workload = args.workload
     steps: int = args.steps
     n_wf: int = args.workflows
-    bench_step, bench_local, bench_remote = _define()
-    wf = bench_remote if workload == "concurrent_remote" else bench_local
+    local_options = None
+    if args.record == "batched":
+        local_options, _ = batched_options()
+    bench_step, bench_local, bench_remote, bench_taskgroup = _define(local_options)
+    wf = {"concurrent_remote": bench_remote, "taskgroup": bench_taskgroup}.get(
+        workload, bench_local)
     url = _storage_url(args.db, workdir, args.synchronous, args.pg_url)
 
     t_connect = time.perf_counter()
@@ -255,7 +329,8 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     profile_info: dict[str, Any] | None = None
     try:
         worker = durable.Worker(
-            client, workflows=[bench_local, bench_remote], activities=[bench_step]
+            client, workflows=[bench_local, bench_remote, bench_taskgroup],
+            activities=[bench_step],
         )
         async with worker:
             once_steps = min(steps, 10)
@@ -284,6 +359,7 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "workload": workload,
         "db": args.db,
         "backend": args.backend,
+        "record": args.record,
         "steps": steps,
         "workflows": n_wf,
         "steps_total": steps_total,
@@ -341,11 +417,16 @@ async def _profiled_run(
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--workload", choices=WORKLOADS, required=True)
+    p.add_argument("--probe", action="store_true",
+                   help="print what this build supports (JSON) and exit")
+    p.add_argument("--workload", choices=WORKLOADS, default=None)
     p.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     p.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     p.add_argument("--synchronous", choices=["NORMAL", "FULL"], default=None,
                    help="SQLite synchronous setting (default: the driver's, NORMAL)")
+    p.add_argument("--record", choices=["per-step", "batched"], default="per-step",
+                   help="how local activity results are recorded (default per-step; "
+                        "batched: ActivityOptions(record='batched'))")
     p.add_argument("--steps", type=int, default=None, help="steps per workflow")
     p.add_argument("--workflows", type=int, default=None, help="concurrent workflows")
     p.add_argument("--repeat", type=int, default=1, help="timed runs (median reported)")
@@ -355,10 +436,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", default=None, metavar="PATH",
                    help="profile one extra (untimed) run and write the report to PATH")
     args = p.parse_args(argv)
+    if args.probe:
+        return args
+    if args.workload is None:
+        p.error("--workload is required (unless --probe)")
     workload: str = args.workload
+    if args.record == "batched" and workload not in LOCAL_WORKLOADS:
+        p.error(f"--record batched applies to local activities only: {', '.join(LOCAL_WORKLOADS)}"
+                f", not {workload}")
     if args.steps is None:
         args.steps = DEFAULT_STEPS[workload]
-    if workload == "sequential":
+    if workload in ("sequential", "taskgroup"):
         args.workflows = 1
     elif args.workflows is None:
         args.workflows = DEFAULT_WORKFLOWS[workload]
@@ -371,6 +459,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     import anyio
 
+    import durable
+
+    if args.probe:
+        _, reason = batched_options()
+        print(json.dumps({"batched": reason is None, "reason": reason,
+                          "version": durable.__version__}))
+        return 0
+    if args.record == "batched" and batched_options()[0] is None:
+        print(SKIPPED_BATCHED, file=sys.stderr)
+        return EXIT_SKIPPED
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # keep stdout for the single JSON line
     # An application that did not configure logging: the engine's info events

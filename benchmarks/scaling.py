@@ -1,6 +1,6 @@
 """Scaling across worker processes, and worker loss (issue [3/4]).
 
-(a) ``throughput``: ``--workflows`` (400) workflows of ``--steps`` (5) REMOTE
+(a) ``throughput``: ``--workflows`` (200) workflows of ``--steps`` (5) REMOTE
     activities each (trivial ``async def`` steps) are started up front, with no
     worker running.  Then 1, 2 and 4 worker PROCESSES (``--workers``), already
     started, connected and waiting at a gate, are released together; the clock
@@ -10,9 +10,23 @@
     runs and 100 activities at once) registering both the workflow and the
     activity; they share one PostgreSQL schema, or one SQLite file (WAL,
     synchronous=NORMAL).  Also reported: how the runs and the activity
-    attempts were spread over the processes, the CPU seconds each process
-    used, and how busy the machine's CPUs were (``/proc/stat``) during the
-    run.
+    attempts were spread over the processes (fairness: every worker is
+    listed, with 0 if it closed no run), the CPU seconds each process used,
+    and how busy the machine's CPUs were (``/proc/stat``) during the run.
+    ``--rounds`` (3) repeats the process counts, order rotated each round;
+    the summary gives medians [min-max].
+
+    On PostgreSQL also (issue [3/8] item 7): CPU seconds per 1,000 steps of
+    the worker processes (``/proc/<pid>/stat`` utime + stime) PLUS the
+    PostgreSQL backends serving them (found in ``pg_stat_activity`` by the
+    ``application_name`` each worker's driver sets, ``durable:<origin>``;
+    their CPU read from ``/proc`` too, the server being on this machine), and
+    lock waits per step, sampled every ``--lock-sample-interval`` (0.05 s)
+    from ``pg_stat_activity`` (``wait_event_type = 'Lock'``) and ``pg_locks``
+    (not granted): distinct waiting statements per step and an estimate of
+    the time spent waiting.  ``log_lock_waits`` would need a superuser to
+    change the server's configuration, so the harness samples instead.  See
+    ``BackendSampler``.
 
 (b) ``failover``: a worker process (the victim) owns ``--runs`` (40) running
     workflows: half wait on a remote activity that the victim runs and that
@@ -39,9 +53,12 @@ on ``--pg-url``, dropped afterwards.  SQLite: a fresh file per measurement.
 Usage::
 
     python benchmarks/scaling.py [--part throughput|failover|all] [--db sqlite|postgres|all]
-        [--workers 1,2,4] [--workflows 400] [--steps 5] [--runs 40] [--leases 2,15]
+        [--workers 1,2,4] [--workflows 200] [--steps 5] [--rounds 3]
+        [--lock-sample-interval 0.05] [--runs 40] [--leases 2,15]
 
-Prints a table and one JSON object, and writes ``benchmarks/results/scaling.json``.
+Prints a table, the throughput summary as markdown (ready for
+docs/benchmarks.md) and one JSON object, and writes
+``benchmarks/results/scaling.json``.
 """
 
 from __future__ import annotations
@@ -50,6 +67,7 @@ import argparse
 import datetime
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -134,7 +152,10 @@ ACTIVITIES: list[Callable[..., Any]] = [step, hold]
 
 async def _serve(args: argparse.Namespace) -> None:
     async with durable.connect(args.serve_db) as client:
-        print("connected", flush=True)
+        # the PostgreSQL driver names its sessions `durable:<origin>`: the parent
+        # finds this process's backends in pg_stat_activity by that name
+        app = getattr(client.driver, "application_name", None) or "-"
+        print(f"connected {app}", flush=True)
         if args.gate:
             await anyio.to_thread.run_sync(sys.stdin.readline)
         worker = durable.Worker(client, workflows=WORKFLOWS, activities=ACTIVITIES,
@@ -149,6 +170,7 @@ class Proc:
     name: str
     popen: subprocess.Popen[str]
     log: Path
+    app_name: str | None = None  # its PostgreSQL application_name, once connected
 
     def _line(self) -> str:
         assert self.popen.stdout is not None
@@ -157,10 +179,13 @@ class Proc:
     async def expect(self, word: str, within: float = 60.0) -> None:
         with anyio.fail_after(within):
             line = await anyio.to_thread.run_sync(self._line, abandon_on_cancel=True)
-        if line != word:
+        said, _, rest = line.partition(" ")
+        if said != word:
             tail = await anyio.Path(self.log).read_text()
             raise RuntimeError(f"worker {self.name} said {line!r}, not {word!r}:\n"
                                f"{tail[-3000:]}")
+        if word == "connected" and rest not in ("", "-"):
+            self.app_name = rest
 
     def go(self) -> None:
         stdin: IO[str] | None = self.popen.stdin
@@ -170,11 +195,8 @@ class Proc:
 
     def cpu_seconds(self) -> float:
         """User + system CPU time so far (from /proc)."""
-        try:
-            fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        cpu = proc_cpu_seconds(self.popen.pid)
+        return float("nan") if cpu is None else cpu
 
     def kill(self) -> None:
         if self.popen.poll() is None:
@@ -195,6 +217,158 @@ def spawn(db: str, name: str, workdir: Path, *, lease: float = 15.0, gate: bool 
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=err, text=True)
     return Proc(name, popen, log)
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process so far, from /proc/<pid>/stat (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- PostgreSQL backends
+
+
+class BackendSampler:
+    """Watches the PostgreSQL backends that serve the worker processes.
+
+    The backends are found in ``pg_stat_activity`` by the workers'
+    ``application_name`` (our driver sets ``durable:<origin>``; each worker
+    prints its own).  Every ``interval`` seconds one query reads their wait
+    state (``wait_event_type = 'Lock'``) and the lock they wait for (the
+    ungranted entry in ``pg_locks``: type, mode, relation or object; e.g.
+    ``object AccessExclusiveLock on pg_database 0`` is the lock PostgreSQL
+    takes at commit in every transaction that sent a ``NOTIFY``, and
+    ``transactionid ShareLock`` a wait for another transaction's row lock);
+    the CPU each backend used is read from ``/proc/<pid>/stat`` (the server runs
+    on this machine), from just before the release (or from its start, for a
+    backend opened during the run) to its last reading.  Lock waits are
+    sampled, not traced: a wait shorter than the interval may be missed, and
+    ``lock_wait_s`` (waiting backends x time between samples) is an estimate.
+    ``log_lock_waits`` would be exact but needs a superuser to change the
+    server's configuration.  The server's own background processes
+    (walwriter, checkpointer, background writer) are reported separately.
+    """
+
+    QUERY = """
+        SELECT a.pid, a.application_name, extract(epoch FROM a.backend_start)::float8,
+               a.wait_event_type, a.wait_event, extract(epoch FROM a.query_start)::float8,
+               (SELECT l.locktype || ' ' || l.mode
+                       || coalesce(' on ' || l.relation::regclass::text, '')
+                       || coalesce(' on ' || l.classid::regclass::text || ' ' || l.objid, '')
+                FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted LIMIT 1)
+        FROM pg_stat_activity a
+        WHERE a.application_name = ANY($1::text[])
+    """
+    BACKGROUND = ("walwriter", "checkpointer", "background writer")
+
+    def __init__(self, pg_url: str, app_names: list[str], interval: float) -> None:
+        self.pg_url = pg_url
+        self.app_names = app_names
+        self.interval = interval
+        self.t_go = 0.0
+        self.base: dict[int, float] = {}  # pid -> CPU seconds at release (0: opened later)
+        self.last: dict[int, float] = {}  # pid -> latest CPU reading
+        self.app_of: dict[int, str] = {}
+        self.samples = 0
+        self.lock_wait_s = 0.0
+        self.lock_wait_samples = 0
+        self.waits: set[tuple[int, float | None]] = set()  # distinct (pid, statement start)
+        self.wait_events: Counter[str] = Counter()
+        self.background: dict[int, tuple[str, float]] = {}
+        self.background_last: dict[int, float] = {}
+        self._conn: Any = None
+
+    async def open(self) -> None:
+        import asyncpg
+
+        self._conn = await asyncpg.connect(
+            self.pg_url, server_settings={"application_name": "durable-scaling-sampler"})
+        rows = await self._conn.fetch(
+            "SELECT pid, backend_type FROM pg_stat_activity WHERE backend_type = ANY($1)",
+            list(self.BACKGROUND))
+        for pid, kind in rows:
+            cpu = proc_cpu_seconds(pid)
+            if cpu is not None:
+                self.background[pid] = (kind, cpu)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    def _read_cpu(self, pid: int) -> None:
+        cpu = proc_cpu_seconds(pid)
+        if cpu is not None:
+            self.last[pid] = cpu
+
+    async def _sample(self, dt: float) -> None:
+        rows = await self._conn.fetch(self.QUERY, self.app_names)
+        self.samples += 1
+        waiting = 0
+        for pid, app, started, wtype, wevent, query_start, lock in rows:
+            if pid not in self.base:
+                self.app_of[pid] = app
+                if started is not None and started >= self.t_go:
+                    self.base[pid] = 0.0  # opened during the run: all its CPU counts
+                else:
+                    self.base[pid] = proc_cpu_seconds(pid) or 0.0
+            self._read_cpu(pid)
+            if wtype == "Lock":
+                waiting += 1
+                self.waits.add((pid, query_start))
+                # which lock: pg_locks is read in the same statement but is its own
+                # snapshot, so the wait may already be over there
+                what = lock or "granted by the time pg_locks was read"
+                self.wait_events[f"{wevent}: {what}"] += 1
+        if waiting:
+            self.lock_wait_samples += 1
+            self.lock_wait_s += waiting * dt
+
+    async def snapshot_before_release(self) -> None:
+        """Read every worker backend's CPU before the release (its baseline)."""
+        self.t_go = math.inf  # every backend seen now existed before the release
+        await self._sample(0.0)
+        self.samples = 0
+        self.lock_wait_samples = 0
+        self.lock_wait_s = 0.0
+        self.waits.clear()
+        self.wait_events.clear()
+
+    async def run(self) -> None:
+        """Sample until cancelled."""
+        t = time.monotonic()
+        while True:
+            await anyio.sleep(self.interval)
+            now = time.monotonic()
+            await self._sample(now - t)
+            t = now
+
+    def finish(self) -> dict[str, Any]:
+        for pid in self.base:
+            self._read_cpu(pid)
+        for pid in self.background:
+            cpu = proc_cpu_seconds(pid)
+            if cpu is not None:
+                self.background_last[pid] = cpu
+        per_app: Counter[str] = Counter()
+        for pid, base in self.base.items():
+            per_app[self.app_of[pid]] += self.last.get(pid, base) - base
+        background = {kind: round(self.background_last.get(pid, cpu0) - cpu0, 3)
+                      for pid, (kind, cpu0) in self.background.items()}
+        return {
+            "backends": len(self.base),
+            "backend_cpu_s": round(sum(per_app.values()), 3),
+            "backend_cpu_s_by_worker_app": {k: round(v, 3) for k, v in sorted(per_app.items())},
+            "background_cpu_s": background,
+            "samples": self.samples,
+            "sample_interval_s": self.interval,
+            "lock_wait_samples": self.lock_wait_samples,
+            "lock_wait_s_estimated": round(self.lock_wait_s, 3),
+            "distinct_lock_waits": len(self.waits),
+            "lock_wait_events": dict(self.wait_events.most_common()),
+        }
 
 
 # ---------------------------------------------------------------- storage
@@ -293,6 +467,8 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
     storage = new_storage(db, workdir, args.pg_url)
     n, steps = args.workflows, args.steps
     procs: list[Proc] = []
+    sampler: BackendSampler | None = None
+    backends: dict[str, Any] | None = None
     async with durable.connect(storage.url) as client:
         try:
             for k in range(n):
@@ -300,17 +476,32 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
             procs = [spawn(storage.url, f"w{i}", workdir, gate=True) for i in range(workers)]
             for p in procs:
                 await p.expect("connected")
+            apps = [p.app_name for p in procs if p.app_name]
+            if db == "postgres" and len(apps) == len(procs):
+                sampler = BackendSampler(args.pg_url, apps, args.lock_sample_interval)
+                await sampler.open()
+                await sampler.snapshot_before_release()
             cpu0 = [p.cpu_seconds() for p in procs]
             busy0, total0 = cpu_busy()
             t_go = time.time()
-            for p in procs:
-                p.go()
-            rows = await wait_closed(client, "sc_flow", n, args.time_limit)
+            if sampler is not None:
+                sampler.t_go = t_go
+            async with anyio.create_task_group() as tg:
+                if sampler is not None:
+                    tg.start_soon(sampler.run)
+                for p in procs:
+                    p.go()
+                rows = await wait_closed(client, "sc_flow", n, args.time_limit)
+                tg.cancel_scope.cancel()
             busy1, total1 = cpu_busy()
             cpu = [round(p.cpu_seconds() - c, 2) for p, c in zip(procs, cpu0, strict=True)]
+            if sampler is not None:
+                backends = sampler.finish()
+            elif db == "postgres":
+                backends = {"unavailable": "a worker did not report its application_name"}
             t_end = max(_epoch(r["closed_at"]) for r in rows)
             statuses = Counter(r["status"] for r in rows)
-            closed_by: Counter[str] = Counter()
+            closed_by: Counter[str] = Counter({p.name: 0 for p in procs})
             attempts: Counter[str] = Counter()
             wrong = 0
             for k in range(n):
@@ -325,19 +516,38 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
         finally:
             for p in procs:
                 p.kill()
+            if sampler is not None:
+                await sampler.close()
             await drop(client, storage)
     seconds = t_end - t_go
-    return {
+    total_steps = n * steps
+    ours_cpu = sum(cpu)
+    out: dict[str, Any] = {
         "db": db, "workers": workers, "workflows": n, "steps_per_workflow": steps,
-        "steps_total": n * steps, "seconds": round(seconds, 3),
-        "steps_per_s": round(n * steps / seconds, 1),
+        "steps_total": total_steps, "seconds": round(seconds, 3),
+        "steps_per_s": round(total_steps / seconds, 1),
         "workflows_per_s": round(n / seconds, 1),
         "statuses": dict(statuses), "wrong_results": wrong,
         "runs_closed_by": dict(sorted(closed_by.items())),
+        "workers_without_closed_runs": sorted(k for k, v in closed_by.items() if v == 0),
         "activity_attempts_by": dict(sorted(attempts.items())),
         "worker_cpu_s": cpu,
+        "worker_cpu_s_per_1000_steps": round(ours_cpu * 1000 / total_steps, 3),
         "machine_cpu_busy": round((busy1 - busy0) / max(1.0, total1 - total0), 3),
     }
+    if backends is not None:
+        out["postgres"] = backends
+        if "backend_cpu_s" in backends:
+            out["backend_cpu_s_per_1000_steps"] = round(
+                backends["backend_cpu_s"] * 1000 / total_steps, 3)
+            out["cpu_s_per_1000_steps"] = round(
+                (ours_cpu + backends["backend_cpu_s"]) * 1000 / total_steps, 3)
+            out["lock_waits_per_step"] = round(backends["distinct_lock_waits"] / total_steps, 4)
+            out["lock_wait_ms_per_step"] = round(
+                backends["lock_wait_s_estimated"] * 1000 / total_steps, 3)
+    else:
+        out["cpu_s_per_1000_steps"] = out["worker_cpu_s_per_1000_steps"]
+    return out
 
 
 # ---------------------------------------------------------------- (b) failover
@@ -458,11 +668,18 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"throughput": [], "failover": []}
     if args.part in ("throughput", "all"):
         for db in dbs:
-            for k in args.workers:
-                print(f"throughput {db} x{k} ...", file=sys.stderr, flush=True)
-                t = time.monotonic()
-                out["throughput"].append(await throughput(db, k, args, workdir))
-                out["throughput"][-1]["measurement_wall_s"] = round(time.monotonic() - t, 1)
+            for r in range(args.rounds):
+                # rotate which process count goes first, round by round
+                shift = r % len(args.workers)
+                for k in args.workers[shift:] + args.workers[:shift]:
+                    print(f"throughput {db} x{k} (round {r + 1}/{args.rounds}) ...",
+                          file=sys.stderr, flush=True)
+                    t = time.monotonic()
+                    res = await throughput(db, k, args, workdir)
+                    res["round"] = r
+                    res["measurement_wall_s"] = round(time.monotonic() - t, 1)
+                    out["throughput"].append(res)
+        out["throughput_summary"] = summarise_throughput(out["throughput"])
     if args.part in ("failover", "all"):
         for db in dbs:
             for lease in args.leases:
@@ -470,6 +687,38 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 t = time.monotonic()
                 out["failover"].append(await failover(db, lease, args, workdir))
                 out["failover"][-1]["measurement_wall_s"] = round(time.monotonic() - t, 1)
+    return out
+
+
+def _median_range(values: list[float]) -> dict[str, float] | None:
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return None
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3), "n": len(values)}
+
+
+def summarise_throughput(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (storage, process count): medians [min, max] over rounds, and the CPU per
+    1,000 steps relative to the one-process figure (the flatness target)."""
+    out: list[dict[str, Any]] = []
+    keys = sorted({(r["db"], r["workers"]) for r in results})
+    for db, workers in keys:
+        rs = [r for r in results if r["db"] == db and r["workers"] == workers]
+        row: dict[str, Any] = {"db": db, "workers": workers, "rounds": len(rs)}
+        for name in ("steps_per_s", "cpu_s_per_1000_steps", "worker_cpu_s_per_1000_steps",
+                     "backend_cpu_s_per_1000_steps", "lock_waits_per_step",
+                     "lock_wait_ms_per_step", "machine_cpu_busy"):
+            row[name] = _median_range([r[name] for r in rs if name in r])
+        row["rounds_where_a_worker_closed_no_run"] = sum(
+            1 for r in rs if r["workers_without_closed_runs"])
+        row["runs_closed_by"] = [r["runs_closed_by"] for r in rs]
+        out.append(row)
+    for row in out:
+        one = next((o for o in out if o["db"] == row["db"] and o["workers"] == 1), None)
+        if one and one["cpu_s_per_1000_steps"] and row["cpu_s_per_1000_steps"]:
+            row["cpu_vs_1_process"] = round(row["cpu_s_per_1000_steps"]["median"]
+                                            / one["cpu_s_per_1000_steps"]["median"], 3)
     return out
 
 
@@ -482,7 +731,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--part", choices=["throughput", "failover", "all"], default="all")
     p.add_argument("--db", choices=[*DBS, "all"], default="all")
     p.add_argument("--workers", default="1,2,4", help="worker process counts (1,2,4)")
-    p.add_argument("--workflows", type=int, default=400)
+    p.add_argument("--workflows", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="throughput: rounds over the process counts, order rotated (3)")
+    p.add_argument("--lock-sample-interval", type=float, default=0.05,
+                   help="throughput, PostgreSQL: seconds between pg_stat_activity/pg_locks "
+                        "samples (0.05)")
     p.add_argument("--steps", type=int, default=5, help="remote activities per workflow (5)")
     p.add_argument("--time-limit", type=float, default=300.0,
                    help="give up on a throughput run after this many seconds")
@@ -506,16 +760,51 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.leases = _floats(args.leases)
     if args.workflows < 1 or args.steps < 1 or args.runs < 2 or not args.workers:
         raise SystemExit("--workflows, --steps >= 1, --runs >= 2, --workers not empty")
+    if args.rounds < 1 or args.lock_sample_interval <= 0:
+        raise SystemExit("--rounds must be >= 1 and --lock-sample-interval > 0")
     return args
+
+
+def _mr(s: dict[str, float] | None, fmt: str) -> str:
+    if s is None:
+        return "-"
+    if s["n"] == 1:
+        return f"{s['median']:{fmt}}"
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}}-{s['max']:{fmt}}]"
+
+
+def markdown_throughput(report: dict[str, Any]) -> str:
+    """The throughput table, ready to paste into docs/benchmarks.md."""
+    lines = [f"`{report['command']}`, commit {report['git']['commit']}, "
+             f"{report['started_at'][:16].replace('T', ' ')} UTC, load average "
+             f"{report['load_average_before']} before, {report['load_average_after']} after; "
+             "median [min-max] over rounds.", "",
+             "| storage | processes | steps/s | CPU s / 1,000 steps (ours + PG backends) "
+             "| ours | PG backends | vs 1 process | lock waits / step | lock wait ms / step "
+             "| runs closed per process (each round) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in report.get("throughput_summary", []):
+        closed = "; ".join(" / ".join(str(v) for v in by.values())
+                           for by in row["runs_closed_by"])
+        lines.append(
+            f"| {row['db']} | {row['workers']} | {_mr(row['steps_per_s'], '.0f')} | "
+            f"{_mr(row['cpu_s_per_1000_steps'], '.2f')} | "
+            f"{_mr(row['worker_cpu_s_per_1000_steps'], '.2f')} | "
+            f"{_mr(row['backend_cpu_s_per_1000_steps'], '.2f')} | "
+            f"{row.get('cpu_vs_1_process', '-')} | {_mr(row['lock_waits_per_step'], '.3f')} | "
+            f"{_mr(row['lock_wait_ms_per_step'], '.2f')} | {closed} |")
+    return "\n".join(lines) + "\n"
 
 
 def _print(results: dict[str, Any]) -> None:
     if results["throughput"]:
         print(f"{'db':<9} {'workers':>7} {'steps':>6} {'seconds':>8} {'steps/s':>8} "
-              f"{'cpu busy':>8}  runs closed by / attempts by")
+              f"{'cpu busy':>8} {'cpu/1k':>7} {'locks/step':>10}  runs closed by / attempts by")
         for r in results["throughput"]:
             print(f"{r['db']:<9} {r['workers']:>7} {r['steps_total']:>6} {r['seconds']:>8.2f} "
-                  f"{r['steps_per_s']:>8.1f} {r['machine_cpu_busy']:>8.0%}  "
+                  f"{r['steps_per_s']:>8.1f} {r['machine_cpu_busy']:>8.0%} "
+                  f"{r.get('cpu_s_per_1000_steps', float('nan')):>7.2f} "
+                  f"{r.get('lock_waits_per_step', float('nan')):>10.3f}  "
                   f"{r['runs_closed_by']} / {r['activity_attempts_by']}")
     if results["failover"]:
         print(f"{'db':<9} {'lease':>5} {'kind':<9} {'lease left':>16} "
@@ -575,6 +864,10 @@ def main(argv: list[str] | None = None) -> int:
     _print(results)
     print(f"load average before/after {report['load_average_before']} / "
           f"{report['load_average_after']}")
+    if results.get("throughput_summary"):
+        report["markdown"] = markdown_throughput(report)
+        print()
+        print(report["markdown"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import activity, workflow
 from ._runtime.attempts import ActivityInfo
+from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
 from .clock import Clock, SystemClock, VirtualClock
@@ -25,6 +26,8 @@ from .errors import (
     ActivityStopRequested,
     ActivityTimedOut,
     ApplicationError,
+    BudgetCancelled,
+    BudgetExhausted,
     CapabilityUnsupported,
     ChildWorkflowFailed,
     ConfigurationError,
@@ -32,14 +35,17 @@ from .errors import (
     NonDeterminismError,
     NotRegistered,
     PayloadError,
+    PhaseTimedOut,
     PolicyRejected,
     QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
+    StorageClosed,
     StorageUnavailable,
     StructuralLimitExceeded,
     UpdateFailed,
     UpdateRejected,
+    WorkerFailed,
     WorkerLost,
     WorkflowAlreadyStarted,
     WorkflowAPIOutsideWorkflow,
@@ -48,6 +54,7 @@ from .errors import (
     WorkflowNotFound,
     WorkflowTerminated,
     WorkflowTimedOut,
+    WriteRejected,
 )
 from .failure import Failure
 from .options import (
@@ -61,6 +68,7 @@ from .options import (
     StartOptions,
 )
 from .store.records import HistoryEvent, RunStatus
+from .subprocess import StopReceipt
 from .worker import Worker
 
 __version__ = "0.1.0"
@@ -75,6 +83,9 @@ __all__ = [
     "ActivityStopRequested",
     "ActivityTimedOut",
     "ApplicationError",
+    "Budget",
+    "BudgetCancelled",
+    "BudgetExhausted",
     "CancellationContext",
     "CancellationPolicy",
     "CancellationRequestResult",
@@ -100,6 +111,7 @@ __all__ = [
     "ParentClosePolicy",
     "PayloadConverter",
     "PayloadError",
+    "PhaseTimedOut",
     "PolicyRejected",
     "QueryFailed",
     "RetryPolicy",
@@ -107,6 +119,8 @@ __all__ = [
     "RunNotCurrent",
     "RunStatus",
     "StartOptions",
+    "StopReceipt",
+    "StorageClosed",
     "StorageUnavailable",
     "StructuralLimitExceeded",
     "SystemClock",
@@ -114,6 +128,7 @@ __all__ = [
     "UpdateRejected",
     "VirtualClock",
     "Worker",
+    "WorkerFailed",
     "WorkerLost",
     "WorkflowAPIOutsideWorkflow",
     "WorkflowAlreadyStarted",
@@ -123,6 +138,7 @@ __all__ = [
     "WorkflowNotFound",
     "WorkflowTerminated",
     "WorkflowTimedOut",
+    "WriteRejected",
     "activity",
     "connect",
     "register_driver",

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import _validate
 from ._runtime.handlers import ClassSpec, inspect_class
 from .converter import parameter_hints
 from .errors import ConfigurationError, NotRegistered
@@ -70,13 +71,16 @@ def _origin(fn: Callable[..., Any]) -> tuple[str, str]:
     return filename, getattr(fn, "__qualname__", repr(fn))
 
 
+_PLURAL = {"workflow": "workflows", "activity": "activities"}
+
+
 def _add(table: dict[str, Defn], defn: Defn, what: str) -> None:
     existing = table.get(defn.name)
     if existing is not None and existing.fn is not defn.fn and (
         _origin(existing.fn) != _origin(defn.fn)
     ):
         raise ConfigurationError(
-            f"two different {what}s are named {defn.name!r} ({existing.fn.__module__}."
+            f"two different {_PLURAL[what]} are named {defn.name!r} ({existing.fn.__module__}."
             f"{existing.fn.__qualname__} and {defn.fn.__module__}.{defn.fn.__qualname__}); "
             f"give one of them another name with @{what}.defn(name=...)"
         )
@@ -145,7 +149,7 @@ def define_workflow(fn: Callable[..., Any], name: str | None) -> WorkflowDefn:
             f"method, got {fn!r}: workflows are coroutines"
         )
     params, ret = parameter_hints(fn)
-    defn = WorkflowDefn(name or fn.__name__, fn, params, ret)
+    defn = WorkflowDefn(_validate.name(name or fn.__name__, "workflow name"), fn, params, ret)
     DEFINITIONS.add_workflow(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn
@@ -156,7 +160,8 @@ def define_workflow_class(cls: type, name: str | None) -> WorkflowDefn:
     spec = inspect_class(cls)
     run = getattr(cls, spec.run_method)
     params, ret = parameter_hints(run)
-    defn = WorkflowDefn(name or cls.__name__, run, params[1:], ret, spec)  # params[0]: self
+    defn = WorkflowDefn(_validate.name(name or cls.__name__, "workflow name"), run, params[1:],
+                        ret, spec)  # params[0] is self
     DEFINITIONS.add_workflow(defn)
     setattr(cls, DEFN_ATTR, defn)
     return defn
@@ -174,7 +179,8 @@ def define_activity(
             "async activities are stopped through their cancel scope"
         )
     params, ret = parameter_hints(fn)
-    defn = ActivityDefn(name or fn.__name__, fn, is_async, process_isolated, params, ret)
+    defn = ActivityDefn(_validate.name(name or fn.__name__, "activity name"), fn, is_async,
+                        process_isolated, params, ret)
     DEFINITIONS.add_activity(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn

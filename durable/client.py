@@ -10,11 +10,13 @@ behave the same.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from . import _validate
 from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -38,13 +40,24 @@ from .store.records import HistoryEvent, StartRequest
 _RESULT_POLL = 30.0
 
 class WorkflowHandle:
-    """A workflow instance (its current run, or one given run)."""
+    """A workflow instance: its current run, one given run, or the chain a start began.
+
+    - ``client.get_handle(id)`` follows whatever run is current, even after the
+      id is reused by a new start;
+    - ``client.get_handle(id, run_id=R)`` acts on run R only;
+    - the handle `start()` returns is bound to the run it started (`run_id`,
+      `first_run_id`) and to the runs that continue it (continue-as-new), never
+      to a later instance that reuses the id: after a reuse, `result()` still
+      reports its own chain's outcome, `cancel()`/`terminate()` find it closed,
+      and `request_cancellation()` raises `RunNotCurrent`.
+    """
 
     def __init__(self, client: Client, workflow_id: str, run_id: str | None = None,
-                 result_hint: Any = None) -> None:
+                 result_hint: Any = None, *, first_run_id: str | None = None) -> None:
         self.client = client
         self.workflow_id = workflow_id
         self.run_id = run_id
+        self.first_run_id = first_run_id
         self._hint = result_hint
 
     def __repr__(self) -> str:
@@ -61,6 +74,15 @@ class WorkflowHandle:
         if state is None:
             raise self._not_found()
         return state
+
+    async def _target(self) -> str | None:
+        """The run this handle acts on now (None: the instance's current run)."""
+        if self.first_run_id is None:
+            return self.run_id
+        state = await self._state(self.first_run_id)
+        while state.status == "continued" and state.continued_run_id:
+            state = await self._state(state.continued_run_id)
+        return state.run_id
 
     async def result(self, *, follow_runs: bool = True) -> Any:
         """Wait for the workflow's result, following continue-as-new.
@@ -87,7 +109,7 @@ class WorkflowHandle:
 
     async def describe(self) -> dict[str, Any]:
         """The instance, its run, deadlines, pending operations and failures."""
-        info = await self.client.control.describe(self.workflow_id, self.run_id)
+        info = await self.client.control.describe(self.workflow_id, await self._target())
         if info is None:
             raise self._not_found()
         return info
@@ -96,7 +118,7 @@ class WorkflowHandle:
                       limit: int | None = None) -> list[HistoryEvent]:
         """The run's history events, in order (those after `after_sequence`)."""
         return await self.client.control.history(
-            self.workflow_id, self.run_id, after_sequence=after_sequence, limit=limit
+            self.workflow_id, await self._target(), after_sequence=after_sequence, limit=limit
         )
 
     async def request_cancellation(
@@ -114,11 +136,13 @@ class WorkflowHandle:
         Raises `CapabilityUnsupported` (recording nothing) when the worker
         holding the run cannot take cooperative cancellation.
         """
-        seconds = to_seconds(cleanup_timeout, "cleanup_timeout")
-        if seconds is None or seconds <= 0:
-            raise ConfigurationError("cleanup_timeout must be greater than 0 seconds")
+        seconds = to_seconds(cleanup_timeout, "cleanup_timeout", inclusive=False)
+        if seconds is None:
+            raise ConfigurationError("cleanup_timeout must be greater than 0 seconds, got None")
+        if not isinstance(reason, str):
+            raise ConfigurationError(f"reason must be a string, got {reason!r}")
         accepted, record = await self.client.control.request_cancellation(
-            self.workflow_id, self.run_id, reason=reason, cleanup_timeout=seconds,
+            self.workflow_id, await self._target(), reason=reason, cleanup_timeout=seconds,
             requester=requester, source=source,
         )
         return CancellationRequestResult(accepted, CancellationContext.from_record(record))
@@ -133,16 +157,17 @@ class WorkflowHandle:
 
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
-        return await self.client.control.cancellation_cascade(self.workflow_id, self.run_id)
+        return await self.client.control.cancellation_cascade(self.workflow_id,
+                                                              await self._target())
 
     async def cancel(self, reason: str = "cancelled") -> None:
         """Close the run at once as cancelled; no cleanup code runs."""
-        await self.client.control.close_run(self.workflow_id, self.run_id, status="cancelled",
-                                            reason=reason)
+        await self.client.control.close_run(self.workflow_id, await self._target(),
+                                            status="cancelled", reason=reason)
 
     async def terminate(self, reason: str = "terminated") -> None:
         """Close the run at once as terminated, revoking all its authority."""
-        await self.client.control.close_run(self.workflow_id, self.run_id,
+        await self.client.control.close_run(self.workflow_id, await self._target(),
                                             status="terminated", reason=reason)
 
     async def signal(self, name: str, *args: Any) -> None:
@@ -154,8 +179,8 @@ class WorkflowHandle:
         and `WorkflowNotFound` (nothing recorded).
         """
         payload = self.client._payload(args, f"the arguments of signal {name!r}")
-        await self.client.control.signal(self.workflow_id, self.run_id, _name(name, "signal"),
-                                         payload)
+        await self.client.control.signal(self.workflow_id, await self._target(),
+                                         _validate.name(name, "signal name"), payload)
 
     async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
                     result_type: Any = None) -> Any:
@@ -173,8 +198,8 @@ class WorkflowHandle:
         if wait is None or wait <= 0:
             raise ConfigurationError("query timeout must be greater than 0 seconds")
         payload = self.client._payload(args, f"the arguments of query {name!r}")
-        text = await self.client.control.query(self.workflow_id, self.run_id,
-                                               _name(name, "query"), payload, wait)
+        text = await self.client.control.query(self.workflow_id, await self._target(),
+                                               _validate.name(name, "query name"), payload, wait)
         return self.client.converter.decode(text, result_type)
 
     async def update(self, name: str, *args: Any, update_id: str | None = None,
@@ -193,19 +218,12 @@ class WorkflowHandle:
         wait = to_seconds(timeout, "update timeout") if timeout is not None else None
         if wait is not None and wait <= 0:
             raise ConfigurationError("update timeout must be greater than 0 seconds")
-        if update_id is not None and (not isinstance(update_id, str) or not update_id):
-            raise ConfigurationError("update_id must be a non-empty string")
+        _validate.optional_name(update_id, "update_id")
         payload = self.client._payload(args, f"the arguments of update {name!r}")
         text = await self.client.control.update(
-            self.workflow_id, self.run_id, _name(name, "update"), payload,
+            self.workflow_id, await self._target(), _validate.name(name, "update name"), payload,
             update_id or uuid.uuid4().hex, wait)
         return self.client.converter.decode(text, result_type)
-
-
-def _name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"a {what} name must be a non-empty string, got {name!r}")
-    return name
 
 
 class Client:
@@ -227,6 +245,7 @@ class Client:
     ) -> None:
         if (driver is None) == (control is None):
             raise ConfigurationError("a Client needs exactly one of a driver or a control plane")
+        _validate.name(namespace, "namespace")
         self.clock: Clock = clock or SystemClock()
         self.converter: PayloadConverter = converter or JSONConverter()
         self.limits = limits or Limits()
@@ -298,8 +317,9 @@ class Client:
                 "the name"
             )
         request = self._start_request(wf_type, args, id, options, task_queue)
-        await self.control.start(request)
-        return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
+        started = await self.control.start(request)
+        return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
+                              first_run_id=started.run_id)
 
     def _payload(self, args: tuple[Any, ...], what: str) -> str:
         payload = self.converter.encode(list(args), what)
@@ -308,8 +328,8 @@ class Client:
 
     def _start_request(self, wf_type: str, args: tuple[Any, ...], id: str,
                        options: StartOptions, task_queue: str | None) -> StartRequest:
-        if not isinstance(id, str) or not id:
-            raise ConfigurationError("workflow id must be a non-empty string")
+        _validate.name(id, "workflow id")
+        _validate.optional_name(task_queue, "task_queue")
         payload = self._payload(args, f"the arguments of workflow {wf_type!r}")
         memo = None
         if options.memo:
@@ -349,8 +369,10 @@ class Client:
             )
         request = self._start_request(wf_type, args, id, options, task_queue)
         payload = self._payload(tuple(signal_args), f"the arguments of signal {signal!r}")
-        await self.control.signal_with_start(request, _name(signal, "signal"), payload)
-        return WorkflowHandle(self, id, None, defn.return_hint if defn else None)
+        started = await self.control.signal_with_start(
+            request, _validate.name(signal, "signal name"), payload)
+        return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
+                              first_run_id=started.run_id)
 
     async def execute(
         self,
@@ -366,6 +388,8 @@ class Client:
 
     def get_handle(self, workflow_id: str, *, run_id: str | None = None) -> WorkflowHandle:
         """A handle to an existing instance (its current run unless run_id is given)."""
+        _validate.name(workflow_id, "workflow id")
+        _validate.optional_name(run_id, "run id")
         return WorkflowHandle(self, workflow_id, run_id)
 
     async def list(
@@ -394,6 +418,24 @@ class Client:
         return await self.control.repair_pass()
 
 
+def _check_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:
+    """Refuse driver options the driver does not take, naming those it does."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigurationError(
+            f"durable.connect({url!r}) does not take {', '.join(unknown)}; its driver "
+            f"accepts {', '.join(accepted) or 'no options'} (and namespace, clock, "
+            "converter, limits for the client)"
+        )
+
+
 class _Connecting:
     """What `connect()` returns: await it, or use it with ``async with``."""
 
@@ -405,9 +447,14 @@ class _Connecting:
 
     async def _open(self) -> Client:
         factory = driver_factory(self._url)
+        _check_options(factory, self._url, self._driver_options)
         driver = factory(self._url, **self._driver_options)
         await driver.open()
-        return Client(driver, **self._kwargs)
+        try:
+            return Client(driver, **self._kwargs)
+        except BaseException:
+            await driver.close()
+            raise
 
     def __await__(self) -> Any:
         return self._open().__await__()

@@ -24,18 +24,42 @@ class Clock(Protocol):
     def now(self) -> float:
         """Wall-clock UTC epoch seconds."""
 
-    async def sleep_until(self, instant: float) -> None:
-        """Return once `now() >= instant` (cancellable)."""
+    async def sleep_until(self, instant: float, *, background: bool = False) -> None:
+        """Return once `now() >= instant` (cancellable).
+
+        `background` marks a wait for something that should not happen while
+        all is well (a lease expiring): a virtual clock never skips ahead to it.
+        """
+
+
+def _steady() -> float:
+    """A clock that never steps: CLOCK_BOOTTIME where there is one (it also
+    counts time suspended), else the monotonic clock."""
+    return time.clock_gettime(_STEADY_ID)
+
+
+_STEADY_ID = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+# The wall clock, read once per process (see SystemClock): every SystemClock
+# in the process agrees with every other.
+_WALL_AT_STEADY_ZERO = time.time() - _steady()
 
 
 class SystemClock:
-    """Real time: wall clock for instants, monotonic clock for waiting."""
+    """Real time, on the monotonic clock.
+
+    `now()` is the wall clock read once, when durable is imported, advanced
+    by a clock that never steps ever since: instants are UTC epoch seconds that mean
+    the same on every machine, yet a step of the wall clock (NTP, a manual
+    change, a VM resume) neither fires a deadline early nor delays it in this
+    process. Two processes agree to within their wall clocks' difference at
+    the moments they started; docs/deployment.md says what that means.
+    """
 
     def now(self) -> float:
-        return time.time()
+        return _WALL_AT_STEADY_ZERO + _steady()
 
-    async def sleep_until(self, instant: float) -> None:
-        delay = instant - time.time()
+    async def sleep_until(self, instant: float, *, background: bool = False) -> None:
+        delay = instant - self.now()
         if delay <= 0:
             await anyio.lowlevel.checkpoint()
             return
@@ -51,21 +75,23 @@ class VirtualClock:
     def __init__(self, start: float | None = None) -> None:
         self._now = time.time() if start is None else start
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
+        self._background: list[tuple[float, int, anyio.Event]] = []
         self._counter = itertools.count()
 
     def now(self) -> float:
         return self._now
 
-    async def sleep_until(self, instant: float) -> None:
+    async def sleep_until(self, instant: float, *, background: bool = False) -> None:
         if instant <= self._now:
             await anyio.lowlevel.checkpoint()
             return
         event = anyio.Event()
-        heapq.heappush(self._sleepers, (instant, next(self._counter), event))
+        heap = self._background if background else self._sleepers
+        heapq.heappush(heap, (instant, next(self._counter), event))
         await event.wait()
 
     def next_wakeup(self) -> float | None:
-        """The earliest instant a sleeper waits for, or None."""
+        """The earliest instant a (foreground) sleeper waits for, or None."""
         while self._sleepers and self._sleepers[0][2].is_set():
             heapq.heappop(self._sleepers)
         return self._sleepers[0][0] if self._sleepers else None
@@ -73,9 +99,10 @@ class VirtualClock:
     def advance_to(self, instant: float) -> None:
         """Move time forward (never back) and wake every sleeper now due."""
         self._now = max(self._now, instant)
-        while self._sleepers and self._sleepers[0][0] <= self._now:
-            _, _, event = heapq.heappop(self._sleepers)
-            event.set()
+        for heap in (self._sleepers, self._background):
+            while heap and heap[0][0] <= self._now:
+                _, _, event = heapq.heappop(heap)
+                event.set()
 
 
 def to_datetime(instant: float | None) -> datetime.datetime | None:

@@ -80,6 +80,14 @@ def rebuild(value: Any, type_hint: Any) -> Any:
             return rebuild(value, present[0]) if len(present) == 1 else value
         if origin in (list, Sequence) and args and isinstance(value, list):
             return [rebuild(v, args[0]) for v in value]
+        if origin in (set, frozenset) and args and isinstance(value, list):
+            return origin(rebuild(v, args[0]) for v in value)
+        if origin is tuple and args and isinstance(value, list):
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(rebuild(v, args[0]) for v in value)
+            if len(args) == len(value):
+                return tuple(rebuild(v, a) for v, a in zip(value, args, strict=True))
+            return tuple(value)
         if origin is dict and len(args) == 2 and isinstance(value, dict):
             return {k: rebuild(v, args[1]) for k, v in value.items()}
         return value
@@ -97,6 +105,12 @@ def rebuild(value: Any, type_hint: Any) -> Any:
             return type_hint(value)
         if type_hint is datetime.datetime and isinstance(value, str):
             return datetime.datetime.fromisoformat(value)
+        if type_hint is datetime.date and isinstance(value, str):
+            return datetime.date.fromisoformat(value)
+        if type_hint is uuid.UUID and isinstance(value, str):
+            return uuid.UUID(value)
+        if type_hint in (tuple, set, frozenset) and isinstance(value, list):
+            return type_hint(value)
     return value
 
 

@@ -10,6 +10,7 @@ reference engine's users).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 
@@ -65,6 +66,30 @@ class StorageUnavailable(DurableError):
         self.outcome_unknown = outcome_unknown
 
 
+class StorageClosed(StorageUnavailable):
+    """The client (and its storage) was closed: nothing more can be recorded.
+
+    Workers that meet it stop serving (logged once) instead of retrying.
+    """
+
+
+class WorkerFailed(DurableError):
+    """A worker stopped because of an internal error (a bug in durable).
+
+    Raised where the application leaves ``async with Worker(...)`` (or from
+    `Worker.run()`); its ``__cause__`` is the error, whose traceback was
+    logged when it happened. The application's own code is never interrupted.
+    """
+
+
+class WriteRejected(DurableError):
+    """Storage refused a write as invalid (a value it cannot represent).
+
+    Raised at the workflow call whose write it was; other runs committed in the
+    same transaction are not affected. `cause` is the database's complaint.
+    """
+
+
 class FailureCarrying(DurableError):
     """An error rebuilt from a recorded failure dictionary."""
 
@@ -99,9 +124,10 @@ class WorkflowTimedOut(FailureCarrying):
         return str(value) if value is not None else None
 
     @property
-    def deadline_at(self) -> str | None:
+    def deadline_at(self) -> datetime | None:
+        """The deadline that passed, as an aware UTC datetime (ISO text in `failure`)."""
         value = self.failure.get("deadline_at")
-        return str(value) if value is not None else None
+        return None if value is None else datetime.fromisoformat(str(value))
 
 
 class ActivityFailed(FailureCarrying):
@@ -275,3 +301,84 @@ class ContinueAsNew(BaseException):
     def __init__(self, args: tuple[Any, ...]) -> None:
         super().__init__("continue as new")
         self.new_args = args
+
+
+# ------------------------------------------------------------------ time budgets
+#
+# Raised by `durable.Budget` (durable/budget.py) anywhere: in activities, plain
+# scripts, web handlers. A budget that ran out and a budget that was cancelled
+# are different stops, so they are different classes; a phase that overran its
+# own limit is a kind of running out (a subclass), told apart by `timeout_kind`.
+
+
+class BudgetExhausted(DurableError, TimeoutError):
+    """A time budget ran out: its deadline passed (at or after it counts as passed).
+
+    `budget` names the budget whose deadline bound, `phase` the phase that was
+    running (or refused to start), `late_by` how many seconds past the deadline
+    the check happened, `timeout_kind` is ``"budget"`` (``"phase"`` for
+    `PhaseTimedOut`). Also a `TimeoutError`, so code that already handles
+    timeouts handles it.
+    """
+
+    timeout_kind: str = "budget"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "budget",
+        phase: str | None = None,
+        deadline: float | None = None,
+        late_by: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.phase = phase
+        self.deadline = deadline
+        self.late_by = late_by
+
+
+class PhaseTimedOut(BudgetExhausted):
+    """A phase overran its own `limit` while the budget around it still had time.
+
+    Distinct from the whole budget running out (plain `BudgetExhausted`): the
+    caller may skip or retry the phase and go on with the time left.
+    """
+
+    timeout_kind = "phase"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "budget",
+        phase: str | None = None,
+        limit: float | None = None,
+        deadline: float | None = None,
+        late_by: float = 0.0,
+    ) -> None:
+        super().__init__(message, budget=budget, phase=phase, deadline=deadline,
+                         late_by=late_by)
+        self.limit = limit
+
+
+class BudgetCancelled(DurableError):
+    """The budget was cancelled (`Budget.cancel(reason)`): no new work may start.
+
+    `budget` names the budget that was cancelled, `reason` is the reason given,
+    `phase` the phase that was running or refused to start.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "budget",
+        reason: str = "cancelled",
+        phase: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.reason = reason
+        self.phase = phase

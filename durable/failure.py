@@ -22,6 +22,8 @@ from . import errors
 from .clock import to_iso
 
 _KNOWN = ("failure_category", "message", "exception_class", "cause")
+#: How many ``raise ... from`` links are recorded below an exception.
+_MAX_CAUSES = 8
 
 
 def leaf_exceptions(exc: BaseException) -> list[BaseException]:
@@ -107,29 +109,54 @@ class Failure:
 
     @classmethod
     def from_exception(cls, exc: BaseException, category: str = "application") -> Failure:
-        """The recorded form of an exception raised by workflow or activity code."""
+        """The recorded form of an exception raised by workflow or activity code.
+
+        Its cause is the failure the exception carries (a durable error rebuilt
+        from a record), else the exception it was raised from (``raise ... from``).
+        An `ApplicationError` stands in for an application exception: a rebuilt
+        one is recorded as the exception it was rebuilt from; one built by user
+        code as its `type` and message.
+        """
+        return cls._from_exception(exc, category, 0)
+
+    @classmethod
+    def _from_exception(cls, exc: BaseException, category: str, depth: int) -> Failure:
         leaves = leaf_exceptions(exc)
         if len(leaves) == 1:
             exc = leaves[0]
         kind = type(exc)
-        details: dict[str, Any] = {
-            "cause_type": kind.__name__,
-            "cause_message": str(exc),
-            "traceback": "".join(_traceback.format_exception(exc))[-8000:],
-        }
+        carried = getattr(exc, "failure", None)
+        original = (cls.from_dict(carried) if isinstance(carried, Mapping) and carried
+                    else None)
+        exception_class = f"{kind.__module__}.{kind.__qualname__}"
+        message = str(exc) or kind.__name__
+        details: dict[str, Any] = {"cause_type": kind.__name__, "cause_message": str(exc)}
+        cause = original
+        if isinstance(exc, errors.ApplicationError):
+            if original is not None and original.exception_class is not None:
+                # rebuilt from a record: re-raising it records the same exception
+                exception_class = original.exception_class
+                message = original.message or message
+                details = {k: original.details[k] for k in ("cause_type", "cause_message")
+                           if k in original.details}
+                cause = original.cause
+            else:
+                raw = str(exc.args[0]) if exc.args else ""
+                message = raw or kind.__name__
+                details = {"cause_type": exc.type or kind.__name__, "cause_message": raw}
+        if depth == 0:  # the traceback shows the whole chain: record it once
+            details["traceback"] = "".join(_traceback.format_exception(exc))[-8000:]
         if isinstance(exc, errors.StructuralLimitExceeded):
             category = "structural_limit"
             details.update(kind=exc.kind, value=exc.value, limit=exc.limit)
+        if isinstance(exc, errors.WorkflowAlreadyStarted):
+            details.update(workflow_id=exc.workflow_id, run_id=exc.run_id)
         if getattr(exc, "non_retryable", False):
             details["non_retryable"] = True
-        carried = getattr(exc, "failure", None)
-        return cls(
-            category=category,
-            message=str(exc) or kind.__name__,
-            exception_class=f"{kind.__module__}.{kind.__qualname__}",
-            cause=cls.from_dict(carried) if isinstance(carried, Mapping) and carried else None,
-            details=details,
-        )
+        if cause is None and exc.__cause__ is not None and depth < _MAX_CAUSES:
+            cause = cls._from_exception(exc.__cause__, "application", depth + 1)
+        return cls(category=category, message=message, exception_class=exception_class,
+                   cause=cause, details=details)
 
     @classmethod
     def activity_timeout(cls, kind: str, deadline: float | None, name: str,
@@ -193,14 +220,15 @@ class Failure:
     @classmethod
     def child_start(cls, child_workflow_id: str) -> Failure:
         return cls("child_start", f"child workflow id {child_workflow_id!r} is already in use",
-                   "durable.WorkflowAlreadyStarted")
+                   "durable.WorkflowAlreadyStarted",
+                   details={"child_workflow_id": child_workflow_id})
 
     # ---------------------------------------------------------------- back to errors
 
     def to_error(self) -> BaseException:
         """The exception this failure describes, its causes chained below it."""
         cls = _durable_class(self.exception_class)
-        if cls is None:
+        if cls is None or cls is errors.ApplicationError:
             app = errors.ApplicationError(
                 self.message or "", type=self.cause_type, failure=self.to_dict(),
             )
@@ -208,7 +236,7 @@ class Failure:
                 app.__cause__ = self.cause.to_error()
             return app
         if not issubclass(cls, errors.FailureCarrying):
-            return _plain(cls, self.message or cls.__name__)
+            return self._plain(cls)
         # An error that carried a failure (ActivityFailed carries the activity's)
         # was recorded with that failure as its cause.
         carried = self.cause if self.cause is not None else self
@@ -219,18 +247,42 @@ class Failure:
         return err
 
     def _next_link(self, carrier: type[errors.FailureCarrying]) -> BaseException | None:
-        """What lies under an error of class `carrier` that carries this failure."""
+        """What lies under an error of class `carrier` that carries this failure.
+
+        Under a `ChildWorkflowFailed`, the child's terminal error. Under any
+        other carrier, the exception this failure describes (an application
+        error, rebuilt) unless the carrier is that exception itself (an
+        `ActivityTimedOut` carrying its timeout); then what caused it.
+        """
         if issubclass(carrier, errors.ChildWorkflowFailed):
             status = self.get("child_status")
             if self.category == "child_start" or self.cause is None:
                 return None
             return self.cause.to_workflow_error(str(status) if status else None)
-        if self.cause is not None:
-            return self.cause.to_error()
         described = _durable_class(self.exception_class)
-        if described is None and self.exception_class is not None:
-            return self.to_error()  # the application error the activity raised
-        return None
+        if self.exception_class is None or described is carrier:
+            return self.cause.to_error() if self.cause is not None else None
+        return self.to_error()
+
+    def _plain(self, cls: type[BaseException]) -> BaseException:
+        """A durable error that carries no failure, with its attributes and the
+        message as recorded; an `ApplicationError` if it cannot be rebuilt."""
+        message = self.message or cls.__name__
+        err: BaseException
+        try:
+            if issubclass(cls, errors.WorkflowAlreadyStarted):
+                workflow_id = self.get("workflow_id") or self.get("child_workflow_id")
+                err = cls(str(workflow_id or "?"), self.get("run_id"))
+            elif issubclass(cls, errors.StructuralLimitExceeded):
+                err = cls(str(self.get("kind")), int(self.get("value")), int(self.get("limit")))
+            else:
+                err = cls(message)
+        except (TypeError, ValueError):
+            return errors.ApplicationError(message, self.to_dict(), type=cls.__name__)
+        err.args = (message,)
+        if self.cause is not None:
+            err.__cause__ = self.cause.to_error()
+        return err
 
     def to_activity_error(self) -> errors.ActivityFailed:
         """What awaiting an activity that ended with this failure raises."""
@@ -252,7 +304,7 @@ class Failure:
     def to_child_error(self) -> BaseException:
         """What awaiting a child workflow that ended with this failure raises."""
         if self.category == "child_start":
-            return errors.WorkflowAlreadyStarted(str(self.get("child_workflow_id") or "?"))
+            return self._plain(errors.WorkflowAlreadyStarted)
         err = errors.ChildWorkflowFailed(self.message or "child workflow failed",
                                          self.to_dict())
         link = self._next_link(errors.ChildWorkflowFailed)
@@ -276,13 +328,6 @@ class Failure:
         if cls is errors.WorkflowFailed and self.exception_class is not None:
             err.__cause__ = self.to_error()  # what the workflow raised
         return err
-
-
-def _plain(cls: type[BaseException], message: str) -> BaseException:
-    try:
-        return cls(message)
-    except TypeError:
-        return errors.ApplicationError(message, type=cls.__name__)
 
 
 def _durable_class(name: str | None) -> type[BaseException] | None:

@@ -15,38 +15,35 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from . import _validate
 from .errors import ConfigurationError
 from .failure import Failure
 
 Seconds = int | float | timedelta
 
 
-def to_seconds(value: Seconds | None, what: str) -> float | None:
-    """Normalise a duration given as seconds or a timedelta; reject nonsense early."""
+def to_seconds(value: Seconds | None, what: str, *, minimum: float = 0.0,
+               inclusive: bool = True) -> float | None:
+    """Normalise a duration given as seconds or a timedelta; None stays None.
+
+    Refused at the call: strings, booleans, NaN, infinities, values below
+    `minimum`, and durations over 100 years (an instant computed from them
+    would not be representable).
+    """
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, int | float):
+    return _validate.duration(value, what, minimum=minimum, inclusive=inclusive)
+
+
+def _workflow_timeout(value: Seconds | None, label: str, field: str) -> float | None:
+    """An execution or run timeout: at least 1 second (the reference engine's rule)."""
+    if value is None:
+        return None
+    seconds = _validate.duration(value, f"{field}: {label} timeout", minimum=-math.inf)
+    if seconds < 1:
         raise ConfigurationError(
-            f"{what} must be a number of seconds or a datetime.timedelta, got {value!r}"
-        )
-    else:
-        seconds = float(value)
-    if math.isnan(seconds) or seconds < 0:
-        raise ConfigurationError(f"{what} must be a non-negative duration, got {value!r}")
+            f"{field}: {label} timeout must be at least 1 second, got {value!r}")
     return seconds
-
-
-def _timeout_seconds(value: Seconds, what: str) -> float:
-    """Seconds for a workflow timeout; a negative one gets the 'at least 1 second' error."""
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigurationError(
-            f"{what} must be a number of seconds or a datetime.timedelta, got {value!r}"
-        )
-    return float(value)
 
 
 class CancellationPolicy(enum.StrEnum):
@@ -81,13 +78,33 @@ class RetryPolicy:
     non_retryable_error_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigurationError("RetryPolicy.max_attempts must be at least 1")
-        if self.initial_interval < 0 or self.maximum_interval < 0:
-            raise ConfigurationError("RetryPolicy intervals must be non-negative")
-        if self.backoff_coefficient < 1:
-            raise ConfigurationError("RetryPolicy.backoff_coefficient must be at least 1")
-        object.__setattr__(self, "non_retryable_error_types", tuple(self.non_retryable_error_types))
+        _validate.integer(self.max_attempts, "RetryPolicy.max_attempts", minimum=1,
+                          maximum=1_000_000)
+        set_ = object.__setattr__
+        set_(self, "initial_interval", _validate.duration(
+            self.initial_interval, "RetryPolicy.initial_interval"))
+        set_(self, "maximum_interval", _validate.duration(
+            self.maximum_interval, "RetryPolicy.maximum_interval"))
+        set_(self, "backoff_coefficient", _validate.number(
+            self.backoff_coefficient, "RetryPolicy.backoff_coefficient", minimum=1.0,
+            maximum=100.0))
+        names = self.non_retryable_error_types
+        if isinstance(names, str):
+            names = (names,)  # one name, not its characters
+        try:
+            names = tuple(names)
+        except TypeError:
+            raise ConfigurationError(
+                "RetryPolicy.non_retryable_error_types must be a sequence of exception type "
+                f"names, got {names!r}"
+            ) from None
+        for item in names:
+            if not isinstance(item, str) or not item:
+                raise ConfigurationError(
+                    "RetryPolicy.non_retryable_error_types must hold exception type names "
+                    f"(e.g. 'PaymentDeclined' or 'myapp.errors.PaymentDeclined'), got {item!r}"
+                )
+        set_(self, "non_retryable_error_types", names)
 
     def next_attempt_at(self, failure: Failure, attempt: int, now: float,
                         overall_deadline: float | None, *, retryable: bool = True
@@ -154,16 +171,18 @@ class ActivityOptions:
             "schedule_to_close_timeout",
             "heartbeat_timeout",
         ):
-            seconds = to_seconds(getattr(self, name), name)
-            if seconds is not None and seconds <= 0:
-                raise ConfigurationError(f"{name} must be greater than 0, got {seconds}")
-            object.__setattr__(self, name, seconds)
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigurationError("ActivityOptions.max_attempts must be at least 1")
-        if not isinstance(self.cancellation, CancellationPolicy):
+            object.__setattr__(self, name, to_seconds(
+                getattr(self, name), f"ActivityOptions.{name}", inclusive=False))
+        if self.max_attempts is not None:
+            _validate.integer(self.max_attempts, "ActivityOptions.max_attempts", minimum=1,
+                              maximum=1_000_000)
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
             raise ConfigurationError(
-                f"cancellation must be a durable.CancellationPolicy, got {self.cancellation!r}"
+                f"ActivityOptions.retry must be a durable.RetryPolicy, got {self.retry!r}"
             )
+        object.__setattr__(self, "cancellation", _validate.choice(
+            self.cancellation, CancellationPolicy, "ActivityOptions.cancellation"))
+        _validate.optional_name(self.task_queue, "ActivityOptions.task_queue")
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -197,14 +216,18 @@ class ChildOptions:
     task_queue: str | None = None
 
     def __post_init__(self) -> None:
-        for name, label in (("execution_timeout", "execution"), ("run_timeout", "run")):
-            seconds = to_seconds(getattr(self, name), name)
-            if seconds is not None and seconds < 1:
-                raise ConfigurationError(f"{label} timeout must be at least 1 second")
-            object.__setattr__(self, name, seconds)
-        object.__setattr__(
-            self, "cleanup_timeout", to_seconds(self.cleanup_timeout, "cleanup_timeout")
-        )
+        set_ = object.__setattr__
+        set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution",
+                                                          f"{type(self).__name__}.execution_timeout"))
+        set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run",
+                                                    f"{type(self).__name__}.run_timeout"))
+        set_(self, "cleanup_timeout", to_seconds(
+            self.cleanup_timeout, "ChildOptions.cleanup_timeout", inclusive=False))
+        set_(self, "cancellation", _validate.choice(
+            self.cancellation, CancellationPolicy, "ChildOptions.cancellation"))
+        set_(self, "parent_close_policy", _validate.choice(
+            self.parent_close_policy, ParentClosePolicy, "ChildOptions.parent_close_policy"))
+        _validate.optional_name(self.task_queue, "ChildOptions.task_queue")
 
 
 class IdReusePolicy(enum.StrEnum):
@@ -229,6 +252,20 @@ class StartOptions:
     task_queue: str | None = None
     memo: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "id_reuse", _validate.choice(self.id_reuse, IdReusePolicy,
+                                                "StartOptions.id_reuse"))
+        set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution",
+                                                          f"{type(self).__name__}.execution_timeout"))
+        set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run",
+                                                    f"{type(self).__name__}.run_timeout"))
+        _validate.optional_name(self.task_queue, "StartOptions.task_queue")
+        if not isinstance(self.memo, dict) or not all(isinstance(k, str) for k in self.memo):
+            raise ConfigurationError(
+                f"StartOptions.memo must be a dict with string keys, got {self.memo!r}"
+            )
+
     @classmethod
     def reject_duplicate(cls) -> StartOptions:
         """Refuse to start when any instance with the id exists."""
@@ -241,17 +278,13 @@ class StartOptions:
 
     def with_execution_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound the whole instance, across continue-as-new (at least 1 second)."""
-        value = _timeout_seconds(seconds, "execution timeout")
-        if value < 1:
-            raise ConfigurationError("execution timeout must be at least 1 second")
-        return dataclasses.replace(self, execution_timeout=value)
+        return dataclasses.replace(self, execution_timeout=_workflow_timeout(
+            seconds, "execution", "StartOptions.with_execution_timeout"))
 
     def with_run_timeout(self, seconds: Seconds) -> StartOptions:
         """Bound each run; renewed at every continue-as-new (at least 1 second)."""
-        value = _timeout_seconds(seconds, "run timeout")
-        if value < 1:
-            raise ConfigurationError("run timeout must be at least 1 second")
-        return dataclasses.replace(self, run_timeout=value)
+        return dataclasses.replace(self, run_timeout=_workflow_timeout(
+            seconds, "run", "StartOptions.with_run_timeout"))
 
     def with_task_queue(self, task_queue: str) -> StartOptions:
         """Run the workflow on workers polling this task queue."""
@@ -276,3 +309,8 @@ class Limits:
     pending_activities: int = 2000
     pending_children: int = 1000
     pending_timers: int = 2000
+
+    def __post_init__(self) -> None:
+        for name in ("payload_bytes", "memo_bytes", "pending_activities", "pending_children",
+                     "pending_timers"):
+            _validate.integer(getattr(self, name), f"Limits.{name}", minimum=1)

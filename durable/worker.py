@@ -5,19 +5,28 @@ A worker is a handful of anyio tasks in the application's own event loop
 claims activity attempts, renews its leases in one statement, and runs the
 watchdog that enforces every expired deadline. Wake-ups from the driver make
 it react at once; a bounded fallback poll covers a missed wake-up.
+
+It lives in someone else's application, so nothing it meets may take that
+application down: a storage outage is retried with backoff (logged once,
+and once more when storage is back), a closed client stops the worker
+quietly, one run's or attempt's failure stays with that run or attempt. A
+bug in durable itself stops the worker (logged with its traceback) and is
+raised as `WorkerFailed` when the ``async with`` block ends; the host's own
+code is never interrupted by it.
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from . import _validate
 from ._log import get_logger
 from ._registry import ActivityDefn, Registry
 from ._runtime import attempts
@@ -27,10 +36,17 @@ from ._runtime.executor import RunExecutor
 from ._runtime.queries import IdleQueries
 from .converter import check_size
 from .driver import Wake
-from .errors import ConfigurationError
+from .errors import (
+    ConfigurationError,
+    StorageClosed,
+    StorageUnavailable,
+    WorkerFailed,
+)
 from .failure import Failure
 from .store.records import (
+    ActivityOutcome,
     ActivityTask,
+    AttemptStatus,
     ClaimedRun,
     ClientRequest,
     InboxItem,
@@ -59,11 +75,21 @@ class _Trigger:
         self._event = anyio.Event()
 
 
+def _names(value: Sequence[Callable[..., Any] | str], what: str) -> Sequence[Any]:
+    if isinstance(value, str) or not isinstance(value, Sequence | set | frozenset):
+        raise ConfigurationError(
+            f"Worker {what}= must be a list of functions or names, got {value!r}"
+        )
+    return list(value)
+
+
 class Worker:
     """Executes the given workflows and activities for one task queue.
 
     Use ``async with Worker(...)`` to run it in the background of the current
     event loop while the application keeps running, or ``await worker.run()``.
+    An exception raised by the body of the ``async with`` block comes out of
+    it unchanged.
     """
 
     def __init__(
@@ -79,23 +105,41 @@ class Worker:
         poll_interval: float = 1.0,
         identity: str | None = None,
         capabilities: Sequence[str] = CAPABILITIES,
+        shutdown_grace: float = attempts.DEFAULT_STOP_GRACE,
     ) -> None:
+        workflows = _names(workflows, "workflows")
+        activities = _names(activities, "activities")
         if not workflows and not activities:
             raise ConfigurationError("a Worker needs at least one workflow or activity to run")
-        if lease_seconds <= 0 or poll_interval <= 0:
-            raise ConfigurationError("lease_seconds and poll_interval must be positive")
         self.client = client
-        self.driver = client.driver
+        self.driver = client.driver  # raises for a client with no storage of its own
         self.store = client.store
         self.clock = client.clock
         self.namespace = client.namespace
-        self.task_queue = task_queue
-        self.max_concurrent_runs = max_concurrent_runs
-        self.max_concurrent_activities = max_concurrent_activities
-        self.lease_seconds = lease_seconds
-        self.poll_interval = poll_interval
-        self.worker_id = identity or f"worker-{uuid.uuid4().hex[:12]}"
+        self.task_queue = _validate.name(task_queue, "Worker task_queue")
+        self.max_concurrent_runs = _validate.integer(
+            max_concurrent_runs, "Worker max_concurrent_runs", maximum=1_000_000)
+        self.max_concurrent_activities = _validate.integer(
+            max_concurrent_activities, "Worker max_concurrent_activities", maximum=1_000_000)
+        self.lease_seconds = _validate.duration(lease_seconds, "Worker lease_seconds",
+                                                inclusive=False)
+        self.poll_interval = _validate.duration(poll_interval, "Worker poll_interval",
+                                                inclusive=False, maximum=3600)
+        self.shutdown_grace = _validate.duration(shutdown_grace, "Worker shutdown_grace",
+                                                 maximum=3600)
+        unknown = sorted(set(_names(capabilities, "capabilities")) - set(CAPABILITIES))
+        if unknown:
+            raise ConfigurationError(
+                f"Worker capabilities {unknown} are not known; choose from {list(CAPABILITIES)}"
+            )
         self.capabilities = tuple(capabilities)
+        # Leases belong to this incarnation: a process restarted with the same
+        # identity must not renew (and so keep alive) its dead predecessor's
+        # attempts, which then expire and are recovered.
+        self.identity = _validate.optional_name(identity, "Worker identity") or (
+            f"worker-{uuid.uuid4().hex[:12]}")
+        self.worker_id = f"{self.identity}#{uuid.uuid4().hex[:8]}" if identity else (
+            self.identity)
         self.registry = Registry.of(workflows, activities)
         self.workflows = self.registry.workflows
         self.activities = self.registry.activities
@@ -103,7 +147,14 @@ class Worker:
         self.running_activities: dict[str, attempts.ActivityContext] = {}
         self.committer = Committer(self.store.commit, self.clock)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
+        self.repairs: dict[str, int] = {}
+        #: the error that stopped this worker (a bug in durable), if any
+        self.failure: BaseException | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._entered = False
+        self._stopping = False
+        self._stopped = anyio.Event()
+        self._loop_scopes: list[anyio.CancelScope] = []
         self._runs_trigger = _Trigger()
         self._activities_trigger = _Trigger()
         self._watchdog_trigger = _Trigger()
@@ -112,28 +163,31 @@ class Worker:
         self._known_names: set[str] = set(self.activities)
         self._known_checked = -math.inf
         self._unsubscribe: Callable[[], None] | None = None
-        self.repairs: dict[str, int] = {}
-        self._owned_at_exit: list[str] = []
+        self._to_release: list[str] = []
+        self._outage = False
         self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
 
     # ---------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Worker:
+        if self._entered:
+            raise ConfigurationError("a Worker runs once; create a new Worker to run again")
+        self._entered = True
         await self.store.register_worker(self._registration(), self.lease_seconds * 2,
-                                          self.clock.now())
+                                         self.clock.now())
         self._unsubscribe = self.store.hub.subscribe(self._on_wake)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        tg.start_soon(self._resilient, self._watch_driver)
-        tg.start_soon(self._resilient, self._lease_loop)
-        tg.start_soon(self._resilient, self._watchdog_loop)
-        tg.start_soon(self._resilient, self._resync_loop)
+        loops: list[Callable[[], Awaitable[None]]] = [
+            self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop]
         if self.workflows:
-            tg.start_soon(self._resilient, self._claim_runs_loop)
-            tg.start_soon(self._resilient, self.idle_queries.run)
+            loops.append(self._claim_runs_loop)
+            loops.append(self._idle_queries_loop)
         if self.activities:
-            tg.start_soon(self._resilient, self._claim_activities_loop)
+            loops.append(self._claim_activities_loop)
+        for loop in loops:
+            tg.start_soon(self._guarded, loop, name=f"durable worker {loop.__name__}")
         self.log.info("worker_started", task_queue=self.task_queue,
                       workflows=sorted(self.workflows), activities=sorted(self.activities))
         return self
@@ -143,53 +197,100 @@ class Worker:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
+        await self._shutdown()
+        if exc is None and self.failure is not None:
+            raise WorkerFailed(
+                f"worker {self.worker_id} stopped because of an internal error: "
+                f"{self.failure!r}; see the log for its traceback"
+            ) from self.failure
+
+    async def _shutdown(self) -> None:
+        """Stop everything, hand runs and running attempts back, deregister."""
         tg, self._tg = self._tg, None
-        assert tg is not None
-        self._owned_at_exit = list(self.executors)
-        for executor in list(self.executors.values()):
-            executor.stop("shutdown")
-        for actx in list(self.running_activities.values()):
-            actx.request_stop("worker shutdown")
+        if tg is None:
+            return
+        self._stopping = True
+        self._stop_work("shutdown")
         tg.cancel_scope.cancel()
-        try:
-            result = await tg.__aexit__(exc_type, exc, tb)
-        finally:
-            if self._unsubscribe is not None:
-                self._unsubscribe()
-            with anyio.CancelScope(shield=True):
-                await self._release_all()
+        # The body's own exception is not ours to pass in: it comes out of
+        # `async with` unchanged (none of our tasks raises).
+        await tg.__aexit__(None, None, None)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        with anyio.CancelScope(shield=True):
+            await self._release_all()
+        self._stopped.set()
         self.log.info("worker_stopped")
-        return result
+
+    def _stop_work(self, reason: str) -> None:
+        self._to_release.extend(self.executors)
+        for executor in list(self.executors.values()):
+            executor.stop(reason)
+        for actx in list(self.running_activities.values()):
+            actx.request_stop(f"worker {reason}")
 
     async def _release_all(self) -> None:
         try:
-            await self.store.release_runs(self.worker_id, self._owned_at_exit,
-                                           self.clock.now())
+            await self.store.release_runs(self.worker_id, sorted(set(self._to_release)),
+                                          self.clock.now())
             await self.store.deregister_worker(self.worker_id)
         except Exception as exc:  # storage may be gone at shutdown: leases expire anyway
             self.log.warning("release_failed", error=repr(exc))
 
-    async def _resilient(self, loop: Callable[[], Any]) -> None:
-        """Keep a background loop alive through storage errors, with backoff.
-
-        A worker inside someone's application must not take the application
-        down because the database blinked; the loop resumes where it was.
-        """
-        delay = 0.1
-        while True:
-            try:
-                await loop()
-                return
-            except Exception as exc:
-                self.log.warning("worker_loop_error", loop=loop.__name__, error=repr(exc))
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
     async def run(self) -> None:
-        """Run until cancelled."""
+        """Run until cancelled (or until the worker stops: its client closed, or
+        `WorkerFailed` for an internal error)."""
         async with self:
-            await anyio.sleep_forever()
+            await self._stopped.wait()
+
+    def _stop_serving(self, failure: BaseException | None) -> None:
+        """Stop claiming and executing; the host application keeps running."""
+        if failure is not None and self.failure is None:
+            self.failure = failure
+        self._stopping = True
+        self._stop_work("stopped")
+        for scope in self._loop_scopes:
+            scope.cancel()
+        self._stopped.set()
+
+    async def _guarded(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run a background loop; storage errors are retried, nothing escapes.
+
+        A storage outage is logged once (and its end once); a closed client
+        stops the worker; any other error is a bug in durable: it is logged
+        with its traceback and stops the worker, which then raises
+        `WorkerFailed` where the application left it.
+        """
+        with anyio.CancelScope() as scope:
+            self._loop_scopes.append(scope)
+            delay = 0.1
+            while True:
+                try:
+                    await loop()
+                    return
+                except StorageClosed as exc:
+                    self.log.info("worker_storage_closed", loop=loop.__name__, error=str(exc))
+                    self._stop_serving(None)
+                    return
+                except StorageUnavailable as exc:
+                    self._storage_down(loop.__name__, exc)
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                except Exception as exc:
+                    self.log.exception("worker_failed", loop=loop.__name__, error=repr(exc))
+                    self._stop_serving(exc)
+                    return
+
+    def _storage_down(self, where: str, exc: BaseException) -> None:
+        if not self._outage:
+            self._outage = True
+            self.log.warning("storage_unavailable", where=where, error=str(exc))
+
+    def _storage_up(self) -> None:
+        if self._outage:
+            self._outage = False
+            self.log.info("storage_available_again")
 
     def _registration(self) -> WorkerRegistration:
         return WorkerRegistration(
@@ -289,12 +390,15 @@ class Worker:
             await self._runs_trigger.wait(self.poll_interval)
 
     def _start_run(self, claimed: ClaimedRun) -> None:
-        assert self._tg is not None
         run = claimed.run
+        if self._tg is None or self._stopping:
+            # claimed while the worker stops (the claim was in flight): hand it back
+            self._to_release.append(run.run_id)
+            return
         ctx = WorkflowContext(
             run=run, ops=claimed.ops, defn=self.workflows[run.workflow_type], worker=self,
             clock=self.clock, converter=self.client.converter, limits=self.client.limits,
-            committer=self.committer,
+            committer=self.committer, stop_grace=self.shutdown_grace,
         )
         executor = RunExecutor(ctx, self._run_done)
         self.executors[run.run_id] = executor
@@ -303,8 +407,11 @@ class Worker:
     def _run_done(self, executor: RunExecutor) -> None:
         if self.executors.get(executor.run.run_id) is executor:
             del self.executors[executor.run.run_id]
-        if executor.needs_release and self._tg is not None:
-            self._tg.start_soon(self._release_after_error, executor.run.run_id)
+        if executor.needs_release:
+            if self._tg is not None and not self._stopping:
+                self._tg.start_soon(self._release_after_error, executor.run.run_id)
+            else:
+                self._to_release.append(executor.run.run_id)
         self._runs_trigger.set()
 
     async def _release_after_error(self, run_id: str) -> None:
@@ -312,9 +419,12 @@ class Worker:
         await anyio.sleep(0.1)
         try:
             await self.store.release_runs(self.worker_id, [run_id], self.clock.now(),
-                                           attempts=False)
-        except Exception as exc:
+                                          attempts=False)
+        except Exception as exc:  # its lease expires anyway
             self.log.warning("release_failed", run_id=run_id, error=repr(exc))
+
+    async def _idle_queries_loop(self) -> None:
+        await self.idle_queries.run()
 
     async def _lease_loop(self) -> None:
         interval = self.lease_seconds / 3
@@ -325,6 +435,7 @@ class Worker:
             owned = await self.store.renew_leases(
                 self.worker_id, list(sent), self.lease_seconds, now
             )
+            self._storage_up()
             for run_id, executor in sent.items():
                 if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
@@ -352,11 +463,11 @@ class Worker:
                 self.log.info("deadlines_enforced", **counts)
                 self._activities_trigger.set()
                 self._runs_trigger.set()
-            next_at = await self.store.next_deadline(self.namespace, now)
+            next_at, lease_at = await self.store.next_deadline(self.namespace, now)
             async with anyio.create_task_group() as race:
 
-                async def until_deadline(at: float) -> None:
-                    await self.clock.sleep_until(at)
+                async def until(at: float, background: bool) -> None:
+                    await self.clock.sleep_until(at, background=background)
                     race.cancel_scope.cancel()
 
                 async def until_trigger() -> None:
@@ -365,7 +476,9 @@ class Worker:
                     race.cancel_scope.cancel()
 
                 if next_at is not None:
-                    race.start_soon(until_deadline, next_at)
+                    race.start_soon(until, next_at, False)
+                if lease_at is not None:
+                    race.start_soon(until, lease_at, True)
                 race.start_soon(until_trigger)
             self._runs_trigger.set()
             self._activities_trigger.set()
@@ -390,8 +503,19 @@ class Worker:
                 continue
             await self._activities_trigger.wait(self.poll_interval)
 
+    def _encoder(self, what: str) -> Callable[[Any], str]:
+        converter, limit = self.client.converter, self.client.limits.payload_bytes
+
+        def encode(value: Any) -> str:
+            text = converter.encode(value, what)
+            check_size(text, limit, what)
+            return text
+
+        return encode
+
     def _start_activity(self, task: ActivityTask) -> None:
-        assert self._tg is not None
+        if self._tg is None or self._stopping:
+            return  # claimed while stopping: the release at exit hands it back
         defn = self.activities[task.name]
         deadlines = [d for d in (task.start_to_close_deadline, task.schedule_to_close_deadline)
                      if d is not None]
@@ -402,7 +526,8 @@ class Worker:
             scheduled_at=task.scheduled_at, started_at=task.claimed_at, deadline=deadline,
             heartbeat_timeout=task.options.get("heartbeat_timeout"),
             heartbeat_details=self.client.converter.decode(task.heartbeat_details),
-            clock=self.clock,
+            clock=self.clock, encode_details=self._encoder("heartbeat details"),
+            stop_grace=self.shutdown_grace,
         )
         self.running_activities[task.task_id] = actx
         self._tg.start_soon(self._run_activity, task, defn, actx,
@@ -427,17 +552,74 @@ class Worker:
                     result, failure = None, attempts.attempt_failure(exc, actx, defn)
                 finally:
                     tg.cancel_scope.cancel()
+            if self._stopping and failure is not None and failure.category == "stopped":
+                return  # stopped by this worker's shutdown: handed back without a retry
             with anyio.CancelScope(shield=True):
-                outcome = await self.store.complete_activity(
-                    task.task_id, task.attempt, self.worker_id, result, failure,
-                    self.clock.now(),
-                )
-            if outcome.status == "refused":
+                outcome = await self._record_attempt(task, result, failure)
+            if outcome is not None and outcome.status == "refused":
                 self.log.info("activity_result_refused", task_id=task.task_id,
                               activity=task.name, attempt=task.attempt, reason=outcome.reason)
         finally:
+            if actx.abandoned:
+                self.log.warning("activity_thread_abandoned", task_id=task.task_id,
+                                 activity=task.name, grace=self.shutdown_grace,
+                                 hint="it ignored its stop; use process_isolated=True for code "
+                                      "that cannot check activity.heartbeat()")
             self.running_activities.pop(task.task_id, None)
             self._activities_trigger.set()
+
+    async def _record_attempt(self, task: ActivityTask, result: str | None,
+                              failure: Failure | None) -> ActivityOutcome | None:
+        """Record an attempt's outcome, through storage outages.
+
+        An outcome-unknown commit is resolved by reading the attempt back,
+        never guessed; a result storage refuses becomes a (non-retryable)
+        failure saying why. Gives up (None) when the client closed, when
+        the worker stops during an outage (the lease then hands the attempt
+        to another worker), or on an unexpected error (logged).
+        """
+        delay = 0.1
+        while True:
+            try:
+                return await self.store.complete_activity(
+                    task.task_id, task.attempt, self.worker_id, result, failure,
+                    self.clock.now(),
+                )
+            except StorageClosed:
+                return None
+            except StorageUnavailable as exc:
+                self._storage_down("record_attempt", exc)
+                if exc.outcome_unknown and await self._was_recorded(task):
+                    return None
+                if self._stopping:
+                    return None
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except Exception as exc:
+                if result is None:
+                    self.log.exception("activity_outcome_not_recorded", task_id=task.task_id,
+                                       error=repr(exc))
+                    return None
+                # the result itself could not be stored: record why instead
+                result, failure = None, Failure(
+                    "storage_rejected", f"the result of activity {task.name!r} could not be "
+                    f"stored: {type(exc).__name__}: {exc}", "durable.WriteRejected",
+                    details={"non_retryable": True})
+
+    async def _was_recorded(self, task: ActivityTask) -> bool:
+        """After a lost commit: is our attempt no longer running (recorded or fenced)?"""
+        delay = 0.1
+        while not self._stopping:
+            try:
+                state = await self.store.attempt_state(task.task_id)
+            except StorageUnavailable:
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            return state is None or not (
+                state[0] == AttemptStatus.RUNNING and state[1] == task.attempt
+                and state[2] == self.worker_id)
+        return True
 
     async def _supervise(self, task: ActivityTask, actx: attempts.ActivityContext) -> None:
         """Flush heartbeats (throttled) and stop the attempt when storage says so."""
@@ -463,13 +645,15 @@ class Worker:
                 if not dirty:
                     continue
                 last_flush = self.clock.now()
-                encoded: str | None = self.client.converter.encode(details, "heartbeat details")
-                if encoded is not None and len(encoded) > self.client.limits.payload_bytes:
-                    self.log.warning("heartbeat_details_too_large", task_id=task.task_id,
-                                     size=len(encoded), limit=self.client.limits.payload_bytes)
-                    encoded = None
-                ack = await self.store.heartbeat_activity(
-                    task.task_id, task.attempt, self.worker_id, encoded, last_flush,
-                )
+                try:
+                    ack = await self.store.heartbeat_activity(
+                        task.task_id, task.attempt, self.worker_id, details, last_flush,
+                    )
+                except StorageClosed:
+                    actx.request_stop("the worker's storage was closed")
+                    return
+                except StorageUnavailable as exc:
+                    self._storage_down("heartbeat", exc)
+                    continue  # the next heartbeat tries again; the details are kept
                 if not ack.accepted or ack.stop_requested:
                     actx.request_stop(ack.reason or "stop requested")

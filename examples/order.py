@@ -4,8 +4,11 @@
 
 Charges a card (a remote activity with a timeout and retries), reserves stock
 (a local activity), waits on a durable timer, ships, and prints the result and
-the run's history. Run it twice: the second start of the same order id is
-refused, because ids are unique, and the script says so.
+the run's history. The database lives in your temporary directory
+(``durable-example/orders.db``; pass another URL as the first argument). Run
+it twice: the second start of the same order id is refused, because ids are
+unique (`WorkflowAlreadyStarted`), and the script says so and shows the
+recorded result instead.
 """
 
 from __future__ import annotations
@@ -53,10 +56,15 @@ async def main(db_url: str) -> None:
     async with durable.connect(db_url) as client:
         worker = durable.Worker(client, workflows=[order], activities=[charge, reserve_stock, ship])
         async with worker:
-            handle = await client.start(
-                order, "o-1", ["book", "lamp"], id="order-o-1",
-                options=durable.StartOptions.reject_duplicate().with_execution_timeout(3600),
-            )
+            try:
+                handle = await client.start(
+                    order, "o-1", ["book", "lamp"], id="order-o-1",
+                    options=durable.StartOptions.reject_duplicate().with_execution_timeout(3600),
+                )
+            except durable.WorkflowAlreadyStarted:
+                print("order-o-1 was started before: workflow ids are unique, so this start "
+                      "was refused; here is the recorded run")
+                handle = client.get_handle("order-o-1")
             result = await handle.result()
             print("result:", result)
             print("history:")
@@ -68,7 +76,10 @@ async def main(db_url: str) -> None:
 
 
 if __name__ == "__main__":
-    url = sys.argv[1] if len(sys.argv) > 1 else (
-        f"sqlite:///{Path(tempfile.mkdtemp(prefix='durable-example-')) / 'orders.db'}"
-    )
+    if len(sys.argv) > 1:
+        url = sys.argv[1]
+    else:
+        folder = Path(tempfile.gettempdir()) / "durable-example"
+        folder.mkdir(exist_ok=True)
+        url = f"sqlite:///{folder / 'orders.db'}"
     anyio.run(main, url, backend=os.environ.get("DURABLE_BACKEND", "asyncio"))

@@ -4,7 +4,8 @@
 PostgreSQL, plus `stepwise`: SQLite through a test driver with a deliberately
 different executor (tests/stepwise_driver.py), which proves that a driver is
 a dialect plus an executor (it runs the conformance tests on asyncio; crash
-and PostgreSQL-specific tests are deselected for it). PostgreSQL tests take their server from DURABLE_TEST_POSTGRES_URL
+and PostgreSQL-specific tests are deselected for it). PostgreSQL tests take
+their server from DURABLE_TEST_POSTGRES_URL
 (default postgresql://postgres@127.0.0.1:5432/test), each test in a schema of
 its own; they skip when no server answers, unless DURABLE_REQUIRE_POSTGRES=1,
 when they fail instead (CI sets it).
@@ -21,10 +22,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-
-import durable
 from stepwise_driver import SCHEME as STEPWISE_SCHEME
 from stepwise_driver import StepwiseSQLiteDriver
+
+import durable
 
 durable.register_driver(STEPWISE_SCHEME, StepwiseSQLiteDriver)
 

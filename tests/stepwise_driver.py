@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 
 from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
-from durable.errors import ConfigurationError
+from durable.errors import ConfigurationError, StorageClosed
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
@@ -52,7 +52,7 @@ class StepwiseSQLiteDriver:
                    params_seq: Any = ()) -> Any:
         conn = self._conn
         if conn is None:
-            raise ConfigurationError(f"the {SCHEME} driver is closed")
+            raise StorageClosed(f"the {SCHEME} driver is closed")
 
         def step() -> Any:
             if mode == "many":

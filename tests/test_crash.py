@@ -550,7 +550,8 @@ async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_a
     async def failing_once(batches: list[RunWrites], now: float) -> list[CommitResult]:
         if victim_run and any(b.run_id == victim_run[0] for b in batches):
             victim_run.clear()
-            raise RuntimeError("deadlock detected")  # what asyncpg raised in the fault runs
+            # what the PostgreSQL driver raises once a deadlock outlasts its retries
+            raise durable.StorageUnavailable("deadlock detected")
         return await commit(batches, now)
 
     client.store.commit = failing_once  # type: ignore[method-assign]

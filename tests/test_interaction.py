@@ -308,17 +308,20 @@ async def test_query_with_no_worker_fails_after_its_timeout(client: durable.Clie
 async def test_query_of_a_run_no_worker_holds_is_answered_by_replaying_it(
     client: durable.Client, make_worker: Callable[..., durable.Worker]
 ) -> None:
+    blocker = await client.start(sleeper, 600, id=new_id("blocker"))  # ready first
     async with make_worker(workflows=[Approval], activities=[double]):
         handle = await client.start(Approval, "o-9", 60, id=new_id("approval"))
         await waiting_on(handle, "condition")
         assert await handle.update("set_limit", 10) == 20
-    # the run is released; this worker may not claim runs, but it answers queries
-    async with make_worker(workflows=[Approval], activities=[double], max_concurrent_runs=0):
+    # the run is released; this worker is full (it holds the blocker), so it cannot
+    # claim the run, but it answers the query by replaying it
+    async with make_worker(workflows=[Approval, sleeper], activities=[double],
+                           max_concurrent_runs=1):
+        await waiting_on(blocker, "timer")
         assert await handle.query("status") == {"approved": None, "approvers": [],
                                                  "limit": 20}
-        info = await handle.describe()
-        assert info["run"]["owner"] is None
-    async with make_worker(workflows=[Approval], activities=[double]):
+        assert (await handle.describe())["run"]["owner"] is None
+        await blocker.terminate()
         await handle.signal("approve", "ann")
         assert (await handle.result())["limit"] == 20
 

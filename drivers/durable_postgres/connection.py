@@ -84,14 +84,28 @@ async def execute(conn: Connection, stmt: Stmt) -> Any:
 
 
 async def drive(conn: Connection, program: Program[T], first: Stmt | None = None) -> T:
-    """Send a program's statements on `conn`, feeding each result back."""
+    """Send a program's statements on `conn`, feeding each result back.
+
+    A statement that fails for its own reasons (a value PostgreSQL rejects, a
+    constraint) is thrown into the program at its ``yield``, so a program may
+    handle it (roll back to a savepoint); a lost connection or a conflict
+    between transactions is not: the driver retries or reports those.
+    """
     try:
         stmt = next(program) if first is None else first
         while True:
-            stmt = program.send(await execute(conn, stmt))
+            try:
+                result = await execute(conn, stmt)
+            except (*CONNECTION_LOST, *CONFLICT):
+                raise
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, ValueError, TypeError,
+                    OverflowError) as exc:
+                stmt = program.throw(exc)
+                continue
+            stmt = program.send(result)
     except StopIteration as done:
-        result: T = done.value
-        return result
+        value: T = done.value
+        return value
 
 
 async def no_reset(conn: Connection) -> None:

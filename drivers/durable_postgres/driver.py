@@ -26,7 +26,7 @@ import sniffio
 
 from durable._log import get_logger
 from durable.driver import Program, ProgramFactory, Tx, Wake, WakeHub
-from durable.errors import ConfigurationError, StorageUnavailable
+from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements
 
@@ -261,7 +261,9 @@ class PostgresDriver:
 
     def _require_pool(self) -> Pool:
         if self._pool is None:
-            raise ConfigurationError("the PostgreSQL driver is closed; open the client first")
+            raise StorageClosed(f"the PostgreSQL connection pool for {self._target.masked!r} "
+                                "is closed (the client was closed); nothing more can be "
+                                "recorded through it")
         return self._pool
 
     # ---------------------------------------------------------------- transactions
@@ -300,7 +302,11 @@ class PostgresDriver:
                 lost = isinstance(exc, CONNECTION_LOST)
                 if attempt >= self.retries:
                     if not lost:
-                        raise
+                        raise StorageUnavailable(
+                            f"PostgreSQL at {self._target.masked!r}: the transaction kept "
+                            f"colliding with others ({exc!r}) after {attempt + 1} attempts; "
+                            "nothing was recorded", outcome_unknown=False,
+                        ) from exc
                     raise StorageUnavailable(
                         f"PostgreSQL at {self._target.masked!r} is unavailable after "
                         f"{attempt + 1} attempts ({exc!r}); check that the server is up and "

@@ -16,6 +16,7 @@ file; another process's commits are noticed through ``PRAGMA data_version``.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -25,8 +26,9 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import anyio.to_thread
 
+from durable import _validate
 from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
-from durable.errors import ConfigurationError
+from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
@@ -35,11 +37,26 @@ T = TypeVar("T")
 __all__ = ["SQLiteDriver"]
 
 
+_FORMS = ("sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite://:memory:, "
+          "optionally with ?synchronous=OFF|NORMAL|FULL|EXTRA")
+_QUERY_OPTIONS = ("synchronous",)
+
+
 def _parse(url: str) -> tuple[str, dict[str, str]]:
     parts = urlsplit(url)
     if parts.scheme.split("+")[0] != "sqlite":
-        raise ConfigurationError(f"not a sqlite URL: {url!r}")
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        raise ConfigurationError(f"not a sqlite URL: {url!r}; use {_FORMS}")
+    if not url.split(":", 1)[1].startswith("//"):
+        raise ConfigurationError(
+            f"malformed sqlite URL {url!r} (it needs '//' after 'sqlite:'); use {_FORMS}")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - set(_QUERY_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"sqlite URL {url!r} has unknown options {unknown}; the URL takes only "
+            f"{list(_QUERY_OPTIONS)} (driver options such as busy_timeout go to "
+            "durable.connect as keywords)")
+    options = {k: v[-1] for k, v in query.items()}
     if parts.netloc == ":memory:" or parts.path in ("/:memory:", ":memory:"):
         return ":memory:", options
     if parts.netloc:
@@ -68,19 +85,59 @@ def _execute(conn: sqlite3.Connection, stmt: Stmt) -> Any:
     return cursor.rowcount
 
 
+# SQLite errors that say storage cannot be used right now (another process
+# holds the lock past busy_timeout, the disk is full or failing, the file is
+# gone or read-only): the transaction did not commit and may be retried.
+_UNAVAILABLE = (
+    "database is locked",
+    "database table is locked",
+    "disk i/o error",
+    "database or disk is full",
+    "unable to open database file",
+    "attempt to write a readonly database",
+)
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """Whether `exc` means storage is unavailable (retry), not a bad statement."""
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        text in str(exc).lower() for text in _UNAVAILABLE)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back, never masking the error that brought us here (after some
+    errors SQLite has rolled back already and there is nothing to undo)."""
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
 def _run_program(conn: sqlite3.Connection, program: Program[T], write: bool) -> T:
-    """Run a whole transaction program on this (database) thread."""
+    """Run a whole transaction program on this (database) thread.
+
+    A statement that fails for its own reasons (a value SQLite cannot store,
+    a constraint) is thrown into the program at its ``yield``, so a program
+    may handle it (roll back to a savepoint); storage failures are not.
+    """
     conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
     try:
         stmt = next(program)
         while True:
-            stmt = program.send(_execute(conn, stmt))
+            try:
+                result = _execute(conn, stmt)
+            except Exception as exc:
+                if storage_failure(exc):
+                    raise
+                stmt = program.throw(exc)
+                continue
+            stmt = program.send(result)
     except StopIteration as done:
         conn.execute("COMMIT")
         value: T = done.value
         return value
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
 
 
@@ -88,7 +145,7 @@ class SQLiteDriver:
     """Storage on one SQLite file (or in memory), shared safely by processes."""
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
-                 checkpoint_every: int = 200):
+                 checkpoint_every: int = 200, file_mode: int = 0o600):
         self.hub = WakeHub()
         self.dialect = Dialect()
         self.url = url
@@ -98,12 +155,18 @@ class SQLiteDriver:
             raise ConfigurationError(
                 f"sqlite synchronous={self.synchronous!r} is not one of OFF, NORMAL, FULL, EXTRA"
             )
-        self.busy_timeout = busy_timeout
-        self.poll_interval = poll_interval
+        self.busy_timeout = _validate.duration(busy_timeout, "busy_timeout", maximum=3600)
+        self.poll_interval = _validate.duration(poll_interval, "poll_interval",
+                                                inclusive=False, maximum=60)
+        self.checkpoint_every = _validate.integer(checkpoint_every, "checkpoint_every")
+        if isinstance(file_mode, bool) or not isinstance(file_mode, int) or not (
+                0 <= file_mode <= 0o777):
+            raise ConfigurationError(
+                f"file_mode must be permission bits such as 0o600, got {file_mode!r}")
+        self.file_mode = file_mode
         self._conn: sqlite3.Connection | None = None
         self._limiter = anyio.CapacityLimiter(1)
         # WAL checkpoints run on a thread and connection of their own (see _checkpoint)
-        self.checkpoint_every = checkpoint_every
         self._writes = 0
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_uri: str | None = None
@@ -120,6 +183,7 @@ class SQLiteDriver:
                 raise ConfigurationError(
                     f"cannot open {self.url!r}: directory {str(parent)!r} does not exist"
                 )
+            self._create_private()
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.busy_timeout, isolation_level=None,
@@ -146,6 +210,19 @@ class SQLiteDriver:
         _run_program(conn, migrate(), True)
         return conn
 
+    def _create_private(self) -> None:
+        """Create the database file readable by its owner only (`file_mode`,
+        0600 by default): payloads are stored in clear. SQLite gives the -wal
+        and -shm files it creates the database file's permissions."""
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, self.file_mode)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise ConfigurationError(f"cannot create the SQLite file {self.path!r}: {exc}") from exc
+        os.close(fd)
+        os.chmod(self.path, self.file_mode)  # whatever the umask
+
     async def open(self) -> None:
         if self._conn is None:
             self._conn = await anyio.to_thread.run_sync(self._connect, limiter=self._limiter)
@@ -162,11 +239,22 @@ class SQLiteDriver:
         """Run the program whole on the database thread: one hop per transaction."""
         conn = self._conn
         if conn is None:
-            raise ConfigurationError("the SQLite driver is closed; open the client first")
+            raise StorageClosed(f"the SQLite database {self.url!r} is closed (the client was "
+                                "closed); nothing more can be recorded through it")
         tx = Tx(self.dialect)
-        result = await anyio.to_thread.run_sync(
-            _run_program, conn, program(tx), write, limiter=self._limiter
-        )
+        try:
+            result = await anyio.to_thread.run_sync(
+                _run_program, conn, program(tx), write, limiter=self._limiter
+            )
+        except sqlite3.Error as exc:
+            if not storage_failure(exc):
+                raise
+            raise StorageUnavailable(
+                f"SQLite at {self.url!r} cannot be used right now ({exc}); nothing was "
+                "recorded. Another process may hold the write lock longer than busy_timeout "
+                f"({self.busy_timeout:g} s), or the disk is full or failing",
+                outcome_unknown=False,
+            ) from exc
         if write and self._checkpoint_uri is not None:
             self._count_write()
         self.hub.publish(tx.wakes)

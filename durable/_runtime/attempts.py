@@ -23,6 +23,7 @@ import contextvars
 import datetime
 import multiprocessing
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,19 +61,29 @@ class ActivityInfo:
     heartbeat_details: Any
 
 
+#: How long a stopped sync activity's thread gets to notice the stop (its next
+#: heartbeat() or check_cancelled() raises) before it is abandoned.
+DEFAULT_STOP_GRACE = 10.0
+
+
 class ActivityContext:
     """State of one running attempt, shared by its code and its supervisor."""
 
-    def __init__(self, info: ActivityInfo, clock: Clock, deadline: float | None) -> None:
+    def __init__(self, info: ActivityInfo, clock: Clock, deadline: float | None, *,
+                 encode_details: Callable[[Any], str] | None = None,
+                 stop_grace: float = DEFAULT_STOP_GRACE) -> None:
         self.info = info
         self.clock = clock
         self.deadline = deadline
         self.scope: anyio.CancelScope | None = None
         self._lock = threading.Lock()
-        self._details: Any = info.heartbeat_details
+        self._encode_details = encode_details
+        self._details: str | None = None
         self._dirty = False
         self._stop = threading.Event()
         self.stop_reason: str | None = None
+        self.stop_grace = stop_grace
+        self.abandoned = False  # a sync thread that ignored its stop was left running
         self.wakeup = anyio.Event()
         self.loop_thread = threading.get_ident()
         self.process_stop: dict[str, Any] | None = None
@@ -80,9 +91,14 @@ class ActivityContext:
     # -- called by activity code (any thread) --------------------------------
 
     def heartbeat(self, details: Any) -> None:
+        """Record progress; details are encoded here, so a value that cannot be
+        stored fails at this call (`PayloadError`, `StructuralLimitExceeded`)."""
+        encoded = None
+        if details is not None and self._encode_details is not None:
+            encoded = self._encode_details(details)
         with self._lock:
-            if details is not None:
-                self._details = details
+            if encoded is not None:
+                self._details = encoded
             self._dirty = True
         self._poke()
         self.check_cancelled()
@@ -105,7 +121,8 @@ class ActivityContext:
 
     # -- called by the supervisor ---------------------------------------------
 
-    def take_details(self) -> tuple[bool, Any]:
+    def take_details(self) -> tuple[bool, str | None]:
+        """Whether a heartbeat came since the last call, and the latest encoded details."""
         with self._lock:
             dirty, self._dirty = self._dirty, False
             return dirty, self._details
@@ -215,7 +232,9 @@ async def call_activity(
     """Run the activity function with its context set; stoppable through ctx.
 
     A sync function runs in a worker thread: cancelling waits for it to return
-    (after its next heartbeat/check_cancelled raises), unless `abandon_on_cancel`.
+    (after its next heartbeat/check_cancelled raises) for at most
+    `ctx.stop_grace` seconds, then abandons the thread (`ctx.abandoned`);
+    with `abandon_on_cancel` it is abandoned at once.
     """
     token = _current.set(ctx)
     try:
@@ -227,13 +246,53 @@ async def call_activity(
                 return await fn(*args)
             if process_isolated:
                 return await _run_in_process(ctx, fn, args)
-            context = contextvars.copy_context()
-            return await anyio.to_thread.run_sync(
-                context.run, fn, *args, abandon_on_cancel=abandon_on_cancel
-            )
+            return await _run_in_thread(ctx, fn, args, abandon_on_cancel)
         raise _stopped(ctx)
     finally:
         _current.reset(token)
+
+
+async def _run_in_thread(ctx: ActivityContext, fn: Any, args: list[Any],
+                         abandon_on_cancel: bool) -> Any:
+    """A sync activity in a worker thread, stoppable cooperatively and in bounded time.
+
+    A Python thread cannot be killed: a stop makes the activity's next
+    heartbeat() or check_cancelled() raise. The thread is waited for at most
+    `ctx.stop_grace` seconds; one that ignores the stop is abandoned (its
+    attempt is fenced already; its late result is refused) so that a worker
+    can always leave. `process_isolated=True` is the way to stop code that
+    never checks.
+    """
+    context = contextvars.copy_context()
+    done = threading.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, context.run(fn, *args)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    try:
+        await anyio.to_thread.run_sync(target, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        if abandon_on_cancel:
+            raise
+        if not done.is_set():
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(done.wait, ctx.stop_grace)
+        if not done.is_set():
+            ctx.abandoned = True
+            raise
+        # It finished within the grace period: its outcome counts (a late
+        # result is then refused, visibly, if its attempt was fenced); the
+        # cancellation stays pending on the enclosing scope.
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
 
 
 def new_context(
@@ -251,6 +310,8 @@ def new_context(
     heartbeat_timeout: float | None,
     heartbeat_details: Any,
     clock: Clock,
+    encode_details: Callable[[Any], str] | None = None,
+    stop_grace: float = DEFAULT_STOP_GRACE,
 ) -> ActivityContext:
     """The context of one attempt: its info, clock and binding deadline."""
     info = ActivityInfo(
@@ -267,7 +328,8 @@ def new_context(
         heartbeat_timeout=heartbeat_timeout,
         heartbeat_details=heartbeat_details,
     )
-    return ActivityContext(info, clock, deadline)
+    return ActivityContext(info, clock, deadline, encode_details=encode_details,
+                           stop_grace=stop_grace)
 
 
 def arguments(defn: ActivityDefn, converter: PayloadConverter, payload: str) -> list[Any]:

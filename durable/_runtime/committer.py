@@ -8,11 +8,11 @@ worker is idle, a submission commits at once.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 
 from ..clock import Clock
+from ..errors import LostAuthority, StorageUnavailable, WriteRejected
 from ..store.records import CommitResult
 from ..store.writes import RunWrites, Write
 
@@ -21,21 +21,40 @@ class Committer:
     """Group commit: writes submitted while a commit is in flight go together.
 
     One transaction carries the writes of many runs (each fenced by its own
-    epoch), so under load a step costs a fraction of a round trip.
+    epoch), so under load a step costs a fraction of a round trip. A run whose
+    writes storage refuses as invalid does not drag the others down: the
+    group is committed again run by run, and only that run's submitters get
+    `WriteRejected`. A storage outage reaches every submitter.
     """
 
     def __init__(self, commit: Callable[[list[RunWrites], float], Awaitable[list[CommitResult]]],
                  clock: Clock) -> None:
         self._commit = commit
         self._clock = clock
-        self._queue: list[tuple[RunWrites, list[Any]]] = []
+        self._queue: list[tuple[RunWrites, list[CommitResult | BaseException]]] = []
         self._busy = False
         self._idle = anyio.Event()
 
     async def submit(self, run_id: str, epoch: int, writes: list[Write],
                      quiet: bool = False) -> CommitResult:
-        slot: list[Any] = []
+        """Record one run's writes (with whatever else is queued); its result.
+
+        Raises `WriteRejected` when storage refuses these writes as invalid,
+        `StorageUnavailable` when storage cannot be reached.
+        """
+        slot: list[CommitResult | BaseException] = []
         self._queue.append((RunWrites(run_id, epoch, list(writes), quiet), slot))
+        # Shielded: a caller cancelled while its writes wait for a commit still
+        # learns whether they were recorded (the cancellation lands right after),
+        # so code never goes on believing a recorded write was not.
+        with anyio.CancelScope(shield=True):
+            await self._until_committed(slot)
+        outcome = slot[0]
+        if isinstance(outcome, BaseException):
+            raise _own(outcome)
+        return outcome
+
+    async def _until_committed(self, slot: list[CommitResult | BaseException]) -> None:
         while not slot:
             if self._busy:
                 await self._idle.wait()
@@ -53,8 +72,7 @@ class Committer:
                         target.writes.extend(entry.writes)
                         target.quiet = target.quiet and entry.quiet
                 keys = list(merged)
-                with anyio.CancelScope(shield=True):
-                    results = await self._commit([merged[k] for k in keys], self._clock.now())
+                results = await self._commit_group([merged[k] for k in keys])
                 by_key = dict(zip(keys, results, strict=True))
                 for entry, out in batch:
                     out.append(by_key[(entry.run_id, entry.epoch)])
@@ -62,13 +80,51 @@ class Committer:
                 for _, out in batch:
                     if not out:
                         out.append(exc)
-                raise
             finally:
                 self._busy = False
                 idle, self._idle = self._idle, anyio.Event()
                 idle.set()
-        outcome = slot[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        result: CommitResult = outcome
-        return result
+
+    async def _commit_group(self, batches: list[RunWrites]
+                            ) -> list[CommitResult | BaseException]:
+        """One transaction for all; run by run if one run's writes are invalid."""
+        try:
+            return list(await self._commit(batches, self._clock.now()))
+        except (StorageUnavailable, LostAuthority):
+            raise
+        except Exception as exc:
+            if len(batches) == 1:
+                return [_rejected(batches[0], exc)]
+        results: list[CommitResult | BaseException] = []
+        for batch in batches:
+            try:
+                results.extend(await self._commit([batch], self._clock.now()))
+            except (StorageUnavailable, LostAuthority):
+                raise
+            except Exception as exc:
+                results.append(_rejected(batch, exc))
+        return results
+
+
+def _rejected(batch: RunWrites, exc: Exception) -> WriteRejected:
+    kinds = ", ".join(sorted({type(w).__name__ for w in batch.writes}))
+    rejected = WriteRejected(
+        f"storage refused the writes of run {batch.run_id} ({kinds}): "
+        f"{type(exc).__name__}: {exc}; nothing of them was recorded"
+    )
+    rejected.__cause__ = exc
+    return rejected
+
+
+def _own(exc: BaseException) -> BaseException:
+    """A copy of a shared outcome for one submitter (an exception object raised
+    in several tasks at once would have its traceback rewritten by each)."""
+    copy: BaseException
+    if isinstance(exc, StorageUnavailable):
+        copy = type(exc)(str(exc), outcome_unknown=exc.outcome_unknown)
+    elif isinstance(exc, WriteRejected):
+        copy = WriteRejected(str(exc))
+    else:
+        return exc
+    copy.__cause__ = exc.__cause__
+    return copy

@@ -15,11 +15,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from .._log import get_logger
+from .._log import get_logger, get_user_logger
 from ..cancellation import CancellationContext
 from ..clock import Clock
 from ..converter import PayloadConverter, check_size
-from ..errors import LostAuthority, NonDeterminismError, StructuralLimitExceeded
+from ..errors import (
+    LostAuthority,
+    NonDeterminismError,
+    StructuralLimitExceeded,
+    WriteRejected,
+)
 from ..options import Limits
 from ..store.records import CommitResult, OpRecord, RunRecord
 from ..store.writes import Write
@@ -89,8 +94,10 @@ class WorkflowContext:
         converter: PayloadConverter,
         limits: Limits,
         committer: Submitter,
+        stop_grace: float = 10.0,
     ) -> None:
         self.run = run
+        self.stop_grace = stop_grace
         self.recorded = ops
         self.defn = defn
         self.worker = worker
@@ -99,6 +106,13 @@ class WorkflowContext:
         self.limits = limits
         self.committer = committer
         self.waiters: dict[str, _Waiter] = {}
+        self.asked: set[str] = set()  # op ids the code asked for in this execution
+        # task paths (and their ancestors) that history has ops of: those replay
+        self.recorded_paths: set[str] = set()
+        for op_id in ops:
+            path = op_id.rsplit(":", 1)[0]
+            parts = path.split(".")
+            self.recorded_paths.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
         self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
         self.open_children: set[str] = set()
         self.fatal: BaseException | None = None
@@ -134,7 +148,6 @@ class WorkflowContext:
         self.closing = False  # the code returned: handlers are stopped, nothing recorded
         self.failing = False  # a handler failed the run: the code is stopped
         self.scratch = False  # a read-only replay: nothing is ever recorded
-        self.seen_ops: set[str] | None = None  # ops the code asked for (the Replayer's check)
         self.latest = run.started_at or run.created_at  # the latest recorded time seen
         delivered = (run.cancellation or {}).get("boundary")
         if delivered is not None and (run.cancellation or {}).get("delivered_at") is not None:
@@ -143,19 +156,19 @@ class WorkflowContext:
             self.cancellation = CancellationContext.from_record(run.cancellation or {})
             self.delivered_at = float((run.cancellation or {})["delivered_at"])
             self.cancel_after = int((run.cancellation or {}).get("deliveries_before") or 0)
-        self.log = get_logger("durable.workflow").bind(
-            workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type
-        )
+        ids = {"workflow_id": run.workflow_id, "run_id": run.run_id,
+               "workflow_type": run.workflow_type}
+        self.log = get_logger("durable.workflow").bind(**ids)
+        self.user_log = get_user_logger("durable.workflow").bind(**ids)
 
     # -- ops -------------------------------------------------------------
 
     def recorded_op(self, op_id: str, kind: str, name: str) -> OpRecord | None:
         """The record of this op if it exists; check it is the same op."""
+        self.asked.add(op_id)
         record = self.recorded.get(op_id)
         if record is None:
             return None
-        if self.seen_ops is not None:
-            self.seen_ops.add(op_id)
         if record.kind != kind or record.name != name:
             self.fatal = NonDeterminismError(
                 f"workflow {self.run.workflow_type} (run {self.run.run_id}) asked for "
@@ -165,6 +178,18 @@ class WorkflowContext:
             )
             raise self.fatal  # fatal even if the workflow code catches it
         return record
+
+    def unreplayed_ops(self) -> list[str]:
+        """Recorded ops of the workflow's main task that its code never asked
+        for again: the code skipped part of its history (non-determinism).
+
+        Only the main task is checked: its ops run in one deterministic
+        sequence. A task of a task group may legitimately not reach ops it
+        recorded before (its group was cancelled when another task finished
+        first, which replay can reach sooner).
+        """
+        return sorted(op for op in self.recorded
+                      if op.startswith("0:") and op not in self.asked)
 
     def reserve(self, kind: str) -> None:
         """Count one more pending op of `kind`; over the structural limit, fail the run."""
@@ -185,6 +210,17 @@ class WorkflowContext:
     def release(self, kind: str) -> None:
         self.pending_counts[kind] -= 1
 
+    def details_encoder(self) -> Callable[[Any], str]:
+        """How a local activity's heartbeat details are checked at the call."""
+        converter, limit = self.converter, self.limits.payload_bytes
+
+        def encode(value: Any) -> str:
+            text = converter.encode(value, "heartbeat details")
+            check_size(text, limit, "heartbeat details")
+            return text
+
+        return encode
+
     def encode(self, value: Any, what: str) -> str:
         text = self.converter.encode(value, what)
         try:
@@ -195,6 +231,14 @@ class WorkflowContext:
         return text
 
     async def commit(self, writes: list[Write]) -> CommitResult:
+        """Record writes for this run (fenced by its epoch) and resolve the ops
+        they closed.
+
+        `WriteRejected` (storage refused these writes as invalid; nothing of
+        them was recorded) is raised to the calling workflow code, which may
+        handle it. Any other failure breaks the run here: it is dropped and
+        replayed from storage, never continued from an unknown state.
+        """
         if self.broken is not None:
             raise self.broken
         if self.deferred:  # markers go with the run's next commit, ahead of its writes
@@ -203,6 +247,8 @@ class WorkflowContext:
             result = await self.committer.submit(
                 self.run.run_id, self.run.epoch, writes, quiet=self.cancellation is None
             )
+        except WriteRejected:
+            raise
         except Exception as exc:
             # Whatever the workflow code does with this error, the run must not
             # go on from an unknown state: it is replayed from storage instead.

@@ -19,7 +19,14 @@ import anyio.abc
 
 from ..cancellation import CancellationContext
 from ..converter import decode_args
-from ..errors import ContinueAsNew, LostAuthority, NonDeterminismError, StructuralLimitExceeded
+from ..errors import (
+    ContinueAsNew,
+    LostAuthority,
+    NonDeterminismError,
+    PayloadError,
+    StructuralLimitExceeded,
+    WriteRejected,
+)
 from ..failure import Failure, leaf_exceptions
 from ..store.records import ClientRequest, InboxItem, RunRecord, RunStatus
 from ..store.writes import CloseRun, DeliverCancellation, Write
@@ -88,19 +95,21 @@ class RunExecutor:
 
     # ---------------------------------------------------------------- tasks beside the code
 
-    def spawn_task(self, path: str, clock: float, replaying: bool,
+    def spawn_task(self, path: str, clock: float, replaying: bool | None,
                    body: Callable[[], Awaitable[None]],
                    on_interrupt: Callable[[], Awaitable[None]] | None = None) -> None:
         """Run `body` as workflow task `path` (an async handler, an op started
         with a handle) beside the code: interrupted with it by a delivered
-        cancellation, stopped when the code returns."""
+        cancellation, stopped when the code returns. `replaying` (its log lines
+        silent) is, when None, whether history holds ops of the task."""
         ctx = self.ctx
         assert self._guard is not None, "workflow tasks start while the code runs"
         ctx.task_started()  # running from now on, so no delivery is made before it waits
 
         async def run() -> None:
             state = enter_task(ctx, path, clock)
-            state.replaying = replaying
+            if replaying is not None:
+                state.replaying = replaying
             scope = anyio.CancelScope()
             ctx.task_scopes.add(scope)
             try:
@@ -267,10 +276,27 @@ class RunExecutor:
             raise ctx.broken
         if outcome is None or self.stop_reason is not None:
             return
+        skipped = ctx.unreplayed_ops() if not outcome.needs_review else []
+        if skipped:
+            outcome = self._non_deterministic(NonDeterminismError(
+                f"workflow {self.run.workflow_type} (run {self.run.run_id}) closed "
+                f"{outcome.status} without asking again for the recorded operations "
+                f"{', '.join(skipped[:5])}{'...' if len(skipped) > 5 else ''}: the code "
+                "changed in a way that skips part of its history. The run is marked for "
+                "review; deploy the old code or terminate the run"))
         writes: list[Write] = [outcome]
-        if ctx.inbox is not None:  # updates still running fail with the run's close
+        if ctx.inbox is not None and not outcome.needs_review:
+            # updates still running fail with the run's close
             writes = [*ctx.inbox.unfinished_updates(outcome.status), outcome]
-        await ctx.commit(writes)
+        try:
+            await ctx.commit(writes)
+        except WriteRejected as exc:
+            # The close itself could not be stored (its result or failure):
+            # close the run failed with a failure that can be, saying why.
+            ctx.log.error("run_close_rejected", error=str(exc))
+            outcome = CloseRun(RunStatus.FAILED, failure=Failure(
+                "storage_rejected", str(exc), "durable.WriteRejected"))
+            await ctx.commit([outcome])
         ctx.log.info("run_closed", status=outcome.status)
 
     async def _run_code(self) -> CloseRun | None:
@@ -337,7 +363,12 @@ class RunExecutor:
         return CloseRun(RunStatus.CANCELLED, result=result, failure=failure)
 
     def _continue(self, can: ContinueAsNew) -> CloseRun:
-        payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
+        try:
+            payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
+        except (StructuralLimitExceeded, PayloadError) as exc:
+            # The next run cannot start with these arguments: this run fails,
+            # saying so (it would otherwise be replayed forever).
+            return self._failed(exc)
         return CloseRun(RunStatus.CONTINUED, continue_input=payload)
 
     def _non_deterministic(self, exc: BaseException) -> CloseRun:

@@ -172,12 +172,12 @@ def patched(ctx: WorkflowContext, state: TaskState, patch_id: str) -> bool:
         taken = record.kind == OpKind.MARKER and record.name == name
         if taken:
             state.next_op_id()
-            if ctx.seen_ops is not None:
-                ctx.seen_ops.add(op_id)
+            ctx.asked.add(op_id)
     elif ctx.scratch and not ctx.run.is_open:
         taken = False  # a closed run's history ended before this point: old code
     else:  # new code reaches this point for the first time: record the branch taken
         state.next_op_id()
+        ctx.asked.add(op_id)
         taken = True
         ctx.deferred.append(RecordMarker(op_id, name, {"patch_id": patch_id}))
         ctx.recorded[op_id] = OpRecord(op_id, OpKind.MARKER, name, OpStatus.COMPLETED,
@@ -193,8 +193,7 @@ def deprecate_patch(ctx: WorkflowContext, state: TaskState, patch_id: str) -> No
     record = ctx.recorded.get(op_id)
     if record is not None and record.kind == OpKind.MARKER and record.name == name:
         state.next_op_id()
-        if ctx.seen_ops is not None:
-            ctx.seen_ops.add(op_id)
+        ctx.asked.add(op_id)
     ctx.patches[patch_id] = True
 
 
@@ -298,7 +297,7 @@ def start_activity(ctx: WorkflowContext, state: TaskState, activity: Callable[..
             handle._done.set()
 
     assert ctx.executor is not None
-    ctx.executor.spawn_task(path, state.clock, state.replaying, body)
+    ctx.executor.spawn_task(path, state.clock, None, body)
     return handle
 
 

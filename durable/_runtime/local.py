@@ -87,6 +87,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 run_id=ctx.run.run_id, task_queue=ctx.run.task_queue, local=True,
                 scheduled_at=started, started_at=attempt_start, deadline=deadline_at,
                 heartbeat_timeout=None, heartbeat_details=None, clock=ctx.clock,
+                encode_details=ctx.details_encoder(), stop_grace=ctx.stop_grace,
             )
             ctx.running_local[op_id] = actx
             timed_out: list[str] = []
@@ -173,8 +174,8 @@ def _stop_receipt(ctx: WorkflowContext, defn: ActivityDefn,
                   actx: attempts.ActivityContext | None, policy: CancellationPolicy,
                   attempt: int) -> dict[str, Any]:
     """How a local attempt stopped when its workflow was cancelled."""
-    abandoned = policy is CancellationPolicy.TRY_CANCEL and not (
-        defn.is_async or defn.process_isolated)
+    abandoned = (policy is CancellationPolicy.TRY_CANCEL or (
+        actx is not None and actx.abandoned)) and not (defn.is_async or defn.process_isolated)
     receipt: dict[str, Any] = {
         "kind": "abandoned_thread" if abandoned else (
             "cancel_scope" if defn.is_async else "cooperative"),

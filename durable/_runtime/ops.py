@@ -58,10 +58,19 @@ def go_live(state: TaskState) -> None:
 
 
 async def live_gate(ctx: WorkflowContext) -> None:
-    """Before an op goes live in replay, re-deliver a recorded cancellation."""
+    """Before an op goes live: re-deliver a recorded cancellation (replay), and
+    never send an op whose task is already cancelled.
+
+    An op started by code that is being cancelled (after a delivered
+    cancellation, outside a shield; in a cancelled task group) is not
+    scheduled at all: the host's cancellation exception is raised here, before
+    anything is recorded, so its activity body never runs (Temporal's "cancel
+    unsent"). Inside `cancellation_shield()` ops go ahead.
+    """
     if ctx.replay_delivery_pending:
         ctx.redeliver()
         await anyio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint_if_cancelled()
 
 
 @contextmanager
@@ -346,6 +355,7 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
     child_id = child_id or f"{ctx.run.workflow_id}/{op_id}"
     hint = defn.return_hint if defn is not None else None
     if record is not None:
+        _refuse_taken_id(record)
         if not record.closed:
             ctx.reserve("child")
             ctx.open_children.add(op_id)
@@ -373,4 +383,13 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
         "execution_timeout_seconds": request.execution_timeout,
         "run_timeout_seconds": request.run_timeout,
     })])
+    recorded = ctx.recorded.get(op_id)
+    if recorded is not None:
+        _refuse_taken_id(recorded)
     return ChildHandle(ctx, state, op_id, child_id, hint, options)
+
+
+def _refuse_taken_id(record: OpRecord) -> None:
+    """A child whose id was taken is refused at the start_child call itself."""
+    if record.failure is not None and record.failure.category == "child_start":
+        raise WorkflowAlreadyStarted(record.child_workflow_id or "?")

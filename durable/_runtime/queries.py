@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from ..failure import leaf_exceptions
 from ..store.records import ClientRequest
 from .inbox import answer_query
 from .replay import replay_run
@@ -38,19 +39,30 @@ class IdleQueries:
         self._event.set()
 
     async def run(self) -> None:
+        """Take queries of idle runs and answer each in a task of its own. A
+        storage error is raised as itself (the worker retries the loop)."""
+        try:
+            async with anyio.create_task_group() as tg:
+                await self._take(tg)
+        except BaseExceptionGroup as group:  # only _take raises: _answer never does
+            leaves = leaf_exceptions(group)
+            if len(leaves) == 1:
+                raise leaves[0] from None
+            raise
+
+    async def _take(self, tg: anyio.abc.TaskGroup) -> None:
         worker = self.worker
         types = tuple(sorted(worker.workflows))
-        async with anyio.create_task_group() as tg:
-            while True:
-                with anyio.move_on_after(worker.poll_interval):
-                    await self._event.wait()
-                self._event = anyio.Event()
-                taken = await worker.store.take_idle_requests(
-                    worker.namespace, worker.task_queue, types, worker.worker_id, 20,
-                    worker.clock.now(),
-                )
-                for request in taken:
-                    tg.start_soon(self._answer, request)
+        while True:
+            with anyio.move_on_after(worker.poll_interval):
+                await self._event.wait()
+            self._event = anyio.Event()
+            taken = await worker.store.take_idle_requests(
+                worker.namespace, worker.task_queue, types, worker.worker_id, 20,
+                worker.clock.now(),
+            )
+            for request in taken:
+                tg.start_soon(self._answer, request)
 
     async def _answer(self, request: ClientRequest) -> None:
         worker = self.worker

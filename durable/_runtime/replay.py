@@ -161,7 +161,6 @@ async def replay_run(
         converter=converter, limits=limits, committer=committer,
     )
     committer.ctx = ctx
-    ctx.seen_ops = set()
     executor = RunExecutor(ctx, lambda _: None, scratch=True)
     executor.inbox().load(inbox, [], run)
     done = anyio.Event()

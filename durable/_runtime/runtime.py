@@ -70,8 +70,7 @@ class TaskGroup:
         ctx = parent.ctx
 
         async def child() -> None:
-            state = enter_task(ctx, path, parent.clock)
-            state.replaying = parent.replaying
+            enter_task(ctx, path, parent.clock)
             ctx.task_started()
             try:
                 await fn(*args)
@@ -244,7 +243,7 @@ class WorkflowRuntime(Runtime):
     def log(self, level: str, event: str, fields: dict[str, Any]) -> None:
         if current_task_state().replaying:
             return
-        getattr(self.ctx.log, level)(event, **fields)
+        getattr(self.ctx.user_log, level)(event, **fields)
 
     def register_handler(self, kind: str, name: str, fn: Callable[..., Any],
                          validator: Callable[..., Any] | None) -> None:

@@ -74,8 +74,13 @@ def current_task_state() -> TaskState:
 
 
 def enter_task(ctx: WorkflowContext, path: str, clock: float) -> TaskState:
-    """Make the calling task a workflow task with this path."""
-    state = TaskState(path=path, task=anyio.get_current_task().id, ctx=ctx, clock=clock)
+    """Make the calling task a workflow task with this path.
+
+    It replays (its log lines stay silent) while history holds ops of this
+    task or of tasks it spawned; a task with none runs live from the start.
+    """
+    state = TaskState(path=path, task=anyio.get_current_task().id, ctx=ctx, clock=clock,
+                      replaying=path in ctx.recorded_paths)
     state.rng.seed(f"{ctx.run.run_id}/{path}")
     _task_state.set(state)
     return state

@@ -139,6 +139,12 @@ class Store:
         return await self.driver.run(lambda tx: activities.complete_activity(
             tx, task_id, attempt, worker_id, result, failure, now))
 
+    async def attempt_state(self, task_id: str) -> tuple[str, int, str | None] | None:
+        """(status, attempt, owner) of an activity task, or None if unknown: how a
+        worker learns whether a report whose commit was lost was recorded."""
+        return await self.driver.run(lambda tx: activities.attempt_state(task_id),
+                                     write=False)
+
     async def heartbeat_activity(
         self, task_id: str, attempt: int, worker_id: str, details: str | None, now: float
     ) -> HeartbeatAck:
@@ -148,8 +154,9 @@ class Store:
 
     # ---------------------------------------------------------------- the watchdog
 
-    async def next_deadline(self, namespace: str, now: float) -> float | None:
-        """The earliest instant something in the namespace is due, or None."""
+    async def next_deadline(self, namespace: str,
+                            now: float) -> tuple[float | None, float | None]:
+        """When something in the namespace is next due: (a deadline, a lease expiry)."""
         return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now),
                                      write=False)
 

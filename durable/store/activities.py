@@ -12,6 +12,7 @@ from typing import Any
 
 from ..clock import to_iso
 from ..driver import Program, Row, Tx, ex, many, placeholders, q, q1
+from ..errors import ConfigurationError
 from ..failure import Failure
 from ..options import RetryPolicy
 from . import cancellation
@@ -55,14 +56,28 @@ def claim_activities(
     )
     tasks: list[ActivityTask] = []
     updates: list[tuple[Any, ...]] = []
+    started: list[Event] = []
     for row in rows:
-        opts = loads(row["options"])
-        s2c = row["schedule_to_close_deadline"]
-        stc = plus(now, opts.get("start_to_close_timeout"))
-        hb = plus(now, opts.get("heartbeat_timeout"))
-        lease = now + lease_seconds
+        try:
+            opts = loads(row["options"])
+            s2c = row["schedule_to_close_deadline"]
+            stc = plus(now, opts.get("start_to_close_timeout"))
+            hb = plus(now, opts.get("heartbeat_timeout"))
+            lease = now + lease_seconds
+            event = ("ActivityStarted", {
+                "op_id": row["op_id"], "activity_type": row["activity_name"],
+                "task_id": row["task_id"], "attempt": int(row["attempt"]),
+                "worker_id": worker_id, "start_to_close_deadline": to_iso(stc),
+                "heartbeat_deadline": to_iso(hb),
+            })
+        except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:
+            # A task that cannot be started must not block the queue behind it
+            # (it would be picked first again and again): fail it, saying why.
+            yield from _quarantine(tx, row, exc, now)
+            continue
         updates.append((worker_id, now, stc, hb, lease, earliest(stc, hb, s2c, lease),
                         row["task_id"]))
+        started.append(event)
         tasks.append(ActivityTask(
             task_id=row["task_id"], namespace=namespace, task_queue=task_queue,
             name=row["activity_name"], run_id=row["run_id"], workflow_id=row["workflow_id"],
@@ -78,14 +93,27 @@ def claim_activities(
             "deadline_at = ?, schedule_to_start_deadline = NULL WHERE task_id = ?",
             updates,
         )
-        for task in sorted(tasks, key=lambda t: t.run_id):  # lock order: see claims
-            yield from append_events(task.run_id, [("ActivityStarted", {
-                "op_id": task.op_id, "activity_type": task.name, "task_id": task.task_id,
-                "attempt": task.attempt, "worker_id": worker_id,
-                "start_to_close_deadline": to_iso(task.start_to_close_deadline),
-                "heartbeat_deadline": to_iso(task.heartbeat_deadline),
-            })], now)
+        for task, event in sorted(zip(tasks, started, strict=True),
+                                  key=lambda pair: pair[0].run_id):  # lock order: see claims
+            yield from append_events(task.run_id, [event], now)
     return tasks
+
+
+def _quarantine(tx: Tx, row: Row, exc: BaseException, now: float) -> Program[None]:
+    """Fail a task that cannot be started (its stored options are unusable)."""
+    failure = Failure("invalid_task", f"activity {row['activity_name']} could not be started: "
+                      f"{type(exc).__name__}: {exc}", "durable.ActivityFailed",
+                      details={"attempt": int(row["attempt"]), "non_retryable": True})
+    yield ex(
+        "UPDATE activity_tasks SET status = 'failed', closed_at = ?, deadline_at = NULL, "
+        "last_failure = ? WHERE task_id = ?", now, dump_failure(failure), row["task_id"],
+    )
+    yield from _resolve_op(tx, row, OpStatus.FAILED, None, failure, ("ActivityFailed", {
+        "op_id": row["op_id"], "activity_type": row["activity_name"],
+        "task_id": row["task_id"], "attempt": int(row["attempt"]),
+        "failure": failure.to_dict(),
+    }), now)
+    return None
 
 
 def _resolve_op(
@@ -97,12 +125,22 @@ def _resolve_op(
     event: Event,
     now: float,
 ) -> Program[None]:
-    """Record an activity's terminal outcome on its op and wake the run."""
-    yield ex(
+    """Record an activity's terminal outcome on its op and wake the run.
+
+    An op closed already (TRY_CANCEL closed it when the stop was asked) keeps
+    its outcome: the late one is refused, visibly, and nobody is woken.
+    """
+    count = yield ex(
         "UPDATE ops SET status = ?, result = ?, failure = ?, closed_at = ? "
         "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
         status, result, dump_failure(failure), now, task["run_id"], task["op_id"],
     )
+    if not count:
+        yield from append_events(task["run_id"], [("ActivityResultRefused", {
+            "op_id": task["op_id"], "task_id": task["task_id"],
+            "reason": f"the operation was already closed; this {event[0]} came too late",
+        })], now)
+        return None
     yield from append_events(task["run_id"], [event], now)
     if failure is not None:
         yield from record_failure(task["run_id"], failure, now)
@@ -125,10 +163,14 @@ def _retry_or_fail(
 ) -> Program[str]:
     """Schedule the next attempt if the frozen policy allows it, else fail terminally."""
     opts = loads(task["options"])
-    policy = RetryPolicy.from_dict(opts["retry"])
     attempt = int(task["attempt"])
     s2c = task["schedule_to_close_deadline"]
-    available = policy.next_attempt_at(failure, attempt, now, s2c, retryable=retryable)
+    try:
+        policy: RetryPolicy | None = RetryPolicy.from_dict(opts["retry"])
+    except (ConfigurationError, KeyError, TypeError, ValueError):
+        policy = None  # a policy that cannot be read back is not retried on
+    available = None if policy is None else policy.next_attempt_at(
+        failure, attempt, now, s2c, retryable=retryable)
     if available is not None:
         s2s = plus(available, opts.get("schedule_to_start_timeout"))
         yield ex(
@@ -292,6 +334,13 @@ def complete_activity(
         tx, task, failure, not failure.non_retryable, now, "ActivityFailed"
     )
     return ActivityOutcome(outcome)
+
+
+def attempt_state(task_id: str) -> Program[tuple[str, int, str | None] | None]:
+    """(status, attempt, owner) of an activity task, or None."""
+    row = yield q1("SELECT status, attempt, owner FROM activity_tasks WHERE task_id = ?",
+                   task_id)
+    return None if row is None else (str(row["status"]), int(row["attempt"]), row["owner"])
 
 
 def heartbeat_activity(

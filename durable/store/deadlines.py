@@ -17,24 +17,32 @@ from .closing import close_run
 from .records import RUN_COLUMNS, TASK_COLUMNS, RunStatus, earliest, run_from_row
 
 
-def next_deadline(namespace: str, now: float) -> Program[float | None]:
-    """The earliest instant at which something in the namespace is due."""
+def next_deadline(namespace: str, now: float) -> Program[tuple[float | None, float | None]]:
+    """When something in the namespace is next due: (a deadline, a lease expiry).
+
+    The two are apart because a lease expires only when its worker is gone: a
+    virtual clock (durable.testing) must never skip ahead to a lease expiry,
+    or it would declare live workers lost.
+    """
     row = yield q1(
         "SELECT "
         "(SELECT MIN(deadline_at) FROM runs WHERE namespace = ? "
         " AND status IN ('pending', 'running')) AS run_deadline, "
-        "(SELECT MIN(deadline_at) FROM activity_tasks WHERE namespace = ? "
+        "(SELECT MIN(CASE WHEN lease_expires_at IS NOT NULL AND deadline_at >= lease_expires_at"
+        " THEN NULL ELSE deadline_at END) FROM activity_tasks WHERE namespace = ? "
         " AND status IN ('pending', 'running')) AS task_deadline, "
         "(SELECT MIN(available_at) FROM activity_tasks WHERE namespace = ? "
         " AND status = 'pending' AND available_at > ?) AS task_available, "
         "(SELECT MIN(lease_expires_at) FROM runs WHERE namespace = ? "
-        " AND status IN ('pending', 'running') AND owner IS NOT NULL) AS lease_expiry",
-        namespace, namespace, namespace, now, namespace,
+        " AND status IN ('pending', 'running') AND owner IS NOT NULL) AS run_lease, "
+        "(SELECT MIN(lease_expires_at) FROM activity_tasks WHERE namespace = ? "
+        " AND status = 'running') AS task_lease",
+        namespace, namespace, namespace, now, namespace, namespace,
     )
     if row is None:
-        return None
-    return earliest(row["run_deadline"], row["task_deadline"], row["task_available"],
-                    row["lease_expiry"])
+        return None, None
+    return (earliest(row["run_deadline"], row["task_deadline"], row["task_available"]),
+            earliest(row["run_lease"], row["task_lease"]))
 
 
 def enforce_expired(

@@ -1,0 +1,126 @@
+"""Checking what users pass, at the call that passes it.
+
+Bad input gets a `ConfigurationError` naming the field, the value and what
+is allowed, before anything is written: a value that reached storage and
+turned out to be unrepresentable there (an infinite timeout, an id with a
+NUL) would fail far from its cause, or poison a transaction shared by other
+runs. The same rules apply on every driver.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from .errors import ConfigurationError
+
+#: The longest duration durable accepts (100 years): beyond it, an instant
+#: computed from it is not representable as a date.
+MAX_SECONDS = 100 * 365.25 * 24 * 3600
+
+#: Ids, names, task queues and namespaces: at most this many characters.
+MAX_NAME_LENGTH = 255
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def duration(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = True,
+             maximum: float = MAX_SECONDS) -> float:
+    """Seconds given as a number or a `timedelta`, within [minimum, maximum]."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(
+            f"{what} must be a number of seconds or a datetime.timedelta, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    else:
+        seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ConfigurationError(
+            f"{what} must be a finite number of seconds, got {value!r}; leave it unset "
+            "(None) for no limit"
+        )
+    low_ok = seconds >= minimum if inclusive else seconds > minimum
+    if not low_ok or seconds > maximum:
+        bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
+        raise ConfigurationError(
+            f"{what} must be {bound} and at most {maximum:g} seconds (100 years), got {value!r}"
+        )
+    return seconds
+
+
+def integer(value: Any, what: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """An int (not a bool, float or string) within [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(
+            f"{what} must be an integer, got {value!r} ({type(value).__name__})"
+        )
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum}" if maximum is not None else ""
+        raise ConfigurationError(f"{what} must be at least {minimum}{upper}, got {value!r}")
+    return value
+
+
+def number(value: Any, what: str, *, minimum: float, maximum: float = math.inf) -> float:
+    """A finite float (ints accepted) within [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(
+            f"{what} must be a number, got {value!r} ({type(value).__name__})"
+        )
+    if math.isnan(value) or math.isinf(value) or not minimum <= value <= maximum:
+        upper = f" and at most {maximum:g}" if math.isfinite(maximum) else ""
+        raise ConfigurationError(
+            f"{what} must be a finite number at least {minimum:g}{upper}, got {value!r}"
+        )
+    return float(value)
+
+
+def choice(value: Any, kind: type[E], what: str) -> E:
+    """A member of the enum `kind`, given as the member or its string value."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(f"{kind.__name__}.{m.name}" for m in kind)
+        raise ConfigurationError(
+            f"{what} must be one of {allowed}, got {value!r}"
+        ) from None
+
+
+def name(value: Any, what: str) -> str:
+    """An id, name, task queue or namespace: the same rules on every driver.
+
+    1 to 255 characters of valid Unicode (encodable as UTF-8: no lone
+    surrogates), without NUL or other control characters.
+    """
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{what} must be a string, got {value!r} ({type(value).__name__})")
+    if not value:
+        raise ConfigurationError(f"{what} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{what} is {len(value)} characters long; at most {MAX_NAME_LENGTH} are allowed "
+            f"(it starts {value[:40]!r})"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(
+            f"{what} {value!r} is not valid Unicode (character {exc.start}: a lone "
+            "surrogate); ids and names must be encodable as UTF-8"
+        ) from None
+    bad = next((c for c in value if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ConfigurationError(
+            f"{what} {value!r} contains the control character {bad!r}; ids and names "
+            "may not contain NUL, newlines or other control characters"
+        )
+    return value
+
+
+def optional_name(value: Any, what: str) -> str | None:
+    return None if value is None else name(value, what)

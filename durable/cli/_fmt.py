@@ -1,0 +1,144 @@
+"""Plain formatting shared by every view: instants, durations, JSON.
+
+Everything an operator reads about time is shown twice: the absolute instant
+(UTC, so it means the same on every machine) and where it stands relative to
+now ("in 4m 12s", "3s late", "2m ago"), because a bare timestamp makes the
+reader do the arithmetic that decides whether something is overdue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+OPEN_STATUSES = frozenset({"pending", "running"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def instant(value: Any) -> datetime | None:
+    """An aware UTC datetime from what the client returns (datetime or ISO string)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(float(value), UTC)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def duration(seconds: float | None) -> str:
+    """A compact human duration: ``850ms``, ``12s``, ``4m 12s``, ``2h 05m``, ``3d 4h``."""
+    if seconds is None:
+        return "-"
+    if math.isinf(seconds):
+        return "unbounded"
+    s = abs(seconds)
+    if s < 1:
+        return f"{round(s * 1000)}ms"
+    if s < 10:
+        return f"{s:.1f}s".replace(".0s", "s")
+    total = round(s)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+def absolute(value: datetime) -> str:
+    """``2026-04-12 14:00:00 UTC`` (whole seconds: the relative part carries precision)."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative(value: datetime, now: datetime) -> str:
+    """``in 4m 12s`` for the future, ``4m 12s ago`` for the past."""
+    delta = (value - now).total_seconds()
+    if abs(delta) < 0.5:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+
+
+def deadline_state(value: datetime, now: datetime, open_: bool) -> tuple[str, str]:
+    """(text, state) for a deadline; state is ``ahead``, ``late`` or ``passed``.
+
+    A deadline behind us is "late" only while the thing it bounds is still
+    open: for a closed run it merely passed, and calling that late would
+    send an operator looking for a problem that does not exist. Likewise a
+    deadline of something already closed does not count down: "not reached".
+    """
+    delta = (value - now).total_seconds()
+    if delta >= 0:
+        return (f"in {duration(delta)}", "ahead") if open_ else ("not reached", "passed")
+    if open_:
+        return f"{duration(delta)} late", "late"
+    return f"passed {duration(delta)} ago", "passed"
+
+
+def seconds_text(seconds: Any) -> str:
+    """A configured timeout: ``3600s (1h 00m)``."""
+    if seconds is None:
+        return "-"
+    value = float(seconds)
+    plain = f"{value:g}s"
+    pretty = duration(value)
+    return plain if pretty == plain else f"{plain} ({pretty})"
+
+
+def jsonable(value: Any) -> Any:
+    """Turn client results into JSON values: datetimes as ISO 8601, tuples as lists."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps(value: Any, *, indent: int | None = 2) -> str:
+    return json.dumps(jsonable(value), indent=indent, ensure_ascii=False)
+
+
+def compact(value: Any, limit: int = 80) -> str:
+    """A one-line rendering of a value for table cells, cut at `limit` characters."""
+    text = value if isinstance(value, str) else json.dumps(jsonable(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def progress_of(details: Any) -> tuple[float, float] | None:
+    """``(done, total)`` when heartbeat details (or a progress dict) carry them."""
+    if not isinstance(details, Mapping):
+        return None
+    done, total = details.get("done"), details.get("total")
+    numbers = (int, float)
+    if (isinstance(done, numbers) and isinstance(total, numbers)
+            and not isinstance(done, bool) and not isinstance(total, bool) and total > 0):
+        return float(done), float(total)
+    return None

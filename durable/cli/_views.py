@@ -1,0 +1,693 @@
+"""Human views: rich tables, grids and trees built from the client's dicts.
+
+Views read the documented keys of `describe()`, `history()`,
+`cancellation_cascade()` and `list()` with ``.get`` so that a key added by a
+newer engine never breaks them. Text from storage is wrapped in `Text`
+objects, never interpreted as rich markup. Anything that only colour would
+distinguish also carries a word or a glyph (``✗ NOT VERIFIED``), so that
+NO_COLOR and pipes lose nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from . import _fmt
+from ._app import Output
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "timed_out": "red",
+    "terminated": "red",
+    "continued": "blue",
+    "unknown": "bold red",
+    "needs_review": "bold red",
+}
+
+LIFECYCLE_STYLES = {
+    "not_requested": "dim",
+    "requested": "yellow",
+    "delivered": "cyan",
+    "cleaning_up": "cyan",
+    "cancelled": "green",
+    "deadline_expired": "bold red",
+    "terminated": "red",
+    "failed": "red",
+    "timed_out": "red",
+}
+
+NOT_VERIFIED_STYLE = "bold white on red"
+
+
+def badge(value: Any, styles: Mapping[str, str]) -> Text:
+    """``[cancelled]``: brackets keep it a badge without colour."""
+    text = str(value) if value is not None else "-"
+    return Text(f"[{text}]", style=styles.get(text, "bold"))
+
+
+def status_badge(value: Any) -> Text:
+    return badge(value, STATUS_STYLES)
+
+
+def lifecycle_badge(value: Any) -> Text:
+    return badge(value, LIFECYCLE_STYLES)
+
+
+def not_verified(out: Output) -> Text:
+    return Text(f"{out.glyph('✗', 'X')} NOT VERIFIED", style=NOT_VERIFIED_STYLE)
+
+
+def verified(out: Output) -> Text:
+    return Text(f"{out.glyph('✓', 'OK')} verified", style="bold green")
+
+
+def when(value: Any, now: datetime) -> Text:
+    """``2026-04-12 14:00:00 UTC (4m ago)``; ``-`` when unset."""
+    moment = _fmt.instant(value)
+    if moment is None:
+        return Text("-", style="dim")
+    return Text.assemble(_fmt.absolute(moment), (f" ({_fmt.relative(moment, now)})", "dim"))
+
+
+def deadline(value: Any, now: datetime, open_: bool) -> Text:
+    """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red), ``passed 2m ago``."""
+    moment = _fmt.instant(value)
+    if moment is None:
+        return Text("none", style="dim")
+    text, state = _fmt.deadline_state(moment, now, open_)
+    style = {"ahead": "green", "late": "bold red", "passed": "dim"}[state]
+    return Text.assemble(_fmt.absolute(moment), " ", (f"({text})", style))
+
+
+def progress_bar(out: Output, done: float, total: float, width: int = 30) -> Text:
+    """``████████░░░░ 412/1000 (41%)``: the fill is in the glyphs, not only the colour."""
+    fraction = max(0.0, min(1.0, done / total))
+    filled = round(fraction * width)
+    full, empty = (("█", "░") if out.unicode else ("#", "-"))
+    number = f"{done:g}/{total:g}"
+    return Text.assemble(
+        (full * filled, "green"), (empty * (width - filled), "dim"),
+        f" {number} ({fraction * 100:.0f}%)",
+    )
+
+
+def _grid() -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    return grid
+
+
+def _short(value: Any, n: int = 12) -> str:
+    text = str(value or "-")
+    return text if len(text) <= n else text[:n] + "…"
+
+
+# ---------------------------------------------------------------- start
+
+
+def started(out: Output, data: Mapping[str, Any]) -> None:
+    now = _fmt.utcnow()
+    out.console.print(Text.assemble(
+        "Started ", (str(data.get("workflow_id")), "bold"), f" ({data.get('workflow_type')}) ",
+        status_badge(data.get("status")),
+    ), soft_wrap=True)
+    grid = _grid()
+    grid.add_row("run", Text(str(data.get("run_id"))))
+    grid.add_row("namespace", Text(str(data.get("namespace"))))
+    grid.add_row("task queue", Text(str(data.get("task_queue") or "-")))
+    open_ = data.get("status") in _fmt.OPEN_STATUSES
+    if data.get("execution_timeout_seconds") is not None:
+        grid.add_row("execution deadline", Text.assemble(
+            deadline(data.get("execution_deadline_at"), now, open_),
+            f"  timeout {_fmt.seconds_text(data['execution_timeout_seconds'])}"))
+    if data.get("run_timeout_seconds") is not None:
+        grid.add_row("run deadline", Text.assemble(
+            deadline(data.get("run_deadline_at"), now, open_),
+            f"  timeout {_fmt.seconds_text(data['run_timeout_seconds'])}"))
+    out.console.print(grid)
+
+
+# ---------------------------------------------------------------- list
+
+
+def run_list(out: Output, data: Mapping[str, Any]) -> None:
+    runs = data.get("runs") or []
+    if not runs:
+        out.console.print(Text("No workflow runs match.", style="dim"))
+        return
+    now = _fmt.utcnow()
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("WORKFLOW ID", overflow="fold", min_width=11)
+    table.add_column("TYPE", overflow="fold", min_width=4)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("RUN", no_wrap=True)
+    table.add_column("STARTED", no_wrap=True)
+    table.add_column("TOOK", no_wrap=True)
+    for run in runs:
+        started_at = _fmt.instant(run.get("started_at") or run.get("created_at"))
+        closed_at = _fmt.instant(run.get("closed_at"))
+        if started_at is None:
+            took = Text("-", style="dim")
+        elif closed_at is not None:
+            took = Text(_fmt.duration((closed_at - started_at).total_seconds()))
+        else:
+            took = Text(f"{_fmt.duration((now - started_at).total_seconds())} so far",
+                        style="dim")
+        table.add_row(
+            Text(str(run.get("workflow_id"))), Text(str(run.get("workflow_type"))),
+            status_badge(run.get("status")),
+            Text(f"{run.get('run_number') or '-'} {_short(run.get('run_id'), 8)}"),
+            when(started_at, now), took,
+        )
+    out.console.print(table)
+    if data.get("truncated"):
+        out.console.print(Text(f"(first {len(runs)} shown: raise --limit for more)",
+                               style="dim"))
+
+
+# ---------------------------------------------------------------- describe
+
+
+def describe(out: Output, info: Mapping[str, Any]) -> None:
+    now = _fmt.utcnow()
+    out.console.print(describe_renderable(out, info, now))
+
+
+def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> RenderableType:
+    run = info.get("run") or {}
+    open_ = info.get("status") in _fmt.OPEN_STATUSES
+    title = Text.assemble(
+        ("Workflow ", "bold"), (str(info.get("workflow_id")), "bold"),
+        f" ({info.get('workflow_type')}) ", status_badge(info.get("status")),
+    )
+    grid = _grid()
+    grid.add_row("namespace", Text(str(info.get("namespace"))))
+    if info.get("closed_reason"):
+        grid.add_row("closed reason", Text(str(info.get("closed_reason"))))
+    grid.add_row("run", Text(f"{run.get('run_id')} (run {run.get('run_number')} of "
+                             f"{info.get('run_count')})"))
+    if run.get("task_queue"):
+        grid.add_row("task queue", Text(str(run.get("task_queue"))))
+    if "owner" in run:
+        grid.add_row("owner", Text(str(run.get("owner") or "none (no worker holds it)")))
+    grid.add_row("started", when(run.get("started_at"), now))
+    started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
+    if closed_at is not None:
+        took = f" after {_fmt.duration((closed_at - started_at).total_seconds())}" \
+            if started_at else ""
+        grid.add_row("closed", Text.assemble(when(closed_at, now), (took, "dim")))
+    elif started_at is not None:
+        grid.add_row("running for", Text(_fmt.duration((now - started_at).total_seconds())))
+    grid.add_row("execution timeout",
+                 Text(_fmt.seconds_text(info.get("execution_timeout_seconds"))))
+    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
+    grid.add_row("run timeout", Text(_fmt.seconds_text(run.get("run_timeout_seconds"))))
+    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
+    if run.get("needs_review"):
+        grid.add_row("needs review", Text("yes: replay failed (non-determinism); fix the code "
+                                          "and retry after review", style="bold red"))
+    phase = info.get("phase")
+    if isinstance(phase, Mapping):
+        grid.add_row("phase", phase_text(phase, now, open_))
+    progress = _fmt.progress_of(info.get("progress"))
+    if progress is not None:
+        grid.add_row("progress", progress_bar(out, *progress))
+    if run.get("parent_workflow_id"):
+        grid.add_row("parent", Text(f"{run.get('parent_workflow_id')} "
+                                    f"run {run.get('parent_run_id')}"))
+    if run.get("continued_run_id"):
+        grid.add_row("continued as", Text(str(run.get("continued_run_id"))))
+    parts: list[RenderableType] = [title, grid]
+    pending = info.get("pending_operations") or []
+    if pending:
+        parts += [Text(""), Text("Pending operations", style="bold"),
+                  pending_table(out, pending, now)]
+    failures = info.get("failures") or []
+    if failures:
+        parts += [Text(""), Text("Failures", style="bold")]
+        for failure in failures:
+            parts.append(failure_text(failure, now))
+    cancellation = info.get("cancellation")
+    if isinstance(cancellation, Mapping):
+        parts += [Text(""), Text("Cancellation", style="bold"),
+                  cancellation_grid(cancellation, now, open_)]
+    return Group(*parts)
+
+
+def phase_text(phase: Mapping[str, Any], now: datetime, open_: bool) -> Text:
+    text = Text.assemble((str(phase.get("name")), "bold"), " started ",
+                         when(phase.get("started_at"), now))
+    if phase.get("deadline_at"):
+        text.append("  deadline ")
+        text.append_text(deadline(phase.get("deadline_at"), now, open_))
+    return text
+
+
+def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: datetime) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("OP", "KIND", "NAME", "STATE", "ATTEMPT", "DETAILS"):
+        table.add_column(name, overflow="fold", min_width=len(name))
+    for op in pending:
+        details: Text
+        progress = _fmt.progress_of(op.get("heartbeat_details"))
+        if progress is not None:
+            details = progress_bar(out, *progress, width=20)
+        elif op.get("heartbeat_details") is not None:
+            details = Text("heartbeat " + _fmt.compact(op.get("heartbeat_details"), 60))
+        elif op.get("fire_at"):
+            details = Text.assemble("fires ", when(op.get("fire_at"), now))
+        elif op.get("child_workflow_id"):
+            details = Text(f"child {op.get('child_workflow_id')}")
+        else:
+            details = Text("")
+        if op.get("last_failure"):
+            details.append(f"  last failure: {_failure_message(op['last_failure'])}", style="red")
+        table.add_row(Text(str(op.get("op_id"))), Text(str(op.get("kind"))),
+                      Text(str(op.get("name") or "-")), Text(str(op.get("task_status") or "-")),
+                      Text(str(op.get("attempt") or "-")), details)
+    return table
+
+
+def _failure_message(failure: Any) -> str:
+    if isinstance(failure, Mapping):
+        return str(failure.get("message") or failure.get("failure_category") or "failed")
+    return str(failure)
+
+
+def failure_text(failure: Mapping[str, Any], now: datetime) -> Text:
+    text = Text.assemble((f"  {failure.get('exception_class') or failure.get('failure_category')}",
+                          "red"), f": {_failure_message(failure)}")
+    if failure.get("timeout_kind"):
+        text.append(f"  timeout kind {failure['timeout_kind']}")
+    if failure.get("deadline_at"):
+        text.append("  deadline ")
+        text.append_text(when(failure.get("deadline_at"), now))
+    return text
+
+
+def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table:
+    grid = _grid()
+    grid.add_row("lifecycle", lifecycle_badge(c.get("lifecycle")))
+    grid.add_row("reason", Text(str(c.get("reason"))))
+    grid.add_row("request", Text(str(c.get("request_id"))))
+    if c.get("root_request_id") and c.get("root_request_id") != c.get("request_id"):
+        grid.add_row("root request", Text(f"{c.get('root_request_id')} (from "
+                                          f"{c.get('root_workflow_id')})"))
+    grid.add_row("requested by", Text(f"{_requester(c.get('requester'))} via {c.get('source')}"))
+    grid.add_row("requested", when(c.get("requested_at"), now))
+    cleanup_open = open_ and c.get("lifecycle") in ("requested", "delivered", "cleaning_up")
+    grid.add_row("cleanup deadline", Text.assemble(
+        deadline(c.get("deadline_at"), now, cleanup_open),
+        f"  cleanup timeout {_fmt.seconds_text(c.get('cleanup_timeout_seconds'))}"
+        if c.get("cleanup_timeout_seconds") is not None else ""))
+    if c.get("delivered_at"):
+        grid.add_row("delivered", Text.assemble(when(c.get("delivered_at"), now),
+                                                f"  at {_boundary(c.get('boundary'))}"))
+    if c.get("cleanup_outcome"):
+        grid.add_row("cleanup outcome", Text(str(c.get("cleanup_outcome")),
+                                             style=_outcome_style(c.get("cleanup_outcome"))))
+    return grid
+
+
+def _outcome_style(outcome: Any) -> str:
+    return "green" if outcome == "completed" else "red"
+
+
+def _requester(requester: Any) -> str:
+    if isinstance(requester, Mapping):
+        text = str(requester.get("type") or "-")
+        if requester.get("id"):
+            text += f" {requester.get('id')}"
+        if requester.get("label"):
+            text += f" ({requester.get('label')})"
+        return text
+    return str(requester or "-")
+
+
+def _boundary(boundary: Any) -> str:
+    if not boundary:
+        return "no pending op"
+    return ", ".join(f"{b.get('op_id')} ({b.get('kind')})" for b in boundary
+                     if isinstance(b, Mapping))
+
+
+# ---------------------------------------------------------------- history
+
+_SUMMARY_KEYS = (
+    "activity_type", "workflow_type", "op_id", "attempt", "timeout_kind", "policy", "reason",
+    "child_workflow_id", "fire_at", "next_attempt_at", "deadline_at", "worker_id",
+)
+_SKIPPED_KEYS = frozenset({
+    "task_id", "retry_policy", "lineage", "requester", "root_request_id", "root_workflow_id",
+    "root_run_id", "parent_request_id", "task_queue", "schedule_to_start_timeout",
+    "start_to_close_timeout", "schedule_to_close_timeout", "heartbeat_timeout", "local",
+})
+
+
+def _value(value: Any, day: datetime | None = None) -> str:
+    """An event field for a table cell. Instants are cut to the second, and to the
+    time alone on the day of the event itself (``14:00:00Z``), which keeps rows short."""
+    if isinstance(value, str) and len(value) >= 25 and value[10:11] == "T":
+        moment = _fmt.instant(value)
+        if moment is not None:
+            if day is not None and moment.date() == day.date():
+                return moment.strftime("%H:%M:%SZ")
+            return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _fmt.compact(value, 48)
+
+
+def event_summary(data: Mapping[str, Any], limit: int = 200,
+                  day: datetime | None = None) -> str:
+    """The fields of an event that say what happened, ``key=value``, one line."""
+    parts = [f"{k}={_value(data[k], day)}" for k in _SUMMARY_KEYS
+             if data.get(k) not in (None, "", [], {})]
+    for key, value in data.items():
+        if key in _SUMMARY_KEYS or key in _SKIPPED_KEYS or value in (None, "", [], {}):
+            continue
+        if key == "failure" and isinstance(value, Mapping):
+            parts.append(f"failure={_fmt.compact(_failure_message(value), 50)}")
+        elif key == "stop_receipt" and isinstance(value, Mapping):
+            parts.append(f"stop_receipt={value.get('kind')}"
+                         f"{'' if value.get('confirmed', True) else ' (NOT confirmed)'}")
+        else:
+            parts.append(f"{key}={_value(value, day)}")
+    return _fmt.compact(" ".join(parts), limit)
+
+
+def history_table(events: Iterable[Mapping[str, Any]], started: datetime | None,
+                  header: bool = True) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False, show_header=header)
+    # fixed widths: the batches that `history --follow` prints line up
+    table.add_column("#", justify="right", no_wrap=True, width=4)
+    table.add_column("RECORDED (UTC)", no_wrap=True, width=14)
+    table.add_column("+ELAPSED", justify="right", no_wrap=True, width=9)
+    table.add_column("EVENT", no_wrap=True, overflow="ellipsis", width=26)
+    table.add_column("DETAILS", overflow="fold")
+    for event in events:
+        recorded = _fmt.instant(event.get("recorded_at"))
+        elapsed = (f"+{(recorded - started).total_seconds():.3f}s"
+                   if recorded is not None and started is not None else "")
+        event_type = str(event.get("type"))
+        style = ("red" if event_type.endswith(("Failed", "TimedOut", "Terminated", "Refused"))
+                 else "bold" if event_type.startswith("Workflow") else "")
+        table.add_row(
+            str(event.get("sequence")),
+            recorded.strftime("%H:%M:%S.%f")[:-3] if recorded else "-",
+            elapsed, Text(event_type, style=style),
+            Text(event_summary(event.get("data") or {}, day=recorded)),
+        )
+    return table
+
+
+def history(out: Output, data: Mapping[str, Any]) -> None:
+    events = data.get("events") or []
+    started = _fmt.instant(events[0].get("recorded_at")) if events else None
+    out.console.print(Text.assemble(
+        ("History of ", "bold"), (str(data.get("workflow_id")), "bold"),
+        f" run {data.get('run_id')} ({len(events)} events",
+        f", first at {_fmt.absolute(started)})" if started else ")"), soft_wrap=True)
+    out.console.print(history_table(events, started))
+
+
+# ---------------------------------------------------------------- result
+
+
+def result(out: Output, data: Mapping[str, Any]) -> None:
+    status = data.get("status")
+    if status == "completed":
+        out.console.print(Text(_fmt.dumps(data.get("result")), style="green"), soft_wrap=True)
+        return
+    out.console.print(Text.assemble(
+        "Workflow ", (str(data.get("workflow_id")), "bold"), " ", status_badge(status),
+        f": {_failure_message(data.get('failure'))}" if data.get("failure") else
+        ": no result yet"))
+
+
+# ---------------------------------------------------------------- control
+
+
+def cancellation_requested(out: Output, data: Mapping[str, Any]) -> None:
+    now = _fmt.utcnow()
+    ctx = data.get("context") or {}
+    head = (Text("Cancellation requested", style="bold green") if data.get("accepted") else
+            Text("Already requested: the original request stands (its deadline is not "
+                 "extended)", style="bold yellow"))
+    out.console.print(Text.assemble(head, " for ", (str(data.get("workflow_id")), "bold")),
+                      soft_wrap=True)
+    grid = _grid()
+    grid.add_row("request", Text(str(ctx.get("request_id"))))
+    grid.add_row("reason", Text(str(ctx.get("reason"))))
+    grid.add_row("requested", when(ctx.get("requested_at"), now))
+    grid.add_row("cleanup deadline", deadline(ctx.get("deadline"), now, True))
+    out.console.print(grid)
+
+
+def closed(out: Output, data: Mapping[str, Any]) -> None:
+    out.console.print(Text.assemble(
+        f"{str(data.get('action')).capitalize()} ", (str(data.get("workflow_id")), "bold"),
+        f" run {data.get('run_id')}: now ", status_badge(data.get("status")),
+        f" (reason: {data.get('reason')})"), soft_wrap=True)
+
+
+def repair(out: Output, data: Mapping[str, Any]) -> None:
+    counts = data.get("repaired") or {}
+    if not counts:
+        out.console.print("Repair pass: nothing was due.")
+        return
+    total = int(data.get("total") or 0)
+    out.console.print(Text(f"Repair pass: {total} expired "
+                           f"{'deadline' if total == 1 else 'deadlines'} enforced", style="bold"),
+                      soft_wrap=True)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("KIND")
+    table.add_column("COUNT", justify="right")
+    for kind, count in sorted(counts.items()):
+        table.add_row(kind, str(count))
+    out.console.print(table)
+
+
+# ---------------------------------------------------------------- cascade
+
+
+def cascade(out: Output, data: Mapping[str, Any]) -> None:
+    view = cascade_tree(out, data, _fmt.utcnow())
+    out.console.print(view, soft_wrap=isinstance(view, Text))
+
+
+def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> RenderableType:
+    root = data.get("root")
+    workflow_id = data.get("workflow_id")
+    if not isinstance(root, Mapping):
+        return Text(f"Workflow {workflow_id} has no cancellation request: there is no cascade "
+                    "to show (durable request-cancellation ID --reason R asks for one).")
+    tree = Tree(Text.assemble(("Cancellation cascade of ", "bold"),
+                              (str(root.get("root_workflow_id") or workflow_id), "bold"),
+                              f": \"{root.get('reason')}\""))
+    tree.add(Text.assemble(
+        f"request {root.get('request_id')} by {_requester(root.get('requester'))}"
+        f" via {root.get('source')}, requested ", when(root.get("requested_at"), now)))
+    runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
+    any_open = any(r.get("status") in _fmt.OPEN_STATUSES for r in runs)
+    tree.add(Text.assemble(
+        "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open),
+        f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
+        if root.get("cleanup_timeout_seconds") is not None else ""))
+    findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
+    if data.get("inspection_complete") and not findings:
+        tree.add(Text.assemble(verified(out), ": inspection complete, every stop is confirmed "
+                               "by a receipt"))
+    else:
+        branch = tree.add(Text.assemble(
+            not_verified(out),
+            (f": inspection incomplete, {len(findings)} "
+             f"{'finding' if len(findings) == 1 else 'findings'}: could not verify",
+             "bold red")))
+        for finding in findings:
+            branch.add(Text.assemble(not_verified(out), " ",
+                                     (f"{finding.get('workflow_id')}: ", "bold red"),
+                                     (str(finding.get("finding")), "red")))
+    if data.get("truncated"):
+        tree.add(Text(f"truncated: only the first {len(runs)} runs of the tree are shown",
+                      style="bold yellow"))
+    by_run = {r.get("run_id"): r for r in runs}
+    edges: dict[Any, list[Mapping[str, Any]]] = {}
+    for edge in data.get("edges") or []:
+        if isinstance(edge, Mapping):
+            edges.setdefault(edge.get("parent_run_id"), []).append(edge)
+    shown: set[Any] = set()
+    if runs:
+        _run_node(out, tree, runs[0], by_run, edges, shown, now)
+    for run in runs:
+        if run.get("run_id") not in shown:
+            _run_node(out, tree, run, by_run, edges, shown, now)
+    return tree
+
+
+def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping[Any, Any],
+              edges: Mapping[Any, list[Mapping[str, Any]]], shown: set[Any],
+              now: datetime) -> None:
+    shown.add(run.get("run_id"))
+    open_ = run.get("status") in _fmt.OPEN_STATUSES
+    node = parent.add(Text.assemble(
+        (str(run.get("workflow_id")), "bold"), f" ({run.get('workflow_type')}) run "
+        f"{_short(run.get('run_id'))}  status ", status_badge(run.get("status")),
+        "  lifecycle ", lifecycle_badge(run.get("lifecycle")),
+        *(("  cleanup ", Text(str(run.get("cleanup_outcome")),
+                              style=_outcome_style(run.get("cleanup_outcome"))))
+          if run.get("cleanup_outcome") else ()),
+    ))
+    request = run.get("request")
+    if isinstance(request, Mapping) and request.get("parent_request_id"):
+        node.add(Text(f"request {request.get('request_id')} from parent request "
+                      f"{request.get('parent_request_id')} via {request.get('source')}"))
+    if run.get("deadline_at"):
+        cleanup_open = open_ and run.get("lifecycle") in ("requested", "delivered", "cleaning_up")
+        node.add(Text.assemble("cleanup deadline ",
+                               deadline(run.get("deadline_at"), now, cleanup_open)))
+    delivery = run.get("delivery")
+    if isinstance(delivery, Mapping) and delivery.get("delivered_at"):
+        node.add(Text.assemble("delivered ", when(delivery.get("delivered_at"), now),
+                               f" at {_boundary(delivery.get('boundary'))}"))
+    elif run.get("lifecycle") == "requested":
+        node.add(Text("not delivered yet: no worker has taken the request", style="yellow"))
+    for stop in run.get("activity_stops") or []:
+        if isinstance(stop, Mapping):
+            node.add(_stop_text(out, stop, now))
+    propagation = run.get("child_propagation") or {}
+    linked: set[Any] = set()
+    for edge in edges.get(run.get("run_id"), []):
+        child_id = edge.get("child_workflow_id")
+        linked.add(child_id)
+        item = propagation.get(child_id, {}) if isinstance(propagation, Mapping) else {}
+        branch = node.add(_propagation_text(child_id, edge.get("policy"), item))
+        child = by_run.get(edge.get("child_run_id"))
+        if child is not None and child.get("run_id") not in shown:
+            _run_node(out, branch, child, by_run, edges, shown, now)
+    if isinstance(propagation, Mapping):
+        for child_id, item in propagation.items():
+            if child_id not in linked and isinstance(item, Mapping):
+                node.add(_propagation_text(child_id, item.get("policy"), item))
+
+
+def _propagation_text(child_id: Any, policy: Any, item: Mapping[str, Any]) -> Text:
+    text = Text.assemble("child ", (str(child_id), "bold"), f"  policy {policy or '-'}")
+    if item.get("parent_close_policy"):
+        text.append(f"  parent close {item.get('parent_close_policy')}")
+    if item.get("request_id"):
+        text.append(f"  request {_short(item.get('request_id'))}")
+    if item.get("waited") is False:
+        text.append("  not waited for (abandoned)", style="yellow")
+    if item.get("outcome"):
+        text.append("  outcome ")
+        text.append_text(status_badge(item.get("outcome")))
+    return text
+
+
+def _stop_text(out: Output, stop: Mapping[str, Any], now: datetime) -> Text:
+    fence = stop.get("fence") or {}
+    state = stop.get("state")
+    text = Text.assemble(
+        "activity ", (str(stop.get("activity_type")), "bold"),
+        f" op {stop.get('op_id')} attempt {fence.get('attempt', '-')}"
+        f"  policy {stop.get('policy') or '-'}  ")
+    if state == "stopped":
+        text.append(f"{out.glyph('✓', 'OK')} stopped", style="bold green")
+    elif state == "signalled":
+        text.append(f"{out.glyph('⚠', '!')} SIGNALLED, NOT CONFIRMED", style="bold yellow")
+    elif state == "stopping":
+        text.append(f"{out.glyph('…', '...')} stopping (no receipt yet, worker alive)",
+                    style="yellow")
+    else:
+        text.append_text(not_verified(out))
+        text.append(" no stop receipt", style="bold red")
+    receipt = stop.get("stop_receipt")
+    if isinstance(receipt, Mapping):
+        text.append(f"  receipt {receipt.get('kind')}")
+        if receipt.get("worker_id"):
+            text.append(f" by {receipt.get('worker_id')}")
+        if receipt.get("exit_code") is not None:
+            text.append(f" exit code {receipt.get('exit_code')}")
+        if stop.get("acknowledged_at"):
+            text.append(" ")
+            text.append_text(when(stop.get("acknowledged_at"), now))
+        if stop.get("received_after_deadline"):
+            text.append("  received after the cleanup deadline", style="bold red")
+    else:
+        text.append(f"  worker {fence.get('owner') or '-'}, attempt {fence.get('status')}")
+    return text
+
+
+# ---------------------------------------------------------------- watch
+
+
+def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> RenderableType:
+    """One frame of `durable watch`: what is happening now, and how long is left."""
+    run = info.get("run") or {}
+    open_ = info.get("status") in _fmt.OPEN_STATUSES
+    title = Text.assemble(
+        (str(info.get("workflow_id")), "bold"), f" ({info.get('workflow_type')}) run "
+        f"{_short(run.get('run_id'))} ", status_badge(info.get("status")),
+        (f"   at {now.strftime('%H:%M:%S')} UTC", "dim"))
+    grid = _grid()
+    started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
+    if started_at is not None:
+        end = closed_at or now
+        grid.add_row("elapsed", Text(_fmt.duration((end - started_at).total_seconds())))
+    if info.get("closed_reason"):
+        grid.add_row("closed reason", Text(str(info.get("closed_reason"))))
+    phase = info.get("phase")
+    if isinstance(phase, Mapping):
+        grid.add_row("phase", phase_text(phase, now, open_))
+    elif "phase" in info:
+        grid.add_row("phase", Text("none", style="dim"))
+    progress = _fmt.progress_of(info.get("progress"))
+    if progress is not None:
+        grid.add_row("units", progress_bar(out, *progress))
+    pending = [op for op in info.get("pending_operations") or [] if isinstance(op, Mapping)]
+    activities = [op for op in pending if op.get("kind") in ("activity", "local_activity")]
+    if not pending:
+        grid.add_row("current", Text("nothing pending" if open_ else "-", style="dim"))
+    for op in activities:
+        grid.add_row("activity", Text(
+            f"{op.get('name')} (op {op.get('op_id')}) attempt {op.get('attempt') or '-'} "
+            f"{op.get('task_status') or ''}".rstrip()))
+        op_progress = _fmt.progress_of(op.get("heartbeat_details"))
+        if op_progress is not None:
+            grid.add_row("progress", progress_bar(out, *op_progress))
+        elif op.get("heartbeat_details") is not None:
+            grid.add_row("heartbeat", Text(_fmt.compact(op.get("heartbeat_details"), 80)))
+    for op in pending:
+        if op in activities:
+            continue
+        label = str(op.get("kind") or "op")
+        name = op.get("name") or op.get("child_workflow_id") or ""
+        detail = Text(f"{name} (op {op.get('op_id')})")
+        if op.get("fire_at"):
+            detail.append("  fires ")
+            detail.append_text(deadline(op.get("fire_at"), now, open_))
+        grid.add_row(label, detail)
+    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
+    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
+    cancellation = info.get("cancellation")
+    if isinstance(cancellation, Mapping):
+        cleanup_open = open_ and cancellation.get("lifecycle") in (
+            "requested", "delivered", "cleaning_up")
+        grid.add_row("cancellation", Text.assemble(
+            lifecycle_badge(cancellation.get("lifecycle")), f" \"{cancellation.get('reason')}\""
+            "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open)))
+    for failure in (info.get("failures") or [])[-1:]:
+        if isinstance(failure, Mapping):
+            grid.add_row("last failure", failure_text(failure, now))
+    return Group(title, grid)

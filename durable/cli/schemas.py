@@ -1,0 +1,226 @@
+"""The JSON shapes ``durable COMMAND --json`` prints, and a small validator for them.
+
+The shapes are a stable interface for scripts (docs/cli.md, "JSON output"):
+keys listed as required are always present (with ``null`` when unset);
+objects marked closed (``additionalProperties: False``) never gain keys
+without a note in the changelog; the open ones (``describe``, the cascade's
+runs) are the client's own dicts, which newer engines extend. Instants are
+ISO 8601 strings with a UTC offset.
+
+The schemas use a subset of JSON Schema (type, properties, required,
+additionalProperties, items, enum, format "date-time") so that the test suite
+can check them without a JSON Schema library; `validate` implements exactly
+that subset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+Schema = dict[str, Any]
+
+ANY: Schema = {}
+STRING: Schema = {"type": "string"}
+NULLABLE_STRING: Schema = {"type": ["string", "null"]}
+INTEGER: Schema = {"type": "integer"}
+NULLABLE_NUMBER: Schema = {"type": ["number", "null"]}
+BOOLEAN: Schema = {"type": "boolean"}
+INSTANT: Schema = {"type": "string", "format": "date-time"}
+NULLABLE_INSTANT: Schema = {"type": ["string", "null"], "format": "date-time"}
+NULLABLE_OBJECT: Schema = {"type": ["object", "null"]}
+
+STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
+            "terminated", "continued", "unknown", "needs_review"]
+
+
+def obj(properties: Mapping[str, Schema], *, closed: bool = True,
+        optional: tuple[str, ...] = ()) -> Schema:
+    """An object whose listed properties are all required (except `optional`)."""
+    return {
+        "type": "object",
+        "properties": dict(properties),
+        "required": [k for k in properties if k not in optional],
+        "additionalProperties": not closed,
+    }
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+STATUS: Schema = {"type": "string", "enum": STATUSES}
+
+START = obj({
+    "workflow_id": STRING, "run_id": STRING, "workflow_type": STRING, "namespace": STRING,
+    "status": STATUS, "task_queue": NULLABLE_STRING, "started_at": NULLABLE_INSTANT,
+    "execution_timeout_seconds": NULLABLE_NUMBER, "run_timeout_seconds": NULLABLE_NUMBER,
+    "execution_deadline_at": NULLABLE_INSTANT, "run_deadline_at": NULLABLE_INSTANT,
+})
+
+RUN_SUMMARY = obj({
+    "workflow_id": STRING, "run_id": STRING, "workflow_type": STRING, "status": STATUS,
+    "run_number": {"type": ["integer", "null"]}, "task_queue": NULLABLE_STRING,
+    "created_at": NULLABLE_INSTANT, "started_at": NULLABLE_INSTANT,
+    "closed_at": NULLABLE_INSTANT, "closed_reason": NULLABLE_STRING,
+})
+
+LIST = obj({"runs": array(RUN_SUMMARY), "count": INTEGER, "truncated": BOOLEAN})
+
+CANCELLATION_STATE = obj({
+    "request_id": STRING, "root_request_id": STRING, "parent_request_id": NULLABLE_STRING,
+    "reason": STRING, "source": NULLABLE_STRING, "requester": NULLABLE_OBJECT,
+    "requested_at": INSTANT, "deadline_at": INSTANT, "lifecycle": STRING,
+    "cleanup_outcome": NULLABLE_STRING,
+}, closed=False)
+
+DESCRIBE = obj({
+    "workflow_id": STRING, "workflow_type": STRING, "namespace": STRING, "status": STATUS,
+    "closed_reason": NULLABLE_STRING, "execution_timeout_seconds": NULLABLE_NUMBER,
+    "run_count": INTEGER,
+    "run": obj({
+        "run_id": STRING, "run_number": INTEGER, "status": STATUS,
+        "run_timeout_seconds": NULLABLE_NUMBER, "execution_deadline_at": NULLABLE_INSTANT,
+        "run_deadline_at": NULLABLE_INSTANT, "started_at": NULLABLE_INSTANT,
+        "closed_at": NULLABLE_INSTANT,
+    }, closed=False),
+    "pending_operations": array(obj({
+        "op_id": STRING, "kind": STRING, "name": NULLABLE_STRING,
+        "heartbeat_details": ANY,
+    }, closed=False, optional=("name", "heartbeat_details"))),
+    "failures": array({"type": "object"}),
+    "cancellation": {"anyOf": [{"type": "null"}, CANCELLATION_STATE]},
+}, closed=False)
+
+EVENT = obj({"sequence": INTEGER, "type": STRING, "recorded_at": INSTANT,
+             "data": {"type": "object"}})
+
+HISTORY = obj({
+    "workflow_id": STRING, "run_id": STRING, "namespace": STRING, "workflow_type": STRING,
+    "events": array(EVENT),
+})
+
+RESULT = obj({
+    "workflow_id": STRING, "run_id": NULLABLE_STRING, "status": STATUS, "result": ANY,
+    "failure": NULLABLE_OBJECT,
+})
+
+CONTEXT = obj({
+    "request_id": STRING, "root_request_id": STRING, "parent_request_id": NULLABLE_STRING,
+    "reason": STRING, "requester": NULLABLE_OBJECT, "source": STRING,
+    "requested_at": INSTANT, "deadline": INSTANT,
+    "lineage": array(array(NULLABLE_STRING)),
+    "root_workflow_id": NULLABLE_STRING, "root_run_id": NULLABLE_STRING,
+}, closed=False)
+
+REQUEST_CANCELLATION = obj({"workflow_id": STRING, "accepted": BOOLEAN, "context": CONTEXT})
+
+CLOSE = obj({
+    "workflow_id": STRING, "run_id": STRING,
+    "action": {"type": "string", "enum": ["cancelled", "terminated"]},
+    "status": STATUS, "reason": STRING,
+})
+
+STOP = obj({
+    "task_id": STRING, "op_id": STRING, "activity_type": STRING, "policy": NULLABLE_STRING,
+    "fence": {"type": "object"}, "stop_requested_at": NULLABLE_INSTANT,
+    "stop_receipt": NULLABLE_OBJECT, "acknowledged_at": NULLABLE_INSTANT,
+    "received_after_deadline": {"type": ["boolean", "null"]},
+    "state": {"type": "string", "enum": ["stopped", "signalled", "stopping", "unverified"]},
+}, closed=False)
+
+CASCADE_RUN = obj({
+    "workflow_id": STRING, "run_id": STRING, "workflow_type": STRING, "status": STATUS,
+    "lifecycle": STRING, "request": NULLABLE_OBJECT, "delivery": NULLABLE_OBJECT,
+    "cleanup_outcome": NULLABLE_STRING, "deadline_at": NULLABLE_INSTANT,
+    "activity_stops": array(STOP), "child_propagation": {"type": "object"},
+}, closed=False)
+
+CASCADE = obj({
+    "workflow_id": STRING, "root": NULLABLE_OBJECT, "inspection_complete": BOOLEAN,
+    "truncated": BOOLEAN,
+    "findings": array(obj({"workflow_id": STRING, "run_id": STRING, "finding": STRING},
+                          closed=False)),
+    "runs": array(CASCADE_RUN),
+    "edges": array(obj({
+        "parent_workflow_id": STRING, "parent_run_id": STRING, "child_workflow_id": STRING,
+        "child_run_id": STRING, "policy": NULLABLE_STRING,
+    }, closed=False)),
+}, closed=False)
+
+REPAIR_PASS = obj({"repaired": {"type": "object", "additionalProperties": INTEGER},
+                   "total": INTEGER})
+
+#: The shape each command prints with --json. ``history --follow --json`` and
+#: ``watch --json`` print JSON Lines: one ``history_event`` / ``describe``
+#: object per line.
+SCHEMAS: dict[str, Schema] = {
+    "start": START,
+    "list": LIST,
+    "describe": DESCRIBE,
+    "history": HISTORY,
+    "history_event": EVENT,
+    "result": RESULT,
+    "request-cancellation": REQUEST_CANCELLATION,
+    "cancel": CLOSE,
+    "terminate": CLOSE,
+    "cascade": CASCADE,
+    "watch": DESCRIBE,
+    "repair-pass": REPAIR_PASS,
+}
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
+    "integer": (int,), "number": (int, float), "null": (type(None),),
+}
+
+
+def _is(value: Any, type_name: str) -> bool:
+    if type_name in ("integer", "number") and isinstance(value, bool):
+        return False
+    return isinstance(value, _TYPES[type_name])
+
+
+def validate(value: Any, schema: Schema, path: str = "$") -> list[str]:
+    """Every way `value` departs from `schema`, as ``path: problem`` lines."""
+    errors: list[str] = []
+    if "anyOf" in schema:
+        branches = [validate(value, s, path) for s in schema["anyOf"]]
+        if all(branches):
+            errors.append(f"{path}: matches none of the allowed shapes "
+                          f"({'; '.join(b[0] for b in branches)})")
+        return errors
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        if not any(_is(value, t) for t in names):
+            return [f"{path}: expected {' or '.join(names)}, got {type(value).__name__} "
+                    f"{value!r:.60}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{path}: {value!r} is not one of {schema['enum']}")
+    if schema.get("format") == "date-time" and isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            errors.append(f"{path}: {value!r} is not an ISO 8601 instant")
+        else:
+            if parsed.tzinfo is None:
+                errors.append(f"{path}: {value!r} has no UTC offset")
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{path}: missing key {key!r}")
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in properties:
+                errors += validate(item, properties[key], f"{path}.{key}")
+            elif extra is False:
+                errors.append(f"{path}: unexpected key {key!r}")
+            elif isinstance(extra, dict):
+                errors += validate(item, extra, f"{path}.{key}")
+    if isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            errors += validate(item, schema["items"], f"{path}[{index}]")
+    return errors

@@ -1,0 +1,1 @@
+"""Unit tests of the store's domain programs against an in-memory SQLite."""

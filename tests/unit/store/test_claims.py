@@ -1,0 +1,129 @@
+"""Ownership: claiming runs (epoch bump, lease, capabilities), renewing, releasing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from durable.store import Store
+from durable.store.records import AttemptStatus, RunStatus
+from durable.store.writes import CloseRun, ScheduleTimer
+
+from ._support import (
+    CAPS,
+    NS,
+    T0,
+    WF,
+    claim_one,
+    commit,
+    current,
+    events_of,
+    row,
+    schedule,
+    start,
+    started_and_claimed,
+    task_of,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_claim_bumps_the_epoch_and_takes_a_lease(store: Store) -> None:
+    run_id = await start(store, "wf")
+    claimed = await claim_one(store, "w1", T0 + 1, lease=30.0)
+    run = claimed.run
+    assert (run.run_id, run.owner, run.epoch, run.status) == (
+        run_id, "w1", 1, RunStatus.RUNNING)
+    assert run.started_at == T0 + 1
+    assert claimed.ops == {}
+    stored = await row(store, "SELECT lease_expires_at, claim_capabilities FROM runs")
+    assert stored["lease_expires_at"] == T0 + 31
+    assert json.loads(stored["claim_capabilities"]) == list(CAPS)
+    instance = await row(store, "SELECT status FROM workflows WHERE workflow_id = 'wf'")
+    assert instance["status"] == RunStatus.RUNNING
+
+
+async def test_a_leased_run_is_not_claimed_again_until_the_lease_expires(store: Store) -> None:
+    await start(store, "wf")
+    await claim_one(store, "w1", T0, lease=30.0)
+    assert await store.claim_runs(NS, "default", "w2", (WF,), 10, 30.0, T0 + 29.9) == []
+    taken = await claim_one(store, "w2", T0 + 30.0)
+    assert (taken.run.owner, taken.run.epoch) == ("w2", 2)
+    assert taken.run.started_at == T0  # first start kept
+
+
+async def test_claims_take_only_matching_runnable_runs_up_to_the_limit(store: Store) -> None:
+    for i in range(3):
+        await start(store, f"wf-{i}", T0 + i)
+    await start(store, "other-type", workflow_type="another_flow")
+    await start(store, "other-queue", task_queue="elsewhere")
+    assert await store.claim_runs(NS, "default", "w", (WF,), 0, 30.0, T0 + 9) == []
+    assert await store.claim_runs(NS, "default", "w", (), 5, 30.0, T0 + 9) == []
+    assert await store.claim_runs(NS, "default", "w", (WF,), 5, 30.0, T0 - 1) == []  # not ready
+    assert await store.claim_runs("other-ns", "default", "w", (WF,), 5, 30.0, T0 + 9) == []
+    first = await store.claim_runs(NS, "default", "w", (WF,), 2, 30.0, T0 + 9)
+    assert [c.run.workflow_id for c in first] == ["wf-0", "wf-1"]  # oldest ready first
+    rest = await store.claim_runs(NS, "default", "w", (WF, "another_flow"), 5, 30.0, T0 + 9)
+    assert sorted(c.run.workflow_id for c in rest) == ["other-type", "wf-2"]
+
+
+async def test_a_claim_carries_the_runs_recorded_ops_for_replay(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, ScheduleTimer("0:1", T0 + 60, 60.0))
+    taken = await claim_one(store, "w2", T0 + 100, task_queue="wf")  # the lease ran out
+    assert list(taken.ops) == ["0:1"]
+    assert (taken.ops["0:1"].kind, taken.ops["0:1"].fire_at) == ("timer", T0 + 60)
+
+
+async def test_renewing_extends_the_leases_the_worker_still_holds(store: Store) -> None:
+    mine = await started_and_claimed(store, "mine", worker="w1")
+    theirs = await started_and_claimed(store, "theirs", worker="w2")
+    await commit(store, mine, schedule("0:1"))
+    [task] = await store.claim_activities(NS, "default", "w1", ("ship",), 1, 10.0, T0)
+    owned = await store.renew_leases("w1", [mine.run_id, theirs.run_id, "gone"], 30.0, T0 + 20)
+    assert owned == {mine.run_id}
+    lease = await row(store, "SELECT lease_expires_at FROM runs WHERE run_id = ?", mine.run_id)
+    assert lease["lease_expires_at"] == T0 + 50
+    other = await row(store, "SELECT lease_expires_at FROM runs WHERE run_id = ?",
+                      theirs.run_id)
+    assert other["lease_expires_at"] == T0 + 30  # untouched
+    attempt = await task_of(store, task.task_id)
+    assert attempt["lease_expires_at"] == T0 + 50  # running attempts renew with the runs
+    assert attempt["deadline_at"] == T0 + 50
+
+
+async def test_a_closed_run_is_no_longer_owned(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, CloseRun(RunStatus.COMPLETED, result="1"))
+    assert await store.renew_leases("w1", [run.run_id], 30.0, T0 + 1) == set()
+
+
+async def test_releasing_hands_runs_and_attempts_back_without_using_a_retry(
+    store: Store,
+) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", start_to_close_timeout=60))
+    [task] = await store.claim_activities(NS, "default", "w1", ("ship",), 1, 10.0, T0)
+    await store.release_runs("w1", [run.run_id], T0 + 5)
+    released = await current(store, "wf")
+    assert released.owner is None and released.epoch == 1
+    attempt = await task_of(store, task.task_id)
+    assert (attempt["status"], attempt["attempt"], attempt["owner"]) == (
+        AttemptStatus.PENDING, 1, None)
+    assert attempt["available_at"] == T0 + 5 and attempt["start_to_close_deadline"] is None
+    [event] = await events_of(store, run.run_id, "ActivityAttemptReleased")
+    assert event == {"op_id": "0:1", "task_id": task.task_id, "attempt": 1,
+                     "worker_id": "w1", "reason": "worker shutdown"}
+    late = await store.complete_activity(task.task_id, 1, "w1", '"x"', None, T0 + 6)
+    assert late.status == "refused"  # the old attempt's result no longer counts
+    again = await claim_one(store, "w2", T0 + 6, task_queue="wf")  # no lease to wait out
+    assert again.run.epoch == 2
+
+
+async def test_releasing_runs_only_can_leave_attempts_running(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1"))
+    [task] = await store.claim_activities(NS, "default", "w1", ("ship",), 1, 10.0, T0)
+    await store.release_runs("w1", [run.run_id], T0 + 1, attempts=False)
+    assert (await task_of(store, task.task_id))["status"] == AttemptStatus.RUNNING

@@ -1,0 +1,148 @@
+"""The watchdog's programs: the next deadline, and enforcing every kind that expired."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from durable import RetryPolicy
+from durable.failure import Failure
+from durable.store import Store
+from durable.store.records import AttemptStatus, OpStatus, RunStatus
+
+from ._support import (
+    NS,
+    T0,
+    commit,
+    current,
+    events_of,
+    op_of,
+    schedule,
+    start,
+    started_and_claimed,
+    task_of,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_nothing_due_in_an_empty_namespace(store: Store) -> None:
+    assert await store.next_deadline(NS, T0) == (None, None)
+    assert await store.enforce_expired(NS, T0) == {}
+
+
+async def test_next_deadline_is_the_earliest_of_runs_attempts_retries_and_leases(
+    store: Store,
+) -> None:
+    await start(store, "bounded", run_timeout=500.0)
+    assert await store.next_deadline(NS, T0) == (T0 + 500, None)
+    run = await started_and_claimed(store, "leased")  # a 30 s lease: apart from deadlines
+    assert await store.next_deadline(NS, T0) == (T0 + 500, T0 + 30)
+    await commit(store, run, schedule("0:1", schedule_to_close_timeout=20))
+    assert await store.next_deadline(NS, T0) == (T0 + 20, T0 + 30)
+    assert await store.next_deadline("other", T0) == (None, None)
+
+
+async def test_an_attempt_lease_is_a_lease_not_a_deadline(store: Store) -> None:
+    """A virtual clock must never skip to a lease expiry (it would declare a live
+    worker lost): an attempt bounded only by its lease reports it as a lease."""
+    run = await started_and_claimed(store, "wf")
+    await store.release_runs("w1", [run.run_id], T0, attempts=False)
+    await commit(store, run, schedule("0:1"))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
+    assert await store.next_deadline(NS, T0) == (None, T0 + 100)
+
+
+async def test_a_scheduled_retry_is_a_deadline_of_its_own(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await store.release_runs("w1", [run.run_id], T0, attempts=False)  # no run lease
+    await commit(store, run, schedule("0:1", retry=RetryPolicy(initial_interval=7.0)))
+    [task] = await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
+    await store.complete_activity(task.task_id, 1, "a1", None,
+                                  Failure.from_exception(RuntimeError("x")), T0 + 1)
+    assert await store.next_deadline(NS, T0 + 1) == (T0 + 8, None)  # when the retry may start
+
+
+@pytest.mark.parametrize(("timeouts", "kind"), [
+    ({"run_timeout": 10.0}, "run_timeout"),
+    ({"execution_timeout": 10.0, "run_timeout": 20.0}, "execution_timeout"),
+])
+async def test_an_expired_run_is_timed_out(store: Store, timeouts: dict[str, float],
+                                           kind: str) -> None:
+    run_id = await start(store, "wf", **timeouts)
+    assert await store.enforce_expired(NS, T0 + 9.9) == {}
+    assert await store.enforce_expired(NS, T0 + 10) == {kind: 1}
+    run = await current(store, "wf")
+    assert (run.status, run.closed_reason) == (RunStatus.TIMED_OUT, kind)
+    assert run.failure is not None and run.failure.timeout_kind == kind
+    [event] = await events_of(store, run_id, "WorkflowTimedOut")
+    assert event["timeout_kind"] == kind
+    assert await store.enforce_expired(NS, T0 + 11) == {}  # idempotent
+
+
+async def test_an_expired_cleanup_deadline_cancels_the_run(store: Store) -> None:
+    await start(store, "wf")
+    await store.request_cancellation(NS, "wf", None, "stop", 5.0, None, "client", T0)
+    assert await store.enforce_expired(NS, T0 + 5) == {"cleanup_deadline": 1}
+    run = await current(store, "wf")
+    assert (run.status, run.closed_reason) == (RunStatus.CANCELLED, "deadline_expired")
+    assert run.failure is not None and run.failure.get("lifecycle") == "deadline_expired"
+    assert run.cancellation is not None
+    assert run.cancellation["cleanup_outcome"] == "deadline_expired"
+
+
+async def test_enforcing_for_one_run_leaves_the_others(store: Store) -> None:
+    first = await start(store, "first", run_timeout=10.0)
+    await start(store, "second", run_timeout=10.0)
+    assert await store.enforce_expired(NS, T0 + 10, first) == {"run_timeout": 1}
+    assert (await current(store, "second")).status == RunStatus.PENDING
+
+
+async def test_schedule_to_start_times_out_a_pending_attempt(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", schedule_to_start_timeout=5, max_attempts=1))
+    assert await store.enforce_expired(NS, T0 + 5) == {"schedule_to_start": 1}
+    assert (await task_of(store, "task-0:1"))["status"] == AttemptStatus.TIMED_OUT
+    op = await op_of(store, run.run_id, "0:1")
+    assert op["status"] == OpStatus.FAILED
+    assert json.loads(op["failure"])["timeout_kind"] == "schedule_to_start"
+
+
+@pytest.mark.parametrize(("options", "at", "kind"), [
+    ({"start_to_close_timeout": 5}, 5, "start_to_close"),
+    ({"heartbeat_timeout": 3, "start_to_close_timeout": 60}, 3, "heartbeat"),
+    ({"schedule_to_close_timeout": 4}, 4, "schedule_to_close"),
+])
+async def test_a_running_attempt_times_out_by_its_earliest_deadline(
+    store: Store, options: dict[str, float], at: float, kind: str
+) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", max_attempts=1, **options))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
+    assert await store.enforce_expired(NS, T0 + at - 0.5) == {}
+    assert await store.enforce_expired(NS, T0 + at) == {kind: 1}
+    [event] = await events_of(store, run.run_id, "ActivityTimedOut")
+    assert event["timeout_kind"] == kind
+
+
+async def test_a_timed_out_attempt_with_attempts_left_is_retried(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", start_to_close_timeout=5, max_attempts=2))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
+    assert await store.enforce_expired(NS, T0 + 5) == {"start_to_close": 1}
+    stored = await task_of(store, "task-0:1")
+    assert (stored["status"], stored["attempt"]) == (AttemptStatus.PENDING, 2)
+    [retry] = await events_of(store, run.run_id, "ActivityRetryScheduled")
+    assert retry["timeout_kind"] == "start_to_close"
+
+
+async def test_an_attempt_whose_worker_stopped_renewing_is_worker_lost(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", max_attempts=1))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 10.0, T0)
+    assert await store.enforce_expired(NS, T0 + 10) == {"worker_lost": 1}
+    op = await op_of(store, run.run_id, "0:1")
+    failure = json.loads(op["failure"])
+    assert (failure["failure_category"], failure["exception_class"]) == (
+        "worker_lost", "durable.WorkerLost")
