@@ -138,8 +138,10 @@ async def _delivered(handle: durable.WorkflowHandle, seq: int, after: int) -> in
 async def measure(client: durable.Client, in_process: bool, signals: int,
                   warmup: int) -> dict[str, Any]:
     total = warmup + signals
-    handle = await client.start(Echo, total, id=f"echo-{uuid.uuid4().hex[:8]}")
-    run_id = (await handle.describe())["run"]["run_id"]
+    started = await client.start(Echo, total, id=f"echo-{uuid.uuid4().hex[:8]}")
+    run_id = (await started.describe())["run"]["run_id"]
+    # a sender usually holds the workflow's id, not the handle that started it
+    handle = client.get_handle(started.workflow_id)
     changed = anyio.Event()
 
     def on_wake(wake: Wake) -> None:
