@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 QUIET_WAIT = 1.0
 #: How long a query handler (or an update validator) may take.
 QUERY_TIMEOUT = 5.0
+_REMEMBERED_REQUESTS = 10_000
 
 
 @dataclass
@@ -94,7 +95,11 @@ class Inbox:
     requests: deque[ClientRequest] = field(default_factory=deque)
     updates: dict[str, Delivery] = field(default_factory=dict)  # accepted, by update id
     delivered_seqs: set[int] = field(default_factory=set)
+    # requests seen lately: one may arrive twice (its wake-up and a resync); an
+    # old one answered again is harmless (the first answer counts), so the
+    # memory of them is bounded
     known_requests: set[str] = field(default_factory=set)
+    recent_requests: deque[str] = field(default_factory=deque)
     inbox_seq: int = 0  # the inbox counter seen (everything up to it is known)
     request_seq: int = 0
     wanted: tuple[int, int] | None = None  # counters a resync saw: fetch up to them
@@ -146,9 +151,13 @@ class Inbox:
         self.poke()
 
     def _add_request(self, request: ClientRequest) -> None:
-        if request.request_id not in self.known_requests:
-            self.known_requests.add(request.request_id)
-            self.requests.append(request)
+        if request.request_id in self.known_requests:
+            return
+        self.known_requests.add(request.request_id)
+        self.recent_requests.append(request.request_id)
+        if len(self.recent_requests) > _REMEMBERED_REQUESTS:
+            self.known_requests.discard(self.recent_requests.popleft())
+        self.requests.append(request)
 
     def notice(self, run: RunRecord) -> None:
         """A resync read the run: fetch what its counters say arrived meanwhile."""
