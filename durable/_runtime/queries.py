@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 #: How long one replay may take to answer a query before the answer says so.
 REPLAY_TIMEOUT = 30.0
+#: Requests older than this are deleted (their callers gave up long ago) ...
+REQUEST_RETENTION = 3600.0
+#: ... by each worker's query loop, this often.
+PURGE_EVERY = 600.0
 
 
 class IdleQueries:
@@ -53,15 +57,20 @@ class IdleQueries:
     async def _take(self, tg: anyio.abc.TaskGroup) -> None:
         worker = self.worker
         types = tuple(sorted(worker.workflows))
+        purged_at = worker.clock.now()
         while True:
             with anyio.move_on_after(worker.poll_interval):
                 await self._event.wait()
             self._event = anyio.Event()
-            taken = await worker.store.take_idle_requests(
-                worker.namespace, worker.task_queue, types, worker.worker_id, 20,
-                worker.clock.now(),
-            )
-            for request in taken:
+            now = worker.clock.now()
+            if now - purged_at > PURGE_EVERY:
+                purged_at = now
+                await worker.store.purge_requests(now - REQUEST_RETENTION)
+            waiting = await worker.store.idle_requests(  # a read: most polls find nothing
+                worker.namespace, worker.task_queue, types, 20, now)
+            if not waiting:
+                continue
+            for request in await worker.store.take_requests(waiting, worker.worker_id):
                 tg.start_soon(self._answer, request)
 
     async def _answer(self, request: ClientRequest) -> None:

@@ -256,13 +256,20 @@ class Store:
         return await self.driver.run(lambda tx: interaction.load_for_replay(run_id),
                                      write=False)
 
-    async def take_idle_requests(
-        self, namespace: str, task_queue: str, types: tuple[str, ...], worker_id: str,
-        limit: int, now: float,
-    ) -> list[ClientRequest]:
-        """Queries for runs no live worker holds, taken by this worker to answer."""
-        return await self.driver.run(lambda tx: interaction.take_idle_requests(
-            tx, namespace, task_queue, types, worker_id, limit, now))
+    async def idle_requests(self, namespace: str, task_queue: str, types: tuple[str, ...],
+                            limit: int, now: float) -> list[str]:
+        """Queries of runs no live worker holds, that these workflow types answer."""
+        return await self.driver.run(lambda tx: interaction.idle_requests(
+            namespace, task_queue, types, limit, now), write=False)
+
+    async def take_requests(self, request_ids: list[str], worker_id: str) -> list[ClientRequest]:
+        """Take pending requests to answer (each by one worker only)."""
+        return await self.driver.run(lambda tx: interaction.take_requests(request_ids,
+                                                                          worker_id))
+
+    async def purge_requests(self, before: float) -> int:
+        """Delete requests created before `before`; how many."""
+        return await self.driver.run(lambda tx: interaction.purge_requests(before))
 
     # ---------------------------------------------------------------- inspection
 

@@ -69,9 +69,6 @@ from .writes import (
     SignalExternal,
 )
 
-#: Answered requests (and ones nobody came back for) are deleted after this long.
-REQUEST_RETENTION = 3600.0
-
 
 @dataclass(frozen=True)
 class RequestTicket:
@@ -317,15 +314,12 @@ def load_for_replay(
             [inbox_from_row(r) for r in items])
 
 
-def take_idle_requests(
-    tx: Tx, namespace: str, task_queue: str, types: tuple[str, ...], worker_id: str,
-    limit: int, now: float,
-) -> Program[list[ClientRequest]]:
-    """Queries for runs no live worker holds (closed ones included) that this
-    worker can answer by replaying them; each is taken by one worker only."""
+def idle_requests(namespace: str, task_queue: str, types: tuple[str, ...], limit: int,
+                  now: float) -> Program[list[str]]:
+    """Queries waiting for runs no live worker holds (closed ones included), that
+    a worker with these workflow types can answer by replaying the run (a read)."""
     if not types or limit <= 0:
         return []
-    yield ex("DELETE FROM requests WHERE created_at < ?", now - REQUEST_RETENTION)
     rows = yield q(
         "SELECT r.request_id FROM requests r JOIN runs u ON u.run_id = r.run_id "
         "WHERE r.namespace = ? AND r.task_queue = ? AND r.status = 'pending' "
@@ -334,16 +328,29 @@ def take_idle_requests(
         "OR u.lease_expires_at <= ?) ORDER BY r.created_at LIMIT ?",
         namespace, task_queue, *types, now, limit,
     )
+    return [r["request_id"] for r in rows]
+
+
+def take_requests(request_ids: list[str], worker_id: str) -> Program[list[ClientRequest]]:
+    """Take pending requests for this worker to answer; each is taken once (a
+    row another worker took meanwhile is skipped)."""
     taken: list[ClientRequest] = []
-    for r in rows:  # one conditional update each: a row another worker took is skipped
+    for request_id in request_ids:
         row = yield q1(
             "UPDATE requests SET status = 'taken', taken_by = ? WHERE request_id = ? "
             f"AND status = 'pending' RETURNING {REQUEST_COLUMNS}",
-            worker_id, r["request_id"],
+            worker_id, request_id,
         )
         if row is not None:
             taken.append(request_from_row(row))
     return taken
+
+
+def purge_requests(before: float) -> Program[int]:
+    """Delete requests older than `before` (answered ones nobody read, and ones
+    nobody answered: their callers gave up long ago)."""
+    count: int = yield ex("DELETE FROM requests WHERE created_at < ?", before)
+    return count
 
 
 # ---------------------------------------------------------------- the owner's writes
