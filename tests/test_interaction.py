@@ -52,6 +52,13 @@ def types(events: Sequence[durable.HistoryEvent]) -> list[str]:
     return [e.type for e in events]
 
 
+async def replays_offline(handle: durable.WorkflowHandle, *workflows: Any) -> None:
+    """The run's history alone replays against this code (durable.testing.Replayer)."""
+    result = await durable.testing.Replayer(workflows=list(workflows)).replay(
+        await handle.history())
+    assert result.finished
+
+
 @activity.defn(name="ia_double")
 async def double(x: int) -> int:
     return 2 * x
@@ -143,6 +150,7 @@ async def test_class_workflow_takes_signals_queries_and_updates(
     assert delivered.data["frontier"] == [{"op_id": "0:1", "kind": "condition"}]
     completed = next(e for e in events if e.type == "UpdateCompleted")
     assert completed.data["result"] == 14 and completed.data["status"] == "completed"
+    await replays_offline(handle, Approval)
 
 
 async def test_query_errors_are_query_failed_and_record_nothing(
@@ -273,6 +281,7 @@ async def test_function_workflow_registers_handlers_and_gets_early_signals_in_or
     deliveries = [e.data["delivery"] for e in events
                   if e.type in ("SignalDelivered", "UpdateAccepted")]
     assert deliveries == list(range(1, len(deliveries) + 1))
+    await replays_offline(handle, counter)
 
 
 async def test_signal_with_start_starts_the_instance_or_signals_the_running_one(
@@ -375,6 +384,7 @@ async def test_signals_replay_at_their_recorded_points_after_a_restart(
     events = await handle.history()
     assert types(events).count("SignalDelivered") == 6
     assert "WorkflowNeedsReview" not in types(events)
+    await replays_offline(handle, Tally)
 
 
 async def _equals(query: Any, expected: Any) -> bool:
@@ -412,6 +422,7 @@ async def test_wait_condition_returns_false_when_its_durable_timeout_passes(
         assert await handle.result() == {"first": False, "second": True}
     names = types(await handle.history())
     assert names.count("ConditionTimedOut") == 1 and names.count("ConditionSatisfied") == 1
+    await replays_offline(handle, Deadline)
 
 
 async def _has(handle: durable.WorkflowHandle, event_type: str) -> bool:
@@ -453,6 +464,7 @@ async def test_an_activity_handle_cancels_that_activity_under_its_policy(
     if policy == "wait_cancellation_completed":  # the await ended with the stop receipt
         cancelled = next(e for e in events if e.type == "ActivityCancelled")
         assert cancelled.data["stop_receipt"]["kind"] == "cancel_scope"
+    await replays_offline(handle, cancel_one)
 
 
 @workflow.defn(name="ia_sleeper")
@@ -493,6 +505,8 @@ async def test_a_child_handle_cancels_that_child_cooperatively(
     assert info["cancellation"]["source"] == "operation_cancellation"
     assert info["cancellation"]["reason"] == "not needed any more"
     assert info["cancellation"]["cleanup_outcome"] == "completed"
+    await replays_offline(handle, parent_of_one)
+    await replays_offline(child, sleeper)
 
 
 @workflow.defn(name="ia_messenger")
@@ -527,6 +541,7 @@ async def test_a_workflow_signals_and_cancels_other_workflows_through_external_h
     sent = [e.type for e in await handle.history()]
     assert sent.count("ExternalSignalSent") == 2
     assert sent.count("ExternalCancellationRequested") == 1
+    await replays_offline(handle, messenger)
 
 
 # ---------------------------------------------------------------- during cancellation cleanup
@@ -580,6 +595,7 @@ async def test_signals_and_updates_reach_a_workflow_during_its_cancellation_clea
     assert names.count("ConditionSatisfied") == 1
     info = await handle.describe()
     assert info["cancellation"]["cleanup_outcome"] == "completed"
+    await replays_offline(handle, Careful)
 
 
 # ---------------------------------------------------------------- versioning
@@ -619,6 +635,8 @@ async def test_a_patch_deployed_while_runs_sleep_keeps_old_runs_on_the_old_branc
     marker = next(e for e in await new.history() if e.type == "MarkerRecorded")
     assert marker.data == {"op_id": "0:2", "name": "patch:add-audit-step",
                            "patch_id": "add-audit-step"}
+    await replays_offline(old, versioned_v2)  # the new code replays the old run, too
+    await replays_offline(new, versioned_v2)
 
 
 # ---------------------------------------------------------------- schema upgrade

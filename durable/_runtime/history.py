@@ -196,10 +196,19 @@ class _Builder:
             details = {k: d[k] for k in ("policy", "stop_receipt", "scope") if d.get(k)}
             failure = Failure.activity_cancelled(
                 f"activity {d.get('activity_type')} cancelled", **details)
-            run_level = not per_op and not d.get("fenced")
+            # the run's cancellation closed it here (a local or not-yet-started
+            # activity); a stop receipt after a request (no policy) closes it as the
+            # request left it, and a run's close fences it (fenced)
+            run_level = not per_op and not d.get("fenced") and "policy" in d
             self.close(op_id, OpStatus.CANCELLED, at, failure=failure, interrupted=run_level)
-        elif t == "ActivityCancelRequested" and not per_op:
-            self.interrupt(op_id)
+        elif t == "ActivityCancelRequested":
+            if not per_op:
+                self.interrupt(op_id)
+            if d.get("policy") == "try_cancel":  # the await ended here, not at the receipt
+                details = {k: d[k] for k in ("policy", "scope") if d.get(k)}
+                self.close(op_id, OpStatus.CANCELLED, at, interrupted=not per_op,
+                           failure=Failure.activity_cancelled(
+                               f"activity {d.get('activity_type')} cancelled", **details))
         elif t == "TimerScheduled":
             self.op(op_id, OpKind.TIMER, "sleep", at, fire_at=_epoch(d.get("fire_at")))
         elif t == "TimerFired":

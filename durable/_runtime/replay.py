@@ -30,12 +30,16 @@ from ..store.records import CommitResult, InboxItem, OpRecord, RunRecord
 from ..store.writes import (
     AcceptUpdate,
     CancelExternal,
+    CancelTimer,
     CloseRun,
     CompleteUpdate,
     DeliverSignal,
     FireTimer,
     RecordLocalActivity,
     RecordMarker,
+    RequestActivityStop,
+    RequestChildCancellation,
+    ResolveCondition,
     ScheduleActivity,
     ScheduleChild,
     ScheduleCondition,
@@ -91,7 +95,8 @@ class ScratchCommitter:
                      quiet: bool = False) -> CommitResult:
         ctx = self.ctx
         assert ctx is not None
-        live = [w for w in writes if not isinstance(w, CloseRun | RecordMarker)]
+        live = [w for w in writes if not isinstance(w, CloseRun | RecordMarker)
+                and not self._annotates_recorded(w)]
         if not live:
             for write in writes:
                 if isinstance(write, CloseRun):
@@ -110,6 +115,16 @@ class ScratchCommitter:
         ctx.block()  # this task stops here: the run's state is what replay rebuilt
         await anyio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _annotates_recorded(self, write: Write) -> bool:
+        """A cancellation request for an op history has: the live run made it
+        too (its effect is in the op's recorded outcome); nothing new."""
+        ctx = self.ctx
+        assert ctx is not None
+        if isinstance(write, RequestActivityStop | RequestChildCancellation | CancelTimer):
+            return write.op_id in ctx.recorded
+        return isinstance(write, ResolveCondition) and write.satisfied is None and (
+            write.op_id in ctx.recorded)
 
 
 class NoStorage:
