@@ -321,16 +321,13 @@ class Client:
         return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
                               first_run_id=started.run_id)
 
-    def _payload(self, args: tuple[Any, ...], what: str) -> str:
-        payload = self.converter.encode(list(args), what)
-        check_size(payload, self.limits.payload_bytes, what)
-        return payload
-
-    def _start_request(self, wf_type: str, args: tuple[Any, ...], id: str,
+    def _start_request(self, wf_type: str, args: tuple[Any, ...] | list[Any], id: str,
                        options: StartOptions, task_queue: str | None) -> StartRequest:
+        """Validate and encode a start (the control plane's start route builds one too)."""
         _validate.name(id, "workflow id")
         _validate.optional_name(task_queue, "task_queue")
-        payload = self._payload(args, f"the arguments of workflow {wf_type!r}")
+        payload = self.converter.encode(list(args), f"the arguments of workflow {wf_type!r}")
+        check_size(payload, self.limits.payload_bytes, f"the arguments of workflow {wf_type!r}")
         memo = None
         if options.memo:
             memo = self.converter.encode(options.memo, "the memo")
@@ -343,6 +340,12 @@ class Client:
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
+
+    def _payload(self, args: tuple[Any, ...], what: str) -> str:
+        """Encode call arguments (a signal's, a query's, an update's), size-checked."""
+        payload = self.converter.encode(list(args), what)
+        check_size(payload, self.limits.payload_bytes, what)
+        return payload
 
     async def signal_with_start(
         self,

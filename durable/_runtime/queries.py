@@ -30,6 +30,8 @@ REPLAY_TIMEOUT = 30.0
 REQUEST_RETENTION = 3600.0
 #: ... by each worker's query loop, this often.
 PURGE_EVERY = 600.0
+#: Without a wake-up, the loop looks for queries every this many poll intervals.
+FALLBACK_POLLS = 5
 
 
 class IdleQueries:
@@ -59,7 +61,9 @@ class IdleQueries:
         types = tuple(sorted(worker.workflows))
         purged_at = worker.clock.now()
         while True:
-            with anyio.move_on_after(worker.poll_interval):
+            # woken by a request's wake-up (or another process's commit); the slow
+            # fallback only covers a wake-up that got lost
+            with anyio.move_on_after(worker.poll_interval * FALLBACK_POLLS):
                 await self._event.wait()
             self._event = anyio.Event()
             now = worker.clock.now()
