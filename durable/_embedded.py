@@ -10,16 +10,34 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 import anyio
 
 from .clock import Clock
 from .control import Page, RunState
-from .driver import Wake
-from .errors import ConfigurationError, WorkflowNotFound
+from .driver import Wake, WakeHub
+from .errors import (
+    ConfigurationError,
+    FailureCarrying,
+    QueryFailed,
+    UpdateFailed,
+    UpdateRejected,
+    WorkflowNotFound,
+)
+from .failure import Failure
 from .store import Store
-from .store.records import HistoryEvent, RunRecord, StartRequest, StartResult
+from .store.records import (
+    OPEN_STATUSES,
+    HistoryEvent,
+    InboxItem,
+    RunRecord,
+    StartRequest,
+    StartResult,
+)
 
 
 def encode_cursor(key: tuple[float, str]) -> str:
@@ -36,6 +54,66 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
             f"cursor {cursor!r} is not one this server returned; pass the `next_cursor` "
             "of the previous page, or none for the first page"
         ) from exc
+
+
+class _Waker:
+    """Wake-ups naming any of `keys` (or another process's commit), to wait on
+    between reads; a bounded poll covers a commit nobody announced here."""
+
+    def __init__(self, hub: WakeHub, keys: set[tuple[str, ...]]) -> None:
+        self._hub = hub
+        self._keys = keys
+        self._event = anyio.Event()
+        self._poll = 0.005
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def __enter__(self) -> _Waker:
+        self._unsubscribe = self._hub.subscribe(self._on_wake)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+
+    def _on_wake(self, wake: Wake) -> None:
+        if wake.key in self._keys or wake.key[0] == "any":
+            self._event.set()
+
+    async def wait(self, at_most: float) -> None:
+        with anyio.move_on_after(min(self._poll, at_most)):
+            await self._event.wait()
+        self._event = anyio.Event()
+        self._poll = min(self._poll * 2, 0.2)
+
+
+def _error(cls: type[FailureCarrying], data: dict[str, Any]) -> FailureCarrying:
+    """A QueryFailed / UpdateRejected / UpdateFailed from an answer's error,
+    with the handler's own error (rebuilt) as its cause."""
+    failure = data.get("failure")
+    err = cls(str(data.get("message") or cls.__name__), failure)
+    if failure:
+        err.__cause__ = Failure.from_dict(failure).to_error()
+    return err
+
+
+def _wait_ran_out(message: str, *, accepted: bool) -> dict[str, Any]:
+    """The failure of an update whose caller stopped waiting: `accepted` says
+    whether it is recorded (and goes on) or was withdrawn (nothing recorded)."""
+    return {"failure_category": "timeout", "timeout_kind": "update_wait",
+            "message": message, "accepted": accepted}
+
+
+def _update_outcome(item: InboxItem) -> str | None:
+    """An accepted update's result (None while it runs); raises its failure."""
+    if item.status == "completed":
+        return item.result or "null"
+    if item.status == "failed":
+        failure = item.failure.to_dict() if item.failure is not None else {}
+        raise _error(UpdateFailed, {"message": (failure.get("message") or
+                                                f"update {item.name!r} failed"),
+                                    "failure": failure})
+    return None
 
 
 def _state(run: RunRecord) -> RunState:
@@ -155,6 +233,92 @@ class EmbeddedControl:
     async def close(self) -> None:
         if self._owns_driver:
             await self.store.driver.close()
+
+    # ---------------------------------------------------------------- interaction
+
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+        await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
+                                     self.clock.now())
+
+    async def signal_with_start(self, request: StartRequest, name: str,
+                                args: str) -> StartResult:
+        return await self.store.signal_with_start(request, name, args, self.clock.now())
+
+    async def query(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                    wait: float) -> str:
+        store = self.store
+        ticket = await store.submit_request(self.namespace, workflow_id, run_id, "query", name,
+                                            args, None, self.clock.now())
+        assert ticket.request_id is not None
+        request_id = ticket.request_id
+        deadline = anyio.current_time() + wait
+        with _Waker(store.hub, {("request", request_id)}) as waker:
+            while True:
+                answer = await store.take_answer(request_id)
+                if answer is not None:
+                    break
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    answer = await store.withdraw_request(request_id)
+                    if answer is None:
+                        raise QueryFailed(
+                            f"no worker answered query {name!r} of workflow {workflow_id!r} "
+                            f"within {wait:g} s; is a worker for workflow type "
+                            f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
+                            "running? (nothing was recorded)"
+                        )
+                    break
+                await waker.wait(left)
+        if "error" in answer:
+            raise _error(QueryFailed, answer["error"])
+        result: str = answer["result"]
+        return result
+
+    async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                     update_id: str, wait: float | None) -> str:
+        store = self.store
+        ticket = await store.submit_request(self.namespace, workflow_id, run_id, "update", name,
+                                            args, update_id, self.clock.now())
+        if ticket.existing is not None:
+            done = _update_outcome(ticket.existing)
+            if done is not None:
+                return done
+        limit = math.inf if wait is None else wait
+        deadline = anyio.current_time() + limit
+        keys: set[tuple[str, ...]] = {("update", ticket.run_id, update_id)}
+        if ticket.request_id is not None:
+            keys.add(("request", ticket.request_id))
+        with _Waker(store.hub, keys) as waker:
+            while True:
+                state = await store.update_state(ticket.run_id, update_id, ticket.request_id)
+                if state.item is not None:
+                    done = _update_outcome(state.item)
+                    if done is not None:
+                        return done
+                elif state.answer is not None and state.answer.get("rejected"):
+                    raise _error(UpdateRejected, state.answer.get("error") or {})
+                if state.run_status not in OPEN_STATUSES:
+                    raise UpdateFailed(
+                        f"workflow {workflow_id!r} run {ticket.run_id} closed "
+                        f"({state.run_status}) before update {name!r} "
+                        f"{'completed' if state.item is not None else 'was accepted'}"
+                    )
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    if state.item is None and ticket.request_id is not None:
+                        await store.withdraw_request(ticket.request_id)
+                        message = (
+                            f"no worker accepted update {name!r} of workflow {workflow_id!r} "
+                            f"within {limit:g} s; is a worker for workflow type "
+                            f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
+                            "running? (nothing was recorded)")
+                        raise UpdateFailed(message, _wait_ran_out(message, accepted=False))
+                    message = (
+                        f"update {name!r} (id {update_id!r}) was accepted but has not completed "
+                        f"within {limit:g} s; it goes on: call update() again with the same "
+                        "update_id to wait for its result")
+                    raise UpdateFailed(message, _wait_ran_out(message, accepted=True))
+                await waker.wait(left)
 
 
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:

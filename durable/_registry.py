@@ -11,23 +11,43 @@ silent overwrite (re-importing the same module is fine).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _validate
+from ._runtime.handlers import ClassSpec, inspect_class
 from .converter import parameter_hints
 from .errors import ConfigurationError, NotRegistered
+
+if TYPE_CHECKING:
+    from ._runtime.context import WorkflowContext
 
 DEFN_ATTR = "__durable_defn__"
 
 
 @dataclass(frozen=True)
 class WorkflowDefn:
+    """A workflow: an ``async def``, or a class with one ``@workflow.run`` method
+    (`fn` is then that method, `spec` the class and its handler methods)."""
+
     name: str
     fn: Callable[..., Any]
     param_hints: list[Any] = field(default_factory=list)
     return_hint: Any = None
+    spec: ClassSpec | None = None
+
+    def start(self, ctx: WorkflowContext) -> Callable[..., Any]:
+        """What a run executes: the function, or the run method of a fresh
+        instance of the class, whose handler methods become the run's handlers."""
+        if self.spec is None:
+            return self.fn
+        instance = self.spec.cls()
+        ctx.instance = instance
+        ctx.handlers.bind_class(self.spec, instance)
+        run: Callable[..., Any] = getattr(instance, self.spec.run_method)
+        return run
 
 
 @dataclass(frozen=True)
@@ -108,15 +128,42 @@ class Registry:
 DEFINITIONS = Registry()
 
 
+@contextmanager
+def isolated_definitions() -> Iterator[Registry]:
+    """Definitions made inside the block go to a registry of their own (restored
+    after): a test can hold two versions of a workflow with the same name."""
+    global DEFINITIONS
+    saved, DEFINITIONS = DEFINITIONS, Registry()
+    try:
+        yield DEFINITIONS
+    finally:
+        DEFINITIONS = saved
+
+
 def define_workflow(fn: Callable[..., Any], name: str | None) -> WorkflowDefn:
+    if isinstance(fn, type):
+        return define_workflow_class(fn, name)
     if not inspect.iscoroutinefunction(fn):
         raise ConfigurationError(
-            f"@workflow.defn needs an `async def` function, got {fn!r}: workflows are coroutines"
+            f"@workflow.defn needs an `async def` function or a class with a @workflow.run "
+            f"method, got {fn!r}: workflows are coroutines"
         )
     params, ret = parameter_hints(fn)
     defn = WorkflowDefn(_validate.name(name or fn.__name__, "workflow name"), fn, params, ret)
     DEFINITIONS.add_workflow(defn)
     setattr(fn, DEFN_ATTR, defn)
+    return defn
+
+
+def define_workflow_class(cls: type, name: str | None) -> WorkflowDefn:
+    """A class-based workflow: one instance per run, handlers as its methods."""
+    spec = inspect_class(cls)
+    run = getattr(cls, spec.run_method)
+    params, ret = parameter_hints(run)
+    defn = WorkflowDefn(_validate.name(name or cls.__name__, "workflow name"), run, params[1:],
+                        ret, spec)  # params[0] is self
+    DEFINITIONS.add_workflow(defn)
+    setattr(cls, DEFN_ATTR, defn)
     return defn
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import uuid
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -175,6 +176,61 @@ class WorkflowHandle:
         await self.client.control.close_run(self.workflow_id, await self._target(),
                                             status="terminated", reason=reason)
 
+    async def signal(self, name: str, *args: Any) -> None:
+        """Send the run a signal; returns once it is recorded (``SignalReceived``).
+
+        Signals are delivered to the workflow's handler for `name` in the order
+        received, exactly once; one sent before a handler exists is kept until
+        the workflow registers one. Raises `RunAlreadyClosed` for a closed run
+        and `WorkflowNotFound` (nothing recorded).
+        """
+        payload = self.client._payload(args, f"the arguments of signal {name!r}")
+        await self.client.control.signal(self.workflow_id, await self._target(),
+                                         _validate.name(name, "signal name"), payload)
+
+    async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
+                    result_type: Any = None) -> Any:
+        """Ask the workflow's query handler `name`; its return value.
+
+        A worker that holds the run answers from its state in memory; a run no
+        live worker holds (closed ones too) is replayed by a worker that has
+        its workflow type, without recording anything. Raises `QueryFailed`
+        when the handler raises or tries a durable operation, when there is no
+        such handler, or when no worker answered within `timeout` seconds (the
+        request is then withdrawn: a cancel scope around the call could not do
+        that). `result_type` rebuilds a dataclass or model from the answer.
+        """
+        wait = to_seconds(timeout, "query timeout")
+        if wait is None or wait <= 0:
+            raise ConfigurationError("query timeout must be greater than 0 seconds")
+        payload = self.client._payload(args, f"the arguments of query {name!r}")
+        text = await self.client.control.query(self.workflow_id, await self._target(),
+                                               _validate.name(name, "query name"), payload, wait)
+        return self.client.converter.decode(text, result_type)
+
+    async def update(self, name: str, *args: Any, update_id: str | None = None,
+                     timeout: Seconds | None = None,  # noqa: ASYNC109
+                     result_type: Any = None) -> Any:
+        """Ask the workflow's update handler `name` and wait for its result.
+
+        The update is validated first (its validator raising rejects it with
+        `UpdateRejected`, and nothing is recorded), then recorded
+        (``UpdateAccepted``), run as workflow code, and its result recorded
+        (``UpdateCompleted``). Giving the same `update_id` again returns the
+        recorded result without running it again. Raises `UpdateFailed` when
+        the handler raised or the run closed first, or when `timeout` seconds
+        passed (None: wait as long as it takes); `RunAlreadyClosed`.
+        """
+        wait = to_seconds(timeout, "update timeout") if timeout is not None else None
+        if wait is not None and wait <= 0:
+            raise ConfigurationError("update timeout must be greater than 0 seconds")
+        _validate.optional_name(update_id, "update_id")
+        payload = self.client._payload(args, f"the arguments of update {name!r}")
+        text = await self.client.control.update(
+            self.workflow_id, await self._target(), _validate.name(name, "update name"), payload,
+            update_id or uuid.uuid4().hex, wait)
+        return self.client.converter.decode(text, result_type)
+
 
 class Client:
     """Entry point for applications: start, await, list and control workflows.
@@ -304,6 +360,42 @@ class Client:
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
             run_timeout=options.run_timeout, memo=memo,
         )
+
+    def _payload(self, args: tuple[Any, ...], what: str) -> str:
+        """Encode call arguments (a signal's, a query's, an update's), size-checked."""
+        payload = self.converter.encode(list(args), what)
+        check_size(payload, self.limits.payload_bytes, what)
+        return payload
+
+    async def signal_with_start(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str,
+        signal: str,
+        signal_args: tuple[Any, ...] | list[Any] = (),
+        options: StartOptions | None = None,
+        task_queue: str | None = None,
+    ) -> WorkflowHandle:
+        """Signal the instance `id` if it is running, else start it with `args`
+        and signal the new run; one transaction either way. A new run's handlers
+        see the signal before its code starts. A closed instance is started
+        again only as its `options.id_reuse` allows (else `WorkflowAlreadyStarted`).
+        """
+        options = options or StartOptions()
+        wf_type = workflow_name(workflow)
+        defn = workflow_defn_of(workflow)
+        if defn is None and wf_type not in await self.control.registered_types():
+            raise NotRegistered(
+                f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
+                "here and no worker has registered it; pass the workflow class or function"
+            )
+        request = self._start_request(wf_type, args, id, options, task_queue)
+        payload = self._payload(tuple(signal_args), f"the arguments of signal {signal!r}")
+        started = await self.control.signal_with_start(
+            request, _validate.name(signal, "signal name"), payload)
+        return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
+                              first_run_id=started.run_id)
 
     async def execute(
         self,

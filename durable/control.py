@@ -103,6 +103,33 @@ class ControlPlane(Protocol):
         """Enforce every deadline due now, once; counts by kind."""
         ...
 
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+        """Record a signal for the run (the current one when `run_id` is None);
+        `args` is the encoded argument list. Raises `WorkflowNotFound`,
+        `RunAlreadyClosed` (nothing recorded)."""
+        ...
+
+    async def signal_with_start(self, request: StartRequest, name: str,
+                                args: str) -> StartResult:
+        """Signal the instance's open run, or start one (`request`) and signal it."""
+        ...
+
+    async def query(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                    wait: float) -> str:
+        """Ask a query; the encoded result. Raises `QueryFailed` (the handler
+        raised or tried to record, no such handler, or no worker answered
+        within `wait` seconds: the request is then withdrawn), `WorkflowNotFound`."""
+        ...
+
+    async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                     update_id: str, wait: float | None) -> str:
+        """Ask an update and wait (at most `wait` seconds, None: as long as it
+        takes) for its outcome; the encoded result. The same `update_id` again
+        returns the recorded outcome (the update runs once).
+        Raises `UpdateRejected` (nothing recorded), `UpdateFailed`,
+        `RunAlreadyClosed`, `WorkflowNotFound`."""
+        ...
+
     async def registered_types(self) -> set[str]:
         """Workflow types that live workers have registered."""
         ...

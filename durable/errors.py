@@ -224,6 +224,32 @@ class ChildWorkflowFailed(FailureCarrying):
     """A child workflow did not complete; `cause` is the child's terminal error."""
 
 
+class QueryFailed(FailureCarrying):
+    """A query could not be answered: its handler raised or tried a durable
+    operation, no handler has the name, or no worker answered in time.
+
+    Nothing was recorded: queries are read-only. `failure` holds the handler's
+    error when it raised one (``__cause__`` is that error, rebuilt).
+    """
+
+
+class UpdateRejected(FailureCarrying):
+    """An update was refused before it was accepted: its validator raised, or
+    the workflow has no update handler with that name.
+
+    Rejections leave no trace in the run's history; `failure` holds the
+    validator's error (``__cause__`` is that error, rebuilt).
+    """
+
+
+class UpdateFailed(FailureCarrying):
+    """An accepted update did not complete: its handler raised, the run closed
+    (or was cancelled) before it finished, or the caller stopped waiting.
+
+    `failure` is the recorded failure; ``__cause__`` the handler's error, rebuilt.
+    """
+
+
 class StructuralLimitExceeded(DurableError):
     """A configured structural limit was exceeded (`kind`, `value`, `limit`)."""
 

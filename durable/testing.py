@@ -19,7 +19,8 @@ from __future__ import annotations
 import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -28,6 +29,9 @@ import anyio
 import anyio.abc
 import sniffio
 
+from ._registry import Registry, isolated_definitions
+from ._runtime.history import HistoryLike, history_to_json, load_history, records_from_history
+from ._runtime.replay import NoStorage, replay_run
 from ._testing_deps import (
     AnswersAtDeadline,
     ManualClock,
@@ -38,14 +42,19 @@ from ._testing_deps import (
 )
 from .client import Client
 from .clock import VirtualClock
+from .converter import JSONConverter, PayloadConverter
 from .driver import Driver, driver_factory, url_scheme
-from .errors import ConfigurationError
+from .errors import ConfigurationError, NonDeterminismError
+from .options import Limits
+from .store.records import OpRecord
 from .worker import Worker
 
 __all__ = [
     "CRASH_POINTS",
     "AnswersAtDeadline",
     "ManualClock",
+    "ReplayResult",
+    "Replayer",
     "SlowCall",
     "SlowHTTPServer",
     "TimeSkippingEnvironment",
@@ -54,6 +63,9 @@ __all__ = [
     "crash_at",
     "crashed",
     "declare_dead",
+    "history_to_json",
+    "isolated_definitions",
+    "load_history",
 ]
 
 _FOREVER = 10 * 365 * 24 * 3600.0
@@ -281,3 +293,100 @@ async def declare_dead(client: Client, worker: Worker) -> int:
     would do. Returns how many leases were expired."""
     return await client.store.expire_leases(worker.worker_id, client.clock.now())
 
+@dataclass(frozen=True)
+class ReplayResult:
+    """What a replay went through: the run as history recorded it."""
+
+    workflow_type: str
+    status: str  # the history's run status: running, completed, failed, ...
+    ops: int  # ops the code asked for, each found in history
+    deliveries: int  # signals and updates delivered again where they were recorded
+    finished: bool  # the code returned (False: it waits where the history ends)
+
+
+class Replayer:
+    """Replays recorded histories against the current code, with no storage.
+
+    ``await Replayer(workflows=[order]).replay(history)`` re-runs the workflow
+    as a worker replays a run after a restart, on the history alone (from
+    ``await handle.history()``, its JSON export, or a file). Where the code
+    asks for a different op than history recorded, or for one past the end of
+    a closed history, or returns while history has ops it never asked for, it
+    raises `NonDeterminismError` naming the first diverging op: the error a
+    deploy of this code would park running instances with. Replaying stored
+    histories in CI guards deploys (see docs/interaction.md).
+    """
+
+    def __init__(
+        self,
+        workflows: Sequence[Any],
+        *,
+        activities: Sequence[Any] = (),
+        converter: PayloadConverter | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        if not workflows:
+            raise ConfigurationError("a Replayer needs the workflows whose histories it replays")
+        self.registry = Registry.of(workflows, activities)
+        self.converter = converter or JSONConverter()
+        self.limits = limits or Limits()
+
+    async def replay(self, history: HistoryLike) -> ReplayResult:
+        """Replay one run's history; raises `NonDeterminismError` on divergence."""
+        events = load_history(history)
+        records = records_from_history(events)
+        run = records.run
+        defn = self.registry.workflows.get(run.workflow_type)
+        if defn is None:
+            raise ConfigurationError(
+                f"the history is of workflow type {run.workflow_type!r}, which this Replayer "
+                f"was not given (it has: {', '.join(sorted(self.registry.workflows)) or 'none'})"
+            )
+        outcome = await replay_run(
+            defn, run, records.ops, records.inbox,
+            worker=NoStorage(set(self.registry.activities)), converter=self.converter,
+            limits=self.limits, clock=VirtualClock(run.closed_at or run.started_at),
+            strict=True,
+        )
+        ctx = outcome.ctx
+        if isinstance(ctx.fatal, NonDeterminismError):
+            raise ctx.fatal
+        if ctx.fatal is not None:
+            raise NonDeterminismError(
+                f"replaying {run.workflow_type} failed: {ctx.fatal!r}") from ctx.fatal
+        seen = ctx.asked
+        closed = outcome.committer.closed_with
+        if outcome.finished and closed is not None and not run.is_open:
+            if closed.needs_review and closed.failure is not None:  # the engine's own check
+                missing = [op for op_id, op in records.ops.items() if op_id not in seen]
+                if not missing:
+                    raise NonDeterminismError(closed.failure.message or "non-determinism")
+            elif records.closed_by_code and closed.status != run.status:
+                raise NonDeterminismError(
+                    f"workflow {run.workflow_type}: the code ended {closed.status}, but "
+                    f"history recorded {records.close_type}: the code changed in a way that "
+                    "does not replay"
+                )
+            missing = [op for op_id, op in records.ops.items() if op_id not in seen]
+            if missing:
+                first = min(missing, key=_op_order)
+                raise NonDeterminismError(
+                    f"workflow {run.workflow_type}: history recorded {first.kind} "
+                    f"{first.name!r} at {first.op_id}, which the code never asked for: the "
+                    "code changed in a way that does not replay"
+                )
+        elif records.closed_by_code and not outcome.finished:
+            where = ", ".join(f["op_id"] for f in outcome.blocked_at) or "a non-durable await"
+            raise NonDeterminismError(
+                f"workflow {run.workflow_type}: history recorded {records.close_type}, but the "
+                f"replayed code is still waiting (at {where}): the code changed in a way that "
+                "does not replay"
+            )
+        return ReplayResult(run.workflow_type, str(run.status), len(seen & records.ops.keys()),
+                            ctx.deliveries,
+                            outcome.finished)
+
+
+def _op_order(op: OpRecord) -> tuple[list[str], int]:
+    path, _, seq = op.op_id.rpartition(":")
+    return path.split("."), int(seq) if seq.isdigit() else 0

@@ -33,6 +33,7 @@ from ._runtime import attempts
 from ._runtime.committer import Committer
 from ._runtime.context import WorkflowContext
 from ._runtime.executor import RunExecutor
+from ._runtime.queries import IdleQueries
 from .converter import check_size
 from .driver import Wake
 from .errors import (
@@ -47,6 +48,8 @@ from .store.records import (
     ActivityTask,
     AttemptStatus,
     ClaimedRun,
+    ClientRequest,
+    InboxItem,
     OpRecord,
     WorkerRegistration,
 )
@@ -166,6 +169,7 @@ class Worker:
         self._crashed = anyio.Event()
         #: the crash point this worker stopped at (durable.testing), if any
         self.crashed_at: str | None = None
+        self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -183,6 +187,7 @@ class Worker:
             self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop]
         if self.workflows:
             loops.append(self._claim_runs_loop)
+            loops.append(self._idle_queries_loop)
         if self.activities:
             loops.append(self._claim_activities_loop)
         for loop in loops:
@@ -344,9 +349,13 @@ class Worker:
             if executor is not None:
                 if isinstance(wake.data, OpRecord):
                     executor.ctx.resolve(wake.data)
+                elif isinstance(wake.data, InboxItem | ClientRequest):
+                    executor.on_interaction(wake.data)  # a signal, query or update
                 else:
                     self._resync.add(wake.key[1])
                     self._resync_trigger.set()
+        elif kind == "requests":
+            self.idle_queries.trigger()
         elif kind == "runs":
             self._runs_trigger.set()
             self._watchdog_trigger.set()
@@ -358,6 +367,7 @@ class Worker:
             if actx is not None:
                 actx.request_stop("the attempt was fenced (timed out or cancelled)")
         elif kind == "any":
+            self.idle_queries.trigger()
             self._runs_trigger.set()
             self._activities_trigger.set()
             self._watchdog_trigger.set()
@@ -389,7 +399,9 @@ class Worker:
                 run = runs.get(run_id)
                 if run is None or not run.is_open or run.epoch != executor.run.epoch:
                     executor.stop("closed or claimed elsewhere")
-                elif run.cancellation is not None and "cooperative_cancellation" in (
+                    continue
+                executor.on_run_state(run)  # signals, queries, updates from elsewhere
+                if run.cancellation is not None and "cooperative_cancellation" in (
                     self.capabilities
                 ):
                     executor.on_request(run.cancellation)
@@ -463,6 +475,9 @@ class Worker:
                 self.log.warning("release_failed", run_id=run_id, error=repr(exc))
                 return
         self._to_release.append(run_id)
+
+    async def _idle_queries_loop(self) -> None:
+        await self.idle_queries.run()
 
     async def _lease_loop(self) -> None:
         interval = self.lease_seconds / 3

@@ -14,13 +14,15 @@ import uuid as _uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 import anyio
 
 from ._registry import define_workflow
 from ._runtime.caps import PhaseInfo
-from ._runtime.ops import ChildHandle
+from ._runtime.handlers import RUN_ATTR, declare
+from ._runtime.interact import ActivityHandle, ExternalWorkflowHandle
+from ._runtime.ops import Acknowledgement, ChildHandle
 from ._runtime.runtime import TaskGroup, WorkflowInfo, current
 from ._runtime.units import UnitsResult
 from .cancellation import CancellationContext
@@ -28,32 +30,52 @@ from .clock import to_datetime
 from .options import ActivityOptions, ChildOptions, Seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
+V = TypeVar("V", bound=Callable[..., Any])
 
 __all__ = [
+    "Acknowledgement",
+    "ActivityHandle",
     "ChildHandle",
+    "ExternalWorkflowHandle",
     "PhaseInfo",
     "TaskGroup",
     "UnitsResult",
+    "UpdateMethod",
     "WorkflowInfo",
+    "all_handlers_finished",
     "cancellation",
     "cancellation_shield",
     "continue_as_new",
     "deadline",
     "defn",
+    "deprecate_patch",
     "execute_activity",
     "execute_child",
     "execute_local_activity",
+    "get_external_handle",
     "info",
     "logger",
     "now",
+    "on_query",
+    "on_signal",
+    "on_update",
+    "patched",
     "phase",
+    "query",
     "random",
     "remaining",
+    "run",
+    "signal",
     "sleep",
+    "start_activity",
     "start_child",
     "task_group",
     "units",
+    "update",
     "uuid4",
+    "wait_condition",
 ]
 
 _DEFAULT_ACTIVITY_OPTIONS = ActivityOptions()
@@ -69,9 +91,13 @@ def defn(*, name: str | None = None) -> Callable[[F], F]: ...
 
 
 def defn(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
-    """Declare a workflow (an ``async def``); its name defaults to the function's.
+    """Declare a workflow: an ``async def``, or a class with one `@workflow.run`
+    method (a fresh instance per run; its `@workflow.signal` / `query` /
+    `update` methods are the run's handlers). The name defaults to the
+    function's or the class's.
 
-    Raises `ConfigurationError` when another workflow already has the name.
+    Raises `ConfigurationError` when another workflow already has the name, or
+    the class has no (or more than one) run method.
     """
 
     def decorate(f: F) -> F:
@@ -79,6 +105,155 @@ def defn(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F]
         return f
 
     return decorate(fn) if fn is not None else decorate
+
+
+def run(fn: F) -> F:
+    """Mark the method of a workflow class that runs the workflow (an ``async def``;
+    it takes the workflow's arguments)."""
+    setattr(fn, RUN_ATTR, True)
+    return fn
+
+
+@overload
+def signal(fn: F, /) -> F: ...
+
+
+@overload
+def signal(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def signal(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+    """Mark a method of a workflow class as a signal handler (``def`` or ``async
+    def``; named after the method unless `name` is given). Signals are
+    recorded before they are delivered and delivered in the order received."""
+
+    def decorate(f: F) -> F:
+        return cast(F, declare("signal", f, name))
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@overload
+def query(fn: F, /) -> F: ...
+
+
+@overload
+def query(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def query(fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+    """Mark a method of a workflow class as a query handler: it reads the
+    workflow's state and returns a value; it records nothing (a durable op in
+    it fails with `QueryFailed`)."""
+
+    def decorate(f: F) -> F:
+        return cast(F, declare("query", f, name))
+
+    return decorate(fn) if fn is not None else decorate
+
+
+class UpdateMethod(Protocol, Generic[P, R]):
+    """An update handler method; ``@method.validator`` declares its validator."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    def validator(self, fn: V, /) -> V:
+        """Declare the validator: a plain ``def`` with the handler's parameters,
+        run before anything is recorded; raising rejects the update."""
+        ...
+
+
+@overload
+def update(fn: Callable[P, R], /) -> UpdateMethod[P, R]: ...
+
+
+@overload
+def update(*, name: str | None = None) -> Callable[[Callable[P, R]], UpdateMethod[P, R]]: ...
+
+
+def update(
+    fn: Callable[P, R] | None = None, /, *, name: str | None = None
+) -> UpdateMethod[P, R] | Callable[[Callable[P, R]], UpdateMethod[P, R]]:
+    """Mark a method of a workflow class as an update handler: validated first
+    (``@handler.validator``), then recorded (``UpdateAccepted``), run as workflow
+    code that may await durable ops, and its result recorded (``UpdateCompleted``)
+    and returned to the caller."""
+
+    def decorate(f: Callable[P, R]) -> UpdateMethod[P, R]:
+        return cast(UpdateMethod[P, R], declare("update", f, name))
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def on_signal(name: str, handler: Callable[..., Any]) -> None:
+    """Register (or replace) the run's signal handler for `name`, from workflow
+    code. Signals received before it was registered are delivered to it now."""
+    current().register_handler("signal", name, handler, None)
+
+
+def on_query(name: str, handler: Callable[..., Any]) -> None:
+    """Register (or replace) the run's query handler for `name`."""
+    current().register_handler("query", name, handler, None)
+
+
+def on_update(name: str, handler: Callable[..., Any],
+              validator: Callable[..., Any] | None = None) -> None:
+    """Register (or replace) the run's update handler for `name`; `validator`
+    (a plain ``def`` with the same parameters) rejects an update by raising."""
+    current().register_handler("update", name, handler, validator)
+
+
+async def wait_condition(
+    predicate: Callable[[], Any],
+    timeout: Seconds | None = None,  # noqa: ASYNC109 (a durable timer, not a cancel scope)
+) -> bool:
+    """Wait until ``predicate()`` is true; False if `timeout` passed first.
+
+    The predicate is checked again whenever the workflow's state may have
+    changed (a signal or update was handled, an op completed). The timeout is
+    a durable timer; replay returns the same answer at the same point.
+    """
+    return await current().wait_condition(predicate, timeout)
+
+
+def all_handlers_finished() -> bool:
+    """No signal or update handler is running (``await wait_condition(
+    workflow.all_handlers_finished)`` before returning lets updates finish)."""
+    return current().all_handlers_finished()
+
+
+def patched(patch_id: str) -> bool:
+    """Whether this run takes the code written after the change `patch_id`.
+
+    A run that reaches this point for the first time takes it (True, recorded
+    as a marker); a run whose history was recorded by the old code replays
+    the old branch (False). ``if workflow.patched("x"): new() else: old()``.
+    """
+    return current().patched(patch_id)
+
+
+def deprecate_patch(patch_id: str) -> None:
+    """Every run that took the old branch of `patch_id` has closed: keep only
+    the new code, and call this where `patched(patch_id)` was."""
+    current().deprecate_patch(patch_id)
+
+
+def start_activity(
+    activity: Callable[..., Any] | str,
+    *args: Any,
+    options: ActivityOptions | None = None,
+) -> ActivityHandle:
+    """Start a remote activity and return at once with its handle: ``await
+    handle`` for the result, ``handle.request_cancellation()`` to cancel this
+    one activity under its `ActivityOptions.cancellation` policy."""
+    return current().start_activity(activity, args, options or _DEFAULT_ACTIVITY_OPTIONS)
+
+
+def get_external_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle:
+    """Another workflow: ``await handle.signal(name, *args)``, ``await
+    handle.request_cancellation(reason=...)``; each is an op of this run."""
+    current()
+    return ExternalWorkflowHandle(workflow_id, run_id)
 
 
 async def execute_activity(

@@ -93,7 +93,40 @@ async def stuck(seconds: float) -> float:
     return await workflow.execute_activity(block, seconds, options=OPTS)
 
 
-WORKFLOWS: list[Any] = [greet, count, fail, guarded, parent, again, stuck]
+@workflow.defn(name="cli-gate")
+class Gate:
+    """Waits for `open`; answers `state`; takes a `set_limit` update (validated)."""
+
+    def __init__(self) -> None:
+        self.opened_by: str | None = None
+        self.limit = 0
+
+    @workflow.run
+    async def run(self, limit: int) -> dict[str, Any]:
+        self.limit = limit
+        await workflow.wait_condition(lambda: self.opened_by is not None)
+        return {"opened_by": self.opened_by, "limit": self.limit}
+
+    @workflow.signal
+    def open(self, who: str) -> None:
+        self.opened_by = who
+
+    @workflow.query
+    def state(self) -> dict[str, Any]:
+        return {"opened_by": self.opened_by, "limit": self.limit}
+
+    @workflow.update
+    def set_limit(self, limit: int) -> int:
+        self.limit = limit
+        return limit
+
+    @set_limit.validator
+    def _check(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("limit must be at least 0")
+
+
+WORKFLOWS: list[Any] = [greet, count, fail, guarded, parent, again, stuck, Gate]
 ACTIVITIES: list[Any] = [greet_activity, count_activity, hang, release, block]
 
 # The spec form of `durable worker MODULE:ATTR`.

@@ -160,6 +160,46 @@ async def cancellable(key: str) -> str:
                 await workflow.execute_local_activity(step, key, "c2", options=OPTIONS)
 
 
+@workflow.defn(name="crash_signalled")
+class Signalled:
+    """Each signal runs a remote step in its (async) handler; the run ends once
+    `count` of them have: a kill can land inside a delivered signal's handler."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+
+    @workflow.run
+    async def run(self, count: int) -> list[str]:
+        await workflow.wait_condition(lambda: len(self.values) >= count)
+        return self.values
+
+    @workflow.signal  # may run before the run method starts: the key is the workflow id
+    async def add(self, n: int) -> None:
+        key = workflow.info().workflow_id
+        self.values.append(await workflow.execute_activity(step, key, f"s{n}", options=OPTIONS))
+
+
+@workflow.defn(name="crash_updated")
+class Updated:
+    """An update whose handler runs a remote step: a kill can land between
+    UpdateAccepted and UpdateCompleted."""
+
+    def __init__(self) -> None:
+        self.applied: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: bool(self.applied))
+        return self.applied
+
+    @workflow.update
+    async def apply(self, n: int) -> str:
+        key = workflow.info().workflow_id
+        value: str = await workflow.execute_activity(step, key, f"u{n}", options=OPTIONS)
+        self.applied.append(value)
+        return value
+
+
 @activity.defn(name="crash_fault_work")
 async def work(key: str, name: str, value: int, seconds: float) -> int:
     """Work on both sides of the effect (`seconds` in all, on average), so that kills
@@ -198,7 +238,7 @@ def fault_flow_steps(steps: int) -> list[str]:
 async def _serve(args: argparse.Namespace) -> None:
     async with durable.connect(args.db) as client:
         worker = durable.Worker(
-            client, workflows=[pipeline, fault_flow, cancellable],
+            client, workflows=[pipeline, fault_flow, cancellable, Signalled, Updated],
             activities=[step, step_sync, work],
             lease_seconds=args.lease, poll_interval=args.poll, identity=args.identity,
             max_concurrent_runs=args.max_runs, max_concurrent_activities=args.max_activities,

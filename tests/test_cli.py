@@ -441,6 +441,41 @@ def test_request_cancellation_of_a_closed_run_is_refused(url: str) -> None:
     assert missing.exit_code == 2 and "--reason" in one_error_line(missing)
 
 
+def _talk_to_a_gate(run: Callable[..., Result], workflow_id: str) -> None:
+    """signal / query / update against a waiting cli-gate, with their errors."""
+    wait_for(lambda: run("describe", workflow_id, "--json").exit_code == 0
+             and json.loads(run("describe", workflow_id, "--json").stdout)["pending_operations"],
+             "the gate to wait")
+    state = as_json(run("query", workflow_id, "state", "--json"), "query")
+    assert state == {"workflow_id": workflow_id, "query": "state",
+                     "result": {"opened_by": None, "limit": 3}}
+    assert json.loads(run("query", workflow_id, "state").stdout) == state["result"]
+    missing = run("query", workflow_id, "nope", "--timeout", "5")
+    assert missing.exit_code == 1 and "no query handler named 'nope'" in one_error_line(missing)
+    updated = as_json(run("update", workflow_id, "set_limit", "--args", "[9]",
+                          "--update-id", "u-9", "--json"), "update")
+    assert updated == {"workflow_id": workflow_id, "update": "set_limit", "update_id": "u-9",
+                       "result": 9}
+    human = run("update", workflow_id, "set_limit", "--args", "[9]", "--update-id", "u-9")
+    assert human.exit_code == 0 and "completed: 9" in human.stdout
+    refused = run("update", workflow_id, "set_limit", "--args", "[-1]")
+    assert refused.exit_code == 4 and "limit must be at least 0" in one_error_line(refused)
+    bad = run("signal", workflow_id, "open", "--args", "ann")
+    assert bad.exit_code == 2 and "--args" in bad.stderr
+    sent = as_json(run("signal", workflow_id, "open", "--args", '["ann"]', "--json"), "signal")
+    assert sent["recorded"] is True
+    assert json.loads(run("result", workflow_id, "--wait", "--json").stdout)["result"] == {
+        "opened_by": "ann", "limit": 9}
+    late = run("signal", workflow_id, "open", "--args", '["bob"]')
+    assert late.exit_code == 4 and "durable describe" in one_error_line(late)
+
+
+def test_signal_query_and_update_a_running_workflow(url: str) -> None:
+    start(url, "cli-gate", "gate-1", 3)
+    _talk_to_a_gate(lambda *args: invoke(url, *args), "gate-1")
+    assert event_types(url, "gate-1").count("UpdateAccepted") == 1
+
+
 def test_cancel_and_terminate_close_at_once_and_refuse_a_closed_run(url: str) -> None:
     start(url, "cli-guarded", "close-1", "k")
     start(url, "cli-guarded", "close-2", "k")
@@ -705,6 +740,8 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
         assert remote("describe", "nope").exit_code == 3
         assert remote("start", "cli-greet", "--id", "http-1", "--input", '["x"]').exit_code == 4
         assert remote("repair-pass", "--json").exit_code == 0
+        remote("start", "cli-gate", "--id", "http-gate", "--input", "[3]")
+        _talk_to_a_gate(remote, "http-gate")
     finally:
         proc.send_signal(signal.SIGINT)
         try:

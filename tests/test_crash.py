@@ -47,6 +47,8 @@ from conftest import (
 from crash_app import (
     CLEANUP_STEPS,
     PIPELINE_STEPS,
+    Signalled,
+    Updated,
     cancellable,
     check_history,
     count_type,
@@ -248,6 +250,90 @@ async def test_kill_during_shielded_cleanup_resumes_at_the_same_boundary(
     assert info["cancellation"]["request_id"] == request.context.request_id
     assert info["cancellation"]["lifecycle"] == "cancelled"
     assert info["cancellation"]["cleanup_outcome"] == "completed"
+
+
+# ---------------------------------------------------------------- signals and updates
+
+
+async def test_kill_between_update_accepted_and_completed_completes_it_once(
+    crash_db: str, tmp_path: Path
+) -> None:
+    """The caller's update() outlives the worker: the next worker replays the
+    accepted update, re-runs its handler (its step once more: at least once)
+    and records its completion once."""
+    key = "update1"
+    procs: list[subprocess.Popen[bytes]] = []
+    outcome: dict[str, Any] = {}
+    async with durable.connect(crash_db) as client:
+        handle = await client.start(Updated, id=key)
+        try:
+            first = spawn_worker(crash_db, tmp_path, pauses=["after:u1"], backend="asyncio",
+                                 lease=LEASE, name="first")
+            procs.append(first)
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    outcome["update"] = await handle.update("apply", 1, update_id="apply-1")
+
+                tg.start_soon(call)
+                marker = marker_file(tmp_path, key, "after:u1")
+                await wait_until(marker.exists, f"marker {marker.name}", tmp_path, first)
+                events = await handle.history()
+                assert [e.type for e in events].count("UpdateAccepted") == 1
+                assert "UpdateCompleted" not in [e.type for e in events]
+                kill9(first)
+                procs.append(spawn_worker(crash_db, tmp_path, backend="trio", lease=LEASE,
+                                          name="second"))
+                with anyio.fail_after(20):
+                    result = await handle.result()
+            again = await handle.update("apply", 1, update_id="apply-1")
+            events = await handle.history()
+        finally:
+            for proc in procs:
+                kill9(proc)
+    assert outcome["update"] == again == f"u1:{key}", logs(tmp_path)
+    assert result == [f"u1:{key}"]
+    types = [e.type for e in events]
+    assert types.count("UpdateAccepted") == 1 and types.count("UpdateCompleted") == 1
+    assert check_history(events).problems == [], logs(tmp_path)
+    assert read_effects(tmp_path)[key, "u1"] == 2  # killed after its effect: ran once more
+
+
+async def test_signal_delivered_before_a_kill_is_handled_once_and_one_sent_meanwhile_too(
+    crash_db: str, tmp_path: Path
+) -> None:
+    """A signal delivered (and its handler mid-step) when the worker dies is
+    delivered again by replay only, at the same point; a signal sent while no
+    worker lives is delivered once by the next one."""
+    key = "signal1"
+    procs: list[subprocess.Popen[bytes]] = []
+    async with durable.connect(crash_db) as client:
+        handle = await client.start(Signalled, 2, id=key)
+        try:
+            first = spawn_worker(crash_db, tmp_path, pauses=["after:s1"], backend="asyncio",
+                                 lease=LEASE, name="first")
+            procs.append(first)
+            await handle.signal("add", 1)
+            marker = marker_file(tmp_path, key, "after:s1")
+            await wait_until(marker.exists, f"marker {marker.name}", tmp_path, first)
+            kill9(first)
+            await handle.signal("add", 2)  # no worker alive: recorded, delivered later
+            procs.append(spawn_worker(crash_db, tmp_path, backend="trio", lease=LEASE,
+                                      name="second"))
+            with anyio.fail_after(20):
+                result = await handle.result()
+            events = await handle.history()
+        finally:
+            for proc in procs:
+                kill9(proc)
+    # both handlers ran (each signal once); they finish in their steps' order
+    assert sorted(result) == [f"s1:{key}", f"s2:{key}"], logs(tmp_path)
+    delivered = [e.data["seq"] for e in events if e.type == "SignalDelivered"]
+    assert delivered == [1, 2], logs(tmp_path)
+    assert [e.type for e in events].count("SignalReceived") == 2
+    assert check_history(events).problems == [], logs(tmp_path)
+    effects = read_effects(tmp_path)
+    assert (effects[key, "s1"], effects[key, "s2"]) == (2, 1)
 
 
 # ---------------------------------------------------------------- (a) effect done, not recorded

@@ -160,6 +160,10 @@ async def test_viewer_token_reads_but_is_refused_on_writes(plane: Plane) -> None
         ("/api/workflows/w1/terminate", {}),
         ("/api/repair-pass", None),
         ("/api/workflows/w1/retry-after-review", None),
+        ("/api/workflows/w1/signal", {"name": "go"}),
+        ("/api/workflows/w1/update", {"name": "set"}),
+        ("/api/signal-with-start", {"workflow_type": "napper", "workflow_id": "w3",
+                                    "signal": "go", "require_registered": False}),
     ]
     for path, body in writes:
         response = await plane.http.post(path, json=body, headers=AS_VIEWER)
@@ -754,20 +758,158 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
         durable.NotRegistered("nope"), durable.PolicyRejected("bad policy"),
         durable.PayloadError("bad payload"), durable.ConfigurationError("bad input"),
         durable.StorageUnavailable("db down", outcome_unknown=True),
+        durable.QueryFailed("no handler", {"failure_category": "application",
+                                           "cause_type": "KeyError", "message": "k"}),
+        durable.UpdateRejected("too big", {"failure_category": "application",
+                                           "cause_type": "ValueError", "message": "v"}),
+        durable.UpdateFailed("it broke", {"failure_category": "application",
+                                          "cause_type": "RuntimeError", "message": "r"}),
     ]
     assert {type(e) for e in samples} == {cls for cls, _, _ in ERROR_TABLE}
     for exc in samples:
         response = response_for_exception(exc, "rid")
         status = response.status_code
-        assert status in (400, 404, 409, 413, 503)
+        assert status in (400, 404, 409, 413, 422, 503)
         if status == 503:
             assert response.headers["Retry-After"] == "1"
         rebuilt = error_from_wire(status, json.loads(bytes(response.body)))
         assert type(rebuilt) is type(exc), exc
         assert str(rebuilt) == str(exc)
+        if isinstance(exc, durable.errors.FailureCarrying):
+            assert isinstance(rebuilt, durable.errors.FailureCarrying)
+            assert rebuilt.failure == exc.failure and rebuilt.__cause__ is not None
     storage = error_from_wire(503, {"error": {"code": "storage_unavailable", "message": "m",
                                               "outcome_unknown": True}})
     assert isinstance(storage, durable.StorageUnavailable) and storage.outcome_unknown
+
+
+# ---------------------------------------------------------------- signals, queries, updates
+
+
+@workflow.defn(name="http_gate")
+class Gate:
+    """Waits for an `open` signal; answers `state`; takes a `slow_set` update."""
+
+    def __init__(self) -> None:
+        self.opened_by: str | None = None
+        self.value = 0
+
+    @workflow.run
+    async def run(self, start: int) -> dict[str, Any]:
+        self.value = start
+        await workflow.wait_condition(lambda: self.opened_by is not None)
+        return {"opened_by": self.opened_by, "value": self.value}
+
+    @workflow.signal
+    def open(self, who: str) -> None:
+        self.opened_by = who
+
+    @workflow.query
+    def state(self) -> dict[str, Any]:
+        return {"opened_by": self.opened_by, "value": self.value}
+
+    @workflow.update
+    async def slow_set(self, value: int, pause: float) -> int:
+        await workflow.sleep(pause)
+        self.value = value
+        return value
+
+    @slow_set.validator
+    def _positive(self, value: int, pause: float) -> None:
+        if value < 0:
+            raise ValueError("value must be at least 0")
+
+
+async def _waiting(plane: Plane, workflow_id: str) -> None:
+    with anyio.fail_after(10):
+        while True:
+            info = (await plane.http.get(f"/api/workflows/{workflow_id}",
+                                         headers=AS_VIEWER)).json()
+            if info["pending_operations"]:
+                return
+            await anyio.sleep(0.02)
+
+
+async def test_signal_query_and_update_over_http_with_their_roles_and_errors(
+    plane: Plane, make_worker: Any,
+) -> None:
+    async with make_worker(workflows=[Gate]):
+        assert (await plane.start("g1", "http_gate", (1,))).status_code == 201
+        await _waiting(plane, "g1")
+        query = await plane.http.post("/api/workflows/g1/query", json={"name": "state"},
+                                      headers=AS_VIEWER)  # viewers may query
+        assert query.status_code == 200, query.text
+        assert query.json() == {"workflow_id": "g1",
+                                "result": {"opened_by": None, "value": 1}}
+        missing = await plane.http.post("/api/workflows/g1/query", json={"name": "nope"},
+                                        headers=AS_VIEWER)
+        assert missing.status_code == 422 and error_of(missing)["code"] == "query_failed"
+        rejected = await plane.http.post(
+            "/api/workflows/g1/update", json={"name": "slow_set", "args": [-1, 0]},
+            headers=AS_OPERATOR)
+        assert rejected.status_code == 422, rejected.text
+        error = error_of(rejected)
+        assert error["code"] == "update_rejected" and "at least 0" in error["message"]
+        assert error["failure"]["cause_type"] == "ValueError"
+        done = await plane.http.post(
+            "/api/workflows/g1/update",
+            json={"name": "slow_set", "args": [5, 0.01], "update_id": "u-1"},
+            headers=AS_OPERATOR)
+        assert done.status_code == 200, done.text
+        assert done.json() == {"workflow_id": "g1", "update_id": "u-1", "result": 5}
+        signal = await plane.http.post("/api/workflows/g1/signal",
+                                       json={"name": "open", "args": ["ann"]},
+                                       headers=AS_OPERATOR)
+        assert signal.status_code == 202 and signal.json()["recorded"] is True
+        result = await plane.http.get("/api/workflows/g1/result", params={"wait": 10},
+                                      headers=AS_VIEWER)
+        assert result.json()["result"] == {"opened_by": "ann", "value": 5}
+    closed = await plane.http.post("/api/workflows/g1/signal", json={"name": "open"},
+                                   headers=AS_OPERATOR)
+    assert closed.status_code == 409 and error_of(closed)["code"] == "run_already_closed"
+    unknown = await plane.http.post("/api/workflows/nobody/signal", json={"name": "open"},
+                                    headers=AS_OPERATOR)
+    assert unknown.status_code == 404
+
+
+async def test_signal_with_start_over_http_starts_then_signals(
+    plane: Plane, make_worker: Any,
+) -> None:
+    body = {"workflow_type": "http_gate", "workflow_id": "g2", "input": [7],
+            "signal": "open", "signal_args": ["first"], "require_registered": False}
+    started = await plane.http.post("/api/signal-with-start", json=body, headers=AS_OPERATOR)
+    assert started.status_code == 201, started.text
+    assert started.json()["created"] is True
+    again = await plane.http.post("/api/signal-with-start", json=body, headers=AS_OPERATOR)
+    assert again.status_code == 200 and again.json()["run_id"] == started.json()["run_id"]
+    async with make_worker(workflows=[Gate]):
+        result = await plane.http.get("/api/workflows/g2/result", params={"wait": 10},
+                                      headers=AS_VIEWER)
+    assert result.json()["result"] == {"opened_by": "first", "value": 7}
+
+
+async def test_a_remote_update_outlasting_the_servers_wait_is_waited_for_by_its_id(
+    storage_client: durable.Client, make_worker: Any,
+) -> None:
+    """The server caps each wait at max_wait (0.3 s here); the remote client asks
+    again with the same update_id until the outcome is recorded: it runs once."""
+    app = make_app(storage_client, max_wait=0.3)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(serve_app, app, port=0))
+        async with durable.connect(f"http://127.0.0.1:{port}", token=OPERATOR) as remote:
+            async with make_worker(workflows=[Gate]):
+                handle = await remote.start(Gate, 0, id="g3")
+                assert await handle.update("slow_set", 9, 1.0, update_id="slow") == 9
+                with pytest.raises(durable.UpdateFailed, match="has not completed") as late:
+                    await handle.update("slow_set", 10, 1.0, timeout=0.2)
+                assert late.value.failure["timeout_kind"] == "update_wait"
+                assert late.value.failure["accepted"] is True
+                await handle.signal("open", "remote")
+                assert (await handle.result())["opened_by"] == "remote"
+        tg.cancel_scope.cancel()
+    accepted = [e.data["update_id"] for e in await storage_client.get_handle("g3").history()
+                if e.type == "UpdateAccepted"]
+    assert accepted.count("slow") == 1
 
 
 # ---------------------------------------------------------------- the remote client

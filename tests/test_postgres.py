@@ -23,6 +23,7 @@ from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, requi
 import durable
 from durable import activity, workflow
 from durable.driver import Program, Stmt, Tx, Wake, ex, q
+from durable.store.migrations import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -162,7 +163,7 @@ async def test_four_processes_migrate_one_fresh_schema_at_once(pg_url: str) -> N
     async with durable.connect(pg_url) as client:
         rows = await sql(client, "SELECT value FROM durable_meta WHERE key = 'schema_version'",
                          mode="all")
-    assert [r["value"] for r in rows] == ["1"]
+    assert [r["value"] for r in rows] == [str(SCHEMA_VERSION)]
 
 
 # ---------------------------------------------------------------- namespaces

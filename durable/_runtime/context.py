@@ -28,12 +28,13 @@ from ..errors import (
 from ..options import Limits
 from ..store.records import CommitResult, OpRecord, RunRecord
 from ..store.writes import Write
-from .committer import Committer
+from .handlers import HandlerTable
 
 if TYPE_CHECKING:
     from .._registry import WorkflowDefn
     from ..store import Store
     from .executor import RunExecutor
+    from .inbox import Inbox
     from .runtime import Runtime
 
 
@@ -52,12 +53,35 @@ class WorkerServices(Protocol):
         ...
 
 
+class Submitter(Protocol):
+    """Where a run's writes go: the worker's group committer (a read-only replay
+    has one that records nothing)."""
+
+    async def submit(self, run_id: str, epoch: int, writes: list[Write],
+                     quiet: bool = False) -> CommitResult:
+        """Record the writes fenced by `epoch`; the run's share of the commit."""
+        ...
+
+
 class _Waiter:
     __slots__ = ("event", "record")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
         self.record: OpRecord | None = None
+
+
+class Condition:
+    """A task waiting in `workflow.wait_condition`: its predicate, re-evaluated
+    whenever the run's state may have changed."""
+
+    __slots__ = ("done", "error", "event", "predicate")
+
+    def __init__(self, predicate: Callable[[], object]) -> None:
+        self.predicate = predicate
+        self.event = anyio.Event()
+        self.done = False
+        self.error: BaseException | None = None
 
 
 class WorkflowContext:
@@ -73,7 +97,7 @@ class WorkflowContext:
         clock: Clock,
         converter: PayloadConverter,
         limits: Limits,
-        committer: Committer,
+        committer: Submitter,
         stop_grace: float = 10.0,
     ) -> None:
         self.run = run
@@ -111,12 +135,31 @@ class WorkflowContext:
         self.running_local: dict[str, Any] = {}
         self.executor: RunExecutor | None = None
         self.runtime: Runtime | None = None  # set by whoever runs the code (the executor)
+        # signals, queries, updates: see durable/_runtime/inbox.py
+        self.handlers = HandlerTable()
+        self.instance: Any = None  # the run's instance of a class-based workflow
+        self.inbox: Inbox | None = None
+        self.deliveries = 0  # signals and updates delivered to the code so far
+        self.cancel_after = 0  # deliveries the recorded cancellation came after
+        self.gated = False  # a delivery is being made: tasks stay at their ops
+        self.released = anyio.Event()  # set (and replaced) when held tasks may move on
+        self.holding: dict[str, int] = {}  # op id -> replayed deliveries still due there
+        self.conditions: dict[str, Condition] = {}
+        self.deferred: list[Write] = []  # recorded with the run's next commit
+        self.patches: dict[str, bool] = {}
+        self.task_scopes: set[anyio.CancelScope] = set()  # handler and op tasks
+        self.running_handlers = 0
+        self.closing = False  # the code returned: handlers are stopped, nothing recorded
+        self.failing = False  # a handler failed the run: the code is stopped
+        self.scratch = False  # a read-only replay: nothing is ever recorded
+        self.latest = run.started_at or run.created_at  # the latest recorded time seen
         delivered = (run.cancellation or {}).get("boundary")
         if delivered is not None and (run.cancellation or {}).get("delivered_at") is not None:
             self.replay_boundary = {b["op_id"] for b in delivered}
             self.replay_delivery_pending = True
             self.cancellation = CancellationContext.from_record(run.cancellation or {})
             self.delivered_at = float((run.cancellation or {})["delivered_at"])
+            self.cancel_after = int((run.cancellation or {}).get("deliveries_before") or 0)
         ids = {"workflow_id": run.workflow_id, "run_id": run.run_id,
                "workflow_type": run.workflow_type}
         self.log = get_logger("durable.workflow").bind(**ids)
@@ -202,6 +245,8 @@ class WorkflowContext:
         """
         if self.broken is not None:
             raise self.broken
+        if self.deferred:  # markers go with the run's next commit, ahead of its writes
+            writes, self.deferred = [*self.deferred, *writes], []
         try:
             result = await self.committer.submit(
                 self.run.run_id, self.run.epoch, writes, quiet=self.cancellation is None
@@ -256,22 +301,96 @@ class WorkflowContext:
 
     def task_started(self) -> None:
         self.active += 1
+        self._check_quiet()
 
     def task_finished(self) -> None:
         self.active -= 1
         self._check_quiet()
+        self.state_changed()
 
     def park(self, op_id: str, kind: str) -> None:
         """The calling task now waits on a durable op (a possible delivery boundary)."""
         self.parked[op_id] = kind
         self.active -= 1
         self._check_quiet()
-        if self.replay_delivery_pending and self.replay_boundary <= set(self.parked):
-            self.redeliver()
+        self.state_changed()
+        self.check_redelivery()
 
     def unpark(self, op_id: str) -> None:
         self.parked.pop(op_id, None)
         self.active += 1
+        self._check_quiet()
+
+    def block(self) -> None:
+        """The calling task waits for other workflow tasks (a task group's end, a
+        handle): it is not running, and it is not at a delivery boundary either."""
+        self.active -= 1
+        self._check_quiet()
+        self.state_changed()
+
+    def unblock(self) -> None:
+        self.active += 1
+        self._check_quiet()
+
+    def check_redelivery(self) -> None:
+        """Re-deliver a recorded cancellation once replay reaches its boundary
+        (after the same signals and updates as when it was delivered)."""
+        if (self.replay_delivery_pending and self.deliveries >= self.cancel_after
+                and self.replay_boundary <= self.parked.keys()):
+            self.redeliver()
+
+    def state_changed(self) -> None:
+        """Workflow code stopped running (a task parked, blocked or finished, a
+        handler returned): conditions may hold now, deliveries may be due."""
+        if self.conditions:
+            self.check_conditions()
+        if self.inbox is not None:
+            self.inbox.poke()
+
+    def check_conditions(self) -> None:
+        for cond in list(self.conditions.values()):
+            if cond.done:
+                continue
+            try:
+                satisfied = bool(cond.predicate())
+            except Exception as exc:  # raised to the waiting task
+                cond.error, satisfied = exc, True
+            if satisfied:
+                cond.done = True
+                cond.event.set()
+
+    # -- deliveries (signals, updates): tasks stay at their ops while one is made --
+
+    def must_hold(self, op_id: str) -> bool:
+        return self.gated or op_id in self.holding
+
+    async def hold(self, op_id: str, kind: str, *, parked: bool) -> None:
+        """Stay at op `op_id` while a delivery is being made, or (replay) until
+        the deliveries recorded there have been made again."""
+        if not parked:
+            self.park(op_id, kind)
+        try:
+            while self.gated or op_id in self.holding:
+                await self.released.wait()
+        finally:
+            if not parked:
+                self.unpark(op_id)
+
+    def close_gate(self) -> None:
+        self.gated = True
+
+    def open_gate(self) -> None:
+        self.gated = False
+        self.release_held()
+
+    def release_held(self) -> None:
+        """Let tasks held at their ops look again (a delivery was made)."""
+        released, self.released = self.released, anyio.Event()
+        released.set()
+
+    def frontier(self) -> list[dict[str, str]]:
+        """Where every workflow task waits now: the ops of a delivery's frontier."""
+        return [{"op_id": op_id, "kind": kind} for op_id, kind in sorted(self.parked.items())]
 
     def _check_quiet(self) -> None:
         if self.active <= 0:
@@ -296,7 +415,8 @@ class WorkflowContext:
         Not when the worker itself stops the run (shutdown, lost lease, a
         deadline that revoked authority): then nothing may be recorded.
         """
-        return not self.hard_stop and self.broken is None
+        return (not self.hard_stop and self.broken is None and not self.closing
+                and not self.failing)
 
     def binding_deadline(self) -> float | None:
         """The deadline workflow code sees: the cleanup deadline counts only once

@@ -11,7 +11,7 @@ exception at those awaits. Replay re-delivers at the same boundary.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -30,9 +30,10 @@ from ..errors import (
     WriteRejected,
 )
 from ..failure import Failure, leaf_exceptions
-from ..store.records import RunStatus
-from ..store.writes import CloseRun, DeliverCancellation
+from ..store.records import ClientRequest, InboxItem, RunRecord, RunStatus
+from ..store.writes import CloseRun, DeliverCancellation, Write
 from .context import WorkflowContext
+from .inbox import Inbox
 from .phases import phase_failure
 from .runtime import WorkflowRuntime
 from .state import enter_task
@@ -48,7 +49,12 @@ class RunExecutor:
     boundary.
     """
 
-    def __init__(self, ctx: WorkflowContext, on_done: Callable[[RunExecutor], None]) -> None:
+    def __init__(self, ctx: WorkflowContext, on_done: Callable[[RunExecutor], None], *,
+                 scratch: bool = False) -> None:
+        # scratch: a read-only replay (a query of an idle run, the Replayer): no
+        # deadlines, no new cancellation, nothing recorded (its committer sees to that)
+        self.scratch = scratch
+        ctx.scratch = scratch
         self.ctx = ctx
         self.run = ctx.run
         ctx.executor = self
@@ -61,6 +67,8 @@ class RunExecutor:
         self._guard: anyio.abc.TaskGroup | None = None
         self._interrupt_pending = False
         self._delivery_started = False
+        self.delivery_lock = anyio.Lock()  # one delivery (cancellation, signal, update) at a time
+        self.code_started = False  # the workflow's own code runs (deliveries may be made)
 
     def stop(self, reason: str) -> None:
         """Stop executing this run locally (lost lease, shutdown, closed elsewhere)."""
@@ -79,15 +87,92 @@ class RunExecutor:
         self.interrupt_code()
 
     def interrupt_code(self) -> None:
+        """Interrupt the code at its awaits: the main task and the handler and
+        op tasks running now (ones started later are not interrupted)."""
         if self.code_scope is None:
             self._interrupt_pending = True
         else:
             self.code_scope.cancel()
+        for scope in list(self.ctx.task_scopes):
+            scope.cancel()
+
+    # ---------------------------------------------------------------- tasks beside the code
+
+    def spawn_task(self, path: str, clock: float, replaying: bool | None,
+                   body: Callable[[], Awaitable[None]],
+                   on_interrupt: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Run `body` as workflow task `path` (an async handler, an op started
+        with a handle) beside the code: interrupted with it by a delivered
+        cancellation, stopped when the code returns. `replaying` (its log lines
+        silent) is, when None, whether history holds ops of the task."""
+        ctx = self.ctx
+        assert self._guard is not None, "workflow tasks start while the code runs"
+        ctx.task_started()  # running from now on, so no delivery is made before it waits
+
+        async def run() -> None:
+            state = enter_task(ctx, path, clock)
+            if replaying is not None:
+                state.replaying = replaying
+            scope = anyio.CancelScope()
+            ctx.task_scopes.add(scope)
+            try:
+                with scope:
+                    await body()
+                if scope.cancelled_caught and on_interrupt is not None:
+                    await on_interrupt()
+            except Exception as exc:
+                self.task_failed(exc)
+            finally:
+                ctx.task_scopes.discard(scope)
+                ctx.task_finished()
+
+        self._guard.start_soon(run, name=f"workflow-task {path}")
+
+    def spawn_engine(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `work` for the run in the background (not workflow code: it is
+        never part of a delivery boundary)."""
+        assert self._guard is not None, "engine work runs while the code runs"
+        self._guard.start_soon(work)
+
+    def task_failed(self, exc: BaseException) -> None:
+        """A task beside the code raised: storage trouble stops the run here;
+        anything else (a signal handler's error, non-determinism) fails it."""
+        if isinstance(exc, LostAuthority) or self.ctx.broken is not None:
+            self.stop("storage refused or failed a commit")
+        else:
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the run with `exc` (recording nothing more on the way out)."""
+        ctx = self.ctx
+        if ctx.fatal is None:
+            ctx.fatal = exc
+        ctx.failing = True
+        self.interrupt_code()
+
+    # ---------------------------------------------------------------- signals, queries, updates
+
+    def inbox(self) -> Inbox:
+        if self.ctx.inbox is None:
+            self.ctx.inbox = Inbox(self)
+            if self._guard is not None:
+                self._guard.start_soon(self.ctx.inbox.serve)
+        return self.ctx.inbox
+
+    def on_interaction(self, item: InboxItem | ClientRequest) -> None:
+        """A signal, query or update for this run arrived (an in-process wake-up)."""
+        self.inbox().receive(item)
+
+    def on_run_state(self, run: RunRecord) -> None:
+        """The run's stored counters (a resync): fetch what arrived from elsewhere."""
+        if run.inbox_seq or run.request_seq or self.ctx.inbox is not None:
+            self.inbox().notice(run)
 
     def on_request(self, record: dict[str, Any]) -> None:
         """A cancellation request was recorded for this run: deliver it."""
         ctx = self.ctx
-        if ctx.cancellation is not None or self._delivery_started or self._guard is None:
+        if (ctx.cancellation is not None or self._delivery_started or self._guard is None
+                or self.scratch):
             return
         if record.get("delivered_at") is not None:
             return
@@ -97,6 +182,10 @@ class RunExecutor:
         self._guard.start_soon(self._watch_deadline, float(record["deadline_at"]))
 
     async def _deliver(self, record: dict[str, Any]) -> None:
+        async with self.delivery_lock:  # not in the middle of a signal's or update's
+            await self._deliver_now(record)
+
+    async def _deliver_now(self, record: dict[str, Any]) -> None:
         ctx = self.ctx
         # Deliver where every task waits on a durable op, so replay finds the same
         # boundary; a task stuck in a non-durable await is not waited for long.
@@ -104,11 +193,12 @@ class RunExecutor:
             while ctx.active > 0 or self.code_scope is None:
                 with anyio.move_on_after(0.01):
                     await ctx.quiet.wait()
-        boundary = [{"op_id": op_id, "kind": kind} for op_id, kind in sorted(ctx.parked.items())]
+        boundary = ctx.frontier()
         ctx.delivering = True
         delivered_at = ctx.clock.now()
         try:
-            await ctx.commit([DeliverCancellation(record["request_id"], boundary, delivered_at)])
+            await ctx.commit([DeliverCancellation(record["request_id"], boundary, delivered_at,
+                                                  deliveries=ctx.deliveries)])
         except Exception:
             self.stop("delivery could not be recorded")
             return
@@ -146,6 +236,8 @@ class RunExecutor:
         if all(isinstance(e, LostAuthority) for e in leaves):
             self.ctx.log.info("run_dropped", reason="lost authority")
             return
+        if self.scratch:  # the replay's owner reads what happened from the context
+            return
         # A storage error (not the workflow's own): drop the run locally and hand
         # it back; whoever claims it next replays it from storage.
         self.ctx.log.warning("run_execution_error", error=repr(exc))
@@ -154,10 +246,13 @@ class RunExecutor:
     async def _execute(self) -> None:
         ctx = self.ctx
         run = self.run
-        deadline = run.deadlines.earliest
+        deadline = None if self.scratch else run.deadlines.earliest
         if deadline is not None and ctx.clock.now() >= deadline:
             await self._enforce_deadline()
             return
+        if (run.inbox_seq or run.request_seq) and ctx.inbox is None:
+            items, requests = await ctx.worker.store.load_inbox(run.run_id)
+            self.inbox().load(items, requests, run)
         outcome: CloseRun | None = None
         async with anyio.create_task_group() as guard:
             self._guard = guard
@@ -169,9 +264,12 @@ class RunExecutor:
                 and "cooperative_cancellation" in getattr(ctx.worker, "capabilities", ())
             ):
                 self.on_request(run.cancellation)
+            if ctx.inbox is not None:
+                guard.start_soon(ctx.inbox.serve)
             try:
                 outcome = await self._run_code()
             finally:
+                ctx.closing = True  # handlers stop now; what they leave is settled below
                 self._guard = None
                 guard.cancel_scope.cancel()
         if self.stop_reason == "deadline":
@@ -190,8 +288,12 @@ class RunExecutor:
                 f"{', '.join(skipped[:5])}{'...' if len(skipped) > 5 else ''}: the code "
                 "changed in a way that skips part of its history. The run is marked for "
                 "review; deploy the old code or terminate the run"))
+        writes: list[Write] = [outcome]
+        if ctx.inbox is not None and not outcome.needs_review:
+            # updates still running fail with the run's close
+            writes = [*ctx.inbox.unfinished_updates(outcome.status), outcome]
         try:
-            await ctx.commit([outcome])
+            await ctx.commit(writes)
         except WriteRejected as exc:
             # The close itself could not be stored (its result or failure):
             # close the run failed with a failure that can be, saying why.
@@ -210,7 +312,15 @@ class RunExecutor:
                 self.code_scope = code_scope
                 if self._interrupt_pending:
                     code_scope.cancel()
-                value = await ctx.defn.fn(*args)
+                main = ctx.defn.start(ctx)  # a class-based workflow: a fresh instance
+                if ctx.inbox is not None:
+                    await ctx.inbox.at_start()
+                self.code_started = True
+                if ctx.inbox is not None:
+                    ctx.inbox.poke()
+                value = await main(*args)
+                if ctx.inbox is not None:
+                    ctx.inbox.check_finished()
             if ctx.fatal is not None:
                 raise ctx.fatal
             if ctx.cancellation is not None and not ctx.hard_stop:
@@ -265,7 +375,8 @@ class RunExecutor:
         return CloseRun(RunStatus.CONTINUED, continue_input=payload)
 
     def _non_deterministic(self, exc: BaseException) -> CloseRun:
-        self.ctx.log.error("non_determinism", error=str(exc))
+        if not self.scratch:
+            self.ctx.log.error("non_determinism", error=str(exc))
         return CloseRun(RunStatus.FAILED, failure=Failure.from_exception(exc, "non_determinism"),
                         needs_review=True)
 

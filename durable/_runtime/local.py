@@ -23,7 +23,7 @@ from ..store.records import OpKind
 from ..store.writes import RecordLocalActivity
 from . import attempts, caps
 from .context import WorkflowContext
-from .ops import go_live, interruptible, live_gate, outcome, tracked_shield
+from .ops import go_live, interruptible, leave, live_gate, outcome, tracked_shield
 from .state import TaskState
 
 
@@ -41,6 +41,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.LOCAL_ACTIVITY, defn.name)
     if record is not None and not ctx.must_block(record, op_id):
+        await leave(ctx, op_id, OpKind.LOCAL_ACTIVITY)
         return outcome(ctx, state, record, defn.return_hint)
     started = ctx.clock.now()
     policy = options.cancellation
@@ -121,6 +122,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             if next_at is None:
                 break
             await ctx.clock.sleep_until(next_at)
+        if ctx.must_hold(op_id):  # a signal or update is being delivered here
+            await ctx.hold(op_id, OpKind.LOCAL_ACTIVITY, parked=True)
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
             with tracked_shield(ctx):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,13 +36,14 @@ from ..store.writes import (
 )
 from . import caps
 from .context import WorkflowContext
-from .state import TaskState
+from .state import TaskState, current_task_state
 
 
 def outcome(ctx: WorkflowContext, state: TaskState, op: OpRecord, hint: Any = None) -> Any:
     """Return or raise a closed op's recorded outcome (replay and live alike)."""
     if op.closed_at is not None:
         state.clock = max(state.clock, op.closed_at)
+        ctx.latest = max(ctx.latest, op.closed_at)
     if op.status == OpStatus.COMPLETED:
         return ctx.converter.decode(op.result, hint)
     failure = op.failure or Failure(op.status)
@@ -106,14 +107,25 @@ async def interruptible(
         result = await wait()
         if ctx.delivering:
             await anyio.sleep_forever()  # delivery is being recorded: this is the boundary
+        if ctx.must_hold(op_id):  # a signal or update is being delivered here
+            await ctx.hold(op_id, kind, parked=True)
         return result
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
             with tracked_shield(ctx):
                 await on_interrupt()
+                if ctx.must_hold(op_id):
+                    await ctx.hold(op_id, kind, parked=True)
         raise
     finally:
         ctx.unpark(op_id)
+
+
+async def leave(ctx: WorkflowContext, op_id: str, kind: str) -> None:
+    """Before a replayed op returns its recorded outcome: stay while deliveries
+    recorded at this op are made again (see durable/_runtime/inbox.py)."""
+    if ctx.must_hold(op_id):
+        await ctx.hold(op_id, kind, parked=False)
 
 
 def seconds_or_none(value: Seconds | None) -> float | None:
@@ -126,10 +138,12 @@ def seconds_or_none(value: Seconds | None) -> float | None:
 
 async def execute_activity(ctx: WorkflowContext, state: TaskState,
                            activity: Callable[..., Any] | str, args: tuple[Any, ...],
-                           options: ActivityOptions, *, op_id: str | None = None,
+                           options: ActivityOptions,
+                           scheduled: anyio.Event | None = None, *, op_id: str | None = None,
                            unit: bool = False) -> Any:
     """A remote activity: any worker with it registered may run it.
 
+    `scheduled` (an activity handle's) is set once the op's record exists.
     `op_id` names the op explicitly (an idempotent unit's stable key) instead
     of the task's next sequence number; `unit` marks an attempt whose failure
     to confirm its effect (its worker lost, a call past its start-to-close)
@@ -147,7 +161,10 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
     op_id = op_id or state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.ACTIVITY, name)
     hint = defn.return_hint if defn is not None else None
+    if record is not None and scheduled is not None:
+        scheduled.set()
     if record is not None and record.closed and not ctx.must_block(record, op_id):
+        await leave(ctx, op_id, OpKind.ACTIVITY)
         return outcome(ctx, state, record, hint)
     if record is None:
         left = caps.time_left(ctx, state)
@@ -184,6 +201,8 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
                 task_queue=options.task_queue or ctx.run.task_queue, input=payload,
                 options=snapshot,
             )])
+            if scheduled is not None:
+                scheduled.set()
         done = await interruptible(ctx, op_id, OpKind.ACTIVITY, lambda: ctx.wait_op(op_id),
                                    on_interrupt)
     finally:
@@ -201,6 +220,7 @@ async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> No
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.TIMER, "sleep")
     if record is not None and record.closed and not ctx.must_block(record, op_id):
+        await leave(ctx, op_id, OpKind.TIMER)
         outcome(ctx, state, record)
         return
     ctx.reserve("timer")
@@ -253,6 +273,7 @@ class ChildHandle:
         ctx, op_id, options = self._ctx, self.op_id, self._options
         record = ctx.recorded.get(op_id)
         if record is not None and record.closed and not ctx.must_block(record, op_id):
+            await leave(ctx, op_id, OpKind.CHILD)
             return outcome(ctx, self._state, record, self._hint)
         policy = options.cancellation
 
@@ -267,6 +288,81 @@ class ChildHandle:
         record = await interruptible(ctx, op_id, OpKind.CHILD, lambda: ctx.wait_op(op_id),
                                      on_interrupt)
         return outcome(ctx, self._state, record, self._hint)
+
+    def request_cancellation(self, reason: str | None = None) -> Acknowledgement:
+        """Cancel this one child, applying its `ChildOptions.cancellation` policy.
+
+        TRY_CANCEL and ABANDON end the await at once (`ChildWorkflowFailed`
+        caused by `WorkflowCancelled`); WAIT_CANCELLATION_COMPLETED sends the
+        child a cooperative request and the await ends when the child has
+        closed. Returns at once; ``await`` the returned value to wait until
+        the request is recorded.
+        """
+        ctx, op_id, options = self._ctx, self.op_id, self._options
+        require_writable("ChildHandle.request_cancellation")
+
+        async def send() -> None:
+            record = ctx.recorded.get(op_id)
+            if record is not None and record.closed:
+                return
+            await ctx.commit([RequestChildCancellation(
+                op_id, options.cancellation.value, seconds_or_none(options.cleanup_timeout),
+                scope="operation", reason=reason or "cancelled by its parent")])
+
+        return engine_call(ctx, send)
+
+
+class Acknowledgement:
+    """Something the engine does on the workflow's behalf, in the background;
+    ``await`` it to wait until it is done (its error, if any, is raised there)."""
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self._error: BaseException | None = None
+
+    def _finish(self, error: BaseException | None) -> None:
+        self._error = error
+        self._done.set()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> None:
+        if not self._done.is_set():
+            state = current_task_state()
+            state.ctx.block()
+            try:
+                await self._done.wait()
+            finally:
+                state.ctx.unblock()
+        if self._error is not None:
+            raise self._error
+
+
+def engine_call(ctx: WorkflowContext, work: Callable[[], Awaitable[None]]) -> Acknowledgement:
+    """Run `work` in the run's engine task group; the acknowledgement reports it."""
+    ack = Acknowledgement()
+
+    async def run() -> None:
+        try:
+            await work()
+        except Exception as exc:
+            ack._finish(exc)
+            if ctx.broken is not None and ctx.executor is not None:  # storage refused it
+                ctx.executor.stop("storage refused or failed a commit")
+            return
+        ack._finish(None)
+
+    assert ctx.executor is not None, "engine calls are made by a run's executor"
+    ctx.executor.spawn_engine(run)
+    return ack
+
+
+def require_writable(what: str) -> None:
+    """Refuse a call that records something from read-only code (a query, a validator)."""
+    state = current_task_state()
+    if state.runtime is not None and getattr(state.runtime, "read_only", False):
+        state.runtime.refuse(what)
 
 
 async def start_child(ctx: WorkflowContext, state: TaskState,

@@ -32,9 +32,10 @@ from ..clock import to_datetime
 from ..errors import ContinueAsNew
 from ..options import ActivityOptions, ChildOptions, Seconds
 from ..store.records import earliest
-from . import caps
+from . import caps, interact
 from .caps import PhaseInfo
 from .context import WorkflowContext
+from .interact import ActivityHandle
 from .local import execute_local_activity
 from .ops import ChildHandle, execute_activity, sleep, start_child, tracked_shield
 from .phases import Phase
@@ -158,6 +159,33 @@ class Runtime(abc.ABC):
     def log(self, level: str, event: str, fields: dict[str, Any]) -> None:
         """Log through the run's bound logger, silently while replaying."""
 
+    @abc.abstractmethod
+    def register_handler(self, kind: str, name: str, fn: Callable[..., Any],
+                         validator: Callable[..., Any] | None) -> None:
+        """Register a signal, query or update handler for the rest of the run."""
+
+    @abc.abstractmethod
+    async def wait_condition(self, predicate: Callable[[], Any],
+                             timeout: Seconds | None) -> bool:  # noqa: ASYNC109
+        """Wait until `predicate()` holds (True) or the durable timeout passes (False)."""
+
+    @abc.abstractmethod
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the code after `patch_id` (recorded as a marker)."""
+
+    @abc.abstractmethod
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The code before `patch_id` is gone; skip its marker where history has one."""
+
+    @abc.abstractmethod
+    def start_activity(self, activity: Callable[..., Any] | str, args: tuple[Any, ...],
+                       options: ActivityOptions) -> ActivityHandle:
+        """Start a remote activity; a handle to await or cancel it."""
+
+    @abc.abstractmethod
+    def all_handlers_finished(self) -> bool:
+        """Whether no signal or update handler task is running."""
+
     def continue_as_new(self, args: tuple[Any, ...]) -> None:
         """End this run; the next run of the same id starts with `args`."""
         raise ContinueAsNew(args)
@@ -203,8 +231,16 @@ class WorkflowRuntime(Runtime):
     @asynccontextmanager
     async def task_group(self) -> AsyncIterator[TaskGroup]:
         state = current_task_state()
-        async with anyio.create_task_group() as tg:
-            yield TaskGroup(tg, state)
+        blocked = False
+        try:
+            async with anyio.create_task_group() as tg:
+                yield TaskGroup(tg, state)
+                # the body is done: this task now only waits for its children
+                self.ctx.block()
+                blocked = True
+        finally:
+            if blocked:
+                self.ctx.unblock()
 
     @contextmanager
     def cancellation_shield(self) -> Iterator[anyio.CancelScope]:
@@ -229,23 +265,51 @@ class WorkflowRuntime(Runtime):
         return current_task_state().new_uuid()
 
     def info(self) -> WorkflowInfo:
-        run = self.ctx.run
-        return WorkflowInfo(
-            workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type,
-            namespace=run.namespace, task_queue=run.task_queue, run_number=run.run_number,
-            parent_workflow_id=run.parent_workflow_id, parent_run_id=run.parent_run_id,
-            execution_deadline=to_datetime(run.execution_deadline_at),
-            run_deadline=to_datetime(run.run_deadline_at),
-        )
+        return run_info(self.ctx)
 
     def log(self, level: str, event: str, fields: dict[str, Any]) -> None:
         if current_task_state().replaying:
             return
         getattr(self.ctx.user_log, level)(event, **fields)
 
+    def register_handler(self, kind: str, name: str, fn: Callable[..., Any],
+                         validator: Callable[..., Any] | None) -> None:
+        current_task_state()
+        interact.register_handler(self.ctx, kind, name, fn, validator)
+
+    async def wait_condition(self, predicate: Callable[[], Any],
+                             timeout: Seconds | None) -> bool:  # noqa: ASYNC109
+        return await interact.wait_condition(self.ctx, current_task_state(), predicate, timeout)
+
+    def patched(self, patch_id: str) -> bool:
+        return interact.patched(self.ctx, current_task_state(), patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        interact.deprecate_patch(self.ctx, current_task_state(), patch_id)
+
+    def start_activity(self, activity: Callable[..., Any] | str, args: tuple[Any, ...],
+                       options: ActivityOptions) -> ActivityHandle:
+        return interact.start_activity(self.ctx, current_task_state(), activity, args, options)
+
+    def all_handlers_finished(self) -> bool:
+        return self.ctx.running_handlers == 0
+
+
+def run_info(ctx: WorkflowContext) -> WorkflowInfo:
+    run = ctx.run
+    return WorkflowInfo(
+        workflow_id=run.workflow_id, run_id=run.run_id, workflow_type=run.workflow_type,
+        namespace=run.namespace, task_queue=run.task_queue, run_number=run.run_number,
+        parent_workflow_id=run.parent_workflow_id, parent_run_id=run.parent_run_id,
+        execution_deadline=to_datetime(run.execution_deadline_at),
+        run_deadline=to_datetime(run.run_deadline_at),
+    )
+
 
 def current() -> Runtime:
-    """The runtime of the calling workflow task; a clear error anywhere else."""
-    runtime = current_task_state().ctx.runtime
+    """The runtime of the calling workflow task (a query's read-only one while a
+    query runs); a clear error anywhere else."""
+    state = current_task_state()
+    runtime: Runtime | None = state.runtime or state.ctx.runtime
     assert runtime is not None, "the executor sets a run's runtime before its code runs"
     return runtime

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextvars
 import random
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +38,8 @@ class TaskState:
     rng: random.Random = field(default_factory=random.Random)
     # durable phases this task runs inside, outermost first (see phases.py)
     phases: list[Any] = field(default_factory=list)
+    #: a runtime other than the run's (a query's read-only one), or None
+    runtime: Any = None
 
     def next_op_id(self) -> str:
         self.seq += 1
@@ -82,3 +86,24 @@ def enter_task(ctx: WorkflowContext, path: str, clock: float) -> TaskState:
     state.rng.seed(f"{ctx.run.run_id}/{path}")
     _task_state.set(state)
     return state
+
+
+def new_task_state(ctx: WorkflowContext, path: str, clock: float, *, replaying: bool,
+                   runtime: Any = None) -> TaskState:
+    """State for code that runs as workflow task `path` in the calling anyio task
+    (a handler run by the engine's own task; see `as_task`)."""
+    state = TaskState(path=path, task=anyio.get_current_task().id, ctx=ctx, clock=clock,
+                      replaying=replaying, runtime=runtime)
+    state.rng.seed(f"{ctx.run.run_id}/{path}")
+    return state
+
+
+@contextmanager
+def as_task(state: TaskState) -> Iterator[TaskState]:
+    """Let the calling anyio task act as workflow task `state` for a while (a
+    plain-function handler runs this way, without a task of its own)."""
+    token = _task_state.set(state)
+    try:
+        yield state
+    finally:
+        _task_state.reset(token)

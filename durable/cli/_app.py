@@ -96,6 +96,7 @@ _REFUSED: tuple[type[BaseException], ...] = (
     durable.RunAlreadyClosed,
     durable.PolicyRejected,
     durable.CapabilityUnsupported,
+    durable.UpdateRejected,
 )
 
 _FIXES: dict[type[BaseException], str] = {
@@ -104,6 +105,10 @@ _FIXES: dict[type[BaseException], str] = {
     durable.RunAlreadyClosed: "the run is closed; `durable describe ID` shows how it ended",
     durable.CapabilityUnsupported: (
         "`durable cancel ID` or `durable terminate ID` stop it without cleanup"
+    ),
+    durable.QueryFailed: (
+        "`durable describe ID` shows the run's type and task queue; a worker with that "
+        "type must be running to answer"
     ),
     durable.StorageUnavailable: (
         "check --db / DURABLE_DB_URL and that the database is reachable"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import socket
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -312,6 +313,96 @@ def request_cancellation(session: Session, workflow_id: str, reason: str,
                 "context": _fmt.jsonable(context)}
 
     session.out.emit(session.run(body), _views.cancellation_requested)
+
+
+args_option = click.option(
+    "--args", "args_json", metavar="JSON_ARRAY",
+    help="The handler's arguments as a JSON array, e.g. '[\"ann\", 3]'.")
+
+
+@cli.command(short_help="Send a running workflow a signal.")
+@workflow_id_argument
+@click.argument("name")
+@args_option
+@run_option
+@json_option
+@pass_session
+def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
+           run_id: str | None) -> None:
+    """Send the workflow's signal NAME; returns once it is recorded.
+
+    The workflow's handler gets it in the order signals were sent, exactly
+    once. A closed run refuses it (exit 4).
+    """
+    args = parse_args_json(args_json, "--args")
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        await client.get_handle(workflow_id, run_id=run_id).signal(name, *args)
+        return {"workflow_id": workflow_id, "run_id": run_id, "signal": name,
+                "recorded": True}
+
+    session.out.emit(session.run(body), _views.signalled)
+
+
+@cli.command(short_help="Ask a workflow a query (read-only).")
+@workflow_id_argument
+@click.argument("name")
+@args_option
+@click.option("--timeout", type=DURATION, default=10.0, show_default=True, metavar="S",
+              help="How long to wait for a worker's answer.")
+@run_option
+@json_option
+@pass_session
+def query(session: Session, workflow_id: str, name: str, args_json: str | None,
+          timeout: float, run_id: str | None) -> None:
+    """Ask the workflow's query NAME and print the answer.
+
+    A worker holding the run answers from memory; a run no worker holds
+    (closed ones too) is answered by a worker of its type replaying it.
+    Nothing is recorded.
+    """
+    args = parse_args_json(args_json, "--args")
+    if timeout <= 0:
+        raise click.BadParameter("must be greater than 0 seconds", param_hint="--timeout")
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        answer = await client.get_handle(workflow_id, run_id=run_id).query(
+            name, *args, timeout=timeout)
+        return {"workflow_id": workflow_id, "query": name, "result": _fmt.jsonable(answer)}
+
+    session.out.emit(session.run(body), _views.answered)
+
+
+@cli.command(short_help="Run a workflow's update and print its result.")
+@workflow_id_argument
+@click.argument("name")
+@args_option
+@click.option("--update-id", metavar="ID",
+              help="Makes it idempotent: the same id again prints the recorded result.")
+@click.option("--timeout", type=DURATION, metavar="S",
+              help="Stop waiting after this long (the update goes on once accepted).")
+@run_option
+@json_option
+@pass_session
+def update(session: Session, workflow_id: str, name: str, args_json: str | None,
+           update_id: str | None, timeout: float | None, run_id: str | None) -> None:
+    """Run the workflow's update NAME: validated, recorded, run as workflow code.
+
+    A validator's refusal exits 4 with nothing recorded; a handler that
+    raised exits 1.
+    """
+    args = parse_args_json(args_json, "--args")
+    if timeout is not None and timeout <= 0:
+        raise click.BadParameter("must be greater than 0 seconds", param_hint="--timeout")
+    chosen = update_id or uuid.uuid4().hex
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        result = await client.get_handle(workflow_id, run_id=run_id).update(
+            name, *args, update_id=chosen, timeout=timeout)
+        return {"workflow_id": workflow_id, "update": name, "update_id": chosen,
+                "result": _fmt.jsonable(result)}
+
+    session.out.emit(session.run(body), _views.updated)
 
 
 def _close(session: Session, workflow_id: str, run_id: str | None, action: str,

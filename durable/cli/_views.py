@@ -461,6 +461,24 @@ def closed(out: Output, data: Mapping[str, Any]) -> None:
         f" (reason: {data.get('reason')})"), soft_wrap=True)
 
 
+def signalled(out: Output, data: Mapping[str, Any]) -> None:
+    out.console.print(Text.assemble(
+        "Signal ", (str(data.get("signal")), "bold"), " recorded for ",
+        (str(data.get("workflow_id")), "bold")), soft_wrap=True)
+
+
+def answered(out: Output, data: Mapping[str, Any]) -> None:
+    out.console.print(_fmt.dumps(data.get("result"), indent=2), markup=False,
+                      highlight=False, soft_wrap=True)
+
+
+def updated(out: Output, data: Mapping[str, Any]) -> None:
+    out.console.print(Text.assemble(
+        "Update ", (str(data.get("update")), "bold"), f" (id {data.get('update_id')}) of ",
+        (str(data.get("workflow_id")), "bold"), " completed: ",
+        _fmt.dumps(data.get("result"))), soft_wrap=True)
+
+
 def repair(out: Output, data: Mapping[str, Any]) -> None:
     counts = data.get("repaired") or {}
     if not counts:

@@ -152,6 +152,11 @@ CASCADE = obj({
 REPAIR_PASS = obj({"repaired": {"type": "object", "additionalProperties": INTEGER},
                    "total": INTEGER})
 
+SIGNAL = obj({"workflow_id": STRING, "run_id": NULLABLE_STRING, "signal": STRING,
+              "recorded": BOOLEAN})
+QUERY = obj({"workflow_id": STRING, "query": STRING, "result": ANY})
+UPDATE = obj({"workflow_id": STRING, "update": STRING, "update_id": STRING, "result": ANY})
+
 #: The shape each command prints with --json. ``history --follow --json`` and
 #: ``watch --json`` print JSON Lines: one ``history_event`` / ``describe``
 #: object per line.
@@ -168,6 +173,9 @@ SCHEMAS: dict[str, Schema] = {
     "cascade": CASCADE,
     "watch": DESCRIBE,
     "repair-pass": REPAIR_PASS,
+    "signal": SIGNAL,
+    "query": QUERY,
+    "update": UPDATE,
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -303,7 +303,9 @@ class ControlPlaneServer:
                     role=role, params=params, body=body, request_id=request_id,
                     max_wait=self.max_wait, wait_for_change=self.wait_for_change,
                 )
-                if op.long_poll and params.get("wait"):
+                # a GET long-polls only when asked to wait; a POST that waits
+                # (a query, an update) always may
+                if op.long_poll and (op.method != "GET" or params.get("wait")):
                     outcome = await self._until_disconnect(request, lambda: op.handler(call))
                     if outcome is None:
                         request.scope["durable.disconnected"] = True

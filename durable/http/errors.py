@@ -15,16 +15,21 @@ from ..errors import (
     CapabilityUnsupported,
     ConfigurationError,
     DurableError,
+    FailureCarrying,
     NotRegistered,
     PayloadError,
     PolicyRejected,
+    QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
     StorageUnavailable,
     StructuralLimitExceeded,
+    UpdateFailed,
+    UpdateRejected,
     WorkflowAlreadyStarted,
     WorkflowNotFound,
 )
+from ..failure import Failure
 
 # The header every /api route requires, and the only version this server speaks.
 VERSION_HEADER = "X-Durable-Workflow-Control-Plane-Version"
@@ -65,7 +70,15 @@ ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
     (PayloadError, 400, "payload_error"),
     (ConfigurationError, 400, "invalid_argument"),
     (StorageUnavailable, 503, "storage_unavailable"),
+    (QueryFailed, 422, "query_failed"),
+    (UpdateRejected, 422, "update_rejected"),
+    (UpdateFailed, 409, "update_failed"),
 )
+# Errors that carry a failure dictionary, rebuilt with it (and its cause).
+_CARRYING: dict[str, type[FailureCarrying]] = {
+    "query_failed": QueryFailed, "update_rejected": UpdateRejected,
+    "update_failed": UpdateFailed,
+}
 
 def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
     """(status, code, extra fields) for a durable error, or None for anything else."""
@@ -82,6 +95,8 @@ def _details(exc: BaseException) -> dict[str, Any]:
         return {"kind": exc.kind, "value": exc.value, "limit": exc.limit}
     if isinstance(exc, StorageUnavailable):
         return {"outcome_unknown": exc.outcome_unknown}
+    if isinstance(exc, FailureCarrying):
+        return {"failure": exc.failure}
     return {}
 
 
@@ -105,6 +120,11 @@ def error_from_wire(status: int, body: Any) -> DurableError:
                                       int(error.get("limit") or 0))
     elif code == "storage_unavailable":
         exc = StorageUnavailable(message, outcome_unknown=bool(error.get("outcome_unknown")))
+    elif code in _CARRYING:
+        failure = error.get("failure") if isinstance(error.get("failure"), dict) else {}
+        exc = _CARRYING[code](message, failure)
+        if failure:
+            exc.__cause__ = Failure.from_dict(failure).to_error()
     elif code in ("unauthenticated",):
         exc = AuthenticationFailed(message, status=status, code=code, details=details)
     elif code == "forbidden":

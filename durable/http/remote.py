@@ -15,13 +15,20 @@ import json
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import httpx
 
 from ..control import Page, RunState
-from ..errors import ConfigurationError, StorageUnavailable, WorkflowNotFound
+from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
-from .wire import event_from_wire, record_from_wire, state_from_wire, summary_from_wire
+from .wire import (
+    encode_payload,
+    event_from_wire,
+    record_from_wire,
+    state_from_wire,
+    summary_from_wire,
+)
 
 # Longest wait one result request asks for (the server may cap it lower).
 _MAX_WAIT = 30.0
@@ -118,7 +125,13 @@ class RemoteControl:
     # ------------------------------------------------------------ the protocol
 
     async def start(self, request: StartRequest) -> StartResult:
-        body = {
+        _, data = await self._call("POST", "/api/workflows", body=self._start_body(request))
+        return StartResult(run_id=str(data["run_id"]), created=bool(data["created"]),
+                           status=str(data["status"]))
+
+    @staticmethod
+    def _start_body(request: StartRequest) -> dict[str, Any]:
+        return {
             "workflow_type": request.workflow_type,
             "workflow_id": request.workflow_id,
             "input": json.loads(request.input),
@@ -130,9 +143,6 @@ class RemoteControl:
             # The client checked a workflow name already (as an embedded one does).
             "require_registered": False,
         }
-        _, data = await self._call("POST", "/api/workflows", body=body)
-        return StartResult(run_id=str(data["run_id"]), created=bool(data["created"]),
-                           status=str(data["status"]))
 
     async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
         try:
@@ -213,6 +223,48 @@ class RemoteControl:
     async def repair_pass(self) -> dict[str, int]:
         _, data = await self._call("POST", "/api/repair-pass")
         return {str(k): int(v) for k, v in data["counts"].items()}
+
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+        await self._call("POST", self._run_path(workflow_id, run_id, "signal"),
+                         body={"name": name, "args": json.loads(args)})
+
+    async def signal_with_start(self, request: StartRequest, name: str,
+                                args: str) -> StartResult:
+        body = self._start_body(request)
+        body.update(signal=name, signal_args=json.loads(args))
+        _, data = await self._call("POST", "/api/signal-with-start", body=body)
+        return StartResult(run_id=str(data["run_id"]), created=bool(data["created"]),
+                           status=str(data["status"]))
+
+    async def query(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                    wait: float) -> str:
+        _, data = await self._call(
+            "POST", self._run_path(workflow_id, run_id, "query"),
+            body={"name": name, "args": json.loads(args), "timeout_seconds": wait},
+            read_timeout=wait + self.timeout)
+        return encode_payload(data["result"])
+
+    async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                     update_id: str, wait: float | None) -> str:
+        # The server bounds each wait by its max_wait: an update that outlasts one
+        # request is waited for again by its update_id (it runs once either way).
+        deadline = None if wait is None else anyio.current_time() + wait
+        while True:
+            step = _MAX_WAIT if deadline is None else max(
+                0.001, min(_MAX_WAIT, deadline - anyio.current_time()))
+            try:
+                _, data = await self._call(
+                    "POST", self._run_path(workflow_id, run_id, "update"),
+                    body={"name": name, "args": json.loads(args), "update_id": update_id,
+                          "wait_seconds": step},
+                    read_timeout=step + self.timeout)
+            except UpdateFailed as exc:
+                if exc.failure.get("timeout_kind") == "update_wait" and (
+                    deadline is None or anyio.current_time() < deadline
+                ):
+                    continue
+                raise
+            return encode_payload(data["result"])
 
     async def registered_types(self) -> set[str]:
         _, data = await self._call("GET", "/api/workflow-types")

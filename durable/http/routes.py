@@ -5,12 +5,13 @@ request and response schemas, and the handler.
 version header, the token's role, the namespace, the parameters and the
 body against these very schemas before the handler runs; `openapi.py`
 writes the OpenAPI document from the same objects. To add routes (signals,
-queries and updates come next), append `Operation`s to the list that
+for instance), append `Operation`s to the list that
 `operations()` returns: the server, its validation and its spec follow.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from ..errors import NotRegistered, WorkflowNotFound
 from ..options import IdReusePolicy, StartOptions
 from .schema import TEXT_PATTERN, Schema, check_schema
-from .wire import event_to_wire, record_to_wire, state_to_wire
+from .wire import encode_payload, event_to_wire, parse_payload, record_to_wire, state_to_wire
 
 if TYPE_CHECKING:
     from ..client import Client
     from ..control import RunState
+    from ..store.records import StartRequest
 
 STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
             "terminated", "continued"]
@@ -179,6 +181,57 @@ REVIEW_BODY = check_schema({
     }},
 })
 
+ARGS = {"type": "array", "maxItems": 10_000,
+        "description": "The handler's positional arguments, as JSON values."}
+HANDLER_NAME = text(255, "The handler's name (as the workflow declares it).")
+
+SIGNAL_BODY = check_schema({
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {"name": HANDLER_NAME, "args": ARGS},
+})
+
+QUERY_BODY = check_schema({
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": HANDLER_NAME, "args": ARGS,
+        "timeout_seconds": {
+            **seconds("How long to wait for a worker's answer (capped by the server's "
+                      "max_wait); the request is withdrawn after.",
+                      exclusive_minimum=0, nullable=False), "default": 10},
+    },
+})
+
+UPDATE_BODY = check_schema({
+    "type": "object",
+    "required": ["name"],
+    "additionalProperties": False,
+    "properties": {
+        "name": HANDLER_NAME, "args": ARGS,
+        "update_id": {**text(255, "Makes the update idempotent: the same id again returns "
+                                  "the recorded outcome instead of running it twice."),
+                      "type": ["string", "null"]},
+        "wait_seconds": seconds(
+            "How long to wait for the outcome (null or above the server's max_wait: "
+            "max_wait). An update still running then fails with update_failed and "
+            "failure.timeout_kind update_wait; send the same update_id again to keep "
+            "waiting.", exclusive_minimum=0),
+    },
+})
+
+SIGNAL_WITH_START_BODY = check_schema({
+    **START_BODY,
+    "required": ["workflow_type", "workflow_id", "signal"],
+    "properties": {
+        **START_BODY["properties"],
+        "signal": HANDLER_NAME,
+        "signal_args": ARGS,
+    },
+})
+
 ERROR_SCHEMA: Schema = {
     "type": "object",
     "required": ["error"],
@@ -260,6 +313,20 @@ CLOSE_REPLY: Schema = {
     "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
                    "status": {"type": "string", "enum": STATUSES}},
 }
+SIGNAL_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "recorded"],
+    "properties": {"workflow_id": ID_FIELD, "recorded": {"type": "boolean"}},
+}
+QUERY_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "result"],
+    "properties": {"workflow_id": ID_FIELD,
+                   "result": {"description": "The query handler's return value."}},
+}
+UPDATE_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "update_id", "result"],
+    "properties": {"workflow_id": ID_FIELD, "update_id": ID_FIELD,
+                   "result": {"description": "The update handler's return value."}},
+}
 CASCADE_REPLY: Schema = {"type": "object", "required": ["runs"],
                          "properties": {"runs": {"type": "array"}}}
 
@@ -285,6 +352,16 @@ async def list_workflows(call: Call) -> tuple[int, Any]:
 
 async def start_workflow(call: Call) -> tuple[int, Any]:
     body = call.body
+    result = await call.client.control.start(await _start_request(call))
+    return (201 if result.created else 200), {
+        "workflow_id": body["workflow_id"], "run_id": result.run_id,
+        "namespace": call.namespace, "status": result.status, "created": result.created,
+    }
+
+
+async def _start_request(call: Call) -> StartRequest:
+    """A start body (startWorkflow's, signalWithStart's) as the client's request."""
+    body = call.body
     client = call.client
     wf_type: str = body["workflow_type"]
     if body.get("require_registered", True) and (
@@ -302,13 +379,8 @@ async def start_workflow(call: Call) -> tuple[int, Any]:
         run_timeout=body.get("run_timeout_seconds"),
         memo=dict(body.get("memo") or {}),
     )
-    request = client._start_request(wf_type, list(body.get("input") or []),
-                                    body["workflow_id"], options, body.get("task_queue"))
-    result = await client.control.start(request)
-    return (201 if result.created else 200), {
-        "workflow_id": body["workflow_id"], "run_id": result.run_id,
-        "namespace": call.namespace, "status": result.status, "created": result.created,
-    }
+    return client._start_request(wf_type, list(body.get("input") or []),
+                                 body["workflow_id"], options, body.get("task_queue"))
 
 
 async def describe(call: Call) -> tuple[int, Any]:
@@ -390,6 +462,47 @@ async def retry_after_review(call: Call) -> tuple[int, Any]:
         call.params["workflowId"], units=call.body.get("units"))}
 
 
+async def signal(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    await call.client.control.signal(p["workflowId"], p.get("runId"), body["name"],
+                                     encode_payload(list(body.get("args") or [])))
+    return 202, {"workflow_id": p["workflowId"], "recorded": True}
+
+
+async def query(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    wait = min(float(body.get("timeout_seconds", 10)), call.max_wait)
+    text_ = await call.client.control.query(p["workflowId"], p.get("runId"), body["name"],
+                                            encode_payload(list(body.get("args") or [])),
+                                            wait)
+    return 200, {"workflow_id": p["workflowId"],
+                 "result": parse_payload(text_, "the query's result")}
+
+
+async def update(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    requested = body.get("wait_seconds")
+    wait = call.max_wait if requested is None else min(float(requested), call.max_wait)
+    update_id = body.get("update_id") or uuid.uuid4().hex
+    text_ = await call.client.control.update(p["workflowId"], p.get("runId"), body["name"],
+                                             encode_payload(list(body.get("args") or [])),
+                                             update_id, wait)
+    return 200, {"workflow_id": p["workflowId"], "update_id": update_id,
+                 "result": parse_payload(text_, "the update's result")}
+
+
+async def signal_with_start(call: Call) -> tuple[int, Any]:
+    body = call.body
+    client = call.client
+    request = await _start_request(call)
+    result = await client.control.signal_with_start(
+        request, body["signal"], encode_payload(list(body.get("signal_args") or [])))
+    return (201 if result.created else 200), {
+        "workflow_id": body["workflow_id"], "run_id": result.run_id,
+        "namespace": call.namespace, "status": result.status, "created": result.created,
+    }
+
+
 async def repair_pass(call: Call) -> tuple[int, Any]:
     return 200, {"counts": await call.client.control.repair_pass()}
 
@@ -410,18 +523,19 @@ def _now() -> float:
 def _run_scoped(method: str, action: str, op_id: str, summary: str, handler: Handler, *,
                 role: str = "viewer", params: tuple[Param, ...] = (),
                 body: Schema | None = None, replies: tuple[Reply, ...] = (),
-                long_poll: bool = False, description: str = "") -> list[Operation]:
+                long_poll: bool = False, description: str = "",
+                body_required: bool = False) -> list[Operation]:
     """An action on a run, twice: on a given run, and on the workflow's current run."""
     suffix = f"/{action}" if action else ""
     return [
         Operation(method, f"/api/workflows/{{workflowId}}/runs/{{runId}}{suffix}",
                   f"{op_id}Run", f"{summary} (a given run)", handler, role,
                   params=(WORKFLOW_ID, RUN_ID, *params), body=body, replies=replies,
-                  long_poll=long_poll, description=description),
+                  long_poll=long_poll, description=description, body_required=body_required),
         Operation(method, f"/api/workflows/{{workflowId}}{suffix}", op_id,
                   f"{summary} (the current run)", handler, role,
                   params=(WORKFLOW_ID, *params), body=body, replies=replies,
-                  long_poll=long_poll, description=description),
+                  long_poll=long_poll, description=description, body_required=body_required),
     ]
 
 
@@ -446,6 +560,17 @@ def operations() -> list[Operation]:
                      Reply(200, "id_reuse_policy return_existing_active: the running one.",
                            START_REPLY),
                      Reply(409, "The id is taken (code already_started).", ERROR_SCHEMA)),
+        ),
+        Operation(
+            "POST", "/api/signal-with-start", "signalWithStart",
+            "Signal the workflow's open run, or start it and signal the new run",
+            signal_with_start, "operator", body=SIGNAL_WITH_START_BODY, body_required=True,
+            replies=(Reply(201, "Started, with the signal as its first.", START_REPLY),
+                     Reply(200, "The open run was signalled.", START_REPLY),
+                     Reply(409, "The id is taken by a closed run its id_reuse_policy does "
+                                "not let start again (code already_started).", ERROR_SCHEMA)),
+            description="One transaction: a new run's handlers see the signal before its "
+                        "code starts.",
         ),
         Operation(
             "GET", "/api/workflows", "listWorkflows", "List runs, newest first",
@@ -539,6 +664,32 @@ def operations() -> list[Operation]:
                        "Close the run at once as terminated", terminate, role="operator",
                        body=REASON_BODY,
                        replies=(Reply(200, "The run's status after.", CLOSE_REPLY),))
+    ops += _run_scoped(
+        "POST", "signal", "signalWorkflow", "Send the run a signal", signal, role="operator",
+        body=SIGNAL_BODY, body_required=True,
+        replies=(Reply(202, "Recorded (SignalReceived); delivered to the workflow's handler "
+                            "in order, exactly once.", SIGNAL_REPLY),
+                 Reply(409, "run_already_closed (nothing recorded).", ERROR_SCHEMA)),
+    )
+    ops += _run_scoped(
+        "POST", "query", "queryWorkflow", "Ask a query (read-only)", query, body=QUERY_BODY,
+        body_required=True, long_poll=True,
+        replies=(Reply(200, "The handler's answer.", QUERY_REPLY),
+                 Reply(422, "query_failed: the handler raised or tried to record, no such "
+                            "handler, or no worker answered in time (failure says which).",
+                       ERROR_SCHEMA)),
+        description="Answered by the worker that holds the run, or by a read-only replay "
+                    "on a worker of its type for idle and closed runs. Viewers may query.",
+    )
+    ops += _run_scoped(
+        "POST", "update", "updateWorkflow", "Run an update and wait for its result", update,
+        role="operator", body=UPDATE_BODY, body_required=True, long_poll=True,
+        replies=(Reply(200, "The handler's result (recorded: UpdateCompleted).", UPDATE_REPLY),
+                 Reply(422, "update_rejected: the validator refused it, or no such handler "
+                            "(nothing recorded).", ERROR_SCHEMA),
+                 Reply(409, "update_failed (the handler raised, the run closed first, or the "
+                            "wait ran out) or run_already_closed.", ERROR_SCHEMA)),
+    )
     ops += _run_scoped("GET", "cancellation-cascade", "getCancellationCascade",
                        "What a cancellation did across the tree of runs", cascade,
                        replies=(Reply(200, "The cascade view.", CASCADE_REPLY),))

@@ -24,16 +24,20 @@ from . import (
     commit,
     deadlines,
     inspection,
+    interaction,
     runs,
     workers,
 )
+from .interaction import RequestTicket, UpdateState
 from .records import (
     ActivityOutcome,
     ActivityTask,
     ClaimedRun,
+    ClientRequest,
     CommitResult,
     HeartbeatAck,
     HistoryEvent,
+    InboxItem,
     OpRecord,
     RunRecord,
     StartRequest,
@@ -199,6 +203,79 @@ class Store:
         """Running attempts of this worker that were asked to stop."""
         return await self.driver.run(lambda tx: cancellation.stop_requests(worker_id),
                                      write=False)
+
+    # ---------------------------------------------------------------- interaction
+
+    async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
+                          name: str, payload: str, now: float) -> InboxItem:
+        """Record a received signal. Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
+        return await self.driver.run(lambda tx: interaction.send_signal(
+            tx, namespace, workflow_id, run_id, name, payload, now))
+
+    async def signal_with_start(self, request: StartRequest, name: str, payload: str,
+                                now: float) -> StartResult:
+        """Signal the open run of the instance, or start one and signal it."""
+        return await self.driver.run(
+            lambda tx: interaction.signal_with_start(tx, request, name, payload, now))
+
+    async def submit_request(self, namespace: str, workflow_id: str, run_id: str | None,
+                             kind: str, name: str, payload: str, update_id: str | None,
+                             now: float) -> RequestTicket:
+        """Ask a run a query or an update (see `durable.store.interaction`)."""
+        return await self.driver.run(lambda tx: interaction.submit_request(
+            tx, namespace, workflow_id, run_id, kind, name, payload, update_id, now))
+
+    async def take_answer(self, request_id: str) -> dict[str, Any] | None:
+        """A request's answer (a query's row is deleted then), or None."""
+        return await self.driver.run(lambda tx: interaction.take_answer(request_id))
+
+    async def withdraw_request(self, request_id: str) -> dict[str, Any] | None:
+        """Stop waiting for a request; its answer if one arrived meanwhile."""
+        return await self.driver.run(lambda tx: interaction.withdraw_request(request_id))
+
+    async def answer_request(self, request_id: str, answer: dict[str, Any], now: float) -> bool:
+        """A worker's answer to a request (the first one counts)."""
+        return await self.driver.run(
+            lambda tx: interaction.answer_request(tx, request_id, answer, now))
+
+    async def update_state(self, run_id: str, update_id: str,
+                           request_id: str | None) -> UpdateState:
+        """Where an update stands (accepted, completed, rejected, or still asked)."""
+        return await self.driver.run(
+            lambda tx: interaction.update_state(run_id, update_id, request_id), write=False)
+
+    async def pending_interactions(
+        self, run_id: str, after_seq: int
+    ) -> tuple[list[InboxItem], list[ClientRequest]]:
+        """Signals received after `after_seq` and unanswered requests of a run."""
+        return await self.driver.run(
+            lambda tx: interaction.pending_interactions(run_id, after_seq), write=False)
+
+    async def load_inbox(self, run_id: str) -> tuple[list[InboxItem], list[ClientRequest]]:
+        """A run's whole inbox (for replay) and its unanswered requests."""
+        return await self.driver.run(lambda tx: interaction.load_inbox(run_id), write=False)
+
+    async def load_for_replay(
+        self, run_id: str
+    ) -> tuple[RunRecord, dict[str, OpRecord], list[InboxItem]] | None:
+        """A run, its ops and its inbox, for a read-only replay."""
+        return await self.driver.run(lambda tx: interaction.load_for_replay(run_id),
+                                     write=False)
+
+    async def idle_requests(self, namespace: str, task_queue: str, types: tuple[str, ...],
+                            limit: int, now: float) -> list[str]:
+        """Queries of runs no live worker holds, that these workflow types answer."""
+        return await self.driver.run(lambda tx: interaction.idle_requests(
+            namespace, task_queue, types, limit, now), write=False)
+
+    async def take_requests(self, request_ids: list[str], worker_id: str) -> list[ClientRequest]:
+        """Take pending requests to answer (each by one worker only)."""
+        return await self.driver.run(lambda tx: interaction.take_requests(request_ids,
+                                                                          worker_id))
+
+    async def purge_requests(self, before: float) -> int:
+        """Delete requests created before `before`; how many."""
+        return await self.driver.run(lambda tx: interaction.purge_requests(before))
 
     # ---------------------------------------------------------------- inspection
 

@@ -231,12 +231,12 @@ def deliver(
     if ctx is None or ctx.get("delivered_at") is not None:
         return None
     ctx = dict(ctx, lifecycle="delivered", delivered_at=write.delivered_at,
-               boundary=write.boundary)
+               boundary=write.boundary, deliveries_before=write.deliveries)
     yield from _update_context(run.run_id, ctx)
     events.append(("CancellationDelivered", {
         "request_id": ctx["request_id"], "root_request_id": ctx["root_request_id"],
         "boundary": write.boundary, "deadline_at": to_iso(ctx["deadline_at"]),
-        "delivered_at": to_iso(write.delivered_at),
+        "delivered_at": to_iso(write.delivered_at), "deliveries_before": write.deliveries,
     }))
     return None
 
@@ -253,20 +253,37 @@ def request_activity_stop(
     tx: Tx, run: RunRecord, write: RequestActivityStop, now: float,
     events: list[Event], ops: dict[str, OpRecord],
 ) -> Program[None]:
-    op_row = yield from _interrupt_once(run.run_id, write.op_id)
-    if op_row is None:
-        return None
-    if op_row["status"] != "scheduled" or write.policy == "abandon":
+    per_op = write.scope == "operation"
+    if per_op:  # workflow code cancelled this op: no replay interruption mark
+        op_row = yield q1(f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+                          run.run_id, write.op_id)
+    else:
+        op_row = yield from _interrupt_once(run.run_id, write.op_id)
+    if op_row is None or op_row["status"] != "scheduled":
         return None
     op = op_from_row(op_row)
+    if write.policy == "abandon":
+        if per_op:  # the await ends now; the attempt runs on within its own timeouts
+            failure = Failure.activity_cancelled(
+                f"activity {op.name} cancelled (abandon): it may still be running",
+                policy="abandon", scope="operation")
+            yield from _close_op(run.run_id, op, failure, now, ops, interrupted=False)
+            events.append(("ActivityCancelled", {
+                "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
+                "policy": "abandon", "scope": "operation",
+            }))
+        return None
     task = yield q1(
-        "SELECT task_id, status, attempt, owner, namespace FROM activity_tasks WHERE task_id = ?"
-        + tx.lock, op.task_id,
+        "SELECT task_id, status, attempt, owner, namespace, stop_requested FROM activity_tasks "
+        "WHERE task_id = ?" + tx.lock, op.task_id,
     )
     if task is None:
         return None
+    details: dict[str, Any] = {"policy": write.policy}
+    if per_op:
+        details["scope"] = "operation"
     failure = Failure.activity_cancelled(f"activity {op.name} cancelled ({write.policy})",
-                                         policy=write.policy)
+                                         **details)
     if task["status"] == "pending":
         receipt = {"kind": "not_started", "confirmed": True, "at": to_iso(now),
                    "attempt": task["attempt"]}
@@ -275,39 +292,44 @@ def request_activity_stop(
             "stop_requested = 1, stop_requested_at = ?, stop_receipt = ? WHERE task_id = ?",
             now, now, dumps(receipt), op.task_id,
         )
-        yield from _close_op(run.run_id, op, failure, now, ops)
+        yield from _close_op(run.run_id, op, failure, now, ops, interrupted=not per_op)
         events.append(("ActivityCancelled", {
             "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
-            "policy": write.policy, "stop_receipt": receipt,
+            "policy": write.policy, "stop_receipt": receipt, **details,
         }))
         return None
     if task["status"] != "running":
         return None
-    yield ex(
-        "UPDATE activity_tasks SET stop_requested = 1, stop_requested_at = ? WHERE task_id = ?",
-        now, op.task_id,
-    )
-    events.append(("ActivityCancelRequested", {
-        "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
-        "attempt": task["attempt"], "worker_id": task["owner"], "policy": write.policy,
-    }))
-    tx.wake("activity_stop", op.task_id or "")
+    if not task["stop_requested"]:  # a repeated request (a replayed handle) asks once
+        yield ex(
+            "UPDATE activity_tasks SET stop_requested = 1, stop_requested_at = ? "
+            "WHERE task_id = ?", now, op.task_id,
+        )
+        events.append(("ActivityCancelRequested", {
+            "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
+            "attempt": task["attempt"], "worker_id": task["owner"], **details,
+        }))
+        tx.wake("activity_stop", op.task_id or "")
     if write.policy == "try_cancel":
-        yield from _close_op(run.run_id, op, failure, now, ops)
+        yield from _close_op(run.run_id, op, failure, now, ops, interrupted=not per_op)
     return None
 
 
 def _close_op(run_id: str, op: OpRecord, failure: Failure, now: float,
-              ops: dict[str, OpRecord]) -> Program[None]:
-    failure = failure.with_details(interrupted=True)
+              ops: dict[str, OpRecord], *, interrupted: bool = True) -> Program[None]:
+    """Close an op as cancelled; `interrupted` when the run's cancellation did it
+    (replay interrupts the same await again), not when its own handle did."""
+    if interrupted:
+        failure = failure.with_details(interrupted=True)
     yield ex(
-        "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ?, interrupted = 1 "
+        "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ?, "
+        "interrupted = CASE WHEN ? = 1 THEN 1 ELSE interrupted END "
         "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
-        dump_failure(failure), now, run_id, op.op_id,
+        dump_failure(failure), now, int(interrupted), run_id, op.op_id,
     )
     ops[op.op_id] = OpRecord(op.op_id, op.kind, op.name, "cancelled", None, failure,
                              op.scheduled_at, now, op.fire_at, op.child_workflow_id,
-                             op.child_run_id, op.task_id, interrupted=True)
+                             op.child_run_id, op.task_id, interrupted=interrupted)
     return None
 
 
@@ -340,12 +362,18 @@ def request_child_cancellation(
     tx: Tx, run: RunRecord, write: RequestChildCancellation, now: float,
     events: list[Event], ops: dict[str, OpRecord],
 ) -> Program[None]:
-    op_row = yield from _interrupt_once(run.run_id, write.op_id)
+    per_op = write.scope == "operation"
+    if per_op:  # workflow code cancelled this child through its handle
+        op_row = yield q1(f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND op_id = ?",
+                          run.run_id, write.op_id)
+    else:
+        op_row = yield from _interrupt_once(run.run_id, write.op_id)
     if op_row is None:
         return None
     if op_row["status"] != "scheduled":
         return None
     op = op_from_row(op_row)
+    scope: dict[str, Any] = {"scope": "operation"} if per_op else {}
     if write.policy == "abandon":
         # The child is left independent: the parent's close will not reach it.
         yield ex(
@@ -355,32 +383,51 @@ def request_child_cancellation(
         )
         events.append(("ChildCancellationRequested", {
             "op_id": op.op_id, "child_workflow_id": op.child_workflow_id,
-            "child_run_id": op.child_run_id, "policy": "abandon", "request_id": None,
+            "child_run_id": op.child_run_id, "policy": "abandon", "request_id": None, **scope,
         }))
+        if per_op:  # the await ends now; the child runs on
+            yield from _close_op(run.run_id, op, child_cancelled_failure(op, "abandon"), now, ops,
+                                 interrupted=False)
         return None
     child_row = yield q1(
         f"SELECT {RUN_COLUMNS}, lease_expires_at, claim_capabilities FROM runs WHERE run_id = "
         "(SELECT current_run_id FROM workflows WHERE namespace = ? AND workflow_id = ?)" + tx.lock,
         run.namespace, op.child_workflow_id,
     )
+    if per_op and child_row is not None and child_row["cancellation"] is not None:
+        return None  # asked already (a replayed handle asks once)
     ctx = None
     if child_row is not None:
+        reason = write.reason or (run.cancellation["reason"] if run.cancellation
+                                  else "cancelled")
         ctx = yield from request_child(
-            tx, run, child_row, run.cancellation["reason"] if run.cancellation else "cancelled",
-            write.cleanup_timeout, "parent_cancellation", now,
+            tx, run, child_row, reason, write.cleanup_timeout,
+            "operation_cancellation" if per_op else "parent_cancellation", now,
         )
     events.append(("ChildCancellationRequested", {
         "op_id": op.op_id, "child_workflow_id": op.child_workflow_id,
         "child_run_id": child_row["run_id"] if child_row is not None else None,
         "policy": write.policy, "request_id": ctx["request_id"] if ctx else None,
-        "deadline_at": to_iso(ctx["deadline_at"]) if ctx else None,
+        "deadline_at": to_iso(ctx["deadline_at"]) if ctx else None, **scope,
     }))
     if write.policy == "try_cancel":
-        failure = Failure("cancelled", f"child {op.child_workflow_id} asked to cancel; not "
-                          "waited for", "durable.ChildWorkflowFailed",
-                          details={"policy": "try_cancel"})
-        yield from _close_op(run.run_id, op, failure, now, ops)
+        if per_op:
+            failure = child_cancelled_failure(op, "try_cancel")
+        else:
+            failure = Failure("cancelled", f"child {op.child_workflow_id} asked to cancel; not "
+                              "waited for", "durable.ChildWorkflowFailed",
+                              details={"policy": "try_cancel"})
+        yield from _close_op(run.run_id, op, failure, now, ops, interrupted=not per_op)
     return None
+
+
+def child_cancelled_failure(op: OpRecord, policy: str) -> Failure:
+    """What awaiting a child cancelled through its handle raises, without waiting
+    for it: ChildWorkflowFailed caused by WorkflowCancelled."""
+    cause = Failure("cancelled", f"child workflow {op.child_workflow_id} was asked to cancel "
+                    f"({policy}); not waited for", "durable.WorkflowCancelled")
+    return Failure.child_failed(op.child_workflow_id or "?", "cancelled", cause).with_details(
+        policy=policy, scope="operation")
 
 
 def stop_receipt(

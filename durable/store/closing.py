@@ -200,7 +200,7 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
                 "reason": f"workflow {status}"}))
     open_ops = yield q(
         f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
-        "AND kind IN ('activity', 'timer')", run_id
+        "AND kind IN ('activity', 'timer', 'condition')", run_id
     )
     for op_row in open_ops:
         op = op_from_row(op_row)
@@ -305,6 +305,8 @@ def notify_parent(
     }
     if op_failure is not None:
         data["failure"] = op_failure.to_dict()
+    elif result is not None:
+        data["result"] = loads(result)  # so a history alone replays (durable.testing.Replayer)
     yield from append_events(child.parent_run_id, [(etype, data)], now)
     yield ex(
         "UPDATE runs SET ready_at = ? WHERE run_id = ? AND ready_at IS NULL",

@@ -16,7 +16,7 @@ from typing import Any
 from ..clock import to_iso
 from ..driver import Program, Tx, ex, q, q1
 from ..failure import Failure
-from . import cancellation
+from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
 from .events import Event, append_events, record_failure
@@ -186,7 +186,7 @@ def _schedule_child(c: _RunCommit, w: ScheduleChild) -> Program[None]:
         )
         c.events.append(("ChildWorkflowFailed", {
             "op_id": w.op_id, "child_workflow_id": req.workflow_id,
-            "failure": failure.to_dict(),
+            "workflow_type": req.workflow_type, "failure": failure.to_dict(),
         }))
         c.ops[w.op_id] = OpRecord(w.op_id, OpKind.CHILD, req.workflow_type, OpStatus.FAILED,
                                   None, failure, now, now, child_workflow_id=req.workflow_id)
@@ -316,6 +316,7 @@ HANDLERS: dict[type[Write], Handler] = {
     StartUnits: _start_units,
     EndUnits: _end_units,
     CloseRun: _close,
+    **interaction.HANDLERS,  # signals, updates, conditions, markers, external ops
 }
 
 

@@ -1,7 +1,9 @@
-"""The schema's version: recorded when created, checked on every connect.
+"""The schema's version: recorded when created, checked and upgraded on every connect.
 
-A database written by a newer durable is refused rather than misread; the
-schema statements themselves are idempotent (`durable.store.schema`).
+A database written by a newer durable is refused rather than misread. The
+schema statements themselves are idempotent (`durable.store.schema`) and run
+before `migrate()`: new tables and indexes appear by themselves, so a
+migration only has to change existing tables, guarded by the recorded version.
 """
 
 from __future__ import annotations
@@ -9,11 +11,22 @@ from __future__ import annotations
 from ..driver import Program, ex, q1
 from ..errors import ConfigurationError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: Statements that bring a database from version N - 1 to version N.
+#: (BIGINT is an integer column on SQLite and PostgreSQL alike.)
+UPGRADES: dict[int, tuple[str, ...]] = {
+    # 2: signals, queries and updates (the inbox and requests tables are new)
+    2: (
+        "ALTER TABLE runs ADD COLUMN inbox_seq BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN request_seq BIGINT NOT NULL DEFAULT 0",
+    ),
+}
 
 
 def migrate() -> Program[int]:
-    """Record the version of a fresh schema or check an existing one; the version."""
+    """Record the version of a fresh schema, or check an existing one and upgrade
+    it in place; the version."""
     row = yield q1("SELECT value FROM durable_meta WHERE key = 'schema_version'")
     if row is None:
         yield ex("INSERT INTO durable_meta (key, value) VALUES ('schema_version', ?)",
@@ -25,4 +38,8 @@ def migrate() -> Program[int]:
             f"the database schema is version {found}, newer than this durable's "
             f"({SCHEMA_VERSION}); upgrade durable-sdk before connecting to it"
         )
-    return found
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        for statement in UPGRADES.get(version, ()):
+            yield ex(statement)
+        yield ex("UPDATE durable_meta SET value = ? WHERE key = 'schema_version'", str(version))
+    return SCHEMA_VERSION

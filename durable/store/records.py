@@ -43,6 +43,9 @@ class OpKind(enum.StrEnum):
     CHILD = "child"
     PHASE = "phase"  # a durable phase: open while it runs, closed with its outcome
     UNITS = "units"  # a batch of idempotent units: open while they run
+    CONDITION = "condition"  # workflow.wait_condition: its optional timeout is a durable timer
+    MARKER = "marker"  # workflow.patched: which branch of changed code a run took
+    EXTERNAL = "external"  # a signal or cancellation request sent to another workflow
 
 
 class OpStatus(enum.StrEnum):
@@ -141,6 +144,8 @@ class RunRecord:
     needs_review: bool = False
     parent_close_policy: str | None = None
     cleanup_timeout: float | None = None
+    inbox_seq: int = 0  # signals received + updates accepted (numbers their inbox rows)
+    request_seq: int = 0  # queries and updates ever asked of the run (a change wakes its owner)
 
     @property
     def is_open(self) -> bool:
@@ -244,6 +249,54 @@ class HistoryEvent:
     data: dict[str, Any]
 
 
+@dataclass
+class InboxItem:
+    """A signal or an update of a run, as recorded in its inbox.
+
+    A signal is recorded when it is received (``status = "received"``) and
+    marked ``delivered`` by the run's owner at a scheduling point: `delivery`
+    numbers the run's deliveries (signals and updates together) and
+    `frontier` lists the ops every workflow task waited on then, which is
+    where replay delivers it again. An update is recorded once accepted
+    (``accepted``, then ``completed`` or ``failed`` with `result` / `failure`).
+    """
+
+    run_id: str
+    seq: int
+    kind: str  # signal | update
+    name: str
+    input: str
+    received_at: float
+    status: str  # received | delivered | accepted | completed | failed
+    update_id: str | None = None
+    delivery: int | None = None
+    frontier: list[dict[str, Any]] | None = None
+    delivered_at: float | None = None
+    result: str | None = None
+    failure: Failure | None = None
+    completed_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ClientRequest:
+    """A query or update asked of a run, waiting for a worker to answer it.
+
+    Requests are transport, not history: the caller deletes its request once
+    answered (or when it stops waiting).
+    """
+
+    request_id: str
+    run_id: str
+    workflow_id: str
+    workflow_type: str
+    task_queue: str
+    kind: str  # query | update
+    name: str
+    input: str
+    update_id: str | None
+    created_at: float
+
+
 @dataclass(frozen=True)
 class RecordedEvent:
     """A history event as the metrics tail reads it: storage-wide, by its id."""
@@ -290,7 +343,8 @@ RUN_COLUMNS = (
     "closed_reason, input, result, failure, parent_run_id, parent_workflow_id, parent_op_id, "
     "run_timeout, execution_timeout, execution_deadline_at, run_deadline_at, "
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
-    "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout"
+    "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
+    "inbox_seq, request_seq"
 )
 
 OP_COLUMNS = (
@@ -337,6 +391,8 @@ def run_from_row(row: Row) -> RunRecord:
         needs_review=bool(row["needs_review"]),
         parent_close_policy=row["parent_close_policy"],
         cleanup_timeout=row["cleanup_timeout"],
+        inbox_seq=int(row["inbox_seq"]),
+        request_seq=int(row["request_seq"]),
     )
 
 
@@ -355,6 +411,51 @@ def op_from_row(row: Row) -> OpRecord:
         child_run_id=row["child_run_id"],
         task_id=row["task_id"],
         interrupted=bool(row["interrupted"]),
+    )
+
+
+INBOX_COLUMNS = (
+    "run_id, seq, kind, name, input, update_id, received_at, status, delivery, frontier, "
+    "delivered_at, result, failure, completed_at"
+)
+
+REQUEST_COLUMNS = (
+    "request_id, run_id, workflow_id, workflow_type, task_queue, kind, name, input, update_id, "
+    "created_at"
+)
+
+
+def inbox_from_row(row: Row) -> InboxItem:
+    return InboxItem(
+        run_id=row["run_id"],
+        seq=int(row["seq"]),
+        kind=row["kind"],
+        name=row["name"],
+        input=row["input"],
+        received_at=row["received_at"],
+        status=row["status"],
+        update_id=row["update_id"],
+        delivery=None if row["delivery"] is None else int(row["delivery"]),
+        frontier=loads(row["frontier"]),
+        delivered_at=row["delivered_at"],
+        result=row["result"],
+        failure=load_failure(row["failure"]),
+        completed_at=row["completed_at"],
+    )
+
+
+def request_from_row(row: Row) -> ClientRequest:
+    return ClientRequest(
+        request_id=row["request_id"],
+        run_id=row["run_id"],
+        workflow_id=row["workflow_id"],
+        workflow_type=row["workflow_type"],
+        task_queue=row["task_queue"],
+        kind=row["kind"],
+        name=row["name"],
+        input=row["input"],
+        update_id=row["update_id"],
+        created_at=row["created_at"],
     )
 
 

@@ -64,7 +64,9 @@ CREATE TABLE IF NOT EXISTS runs (
     cancellation TEXT,
     claim_capabilities TEXT,
     continued_run_id TEXT,
-    needs_review {int} NOT NULL DEFAULT 0
+    needs_review {int} NOT NULL DEFAULT 0,
+    inbox_seq {int} NOT NULL DEFAULT 0,
+    request_seq {int} NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_claim ON runs (namespace, task_queue, ready_at)
     WHERE status IN ('pending', 'running');
@@ -141,6 +143,45 @@ CREATE TABLE IF NOT EXISTS failures (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS failures_run ON failures (run_id);
+CREATE TABLE IF NOT EXISTS inbox (
+    run_id TEXT NOT NULL,
+    seq {int} NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    input TEXT NOT NULL,
+    update_id TEXT,
+    sender TEXT,
+    received_at {real} NOT NULL,
+    status TEXT NOT NULL,
+    delivery {int},
+    frontier TEXT,
+    delivered_at {real},
+    result TEXT,
+    failure TEXT,
+    completed_at {real},
+    PRIMARY KEY (run_id, seq)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS inbox_update ON inbox (run_id, update_id)
+    WHERE update_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS requests (
+    request_id TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    workflow_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    workflow_type TEXT NOT NULL,
+    task_queue TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    input TEXT NOT NULL,
+    update_id TEXT,
+    status TEXT NOT NULL,
+    answer TEXT,
+    taken_by TEXT,
+    created_at {real} NOT NULL,
+    answered_at {real}
+);
+CREATE INDEX IF NOT EXISTS requests_run ON requests (run_id, status);
+CREATE INDEX IF NOT EXISTS requests_pending ON requests (namespace, task_queue, status, created_at);
 CREATE TABLE IF NOT EXISTS workers (
     worker_id TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,

@@ -70,19 +70,30 @@ class CloseRun:
 
 @dataclass(frozen=True)
 class DeliverCancellation:
-    """Record the delivery boundary: which ops were pending when it was delivered."""
+    """Record the delivery boundary: which ops were pending when it was delivered.
+
+    `deliveries` is how many signals and updates the run had been delivered
+    before: replay re-delivers the cancellation after the same ones.
+    """
 
     request_id: str
     boundary: list[dict[str, Any]]
     delivered_at: float
+    deliveries: int = 0
 
 
 @dataclass(frozen=True)
 class RequestActivityStop:
-    """Ask a remote activity's attempt to stop (TRY_CANCEL / WAIT_CANCELLATION_COMPLETED)."""
+    """Ask a remote activity's attempt to stop (TRY_CANCEL / WAIT_CANCELLATION_COMPLETED).
+
+    `scope` is ``"run"`` when the run's cancellation interrupted the await (the
+    op is marked interrupted, so replay interrupts it again), ``"operation"``
+    when workflow code cancelled this one op through its handle.
+    """
 
     op_id: str
     policy: str
+    scope: str = "run"
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,92 @@ class RequestChildCancellation:
     op_id: str
     policy: str
     cleanup_timeout: float | None = None
+    scope: str = "run"  # see RequestActivityStop
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class DeliverSignal:
+    """A received signal reaches the run's code: its delivery number and where
+    (the ops every workflow task waited on, which is where replay delivers it)."""
+
+    seq: int
+    name: str
+    delivery: int
+    frontier: list[dict[str, Any]]
+    delivered_at: float
+
+
+@dataclass(frozen=True)
+class AcceptUpdate:
+    """A validated update becomes part of the run (``UpdateAccepted``)."""
+
+    update_id: str
+    name: str
+    input: str
+    delivery: int
+    frontier: list[dict[str, Any]]
+    delivered_at: float
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CompleteUpdate:
+    """An accepted update's outcome (``UpdateCompleted``): a result or a failure."""
+
+    update_id: str
+    name: str
+    result: str | None = None
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleCondition:
+    """`workflow.wait_condition` starts to wait; `fire_at` is its timeout, if any."""
+
+    op_id: str
+    fire_at: float | None
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class ResolveCondition:
+    """A condition wait ended: satisfied (True), timed out (False), or interrupted
+    by the run's cancellation (None: marked interrupted, as timers are)."""
+
+    op_id: str
+    satisfied: bool | None
+
+
+@dataclass(frozen=True)
+class RecordMarker:
+    """A marker op (`workflow.patched`): which branch of changed code this run took."""
+
+    op_id: str
+    name: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SignalExternal:
+    """Signal another workflow (an op of this run: sent once, its outcome recorded)."""
+
+    op_id: str
+    workflow_id: str
+    run_id: str | None
+    name: str
+    input: str
+
+
+@dataclass(frozen=True)
+class CancelExternal:
+    """Ask another workflow to cancel cooperatively (an op of this run)."""
+
+    op_id: str
+    workflow_id: str
+    run_id: str | None
+    reason: str
+    cleanup_timeout: float
 
 
 @dataclass(frozen=True)
@@ -153,6 +250,14 @@ Write = (
     | EndPhase
     | StartUnits
     | EndUnits
+    | DeliverSignal
+    | AcceptUpdate
+    | CompleteUpdate
+    | ScheduleCondition
+    | ResolveCondition
+    | RecordMarker
+    | SignalExternal
+    | CancelExternal
 )
 
 

@@ -255,7 +255,7 @@ async def test_a_child_closing_resolves_its_parents_op(store: Store) -> None:
     assert (op["status"], op["result"]) == (OpStatus.COMPLETED, '"shipped"')
     [event] = await events_of(store, parent.run_id, "ChildWorkflowCompleted")
     assert event == {"op_id": "0:1", "child_workflow_id": "kid", "child_run_id": child.run_id,
-                     "status": "completed"}
+                     "status": "completed", "result": "shipped"}  # so a history alone replays
     [wake] = [w for w in wakes.seen if w.key == ("run", parent.run_id)]
     assert wake.data.status == OpStatus.COMPLETED  # the owner needs no extra read
 

@@ -1,0 +1,542 @@
+"""Signals, updates and queries inside a run: where they reach the code, and replay.
+
+**Delivery points.** Replay re-runs workflow code and returns recorded op
+outcomes without waiting, so a signal's handler must run again at the same
+place relative to the ops, or the code would see different state. A signal
+is therefore delivered only at a *scheduling point*: when every workflow task
+waits on a durable op (none is running). The owner records, before any
+handler code runs, the delivery's number and its *frontier*: the ops the
+tasks waited on (``SignalDelivered``; an update's ``UpdateAccepted`` alike).
+While a delivery is made the run's tasks stay at their ops (the *gate*): a
+task whose op completes meanwhile continues only after the handler ran and
+is waiting on an op itself (or has returned).
+
+On replay each recorded delivery is made again when every op of its
+frontier is reached, in delivery order: a task reaching such an op (with its
+recorded outcome at hand) waits there (`WorkflowContext.hold`) until the
+deliveries recorded there are made. A delivery with an empty frontier was
+made before the code started (a fresh run's first signals), and is made there
+again. New signals are delivered only once replay has caught up.
+
+**Queries and validators** run at a scheduling point too, against the
+instance as it is (after replay), with a read-only runtime: nothing they do
+is recorded, and a durable op in them fails with `QueryFailed`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..converter import check_size, decode_args
+from ..errors import (
+    DurableError,
+    NonDeterminismError,
+    PayloadError,
+    QueryFailed,
+    StructuralLimitExceeded,
+)
+from ..failure import Failure
+from ..store.records import ClientRequest, InboxItem, RunRecord
+from ..store.writes import AcceptUpdate, CompleteUpdate, DeliverSignal, Write
+from .handlers import Handler
+from .readonly import QueryRuntime
+from .state import as_task, new_task_state
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+    from .executor import RunExecutor
+
+#: How long a delivery waits for every workflow task to wait on a durable op.
+#: A task stuck in a non-durable await (which would not replay either) is not
+#: waited for longer; the delivery is made with the tasks that do wait.
+QUIET_WAIT = 1.0
+#: How long a query handler (or an update validator) may take.
+QUERY_TIMEOUT = 5.0
+_REMEMBERED_REQUESTS = 10_000
+
+
+@dataclass
+class Delivery:
+    """A signal or update delivered to the code (or to be delivered again on replay)."""
+
+    number: int
+    kind: str  # signal | update
+    name: str
+    input: str
+    frontier: list[dict[str, Any]]
+    delivered_at: float
+    seq: int | None = None  # a signal's inbox number
+    update_id: str | None = None
+    completed: bool = False  # an update whose outcome is recorded
+    request_id: str | None = None
+
+    @property
+    def path(self) -> str:
+        """The task path of its handler: ``s3`` (third delivery, a signal), ``u4``."""
+        return f"{'s' if self.kind == 'signal' else 'u'}{self.number}"
+
+    @property
+    def frontier_ids(self) -> set[str]:
+        return {f["op_id"] for f in self.frontier}
+
+
+@dataclass
+class Inbox:
+    """One run's signals, updates and queries, as its executor sees them."""
+
+    executor: RunExecutor
+    replay: deque[Delivery] = field(default_factory=deque)
+    signals: dict[int, InboxItem] = field(default_factory=dict)  # received, not delivered
+    requests: deque[ClientRequest] = field(default_factory=deque)
+    updates: dict[str, Delivery] = field(default_factory=dict)  # accepted, by update id
+    delivered_seqs: set[int] = field(default_factory=set)
+    # requests seen lately: one may arrive twice (its wake-up and a resync); an
+    # old one answered again is harmless (the first answer counts), so the
+    # memory of them is bounded
+    known_requests: set[str] = field(default_factory=set)
+    recent_requests: deque[str] = field(default_factory=deque)
+    inbox_seq: int = 0  # the inbox counter seen (everything up to it is known)
+    request_seq: int = 0
+    wanted: tuple[int, int] | None = None  # counters a resync saw: fetch up to them
+    replayed_up_to: int = 0  # deliveries numbered up to this one were recorded before
+
+    def __post_init__(self) -> None:
+        self.ctx: WorkflowContext = self.executor.ctx
+        self._work = anyio.Event()
+
+    # ---------------------------------------------------------------- arrivals
+
+    def load(self, items: list[InboxItem], requests: list[ClientRequest],
+             run: RunRecord) -> None:
+        """What a (re)claimed run's inbox holds: deliveries to make again, in
+        order, signals still to deliver, requests still to answer."""
+        ctx = self.ctx
+        recorded: list[Delivery] = []
+        for item in items:
+            if item.delivery is not None:
+                d = Delivery(item.delivery, item.kind, item.name, item.input,
+                             list(item.frontier or []), item.delivered_at or item.received_at,
+                             item.seq, item.update_id,
+                             completed=item.status in ("completed", "failed"))
+                recorded.append(d)
+                if d.update_id is not None:
+                    self.updates[d.update_id] = d
+                if item.kind == "signal":
+                    self.delivered_seqs.add(item.seq)
+            elif item.kind == "signal" and item.status == "received":
+                self.signals[item.seq] = item
+        recorded.sort(key=lambda d: d.number)
+        self.replay.extend(recorded)
+        self.replayed_up_to = max([0, *(d.number for d in recorded)])
+        for d in recorded:
+            for op_id in d.frontier_ids:
+                ctx.holding[op_id] = ctx.holding.get(op_id, 0) + 1
+        self.inbox_seq = max([run.inbox_seq, *(i.seq for i in items)])
+        self.request_seq = run.request_seq
+        for request in requests:
+            self._add_request(request)
+        self.poke()
+
+    def receive(self, item: InboxItem | ClientRequest) -> None:
+        if isinstance(item, ClientRequest):
+            self._add_request(item)
+        elif item.kind == "signal" and item.seq not in self.delivered_seqs:
+            self.signals.setdefault(item.seq, item)
+            self.inbox_seq = max(self.inbox_seq, item.seq)
+        self.poke()
+
+    def _add_request(self, request: ClientRequest) -> None:
+        if request.request_id in self.known_requests:
+            return
+        self.known_requests.add(request.request_id)
+        self.recent_requests.append(request.request_id)
+        if len(self.recent_requests) > _REMEMBERED_REQUESTS:
+            self.known_requests.discard(self.recent_requests.popleft())
+        self.requests.append(request)
+
+    def notice(self, run: RunRecord) -> None:
+        """A resync read the run: fetch what its counters say arrived meanwhile."""
+        if run.inbox_seq > self.inbox_seq or run.request_seq > self.request_seq:
+            self.wanted = (run.inbox_seq, run.request_seq)
+            self.poke()
+
+    def poke(self) -> None:
+        """Something changed (an arrival, a task parked or finished): look again."""
+        self._work.set()
+
+    # ---------------------------------------------------------------- the service
+
+    async def serve(self) -> None:
+        """Make deliveries and answer requests at scheduling points, for as long
+        as the code runs (a task of the executor's, beside the code)."""
+        try:
+            while True:
+                await self._work.wait()
+                self._work = anyio.Event()
+                if self.wanted is not None:
+                    await self._fetch()
+                if self.replay:
+                    if self.replay[0].frontier_ids <= self.ctx.parked.keys():
+                        async with self.executor.delivery_lock:
+                            await self._until_quiet()
+                            await self._replay_next()
+                        self.poke()
+                    continue
+                if not self._live() or not (self.signals or self.requests):
+                    continue
+                async with self.executor.delivery_lock:
+                    await self._until_quiet()
+                    if self._live() and not self.replay:
+                        await self._serve_live()
+                if self.signals or self.requests:
+                    self.poke()
+        except Exception as exc:  # a commit failed: the run stops here, replayed elsewhere
+            self.ctx.log.warning("inbox_stopped", error=repr(exc))
+            self.executor.stop("a delivery could not be recorded")
+
+    def _live(self) -> bool:
+        """Whether new deliveries may be made: the code runs, replay caught up,
+        the run is not being stopped. (After a delivered cancellation they go
+        on: cleanup code may wait for a signal or take an update.)"""
+        ctx = self.ctx
+        return (self.executor.code_started and not ctx.replay_delivery_pending
+                and not ctx.closing and not ctx.failing and not ctx.hard_stop
+                and not ctx.delivering and not ctx.scratch)
+
+    async def _fetch(self) -> None:
+        wanted, self.wanted = self.wanted, None
+        assert wanted is not None
+        try:
+            signals, requests = await self.ctx.worker.store.pending_interactions(
+                self.ctx.run.run_id, self.inbox_seq)
+        except Exception as exc:  # storage blinked: look again at the next resync
+            self.ctx.log.warning("inbox_fetch_failed", error=repr(exc))
+            return
+        for item in signals:
+            self.receive(item)
+        for request in requests:
+            self._add_request(request)
+        self.inbox_seq = max(self.inbox_seq, wanted[0])
+        self.request_seq = max(self.request_seq, wanted[1])
+
+    async def _until_quiet(self) -> None:
+        """Until every workflow task waits on a durable op (bounded: see QUIET_WAIT)."""
+        ctx = self.ctx
+        with anyio.move_on_after(QUIET_WAIT) as bound:
+            while ctx.active > 0:
+                await ctx.quiet.wait()
+        if bound.cancelled_caught:
+            ctx.log.warning("delivery_without_quiet", running_tasks=ctx.active,
+                            hint="a workflow task waits on something that is not a durable "
+                                 "op; it will not replay deterministically")
+
+    # ---------------------------------------------------------------- replay
+
+    async def at_start(self) -> None:
+        """Before the code starts: the deliveries recorded there, and, for a run
+        that has recorded nothing else yet, the signals waiting (so handlers see
+        them first; queries and updates wait for the code to have registered
+        its handlers: a function workflow does that as it runs)."""
+        ctx = self.ctx
+        ctx.block()  # the main task has not started: it waits for nothing but this
+        try:
+            while self.replay and not self.replay[0].frontier:
+                await self._replay_next()
+            if not self.replay and not ctx.recorded and not ctx.scratch and self.signals:
+                async with self.executor.delivery_lock:
+                    await self._serve_live(requests=False)
+        finally:
+            ctx.unblock()
+
+    async def _replay_next(self) -> None:
+        ctx = self.ctx
+        d = self.replay.popleft()
+        ctx.close_gate()
+        try:
+            await self._run(d, live=False)
+        finally:
+            for op_id in d.frontier_ids:
+                left = ctx.holding.get(op_id, 0) - 1
+                if left > 0:
+                    ctx.holding[op_id] = left
+                else:
+                    ctx.holding.pop(op_id, None)
+            ctx.open_gate()
+        ctx.check_redelivery()
+
+    def check_finished(self) -> None:
+        """The main code returned: every recorded delivery must have been made again."""
+        if self.replay:
+            d = self.replay[0]
+            ops = ", ".join(sorted(d.frontier_ids)) or "the start"
+            raise NonDeterminismError(
+                f"workflow {self.ctx.run.workflow_type} (run {self.ctx.run.run_id}) returned "
+                f"before reaching {ops}, where history delivered {d.kind} {d.name!r} "
+                f"(delivery {d.number}): the code changed in a way that does not replay"
+            )
+
+    # ---------------------------------------------------------------- live deliveries
+
+    async def _serve_live(self, *, requests: bool = True) -> None:
+        """Deliver the waiting signals (in the order received), then answer the
+        requests (in the order asked). Called at a scheduling point."""
+        ctx = self.ctx
+        while self.signals and not ctx.broken:
+            batch: list[InboxItem] = []
+            for seq in sorted(self.signals):
+                item = self.signals[seq]
+                batch.append(item)
+                handler = ctx.handlers.get("signal", item.name)
+                if handler is not None and handler.is_async:
+                    break  # its task may wait on ops: the next frontier includes them
+            frontier, now = ctx.frontier(), ctx.clock.now()
+            deliveries = [
+                Delivery(ctx.deliveries + 1 + i, "signal", item.name, item.input, frontier, now,
+                         item.seq)
+                for i, item in enumerate(batch)
+            ]
+            writes: list[Write] = [DeliverSignal(d.seq or 0, d.name, d.number, d.frontier,
+                                                 d.delivered_at) for d in deliveries]
+            ctx.close_gate()
+            try:
+                await ctx.commit(writes)
+                for item in batch:
+                    del self.signals[item.seq]
+                    self.delivered_seqs.add(item.seq)
+                for d in deliveries:
+                    await self._run(d, live=True)
+            finally:
+                ctx.open_gate()
+        while requests and self.requests and not ctx.broken:
+            request = self.requests.popleft()
+            if request.kind == "query":
+                await self._answer_query(request)
+            else:
+                await self._offer_update(request)
+
+    async def _run(self, d: Delivery, *, live: bool) -> None:
+        """Hand a delivery to its handler (gate closed); return once the handler
+        has returned or waits on a durable op."""
+        ctx = self.ctx
+        ctx.deliveries = d.number
+        handler = ctx.handlers.get(d.kind, d.name)
+        if handler is None and d.kind == "signal":
+            ctx.handlers.buffered.setdefault(d.name, []).append(d)
+            if live:
+                ctx.log.warning("SignalNotHandled", signal=d.name, delivery=d.number,
+                                handlers=ctx.handlers.names("signal"),
+                                hint="kept: it is delivered when a handler for it is registered")
+            return
+        if handler is None:
+            raise NonDeterminismError(
+                f"history accepted update {d.name!r} (delivery {d.number}) but workflow "
+                f"{ctx.run.workflow_type} has no handler for it any more"
+            )
+        await self.invoke(handler, d, replaying=not live)
+
+    async def invoke(self, handler: Handler, d: Delivery, *, replaying: bool) -> None:
+        """Run a handler for a delivery: a plain function at once, in this task
+        acting as workflow task ``d.path``; an ``async def`` as a task of its own."""
+        ctx = self.ctx
+        args = decode_args(ctx.converter, d.input, handler.hints)
+        if not handler.is_async:
+            state = new_task_state(ctx, d.path, d.delivered_at, replaying=replaying)
+            value: Any = None
+            error: Exception | None = None
+            with as_task(state):
+                try:
+                    value = handler.fn(*args)
+                except Exception as exc:
+                    error = exc
+            ctx.state_changed()
+            await self._finish(d, value, error)
+            return
+
+        async def body() -> None:
+            value: Any = None
+            error: Exception | None = None
+            ctx.running_handlers += 1
+            try:
+                value = await handler.fn(*args)
+            except Exception as exc:
+                error = exc
+            finally:
+                ctx.running_handlers -= 1
+            await self._finish(d, value, error)
+
+        async def interrupted() -> None:  # the run's cancellation interrupted the handler
+            if d.kind == "update" and ctx.may_act_on_interrupt():
+                await self._complete(d, None, Failure(
+                    "cancelled", f"update {d.name!r} was interrupted: the workflow is being "
+                    "cancelled", "durable.WorkflowCancelled"))
+
+        self.executor.spawn_task(d.path, d.delivered_at, replaying, body, interrupted)
+        await self._until_quiet()
+
+    def deliver_buffered(self, handler: Handler, deliveries: list[Delivery]) -> None:
+        """A handler was registered for signals kept without one: run it for
+        each, in order, here (where the code registered it, on replay too)."""
+        ctx = self.ctx
+        for d in deliveries:
+            replaying = d.number <= self.replayed_up_to
+            args = decode_args(ctx.converter, d.input, handler.hints)
+            if handler.is_async:
+
+                async def body(d: Delivery = d, args: list[Any] = args) -> None:
+                    ctx.running_handlers += 1
+                    try:
+                        await handler.fn(*args)
+                    except Exception as exc:
+                        self._signal_failed(d, exc)
+                    finally:
+                        ctx.running_handlers -= 1
+
+                self.executor.spawn_task(d.path, d.delivered_at, replaying, body)
+                continue
+            state = new_task_state(ctx, d.path, d.delivered_at, replaying=replaying)
+            with as_task(state):
+                try:
+                    handler.fn(*args)
+                except Exception as exc:
+                    self._signal_failed(d, exc)
+            ctx.state_changed()
+
+    def _signal_failed(self, d: Delivery, error: Exception) -> None:
+        """A signal handler's error fails the run (non-determinism included)."""
+        self.ctx.log.info("signal_handler_failed", signal=d.name, error=repr(error))
+        self.executor.fail(self.ctx.fatal or error)
+
+    async def _finish(self, d: Delivery, value: Any, error: Exception | None) -> None:
+        ctx = self.ctx
+        if error is not None and (isinstance(error, NonDeterminismError) or ctx.fatal):
+            self.executor.fail(ctx.fatal or error)
+            return
+        if d.kind == "signal":
+            if error is not None:
+                self._signal_failed(d, error)
+            return
+        if error is not None:
+            await self._complete(d, None, Failure.from_exception(error, "update"))
+            return
+        try:
+            text = ctx.converter.encode(value, f"the result of update {d.name!r}")
+            check_size(text, ctx.limits.payload_bytes, f"the result of update {d.name!r}")
+        except (PayloadError, StructuralLimitExceeded) as exc:
+            await self._complete(d, None, Failure.from_exception(exc, "update"))
+            return
+        await self._complete(d, text, None)
+
+    async def _complete(self, d: Delivery, result: str | None, failure: Failure | None) -> None:
+        if d.completed or self.ctx.closing:  # recorded already / settled by the close
+            return
+        d.completed = True
+        await self.ctx.commit([CompleteUpdate(d.update_id or "", d.name, result, failure)])
+
+    def unfinished_updates(self, status: str) -> list[Write]:
+        """The run closes (`status`) while updates run: they fail with it."""
+        return [
+            CompleteUpdate(d.update_id or "", d.name, None, Failure(
+                "run_closed", f"the workflow run closed ({status}) before update {d.name!r} "
+                "finished", "durable.UpdateFailed"))
+            for d in self.updates.values() if not d.completed
+        ]
+
+    # ---------------------------------------------------------------- requests
+
+    async def _answer(self, request: ClientRequest, answer: dict[str, Any]) -> None:
+        try:
+            await self.ctx.worker.store.answer_request(request.request_id, answer,
+                                                       self.ctx.clock.now())
+        except Exception as exc:  # the caller times out and says so
+            self.ctx.log.warning("request_answer_failed", request_id=request.request_id,
+                                 error=repr(exc))
+
+    async def _answer_query(self, request: ClientRequest) -> None:
+        self.ctx.close_gate()
+        try:
+            answer = await answer_query(self.ctx, request.name, request.input)
+        finally:
+            self.ctx.open_gate()
+        await self._answer(request, answer)
+
+    async def _offer_update(self, request: ClientRequest) -> None:
+        """Validate an update, then accept (record) and run it, or reject it."""
+        ctx = self.ctx
+        update_id = request.update_id or request.request_id
+        if update_id in self.updates:  # the same update again: the caller reads its record
+            await self._answer(request, {"accepted": True})
+            return
+        handler = ctx.handlers.get("update", request.name)
+        if handler is None:
+            await self._answer(request, _rejection(
+                f"workflow {ctx.run.workflow_type} has no update handler named "
+                f"{request.name!r} (it has: {', '.join(ctx.handlers.names('update')) or 'none'})"))
+            return
+        if handler.validator is not None:
+            ctx.close_gate()
+            try:
+                await run_read_only(ctx, handler.validator, handler.hints, request.input,
+                                    f"the validator of update {request.name!r}")
+            except Exception as exc:
+                await self._answer(request, _rejection(str(exc), exc))
+                return
+            finally:
+                ctx.open_gate()
+        d = Delivery(ctx.deliveries + 1, "update", request.name, request.input, ctx.frontier(),
+                     ctx.clock.now(), update_id=update_id, request_id=request.request_id)
+        ctx.close_gate()
+        try:
+            await ctx.commit([AcceptUpdate(update_id, d.name, d.input, d.number, d.frontier,
+                                           d.delivered_at, request.request_id)])
+            self.updates[update_id] = d
+            await self._run(d, live=True)
+        finally:
+            ctx.open_gate()
+
+
+def _rejection(message: str, exc: BaseException | None = None) -> dict[str, Any]:
+    failure = Failure.from_exception(exc, "update_rejected") if exc is not None else Failure(
+        "update_rejected", message)
+    return {"rejected": True, "error": {"message": message, "failure": failure.to_dict()}}
+
+
+async def run_read_only(ctx: WorkflowContext, fn: Any, hints: list[Any], payload: str,
+                        what: str) -> Any:
+    """Call a query handler or validator against the run's state, read-only."""
+    args = decode_args(ctx.converter, payload, hints)
+    state = new_task_state(ctx, "query", ctx.latest, replaying=False,
+                           runtime=QueryRuntime(ctx, what))
+    with as_task(state):
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            with anyio.fail_after(QUERY_TIMEOUT):
+                result = await result
+    return result
+
+
+async def answer_query(ctx: WorkflowContext, name: str, payload: str) -> dict[str, Any]:
+    """A query's answer as the caller receives it: ``{"result": text}`` or
+    ``{"error": {...}}``."""
+    handler = ctx.handlers.get("query", name)
+    if handler is None:
+        known = ", ".join(ctx.handlers.names("query")) or "none"
+        return {"error": {"message": f"workflow {ctx.run.workflow_type} has no query handler "
+                                     f"named {name!r} (it has: {known})"}}
+    try:
+        value = await run_read_only(ctx, handler.fn, handler.hints, payload, f"query {name!r}")
+        text = ctx.converter.encode(value, f"the result of query {name!r}")
+        check_size(text, ctx.limits.payload_bytes, f"the result of query {name!r}")
+    except TimeoutError:
+        return {"error": {"message": f"query {name!r} did not return within "
+                                     f"{QUERY_TIMEOUT:g} s"}}
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, QueryFailed | DurableError) else (
+            f"query {name!r} raised {type(exc).__name__}: {exc}")
+        return {"error": {"message": message,
+                          "failure": Failure.from_exception(exc, "query").to_dict()}}
+    return {"result": text}

@@ -1,0 +1,117 @@
+"""Queries of runs that no live worker holds: load, replay read-only, answer, drop.
+
+A query goes to the run's owner when it has one (its executor answers at the
+next scheduling point, from the state in memory). A run with no live owner (a
+closed run, or an open one whose worker is gone) is answered by any worker
+that has its workflow type on the run's task queue: it takes the request
+(one worker only), loads the run's records, replays them without recording
+anything (`durable._runtime.replay`), answers from the state reached and
+drops the replay. The worker runs this loop beside its claim loops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from ..failure import leaf_exceptions
+from ..store.records import ClientRequest
+from .inbox import answer_query
+from .replay import replay_run
+
+if TYPE_CHECKING:
+    from ..worker import Worker
+
+#: How long one replay may take to answer a query before the answer says so.
+REPLAY_TIMEOUT = 30.0
+#: Requests older than this are deleted (their callers gave up long ago) ...
+REQUEST_RETENTION = 3600.0
+#: ... by each worker's query loop, this often.
+PURGE_EVERY = 600.0
+#: Without a wake-up, the loop looks for queries every this many poll intervals.
+FALLBACK_POLLS = 5
+
+
+class IdleQueries:
+    """The worker's loop that answers queries of runs no live worker holds."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._event = anyio.Event()
+
+    def trigger(self) -> None:
+        self._event.set()
+
+    async def run(self) -> None:
+        """Take queries of idle runs and answer each in a task of its own. A
+        storage error is raised as itself (the worker retries the loop)."""
+        try:
+            async with anyio.create_task_group() as tg:
+                await self._take(tg)
+        except BaseExceptionGroup as group:  # only _take raises: _answer never does
+            leaves = leaf_exceptions(group)
+            if len(leaves) == 1:
+                raise leaves[0] from None
+            raise
+
+    async def _take(self, tg: anyio.abc.TaskGroup) -> None:
+        worker = self.worker
+        types = tuple(sorted(worker.workflows))
+        purged_at = worker.clock.now()
+        while True:
+            # woken by a request's wake-up (or another process's commit); the slow
+            # fallback only covers a wake-up that got lost
+            with anyio.move_on_after(worker.poll_interval * FALLBACK_POLLS):
+                await self._event.wait()
+            self._event = anyio.Event()
+            now = worker.clock.now()
+            if now - purged_at > PURGE_EVERY:
+                purged_at = now
+                await worker.store.purge_requests(now - REQUEST_RETENTION)
+            waiting = await worker.store.idle_requests(  # a read: most polls find nothing
+                worker.namespace, worker.task_queue, types, 20, now)
+            if not waiting:
+                continue
+            for request in await worker.store.take_requests(waiting, worker.worker_id):
+                tg.start_soon(self._answer, request)
+
+    async def _answer(self, request: ClientRequest) -> None:
+        worker = self.worker
+        answer: dict[str, Any]
+        try:
+            with anyio.fail_after(REPLAY_TIMEOUT):
+                answer = await self._replay_and_ask(request)
+        except TimeoutError:
+            answer = {"error": {"message": f"replaying run {request.run_id} to answer query "
+                                           f"{request.name!r} took over {REPLAY_TIMEOUT:g} s"}}
+        except Exception as exc:
+            worker.log.warning("query_replay_failed", run_id=request.run_id, error=repr(exc))
+            answer = {"error": {"message": f"the run could not be replayed to answer the "
+                                           f"query: {exc}"}}
+        try:
+            await worker.store.answer_request(request.request_id, answer, worker.clock.now())
+        except Exception as exc:  # the caller times out and says so
+            worker.log.warning("request_answer_failed", request_id=request.request_id,
+                               error=repr(exc))
+
+    async def _replay_and_ask(self, request: ClientRequest) -> dict[str, Any]:
+        worker = self.worker
+        loaded = await worker.store.load_for_replay(request.run_id)
+        if loaded is None:
+            return {"error": {"message": f"run {request.run_id} no longer exists"}}
+        run, ops, inbox = loaded
+        defn = worker.workflows[run.workflow_type]
+
+        async def ask(ctx: Any) -> dict[str, Any]:
+            return await answer_query(ctx, request.name, request.input)
+
+        outcome = await replay_run(defn, run, ops, inbox, worker=worker,
+                                   converter=worker.client.converter,
+                                   limits=worker.client.limits, then=ask)
+        if outcome.ctx.fatal is not None:
+            return {"error": {"message": "the run does not replay with this worker's code, so "
+                                         f"the query cannot be answered: {outcome.ctx.fatal}"}}
+        answer: dict[str, Any] = outcome.answer
+        return answer

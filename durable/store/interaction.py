@@ -1,0 +1,557 @@
+"""Talking to running workflows: signals, queries, updates, and what runs send each other.
+
+Signals and updates are durable and live in a run's *inbox*. A signal is
+recorded when it is received (``SignalReceived``: an inbox row and an event,
+in one transaction) and delivered later by the run's owner, which records
+*where* it delivered it (``SignalDelivered``: a delivery number and the
+frontier of ops the run's tasks waited on) before any handler code runs. An
+update is recorded once the owner has validated and accepted it
+(``UpdateAccepted``, same delivery bookkeeping) and again when its handler
+returns (``UpdateCompleted``).
+
+Queries, and updates not yet accepted, are *requests*: transport rows that a
+worker answers and the caller deletes. They are never part of a run's
+history (a rejected update leaves no trace).
+
+The write handlers at the end are the owner's side: `durable.store.commit`
+dispatches those write types here, inside the run's fenced commit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..clock import to_iso
+from ..driver import Program, Row, Tx, ex, placeholders, q, q1
+from ..errors import (
+    CapabilityUnsupported,
+    RunAlreadyClosed,
+    RunNotCurrent,
+    WorkflowNotFound,
+)
+from ..failure import Failure
+from . import cancellation
+from .events import Event, append_events
+from .records import (
+    INBOX_COLUMNS,
+    OP_COLUMNS,
+    OPEN_STATUSES,
+    REQUEST_COLUMNS,
+    RUN_COLUMNS,
+    ClientRequest,
+    InboxItem,
+    OpKind,
+    OpRecord,
+    OpStatus,
+    RunRecord,
+    StartRequest,
+    StartResult,
+    dump_failure,
+    dumps,
+    inbox_from_row,
+    loads,
+    new_id,
+    op_from_row,
+    request_from_row,
+    run_from_row,
+)
+from .runs import start_workflow
+from .writes import (
+    AcceptUpdate,
+    CancelExternal,
+    CompleteUpdate,
+    DeliverSignal,
+    RecordMarker,
+    ResolveCondition,
+    ScheduleCondition,
+    SignalExternal,
+)
+
+
+@dataclass(frozen=True)
+class RequestTicket:
+    """What submitting a query or update returned: the request to wait on, or,
+    for an update id the run already accepted, its inbox record."""
+
+    run_id: str
+    request_id: str | None
+    existing: InboxItem | None = None
+    workflow_type: str = ""
+    task_queue: str = ""
+
+
+@dataclass(frozen=True)
+class UpdateState:
+    """Where an update stands, as its caller polls it."""
+
+    item: InboxItem | None  # once accepted
+    answer: dict[str, Any] | None  # the request's answer (a rejection, or accepted)
+    run_status: str | None
+
+
+# ---------------------------------------------------------------- reaching a run
+
+
+def _target_run(tx: Tx, namespace: str, workflow_id: str,
+                run_id: str | None) -> Program[Row]:
+    """The run a request names (the instance's current run by default), locked."""
+    if run_id is None:
+        row = yield q1(
+            f"SELECT {RUN_COLUMNS}, lease_expires_at FROM runs WHERE run_id = (SELECT "
+            "current_run_id FROM workflows WHERE namespace = ? AND workflow_id = ?)" + tx.lock,
+            namespace, workflow_id,
+        )
+    else:
+        row = yield q1(
+            f"SELECT {RUN_COLUMNS}, lease_expires_at FROM runs WHERE run_id = ? "
+            "AND namespace = ? AND workflow_id = ?" + tx.lock,
+            run_id, namespace, workflow_id,
+        )
+    if row is None:
+        run = f" run {run_id!r}" if run_id else ""
+        raise WorkflowNotFound(f"no workflow {workflow_id!r}{run} in namespace {namespace!r}")
+    return row
+
+
+def _live_owner(row: Row, now: float) -> bool:
+    return row["owner"] is not None and row["lease_expires_at"] is not None and (
+        row["lease_expires_at"] > now)
+
+
+def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
+                  sender: dict[str, Any] | None = None) -> Program[InboxItem]:
+    """Record a received signal on an open run (``SignalReceived``) and wake its owner."""
+    run_id = row["run_id"]
+    counter = yield q1(
+        "UPDATE runs SET inbox_seq = inbox_seq + 1, ready_at = COALESCE(ready_at, ?) "
+        "WHERE run_id = ? RETURNING inbox_seq",
+        now, run_id,
+    )
+    seq = int(counter["inbox_seq"])
+    yield ex(
+        "INSERT INTO inbox (run_id, seq, kind, name, input, sender, received_at, status) "
+        "VALUES (?, ?, 'signal', ?, ?, ?, ?, 'received')",
+        run_id, seq, name, payload, dumps(sender), now,
+    )
+    data: dict[str, Any] = {"seq": seq, "name": name, "args": loads(payload)}
+    if sender is not None:
+        data["sender"] = sender
+    yield from append_events(run_id, [("SignalReceived", data)], now)
+    item = InboxItem(run_id, seq, "signal", name, payload, now, "received")
+    tx.wake("run", run_id, data=item)
+    if not _live_owner(row, now):
+        tx.wake("runs", row["namespace"], row["task_queue"])
+    return item
+
+
+def send_signal(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, name: str,
+                payload: str, now: float) -> Program[InboxItem]:
+    """A client's signal. Raises `WorkflowNotFound`, `RunAlreadyClosed` (nothing recorded)."""
+    row = yield from _target_run(tx, namespace, workflow_id, run_id)
+    if row["status"] not in OPEN_STATUSES:
+        raise RunAlreadyClosed(
+            f"workflow {workflow_id!r} run {row['run_id']} is already {row['status']}; "
+            "signals reach open runs only (start a new run, e.g. with signal_with_start)"
+        )
+    return (yield from insert_signal(tx, row, name, payload, now))
+
+
+def signal_with_start(tx: Tx, request: StartRequest, name: str, payload: str,
+                      now: float) -> Program[StartResult]:
+    """Signal the instance's open run, or start it (a closed instance under its
+    id-reuse policy) and signal the new run, in one transaction."""
+    current = yield q1(
+        "SELECT current_run_id, status FROM workflows WHERE namespace = ? AND workflow_id = ?"
+        + tx.lock,
+        request.namespace, request.workflow_id,
+    )
+    if current is not None and current["status"] in OPEN_STATUSES:
+        started = StartResult(current["current_run_id"], False, current["status"])
+    else:
+        started = yield from start_workflow(tx, request, now)
+    row = yield from _target_run(tx, request.namespace, request.workflow_id, started.run_id)
+    yield from insert_signal(tx, row, name, payload, now)
+    return started
+
+
+# ---------------------------------------------------------------- requests (queries, updates)
+
+
+def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, kind: str,
+                   name: str, payload: str, update_id: str | None,
+                   now: float) -> Program[RequestTicket]:
+    """Ask a run a query or an update; a worker that owns (or can load) it answers."""
+    row = yield from _target_run(tx, namespace, workflow_id, run_id)
+    run = run_from_row(row)
+    if kind == "update":
+        existing = yield q1(
+            f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? AND update_id = ?",
+            run.run_id, update_id,
+        )
+        if existing is not None:  # the same update again: its recorded outcome
+            return RequestTicket(run.run_id, None, inbox_from_row(existing),
+                                 run.workflow_type, run.task_queue)
+        if not run.is_open:
+            raise RunAlreadyClosed(
+                f"workflow {workflow_id!r} run {run.run_id} is already {run.status}; "
+                "updates reach open runs only"
+            )
+        pending = yield q1(
+            "SELECT request_id FROM requests WHERE run_id = ? AND update_id = ? "
+            "AND status <> 'answered'",
+            run.run_id, update_id,
+        )
+        if pending is not None:  # another caller asked the same update: wait together
+            return RequestTicket(run.run_id, pending["request_id"], None, run.workflow_type,
+                                 run.task_queue)
+    request_id = new_id()
+    yield ex(
+        "INSERT INTO requests (request_id, namespace, workflow_id, run_id, workflow_type, "
+        "task_queue, kind, name, input, update_id, status, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+        request_id, namespace, run.workflow_id, run.run_id, run.workflow_type, run.task_queue,
+        kind, name, payload, update_id, now,
+    )
+    yield ex("UPDATE runs SET request_seq = request_seq + 1 WHERE run_id = ?", run.run_id)
+    tx.wake("run", run.run_id, data=ClientRequest(
+        request_id, run.run_id, run.workflow_id, run.workflow_type, run.task_queue, kind, name,
+        payload, update_id, now))
+    if not run.is_open or not _live_owner(row, now):
+        tx.wake("requests", namespace, run.task_queue)
+        if run.is_open:
+            tx.wake("runs", namespace, run.task_queue)
+    return RequestTicket(run.run_id, request_id, None, run.workflow_type, run.task_queue)
+
+
+def take_answer(request_id: str) -> Program[dict[str, Any] | None]:
+    """A query's answer (its request row is deleted then), or None while unanswered."""
+    row = yield q1("SELECT status, answer FROM requests WHERE request_id = ?", request_id)
+    if row is None:
+        return {"error": {"message": "the request was withdrawn before it was answered"}}
+    if row["status"] != "answered":
+        return None
+    yield ex("DELETE FROM requests WHERE request_id = ?", request_id)
+    answer: dict[str, Any] = json.loads(row["answer"])
+    return answer
+
+
+def withdraw_request(request_id: str) -> Program[dict[str, Any] | None]:
+    """Give up on a request; its answer if one arrived meanwhile, else None."""
+    count = yield ex("DELETE FROM requests WHERE request_id = ? AND status <> 'answered'",
+                     request_id)
+    if count:
+        return None
+    return (yield from take_answer(request_id))
+
+
+def answer_request(tx: Tx, request_id: str, answer: dict[str, Any],
+                   now: float) -> Program[bool]:
+    """Record a worker's answer (the first one counts) and wake the caller."""
+    count = yield ex(
+        "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "
+        "WHERE request_id = ? AND status <> 'answered'",
+        json.dumps(answer, default=str), now, request_id,
+    )
+    tx.wake("request", request_id)
+    return bool(count)
+
+
+def update_state(run_id: str, update_id: str,
+                 request_id: str | None) -> Program[UpdateState]:
+    """An update's inbox record (once accepted), its request's answer, the run's status."""
+    item = yield q1(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? AND update_id = ?",
+                    run_id, update_id)
+    answer = None
+    if request_id is not None and item is None:
+        request = yield q1("SELECT status, answer FROM requests WHERE request_id = ?",
+                           request_id)
+        if request is not None and request["status"] == "answered":
+            answer = json.loads(request["answer"])
+    run = yield q1("SELECT status FROM runs WHERE run_id = ?", run_id)
+    return UpdateState(None if item is None else inbox_from_row(item), answer,
+                       None if run is None else run["status"])
+
+
+def pending_interactions(run_id: str,
+                         after_seq: int) -> Program[tuple[list[InboxItem], list[ClientRequest]]]:
+    """A run's signals received after `after_seq` and its unanswered requests."""
+    signals = yield q(
+        f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? AND seq > ? AND status = 'received' "
+        "ORDER BY seq",
+        run_id, after_seq,
+    )
+    requests = yield q(
+        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'pending' "
+        "ORDER BY created_at",
+        run_id,
+    )
+    return [inbox_from_row(r) for r in signals], [request_from_row(r) for r in requests]
+
+
+def load_inbox(run_id: str) -> Program[tuple[list[InboxItem], list[ClientRequest]]]:
+    """Everything in a run's inbox (for replay) and its unanswered requests."""
+    items = yield q(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? ORDER BY seq", run_id)
+    requests = yield q(
+        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'pending' "
+        "ORDER BY created_at",
+        run_id,
+    )
+    return [inbox_from_row(r) for r in items], [request_from_row(r) for r in requests]
+
+
+def load_for_replay(
+    run_id: str,
+) -> Program[tuple[RunRecord, dict[str, OpRecord], list[InboxItem]] | None]:
+    """A run, its ops and its inbox: what a read-only replay needs."""
+    row = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", run_id)
+    if row is None:
+        return None
+    op_rows = yield q(f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ?", run_id)
+    items = yield q(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? ORDER BY seq", run_id)
+    return (run_from_row(row), {r["op_id"]: op_from_row(r) for r in op_rows},
+            [inbox_from_row(r) for r in items])
+
+
+def idle_requests(namespace: str, task_queue: str, types: tuple[str, ...], limit: int,
+                  now: float) -> Program[list[str]]:
+    """Queries waiting for runs no live worker holds (closed ones included), that
+    a worker with these workflow types can answer by replaying the run (a read)."""
+    if not types or limit <= 0:
+        return []
+    rows = yield q(
+        "SELECT r.request_id FROM requests r JOIN runs u ON u.run_id = r.run_id "
+        "WHERE r.namespace = ? AND r.task_queue = ? AND r.status = 'pending' "
+        f"AND r.kind = 'query' AND r.workflow_type IN ({placeholders(len(types))}) "
+        "AND (u.status NOT IN ('pending', 'running') OR u.owner IS NULL "
+        "OR u.lease_expires_at <= ?) ORDER BY r.created_at LIMIT ?",
+        namespace, task_queue, *types, now, limit,
+    )
+    return [r["request_id"] for r in rows]
+
+
+def take_requests(request_ids: list[str], worker_id: str) -> Program[list[ClientRequest]]:
+    """Take pending requests for this worker to answer; each is taken once (a
+    row another worker took meanwhile is skipped)."""
+    taken: list[ClientRequest] = []
+    for request_id in request_ids:
+        row = yield q1(
+            "UPDATE requests SET status = 'taken', taken_by = ? WHERE request_id = ? "
+            f"AND status = 'pending' RETURNING {REQUEST_COLUMNS}",
+            worker_id, request_id,
+        )
+        if row is not None:
+            taken.append(request_from_row(row))
+    return taken
+
+
+def purge_requests(before: float) -> Program[int]:
+    """Delete requests older than `before` (answered ones nobody read, and ones
+    nobody answered: their callers gave up long ago)."""
+    count: int = yield ex("DELETE FROM requests WHERE created_at < ?", before)
+    return count
+
+
+# ---------------------------------------------------------------- the owner's writes
+
+
+class RunCommitState(Protocol):
+    """What a write handler sees of the run's share of a commit (`store.commit`)."""
+
+    tx: Tx
+    run: RunRecord
+    now: float
+    events: list[Event]
+    ops: dict[str, OpRecord]
+
+
+def deliver_signal(c: RunCommitState, w: DeliverSignal) -> Program[None]:
+    count = yield ex(
+        "UPDATE inbox SET status = 'delivered', delivery = ?, frontier = ?, delivered_at = ? "
+        "WHERE run_id = ? AND seq = ? AND status = 'received'",
+        w.delivery, dumps(w.frontier), w.delivered_at, c.run.run_id, w.seq,
+    )
+    if count:
+        c.events.append(("SignalDelivered", {
+            "seq": w.seq, "name": w.name, "delivery": w.delivery, "frontier": w.frontier,
+            "delivered_at": to_iso(w.delivered_at),
+        }))
+        c.tx.wake("delivered", c.run.run_id)  # for whoever waits to see it handled
+    return None
+
+
+def accept_update(c: RunCommitState, w: AcceptUpdate) -> Program[None]:
+    run_id = c.run.run_id
+    existing = yield q1("SELECT seq FROM inbox WHERE run_id = ? AND update_id = ?",
+                        run_id, w.update_id)
+    if existing is None:
+        counter = yield q1(
+            "UPDATE runs SET inbox_seq = inbox_seq + 1 WHERE run_id = ? RETURNING inbox_seq",
+            run_id,
+        )
+        seq = int(counter["inbox_seq"])
+        yield ex(
+            "INSERT INTO inbox (run_id, seq, kind, name, input, update_id, received_at, status, "
+            "delivery, frontier, delivered_at) "
+            "VALUES (?, ?, 'update', ?, ?, ?, ?, 'accepted', ?, ?, ?)",
+            run_id, seq, w.name, w.input, w.update_id, c.now, w.delivery, dumps(w.frontier),
+            w.delivered_at,
+        )
+        c.events.append(("UpdateAccepted", {
+            "update_id": w.update_id, "name": w.name, "args": loads(w.input), "seq": seq,
+            "delivery": w.delivery, "frontier": w.frontier,
+            "delivered_at": to_iso(w.delivered_at),
+        }))
+    if w.request_id is not None:
+        yield from answer_request(c.tx, w.request_id, {"accepted": True}, c.now)
+    c.tx.wake("update", run_id, w.update_id)
+    return None
+
+
+def complete_update(c: RunCommitState, w: CompleteUpdate) -> Program[None]:
+    status = "completed" if w.failure is None else "failed"
+    count = yield ex(
+        "UPDATE inbox SET status = ?, result = ?, failure = ?, completed_at = ? "
+        "WHERE run_id = ? AND update_id = ? AND status = 'accepted'",
+        status, w.result, dump_failure(w.failure), c.now, c.run.run_id, w.update_id,
+    )
+    if count:
+        data: dict[str, Any] = {"update_id": w.update_id, "name": w.name, "status": status}
+        if w.failure is None:
+            data["result"] = loads(w.result)
+        else:
+            data["failure"] = w.failure.to_dict()
+        c.events.append(("UpdateCompleted", data))
+    c.tx.wake("update", c.run.run_id, w.update_id)
+    return None
+
+
+def schedule_condition(c: RunCommitState, w: ScheduleCondition) -> Program[None]:
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, scheduled_at, fire_at) "
+        "VALUES (?, ?, 'condition', 'wait_condition', 'scheduled', ?, ?)",
+        c.run.run_id, w.op_id, c.now, w.fire_at,
+    )
+    c.events.append(("ConditionScheduled", {
+        "op_id": w.op_id, "timeout_seconds": w.timeout, "fire_at": to_iso(w.fire_at),
+    }))
+    return None
+
+
+def resolve_condition(c: RunCommitState, w: ResolveCondition) -> Program[None]:
+    run_id = c.run.run_id
+    if w.satisfied is None:  # interrupted by the run's cancellation, like a timer
+        failure = Failure("cancelled", "condition wait cancelled").with_details(interrupted=True)
+        count = yield ex(
+            "UPDATE ops SET status = 'cancelled', failure = ?, closed_at = ?, interrupted = 1 "
+            "WHERE run_id = ? AND op_id = ? AND interrupted = 0",
+            dump_failure(failure), c.now, run_id, w.op_id,
+        )
+        if count:
+            c.events.append(("ConditionCancelled", {"op_id": w.op_id,
+                                                    "reason": "cancellation delivered"}))
+        return None
+    result = "true" if w.satisfied else "false"
+    count = yield ex(
+        "UPDATE ops SET status = 'completed', result = ?, closed_at = ? "
+        "WHERE run_id = ? AND op_id = ? AND status = 'scheduled'",
+        result, c.now, run_id, w.op_id,
+    )
+    if count:
+        c.events.append(("ConditionSatisfied" if w.satisfied else "ConditionTimedOut",
+                         {"op_id": w.op_id}))
+        c.ops[w.op_id] = OpRecord(w.op_id, OpKind.CONDITION, "wait_condition",
+                                  OpStatus.COMPLETED, result, None, None, c.now)
+    return None
+
+
+def record_marker(c: RunCommitState, w: RecordMarker) -> Program[None]:
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, result, scheduled_at, closed_at) "
+        "VALUES (?, ?, 'marker', ?, 'completed', ?, ?, ?)",
+        c.run.run_id, w.op_id, w.name, dumps(w.details), c.now, c.now,
+    )
+    c.events.append(("MarkerRecorded", {"op_id": w.op_id, "name": w.name, **w.details}))
+    return None
+
+
+def _external_op(c: RunCommitState, op_id: str, name: str, result: Any,
+                 failure: Failure | None, event: Event) -> Program[None]:
+    status = OpStatus.COMPLETED if failure is None else OpStatus.FAILED
+    text = dumps(result)
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, result, failure, scheduled_at, "
+        "closed_at) VALUES (?, ?, 'external', ?, ?, ?, ?, ?, ?)",
+        c.run.run_id, op_id, name, status, text, dump_failure(failure), c.now, c.now,
+    )
+    c.events.append(event)
+    c.ops[op_id] = OpRecord(op_id, OpKind.EXTERNAL, name, status, text, failure, c.now, c.now)
+    return None
+
+
+def _refusal(exc: Exception) -> Failure:
+    return Failure("external", str(exc), f"durable.{type(exc).__name__}")
+
+
+def signal_external(c: RunCommitState, w: SignalExternal) -> Program[None]:
+    run = c.run
+    failure: Failure | None = None
+    target_run: str | None = None
+    try:
+        row = yield from _target_run(c.tx, run.namespace, w.workflow_id, w.run_id)
+        if row["status"] not in OPEN_STATUSES:
+            raise RunAlreadyClosed(
+                f"workflow {w.workflow_id!r} run {row['run_id']} is already {row['status']}; "
+                "signals reach open runs only"
+            )
+        target_run = row["run_id"]
+        yield from insert_signal(c.tx, row, w.name, w.input, c.now, sender={
+            "workflow_id": run.workflow_id, "run_id": run.run_id, "op_id": w.op_id})
+    except (WorkflowNotFound, RunAlreadyClosed) as exc:
+        failure = _refusal(exc)
+    data: dict[str, Any] = {"op_id": w.op_id, "workflow_id": w.workflow_id,
+                            "run_id": target_run, "name": w.name}
+    if failure is not None:
+        data["failure"] = failure.to_dict()
+    yield from _external_op(c, w.op_id, f"signal:{w.name}", {"run_id": target_run}, failure,
+                            ("ExternalSignalSent", data))
+    return None
+
+
+def cancel_external(c: RunCommitState, w: CancelExternal) -> Program[None]:
+    run = c.run
+    failure: Failure | None = None
+    result: dict[str, Any] | None = None
+    try:
+        accepted, record = yield from cancellation.request_cancellation(
+            c.tx, run.namespace, w.workflow_id, w.run_id, w.reason, w.cleanup_timeout,
+            {"type": "workflow", "id": run.workflow_id, "label": run.workflow_type},
+            "workflow", c.now,
+        )
+        result = {"accepted": accepted, "request": record}
+    except (WorkflowNotFound, RunNotCurrent, RunAlreadyClosed, CapabilityUnsupported) as exc:
+        failure = _refusal(exc)
+    data: dict[str, Any] = {"op_id": w.op_id, "workflow_id": w.workflow_id, "reason": w.reason}
+    if result is not None:
+        data["accepted"] = result["accepted"]
+        data["request_id"] = result["request"]["request_id"]
+        data["request"] = result["request"]  # as stored: what the op returns on replay
+    if failure is not None:
+        data["failure"] = failure.to_dict()
+    yield from _external_op(c, w.op_id, "request_cancellation", result, failure,
+                            ("ExternalCancellationRequested", data))
+    return None
+
+
+#: The write handlers of this module, merged into `durable.store.commit.HANDLERS`.
+HANDLERS: dict[type[Any], Any] = {
+    DeliverSignal: deliver_signal,
+    AcceptUpdate: accept_update,
+    CompleteUpdate: complete_update,
+    ScheduleCondition: schedule_condition,
+    ResolveCondition: resolve_condition,
+    RecordMarker: record_marker,
+    SignalExternal: signal_external,
+    CancelExternal: cancel_external,
+}
