@@ -9,10 +9,12 @@ lets `durable.testing` substitute virtual time.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import heapq
 import itertools
 import time
+from collections.abc import Iterator
 from typing import Protocol
 
 import anyio
@@ -72,11 +74,33 @@ class VirtualClock:
     Sleepers are kept in a heap; `advance_to` wakes them in deadline order.
     """
 
+    #: Real seconds that work virtual time cannot see (a sync activity in a
+    #: thread, a child process) holds time still: a quick call finishes
+    #: before a virtual timeout can pass it by; one that runs longer (a call
+    #: that never returns, under test) lets time move again.
+    hold_limit = 1.0
+
     def __init__(self, start: float | None = None) -> None:
         self._now = time.time() if start is None else start
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
         self._background: list[tuple[float, int, anyio.Event]] = []
         self._counter = itertools.count()
+        self._holds: list[float] = []
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep time from being skipped while real work runs (see `hold_limit`)."""
+        started = time.monotonic()
+        self._holds.append(started)
+        try:
+            yield
+        finally:
+            self._holds.remove(started)
+
+    def holding(self) -> bool:
+        """Whether real work begun less than `hold_limit` seconds ago still runs."""
+        now = time.monotonic()
+        return any(now - started < self.hold_limit for started in self._holds)
 
     def now(self) -> float:
         return self._now

@@ -227,11 +227,12 @@ class TimeSkippingEnvironment:
             self.auto_skip = previous
 
     async def _idle(self) -> None:
-        """Return once every task is blocked and no storage call is in flight."""
+        """Return once every task is blocked, no storage call is in flight and no
+        sync activity's thread (or child process) has just started working."""
         stable = 0
         while stable < 3:
             await _all_tasks_blocked()
-            if self._counting.inflight == 0:
+            if self._counting.inflight == 0 and not self.clock.holding():
                 stable += 1
                 await anyio.lowlevel.checkpoint()
             else:

@@ -93,6 +93,23 @@ async def stuck(seconds: float) -> float:
     return await workflow.execute_activity(block, seconds, options=OPTS)
 
 
+@activity.defn(name="cli-unit")
+def unit(item: str) -> str:
+    """Unit "stuck" runs past its start-to-close timeout: its effect cannot be confirmed."""
+    while item == "stuck":
+        time.sleep(0.02)
+        activity.check_cancelled()
+    return f"imported {item}"
+
+
+@workflow.defn(name="cli-units")
+async def units(items: list[str]) -> dict[str, Any]:
+    result = await workflow.units(
+        items, key=str, handler=unit,
+        options=durable.ActivityOptions(start_to_close_timeout=1, max_attempts=2))
+    return {"done": result.done}
+
+
 @workflow.defn(name="cli-gate")
 class Gate:
     """Waits for `open`; answers `state`; takes a `set_limit` update (validated)."""
@@ -126,8 +143,8 @@ class Gate:
             raise ValueError("limit must be at least 0")
 
 
-WORKFLOWS: list[Any] = [greet, count, fail, guarded, parent, again, stuck, Gate]
-ACTIVITIES: list[Any] = [greet_activity, count_activity, hang, release, block]
+WORKFLOWS: list[Any] = [greet, count, fail, guarded, parent, again, stuck, Gate, units]
+ACTIVITIES: list[Any] = [greet_activity, count_activity, hang, release, block, unit]
 
 # The spec form of `durable worker MODULE:ATTR`.
 WORKER: dict[str, Any] = {"workflows": WORKFLOWS, "activities": ACTIVITIES,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from typing import Any
 
 import anyio
@@ -62,7 +63,7 @@ async def test_a_subprocess_inside_an_activity_is_bounded_by_the_attempt(
 ) -> None:
     """durable.subprocess.run picks up the attempt's budget: the child is stopped,
     confirmed, when the attempt's start-to-close deadline passes."""
-    key = f"sub-{id(client)}"
+    key = f"sub-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[budget_wf], activities=[probe, run_child]):
         with anyio.fail_after(30):
             out = await client.execute(budget_wf, "budget_subprocess", key, 1.5, id=key)

@@ -4,6 +4,7 @@ cleanup, deadlines, capability refusal and the cascade view."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import anyio
@@ -125,7 +126,7 @@ async def child_waiting_on_its_timer(child: durable.WorkflowHandle) -> None:
 async def test_remote_async_activity_without_heartbeats_is_stopped(
     client: durable.Client, make_worker: Any, policy: P
 ) -> None:
-    key = f"remote-{policy.value}-{id(client)}"
+    key = f"remote-{policy.value}-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded, cleaning_child], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "activity", policy.value, 0.0, id=key)
         await started(handle)
@@ -170,7 +171,7 @@ async def test_remote_async_activity_without_heartbeats_is_stopped(
 async def test_sync_thread_activity_stops_cooperatively(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"thread-{id(client)}"
+    key = f"thread-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "thread", "wait_cancellation_completed", 0.0,
                                     id=key)
@@ -189,7 +190,7 @@ async def test_sync_thread_activity_stops_cooperatively(
 async def test_local_activity_is_stopped(
     client: durable.Client, make_worker: Any, kind: str, policy: P
 ) -> None:
-    key = f"{kind}-{policy.value}-{id(client)}"
+    key = f"{kind}-{policy.value}-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, kind, policy.value, 0.0, id=key)
         with anyio.fail_after(10):
@@ -248,7 +249,7 @@ async def abandon_unbounded() -> str:
 async def test_timer_is_cancelled_and_cleanup_runs(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"timer-{id(client)}"
+    key = f"timer-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "timer", "try_cancel", 0.0, id=key)
         await started(handle, "TimerScheduled")
@@ -262,7 +263,7 @@ async def test_timer_is_cancelled_and_cleanup_runs(
 
 @pytest.mark.parametrize("policy", [P.TRY_CANCEL, P.WAIT_CANCELLATION_COMPLETED, P.ABANDON])
 async def test_child_policies(client: durable.Client, make_worker: Any, policy: P) -> None:
-    key = f"child-{policy.value}-{id(client)}"
+    key = f"child-{policy.value}-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded, cleaning_child], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "child", policy.value, 0.0, id=key)
         child = client.get_handle(f"{key}-child")
@@ -294,7 +295,7 @@ async def test_child_policies(client: durable.Client, make_worker: Any, policy: 
 async def test_duplicate_request_keeps_original_deadline(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"dup-{id(client)}"
+    key = f"dup-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "timer", "try_cancel", 0.0, id=key)
         await started(handle, "TimerScheduled")
@@ -339,7 +340,7 @@ async def twice(n: int) -> None:
 async def test_cancel_is_immediate_and_runs_no_cleanup(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"immediate-{id(client)}"
+    key = f"immediate-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "timer", "try_cancel", 0.0, id=key)
         await started(handle, "TimerScheduled")
@@ -359,7 +360,7 @@ async def test_cancel_is_immediate_and_runs_no_cleanup(
 
 @pytest.mark.remote_client
 async def test_delivery_while_no_worker_is_alive(client: durable.Client, make_worker: Any) -> None:
-    key = f"offline-{id(client)}"
+    key = f"offline-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "timer", "try_cancel", 0.0, id=key)
         await started(handle, "TimerScheduled")
@@ -376,7 +377,7 @@ async def test_delivery_while_no_worker_is_alive(client: durable.Client, make_wo
 async def test_cleanup_deadline_expiry_revokes_authority(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"expiry-{id(client)}"
+    key = f"expiry-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "timer", "try_cancel", 3.0, id=key)
         await started(handle, "TimerScheduled")
@@ -396,7 +397,7 @@ async def test_cleanup_deadline_expiry_revokes_authority(
 async def test_capability_refusal_records_nothing(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"legacy-{id(client)}"
+    key = f"legacy-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES, capabilities=()) as w:
         handle = await client.start(guarded, key, "timer", "try_cancel", 0.0, id=key)
         await started(handle, "TimerScheduled")
@@ -433,7 +434,7 @@ async def budgeted(key: str, child_cleanup: float) -> Any:
 
 
 async def test_child_never_gets_a_longer_budget(client: durable.Client, make_worker: Any) -> None:
-    key = f"budget-{id(client)}"
+    key = f"budget-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[budgeted, cleaning_child], activities=ALL_ACTIVITIES):
         handle = await client.start(budgeted, key, 3600.0, id=key)
         child = client.get_handle(f"{key}-child")
@@ -469,7 +470,7 @@ async def level(key: str, depth: int) -> None:
 
 @pytest.mark.remote_client
 async def test_three_level_tree_cascade(client: durable.Client, make_worker: Any) -> None:
-    key = f"tree-{id(client)}"
+    key = f"tree-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[level], activities=ALL_ACTIVITIES,
                            max_concurrent_activities=20):
         handle = await client.start(level, key, 2, id=key)
@@ -504,7 +505,7 @@ async def test_three_level_tree_cascade(client: durable.Client, make_worker: Any
 async def test_lost_worker_leaves_the_stop_unverified(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"unverified-{id(client)}"
+    key = f"unverified-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
         handle = await client.start(guarded, key, "activity", "try_cancel", 0.0, id=key)
         await started(handle)
@@ -583,7 +584,7 @@ async def two_steps_with_a_pause(key: str) -> str:
 
 @pytest.mark.remote_client
 async def test_cancellation_between_steps(client: durable.Client, make_worker: Any) -> None:
-    key = f"between-{id(client)}"
+    key = f"between-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[two_steps_with_a_pause], activities=ALL_ACTIVITIES):
         handle = await client.start(two_steps_with_a_pause, key, id=key)
         await started(handle, "ActivityCompleted")
@@ -648,7 +649,7 @@ async def leaves_a_child(key: str) -> str:
 async def test_parent_close_request_cancellation_uses_the_childs_cleanup_timeout(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"pclose-{id(client)}"
+    key = f"pclose-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[leaves_a_child, cleaning_child],
                            activities=ALL_ACTIVITIES):
         assert await client.execute(leaves_a_child, key, id=key) == "parent done"

@@ -476,6 +476,27 @@ def test_signal_query_and_update_a_running_workflow(url: str) -> None:
     assert event_types(url, "gate-1").count("UpdateAccepted") == 1
 
 
+def test_units_whose_effect_is_unknown_are_shown_and_cleared_after_review(url: str) -> None:
+    start(url, "cli-units", "units-1", ["a", "stuck", "b"])
+    wait_for(lambda: describe(url, "units-1")["status"] == "unknown",
+             "the run to wait for review")
+    info = describe(url, "units-1")
+    assert "stuck" in info["reason"] and "could not be confirmed" in info["reason"]
+    human = ok(url, "describe", "units-1").stdout
+    assert "unknown" in human and "retry-after-review" in human and "stuck" in human
+    listed = as_json(ok(url, "list", "--status", "unknown", "--json"), "list")
+    assert "units-1" in [r["workflow_id"] for r in listed["runs"]]
+    undecided = invoke(url, "retry-after-review", "units-1")
+    assert undecided.exit_code == 1 and "units='rerun'" in one_error_line(undecided)
+    cleared = as_json(ok(url, "retry-after-review", "units-1", "--units", "confirm", "--json"),
+                      "retry-after-review")
+    assert cleared == {"workflow_id": "units-1", "cleared": True, "units": "confirm"}
+    done = as_json(ok(url, "result", "units-1", "--wait", "--json"), "result")
+    assert done["result"] == {"done": {"a": "imported a", "stuck": None, "b": "imported b"}}
+    again = ok(url, "retry-after-review", "units-1").stdout
+    assert "not marked for review" in again
+
+
 def test_cancel_and_terminate_close_at_once_and_refuse_a_closed_run(url: str) -> None:
     start(url, "cli-guarded", "close-1", "k")
     start(url, "cli-guarded", "close-2", "k")

@@ -28,6 +28,7 @@ import datetime
 import json
 import subprocess
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -518,7 +519,7 @@ async def test_losing_one_run_does_not_hand_back_other_runs_activity_attempts(
 ) -> None:
     """A worker that loses one run to another owner must not give away the attempts
     it runs for other workflows: they would run a second time with no crash at all."""
-    key = f"lost-{id(client)}"
+    key = f"lost-{uuid.uuid4().hex[:10]}"
     async with durable.Worker(client, workflows=[holder, victim], activities=[hold],
                               lease_seconds=30.0, poll_interval=0.1):
         held, _ = await hold_one_attempt_and_park_victim(client, key)
@@ -543,7 +544,7 @@ async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_a
     """A storage error while committing for one run (PostgreSQL deadlock, lost
     connection) hands that run back; the attempts the worker runs for other
     workflows stay with it."""
-    key = f"error-{id(client)}"
+    key = f"error-{uuid.uuid4().hex[:10]}"
     commit = client.store.commit
     victim_run: list[str] = []
 
@@ -575,7 +576,7 @@ async def test_a_run_claimed_during_a_lease_renewal_is_not_released_as_stray(
     stray-run release handed back 74 running attempts of a live worker at once.
     Here the claim's result reaches the worker a little after a renewal (as a busy
     event loop or connection pool makes it): nothing may be handed back."""
-    key = f"stray-{id(client)}"
+    key = f"stray-{uuid.uuid4().hex[:10]}"
     claim = client.store.claim_runs
     slow = anyio.Event()
 
@@ -610,7 +611,7 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
     worker may take its own run over once; it must not go on doing so, re-running
     local activities each time (it did, before LostAuthority was unwrapped from
     task-group errors: each takeover released the run from under the next one)."""
-    key = f"lapse-{id(client)}"
+    key = f"lapse-{uuid.uuid4().hex[:10]}"
     renew = client.store.renew_leases
     calls = 0
 

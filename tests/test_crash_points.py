@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import anyio
@@ -56,7 +57,7 @@ async def resume(client: durable.Client, make_worker: Any, handle: Any) -> Any:
 async def test_a_crash_after_the_effect_runs_the_step_once_more(
     client: durable.Client, make_worker: Any, local: bool,
 ) -> None:
-    key = f"after-effect-{local}-{id(client)}"
+    key = f"after-effect-{local}-{uuid.uuid4().hex[:10]}"
     worker = crash_at(make_worker(workflows=[flow, cleanup_flow], activities=[effect]),
                       "after_effect")
     async with worker:
@@ -72,7 +73,7 @@ async def test_a_crash_after_the_effect_runs_the_step_once_more(
 async def test_a_crash_between_phases_resumes_with_the_next_phase(
     client: durable.Client, make_worker: Any,
 ) -> None:
-    key = f"between-{id(client)}"
+    key = f"between-{uuid.uuid4().hex[:10]}"
     worker = crash_at(make_worker(workflows=[flow, cleanup_flow], activities=[effect]),
                       "between_phases")
     async with worker:
@@ -88,7 +89,7 @@ async def test_a_crash_between_phases_resumes_with_the_next_phase(
 async def test_a_crash_during_shielded_cleanup_finishes_the_cleanup_once_resumed(
     client: durable.Client, make_worker: Any,
 ) -> None:
-    key = f"cleanup-{id(client)}"
+    key = f"cleanup-{uuid.uuid4().hex[:10]}"
     worker = crash_at(make_worker(workflows=[flow, cleanup_flow], activities=[effect]),
                       "cleanup")
     async with worker:
@@ -108,7 +109,7 @@ async def test_a_crash_during_shielded_cleanup_finishes_the_cleanup_once_resumed
 async def test_a_crash_before_the_close_replays_to_the_same_result(
     client: durable.Client, make_worker: Any,
 ) -> None:
-    key = f"close-{id(client)}"
+    key = f"close-{uuid.uuid4().hex[:10]}"
     worker = crash_at(make_worker(workflows=[flow, cleanup_flow], activities=[effect]),
                       "before_close")
     async with worker:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 import anyio
@@ -200,7 +201,7 @@ async def test_dataclass_payloads_round_trip(client: durable.Client, make_worker
 
 @pytest.mark.remote_client
 async def test_retries_then_success(client: durable.Client, make_worker: Any) -> None:
-    key = f"retry-{id(client)}"
+    key = f"retry-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[retrying], activities=[flaky]):
         assert await client.execute(retrying, key, id="retry") == "ok after 3"
     types = [e.type for e in await client.get_handle("retry").history()]
@@ -209,7 +210,7 @@ async def test_retries_then_success(client: durable.Client, make_worker: Any) ->
 
 @pytest.mark.remote_client
 async def test_non_retryable_error_fails_at_once(client: durable.Client, make_worker: Any) -> None:
-    key = f"decline-{id(client)}"
+    key = f"decline-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[declined], activities=[decline]):
         result = await client.execute(declined, key, id="declined")
     assert result == "caught PaymentDeclined: card declined"
@@ -334,7 +335,7 @@ async def test_workflow_api_outside_workflow() -> None:
 async def test_deterministic_helpers_replay_identically(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"det-{id(client)}"
+    key = f"det-{uuid.uuid4().hex[:10]}"
     gate = GATES[key] = anyio.Event()
     async with make_worker(workflows=[deterministic], activities=[echo, wait_gate]):
         handle = await client.start(deterministic, key, id="det")
@@ -367,7 +368,7 @@ async def test_worker_runs_next_to_other_tasks_in_the_app(
 async def test_replay_after_worker_restart_does_not_repeat_steps(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"restart-{id(client)}"
+    key = f"restart-{uuid.uuid4().hex[:10]}"
     CALLS.pop(key, None)
     gate = anyio.Event()
     GATES[key] = gate
@@ -421,7 +422,7 @@ async def changing(key: str) -> str:
 async def test_non_determinism_marks_the_run_for_review(
     client: durable.Client, make_worker: Any
 ) -> None:
-    key = f"nd-{id(client)}"
+    key = f"nd-{uuid.uuid4().hex[:10]}"
     GATES[key] = anyio.Event()
     SHAPE["v"] = 1
     async with make_worker(workflows=[changing], activities=[counted, wait_gate]):

@@ -15,6 +15,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +238,7 @@ async def test_a_lost_commit_is_resolved_by_reading_not_guessing(
     """The commit of an activity's result is acknowledged by nobody (the
     connection died during COMMIT, outcome unknown): the worker reads the
     attempt back, sees it recorded, and neither records it twice nor retries."""
-    key = f"unknown-{id(client)}"
+    key = f"unknown-{uuid.uuid4().hex[:10]}"
     real = client.store.complete_activity
     calls = {"n": 0}
 
@@ -449,7 +450,7 @@ async def test_a_restarted_worker_does_not_renew_its_dead_incarnations_attempts(
     """A worker process dies holding an attempt; a new process starts with the same
     identity. Its lease renewals must not keep the dead process's attempt alive:
     leases belong to an incarnation, so the attempt expires and is retried."""
-    key = f"incarnation-{id(client)}"
+    key = f"incarnation-{uuid.uuid4().hex[:10]}"
     GATES[key] = threading.Event()
     handle = await client.start(call, "faults_gated", [key], 2, id=key)
     dead = durable.Worker(client, workflows=[call], activities=[gated], identity="node-1",
@@ -483,7 +484,7 @@ async def test_a_restarted_worker_does_not_renew_its_dead_incarnations_attempts(
 async def test_a_graceful_stop_hands_sync_attempts_back_without_using_a_retry(
     client: durable.Client, kind: str,
 ) -> None:
-    key = f"handback-{kind}-{id(client)}"
+    key = f"handback-{kind}-{uuid.uuid4().hex[:10]}"
     name = "faults_cooperative" if kind == "cooperative" else "faults_isolated"
     handle = await client.start(call, name, [key], 1, id=key)  # max_attempts=1
     async with durable.Worker(client, workflows=[call], activities=[cooperative, isolated],
@@ -509,7 +510,7 @@ def isolated(key: str) -> str:
 async def test_leaving_the_worker_does_not_wait_forever_for_a_deaf_thread(
     client: durable.Client, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    key = f"deaf-{id(client)}"
+    key = f"deaf-{uuid.uuid4().hex[:10]}"
     handle = await client.start(call, "faults_deaf", [key, 30.0], 1, id=key)
     caplog.set_level(logging.WARNING, logger="durable.worker")
     worker = durable.Worker(client, workflows=[call], activities=[deaf], poll_interval=0.1,
@@ -555,7 +556,7 @@ async def test_a_graceful_stop_with_a_claim_in_flight_logs_no_internal_error(
 async def test_a_replay_that_skips_recorded_ops_is_non_deterministic(
     client: durable.Client,
 ) -> None:
-    key = f"skips-{id(client)}"
+    key = f"skips-{uuid.uuid4().hex[:10]}"
     handle = await client.start(changing, key, id=key)
     async with durable.Worker(client, workflows=[changing], activities=[effect],
                               poll_interval=0.05):
@@ -630,7 +631,7 @@ async def test_start_child_with_a_taken_id_raises_at_the_call(
 async def test_an_op_started_after_delivery_outside_a_shield_is_never_sent(
     client: durable.Client, make_worker: Any,
 ) -> None:
-    key = f"unsent-{id(client)}"
+    key = f"unsent-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[unsent], activities=[effect]):
         handle = await client.start(unsent, key, id=key)
         with anyio.fail_after(10):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -127,6 +128,15 @@ async def units_wf(run: str, ids: list[str], gate: str | None, hang: list[str],
         items, key=lambda item: item["id"], handler=step, concurrency=concurrency,
         options=durable.ActivityOptions(start_to_close_timeout=stc, max_attempts=3))
     return {"done": result.done, "failed": sorted(result.failed)}
+
+
+@workflow.defn(name="pu_units_in_phase")
+async def units_in_phase(run: str, ids: list[str], hang: list[str]) -> int:
+    async with workflow.phase("load", limit=HOUR):
+        result = await workflow.units(
+            [{"run": run, "id": i, "hang": i in hang} for i in ids], key=lambda item: item["id"],
+            handler=step, options=durable.ActivityOptions(start_to_close_timeout=1.0))
+    return len(result.done)
 
 
 @workflow.defn(name="pu_dup_units")
@@ -261,7 +271,7 @@ async def test_phases_replay_the_same_after_a_restart(client: durable.Client,
 async def test_units_run_once_each_and_come_back_by_key(
     client: durable.Client, make_worker: Any, concurrency: int,
 ) -> None:
-    run = f"units-{concurrency}-{id(client)}"
+    run = f"units-{concurrency}-{uuid.uuid4().hex[:10]}"
     ids = ["u1", "u2", "u3", "u4"]
     async with make_worker(workflows=[units_wf], activities=[step]):
         out = await client.execute(units_wf, run, ids, None, [], concurrency, id=run)
@@ -275,7 +285,7 @@ async def test_units_run_once_each_and_come_back_by_key(
 async def test_a_restart_skips_confirmed_units_and_shows_progress(
     client: durable.Client, make_worker: Any,
 ) -> None:
-    run = f"restart-{id(client)}"
+    run = f"restart-{uuid.uuid4().hex[:10]}"
     gate = f"gate-{run}"
     GATES[gate] = threading.Event()
     ids = ["u1", "u2", "u3", "u4", "u5"]
@@ -302,7 +312,7 @@ async def test_a_unit_whose_effect_cannot_be_confirmed_sends_the_run_to_review(
     """u2's call runs past its start-to-close timeout: nobody knows whether it took
     effect, so it is not retried; the run waits for an operator (status unknown),
     who confirms it; the run then completes without running u2 again."""
-    run = f"unknown-{id(client)}"
+    run = f"unknown-{uuid.uuid4().hex[:10]}"
     handle = await client.start(units_wf, run, ["u1", "u2", "u3"], None, ["u2"], 1, id=run)
     async with make_worker(workflows=[units_wf], activities=[step]):
         with anyio.fail_after(30):
@@ -324,7 +334,7 @@ async def test_a_unit_whose_effect_cannot_be_confirmed_sends_the_run_to_review(
 async def test_an_operator_may_have_unknown_units_run_again(
     client: durable.Client, make_worker: Any,
 ) -> None:
-    run = f"rerun-{id(client)}"
+    run = f"rerun-{uuid.uuid4().hex[:10]}"
     handle = await client.start(units_wf, run, ["u1", "u2"], None, ["u2"], 1, id=run)
     async with make_worker(workflows=[units_wf], activities=[step]):
         with anyio.fail_after(30):
@@ -342,6 +352,26 @@ async def test_an_operator_may_have_unknown_units_run_again(
     assert out["done"]["u2"] == "done u2"
     assert RUNS[run].count("u2") == 2 and RUNS[run].count("u1") == 1
     assert "UnitRerunApproved" in await history_types(handle)
+
+
+async def test_a_run_parked_for_review_inside_a_phase_keeps_the_phase_open(
+    client: durable.Client, make_worker: Any,
+) -> None:
+    """Waiting for a person is not the phase's end: describe() shows the phase
+    while the run waits, and the phase completes once the run resumes."""
+    run = f"parked-{uuid.uuid4().hex[:10]}"
+    handle = await client.start(units_in_phase, run, ["u1", "u2"], ["u2"], id=run)
+    async with make_worker(workflows=[units_in_phase], activities=[step]):
+        with anyio.fail_after(30):
+            while (await handle.describe())["status"] != "unknown":
+                await anyio.sleep(0.05)
+        assert (await handle.describe())["phase"]["name"] == "load"
+        assert await handle.retry_after_review(units="confirm")
+        with anyio.fail_after(30):
+            assert await handle.result() == 2
+    types = await history_types(handle)
+    assert types.count("PhaseStarted") == 1 and "PhaseFailed" not in types
+    assert types.index("UnitConfirmed") < types.index("PhaseCompleted")
 
 
 async def test_unit_keys_must_be_unique(client: durable.Client, make_worker: Any) -> None:

@@ -5,6 +5,7 @@ tests with short timeouts."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -397,10 +398,48 @@ async def test_real_time_execution_timeout(client: durable.Client, make_worker: 
 
 
 async def test_real_time_heartbeat_timeout(client: durable.Client, make_worker: Any) -> None:
-    key = f"real-hb-{id(client)}"
+    key = f"real-hb-{uuid.uuid4().hex[:10]}"
     async with make_worker(workflows=[call_activity], activities=[beating]):
         result = await client.execute(
             call_activity, "beating", [key, 1, 0.1, True],
             {"heartbeat_timeout": 1, "max_attempts": 1}, id="real-hb",
         )
     assert result == {"timed_out": "heartbeat", "attempt": 1}
+
+
+# ---------------------------------------------------------------- virtual time and threads
+
+
+@activity.defn(name="tt_real_work")
+def real_work(seconds: float) -> str:
+    time.sleep(seconds)  # real work in a thread: virtual time cannot see it
+    return "worked"
+
+
+@workflow.defn(name="tt_quick_sync")
+async def quick_sync(seconds: float) -> str:
+    return await workflow.execute_activity(
+        real_work, seconds,
+        options=durable.ActivityOptions(start_to_close_timeout=60, max_attempts=1))
+
+
+async def test_virtual_time_holds_still_while_a_sync_activity_works(
+    env: TimeSkippingEnvironment,
+) -> None:
+    """A timer due an hour later would otherwise be skipped to at once, and the
+    attempt's 60 s start-to-close with it, while the thread sleeps 0.3 real s."""
+    async with env.worker(workflows=[quick_sync, sleeper], activities=[real_work]):
+        await env.client.start(sleeper, HOUR, id="elsewhere")  # something to skip to
+        before = env.now()
+        assert await env.client.execute(quick_sync, 0.3, id="quick") == "worked"
+    assert env.now() - before < 60
+
+
+def test_a_hold_longer_than_its_limit_lets_virtual_time_move() -> None:
+    clock = durable.VirtualClock(0)
+    clock.hold_limit = 0.05
+    with clock.hold():
+        assert clock.holding()
+        time.sleep(0.06)
+        assert not clock.holding()  # a call that never returns cannot stop time forever
+    assert not clock.holding()

@@ -19,6 +19,7 @@ cancellation, shutdown) cancels an async attempt's scope and makes the next
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime
 import multiprocessing
@@ -263,9 +264,12 @@ async def call_activity(
                 scope.cancel()
             if is_async:
                 return await fn(*args)
-            if process_isolated:
-                return await _run_in_process(ctx, fn, args)
-            return await _run_in_thread(ctx, fn, args, abandon_on_cancel)
+            # real work virtual time cannot see: a virtual clock holds still
+            hold = getattr(ctx.clock, "hold", None)
+            with hold() if hold is not None else contextlib.nullcontext():
+                if process_isolated:
+                    return await _run_in_process(ctx, fn, args)
+                return await _run_in_thread(ctx, fn, args, abandon_on_cancel)
         raise _stopped(ctx)
     finally:
         _current_budget.reset(budget_token)

@@ -29,7 +29,9 @@ from ..clock import to_datetime
 from ..errors import (
     BudgetCancelled,
     BudgetExhausted,
+    NonDeterminismError,
     PhaseTimedOut,
+    UnitOutcomeUnknown,
 )
 from ..failure import Failure
 from ..options import Seconds, to_seconds
@@ -88,6 +90,10 @@ class Phase:
         assert frame is not None
         if frame in state.phases:
             state.phases.remove(frame)
+        if isinstance(exc, UnitOutcomeUnknown | NonDeterminismError):
+            # the run parks for a person's decision, not ended: the phase stays
+            # open (describe() shows it) and ends when the run resumes
+            return False
         now = caps.workflow_time(ctx, state)
         over = frame.deadline is not None and now >= frame.deadline
         raise_instead: BaseException | None = None

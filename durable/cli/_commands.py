@@ -315,6 +315,30 @@ def request_cancellation(session: Session, workflow_id: str, reason: str,
     session.out.emit(session.run(body), _views.cancellation_requested)
 
 
+@cli.command("retry-after-review", short_help="Let a run marked for review replay again.")
+@workflow_id_argument
+@click.option("--units", type=click.Choice(["rerun", "confirm"]),
+              help="For a run whose units' outcome is unknown (status unknown): run them "
+                   "again, or record them done after checking their effect.")
+@json_option
+@pass_session
+def retry_after_review(session: Session, workflow_id: str, units: str | None) -> None:
+    """Clear a run's review mark so that a worker claims and replays it.
+
+    A run is marked after a replay mismatch (status needs_review: deploy code
+    that replays its history first) or when idempotent units could not be
+    confirmed (status unknown: check their effect, then --units rerun or
+    --units confirm). Prints whether a mark was cleared.
+    """
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        handle = client.get_handle(workflow_id)
+        cleared = await handle.retry_after_review(units=units)
+        return {"workflow_id": workflow_id, "cleared": cleared, "units": units}
+
+    session.out.emit(session.run(body), _views.reviewed)
+
+
 args_option = click.option(
     "--args", "args_json", metavar="JSON_ARRAY",
     help="The handler's arguments as a JSON array, e.g. '[\"ann\", 3]'.")

@@ -57,7 +57,7 @@ def parse_args_json(text: str | None, option: str) -> list[Any]:
 
 
 KNOWN_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timed_out",
-                  "terminated", "continued")
+                  "terminated", "continued", "needs_review", "unknown")
 
 
 def complete_status(ctx: click.Context, param: click.Parameter,

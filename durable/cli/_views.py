@@ -194,7 +194,9 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     )
     grid = _grid()
     grid.add_row("namespace", Text(str(info.get("namespace"))))
-    if info.get("closed_reason"):
+    if info.get("reason"):
+        grid.add_row("reason", Text(str(info.get("reason"))))
+    elif info.get("closed_reason"):
         grid.add_row("closed reason", Text(str(info.get("closed_reason"))))
     grid.add_row("run", Text(f"{run.get('run_id')} (run {run.get('run_number')} of "
                              f"{info.get('run_count')})"))
@@ -215,9 +217,14 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
     grid.add_row("run timeout", Text(_fmt.seconds_text(run.get("run_timeout_seconds"))))
     grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
-    if run.get("needs_review"):
-        grid.add_row("needs review", Text("yes: replay failed (non-determinism); fix the code "
-                                          "and retry after review", style="bold red"))
+    if info.get("status") == "unknown":
+        grid.add_row("needs review", Text(
+            "yes: units whose effect could not be confirmed; check them, then `durable "
+            "retry-after-review ID --units rerun|confirm`", style="bold red"))
+    elif run.get("needs_review"):
+        grid.add_row("needs review", Text(
+            "yes: replay failed (non-determinism); deploy code that replays it, then "
+            "`durable retry-after-review ID`", style="bold red"))
     phase = info.get("phase")
     if isinstance(phase, Mapping):
         grid.add_row("phase", phase_text(phase, now, open_))
@@ -461,6 +468,20 @@ def closed(out: Output, data: Mapping[str, Any]) -> None:
         f" (reason: {data.get('reason')})"), soft_wrap=True)
 
 
+def reviewed(out: Output, data: Mapping[str, Any]) -> None:
+    if not data.get("cleared"):
+        out.console.print(Text.assemble(
+            (str(data.get("workflow_id")), "bold"), " was not marked for review: nothing to do"),
+            soft_wrap=True)
+        return
+    units = data.get("units")
+    how = {"rerun": ": its unconfirmed units run again",
+           "confirm": ": its unconfirmed units are recorded as done"}.get(str(units), "")
+    out.console.print(Text.assemble(
+        "Review cleared for ", (str(data.get("workflow_id")), "bold"),
+        f"{how}; a worker replays it now"), soft_wrap=True)
+
+
 def signalled(out: Output, data: Mapping[str, Any]) -> None:
     out.console.print(Text.assemble(
         "Signal ", (str(data.get("signal")), "bold"), " recorded for ",
@@ -663,7 +684,9 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
     if started_at is not None:
         end = closed_at or now
         grid.add_row("elapsed", Text(_fmt.duration((end - started_at).total_seconds())))
-    if info.get("closed_reason"):
+    if info.get("reason"):
+        grid.add_row("reason", Text(str(info.get("reason"))))
+    elif info.get("closed_reason"):
         grid.add_row("closed reason", Text(str(info.get("closed_reason"))))
     phase = info.get("phase")
     if isinstance(phase, Mapping):

@@ -152,6 +152,8 @@ CASCADE = obj({
 REPAIR_PASS = obj({"repaired": {"type": "object", "additionalProperties": INTEGER},
                    "total": INTEGER})
 
+REVIEW = obj({"workflow_id": STRING, "cleared": BOOLEAN,
+              "units": {"type": ["string", "null"], "enum": ["rerun", "confirm", None]}})
 SIGNAL = obj({"workflow_id": STRING, "run_id": NULLABLE_STRING, "signal": STRING,
               "recorded": BOOLEAN})
 QUERY = obj({"workflow_id": STRING, "query": STRING, "result": ANY})
@@ -173,6 +175,7 @@ SCHEMAS: dict[str, Schema] = {
     "cascade": CASCADE,
     "watch": DESCRIBE,
     "repair-pass": REPAIR_PASS,
+    "retry-after-review": REVIEW,
     "signal": SIGNAL,
     "query": QUERY,
     "update": UPDATE,

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
             "terminated", "continued"]
+# What a run summary (and the list filter) may say: open runs marked for review
+# are listed as needs_review or unknown, as describe() shows them.
+LISTED_STATUSES = [*STATUSES, "needs_review", "unknown"]
 # Ten years: a longer timeout has no date storage or ISO 8601 can show.
 MAX_SECONDS = 315_360_000
 # PostgreSQL stores a sequence number in a 32-bit integer.
@@ -245,7 +248,8 @@ SUMMARY: Schema = {
     "required": ["workflow_id", "run_id", "workflow_type", "status"],
     "properties": {
         "workflow_id": ID_FIELD, "run_id": ID_FIELD, "workflow_type": {"type": "string"},
-        "status": {"type": "string", "enum": STATUSES}, "run_number": {"type": "integer"},
+        "status": {"type": "string", "enum": LISTED_STATUSES},
+        "run_number": {"type": "integer"},
         "task_queue": {"type": "string"}, "created_at": INSTANT, "started_at": INSTANT,
         "closed_at": INSTANT, "closed_reason": {"type": ["string", "null"]},
     },
@@ -576,7 +580,7 @@ def operations() -> list[Operation]:
             "GET", "/api/workflows", "listWorkflows", "List runs, newest first",
             list_workflows,
             params=(
-                Param("status", "query", {"type": "string", "enum": STATUSES},
+                Param("status", "query", {"type": "string", "enum": LISTED_STATUSES},
                       "Only runs with this status."),
                 Param("workflow_type", "query", text(1000, "Only runs of this type."),
                       "Only runs of this type."),

@@ -147,6 +147,19 @@ def history(
     ]
 
 
+#: Statuses describe() derives for an open run a person must decide about.
+REVIEW_STATUSES = ("needs_review", "unknown")
+
+
+def _review_status(needs_review: Any, status: str, failure: str | None) -> str:
+    """The status a person reads: needs_review / unknown for an open run marked
+    for review (a replay mismatch / units whose effect is unknown), else the run's."""
+    if not needs_review or status not in ("pending", "running"):
+        return status
+    category = (json.loads(failure) or {}).get("failure_category") if failure else None
+    return "unknown" if category == "unknown" else "needs_review"
+
+
 def list_runs(
     namespace: str, status: str | None, workflow_type: str | None, limit: int,
     before: tuple[float, str] | None = None,
@@ -154,16 +167,23 @@ def list_runs(
     """Run summaries, newest first, and the key of the next page (None on the last).
 
     `before` is the key a previous page returned: (created_at, run_id) of its
-    last row (keyset pagination: stable while new runs are added).
+    last row (keyset pagination: stable while new runs are added). `status`
+    may be one describe() derives (`needs_review`, `unknown`); a run marked
+    for review is listed under that status, not as running.
     """
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
-        "closed_at, closed_reason, task_queue FROM runs WHERE namespace = ?"
+        "closed_at, closed_reason, task_queue, needs_review, failure FROM runs "
+        "WHERE namespace = ?"
     )
     params: list[Any] = [namespace]
-    if status is not None:
+    if status in REVIEW_STATUSES:
+        sql += " AND needs_review = 1 AND status IN ('pending', 'running')"
+    elif status is not None:
         sql += " AND status = ?"
         params.append(status)
+        if status in ("pending", "running"):
+            sql += " AND needs_review = 0"
     if workflow_type is not None:
         sql += " AND workflow_type = ?"
         params.append(workflow_type)
@@ -176,16 +196,20 @@ def list_runs(
     more = len(rows) > limit
     rows = rows[:limit]
     next_key = (float(rows[-1]["created_at"]), str(rows[-1]["run_id"])) if more else None
-    return [
+    summaries = [
         {
             "workflow_id": r["workflow_id"], "run_id": r["run_id"],
-            "workflow_type": r["workflow_type"], "status": r["status"],
+            "workflow_type": r["workflow_type"],
+            "status": _review_status(r["needs_review"], r["status"], r["failure"]),
             "run_number": int(r["run_number"]), "task_queue": r["task_queue"],
             "created_at": to_datetime(r["created_at"]), "started_at": to_datetime(r["started_at"]),
             "closed_at": to_datetime(r["closed_at"]), "closed_reason": r["closed_reason"],
         }
         for r in rows
-    ], next_key
+    ]
+    if status in REVIEW_STATUSES:  # the two share a column: told apart by the failure
+        summaries = [r for r in summaries if r["status"] == status]
+    return summaries, next_key
 
 
 def cascade(
