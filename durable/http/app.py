@@ -32,7 +32,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._log import get_logger
@@ -495,6 +495,8 @@ def create_app(
     max_wait: float = 60.0,
     public_metrics: bool = False,
     environ: Mapping[str, str] | None = None,
+    ui: bool = True,
+    ui_secret: str | bytes | None = None,
 ) -> Starlette:
     """The control plane for the storage `client` opened, as an ASGI app.
 
@@ -506,6 +508,11 @@ def create_app(
     `max_body_bytes` caps request bodies (default: the client's payload and
     memo limits plus 64 KiB of JSON around them); `max_wait` caps long polls;
     `public_metrics` serves /metrics without a token.
+
+    `ui` mounts the web UI for operators at ``/ui`` (see docs/ui.md; needs
+    Jinja2, the ``ui`` extra): a browser signs in with the same tokens and
+    gets a session cookie signed with `ui_secret` (else ``DURABLE_UI_SECRET``,
+    else a random key per process, so sessions end when it restarts).
 
     The client's namespace does not matter: each request acts in the
     namespace of its ``X-Namespace`` header through `Client.with_namespace`.
@@ -547,13 +554,17 @@ def create_app(
     for op in plane.operations:
         by_path.setdefault(op.path, {})[op.method] = plane.endpoint(op)
     # One route per path, so a wrong method is a 405 whose Allow lists them all.
-    routes = [Route(path, _by_method(handlers), methods=list(handlers))
-              for path, handlers in by_path.items()]
+    routes: list[BaseRoute] = [Route(path, _by_method(handlers), methods=list(handlers))
+                               for path, handlers in by_path.items()]
     routes += [
         Route("/api/openapi.json", plane.openapi, methods=["GET"], name="openapi"),
         Route("/healthz", plane.healthz, methods=["GET"], name="healthz"),
         Route("/metrics", plane.metrics_endpoint, methods=["GET"], name="metrics"),
     ]
+    if ui:
+        from .ui import ui_routes
+
+        routes += ui_routes(plane, ui_secret, environ)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
