@@ -382,8 +382,7 @@ class WebUI:
         else:
             _, info = await self.perform(request, visitor, "describeWorkflow",
                                          {"workflowId": workflow_id})
-        assert isinstance(info, dict)
-        return info
+        return views.describe_view(info)
 
     # ------------------------------------------------------------ auth pages
 

@@ -48,6 +48,48 @@ def is_open(status: Any) -> bool:
     return status in OPEN_STATUSES
 
 
+def filled(data: Any, keys: Iterable[str]) -> dict[str, Any]:
+    """A copy of a mapping with each of `keys` present (None when absent), so
+    templates can read every documented key of a shape an older or newer
+    engine returned without one."""
+    out = dict(data) if isinstance(data, Mapping) else {}
+    for key in keys:
+        out.setdefault(key, None)
+    return out
+
+
+_RUN_KEYS = ("run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
+             "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
+             "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id")
+_REQUEST_KEYS = ("request_id", "root_request_id", "parent_request_id", "root_workflow_id",
+                 "root_run_id", "reason", "requester", "source", "requested_at", "deadline_at",
+                 "cleanup_timeout_seconds", "lifecycle", "delivered_at", "boundary",
+                 "cleanup_outcome", "closed_at")
+_INFO_KEYS = ("workflow_id", "workflow_type", "namespace", "status", "closed_reason",
+              "execution_timeout_seconds", "run_count", "memo")
+_OP_KEYS = ("op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
+            "task_status", "attempt", "heartbeat_details", "last_failure")
+_RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed", "exit_code",
+                 "received_after_deadline", "at")
+
+
+def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
+    """describe() with every key the pages read (phase and progress stay optional:
+    their absence means the engine does not report them)."""
+    out = filled(info, _INFO_KEYS)
+    out["run"] = filled(info.get("run"), _RUN_KEYS)
+    cancellation = info.get("cancellation")
+    out["cancellation"] = filled(cancellation, _REQUEST_KEYS) \
+        if isinstance(cancellation, Mapping) else None
+    out["pending_operations"] = [filled(op, _OP_KEYS) for op in
+                                 info.get("pending_operations") or [] if isinstance(op, Mapping)]
+    out["failures"] = [f for f in info.get("failures") or [] if isinstance(f, Mapping)]
+    phase = info.get("phase")
+    if isinstance(phase, Mapping):
+        out["phase"] = filled(phase, ("name", "started_at", "deadline_at"))
+    return out
+
+
 # ---------------------------------------------------------------- time
 
 
@@ -279,16 +321,17 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
             a = attempt(data.get("attempt"))
             if a["outcome"] is None:
                 a.update(ended_at=at, outcome="cancelled")
-            if data.get("stop_receipt"):
-                a["stop_receipt"] = data.get("stop_receipt")
+            if isinstance(data.get("stop_receipt"), Mapping):
+                a["stop_receipt"] = filled(data.get("stop_receipt"), _RECEIPT_KEYS)
             if data.get("reason"):
                 a["notes"].append(f"cancelled: {data.get('reason')}"
                                   + (" (attempt fenced)" if data.get("fenced") else ""))
             outcome = "cancelled"
         elif kind == "ActivityCancelRequested":
             attempt(data.get("attempt"))["stop_requested_at"] = at
-        elif kind == "ActivityStopReceipt":
-            attempt(data.get("attempt"))["stop_receipt"] = data.get("stop_receipt")
+        elif kind == "ActivityStopReceipt" and isinstance(data.get("stop_receipt"), Mapping):
+            attempt(data.get("attempt"))["stop_receipt"] = filled(data.get("stop_receipt"),
+                                                                  _RECEIPT_KEYS)
         elif kind == "ActivityResultRefused":
             attempt(data.get("attempt"))["refused"] = data.get("reason")
         elif kind == "ActivityAttemptReleased":
@@ -404,9 +447,12 @@ def headline(kind: str, data: Mapping[str, Any]) -> str:
     return ""
 
 
-def timeline(events: Iterable[Mapping[str, Any]], started: Any) -> list[dict[str, Any]]:
-    """Every event in order with its time since the run started."""
-    origin = _fmt.instant(started)
+def timeline(events: Sequence[Mapping[str, Any]], started: Any) -> list[dict[str, Any]]:
+    """Every event in order with its time since the run started: since its
+    WorkflowStarted event when that is in `events`, else since `started`."""
+    first = events[0] if events else None
+    origin = _fmt.instant(first.get("recorded_at")) if first is not None and first.get(
+        "type") == "WorkflowStarted" else _fmt.instant(started)
     rows = []
     for event in events:
         data = event.get("data") or {}
@@ -419,7 +465,7 @@ def timeline(events: Iterable[Mapping[str, Any]], started: Any) -> list[dict[str
             "sequence": event.get("sequence"), "type": kind,
             "recorded_at": event.get("recorded_at"),
             "time": recorded.strftime("%H:%M:%S.%f")[:-3] if recorded else "-",
-            "elapsed": "-" if elapsed is None else f"+{elapsed:.3f}s",
+            "elapsed": "-" if elapsed is None else f"{elapsed:+.3f}s",
             "tone": "bad" if kind.endswith(_BAD) else
                     "workflow" if kind.startswith("Workflow") else "",
             "timeout_kind": data.get("timeout_kind"),
@@ -467,8 +513,17 @@ def _stop(stop: Mapping[str, Any]) -> dict[str, Any]:
     if state not in STOP_STATES:
         state = "unverified"  # an unknown state is not evidence of a stop
     icon, label, meaning = STOP_STATES[state]
-    return {**stop, "state": state, "icon": icon, "label": label, "meaning": meaning,
-            "fence": stop.get("fence") or {}}
+    receipt = stop.get("stop_receipt")
+    return {**filled(stop, ("task_id", "op_id", "activity_type", "policy", "stop_requested_at",
+                            "acknowledged_at", "received_after_deadline")),
+            "state": state, "icon": icon, "label": label, "meaning": meaning,
+            "fence": filled(stop.get("fence"), ("attempt", "status", "owner")),
+            "stop_receipt": filled(receipt, _RECEIPT_KEYS) if isinstance(receipt, Mapping)
+            else None}
+
+
+_PROPAGATION_KEYS = ("child_workflow_id", "cancellation_policy", "parent_close_policy",
+                     "policy", "request_id", "outcome", "child_lifecycle", "waited")
 
 
 def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -496,16 +551,20 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
             child = by_run.get(edge.get("child_run_id"))
             kids.append({
                 "workflow_id": child_id, "run_id": edge.get("child_run_id"),
-                "policy": edge.get("policy"), "propagation": propagation.get(child_id) or {},
+                "policy": edge.get("policy"),
+                "propagation": filled(propagation.get(child_id), _PROPAGATION_KEYS),
                 "node": node(child, depth + 1) if child is not None
                 and child.get("run_id") not in shown and depth < 64 else None,
             })
         for child_id, item in propagation.items():
             if child_id not in linked and isinstance(item, Mapping):
                 kids.append({"workflow_id": child_id, "run_id": None,
-                             "policy": item.get("policy"), "propagation": item, "node": None})
-        request = run.get("request") if isinstance(run.get("request"), Mapping) else None
-        delivery = run.get("delivery") if isinstance(run.get("delivery"), Mapping) else None
+                             "policy": item.get("policy"),
+                             "propagation": filled(item, _PROPAGATION_KEYS), "node": None})
+        request = filled(run.get("request"), _REQUEST_KEYS) \
+            if isinstance(run.get("request"), Mapping) else None
+        delivery = filled(run.get("delivery"), ("delivered_at", "boundary")) \
+            if isinstance(run.get("delivery"), Mapping) else None
         status = run.get("status")
         return {
             "workflow_id": run.get("workflow_id"), "run_id": run.get("run_id"),
@@ -526,9 +585,11 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
     for run in runs:
         if run.get("run_id") not in shown:
             roots.append(node(run, 0))
-    findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
+    findings = [filled(f, ("workflow_id", "run_id", "finding"))
+                for f in data.get("findings") or [] if isinstance(f, Mapping)]
     return {
-        "root": data.get("root") if isinstance(data.get("root"), Mapping) else None,
+        "root": filled(data.get("root"), _REQUEST_KEYS)
+        if isinstance(data.get("root"), Mapping) else None,
         "verified": bool(data.get("inspection_complete")) and not findings,
         "findings": findings, "truncated": bool(data.get("truncated")),
         "nodes": roots, "run_count": len(runs),

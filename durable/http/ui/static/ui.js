@@ -52,11 +52,14 @@
         var active = document.activeElement, focusId = active && active.id, focusHref = active && active.getAttribute && active.getAttribute("href");
         document.querySelectorAll("[data-live][id]").forEach(function (el) {
           var fresh = doc.getElementById(el.id);
-          if (fresh && fresh.innerHTML !== el.innerHTML) {
-            var node = document.importNode(fresh, true);
-            node.classList.add("updated");
-            el.replaceWith(node);
-          }
+          if (!fresh || fresh.innerHTML === el.innerHTML) return;
+          // keep what the reader opened (a traceback, an event's data) open
+          var opened = [];
+          el.querySelectorAll("details").forEach(function (d, i) { if (d.open) opened.push(i); });
+          var node = document.importNode(fresh, true);
+          var details = node.querySelectorAll("details");
+          opened.forEach(function (i) { if (details[i]) details[i].open = true; });
+          el.replaceWith(node);
         });
         if (focusId && document.getElementById(focusId)) document.getElementById(focusId).focus();
         else if (focusHref && active && !document.body.contains(active)) {
