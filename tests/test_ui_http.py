@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 import durable
 from durable.http import create_app
@@ -351,6 +353,27 @@ async def test_namespaces_are_kept_apart(ui: Browserless) -> None:
     assert 'data-workflow-id="ns-1"' not in other.text
     assert (await ui.http.get("/ui/run?wf=ns-1&ns=team-b")).status_code == 404
     assert (await ui.http.get("/ui/runs?ns=bad%20name")).status_code == 400
+
+
+@SQLITE_ONLY
+async def test_mounted_under_a_prefix_links_and_cookie_follow_it(
+        storage_client: durable.Client) -> None:
+    host = Starlette(routes=[Mount("/durable", app=_app(storage_client))])
+    transport = httpx.ASGITransport(app=host, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        first = await http.get("/durable/ui/runs")
+        assert first.status_code == 303
+        assert first.headers["location"] == "/durable/ui/login?next=%2Fdurable%2Fui%2Fruns"
+        assert "Path=/durable/ui" in first.headers["set-cookie"]
+        page = await http.get(first.headers["location"])
+        assert 'href="/durable/ui/static/ui.css"' in page.text
+        csrf = CSRF.search(page.text)
+        assert csrf is not None
+        signed = await http.post("/durable/ui/login?next=%2Fdurable%2Fui%2Fruns",
+                                 data={"csrf": csrf.group(1), "token": VIEWER})
+        assert signed.headers["location"] == "/durable/ui/runs"
+        assert (await http.get("/durable/ui/runs")).status_code == 200
+        assert (await http.get("/durable/ui/static/ui.css")).status_code == 200
 
 
 @SQLITE_ONLY
