@@ -297,7 +297,43 @@ async def test_an_action_on_an_older_run_is_refused_not_redirected(ui: Browserle
     assert response.status_code == 404
 
 
+@SQLITE_ONLY
+async def test_signal_is_offered_exactly_when_the_client_can_send_one(ui: Browserless) -> None:
+    run_id = await ui.start("sig-1")
+    await ui.login(OPERATOR)
+    page = await ui.http.get(f"/ui/run?wf=sig-1&run={run_id}")
+    form = await ui.http.get(f"/ui/run/signal?wf=sig-1&run={run_id}")
+    if hasattr(durable.WorkflowHandle, "signal"):
+        assert "/ui/run/signal?" in page.text
+        assert form.status_code == 200 and 'name="args"' in form.text
+    else:
+        assert "/ui/run/signal?" not in page.text
+        assert form.status_code == 404
+
+
 # ---------------------------------------------------------------- pages
+
+
+@SQLITE_ONLY
+async def test_the_event_stream_reports_new_events_then_the_close(ui: Browserless) -> None:
+    run_id = await ui.start("stream-1")
+    await ui.login(VIEWER)
+    await ui.storage.get_handle("stream-1").terminate("done watching")
+    response = await ui.http.get(f"/ui/run/stream?wf=stream-1&run={run_id}&after=0")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert "content-length" not in response.headers
+    body = response.text
+    assert body.startswith("retry: 2000\n\n")
+    assert "event: history\ndata: " in body and "WorkflowTerminated" in body
+    assert body.rstrip().endswith('event: closed\ndata: {"status": "terminated"}')
+    # it resumes after the browser's Last-Event-ID: nothing new, only the close
+    last = re.findall(r"id: (\d+)\nevent: history", body)[-1]
+    again = await ui.http.get(f"/ui/run/stream?wf=stream-1&run={run_id}",
+                              headers={"Last-Event-ID": last})
+    assert "event: history" not in again.text and "event: closed" in again.text
+    missing = await ui.http.get("/ui/run/stream?wf=stream-1&run=nope")
+    assert missing.status_code == 404
 
 
 @SQLITE_ONLY

@@ -183,6 +183,18 @@ class EventStream(StreamingResponse):
             tg.start_soon(produce)
 
 
+class _Labelled:
+    """An ASGI app that names its route for the access log and metrics."""
+
+    def __init__(self, label: str, app: Callable[[Scope, Receive, Send], Awaitable[None]]):
+        self.label = label
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["durable.route"] = self.label
+        await self.app(scope, receive, send)
+
+
 class WebUI:
     """The pages for one control plane (`create_app(ui=True)` mounts them at /ui)."""
 
@@ -223,7 +235,8 @@ class WebUI:
                   methods=["GET"]),
             Route("/ui/run/{action}", self._page("/ui/run/{action}", self.action),
                   methods=["GET", "POST"]),
-            Mount("/ui/static", StaticFiles(directory=str(STATIC)), name="ui-static"),
+            Mount("/ui/static", _Labelled("/ui/static", StaticFiles(directory=str(STATIC))),
+                  name="ui-static"),
             Route("/ui/{rest:path}", self._page("/ui/{rest}", self.not_found, public=True),
                   methods=["GET", "POST"]),
         ]
@@ -453,7 +466,7 @@ class WebUI:
             params.update(limit=SEARCH_SCAN, cursor=None)
             searched = True
         _, page = await self.perform(request, visitor, "listWorkflows", params)
-        items = list(page.get("items") or [])
+        items = [views.filled(item, views.SUMMARY_KEYS) for item in page.get("items") or []]
         next_cursor = page.get("next_cursor")
         if searched:
             needle = search.casefold()
