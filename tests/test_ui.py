@@ -449,3 +449,70 @@ def test_a_post_without_the_csrf_token_is_refused(live: Live, runs: dict[str, st
     assert answer.value.status == 403
     assert page.locator("h1").inner_text() == "Form refused (CSRF)"
     assert live.status("deadlines-1") == "running"
+
+
+# WCAG 2 contrast of every element's own text against the background behind it,
+# every form control's label, and the page's landmarks, computed in the browser.
+A11Y_AUDIT = """() => {
+  const parse = c => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = el => {
+    for (let e = el; e; e = e.parentElement) {
+      const c = parse(getComputedStyle(e).backgroundColor);
+      if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const low = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    const style = getComputedStyle(el);
+    if (!own || style.visibility === 'hidden' || style.display === 'none' || !el.offsetParent
+        && style.position !== 'fixed') continue;
+    if (el.closest('.sr-only')) continue;
+    const a = lum(parse(style.color)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const text = el.textContent.trim().slice(0, 30);
+    if (ratio < 4.5) low.push(`${el.tagName}.${el.className} "${text}" ${ratio.toFixed(2)}`);
+  }
+  const unlabelled = [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+    .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
+    .map(el => el.name);
+  const landmarks = ['header', 'nav', 'main', 'footer'].filter(t => !document.querySelector(t));
+  return {low, unlabelled, landmarks, lang: document.documentElement.lang,
+          title: document.title, h1: document.querySelectorAll('h1').length};
+}"""
+
+
+def test_pages_pass_contrast_label_and_landmark_checks(
+        live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
+    page = open_page()
+    paths = ["/ui/runs", "/ui/run?wf=deadlines-1", "/ui/run?wf=charge-1",
+             "/ui/run/timeline?wf=deadlines-1", "/ui/run/activity?wf=deadlines-1&op=0:1",
+             "/ui/run/cascade?wf=deadlines-1", "/ui/run/request-cancellation?wf=deadlines-1"]
+    # the cascades the acting tests left (when they ran first: -k may leave them out)
+    paths += [f"/ui/run/cascade?wf={wf}" for wf in ("guarded-1", "tree") if live.events(wf)]
+    for path in paths:
+        page.goto(f"{live.url}{path}")
+        audit = page.evaluate(A11Y_AUDIT)
+        assert audit["low"] == [], (path, audit["low"])
+        assert audit["unlabelled"] == [], (path, audit["unlabelled"])
+        assert audit["landmarks"] == [], (path, audit["landmarks"])
+        assert audit["lang"] == "en" and audit["title"].endswith("· durable")
+        assert audit["h1"] == 1, path
+    login = open_page(None)
+    login.goto(f"{live.url}/ui/login")
+    audit = login.evaluate(A11Y_AUDIT)
+    assert audit["low"] == [] and audit["unlabelled"] == []
+    # the audit does catch what it looks for
+    login.evaluate("""() => {
+        const p = document.createElement('p');
+        p.textContent = 'faint'; p.style.color = '#aaaaaa';
+        document.querySelector('main').append(p, document.createElement('input'));
+    }""")
+    audit = login.evaluate(A11Y_AUDIT)
+    assert len(audit["low"]) == 1 and audit["low"][0].startswith('P. "faint" 2.')
+    assert audit["unlabelled"] == [""]
