@@ -21,7 +21,11 @@ reads every history and the side-effect file that the activities append to
 * ``retries_after_worker_lost``: attempts fenced because their worker died;
 * ``kills`` and ``seconds`` (from the first worker's start to the last completion);
 * ``unexpected_exits``: workers that died without being killed (restarted at
-  once); must be empty.
+  once); must be empty: a worker crash is a failed run of this benchmark;
+* with ``--soak``: ``backend_terminations`` (PostgreSQL: every backend of the
+  workers terminated at once, as a server restart looks to them) and
+  ``sigstops`` (a worker frozen past its lease, then resumed: its stale writes
+  must be refused and it must keep serving).
 
 The short version of this run is a test: tests/test_crash.py
 (``test_random_kills_of_three_workers_lose_and_duplicate_nothing``).
@@ -30,6 +34,7 @@ Usage::
 
     python benchmarks/fault_injection.py --db sqlite --workflows 300 --workers 3 --kill-every 3
     python benchmarks/fault_injection.py --db postgres   # needs the PostgreSQL driver
+    python benchmarks/fault_injection.py --db postgres --workflows 500 --soak
 
 SQLite: a file in a temporary directory, shared by all worker processes.
 PostgreSQL: a schema of its own at ``$DURABLE_TEST_POSTGRES_URL`` (default
@@ -82,6 +87,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> FaultReport:
             kill_every=args.kill_every, steps=args.steps, timer_seconds=args.timer,
             work_seconds=args.work, max_kills=args.max_kills,
             lease=args.lease, time_limit=args.time_limit, seed=args.seed,
+            terminate_backends_every=args.terminate_backends_every if args.soak else None,
+            sigstop_every=args.sigstop_every if args.soak else None,
+            sigstop_for=args.sigstop_for,
         )
     finally:
         if args.db == "postgres":
@@ -107,6 +115,16 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=300.0,
                         help="give up (and report what is unfinished) after this long")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--soak", action="store_true",
+                        help="also terminate the workers' PostgreSQL backends and freeze "
+                        "workers with SIGSTOP past their lease (then SIGCONT)")
+    parser.add_argument("--terminate-backends-every", type=float, default=7.0,
+                        help="with --soak on PostgreSQL: seconds between backend terminations")
+    parser.add_argument("--sigstop-every", type=float, default=5.0,
+                        help="with --soak: seconds between freezes of a random worker")
+    parser.add_argument("--sigstop-for", type=float, default=None,
+                        help="with --soak: seconds a frozen worker stays frozen "
+                        "(default: twice the lease)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the work directory (logs, effects, SQLite file); "
                         "it is always kept when a check failed")

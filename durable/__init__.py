@@ -8,7 +8,8 @@ where it stopped. This module is the public face; the engine is private.
 
 from __future__ import annotations
 
-from . import activity, workflow
+from . import activity, observe, workflow
+from ._log import redact_fields
 from ._runtime.attempts import ActivityInfo
 from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -42,6 +43,7 @@ from .errors import (
     StorageClosed,
     StorageUnavailable,
     StructuralLimitExceeded,
+    UnitOutcomeUnknown,
     WorkerFailed,
     WorkerLost,
     WorkflowAlreadyStarted,
@@ -120,6 +122,7 @@ __all__ = [
     "StorageUnavailable",
     "StructuralLimitExceeded",
     "SystemClock",
+    "UnitOutcomeUnknown",
     "VirtualClock",
     "Worker",
     "WorkerFailed",
@@ -135,6 +138,8 @@ __all__ = [
     "WriteRejected",
     "activity",
     "connect",
+    "observe",
+    "redact_fields",
     "register_driver",
     "workflow",
 ]

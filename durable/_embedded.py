@@ -133,8 +133,9 @@ class EmbeddedControl:
             self.namespace, workflow_id, run_id, self.clock.now()
         )
 
-    async def clear_review(self, workflow_id: str) -> bool:
-        return await self.store.clear_review(self.namespace, workflow_id, self.clock.now())
+    async def clear_review(self, workflow_id: str, *, units: str | None = None) -> bool:
+        return await self.store.clear_review(self.namespace, workflow_id, self.clock.now(),
+                                             units)
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:

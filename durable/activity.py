@@ -18,12 +18,14 @@ from typing import Any, TypeVar, overload
 
 from ._registry import define_activity
 from ._runtime.attempts import ActivityInfo, current
+from .budget import Budget
 from .clock import to_datetime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "ActivityInfo",
+    "budget",
     "check_cancelled",
     "deadline",
     "defn",
@@ -86,6 +88,20 @@ async def sleep(seconds: float) -> None:
 def deadline() -> Any:
     """The attempt's earliest binding deadline as an aware datetime, or None."""
     return to_datetime(current().deadline)
+
+
+def budget() -> Budget:
+    """The attempt's time budget, for handing the time left to real clients.
+
+    Its deadline is the attempt's binding deadline (start-to-close,
+    schedule-to-close); it is cancelled when the attempt must stop. It is also
+    `durable.Budget.current()` while the activity runs, so
+    `durable.subprocess.run` is bounded by it without being told::
+
+        async with httpx.AsyncClient(timeout=activity.budget().httpx_timeout(connect=2)) as c:
+            ...
+    """
+    return current().budget
 
 
 def remaining() -> float:

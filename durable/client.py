@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from . import _validate
+from . import _validate, observe
 from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -147,13 +147,18 @@ class WorkflowHandle:
         )
         return CancellationRequestResult(accepted, CancellationContext.from_record(record))
 
-    async def retry_after_review(self) -> bool:
-        """Replay a run that was marked for review (non-determinism), after a fix.
+    async def retry_after_review(self, *, units: str | None = None) -> bool:
+        """Let a run marked for review be replayed again; False if it was not marked.
 
-        Deploy code that replays the recorded history first; returns False when
-        the run was not marked.
+        After non-determinism: deploy code that replays the recorded history
+        first. After units whose outcome is unknown (`workflow.units`), say
+        what an operator found: ``units="rerun"`` runs them again (their
+        effect did not happen, or doing it twice is safe), ``units="confirm"``
+        records them done (their effect happened).
         """
-        return await self.client.control.clear_review(self.workflow_id)
+        if units not in (None, "rerun", "confirm"):
+            raise ConfigurationError(f"units must be 'rerun' or 'confirm', got {units!r}")
+        return await self.client.control.clear_review(self.workflow_id, units=units)
 
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
@@ -198,6 +203,7 @@ class Client:
         self._store = Store(driver) if driver is not None else None
         if self._store is not None:
             control = EmbeddedControl(self._store, namespace, self.clock)
+            observe.watch(self._store.hub)  # stops recorded here are logged here
         assert control is not None
         self.control: ControlPlane = control
         self.namespace = control.namespace

@@ -90,7 +90,7 @@ class ControlPlane(Protocol):
         """The cancellation tree rooted at the run, read from records alone."""
         ...
 
-    async def clear_review(self, workflow_id: str) -> bool:
+    async def clear_review(self, workflow_id: str, *, units: str | None = None) -> bool:
         """Let a run marked for review be replayed; False if it was not marked."""
         ...
 

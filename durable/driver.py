@@ -133,9 +133,9 @@ class Tx:
     def skip_locked(self) -> str:
         return self.dialect.skip_locked
 
-    def wake(self, *key: str, data: Any = None) -> None:
-        """Publish `key` after commit (see `Wake`)."""
-        self.wakes.append(Wake(tuple(key), data))
+    def wake(self, *key: str, data: Any = None, local: bool = False) -> None:
+        """Publish `key` after commit (see `Wake`); `local`: to this process only."""
+        self.wakes.append(Wake(tuple(key), data, local))
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,9 @@ class Wake:
 
     key: tuple[str, ...]
     data: Any = None
+    #: meaningful in this process only (a notice carrying its record, such as a
+    #: run's stop for the logs): drivers never send it to other processes
+    local: bool = False
 
 
 WakeCallback = Callable[[Wake], None]

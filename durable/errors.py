@@ -265,6 +265,21 @@ class ActivityAPIOutsideActivity(DurableError, RuntimeError):
     """A `durable.activity` function was called outside a running activity."""
 
 
+class UnitOutcomeUnknown(DurableError):
+    """Units of `workflow.units` whose effect could not be confirmed (`keys`).
+
+    Raised out of `workflow.units`; uncaught, it parks the run for review
+    (describe()["status"] == "unknown") until an operator calls
+    ``handle.retry_after_review(units="rerun" | "confirm")``.
+    """
+
+    def __init__(self, message: str, keys: list[str] | None = None,
+                 handler: str = "?") -> None:
+        super().__init__(message)
+        self.keys = list(keys or [])
+        self.handler = handler
+
+
 class ContinueAsNew(BaseException):
     """Raised by `workflow.continue_as_new()`; caught by the engine.
 

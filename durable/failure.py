@@ -187,6 +187,23 @@ class Failure:
                        "deadline_at": to_iso(deadline)})
 
     @classmethod
+    def phase_timeout(cls, phase: str, deadline: float | None, limit: float | None,
+                      workflow_id: str) -> Failure:
+        return cls("timeout", f"workflow {workflow_id} overran its phase {phase!r}",
+                   "durable.PhaseTimedOut", details={
+                       "propagation_kind": "timeout", "timeout_kind": "phase",
+                       "phase": phase, "limit": limit, "deadline_at": to_iso(deadline)})
+
+    @classmethod
+    def units_unknown(cls, keys: list[str], handler: str, workflow_id: str) -> Failure:
+        shown = ", ".join(keys[:5]) + ("..." if len(keys) > 5 else "")
+        return cls("unknown", f"workflow {workflow_id}: the outcome of unit(s) {shown} of "
+                   f"{handler} could not be confirmed (the call may or may not have taken "
+                   "effect); an operator decides: retry_after_review(units='rerun' or "
+                   "'confirm')", "durable.UnitOutcomeUnknown",
+                   details={"unknown_units": keys, "handler": handler})
+
+    @classmethod
     def cleanup_expired(cls, deadline: float | None, workflow_id: str) -> Failure:
         return cls("cancelled",
                    f"workflow {workflow_id} did not finish its cleanup before the "

@@ -43,6 +43,7 @@ from .errors import ConfigurationError
 from .worker import Worker
 
 __all__ = [
+    "CRASH_POINTS",
     "AnswersAtDeadline",
     "ManualClock",
     "SlowCall",
@@ -50,6 +51,9 @@ __all__ = [
     "TimeSkippingEnvironment",
     "UnacceptingServer",
     "UninterruptibleCall",
+    "crash_at",
+    "crashed",
+    "declare_dead",
 ]
 
 _FOREVER = 10 * 365 * 24 * 3600.0
@@ -231,3 +235,49 @@ class TimeSkippingEnvironment:
                 await anyio.sleep(0.005)
                 continue
             self.clock.advance_to(next_at)
+
+
+#: The named points where `crash_at` can stop a worker: right after an
+#: activity's function returned (its external effect happened) and before its
+#: result is recorded; at a durable op of the shielded cleanup after a
+#: cancellation was delivered; right after a phase completed, before the next
+#: op; right before a run's close is recorded.
+CRASH_POINTS = Worker.CRASH_POINTS
+
+
+def crash_at(worker: Worker, *points: str) -> Worker:
+    """Stop `worker` abruptly, as a SIGKILL would, the first time it reaches one of
+    `points` (see `CRASH_POINTS`): nothing more is recorded or handed back, and
+    its ``async with`` block ends at once. Then `declare_dead` it (or wait out
+    its leases) and start another worker to see the work resume::
+
+        worker = crash_at(env.worker(workflows=[...], activities=[...]), "after_effect")
+        async with worker:
+            handle = await env.client.start(...)
+            await crashed(worker)           # the block ends here
+        await declare_dead(env.client, worker)
+        async with env.worker(workflows=[...], activities=[...]):
+            await handle.result()           # resumed: the step ran once more
+    """
+    unknown = sorted(set(points) - set(CRASH_POINTS))
+    if not points or unknown:
+        raise ConfigurationError(
+            f"crash points must be some of {list(CRASH_POINTS)}, got {list(points)}")
+    worker._crash_at = frozenset(points)
+    return worker
+
+
+async def crashed(worker: Worker) -> str:
+    """Wait until `worker` stopped at its crash point; the point's name. Inside the
+    worker's ``async with`` block, the block ends at the next await after it."""
+    await worker._crashed.wait()
+    assert worker.crashed_at is not None
+    return worker.crashed_at
+
+
+async def declare_dead(client: Client, worker: Worker) -> int:
+    """Expire a crashed (or otherwise gone) worker's leases now, so that other
+    workers take its runs and attempts at once: what waiting `lease_seconds`
+    would do. Returns how many leases were expired."""
+    return await client.store.expire_leases(worker.worker_id, client.clock.now())
+

@@ -162,6 +162,10 @@ class Worker:
         self._unsubscribe: Callable[[], None] | None = None
         self._to_release: list[str] = []
         self._outage = False
+        self._crash_at: frozenset[str] = frozenset()
+        self._crashed = anyio.Event()
+        #: the crash point this worker stopped at (durable.testing), if any
+        self.crashed_at: str | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -192,13 +196,50 @@ class Worker:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:
+    ) -> bool:
+        if self.crashed_at is not None:
+            return await self._abandon(exc_type, exc, tb)
         await self._shutdown()
         if exc is None and self.failure is not None:
             raise WorkerFailed(
                 f"worker {self.worker_id} stopped because of an internal error: "
                 f"{self.failure!r}; see the log for its traceback"
             ) from self.failure
+        return False
+
+    # ---------------------------------------------------------------- crash points (testing)
+
+    #: Where `durable.testing.crash_at` may stop a worker abruptly.
+    CRASH_POINTS = ("after_effect", "cleanup", "between_phases", "before_close")
+
+    async def crash_point(self, point: str) -> None:
+        """Called by the engine at named points; stops the worker abruptly at one a
+        test chose (`durable.testing.crash_at`), as a SIGKILL would: nothing more
+        is recorded, nothing is released, and the caller never returns."""
+        if point not in self._crash_at or self.crashed_at is not None:
+            return
+        self.crashed_at = point
+        self.log.info("worker_crashed_on_purpose", point=point)
+        for executor in list(self.executors.values()):
+            executor.stop("crash")
+        for actx in list(self.running_activities.values()):
+            actx.request_stop("worker crash")
+        self._crashed.set()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()  # the `async with` block ends at once
+        await anyio.sleep_forever()
+
+    async def _abandon(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                       tb: TracebackType | None) -> bool:
+        """Leave like a killed process: hand nothing back, deregister nothing."""
+        tg, self._tg = self._tg, None
+        self._stopping = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self._stopped.set()
+        if tg is None:
+            return False
+        return bool(await tg.__aexit__(exc_type, exc, tb))
 
     async def _shutdown(self) -> None:
         """Stop everything, hand runs and running attempts back, deregister."""
@@ -542,6 +583,7 @@ class Worker:
                 try:
                     args = attempts.arguments(defn, converter, task.input)
                     value = await attempts.run_attempt(actx, defn, args)
+                    await self.crash_point("after_effect")
                     result = converter.encode(value, f"the result of activity {task.name!r}")
                     check_size(result, self.client.limits.payload_bytes,
                                f"the result of activity {task.name!r}")

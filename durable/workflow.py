@@ -11,7 +11,7 @@ replayed after a crash.
 from __future__ import annotations
 
 import uuid as _uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Any, TypeVar, overload
@@ -19,8 +19,10 @@ from typing import Any, TypeVar, overload
 import anyio
 
 from ._registry import define_workflow
+from ._runtime.caps import PhaseInfo
 from ._runtime.ops import ChildHandle
 from ._runtime.runtime import TaskGroup, WorkflowInfo, current
+from ._runtime.units import UnitsResult
 from .cancellation import CancellationContext
 from .clock import to_datetime
 from .options import ActivityOptions, ChildOptions, Seconds
@@ -29,7 +31,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "ChildHandle",
+    "PhaseInfo",
     "TaskGroup",
+    "UnitsResult",
     "WorkflowInfo",
     "cancellation",
     "cancellation_shield",
@@ -42,11 +46,13 @@ __all__ = [
     "info",
     "logger",
     "now",
+    "phase",
     "random",
     "remaining",
     "sleep",
     "start_child",
     "task_group",
+    "units",
     "uuid4",
 ]
 
@@ -130,6 +136,43 @@ async def execute_child(
     """
     handle = await start_child(workflow, *args, id=id, options=options)
     return await handle.result()
+
+
+def phase(name: str, limit: Seconds | None = None) -> AbstractAsyncContextManager[PhaseInfo]:
+    """``async with workflow.phase("import", limit=600) as p:`` a durable phase.
+
+    Its deadline is min(`limit`, the time the run has left); every durable op
+    inside gets min(its own timeout, the phase's time left). It refuses to
+    start after the run's deadline (`BudgetExhausted`) or a delivered
+    cancellation (`BudgetCancelled`). Overrunning it raises `PhaseTimedOut`
+    from the ``async with``: caught, the workflow goes on; uncaught, the run
+    ends ``timed_out`` with ``timeout_kind = "phase"``. Recorded as
+    PhaseStarted / PhaseCompleted / PhaseTimedOut / PhaseCancelled /
+    PhaseFailed; `describe()["phase"]` shows the phase while it runs.
+    """
+    return current().phase(name, limit)
+
+
+async def units(
+    items: Iterable[Any],
+    *,
+    key: Callable[[Any], str],
+    handler: Callable[..., Any] | str,
+    options: ActivityOptions | None = None,
+    concurrency: int = 1,
+) -> UnitsResult:
+    """Run the activity `handler` once per item, each recorded by ``key(item)``.
+
+    A restart skips the units already confirmed and runs the rest. A unit
+    whose effect cannot be confirmed (its worker died mid-call, the call ran
+    past its start-to-close or heartbeat timeout) is not retried: the run goes
+    to review (`UnitOutcomeUnknown`; describe() status ``unknown``) and an
+    operator decides with ``handle.retry_after_review(units="rerun" or
+    "confirm")``. Returns the results (and clean failures) by key;
+    `describe()["progress"]` is ``{"done", "total"}`` while units run.
+    """
+    return await current().units(items, key, handler, options or _DEFAULT_ACTIVITY_OPTIONS,
+                                 concurrency)
 
 
 def continue_as_new(*args: Any) -> None:

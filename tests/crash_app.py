@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import signal
@@ -360,6 +361,21 @@ class FaultReport:
     missing_effects: list[str] = field(default_factory=list)
     retries_after_worker_lost: int = 0
     history_problems: list[str] = field(default_factory=list)
+    backend_terminations: int = 0  # PostgreSQL backends of the workers terminated
+    sigstops: int = 0  # workers frozen (SIGSTOP) past their lease, then resumed
+
+
+async def _terminate_backends(client: durable.Client, marker: str) -> int:
+    """Terminate every PostgreSQL backend whose application_name is `marker`."""
+
+    def program(tx: Any) -> Any:
+        rows = yield durable.driver.q(
+            "SELECT pg_terminate_backend(pid) AS gone FROM pg_stat_activity "
+            "WHERE application_name = ?", marker)
+        return sum(1 for r in rows if r["gone"])
+
+    terminated: int = await client.driver.run(program, write=False)
+    return terminated
 
 
 async def run_fault_injection(
@@ -376,12 +392,22 @@ async def run_fault_injection(
     max_kills: int | None = None,
     time_limit: float = 120.0,
     seed: int | None = None,
+    terminate_backends_every: float | None = None,
+    sigstop_every: float | None = None,
+    sigstop_for: float | None = None,
 ) -> FaultReport:
     """Run `workflows` fault_flow instances on `workers` processes sharing `db`,
     SIGKILL a random worker every `kill_every` seconds and start it again, then
     check every history and count the effects.
 
-    The killing stops after `max_kills` kills, or once every workflow completed (or
+    The soak faults, when asked for: every `terminate_backends_every` seconds
+    every PostgreSQL backend of the workers is terminated (a server restart as
+    the workers see it); every `sigstop_every` seconds a random worker is
+    frozen with SIGSTOP for `sigstop_for` seconds (default: twice its lease,
+    so its leases expire and its runs move on) and then resumed with SIGCONT:
+    its stale writes must be refused, and it must go on serving.
+
+    The faults stop after `max_kills` kills, or once every workflow completed (or
     `time_limit` passed).
     """
     rng = random.Random(seed)
@@ -390,6 +416,14 @@ async def run_fault_injection(
     backends = ("asyncio", "trio")
     procs: list[subprocess.Popen[bytes]] = []
     keys = [f"f{i:04d}" for i in range(workflows)]
+    postgres = db.startswith("postgres")
+    marker = f"durable_soak_{os.getpid()}_{time.monotonic_ns()}"
+    worker_db = db
+    if postgres and terminate_backends_every is not None:
+        # the workers' connections carry a name of their own, so that only they
+        # are terminated (never this controller's, nor anyone else's)
+        worker_db = f"{db}{'&' if '?' in db else '?'}application_name={marker}"
+    frozen: dict[int, float] = {}
     async with durable.connect(db) as client:
         try:
             for key in keys:
@@ -398,13 +432,32 @@ async def run_fault_injection(
             share = -(-workflows // workers)
 
             def spawn(i: int) -> subprocess.Popen[bytes]:
-                return spawn_worker(db, directory, backend=backends[i % 2], lease=lease,
+                return spawn_worker(worker_db, directory, backend=backends[i % 2], lease=lease,
                                     name=f"worker{i}", max_runs=share, max_activities=share)
 
             started = time.monotonic()
             procs = [spawn(i) for i in range(workers)]
             next_kill = started + kill_every
+            next_terminate = started + (terminate_backends_every or math.inf
+                                        if postgres else math.inf)
+            next_stop = started + (sigstop_every or math.inf)
             while time.monotonic() - started < time_limit:
+                now = time.monotonic()
+                for i, until in list(frozen.items()):
+                    if now >= until:
+                        procs[i].send_signal(signal.SIGCONT)
+                        del frozen[i]
+                if now >= next_terminate:
+                    report.backend_terminations += await _terminate_backends(client, marker)
+                    next_terminate = now + (terminate_backends_every or math.inf)
+                if now >= next_stop and len(frozen) < workers - 1:
+                    i = rng.randrange(workers)
+                    if i not in frozen and procs[i].poll() is None:
+                        procs[i].send_signal(signal.SIGSTOP)
+                        frozen[i] = now + (sigstop_for if sigstop_for is not None
+                                           else 2 * lease)
+                        report.sigstops += 1
+                    next_stop = now + (sigstop_every or math.inf)
                 done = await client.list(status="completed", workflow_type="crash_fault_flow",
                                          limit=workflows + 1)
                 report.completed = len(done)
@@ -417,6 +470,7 @@ async def run_fault_injection(
                 if time.monotonic() >= next_kill and (max_kills is None or
                                                       report.kills < max_kills):
                     i = rng.randrange(workers)
+                    frozen.pop(i, None)
                     kill9(procs[i])
                     report.kills += 1
                     procs[i] = spawn(i)
@@ -425,7 +479,7 @@ async def run_fault_injection(
             report.seconds = round(time.monotonic() - started, 2)
         finally:
             for proc in procs:
-                kill9(proc)
+                kill9(proc)  # a frozen process dies of SIGKILL too
         effects = read_effects(directory)
         expected = fault_flow_result(steps)
         for key in keys:

@@ -439,7 +439,8 @@ async def test_non_determinism_marks_the_run_for_review(
     finally:
         SHAPE["v"] = 1
     GATES[key].set()
-    assert info["status"] == "running"
+    assert info["status"] == "needs_review" and info["run"]["status"] == "running"
+    assert "does not replay" in info["reason"]
     assert info["run"]["owner"] is None
     failure = info["failures"][-1]
     assert failure["failure_category"] == "non_determinism"

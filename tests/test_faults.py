@@ -572,7 +572,7 @@ async def test_a_replay_that_skips_recorded_ops_is_non_deterministic(
     finally:
         SKIP_SECOND["on"] = False
     info = await handle.describe()
-    assert info["status"] == "running" and info["run"]["needs_review"]
+    assert info["status"] == "needs_review" and info["run"]["needs_review"]
     review = events(await handle.history(), "WorkflowNeedsReview")
     assert "without asking again for the recorded operations" in review[0].data["message"]
     assert "WorkflowCompleted" not in [e.type for e in await handle.history()]

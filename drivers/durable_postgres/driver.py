@@ -332,7 +332,7 @@ class PostgresDriver:
         except StopIteration as done:
             empty: T = done.value
             return empty
-        if first.autocommit and not tx.wakes:
+        if first.autocommit and not any(not wake.local for wake in tx.wakes):
             # A single self-contained statement commits on its own: one round trip.
             try:
                 program.send(await execute(conn, first))
@@ -350,7 +350,7 @@ class PostgresDriver:
         # NOTIFY travels in the transaction, so listeners hear of a commit only
         # if it happened, and in the same round trip as COMMIT.
         commit = "COMMIT"
-        if tx.wakes:
+        if any(not wake.local for wake in tx.wakes):
             commit = f"NOTIFY {quote_ident(self.channel)}, {quote_literal(self._payload(tx))};"
             commit += " COMMIT"
         try:
@@ -377,7 +377,7 @@ class PostgresDriver:
             discard(conn)
 
     def _payload(self, tx: Tx) -> str:
-        keys = list(dict.fromkeys(wake.key for wake in tx.wakes))
+        keys = list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
         text = json.dumps({"o": self.origin, "k": keys}, separators=(",", ":"))
         if len(text) > _MAX_PAYLOAD:
             text = json.dumps({"o": self.origin, "k": [["any"]]}, separators=(",", ":"))

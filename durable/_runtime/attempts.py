@@ -32,6 +32,8 @@ import anyio.from_thread
 import anyio.to_thread
 
 from .._registry import ActivityDefn
+from ..budget import Budget
+from ..budget import _current as _current_budget
 from ..clock import Clock, to_datetime
 from ..converter import PayloadConverter, decode_args
 from ..errors import (
@@ -84,6 +86,7 @@ class ActivityContext:
         self.stop_reason: str | None = None
         self.stop_grace = stop_grace
         self.abandoned = False  # a sync thread that ignored its stop was left running
+        self._budget: Budget | None = None
         self.wakeup = anyio.Event()
         self.loop_thread = threading.get_ident()
         self.process_stop: dict[str, Any] | None = None
@@ -136,8 +139,23 @@ class ActivityContext:
             return
         self.stop_reason = reason
         self._stop.set()
+        if self._budget is not None:
+            self._budget.cancel(reason)
         if self.scope is not None:
             self.scope.cancel()
+
+    @property
+    def budget(self) -> Budget:
+        """The attempt's time budget: its binding deadline (start-to-close,
+        schedule-to-close) on the engine's clock, cancelled when the attempt
+        must stop (a cancellation, a timeout fence, a shutdown)."""
+        if self._budget is None:
+            budget = Budget(deadline=self.deadline, clock=self.clock.now,
+                            name=f"activity {self.info.activity_type}")
+            if self._stop.is_set():
+                budget.cancel(self.stop_reason or "stop requested")
+            self._budget = budget
+        return self._budget
 
 
 _current: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar(
@@ -237,6 +255,7 @@ async def call_activity(
     with `abandon_on_cancel` it is abandoned at once.
     """
     token = _current.set(ctx)
+    budget_token = _current_budget.set(ctx.budget)
     try:
         with anyio.CancelScope() as scope:
             ctx.scope = scope
@@ -249,6 +268,7 @@ async def call_activity(
             return await _run_in_thread(ctx, fn, args, abandon_on_cancel)
         raise _stopped(ctx)
     finally:
+        _current_budget.reset(budget_token)
         _current.reset(token)
 
 

@@ -47,6 +47,10 @@ class WorkerServices(Protocol):
         """Activity names this worker or any live worker has registered."""
         ...
 
+    async def crash_point(self, point: str) -> None:
+        """A named point where a test may stop the worker abruptly (no-op otherwise)."""
+        ...
+
 
 class _Waiter:
     __slots__ = ("event", "record")

@@ -24,13 +24,16 @@ from ..errors import (
     LostAuthority,
     NonDeterminismError,
     PayloadError,
+    PhaseTimedOut,
     StructuralLimitExceeded,
+    UnitOutcomeUnknown,
     WriteRejected,
 )
 from ..failure import Failure, leaf_exceptions
 from ..store.records import RunStatus
 from ..store.writes import CloseRun, DeliverCancellation
 from .context import WorkflowContext
+from .phases import phase_failure
 from .runtime import WorkflowRuntime
 from .state import enter_task
 
@@ -178,6 +181,7 @@ class RunExecutor:
             raise ctx.broken
         if outcome is None or self.stop_reason is not None:
             return
+        await ctx.worker.crash_point("before_close")
         skipped = ctx.unreplayed_ops() if not outcome.needs_review else []
         if skipped:
             outcome = self._non_deterministic(NonDeterminismError(
@@ -195,7 +199,6 @@ class RunExecutor:
             outcome = CloseRun(RunStatus.FAILED, failure=Failure(
                 "storage_rejected", str(exc), "durable.WriteRejected"))
             await ctx.commit([outcome])
-        ctx.log.info("run_closed", status=outcome.status)
 
     async def _run_code(self) -> CloseRun | None:
         ctx = self.ctx
@@ -273,6 +276,16 @@ class RunExecutor:
         if ctx.fatal is not None:
             exc = ctx.fatal
         leaves = leaf_exceptions(exc)
+        unknown = next((e for e in leaves if isinstance(e, UnitOutcomeUnknown)), None)
+        if unknown is not None:
+            ctx.log.warning("units_outcome_unknown", units=unknown.keys)
+            return CloseRun(RunStatus.FAILED, needs_review=True, failure=Failure.units_unknown(
+                unknown.keys, unknown.handler, self.run.workflow_id))
+        phase = next((e for e in leaves if isinstance(e, PhaseTimedOut)), None)
+        if phase is not None and len(leaves) == 1:
+            ctx.log.info("run_timed_out_in_phase", phase=phase.phase)
+            return CloseRun(RunStatus.TIMED_OUT,
+                            failure=phase_failure(phase, self.run.workflow_id))
         category = "structural_limit" if any(
             isinstance(e, StructuralLimitExceeded) for e in leaves) else "application"
         ctx.log.info("run_failed", error=repr(exc))

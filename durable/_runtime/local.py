@@ -21,7 +21,7 @@ from ..failure import Failure, leaf_exceptions
 from ..options import ActivityOptions, CancellationPolicy, to_seconds
 from ..store.records import OpKind
 from ..store.writes import RecordLocalActivity
-from . import attempts
+from . import attempts, caps
 from .context import WorkflowContext
 from .ops import go_live, interruptible, live_gate, outcome, tracked_shield
 from .state import TaskState
@@ -62,12 +62,15 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             ctx, op_id, OpKind.LOCAL_ACTIVITY, anyio.sleep_forever,
             lambda: record_interrupt({"kind": "not_restarted", "confirmed": True}, 0),
         )
+    left = caps.time_left(ctx, state)  # inside a phase: never past its deadline
     await live_gate(ctx)
     go_live(state)
     payload = ctx.encode(list(args), f"the arguments of activity {defn.name!r}")
     call_args = attempts.arguments(defn, ctx.converter, payload)
     retry = options.retry_policy
     s2c = to_seconds(options.schedule_to_close_timeout, "schedule_to_close_timeout")
+    if left is not None and (s2c is None or s2c > left):
+        s2c = left
     stc = to_seconds(options.start_to_close_timeout, "start_to_close_timeout")
     overall = started + s2c if s2c is not None else None
     attempt = 0
@@ -95,6 +98,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                                        timed_out, policy)
                 if timed_out:
                     raise ActivityStopRequested(timed_out[0])
+                await ctx.worker.crash_point("after_effect")
                 result = ctx.encode(value, f"the result of activity {defn.name!r}")
                 failure = None
                 break

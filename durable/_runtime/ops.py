@@ -12,6 +12,7 @@ cancellation exception continues. Replay interrupts the same awaits again.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from ..store.writes import (
     ScheduleChild,
     ScheduleTimer,
 )
+from . import caps
 from .context import WorkflowContext
 from .state import TaskState
 
@@ -70,6 +72,8 @@ async def live_gate(ctx: WorkflowContext) -> None:
         ctx.redeliver()
         await anyio.lowlevel.checkpoint()
     await anyio.lowlevel.checkpoint_if_cancelled()
+    if ctx.cancellation is not None:
+        await ctx.worker.crash_point("cleanup")  # an op of the shielded cleanup
 
 
 @contextmanager
@@ -122,8 +126,15 @@ def seconds_or_none(value: Seconds | None) -> float | None:
 
 async def execute_activity(ctx: WorkflowContext, state: TaskState,
                            activity: Callable[..., Any] | str, args: tuple[Any, ...],
-                           options: ActivityOptions) -> Any:
-    """A remote activity: any worker with it registered may run it."""
+                           options: ActivityOptions, *, op_id: str | None = None,
+                           unit: bool = False) -> Any:
+    """A remote activity: any worker with it registered may run it.
+
+    `op_id` names the op explicitly (an idempotent unit's stable key) instead
+    of the task's next sequence number; `unit` marks an attempt whose failure
+    to confirm its effect (its worker lost, a call past its start-to-close)
+    is recorded as unknown instead of retried.
+    """
     defn = activity_defn_of(activity)
     name = defn.name if defn is not None else str(activity)
     if options.cancellation is CancellationPolicy.ABANDON and (
@@ -133,12 +144,16 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
             "CancellationPolicy.ABANDON leaves the activity running on its own; it needs a "
             "finite schedule_to_close_timeout so that it cannot run forever"
         )
-    op_id = state.next_op_id()
+    op_id = op_id or state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.ACTIVITY, name)
     hint = defn.return_hint if defn is not None else None
     if record is not None and record.closed and not ctx.must_block(record, op_id):
         return outcome(ctx, state, record, hint)
     if record is None:
+        left = caps.time_left(ctx, state)
+        own = seconds_or_none(options.schedule_to_close_timeout)
+        if left is not None and (own is None or own > left):
+            options = dataclasses.replace(options, schedule_to_close_timeout=left)
         await live_gate(ctx)
         go_live(state)
         if defn is None and name not in await ctx.worker.known_activity_names():
@@ -161,10 +176,13 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
     try:
         if record is None:
             ctx.waiter(op_id)
+            snapshot = options.snapshot()
+            if unit:
+                snapshot["unit"] = True
             await ctx.commit([ScheduleActivity(
                 op_id=op_id, name=name, task_id=uuid.uuid4().hex,
                 task_queue=options.task_queue or ctx.run.task_queue, input=payload,
-                options=options.snapshot(),
+                options=snapshot,
             )])
         done = await interruptible(ctx, op_id, OpKind.ACTIVITY, lambda: ctx.wait_op(op_id),
                                    on_interrupt)
@@ -188,9 +206,13 @@ async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> No
     ctx.reserve("timer")
     try:
         if record is None:
+            left = caps.time_left(ctx, state)
             await live_gate(ctx)
             go_live(state)
             fire_at = ctx.clock.now() + seconds
+            frame = caps.innermost(state)
+            if left is not None and frame is not None and frame.deadline is not None:
+                fire_at = min(fire_at, frame.deadline)  # never past the phase's deadline
             await ctx.commit([ScheduleTimer(op_id=op_id, fire_at=fire_at, duration=seconds)])
         else:
             assert record.fire_at is not None
@@ -207,6 +229,7 @@ async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> No
         ctx.release("timer")
     await ctx.commit([FireTimer(op_id=op_id)])
     state.clock = max(state.clock, fire_at)
+    caps.raise_if_capped(ctx, state, fire_at)
 
 
 # ---------------------------------------------------------------- children
@@ -263,6 +286,13 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
             ctx.open_children.add(op_id)
         return ChildHandle(ctx, state, op_id, record.child_workflow_id or child_id, hint,
                            options)
+    left = caps.time_left(ctx, state)
+    if left is not None:
+        if left < 1:  # a child's execution timeout is at least 1 s
+            caps.raise_if_capped(ctx, state, caps.workflow_time(ctx, state) + left)
+        own_timeout = seconds_or_none(options.execution_timeout)
+        if own_timeout is None or own_timeout > left:
+            options = dataclasses.replace(options, execution_timeout=left)
     await live_gate(ctx)
     go_live(state)
     ctx.reserve("child")

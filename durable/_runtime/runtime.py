@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -31,10 +31,15 @@ from ..cancellation import CancellationContext
 from ..clock import to_datetime
 from ..errors import ContinueAsNew
 from ..options import ActivityOptions, ChildOptions, Seconds
+from ..store.records import earliest
+from . import caps
+from .caps import PhaseInfo
 from .context import WorkflowContext
 from .local import execute_local_activity
 from .ops import ChildHandle, execute_activity, sleep, start_child, tracked_shield
+from .phases import Phase
 from .state import TaskState, current_task_state, enter_task
+from .units import UnitsResult, run_units
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,11 @@ class TaskGroup:
         path = parent.child_path()
         ctx = parent.ctx
 
+        phases = list(parent.phases)  # a task started inside a phase runs in it
+
         async def child() -> None:
-            enter_task(ctx, path, parent.clock)
+            state = enter_task(ctx, path, parent.clock)
+            state.phases = phases
             ctx.task_started()
             try:
                 await fn(*args)
@@ -103,6 +111,16 @@ class Runtime(abc.ABC):
     async def start_child(self, workflow: Callable[..., Any] | str, args: tuple[Any, ...],
                           child_id: str | None, options: ChildOptions) -> ChildHandle:
         """A started child workflow's handle."""
+
+    @abc.abstractmethod
+    def phase(self, name: str, limit: Seconds | None) -> AbstractAsyncContextManager[PhaseInfo]:
+        """A durable phase of the workflow, bounded by `limit` and the time left."""
+
+    @abc.abstractmethod
+    async def units(self, items: Iterable[Any], key: Callable[[Any], str],
+                    handler: Callable[..., Any] | str, options: ActivityOptions,
+                    concurrency: int) -> UnitsResult:
+        """Run `handler` once per item, each recorded by its stable key."""
 
     @abc.abstractmethod
     def task_group(self) -> AbstractAsyncContextManager[TaskGroup]:
@@ -173,6 +191,15 @@ class WorkflowRuntime(Runtime):
         return await start_child(self.ctx, current_task_state(), workflow, args, child_id,
                                  options)
 
+    def phase(self, name: str, limit: Seconds | None) -> Phase:
+        return Phase(self.ctx, current_task_state(), name, limit)
+
+    async def units(self, items: Iterable[Any], key: Callable[[Any], str],
+                    handler: Callable[..., Any] | str, options: ActivityOptions,
+                    concurrency: int) -> UnitsResult:
+        return await run_units(self.ctx, current_task_state(), items, key, handler, options,
+                               concurrency)
+
     @asynccontextmanager
     async def task_group(self) -> AsyncIterator[TaskGroup]:
         state = current_task_state()
@@ -189,7 +216,8 @@ class WorkflowRuntime(Runtime):
         return self.ctx.cancellation
 
     def deadline(self) -> float | None:
-        return self.ctx.binding_deadline()
+        frame = caps.innermost(current_task_state())
+        return earliest(self.ctx.binding_deadline(), frame.deadline if frame else None)
 
     def now(self) -> float:
         return max(current_task_state().clock, self.ctx.delivered_at)

@@ -12,7 +12,7 @@ import contextvars
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -34,6 +34,8 @@ class TaskState:
     clock: float = 0.0
     replaying: bool = True
     rng: random.Random = field(default_factory=random.Random)
+    # durable phases this task runs inside, outermost first (see phases.py)
+    phases: list[Any] = field(default_factory=list)
 
     def next_op_id(self) -> str:
         self.seq += 1

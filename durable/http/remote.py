@@ -198,9 +198,10 @@ class RemoteControl:
             "GET", self._run_path(workflow_id, run_id, "cancellation-cascade"))
         return dict(data)
 
-    async def clear_review(self, workflow_id: str) -> bool:
+    async def clear_review(self, workflow_id: str, *, units: str | None = None) -> bool:
         _, data = await self._call(
-            "POST", f"/api/workflows/{_segment(workflow_id)}/retry-after-review")
+            "POST", f"/api/workflows/{_segment(workflow_id)}/retry-after-review",
+            body={"units": units} if units is not None else {})
         return bool(data["cleared"])
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,

@@ -169,6 +169,16 @@ REASON_BODY = check_schema({
                               "minLength": 0}},
 })
 
+REVIEW_BODY = check_schema({
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"units": {
+        "enum": ["rerun", "confirm"],
+        "description": "For a run whose units' outcome is unknown (workflow.units): run "
+                       "them again, or record them done.",
+    }},
+})
+
 ERROR_SCHEMA: Schema = {
     "type": "object",
     "required": ["error"],
@@ -376,7 +386,8 @@ async def cascade(call: Call) -> tuple[int, Any]:
 
 
 async def retry_after_review(call: Call) -> tuple[int, Any]:
-    return 200, {"cleared": await call.client.control.clear_review(call.params["workflowId"])}
+    return 200, {"cleared": await call.client.control.clear_review(
+        call.params["workflowId"], units=call.body.get("units"))}
 
 
 async def repair_pass(call: Call) -> tuple[int, Any]:
@@ -470,8 +481,9 @@ def operations() -> list[Operation]:
         ),
         Operation(
             "POST", "/api/workflows/{workflowId}/retry-after-review", "retryAfterReview",
-            "Replay a run marked for review (after a code fix)", retry_after_review,
-            "operator", params=(WORKFLOW_ID,),
+            "Replay a run marked for review (after a code fix or a decision on units "
+            "whose outcome is unknown)", retry_after_review,
+            "operator", params=(WORKFLOW_ID,), body=REVIEW_BODY,
             replies=(Reply(200, "cleared is false when the run was not marked.", {
                 "type": "object", "required": ["cleared"],
                 "properties": {"cleared": {"type": "boolean"}}}),),

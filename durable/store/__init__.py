@@ -79,13 +79,14 @@ class Store:
         """Many owned runs' state and the closed ops they wait on, in one read."""
         return await self.driver.run(lambda tx: runs.resync(run_ids, waiting), write=False)
 
-    async def clear_review(self, namespace: str, workflow_id: str, now: float) -> bool:
+    async def clear_review(self, namespace: str, workflow_id: str, now: float,
+                           units: str | None = None) -> bool:
         """Let a run marked for review be replayed again; False if it was not marked.
 
         Raises `WorkflowNotFound`.
         """
         return await self.driver.run(
-            lambda tx: runs.clear_review(tx, namespace, workflow_id, now))
+            lambda tx: runs.clear_review(tx, namespace, workflow_id, now, units))
 
     # ---------------------------------------------------------------- ownership
 
@@ -111,6 +112,10 @@ class Store:
         """Hand runs (and, with `attempts`, running attempts) back without a retry."""
         await self.driver.run(
             lambda tx: claims.release_runs(tx, worker_id, run_ids, now, attempts))
+
+    async def expire_leases(self, worker_id: str, now: float) -> int:
+        """Declare a worker gone now (its leases expire at once); how many leases."""
+        return await self.driver.run(lambda tx: claims.expire_leases(tx, worker_id, now))
 
     # ---------------------------------------------------------------- the owner's commit
 

@@ -150,7 +150,28 @@ def _resolve_op(
     op = OpRecord(task["op_id"], OpKind.ACTIVITY, task["activity_name"], status, result,
                   failure, None, now, task_id=task["task_id"])
     tx.wake("run", task["run_id"], data=op)
+    _attempt_notice(tx, task, event[0], failure, now)
     return None
+
+
+def _attempt_notice(tx: Tx, task: Row, outcome: str, failure: Failure | None,
+                    now: float) -> None:
+    """What the logs and metrics say of an attempt that ended (in-process only)."""
+    claimed = _column(task, "claimed_at")
+    tx.wake("attempt_ended", task["task_id"], local=True, data={
+        "task_id": task["task_id"], "activity_type": task["activity_name"],
+        "run_id": task["run_id"], "attempt": int(_column(task, "attempt") or 0),
+        "outcome": outcome, "started_at": claimed, "ended_at": now,
+        "failure_category": failure.category if failure else None,
+        "timeout_kind": failure.timeout_kind if failure else None,
+    })
+
+
+def _column(row: Row, name: str) -> Any:
+    try:
+        return row[name]
+    except (KeyError, IndexError):
+        return None
 
 
 def _retry_or_fail(
@@ -169,6 +190,11 @@ def _retry_or_fail(
         policy: RetryPolicy | None = RetryPolicy.from_dict(opts["retry"])
     except (ConfigurationError, KeyError, TypeError, ValueError):
         policy = None  # a policy that cannot be read back is not retried on
+    if opts.get("unit") and _unconfirmed(failure):
+        # an idempotent unit whose effect may or may not have happened: never
+        # guess by running it again; the run goes to review (workflow.units)
+        policy = None
+        failure = failure.with_details(unit_outcome="unknown")
     available = None if policy is None else policy.next_attempt_at(
         failure, attempt, now, s2c, retryable=retryable)
     if available is not None:
@@ -191,6 +217,7 @@ def _retry_or_fail(
             data["timeout_kind"] = failure.timeout_kind
         yield from append_events(task["run_id"], [("ActivityRetryScheduled", data)], now)
         tx.wake("activities", task["namespace"], task["task_queue"])
+        _attempt_notice(tx, task, "ActivityRetryScheduled", failure, now)
         return "retry_scheduled"
     final_status = (AttemptStatus.TIMED_OUT if terminal_event == "ActivityTimedOut"
                     else AttemptStatus.FAILED)
@@ -207,6 +234,15 @@ def _retry_or_fail(
         event["timeout_kind"] = failure.timeout_kind
     yield from _resolve_op(tx, task, OpStatus.FAILED, None, failure, (terminal_event, event), now)
     return "recorded"
+
+
+def _unconfirmed(failure: Failure) -> bool:
+    """A failure after which nobody knows whether the attempt's effect happened:
+    its worker was lost, or it ran past its start-to-close or heartbeat timeout."""
+    if failure.category == "worker_lost":
+        return True
+    return failure.category == "timeout" and failure.timeout_kind in (
+        "start_to_close", "heartbeat")
 
 
 def time_out_task(tx: Tx, task: Row, now: float) -> Program[str | None]:

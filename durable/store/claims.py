@@ -140,3 +140,20 @@ def release_runs(
         })], now)
         tx.wake("activities", task["namespace"], task["task_queue"])
     return None
+
+
+def expire_leases(tx: Tx, worker_id: str, now: float) -> Program[int]:
+    """Declare a worker gone now: its runs may be claimed and its running
+    attempts are timed out (worker_lost) at once, instead of when their leases
+    would have expired. What a lease expiry does, brought forward."""
+    runs = yield q(
+        "UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN "
+        "('pending', 'running') RETURNING namespace, task_queue", now, worker_id)
+    tasks = yield q(
+        "UPDATE activity_tasks SET lease_expires_at = ?, deadline_at = ? WHERE owner = ? "
+        "AND status = 'running' RETURNING namespace, task_queue", now, now, worker_id)
+    for row in [*runs, *tasks]:
+        tx.wake("runs", row["namespace"], row["task_queue"])
+        tx.wake("activities", row["namespace"], row["task_queue"])
+    return len(runs) + len(tasks)
+

@@ -142,7 +142,25 @@ def close_run(
         if run.parent_run_id is not None:
             yield from notify_parent(tx, run, status, result, failure, now)
     tx.wake("run", run_id)
+    tx.wake("stopped", run_id, local=True, data=_stop_notice(run, status, closed_reason,
+                                                               failure, now))
     return next_run_id
+
+
+def _stop_notice(run: RunRecord, status: str, reason: str, failure: Failure | None,
+                 now: float) -> dict[str, Any]:
+    """What the logs and metrics say of a run that stopped (see `durable.observe`)."""
+    notice: dict[str, Any] = {
+        "workflow_id": run.workflow_id, "run_id": run.run_id,
+        "workflow_type": run.workflow_type, "namespace": run.namespace,
+        "status": str(status), "reason": str(reason),
+        "started_at": run.started_at or run.created_at, "closed_at": now,
+    }
+    if failure is not None:
+        notice["failure_category"] = failure.category
+        notice["timeout_kind"] = failure.timeout_kind
+        notice["phase"] = failure.get("phase")
+    return notice
 
 
 def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
@@ -170,6 +188,16 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
         }))
         tx.wake("activity_stop", task["task_id"])
+    phases = yield q(
+        "SELECT op_id, name, kind FROM ops WHERE run_id = ? AND status = 'scheduled' "
+        "AND kind IN ('phase', 'units')", run_id)
+    for marker in phases:
+        yield ex("UPDATE ops SET status = 'cancelled', closed_at = ? WHERE run_id = ? AND "
+                 "op_id = ?", now, run_id, marker["op_id"])
+        if marker["kind"] == OpKind.PHASE:
+            events.append(("PhaseCancelled", {
+                "op_id": marker["op_id"], "phase": marker["name"], "outcome": "cancelled",
+                "reason": f"workflow {status}"}))
     open_ops = yield q(
         f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
         "AND kind IN ('activity', 'timer')", run_id

@@ -41,6 +41,8 @@ from .writes import (
     CancelTimer,
     CloseRun,
     DeliverCancellation,
+    EndPhase,
+    EndUnits,
     FireTimer,
     RecordLocalActivity,
     RequestActivityStop,
@@ -49,6 +51,8 @@ from .writes import (
     ScheduleActivity,
     ScheduleChild,
     ScheduleTimer,
+    StartPhase,
+    StartUnits,
     Write,
 )
 
@@ -201,6 +205,70 @@ def _schedule_child(c: _RunCommit, w: ScheduleChild) -> Program[None]:
     return None
 
 
+def _start_phase(c: _RunCommit, w: StartPhase) -> Program[None]:
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, scheduled_at, fire_at) "
+        "VALUES (?, ?, 'phase', ?, 'scheduled', ?, ?)",
+        c.run.run_id, w.op_id, w.name, c.now, w.deadline,
+    )
+    c.events.append(("PhaseStarted", {
+        "op_id": w.op_id, "phase": w.name, "limit_seconds": w.limit,
+        "deadline_at": to_iso(w.deadline),
+    }))
+    return None
+
+
+_PHASE_EVENTS = {"completed": "PhaseCompleted", "timed_out": "PhaseTimedOut",
+                 "cancelled": "PhaseCancelled", "failed": "PhaseFailed"}
+
+
+def _end_phase(c: _RunCommit, w: EndPhase) -> Program[None]:
+    status = OpStatus.COMPLETED if w.outcome == "completed" else (
+        OpStatus.CANCELLED if w.outcome == "cancelled" else OpStatus.FAILED)
+    row = yield q1("SELECT name FROM ops WHERE run_id = ? AND op_id = ? AND status = "
+                   "'scheduled'", c.run.run_id, w.op_id)
+    if row is None:
+        return None
+    yield ex(
+        "UPDATE ops SET status = ?, failure = ?, closed_at = ? WHERE run_id = ? AND op_id = ?",
+        status, dump_failure(w.failure), c.now, c.run.run_id, w.op_id,
+    )
+    data: dict[str, Any] = {"op_id": w.op_id, "phase": row["name"], "outcome": w.outcome}
+    if w.failure is not None:
+        data["failure"] = w.failure.to_dict()
+    c.events.append((_PHASE_EVENTS.get(w.outcome, "PhaseFailed"), data))
+    c.ops[w.op_id] = OpRecord(w.op_id, OpKind.PHASE, row["name"], status, None, w.failure,
+                              None, c.now)
+    return None
+
+
+def _start_units(c: _RunCommit, w: StartUnits) -> Program[None]:
+    yield ex(
+        "INSERT INTO ops (run_id, op_id, kind, name, status, result, scheduled_at) "
+        "VALUES (?, ?, 'units', ?, 'scheduled', ?, ?)",
+        c.run.run_id, w.op_id, w.handler, dumps({"total": w.total}), c.now,
+    )
+    c.events.append(("UnitsStarted", {"op_id": w.op_id, "handler": w.handler,
+                                      "total": w.total}))
+    return None
+
+
+def _end_units(c: _RunCommit, w: EndUnits) -> Program[None]:
+    row = yield q1("SELECT name, result FROM ops WHERE run_id = ? AND op_id = ? AND status = "
+                   "'scheduled'", c.run.run_id, w.op_id)
+    if row is None:
+        return None
+    summary = dict(loads(row["result"]) or {}, done=w.done, unknown=list(w.unknown))
+    status = OpStatus.COMPLETED if w.outcome == "completed" else OpStatus.FAILED
+    yield ex("UPDATE ops SET status = ?, result = ?, closed_at = ? WHERE run_id = ? "
+             "AND op_id = ?", status, dumps(summary), c.now, c.run.run_id, w.op_id)
+    c.events.append(("UnitsCompleted" if w.outcome == "completed" else "UnitsUnknown", {
+        "op_id": w.op_id, "handler": row["name"], **summary}))
+    c.ops[w.op_id] = OpRecord(w.op_id, OpKind.UNITS, row["name"], status, dumps(summary),
+                              None, None, c.now)
+    return None
+
+
 def _deliver(c: _RunCommit, w: DeliverCancellation) -> Program[None]:
     yield from cancellation.deliver(c.run, w, c.now, c.events)
     return None
@@ -243,6 +311,10 @@ HANDLERS: dict[type[Write], Handler] = {
     RequestActivityStop: _request_activity_stop,
     CancelTimer: _cancel_timer,
     RequestChildCancellation: _request_child_cancellation,
+    StartPhase: _start_phase,
+    EndPhase: _end_phase,
+    StartUnits: _start_units,
+    EndUnits: _end_units,
     CloseRun: _close,
 }
 

@@ -39,18 +39,43 @@ def describe(
     failure_rows = yield q(
         "SELECT data FROM failures WHERE run_id = ? ORDER BY id", run.run_id
     )
-    pending = yield q(
+    open_ops = yield q(
         "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
-        "t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
+        "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
         "FROM ops o LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
-        "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at",
+        "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at, o.op_id",
         run.run_id,
     )
+    pending = [p for p in open_ops if p["kind"] not in ("phase", "units")]
+    phases = [p for p in open_ops if p["kind"] == "phase"]
+    batches = [p for p in open_ops if p["kind"] == "units"]
+    progress = None
+    if batches:
+        batch = batches[-1]
+        prefix = batch["op_id"] + "/"
+        done = yield q1(
+            "SELECT COUNT(*) AS n FROM ops WHERE run_id = ? AND substr(op_id, 1, ?) = ? "
+            "AND status = 'completed'", run.run_id, len(prefix), prefix)
+        progress = {"done": int(done["n"]) if done else 0,
+                    "total": int((loads(batch["result"]) or {}).get("total", 0)),
+                    "handler": batch["name"]}
+    status = run.status if run_id else wf["status"]
+    if run.needs_review and run.is_open:
+        # the outcome is not known (units whose effect could not be confirmed)
+        # or the code does not replay its history: either way a person decides
+        unknown = run.failure is not None and run.failure.category == "unknown"
+        status = "unknown" if unknown else "needs_review"
     return {
         "workflow_id": wf["workflow_id"],
         "workflow_type": wf["workflow_type"],
         "namespace": wf["namespace"],
-        "status": run.status if run_id else wf["status"],
+        "status": status,
+        "reason": _reason(run, status),
+        "phase": {
+            "name": phases[-1]["name"], "started_at": to_iso(phases[-1]["scheduled_at"]),
+            "deadline_at": to_iso(phases[-1]["fire_at"]),
+        } if phases else None,
+        "progress": progress,
         "closed_reason": run.closed_reason if run_id else wf["closed_reason"],
         "execution_timeout_seconds": wf["execution_timeout"],
         "run_count": int(wf["run_count"]),
@@ -85,6 +110,24 @@ def describe(
         "failures": [json.loads(r["data"]) for r in failure_rows],
         "cancellation": describe_cancellation(run.cancellation),
     }
+
+
+def _reason(run: RunRecord, status: str) -> str | None:
+    """Why the run is where it is, in words (describe()["reason"])."""
+    failure = run.failure
+    if status in ("needs_review", "unknown"):
+        return failure.message if failure is not None else "marked for review"
+    if run.is_open:
+        return None
+    if status == "completed":
+        return "completed"
+    if status == "continued":
+        return f"continued as new as run {run.continued_run_id}"
+    if failure is not None and failure.message:
+        if failure.timeout_kind:
+            return f"{failure.message} ({failure.timeout_kind})"
+        return failure.message
+    return run.closed_reason
 
 
 def history(

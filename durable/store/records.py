@@ -41,6 +41,8 @@ class OpKind(enum.StrEnum):
     LOCAL_ACTIVITY = "local_activity"
     TIMER = "timer"
     CHILD = "child"
+    PHASE = "phase"  # a durable phase: open while it runs, closed with its outcome
+    UNITS = "units"  # a batch of idempotent units: open while they run
 
 
 class OpStatus(enum.StrEnum):
@@ -300,7 +302,7 @@ TASK_COLUMNS = (
     "task_id, namespace, task_queue, activity_name, run_id, workflow_id, op_id, status, attempt, "
     "options, available_at, schedule_to_start_deadline, schedule_to_close_deadline, "
     "start_to_close_deadline, heartbeat_deadline, owner, heartbeat_details, lease_expires_at, "
-    "stop_requested, stop_receipt"
+    "stop_requested, stop_receipt, claimed_at"
 )
 
 

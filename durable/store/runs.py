@@ -7,7 +7,7 @@ from typing import Any
 from ..clock import to_iso
 from ..deadlines import Deadlines
 from ..driver import Program, Tx, ex, placeholders, q, q1
-from ..errors import WorkflowAlreadyStarted, WorkflowNotFound
+from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -163,13 +163,23 @@ def resync(
     return runs, closed
 
 
-def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float) -> Program[bool]:
-    """Let a run marked for review be claimed and replayed again (after a fix)."""
+def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
+                 units: str | None = None) -> Program[bool]:
+    """Let a run marked for review be claimed and replayed again (after a fix, or
+    after an operator decided what became of units whose outcome is unknown)."""
     run = yield from get_run(namespace, workflow_id, None)
     if run is None:
         raise WorkflowNotFound(f"no workflow {workflow_id!r} in {namespace!r}")
     if not run.needs_review:
         return False
+    unknown = run.failure is not None and run.failure.category == "unknown"
+    if unknown and units is None:
+        raise ConfigurationError(
+            f"run {run.run_id} of {workflow_id!r} waits for a decision on units whose outcome "
+            "is unknown: retry_after_review(units='rerun') runs them again, "
+            "units='confirm' records them done")
+    if unknown:
+        yield from _decide_units(run.run_id, units == "rerun", now)
     yield ex(
         "UPDATE runs SET needs_review = 0, ready_at = ?, owner = NULL WHERE run_id = ?",
         now, run.run_id,
@@ -177,3 +187,27 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float) -> Progra
     yield from append_events(run.run_id, [("WorkflowReviewCleared", {})], now)
     tx.wake("runs", run.namespace, run.task_queue)
     return True
+
+
+def _decide_units(run_id: str, rerun: bool, now: float) -> Program[None]:
+    """Apply an operator's decision to the units whose outcome is unknown."""
+    rows = yield q(
+        f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND kind = 'activity' AND status = "
+        "'failed'", run_id)
+    events: list[tuple[str, dict[str, Any]]] = []
+    for row in rows:
+        op = op_from_row(row)
+        if op.failure is None or op.failure.get("unit_outcome") != "unknown":
+            continue
+        unit = op.op_id.split("/", 1)[-1]
+        if rerun:  # forget the attempt: replay sends the unit again
+            yield ex("DELETE FROM ops WHERE run_id = ? AND op_id = ?", run_id, op.op_id)
+            yield ex("DELETE FROM activity_tasks WHERE task_id = ?", op.task_id)
+            events.append(("UnitRerunApproved", {"op_id": op.op_id, "unit": unit}))
+        else:  # its effect happened: record it done, with no result
+            yield ex("UPDATE ops SET status = 'completed', result = NULL, failure = NULL, "
+                     "closed_at = ? WHERE run_id = ? AND op_id = ?", now, run_id, op.op_id)
+            events.append(("UnitConfirmed", {"op_id": op.op_id, "unit": unit}))
+    yield from append_events(run_id, events, now)
+    return None
+

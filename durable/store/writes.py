@@ -99,6 +99,45 @@ class RequestChildCancellation:
     cleanup_timeout: float | None = None
 
 
+@dataclass(frozen=True)
+class StartPhase:
+    """A durable phase began: its name and its deadline (the limit capped by
+    every deadline around it)."""
+
+    op_id: str
+    name: str
+    deadline: float | None
+    limit: float | None
+
+
+@dataclass(frozen=True)
+class EndPhase:
+    """A phase ended: completed, timed_out, cancelled or failed."""
+
+    op_id: str
+    outcome: str
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class StartUnits:
+    """A batch of idempotent units began: how many, and which activity runs each."""
+
+    op_id: str
+    handler: str
+    total: int
+
+
+@dataclass(frozen=True)
+class EndUnits:
+    """A batch of units ended: every unit confirmed, or some outcome unknown."""
+
+    op_id: str
+    outcome: str
+    done: int
+    unknown: tuple[str, ...] = ()
+
+
 Write = (
     ScheduleActivity
     | RecordLocalActivity
@@ -110,6 +149,10 @@ Write = (
     | RequestActivityStop
     | CancelTimer
     | RequestChildCancellation
+    | StartPhase
+    | EndPhase
+    | StartUnits
+    | EndUnits
 )
 
 
