@@ -238,6 +238,10 @@ def test_list_filter_and_a_run_with_its_timeouts_and_computed_deadlines(
     # the page's script keeps the countdown current (no reload)
     page.wait_for_function("([el, text]) => el.textContent !== text",
                            arg=[countdown.element_handle(), first])
+    phase = page.locator("#phase")
+    assert phase.locator("strong").inner_text() == "cool-down"
+    assert (phase.locator("time[data-deadline]").get_attribute("datetime")
+            == info["phase"]["deadline_at"])
     assert "c-9" in page.locator("#h-memo + pre").inner_text()
     assert page.locator("#pending").get_by_text("timer").count() == 1
     shot(live, page, "run")

@@ -3,9 +3,10 @@
 Each one leaves something on a page an operator reads: a plain result, a
 failure with a chain of causes, an activity that times out on every attempt
 (its retry policy, its four timeouts and an ActivityTimedOut naming its
-kind) inside a run with execution and run deadlines, a heartbeating activity
-with a cooperative cleanup, and a three-level tree whose leaf activity runs
-on a worker process the test kills with SIGKILL (an unverified stop).
+kind) inside a run with execution and run deadlines and a current phase, a
+heartbeating activity with a cooperative cleanup, and a three-level tree whose
+leaf activity runs on a worker process the test kills with SIGKILL (an
+unverified stop).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ async def deadlines(total: int) -> str:
         await workflow.execute_activity(slow, total, options=SLOW)
     except durable.ActivityTimedOut:
         pass
-    await workflow.sleep(3600)
+    async with workflow.phase("cool-down", limit=3000):
+        await workflow.sleep(3600)
     return "done"
 
 

@@ -67,7 +67,7 @@ _REQUEST_KEYS = ("request_id", "root_request_id", "parent_request_id", "root_wor
                  "root_run_id", "reason", "requester", "source", "requested_at", "deadline_at",
                  "cleanup_timeout_seconds", "lifecycle", "delivered_at", "boundary",
                  "cleanup_outcome", "closed_at")
-_INFO_KEYS = ("workflow_id", "workflow_type", "namespace", "status", "closed_reason",
+_INFO_KEYS = ("workflow_id", "workflow_type", "namespace", "status", "reason", "closed_reason",
               "execution_timeout_seconds", "run_count", "memo")
 _OP_KEYS = ("op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
             "task_status", "attempt", "heartbeat_details", "last_failure")
@@ -80,6 +80,9 @@ def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
     their absence means the engine does not report them)."""
     out = filled(info, _INFO_KEYS)
     out["run"] = filled(info.get("run"), _RUN_KEYS)
+    # open by the run's own status: a run waiting for review ("needs_review",
+    # "unknown") is still open, and can still be cancelled or terminated
+    out["open"] = is_open(out["run"]["status"]) or is_open(out["status"])
     cancellation = info.get("cancellation")
     out["cancellation"] = filled(cancellation, _REQUEST_KEYS) \
         if isinstance(cancellation, Mapping) else None
@@ -197,10 +200,11 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
                      "configured": cancellation.get("cleanup_timeout_seconds"),
                      "deadline": cancellation.get("deadline_at"),
                      "scope": "the cooperative cancellation's cleanup (never extended)",
-                     "open": is_open(info.get("status")) and cancellation.get("lifecycle")
-                     in ("requested", "delivered", "cleaning_up")})
+                     "open": bool(info.get("open", is_open(info.get("status"))))
+                     and cancellation.get("lifecycle") in ("requested", "delivered",
+                                                           "cleaning_up")})
     for row in rows:
-        row.setdefault("open", is_open(info.get("status")))
+        row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
     return rows
 
 
