@@ -32,7 +32,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._log import get_logger
@@ -43,7 +43,7 @@ from .auth import ROLES, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
 from .openapi import build_spec
-from .routes import Call, Operation, operations
+from .routes import Call, Operation, Param, operations
 from .schema import SchemaViolation, validate
 from .wire import dumps
 
@@ -120,6 +120,7 @@ class ControlPlaneServer:
         self.max_wait = max_wait
         self.public_metrics = public_metrics
         self.operations = operations()
+        self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
                                max_body_bytes=max_body_bytes, max_wait=max_wait)
@@ -157,11 +158,17 @@ class ControlPlaneServer:
                                 headers={"WWW-Authenticate":
                                          'Bearer realm="durable", error="invalid_token"'})
             role = found
+        self.authorize(role, required)
+        return role
+
+    @staticmethod
+    def authorize(role: str, required: str) -> None:
+        """403 unless `role` may use a route that requires `required` (every
+        caller, API route or web UI form, is checked here)."""
         if not role_allows(role, required):
             raise HTTPError(403, "forbidden",
                             f"a {role} token may not do this; it needs the {required} role",
                             role=role, required_role=required)
-        return role
 
     def _namespace(self, request: Request) -> str:
         value = request.headers.get(NAMESPACE_HEADER)
@@ -175,14 +182,24 @@ class ControlPlaneServer:
         return value
 
     def _params(self, op: Operation, request: Request) -> dict[str, Any]:
+        def lookup(param: Param) -> str | None:
+            if param.location == "path":
+                value: str | None = request.path_params.get(param.name)
+            elif param.location == "query":
+                value = request.query_params.get(param.name)
+            else:
+                value = request.headers.get(param.name)
+            return value
+
+        return self.params_from(op, lookup)
+
+    def params_from(self, op: Operation, lookup: Callable[[Param], str | None],
+                    ) -> dict[str, Any]:
+        """The operation's parameters, parsed and checked against their schemas
+        (400 naming the parameter); `lookup` gives each one's raw text or None."""
         values: dict[str, Any] = {}
         for param in op.params:
-            if param.location == "path":
-                raw: str | None = request.path_params.get(param.name)
-            elif param.location == "query":
-                raw = request.query_params.get(param.name)
-            else:
-                raw = request.headers.get(param.name)
+            raw = lookup(param)
             where = f"{param.location} parameter {param.name!r}"
             if raw is None:
                 if param.required:
@@ -228,6 +245,12 @@ class ControlPlaneServer:
                 raise HTTPError(400, "invalid_json",
                                 f"the body is not JSON ({str(exc)[:200]}); send a JSON object "
                                 "with 'Content-Type: application/json'") from None
+        return self.check_body(op, data)
+
+    def check_body(self, op: Operation, data: Any) -> dict[str, Any]:
+        """A parsed body checked against the operation's schema (422 naming the field)."""
+        if op.body is None:
+            return {}
         if _depth_exceeds(data, MAX_DEPTH):
             raise HTTPError(422, "invalid_body",
                             f"body: JSON nested deeper than {MAX_DEPTH} levels", field="body")
@@ -237,6 +260,42 @@ class ControlPlaneServer:
             raise HTTPError(422, "invalid_body", str(exc), field=exc.where) from None
         assert isinstance(data, dict)
         return data
+
+    def call(self, *, role: str | None, namespace: str, params: dict[str, Any],
+             body: dict[str, Any], request_id: str) -> Call:
+        """What a handler is given: the request's namespace view of the client."""
+        return Call(
+            client=self.client.with_namespace(namespace), namespace=namespace,
+            role=role, params=params, body=body, request_id=request_id,
+            max_wait=self.max_wait, wait_for_change=self.wait_for_change,
+        )
+
+    async def perform(self, operation_id: str, *, role: str, namespace: str,
+                      params: Mapping[str, Any], body: Any = None,
+                      request_id: str = "") -> tuple[int, Any]:
+        """Run the route `operation_id` for a caller already authenticated as
+        `role` (the web UI: its session stands for the token). The same role
+        check, parameter and body validation and handler as the HTTP route;
+        raises `HTTPError` or the handler's durable error like the route would."""
+        op = self.by_id.get(operation_id)
+        if op is None:
+            raise HTTPError(404, "route_not_found", f"no operation {operation_id!r}")
+        if op.role is not None:
+            self.authorize(role, op.role)
+        if not _NAMESPACE.match(namespace):
+            raise HTTPError(400, "invalid_parameter",
+                            "the namespace must be 1 to 128 letters, digits, '.', '_', ':' "
+                            "or '-' (starting with a letter or digit)", parameter="namespace")
+
+        def lookup(param: Param) -> str | None:
+            value = params.get(param.name)
+            return None if value is None else str(value)
+
+        values = self.params_from(op, lookup)
+        checked = self.check_body(op, {} if body is None else body)
+        call = self.call(role=role, namespace=namespace, params=values, body=checked,
+                         request_id=request_id or uuid.uuid4().hex)
+        return await op.handler(call)
 
     # ------------------------------------------------------------ waiting
 
@@ -298,11 +357,8 @@ class ControlPlaneServer:
                 request.scope["durable.namespace"] = namespace
                 params = self._params(op, request)
                 body = await self._body(op, request)
-                call = Call(
-                    client=self.client.with_namespace(namespace), namespace=namespace,
-                    role=role, params=params, body=body, request_id=request_id,
-                    max_wait=self.max_wait, wait_for_change=self.wait_for_change,
-                )
+                call = self.call(role=role, namespace=namespace, params=params, body=body,
+                                 request_id=request_id)
                 # a GET long-polls only when asked to wait; a POST that waits
                 # (a query, an update) always may
                 if op.long_poll and (op.method != "GET" or params.get("wait")):
@@ -441,6 +497,8 @@ def create_app(
     max_wait: float = 60.0,
     public_metrics: bool = False,
     environ: Mapping[str, str] | None = None,
+    ui: bool = True,
+    ui_secret: str | bytes | None = None,
 ) -> Starlette:
     """The control plane for the storage `client` opened, as an ASGI app.
 
@@ -452,6 +510,11 @@ def create_app(
     `max_body_bytes` caps request bodies (default: the client's payload and
     memo limits plus 64 KiB of JSON around them); `max_wait` caps long polls;
     `public_metrics` serves /metrics without a token.
+
+    `ui` mounts the web UI for operators at ``/ui`` (see docs/ui.md; needs
+    Jinja2, the ``ui`` extra): a browser signs in with the same tokens and
+    gets a session cookie signed with `ui_secret` (else ``DURABLE_UI_SECRET``,
+    else a random key per process, so sessions end when it restarts).
 
     The client's namespace does not matter: each request acts in the
     namespace of its ``X-Namespace`` header through `Client.with_namespace`.
@@ -493,13 +556,17 @@ def create_app(
     for op in plane.operations:
         by_path.setdefault(op.path, {})[op.method] = plane.endpoint(op)
     # One route per path, so a wrong method is a 405 whose Allow lists them all.
-    routes = [Route(path, _by_method(handlers), methods=list(handlers))
-              for path, handlers in by_path.items()]
+    routes: list[BaseRoute] = [Route(path, _by_method(handlers), methods=list(handlers))
+                               for path, handlers in by_path.items()]
     routes += [
         Route("/api/openapi.json", plane.openapi, methods=["GET"], name="openapi"),
         Route("/healthz", plane.healthz, methods=["GET"], name="healthz"),
         Route("/metrics", plane.metrics_endpoint, methods=["GET"], name="metrics"),
     ]
+    if ui:
+        from .ui import ui_routes
+
+        routes += ui_routes(plane, ui_secret, environ)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

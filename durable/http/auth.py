@@ -58,6 +58,24 @@ class TokenSet:
         roles = ", ".join(sorted(role for _, role in self._entries))
         return f"TokenSet({len(self._entries)} tokens: {roles})"
 
+    def session_fingerprint(self, presented: str, key: bytes) -> bytes | None:
+        """For a known token: HMAC(key, its digest), what a web UI session keeps
+        instead of the token (None for an unknown token). `role_of_fingerprint`
+        maps it back, so a session ends as soon as its token is removed."""
+        if self.role_of(presented) is None:
+            return None
+        return hmac.new(key, _digest(presented), hashlib.sha256).digest()
+
+    def role_of_fingerprint(self, fingerprint: bytes, key: bytes) -> str | None:
+        """The role of the token a session was opened with, or None once that
+        token is no longer configured; the same work for every token."""
+        found: str | None = None
+        for known, role in self._entries:
+            mine = hmac.new(key, known, hashlib.sha256).digest()
+            if hmac.compare_digest(mine, fingerprint) and found is None:
+                found = role
+        return found
+
     def role_of(self, presented: str) -> str | None:
         """The role of a presented token, or None; the same work for every token."""
         digest = _digest(presented)

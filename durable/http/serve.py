@@ -188,6 +188,8 @@ async def serve_async(
     worker: WorkerSpec | None = None,
     max_wait: float = 60.0,
     public_metrics: bool = False,
+    ui: bool = True,
+    ui_secret: str | bytes | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """`serve` inside a running event loop (asyncio or trio); see `serve`."""
@@ -208,7 +210,8 @@ async def serve_async(
         if worker is not None:
             await stack.enter_async_context(load_worker(worker, client))
         app = create_app(client, tokens, tokens_file=tokens_file, anonymous_role=anonymous,
-                         max_wait=max_wait, public_metrics=public_metrics)
+                         max_wait=max_wait, public_metrics=public_metrics, ui=ui,
+                         ui_secret=ui_secret)
         await serve_app(app, host=host, port=port, task_status=task_status)
 
 
@@ -224,6 +227,8 @@ def serve(
     max_wait: float = 60.0,
     public_metrics: bool = False,
     on_ready: Callable[[int], Any] | None = None,
+    ui: bool = True,
+    ui_secret: str | bytes | None = None,
 ) -> None:
     """Serve the control plane for the storage at `db_url` until interrupted.
 
@@ -236,6 +241,8 @@ def serve(
       a dict of Worker arguments, run in this process on the same storage.
     - `loop`: ``"asyncio"`` (uvicorn) or ``"trio"`` (hypercorn).
     - `max_wait`: the longest long poll; `public_metrics`: /metrics without a token.
+    - `ui`: serve the web UI at /ui (docs/ui.md); `ui_secret` signs its session
+      cookies (else ``DURABLE_UI_SECRET``, else a random key per process).
     """
     if loop not in LOOPS:
         raise ConfigurationError(f"loop must be one of {', '.join(LOOPS)}, got {loop!r}")
@@ -246,7 +253,8 @@ def serve(
         async with anyio.create_task_group() as tg:
             bound = await tg.start(partial(
                 serve_async, db_url, host, port, tokens=tokens, tokens_file=tokens_file,
-                worker=worker, max_wait=max_wait, public_metrics=public_metrics))
+                worker=worker, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
+                ui_secret=ui_secret))
             log.info("control plane listening", url=f"http://{host}:{bound}", loop=loop)
             if on_ready is not None:
                 result = on_ready(bound)

@@ -1,0 +1,698 @@
+"""The web UI's routes: server-rendered pages, forms and one event stream.
+
+Every read and every action goes through `ControlPlaneServer.perform`, that
+is through the API route's own operation: the same role check (a viewer's
+POST is a 403 here exactly as on ``/api``), the same parameter and body
+schemas, the same handler and errors. The UI adds only what a browser
+needs: a session cookie instead of a bearer token (`session.py`), a CSRF
+token on every form, confirmation pages in front of every action, and HTML.
+
+Pages work without JavaScript. ``static/ui.js`` adds live updates (an
+EventSource on ``/ui/run/stream``, which follows the run through the history
+long poll and holds no database connection while it waits), countdowns that
+keep deadlines current, and an auto-refresh of the runs list.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode
+
+import anyio
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
+
+from ..._log import get_logger
+from ...cli import _fmt
+from ...client import WorkflowHandle
+from ..app import HTTPError
+from ..auth import role_allows
+from ..errors import classify
+from . import views
+from .session import COOKIE_NAME, Session, SessionCodec
+
+if TYPE_CHECKING:
+    from ..app import ControlPlaneServer
+
+log = get_logger("durable.http.ui")
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# A form body larger than this is refused (the largest field is a signal's arguments).
+MAX_FORM_BYTES = 256 * 1024
+# How long one event stream lives before the browser reconnects (Last-Event-ID).
+STREAM_SECONDS = 50.0
+STREAM_WAIT = 15.0
+# The most history a run page reads (children, activities); the timeline pages on.
+MAX_EVENTS = 5000
+TIMELINE_PAGE = 500
+SEARCH_SCAN = 500
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+NOTICES = {
+    "cancellation-requested": "Cancellation requested: the run is asked to stop and clean up "
+                              "before its cleanup deadline.",
+    "cancellation-repeated": "A cancellation was already requested: the original request and "
+                             "its deadline stand (a repeat never extends the cleanup budget).",
+    "cancelled": "The run was cancelled at once (no cleanup ran).",
+    "terminated": "The run was terminated.",
+    "signalled": "The signal was recorded; the workflow handles it at its next step.",
+    "signed-in": "Signed in.",
+}
+
+
+@dataclass
+class Action:
+    """An operator action: the API operation it performs and its confirmation page."""
+
+    name: str
+    operation_id: str
+    title: str
+    verb: str
+    warning: str
+    notice: str
+
+
+ACTIONS: dict[str, Action] = {a.name: a for a in (
+    Action("request-cancellation", "requestCancellationRun", "Request cancellation",
+           "Request cancellation",
+           "The run keeps running while its code cleans up; it closes as cancelled when the "
+           "cleanup finishes, or when the cleanup deadline passes. Children and activities "
+           "get the request according to their policies.", "cancellation-requested"),
+    Action("cancel", "cancelWorkflowRun", "Cancel now", "Cancel the run now",
+           "The run closes at once as cancelled: no cleanup code runs, its open activity "
+           "attempts are fenced and told to stop.", "cancelled"),
+    Action("terminate", "terminateWorkflowRun", "Terminate", "Terminate the run",
+           "The run closes at once as terminated, revoking its authority: nothing it still "
+           "does can be recorded.", "terminated"),
+    Action("signal", "", "Send a signal", "Send the signal",
+           "The signal is recorded and delivered to the workflow's handler for its name, "
+           "once, in order.", "signalled"),
+)}
+
+
+class UIError(Exception):
+    """A page that could not be shown: its status, a title and what to do."""
+
+    def __init__(self, status: int, title: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.title = title
+        self.message = message
+
+
+@dataclass
+class Visitor:
+    """Who is looking, in which namespace, and the links and tokens their pages need."""
+
+    session: Session
+    role: str | None
+    set_cookie: bool
+    namespace: str
+    base: str
+    csrf: str
+    anonymous: bool
+
+    @property
+    def can_act(self) -> bool:
+        return self.role is not None and role_allows(self.role, "operator")
+
+    def url(self, path: str = "", **query: Any) -> str:
+        """A UI link, keeping the namespace; None values are left out."""
+        params = {k: v for k, v in query.items() if v is not None and v != ""}
+        if self.namespace != "default":
+            params = {"ns": self.namespace, **params}
+        text = f"{self.base}{path}"
+        return f"{text}?{urlencode(params)}" if params else text
+
+
+def _signal_supported() -> bool:
+    """Signals arrive with `WorkflowHandle.signal`; until then the action is not offered."""
+    return hasattr(WorkflowHandle, "signal")
+
+
+class EventStream(StreamingResponse):
+    """``text/event-stream`` fed by an async iterator, ended as soon as the client
+    goes away (watched on `receive`, whichever ASGI version the server speaks)."""
+
+    def __init__(self, body: Callable[[], AsyncIterator[str]], headers: Mapping[str, str]):
+        self.source: AsyncIterator[str] = body()
+        super().__init__(self.source, status_code=200, headers=dict(headers),
+                         media_type="text/event-stream")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            async def produce() -> None:
+                try:
+                    async for chunk in self.source:
+                        await send({"type": "http.response.body", "body": chunk.encode(),
+                                    "more_body": True})
+                    await send({"type": "http.response.body", "body": b"",
+                                "more_body": False})
+                except OSError:
+                    pass  # the client went away mid-write
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(produce)
+
+
+class _Labelled:
+    """An ASGI app that names its route for the access log and metrics."""
+
+    def __init__(self, label: str, app: Callable[[Scope, Receive, Send], Awaitable[None]]):
+        self.label = label
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["durable.route"] = self.label
+        await self.app(scope, receive, send)
+
+
+class WebUI:
+    """The pages for one control plane (`create_app(ui=True)` mounts them at /ui)."""
+
+    def __init__(self, plane: ControlPlaneServer, key: bytes) -> None:
+        self.plane = plane
+        self.codec = SessionCodec(key)
+        self.env = Environment(
+            loader=FileSystemLoader(str(TEMPLATES)), autoescape=True,
+            undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        )
+        self.env.globals.update(
+            statuses=views.STATUSES, lifecycles=views.LIFECYCLES, is_open=views.is_open,
+            seconds_text=views.seconds_text, pretty=views.pretty, compact=views.compact,
+            failure_chain=views.failure_chain, failure_message=views.failure_message,
+            requester_text=views.requester_text, boundary_text=views.boundary_text,
+            duration=_fmt.duration, progress_of=_fmt.progress_of,
+        )
+
+    # ------------------------------------------------------------ plumbing
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/ui", self._page("/ui", self.index), methods=["GET"]),
+            Route("/ui/", self._page("/ui", self.index), methods=["GET"]),
+            Route("/ui/login", self._page("/ui/login", self.login, public=True),
+                  methods=["GET", "POST"]),
+            Route("/ui/logout", self._page("/ui/logout", self.logout, public=True),
+                  methods=["POST"]),
+            Route("/ui/runs", self._page("/ui/runs", self.runs), methods=["GET"]),
+            Route("/ui/run", self._page("/ui/run", self.run), methods=["GET"]),
+            Route("/ui/run/timeline", self._page("/ui/run/timeline", self.timeline),
+                  methods=["GET"]),
+            Route("/ui/run/activity", self._page("/ui/run/activity", self.activity),
+                  methods=["GET"]),
+            Route("/ui/run/cascade", self._page("/ui/run/cascade", self.cascade),
+                  methods=["GET"]),
+            Route("/ui/run/stream", self._page("/ui/run/stream", self.stream),
+                  methods=["GET"]),
+            Route("/ui/run/{action}", self._page("/ui/run/{action}", self.action),
+                  methods=["GET", "POST"]),
+            Mount("/ui/static", _Labelled("/ui/static", StaticFiles(directory=str(STATIC))),
+                  name="ui-static"),
+            Route("/ui/{rest:path}", self._page("/ui/{rest}", self.not_found, public=True),
+                  methods=["GET", "POST"]),
+        ]
+
+    def _visitor(self, request: Request) -> Visitor:
+        session = self.codec.decode(request.cookies.get(COOKIE_NAME))
+        fresh = session is None
+        role: str | None = None
+        if session is not None and session.fingerprint is not None:
+            role = self.plane.tokens.role_of_fingerprint(session.fingerprint, self.codec.key)
+            if role is None:  # its token was removed: the session ends
+                session, fresh = None, True
+        if session is None:
+            session = self.codec.new()
+        anonymous = role is None and self.plane.anonymous_role is not None
+        if role is None:
+            role = self.plane.anonymous_role
+        namespace = request.query_params.get("ns") or "default"
+        base = str(request.scope.get("root_path", "")).rstrip("/") + "/ui"
+        visitor = Visitor(session, role, fresh, "default", base,
+                          self.codec.csrf_token(session), anonymous)
+        if not _NAMESPACE.match(namespace):
+            raise UIError(400, "Bad namespace",
+                          "The namespace (ns=) must be 1 to 128 letters, digits, '.', '_', ':' "
+                          "or '-', starting with a letter or digit.")
+        visitor.namespace = namespace
+        return visitor
+
+    def _page(self, label: str, handler: Callable[[Request, Visitor], Awaitable[Response]],
+              *, public: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            request.scope["durable.route"] = label
+            visitor: Visitor | None = None
+            try:
+                visitor = self._visitor(request)
+                if not public and visitor.role is None:
+                    if request.method != "GET":
+                        raise UIError(401, "Sign in first",
+                                      "This form needs a signed-in session; sign in and try "
+                                      "again.")
+                    target = request.url.path + (f"?{request.url.query}"
+                                                 if request.url.query else "")
+                    response: Response = RedirectResponse(
+                        visitor.url("/login", next=target), status_code=303)
+                else:
+                    response = await handler(request, visitor)
+            except UIError as exc:
+                response = self._error(request, visitor, exc.status, exc.title, exc.message)
+            except HTTPError as exc:
+                response = self._error(request, visitor, exc.status, _title(exc.status),
+                                       exc.message)
+            except Exception as exc:
+                known = classify(exc)
+                if known is None:
+                    request_id = str(request.scope.get("durable.request_id", ""))
+                    log.exception("web UI page failed", request_id=request_id, route=label)
+                    response = self._error(request, visitor, 500, "Server error",
+                                           f"The server failed (request id {request_id}); "
+                                           "see its logs.")
+                else:
+                    response = self._error(request, visitor, known[0], _title(known[0]),
+                                           str(exc))
+            for name, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(name, value)
+            if visitor is not None and visitor.set_cookie:
+                self._set_cookie(request, response, visitor)
+            return response
+
+        return endpoint
+
+    def _set_cookie(self, request: Request, response: Response, visitor: Visitor) -> None:
+        response.set_cookie(
+            COOKIE_NAME, self.codec.encode(visitor.session), max_age=self.codec.lifetime,
+            path=visitor.base, httponly=True, samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+
+    def render(self, request: Request, visitor: Visitor | None, template: str,
+               status_code: int = 200, **context: Any) -> HTMLResponse:
+        now = _fmt.utcnow()
+        html = self.env.get_template(template).render(
+            v=visitor, now=now, request_path=request.url.path,
+            current_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            when=lambda value: views.when(value, now),
+            deadline=lambda value, open_: views.deadline(value, now, open_),
+            took=lambda a, b: views.took(a, b, now),
+            notice=NOTICES.get(request.query_params.get("notice") or ""),
+            signal_supported=_signal_supported(),
+            **context,
+        )
+        return HTMLResponse(html, status_code=status_code)
+
+    def _error(self, request: Request, visitor: Visitor | None, status: int, title: str,
+               message: str) -> Response:
+        return self.render(request, visitor, "error.html", status_code=status, title=title,
+                           message=message)
+
+    async def perform(self, request: Request, visitor: Visitor, operation_id: str,
+                      params: Mapping[str, Any], body: Any = None) -> tuple[int, Any]:
+        if visitor.role is None:
+            raise UIError(401, "Sign in first", "Sign in to see this page.")
+        return await self.plane.perform(
+            operation_id, role=visitor.role, namespace=visitor.namespace, params=params,
+            body=body, request_id=str(request.scope.get("durable.request_id", "")))
+
+    async def _form(self, request: Request, visitor: Visitor) -> dict[str, str]:
+        """The urlencoded form, size-capped; 403 unless its CSRF token is the session's."""
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        size = 0
+        chunks: list[bytes] = []
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_FORM_BYTES:
+                raise UIError(413, "Form too large",
+                              f"The form is over {MAX_FORM_BYTES} bytes, the most this page "
+                              "takes.")
+            chunks.append(chunk)
+        form: dict[str, str] = {}
+        if kind == "application/x-www-form-urlencoded":
+            try:
+                parsed = parse_qs(b"".join(chunks).decode("utf-8"), keep_blank_values=True,
+                                  max_num_fields=50, strict_parsing=False)
+            except (UnicodeDecodeError, ValueError):
+                parsed = {}
+            form = {k: v[-1] for k, v in parsed.items()}
+        if not self.codec.csrf_ok(visitor.session, form.get("csrf")):
+            raise UIError(403, "Form refused (CSRF)",
+                          "The form's CSRF token is missing or does not belong to your "
+                          "session, so nothing was done. Reload the page and submit the form "
+                          "again.")
+        return form
+
+    async def _history(self, request: Request, visitor: Visitor, workflow_id: str,
+                       run_id: str, after: int = 0, most: int = MAX_EVENTS,
+                       ) -> tuple[list[dict[str, Any]], bool]:
+        """The run's events after `after` (at most `most`; True when there are more)."""
+        events: list[dict[str, Any]] = []
+        while len(events) < most:
+            limit = min(1000, most - len(events))
+            _, page = await self.perform(request, visitor, "getHistoryRun", {
+                "workflowId": workflow_id, "runId": run_id, "after_sequence": after,
+                "limit": limit})
+            batch = list(page.get("events") or [])
+            events.extend(batch)
+            if len(batch) < limit:
+                return events, False
+            after = int(page["next_after_sequence"])
+        return events, True
+
+    async def _describe(self, request: Request, visitor: Visitor) -> dict[str, Any]:
+        workflow_id = _required(request, "wf", "workflow id")
+        run_id = request.query_params.get("run") or None
+        if run_id:
+            _, info = await self.perform(request, visitor, "describeWorkflowRun",
+                                         {"workflowId": workflow_id, "runId": run_id})
+        else:
+            _, info = await self.perform(request, visitor, "describeWorkflow",
+                                         {"workflowId": workflow_id})
+        return views.describe_view(info)
+
+    # ------------------------------------------------------------ auth pages
+
+    async def index(self, request: Request, visitor: Visitor) -> Response:
+        return RedirectResponse(visitor.url("/runs"), status_code=303)
+
+    async def login(self, request: Request, visitor: Visitor) -> Response:
+        next_url = request.query_params.get("next") or ""
+        if not next_url.startswith(visitor.base + "/") or next_url.startswith("//"):
+            next_url = visitor.url("/runs")
+        if request.method == "GET":
+            return self.render(request, visitor, "login.html", next_url=next_url, error=None,
+                               has_tokens=len(self.plane.tokens) > 0)
+        form = await self._form(request, visitor)
+        token = form.get("token", "").strip()
+        fingerprint = self.plane.tokens.session_fingerprint(token, self.codec.key) \
+            if token else None
+        if fingerprint is None:
+            return self.render(request, visitor, "login.html", status_code=401,
+                               next_url=next_url,
+                               error="That token is not known here. Use a token from the "
+                                     "server's DURABLE_TOKENS, tokens file or tokens=.",
+                               has_tokens=len(self.plane.tokens) > 0)
+        role = self.plane.tokens.role_of(token)
+        signed = Visitor(self.codec.new(fingerprint), role, True, visitor.namespace,
+                         visitor.base, "", False)
+        response = RedirectResponse(next_url, status_code=303)
+        self._set_cookie(request, response, signed)
+        return response
+
+    async def logout(self, request: Request, visitor: Visitor) -> Response:
+        await self._form(request, visitor)
+        visitor.session = self.codec.new()
+        visitor.set_cookie = True
+        return RedirectResponse(visitor.url("/login"), status_code=303)
+
+    async def not_found(self, request: Request, visitor: Visitor) -> Response:
+        raise UIError(404, "Not found",
+                      "There is no such page in the web UI; start from the runs list.")
+
+    # ------------------------------------------------------------ runs list
+
+    async def runs(self, request: Request, visitor: Visitor) -> Response:
+        q = request.query_params
+        status = q.get("status") or None
+        if status is not None and status not in views.STATUSES:
+            raise UIError(400, "Bad filter",
+                          f"status must be one of {', '.join(views.STATUSES)}, got {status!r}")
+        workflow_type = (q.get("type") or "").strip() or None
+        search = (q.get("q") or "").strip()
+        cursor = q.get("cursor") or None
+        try:
+            limit = max(1, min(200, int(q.get("limit") or 50)))
+        except ValueError:
+            raise UIError(400, "Bad page size", "limit must be a whole number") from None
+        params: dict[str, Any] = {"status": status, "workflow_type": workflow_type,
+                                  "limit": limit, "cursor": cursor}
+        searched = False
+        if search:
+            try:
+                await self.perform(request, visitor, "describeWorkflow",
+                                   {"workflowId": search})
+                return RedirectResponse(visitor.url("/run", wf=search), status_code=303)
+            except Exception as exc:
+                known = classify(exc)
+                if known is None or known[0] != 404:
+                    raise
+            params.update(limit=SEARCH_SCAN, cursor=None)
+            searched = True
+        _, page = await self.perform(request, visitor, "listWorkflows", params)
+        items = [views.filled(item, views.SUMMARY_KEYS) for item in page.get("items") or []]
+        next_cursor = page.get("next_cursor")
+        if searched:
+            needle = search.casefold()
+            items = [i for i in items if needle in str(i.get("workflow_id")).casefold()]
+            next_cursor = None
+        _, types = await self.perform(request, visitor, "listWorkflowTypes", {})
+        return self.render(
+            request, visitor, "runs.html", items=items, status=status,
+            workflow_type=workflow_type, search=search, searched=searched,
+            scan=SEARCH_SCAN, cursor=cursor, next_cursor=next_cursor, limit=limit,
+            types=types.get("workflow_types") or [],
+        )
+
+    # ------------------------------------------------------------ run pages
+
+    async def run(self, request: Request, visitor: Visitor) -> Response:
+        info = await self._describe(request, visitor)
+        run = info.get("run") or {}
+        events, truncated = await self._history(request, visitor, info["workflow_id"],
+                                                run["run_id"])
+        pending = [op for op in info.get("pending_operations") or [] if isinstance(op, dict)]
+        started = next((e.get("data") or {} for e in events
+                        if e.get("type") == "WorkflowStarted"), {})
+        result = next(((e.get("data") or {}).get("result") for e in reversed(events)
+                       if e.get("type") in ("WorkflowCompleted", "WorkflowCancelled")
+                       and "result" in (e.get("data") or {})), None)
+        has_result = any(e.get("type") in ("WorkflowCompleted", "WorkflowCancelled")
+                         and "result" in (e.get("data") or {}) for e in events)
+        return self.render(
+            request, visitor, "run.html", info=info, run=run, tab="overview",
+            timeouts=views.run_timeouts(info), pending=pending,
+            children=views.children(events),
+            activities=views.activities(events, pending),
+            failures=[f for f in info.get("failures") or [] if isinstance(f, dict)],
+            input=started.get("input"), result=result, has_result=has_result,
+            truncated=truncated, last_sequence=events[-1]["sequence"] if events else 0,
+        )
+
+    async def timeline(self, request: Request, visitor: Visitor) -> Response:
+        info = await self._describe(request, visitor)
+        run = info.get("run") or {}
+        try:
+            after = max(0, int(request.query_params.get("after") or 0))
+        except ValueError:
+            raise UIError(400, "Bad position", "after must be a whole number") from None
+        events, more = await self._history(request, visitor, info["workflow_id"],
+                                           run["run_id"], after=after, most=TIMELINE_PAGE)
+        started = run.get("started_at")
+        if started is None and events:
+            started = events[0].get("recorded_at")
+        return self.render(
+            request, visitor, "timeline.html", info=info, run=run, tab="timeline",
+            rows=views.timeline(events, started), after=after, more=more,
+            last_sequence=events[-1]["sequence"] if events else after,
+        )
+
+    async def activity(self, request: Request, visitor: Visitor) -> Response:
+        info = await self._describe(request, visitor)
+        run = info.get("run") or {}
+        op_id = _required(request, "op", "activity op id")
+        events, _ = await self._history(request, visitor, info["workflow_id"], run["run_id"])
+        pending = [op for op in info.get("pending_operations") or [] if isinstance(op, dict)]
+        detail = views.activity_detail(events, op_id, pending, _fmt.utcnow())
+        if detail is None:
+            raise UIError(404, "No such activity",
+                          f"Run {run.get('run_id')} of {info.get('workflow_id')!r} scheduled "
+                          f"no activity with op id {op_id!r}.")
+        return self.render(
+            request, visitor, "activity.html", info=info, run=run, tab="activities",
+            a=detail, timeline_rows=views.timeline(detail["events"], run.get("started_at")),
+            last_sequence=events[-1]["sequence"] if events else 0,
+        )
+
+    async def cascade(self, request: Request, visitor: Visitor) -> Response:
+        info = await self._describe(request, visitor)
+        run = info.get("run") or {}
+        _, data = await self.perform(request, visitor, "getCancellationCascadeRun",
+                                     {"workflowId": info["workflow_id"], "runId": run["run_id"]})
+        return self.render(request, visitor, "cascade.html", info=info, run=run,
+                           tab="cascade", c=views.cascade_tree(data), last_sequence=None)
+
+    async def stream(self, request: Request, visitor: Visitor) -> Response:
+        """Server-sent events for a run page: ``history`` when events were recorded
+        (the page then fetches itself again), ``closed`` once the run is closed."""
+        workflow_id = _required(request, "wf", "workflow id")
+        run_id = _required(request, "run", "run id")
+        raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        try:
+            first = max(0, int(raw))
+        except ValueError:
+            raise UIError(400, "Bad position", "after must be a whole number") from None
+        # fail here (a page, not a broken stream) for a run that is not there
+        await self.perform(request, visitor, "getResultRun",
+                           {"workflowId": workflow_id, "runId": run_id})
+
+        async def events() -> AsyncIterator[str]:
+            after = first
+            yield "retry: 2000\n\n"
+            end = anyio.current_time() + STREAM_SECONDS
+            while (left := end - anyio.current_time()) > 0:
+                try:
+                    _, page = await self.perform(request, visitor, "getHistoryRun", {
+                        "workflowId": workflow_id, "runId": run_id, "after_sequence": after,
+                        "wait": min(STREAM_WAIT, max(0.1, left))})
+                    batch = page.get("events") or []
+                    if batch:
+                        after = int(page["next_after_sequence"])
+                        data = {"after": after, "types": [e.get("type") for e in batch]}
+                        yield f"id: {after}\nevent: history\ndata: {json.dumps(data)}\n\n"
+                        continue
+                    status, result = await self.perform(
+                        request, visitor, "getResultRun",
+                        {"workflowId": workflow_id, "runId": run_id})
+                except Exception as exc:
+                    log.warning("web UI event stream stopped", error=str(exc)[:200])
+                    yield "event: failed\ndata: {}\n\n"
+                    return
+                if status == 200:
+                    yield (f"id: {after}\nevent: closed\ndata: "
+                           f"{json.dumps({'status': result.get('status')})}\n\n")
+                    return
+                yield ": waiting\n\n"
+
+        return EventStream(events, {"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    # ------------------------------------------------------------ actions
+
+    async def action(self, request: Request, visitor: Visitor) -> Response:
+        name = str(request.path_params.get("action"))
+        action = ACTIONS.get(name)
+        if action is None or (name == "signal" and not _signal_supported()):
+            raise UIError(404, "Not found", f"There is no action {name!r} for runs.")
+        values: dict[str, str] = {}
+        error: str | None = None
+        status = 200
+        if request.method == "POST":
+            values = await self._form(request, visitor)
+            workflow_id = _required(request, "wf", "workflow id")
+            run_id = _required(request, "run", "run id")
+            assert visitor.role is not None
+            try:
+                notice = await self._act(request, visitor, action, workflow_id, run_id, values)
+                return RedirectResponse(visitor.url("/run", wf=workflow_id, run=run_id,
+                                                    notice=notice), status_code=303)
+            except UIError as exc:
+                if exc.status in (401, 403):
+                    raise
+                status, error = exc.status, exc.message
+            except HTTPError as exc:
+                if exc.status in (401, 403):
+                    raise
+                status, error = exc.status, exc.message
+            except Exception as exc:
+                known = classify(exc)
+                if known is None:
+                    raise
+                status, error = known[0], str(exc)
+        elif not visitor.can_act:
+            raise UIError(403, "Not allowed",
+                          f"A {visitor.role} may only read; {action.title.lower()} needs the "
+                          "operator role. Sign in with an operator token.")
+        info = await self._describe(request, visitor)
+        return self.render(request, visitor, "action.html", status_code=status, info=info,
+                           run=info.get("run") or {}, tab="", action=action, values=values,
+                           error=error, last_sequence=None)
+
+    async def _act(self, request: Request, visitor: Visitor, action: Action,
+                   workflow_id: str, run_id: str, form: Mapping[str, str]) -> str:
+        """Perform the action through its API operation; the notice to show after."""
+        params = {"workflowId": workflow_id, "runId": run_id}
+        reason = form.get("reason", "").strip()
+        if action.name == "request-cancellation":
+            raw = form.get("cleanup_timeout_seconds", "").strip() or "30"
+            try:
+                timeout = float(raw)
+            except ValueError:
+                timeout = math.nan
+            if not math.isfinite(timeout):
+                raise UIError(422, "Bad cleanup timeout",
+                              f"The cleanup timeout must be a number of seconds, got {raw!r}.")
+            body: dict[str, Any] = {
+                "cleanup_timeout_seconds": timeout, "source": "web_ui",
+                "requester": {"type": "web_ui", "id": None, "label": visitor.role},
+            }
+            if reason:
+                body["reason"] = reason
+            status, _ = await self.perform(request, visitor, action.operation_id, params, body)
+            return "cancellation-requested" if status == 202 else "cancellation-repeated"
+        if action.name == "signal":
+            await self._signal(request, visitor, workflow_id, run_id, form)
+            return action.notice
+        await self.perform(request, visitor, action.operation_id, params,
+                           {"reason": reason} if reason else {})
+        return action.notice
+
+    async def _signal(self, request: Request, visitor: Visitor, workflow_id: str, run_id: str,
+                      form: Mapping[str, str]) -> None:
+        """Through the API's own signal route (its role check, schema and errors)."""
+        name = form.get("name", "").strip()
+        if not name:
+            raise UIError(422, "Signal name missing", "Give the signal's name.")
+        raw = form.get("args", "").strip() or "[]"
+        try:
+            args = json.loads(raw)
+        except ValueError as exc:
+            raise UIError(422, "Arguments are not JSON",
+                          f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."
+                          ) from None
+        if not isinstance(args, list):
+            raise UIError(422, "Arguments are not a list",
+                          "The arguments must be a JSON array (the handler's positional "
+                          "arguments), e.g. [] or [\"approved\"].")
+        await self.perform(request, visitor, "signalWorkflowRun",
+                           {"workflowId": workflow_id, "runId": run_id},
+                           {"name": name, "args": args})
+
+
+def _required(request: Request, name: str, what: str) -> str:
+    value = request.query_params.get(name)
+    if not value:
+        raise UIError(400, f"Missing {what}",
+                      f"This page needs the {what} in its address ({name}=...).")
+    return value
+
+
+def _title(status: int) -> str:
+    return {400: "Bad request", 401: "Sign in first", 403: "Not allowed", 404: "Not found",
+            409: "Conflict", 413: "Too large", 422: "Not accepted",
+            503: "Storage unavailable"}.get(status, "Error")

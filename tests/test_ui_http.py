@@ -1,0 +1,553 @@
+"""The web UI over HTTP, without a browser: sessions, CSRF, roles, pages as HTML.
+
+The app runs in-process behind httpx's ASGITransport on real SQLite storage
+(the browser tests in tests/test_ui.py drive a live server with Chromium).
+Every rule here is one a browser test would take seconds to show: a form
+without the session's CSRF token does nothing, a viewer's crafted POST is a
+403 through the API's own role check, a cookie is never a bearer token, a
+removed token ends its sessions. The view functions are checked on the
+documented dict shapes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+import durable
+from durable.http import create_app
+from durable.http.ui import views
+from durable.http.ui.session import COOKIE_NAME, SessionCodec, session_key
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = "ui-op-token"
+VIEWER = "ui-view-token"
+TOKENS = {OPERATOR: "operator", VIEWER: "viewer"}
+SECRET = "a-test-secret-of-enough-bytes-0123456789"
+API = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+SQLITE_ONLY = pytest.mark.parametrize("driver_name", ["sqlite"])
+
+
+class Browserless:
+    """An httpx client that keeps cookies like a browser, on the app in-process."""
+
+    def __init__(self, http: httpx.AsyncClient, storage: durable.Client) -> None:
+        self.http = http
+        self.storage = storage
+
+    async def csrf(self, path: str = "/ui/login") -> str:
+        page = await self.http.get(path)
+        found = CSRF.search(page.text)
+        assert found, page.text[:500]
+        return found.group(1)
+
+    async def login(self, token: str) -> httpx.Response:
+        csrf = await self.csrf()
+        return await self.http.post("/ui/login", data={"csrf": csrf, "token": token})
+
+    async def start(self, workflow_id: str, **fields: Any) -> str:
+        response = await self.http.post(
+            "/api/workflows", headers={**API, "Authorization": f"Bearer {OPERATOR}"},
+            json={"workflow_type": "ui-nobody", "workflow_id": workflow_id, "input": [1],
+                  "require_registered": False, **fields})
+        assert response.status_code == 201, response.text
+        run_id: str = response.json()["run_id"]
+        return run_id
+
+    async def status(self, workflow_id: str) -> str:
+        info = await self.storage.get_handle(workflow_id).describe()
+        return str(info["status"])
+
+
+def _app(storage: durable.Client, **kwargs: Any) -> Any:
+    kwargs.setdefault("environ", {})
+    return create_app(storage, kwargs.pop("tokens", TOKENS), ui_secret=SECRET, **kwargs)
+
+
+@pytest.fixture
+async def ui(storage_client: durable.Client) -> AsyncIterator[Browserless]:
+    transport = httpx.ASGITransport(app=_app(storage_client), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        yield Browserless(http, storage_client)
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@SQLITE_ONLY
+async def test_pages_redirect_to_the_login_form_until_signed_in(ui: Browserless) -> None:
+    response = await ui.http.get("/ui/runs?status=running")
+    assert response.status_code == 303
+    assert response.headers["location"] == "/ui/login?next=%2Fui%2Fruns%3Fstatus%3Drunning"
+    response = await ui.http.get("/ui")
+    assert response.status_code == 303
+
+
+@SQLITE_ONLY
+async def test_login_sets_an_httponly_samesite_strict_cookie_and_no_token(
+        ui: Browserless) -> None:
+    response = await ui.login(OPERATOR)
+    assert response.status_code == 303 and response.headers["location"] == "/ui/runs"
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"{COOKIE_NAME}=v1.")
+    for attribute in ("HttpOnly", "SameSite=strict", "Path=/ui", "Max-Age=43200"):
+        assert attribute in cookie, cookie
+    assert OPERATOR not in cookie
+    page = await ui.http.get("/ui/runs")
+    assert page.status_code == 200
+    assert 'Signed in as <strong data-role="operator">operator</strong>' in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert page.headers["x-frame-options"] == "DENY"
+
+
+@SQLITE_ONLY
+async def test_an_unknown_token_is_refused_at_login(ui: Browserless) -> None:
+    response = await ui.login("not-a-token")
+    assert response.status_code == 401
+    assert "That token is not known here" in response.text
+    assert (await ui.http.get("/ui/runs")).status_code == 303
+
+
+@SQLITE_ONLY
+async def test_the_login_form_itself_needs_the_sessions_csrf_token(ui: Browserless) -> None:
+    await ui.http.get("/ui/login")
+    response = await ui.http.post("/ui/login", data={"token": OPERATOR})
+    assert response.status_code == 403
+    assert "CSRF" in response.text
+    assert (await ui.http.get("/ui/runs")).status_code == 303
+
+
+@SQLITE_ONLY
+async def test_login_never_redirects_off_the_ui(ui: Browserless) -> None:
+    for target in ("https://evil.example/", "//evil.example/ui/", "/api/workflows"):
+        csrf = await ui.csrf()  # signing in starts a new session, with a new token
+        response = await ui.http.post("/ui/login", params={"next": target},
+                                      data={"csrf": csrf, "token": VIEWER})
+        assert response.headers["location"] == "/ui/runs", target
+
+
+@SQLITE_ONLY
+async def test_the_session_cookie_is_not_a_bearer_token(ui: Browserless) -> None:
+    await ui.login(OPERATOR)
+    response = await ui.http.get("/api/workflows", headers=API)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthenticated"
+
+
+@SQLITE_ONLY
+async def test_a_forged_or_tampered_cookie_is_ignored(ui: Browserless) -> None:
+    await ui.login(OPERATOR)
+    good = ui.http.cookies[COOKIE_NAME]
+    version, payload, signature = good.split(".")
+    session = SessionCodec(session_key(SECRET)).decode(good)
+    assert session is not None and session.signed_in
+    resigned = SessionCodec(session_key("another-secret-of-enough-bytes")).encode(session)
+    for bad in (f"{version}.{payload}.{signature[:-2]}AA",
+                f"{version}.{payload[:-2]}xx.{signature}", resigned):
+        ui.http.cookies.clear()
+        ui.http.cookies.set(COOKIE_NAME, bad, domain="plane", path="/ui")
+        assert (await ui.http.get("/ui/runs")).status_code == 303
+
+
+@SQLITE_ONLY
+async def test_removing_a_token_ends_its_sessions(storage_client: durable.Client) -> None:
+    first = httpx.ASGITransport(app=_app(storage_client), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=first, base_url="http://plane") as http:
+        ui = Browserless(http, storage_client)
+        await ui.login(VIEWER)
+        assert (await http.get("/ui/runs")).status_code == 200
+        cookie = http.cookies[COOKIE_NAME]
+    # the same secret, but the viewer token is gone (a restart with a new tokens file)
+    second = httpx.ASGITransport(app=_app(storage_client, tokens={OPERATOR: "operator"}),
+                                 raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=second, base_url="http://plane") as http:
+        http.cookies.set(COOKIE_NAME, cookie, domain="plane", path="/ui")
+        assert (await http.get("/ui/runs")).status_code == 303
+
+
+@SQLITE_ONLY
+async def test_logout_ends_the_session(ui: Browserless) -> None:
+    await ui.login(OPERATOR)
+    csrf = await ui.csrf("/ui/runs")
+    response = await ui.http.post("/ui/logout", data={"csrf": csrf})
+    assert response.status_code == 303 and response.headers["location"] == "/ui/login"
+    assert (await ui.http.get("/ui/runs")).status_code == 303
+
+
+@SQLITE_ONLY
+async def test_anonymous_role_reads_without_signing_in(storage_client: durable.Client) -> None:
+    app = create_app(storage_client, anonymous_role="viewer", environ={}, ui_secret=SECRET)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        page = await http.get("/ui/runs")
+        assert page.status_code == 200
+        assert "Not signed in: acting as" in page.text
+        login = await http.get("/ui/login")
+        assert "This server has no tokens configured" in login.text
+
+
+# ---------------------------------------------------------------- actions
+
+
+@SQLITE_ONLY
+async def test_a_post_without_the_csrf_token_does_nothing(ui: Browserless) -> None:
+    run_id = await ui.start("csrf-1")
+    await ui.login(OPERATOR)
+    for data in ({}, {"csrf": "forged"}, {"csrf": ""}):
+        response = await ui.http.post(f"/ui/run/terminate?wf=csrf-1&run={run_id}",
+                                      data={**data, "reason": "x"})
+        assert response.status_code == 403
+        assert "Form refused (CSRF)" in response.text
+    # a token from another session does not do either
+    other = httpx.ASGITransport(app=_app(ui.storage), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=other, base_url="http://plane") as http:
+        theirs = await Browserless(http, ui.storage).csrf()
+    response = await ui.http.post(f"/ui/run/terminate?wf=csrf-1&run={run_id}",
+                                  data={"csrf": theirs})
+    assert response.status_code == 403
+    assert await ui.status("csrf-1") == "pending"
+
+
+@SQLITE_ONLY
+async def test_a_viewer_sees_no_actions_and_its_crafted_post_is_refused(
+        ui: Browserless) -> None:
+    run_id = await ui.start("viewer-1")
+    await ui.login(VIEWER)
+    page = await ui.http.get(f"/ui/run?wf=viewer-1&run={run_id}")
+    assert page.status_code == 200
+    assert "Read only: a viewer cannot act on runs" in page.text
+    for action in ("request-cancellation", "cancel", "terminate"):
+        assert f"/ui/run/{action}?" not in page.text
+        confirm = await ui.http.get(f"/ui/run/{action}?wf=viewer-1&run={run_id}")
+        assert confirm.status_code == 403
+    csrf = CSRF.search(page.text)
+    assert csrf is not None  # the sign-out form: the viewer has a valid CSRF token
+    for action in ("request-cancellation", "cancel", "terminate"):
+        response = await ui.http.post(f"/ui/run/{action}?wf=viewer-1&run={run_id}",
+                                      data={"csrf": csrf.group(1), "reason": "no"})
+        assert response.status_code == 403, action
+        # the API's own words: the same role check refused it
+        assert "a viewer token may not do this; it needs the operator role" in response.text
+    assert await ui.status("viewer-1") == "pending"
+
+
+@SQLITE_ONLY
+async def test_operator_actions_go_through_the_api_operations(ui: Browserless) -> None:
+    await ui.login(OPERATOR)
+    run_a = await ui.start("act-a")
+    confirm = await ui.http.get(f"/ui/run/request-cancellation?wf=act-a&run={run_a}")
+    assert confirm.status_code == 200
+    assert 'name="cleanup_timeout_seconds"' in confirm.text
+    csrf = CSRF.search(confirm.text)
+    assert csrf is not None
+    response = await ui.http.post(f"/ui/run/request-cancellation?wf=act-a&run={run_a}",
+                                  data={"csrf": csrf.group(1), "reason": "from the UI",
+                                        "cleanup_timeout_seconds": "12"})
+    assert response.status_code == 303
+    assert response.headers["location"].endswith("notice=cancellation-requested")
+    info = await ui.storage.get_handle("act-a").describe()
+    request = info["cancellation"]
+    assert request["reason"] == "from the UI" and request["source"] == "web_ui"
+    assert request["requester"] == {"type": "web_ui", "id": None, "label": "operator"}
+    assert request["cleanup_timeout_seconds"] == 12
+    # a repeat is the API's 200: the original request stands
+    again = await ui.http.post(f"/ui/run/request-cancellation?wf=act-a&run={run_a}",
+                               data={"csrf": csrf.group(1), "cleanup_timeout_seconds": "99"})
+    assert again.headers["location"].endswith("notice=cancellation-repeated")
+    page = await ui.http.get(again.headers["location"])
+    assert "the original request and its deadline stand" in page.text
+    # bad input is the API schema's refusal, shown on the form
+    bad = await ui.http.post(f"/ui/run/request-cancellation?wf=act-a&run={run_a}",
+                             data={"csrf": csrf.group(1), "cleanup_timeout_seconds": "-1"})
+    assert bad.status_code == 422
+    assert "cleanup_timeout_seconds" in bad.text and 'role="alert"' in bad.text
+
+    run_b = await ui.start("act-b")
+    response = await ui.http.post(f"/ui/run/terminate?wf=act-b&run={run_b}",
+                                  data={"csrf": csrf.group(1), "reason": "fraud"})
+    assert response.status_code == 303
+    info = await ui.storage.get_handle("act-b").describe()
+    assert info["status"] == "terminated" and info["closed_reason"] == "fraud"
+
+    run_c = await ui.start("act-c")
+    await ui.http.post(f"/ui/run/cancel?wf=act-c&run={run_c}", data={"csrf": csrf.group(1)})
+    assert await ui.status("act-c") == "cancelled"
+    closed = await ui.http.post(f"/ui/run/request-cancellation?wf=act-c&run={run_c}",
+                                data={"csrf": csrf.group(1)})
+    assert closed.status_code == 409
+    assert "is already cancelled; there is nothing to cancel" in closed.text
+
+
+@SQLITE_ONLY
+async def test_an_action_on_an_older_run_is_refused_not_redirected(ui: Browserless) -> None:
+    await ui.login(OPERATOR)
+    await ui.start("old-1")
+    csrf = await ui.csrf("/ui/runs")
+    response = await ui.http.post("/ui/run/request-cancellation?wf=old-1&run=no-such-run",
+                                  data={"csrf": csrf})
+    assert response.status_code == 404
+
+
+@SQLITE_ONLY
+async def test_an_operator_signals_a_run_from_its_page_and_a_viewer_cannot(
+    ui: Browserless,
+) -> None:
+    run_id = await ui.start("sig-1")
+    await ui.login(OPERATOR)
+    page = await ui.http.get(f"/ui/run?wf=sig-1&run={run_id}")
+    assert "/ui/run/signal?" in page.text
+    form = await ui.http.get(f"/ui/run/signal?wf=sig-1&run={run_id}")
+    assert form.status_code == 200 and 'name="args"' in form.text
+    csrf = CSRF.search(form.text)
+    assert csrf is not None
+    bad = await ui.http.post(f"/ui/run/signal?wf=sig-1&run={run_id}",
+                             data={"csrf": csrf.group(1), "name": "go", "args": "not json"})
+    assert bad.status_code == 422 and "JSON" in bad.text
+    sent = await ui.http.post(f"/ui/run/signal?wf=sig-1&run={run_id}",
+                              data={"csrf": csrf.group(1), "name": "go", "args": '["ann", 3]'})
+    assert sent.status_code in (200, 303), sent.text
+    events = await ui.storage.get_handle("sig-1").history()
+    received = [e.data for e in events if e.type == "SignalReceived"]
+    assert len(received) == 1 and received[0]["name"] == "go"
+    await ui.login(VIEWER)
+    viewer_csrf = await ui.csrf("/ui/runs")
+    refused = await ui.http.post(f"/ui/run/signal?wf=sig-1&run={run_id}",
+                                 data={"csrf": viewer_csrf, "name": "go", "args": "[]"})
+    assert refused.status_code == 403
+    events = await ui.storage.get_handle("sig-1").history()
+    assert len([e for e in events if e.type == "SignalReceived"]) == 1
+
+
+# ---------------------------------------------------------------- pages
+
+
+@SQLITE_ONLY
+async def test_the_event_stream_reports_new_events_then_the_close(ui: Browserless) -> None:
+    run_id = await ui.start("stream-1")
+    await ui.login(VIEWER)
+    await ui.storage.get_handle("stream-1").terminate("done watching")
+    response = await ui.http.get(f"/ui/run/stream?wf=stream-1&run={run_id}&after=0")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert "content-length" not in response.headers
+    body = response.text
+    assert body.startswith("retry: 2000\n\n")
+    assert "event: history\ndata: " in body and "WorkflowTerminated" in body
+    assert body.rstrip().endswith('event: closed\ndata: {"status": "terminated"}')
+    # it resumes after the browser's Last-Event-ID: nothing new, only the close
+    last = re.findall(r"id: (\d+)\nevent: history", body)[-1]
+    again = await ui.http.get(f"/ui/run/stream?wf=stream-1&run={run_id}",
+                              headers={"Last-Event-ID": last})
+    assert "event: history" not in again.text and "event: closed" in again.text
+    missing = await ui.http.get("/ui/run/stream?wf=stream-1&run=nope")
+    assert missing.status_code == 404
+
+
+@SQLITE_ONLY
+async def test_pages_read_without_javascript(ui: Browserless) -> None:
+    run_id = await ui.start("page-1", execution_timeout_seconds=7200, run_timeout_seconds=3600,
+                            memo={"customer": "c-9"})
+    await ui.start("page-2")
+    await ui.login(VIEWER)
+    listing = await ui.http.get("/ui/runs?status=pending&type=ui-nobody")
+    assert listing.status_code == 200
+    assert 'data-workflow-id="page-1"' in listing.text
+    assert 'data-workflow-id="page-2"' in listing.text
+    none = await ui.http.get("/ui/runs?status=completed")
+    assert "No workflow runs match." in none.text
+    page = await ui.http.get(f"/ui/run?wf=page-1&run={run_id}")
+    text = page.text
+    assert "Execution timeout" in text and "7200s (2h 00m)" in text
+    assert "Run timeout" in text and "3600s (1h 00m)" in text
+    assert text.count("data-deadline") >= 2
+    assert "&#34;customer&#34;: &#34;c-9&#34;" in text  # the memo, escaped
+    assert (await ui.http.get("/ui/run/timeline?wf=page-1")).status_code == 200
+    cascade = await ui.http.get("/ui/run/cascade?wf=page-1")
+    assert "This run has no cancellation request" in cascade.text
+    found = await ui.http.get("/ui/runs?q=page-1")
+    assert found.status_code == 303
+    assert found.headers["location"] == "/ui/run?wf=page-1"
+    partial = await ui.http.get("/ui/runs?q=page-")
+    assert "No workflow has the id" in partial.text and 'data-workflow-id="page-2"' in partial.text
+    missing = await ui.http.get("/ui/run?wf=nope")
+    assert missing.status_code == 404 and "no workflow &#39;nope&#39;" in missing.text
+    assert (await ui.http.get("/ui/run/activity?wf=page-1&op=0:9")).status_code == 404
+    assert (await ui.http.get("/ui/runs?status=bogus")).status_code == 400
+    assert (await ui.http.get("/ui/elsewhere")).status_code == 404
+    assert (await ui.http.get("/ui/static/ui.js")).headers["content-type"].startswith(
+        "text/javascript")
+
+
+@SQLITE_ONLY
+async def test_text_from_storage_is_escaped(ui: Browserless) -> None:
+    evil = "<script>alert(1)</script>"
+    await ui.start("esc-1", memo={"note": evil})
+    await ui.login(VIEWER)
+    page = await ui.http.get("/ui/run?wf=esc-1")
+    assert evil not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+
+
+@SQLITE_ONLY
+async def test_namespaces_are_kept_apart(ui: Browserless) -> None:
+    await ui.start("ns-1")
+    await ui.login(VIEWER)
+    other = await ui.http.get("/ui/runs?ns=team-b")
+    assert 'data-workflow-id="ns-1"' not in other.text
+    assert (await ui.http.get("/ui/run?wf=ns-1&ns=team-b")).status_code == 404
+    assert (await ui.http.get("/ui/runs?ns=bad%20name")).status_code == 400
+
+
+@SQLITE_ONLY
+async def test_mounted_under_a_prefix_links_and_cookie_follow_it(
+        storage_client: durable.Client) -> None:
+    host = Starlette(routes=[Mount("/durable", app=_app(storage_client))])
+    transport = httpx.ASGITransport(app=host, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        first = await http.get("/durable/ui/runs")
+        assert first.status_code == 303
+        assert first.headers["location"] == "/durable/ui/login?next=%2Fdurable%2Fui%2Fruns"
+        assert "Path=/durable/ui" in first.headers["set-cookie"]
+        page = await http.get(first.headers["location"])
+        assert 'href="/durable/ui/static/ui.css"' in page.text
+        csrf = CSRF.search(page.text)
+        assert csrf is not None
+        signed = await http.post("/durable/ui/login?next=%2Fdurable%2Fui%2Fruns",
+                                 data={"csrf": csrf.group(1), "token": VIEWER})
+        assert signed.headers["location"] == "/durable/ui/runs"
+        assert (await http.get("/durable/ui/runs")).status_code == 200
+        assert (await http.get("/durable/ui/static/ui.css")).status_code == 200
+
+
+@SQLITE_ONLY
+async def test_ui_false_leaves_the_ui_out(storage_client: durable.Client) -> None:
+    transport = httpx.ASGITransport(app=_app(storage_client, ui=False),
+                                    raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        response = await http.get("/ui/runs")
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "route_not_found"
+
+
+@SQLITE_ONLY
+async def test_a_short_ui_secret_is_refused(storage_client: durable.Client) -> None:
+    with pytest.raises(durable.ConfigurationError, match="at least 16 bytes"):
+        create_app(storage_client, TOKENS, environ={}, ui_secret="short")
+    with pytest.raises(durable.ConfigurationError, match="DURABLE_UI_SECRET"):
+        create_app(storage_client, TOKENS, environ={"DURABLE_UI_SECRET": "tiny"})
+
+
+# ---------------------------------------------------------------- views
+
+
+NOW = datetime(2026, 4, 12, 12, 0, tzinfo=UTC)
+
+
+def test_a_failure_chain_lists_every_cause_outermost_first() -> None:
+    chain = views.failure_chain({
+        "failure_category": "application", "exception_class": "durable.errors.ActivityFailed",
+        "message": "card declined", "attempt": 2,
+        "cause": {"exception_class": "builtins.ValueError", "message": "declined",
+                  "cause": {"exception_class": "builtins.KeyError", "message": "'o1'"}},
+    })
+    assert [link["exception_class"] for link in chain] == [
+        "durable.errors.ActivityFailed", "builtins.ValueError", "builtins.KeyError"]
+    assert chain[0]["details"] == {"attempt": 2}
+
+
+def test_a_deadline_says_late_in_words_not_only_colour() -> None:
+    late = str(views.deadline("2026-04-12T11:59:57+00:00", NOW, True))
+    assert "3s late" in late and "⚠" in late and 'class="deadline late"' in late
+    ahead = str(views.deadline("2026-04-12T12:04:12+00:00", NOW, True))
+    assert "in 4m 12s" in ahead
+    closed = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False))
+    assert "passed 2m ago" in closed and "late" not in closed
+
+
+def _event(sequence: int, kind: str, **data: Any) -> dict[str, Any]:
+    return {"sequence": sequence, "type": kind,
+            "recorded_at": f"2026-04-12T12:00:{sequence:02d}+00:00", "data": data}
+
+
+def test_activity_attempts_come_from_history_and_pending_operations() -> None:
+    events = [
+        _event(2, "ActivityScheduled", op_id="0:1", activity_type="ship", task_id="t1",
+               schedule_to_start_timeout=30.0, start_to_close_timeout=60.0,
+               schedule_to_close_timeout=None, heartbeat_timeout=10.0,
+               retry_policy={"max_attempts": 3, "initial_interval": 1.0,
+                             "backoff_coefficient": 2.0, "maximum_interval": 100.0,
+                             "non_retryable_error_types": []},
+               schedule_to_start_deadline="2026-04-12T12:00:32+00:00"),
+        _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
+               start_to_close_deadline="2026-04-12T12:01:03+00:00"),
+        _event(4, "ActivityRetryScheduled", op_id="0:1", failed_attempt=1, next_attempt=2,
+               timeout_kind="heartbeat", failure={"message": "no heartbeat"},
+               schedule_to_start_deadline="2026-04-12T12:00:40+00:00"),
+        _event(5, "ActivityStarted", op_id="0:1", attempt=2, worker_id="w2"),
+    ]
+    pending = [{"op_id": "0:1", "kind": "activity", "task_status": "running", "attempt": 2,
+                "heartbeat_details": {"done": 4, "total": 10}}]
+    detail = views.activity_detail(events, "0:1", pending, NOW)
+    assert detail is not None
+    first, second = detail["attempts"]
+    assert (first["outcome"], first["timeout_kind"]) == ("timed_out", "heartbeat")
+    assert second["outcome"] == "running"
+    assert second["heartbeat_details"] == {"done": 4, "total": 10}
+    timeouts = {t["kind"]: t for t in detail["timeouts"]}
+    assert timeouts["schedule_to_start"]["deadline"] == "2026-04-12T12:00:40+00:00"
+    assert timeouts["schedule_to_close"]["configured"] is None
+    assert detail["retry_policy"]["max_attempts"] == 3
+    # once describe() no longer lists it, an attempt without an outcome is not "running"
+    gone = views.activity_detail(events, "0:1", [], NOW)
+    assert gone is not None and gone["attempts"][1]["outcome"] == "unknown"
+
+
+def test_a_timeout_event_names_its_kind_in_the_timeline() -> None:
+    rows = views.timeline([
+        _event(1, "WorkflowStarted", workflow_type="w"),
+        _event(7, "ActivityTimedOut", op_id="0:1", activity_type="slow", attempt=2,
+               timeout_kind="start_to_close", failure={"message": "timed out"}),
+        _event(9, "WorkflowTimedOut", timeout_kind="run_timeout"),
+    ], "2026-04-12T12:00:01+00:00")
+    assert rows[1]["headline"] == "Activity slow timed out: start_to_close timeout (attempt 2)"
+    assert rows[1]["elapsed"] == "+6.000s" and rows[1]["tone"] == "bad"
+    assert rows[2]["headline"] == "Workflow timed out: run_timeout timeout"
+
+
+def test_a_stop_in_an_unknown_state_is_shown_as_not_verified() -> None:
+    tree = views.cascade_tree({
+        "root": {"request_id": "r"}, "inspection_complete": True, "findings": [],
+        "runs": [{"workflow_id": "a", "run_id": "1", "status": "cancelled",
+                  "lifecycle": "cancelled", "activity_stops": [
+                      {"state": "something-new", "activity_type": "x"},
+                      {"state": "stopped", "activity_type": "y"}]}],
+        "edges": [],
+    })
+    states = [stop["state"] for stop in tree["nodes"][0]["stops"]]
+    assert states == ["unverified", "stopped"]
+    assert tree["nodes"][0]["stops"][0]["label"] == "NOT VERIFIED"
+
+
+def test_the_cascade_tree_nests_children_under_their_parents() -> None:
+    tree = views.cascade_tree({
+        "root": {"request_id": "r"}, "inspection_complete": False,
+        "findings": [{"workflow_id": "c", "finding": "attempt 1 of x has no stop receipt"}],
+        "runs": [{"workflow_id": "a", "run_id": "1"}, {"workflow_id": "b", "run_id": "2"},
+                 {"workflow_id": "c", "run_id": "3"}],
+        "edges": [{"parent_run_id": "1", "child_workflow_id": "b", "child_run_id": "2",
+                   "policy": "parent_close:terminate"},
+                  {"parent_run_id": "2", "child_workflow_id": "c", "child_run_id": "3"}],
+    })
+    assert tree["verified"] is False and len(tree["nodes"]) == 1
+    b = tree["nodes"][0]["children"][0]
+    assert b["policy"] == "parent_close:terminate" and b["node"]["workflow_id"] == "b"
+    assert b["node"]["children"][0]["node"]["workflow_id"] == "c"

@@ -1,0 +1,130 @@
+"""Workflows the browser tests (tests/test_ui.py) look at through the web UI.
+
+Each one leaves something on a page an operator reads: a plain result, a
+failure with a chain of causes, an activity that times out on every attempt
+(its retry policy, its four timeouts and an ActivityTimedOut naming its
+kind) inside a run with execution and run deadlines and a current phase, a
+heartbeating activity with a cooperative cleanup, and a three-level tree whose
+leaf activity runs on a worker process the test kills with SIGKILL (an
+unverified stop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+import durable
+from durable import activity, workflow
+
+# The task queue only the worker process the tests kill serves.
+DOOMED_QUEUE = "ui-doomed"
+QUICK = durable.ActivityOptions(start_to_close_timeout=60, max_attempts=1)
+# Every configured timeout type, and a retry policy with two attempts that both
+# time out (start-to-close) after heartbeating.
+SLOW = durable.ActivityOptions(
+    schedule_to_start_timeout=30,
+    start_to_close_timeout=1,
+    schedule_to_close_timeout=600,
+    heartbeat_timeout=15,
+    retry=durable.RetryPolicy(max_attempts=2, initial_interval=0.2, backoff_coefficient=2,
+                              maximum_interval=10),
+)
+TERMINATE_CHILDREN = durable.ChildOptions(
+    parent_close_policy=durable.ParentClosePolicy.TERMINATE)
+
+
+@activity.defn(name="ui-greet-activity")
+async def greet_activity(name: str) -> str:
+    return f"hello, {name}"
+
+
+@activity.defn(name="ui-charge")
+async def charge(order: str) -> str:
+    try:
+        {}[order]
+    except KeyError as exc:
+        raise ValueError(f"card declined for {order}") from exc
+    return order
+
+
+@activity.defn(name="ui-slow")
+async def slow(total: int) -> int:
+    for done in range(total):
+        activity.heartbeat({"done": done, "total": total})
+        await anyio.sleep(0.2)
+    return total
+
+
+@activity.defn(name="ui-hang")
+async def hang(key: str) -> str:
+    activity.heartbeat({"done": 3, "total": 10})
+    await anyio.sleep(3600)
+    return key
+
+
+@activity.defn(name="ui-release")
+async def release(key: str) -> str:
+    return f"released {key}"
+
+
+@workflow.defn(name="ui-greet")
+async def greet(name: str) -> str:
+    return await workflow.execute_activity(greet_activity, name, options=QUICK)
+
+
+@workflow.defn(name="ui-fail")
+async def fail(order: str) -> str:
+    return await workflow.execute_activity(charge, order, options=QUICK)
+
+
+@workflow.defn(name="ui-deadlines")
+async def deadlines(total: int) -> str:
+    try:
+        await workflow.execute_activity(slow, total, options=SLOW)
+    except durable.ActivityTimedOut:
+        pass
+    async with workflow.phase("cool-down", limit=3000):
+        await workflow.sleep(3600)
+    return "done"
+
+
+@workflow.defn(name="ui-guarded")
+async def guarded(key: str) -> str:
+    try:
+        return await workflow.execute_activity(hang, key, options=QUICK)
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                await workflow.execute_activity(release, key, options=QUICK)
+
+
+@workflow.defn(name="ui-leaf")
+async def leaf(key: str) -> str:
+    return await workflow.execute_activity(hang, key, options=QUICK)
+
+
+@workflow.defn(name="ui-mid")
+async def mid(key: str) -> str:
+    return str(await workflow.execute_child(leaf, key, id=f"{key}-leaf",
+                                            options=TERMINATE_CHILDREN))
+
+
+@workflow.defn(name="ui-root")
+async def root(key: str) -> str:
+    return str(await workflow.execute_child(mid, key, id=f"{key}-mid",
+                                            options=TERMINATE_CHILDREN))
+
+
+WORKFLOWS: list[Any] = [greet, fail, deadlines, guarded]
+ACTIVITIES: list[Any] = [greet_activity, charge, slow, hang, release]
+
+# The control plane's in-process worker (durable.http.serve.serve_async(worker=...)).
+WORKER: dict[str, Any] = {"workflows": WORKFLOWS, "activities": ACTIVITIES,
+                          "poll_interval": 0.1, "lease_seconds": 5.0}
+
+# `durable worker tests.ui_app:DOOMED`: the process the cascade test kills.
+DOOMED: dict[str, Any] = {"workflows": [root, mid, leaf], "activities": [hang],
+                          "task_queue": DOOMED_QUEUE, "poll_interval": 0.1,
+                          "lease_seconds": 5.0}
