@@ -196,7 +196,7 @@ SETUPS: dict[str, Setup] = {
     # what durable/cli/_commands.py, where commands live, has in scope
     "cli_commands": _code("from typing import Any\nimport click\nimport durable\n"
                           "from durable.cli._commands import *\n"
-                          "from durable.cli._commands import Session, parse_args_json\n"),
+                          "from durable.cli._commands import Session, _fmt, parse_args_json\n"),
     "ctrl_c": _ctrl_c_after(lambda: Path("app.db").exists()),
     "serve_on_free_port_8233": _serve_on_free_port("port=8233"),
     "serve_on_free_port_8000": _serve_on_free_port("port=8000"),
@@ -1026,3 +1026,42 @@ def replayer_module(ns: Namespace) -> None:
                         "asyncio_default_fixture_loop_scope=function",
                         "test_replayer.py"]) == 0
     assert "myapp.workflows" in sys.modules
+
+
+# -- cli.md -------------------------------------------------------------------------------
+
+
+@check
+def cli_memo(ns: Namespace) -> None:
+    """The page's hypothetical `memo` command, run by click as `durable memo`."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durable import workflow
+
+    @workflow.defn(name="memo_demo")
+    async def memo_demo() -> None:
+        await workflow.sleep(60)
+
+    async def start() -> None:
+        async with durable.connect("sqlite:///memo.db") as client:
+            await client.start(memo_demo, id="order-7",
+                               options=durable.StartOptions().with_memo({"customer": "c-9"}))
+
+    anyio.run(start)
+
+    def memo(*args: str) -> Any:
+        result = CliRunner().invoke(ns["cli"], ["--db", "sqlite:///memo.db", "memo", *args],
+                                    env={"COLUMNS": "160", "NO_COLOR": "1"}, prog_name="durable")
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    shown = memo("order-7")
+    assert shown.exit_code == 0 and json.loads(shown.stdout) == {"customer": "c-9"}, shown.output
+    as_json = memo("order-7", "--json")
+    assert json.loads(as_json.stdout) == {"workflow_id": "order-7",
+                                          "memo": {"customer": "c-9"}}, as_json.output
+    missing = memo("nope")
+    assert missing.exit_code == 3 and "no workflow 'nope'" in missing.output, missing.output
