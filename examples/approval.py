@@ -89,6 +89,10 @@ class PurchaseApproval:
             raise ValueError(f"a limit must be between 1 and 100000, got {limit}")
 
 
+# `durable worker examples.approval:WORKER` runs these (docs/cli.md).
+WORKER = {"workflows": [PurchaseApproval], "activities": [reserve, release, pay]}
+
+
 async def main(db_url: str, someone_answers: bool) -> None:
     async with durable.connect(db_url) as client:
         worker = durable.Worker(client, workflows=[PurchaseApproval],

@@ -196,7 +196,7 @@ SETUPS: dict[str, Setup] = {
     # what durable/cli/_commands.py, where commands live, has in scope
     "cli_commands": _code("from typing import Any\nimport click\nimport durable\n"
                           "from durable.cli._commands import *\n"
-                          "from durable.cli._commands import Session, parse_args_json\n"),
+                          "from durable.cli._commands import Session, _fmt, parse_args_json\n"),
     "ctrl_c": _ctrl_c_after(lambda: Path("app.db").exists()),
     "serve_on_free_port_8233": _serve_on_free_port("port=8233"),
     "serve_on_free_port_8000": _serve_on_free_port("port=8000"),
@@ -697,3 +697,371 @@ async def clocks(ns: Namespace) -> None:
     shown = ast.literal_eval("\n".join(line.strip()[2:] for line in ns["__source__"].splitlines()
                                        if line.strip().startswith("# ")))
     assert seen == shown, seen
+
+
+# -- interaction.md -------------------------------------------------------------------
+
+
+async def raises(error: type[BaseException], call: Awaitable[Any]) -> BaseException:
+    """The `error` that `call` raised (it must raise it)."""
+    try:
+        await call
+    except error as exc:
+        return exc
+    raise AssertionError(f"expected {error.__name__}")
+
+
+def _page_says(page: str, text: str) -> None:
+    """`text` appears on the page (as one paragraph: line breaks and indents aside)."""
+    from docs_blocks import ROOT
+
+    flat = " ".join((ROOT / page).read_text(encoding="utf-8").split())
+    assert " ".join(text.split()) in flat, f"{page} should show:\n{text}"
+
+
+@contextlib.asynccontextmanager
+async def _approval_worker(client: durable.Client, ns: Namespace) -> AsyncIterator[None]:
+    async with durable.Worker(client, workflows=[ns["Approval"]], activities=[ns["charge"]],
+                              lease_seconds=5.0, poll_interval=0.1):
+        yield
+
+
+async def _waiting(handle: durable.WorkflowHandle) -> durable.WorkflowHandle:
+    """The run waits for its approval (its wait_condition is recorded)."""
+    await wait_for_event(handle, "ConditionScheduled")
+    return handle
+
+
+@check
+async def approval(ns: Namespace) -> None:
+    from durable import workflow
+    from durable.testing import isolated_definitions
+
+    approval_cls = ns["Approval"]
+    async with running(ns, ["Approval"], ["charge"]) as client:
+        handle = await _waiting(await client.start(approval_cls, "o-7", 250, id="order-7"))
+        assert await handle.query("status") == {"approved": None, "limit": 100}
+        before = await history_types(handle)
+        rejected = await raises(durable.UpdateRejected, handle.update("set_limit", 0))
+        assert str(rejected) == "the limit must be positive", rejected
+        assert await history_types(handle) == before   # a rejected update leaves no trace
+        assert await handle.update("set_limit", 500) == 100
+        await handle.signal("approve", "ann")
+        assert await handle.result() == "receipt-o-7-250"
+        capped = await _waiting(await client.start(approval_cls, "o-8", 250, id="order-8"))
+        await capped.signal("approve", "ann")
+        assert await capped.result() == "receipt-o-8-100"
+        denied = await _waiting(await client.start(approval_cls, "o-9", 250, id="order-9"))
+        await denied.signal("reject", "bob")   # deny() answers to "reject"
+        assert await denied.result() == "not approved"
+
+    # refused at the decorator: no run method, two, two handlers of a kind under one name
+    def no_run() -> None:
+        @workflow.defn
+        class NoRun:
+            @workflow.signal
+            def go(self) -> None: ...
+
+    def two_runs() -> None:
+        @workflow.defn
+        class TwoRuns:
+            @workflow.run
+            async def one(self) -> None: ...
+
+            @workflow.run
+            async def two(self) -> None: ...
+
+    def same_name() -> None:
+        @workflow.defn
+        class SameName:
+            @workflow.run
+            async def run(self) -> None: ...
+
+            @workflow.signal(name="go")
+            def go(self) -> None: ...
+
+            @workflow.signal(name="go")
+            def go_too(self) -> None: ...
+
+    for bad in (no_run, two_runs, same_name):
+        with isolated_definitions():
+            try:
+                bad()
+                raise AssertionError(f"{bad.__name__}: the class should be refused")
+            except durable.ConfigurationError:
+                pass
+
+
+@check
+async def collector(ns: Namespace) -> None:
+    async with durable.connect("sqlite://:memory:") as client:
+        handle = await client.start(ns["collector"], 2, id="collector-1")
+        await handle.signal("add", "early")      # no worker yet: recorded, kept
+        async with durable.Worker(client, workflows=[ns["collector"]], poll_interval=0.1):
+            with anyio.fail_after(20):
+                while await handle.query("count") != 1:
+                    await anyio.sleep(0.02)
+            nope = await raises(durable.QueryFailed, handle.query("nope"))
+            assert "no query handler named 'nope' (it has: count)" in str(nope), nope
+            nope = await raises(durable.UpdateRejected, handle.update("nope"))
+            assert "no update handler named 'nope'" in str(nope), nope
+            assert await handle.update("clear") is None
+            assert await handle.query("count") == 0
+            await handle.signal("add", "b")
+            await handle.signal("add", "c")
+            assert await handle.result() == ["b", "c"]
+            assert await handle.query("count") == 2   # a closed run: its final state
+        events = await handle.history()
+    delivered = [e.data["seq"] for e in events if e.type == "SignalDelivered"]
+    received = [e.data["seq"] for e in events if e.type == "SignalReceived"]
+    assert delivered == received and len(received) == 3, events
+
+
+@check
+async def approve(ns: Namespace) -> None:
+    async with durable.connect("sqlite://:memory:") as client:
+        missing = await raises(durable.WorkflowNotFound, ns["approve"](client))
+        assert "order-7" in str(missing), missing
+        handle = await client.start(ns["Approval"], "o-7", 250, id="order-7")
+        await ns["approve"](client)              # no worker runs: recorded, waits for one
+        assert "SignalReceived" in await history_types(handle)
+        assert "SignalDelivered" not in await history_types(handle)
+        async with _approval_worker(client, ns):
+            assert await handle.result() == "receipt-o-7-100"
+        closed = await raises(durable.RunAlreadyClosed, ns["approve"](client))
+        assert "already completed" in str(closed), closed
+        kinds = await history_types(handle)
+    assert kinds.count("SignalReceived") == kinds.count("SignalDelivered") == 1, kinds
+    assert kinds.index("SignalReceived") < kinds.index("SignalDelivered"), kinds
+
+
+@check
+async def look(ns: Namespace) -> None:
+    async with durable.connect("sqlite://:memory:") as client:
+        handle = await client.start(ns["Approval"], "o-7", 250, id="order-7")
+        nobody = await raises(durable.QueryFailed, handle.query("status", timeout=0.3))
+        assert "no worker answered" in str(nobody), nobody
+        assert "'approval'" in str(nobody) and "'default'" in str(nobody), nobody
+        async with _approval_worker(client, ns):
+            await _waiting(handle)
+            before = await history_types(handle)
+            lines = await printed_async(lambda: ns["look"](client))
+            assert lines == comments_after(ns["__source__"], "print("), lines
+            assert await history_types(handle) == before   # a query records nothing
+            await handle.signal("approve", "ann")
+            await handle.result()
+            # a closed run answers from its final state
+            assert await handle.query("status") == {"approved": True, "limit": 100}
+
+
+@check
+async def raise_limit(ns: Namespace) -> None:
+    async with durable.connect("sqlite://:memory:") as client, _approval_worker(client, ns):
+        handle = await _waiting(await client.start(ns["Approval"], "o-7", 250, id="order-7"))
+        lines = []
+        for limit in (0, 500, 500):
+            lines += await printed_async(lambda limit=limit: ns["raise_limit"](client, limit))
+        assert lines == ["refused: the limit must be positive", "the limit was 100",
+                         "the limit was 100"], lines
+        assert await handle.query("status") == {"approved": None, "limit": 500}
+        await handle.signal("approve", "ann")
+        assert await handle.result() == "receipt-o-7-250"
+        await raises(durable.RunAlreadyClosed, ns["raise_limit"](client, 600))
+        events = await handle.history()
+    accepted = [e.data["update_id"] for e in events if e.type == "UpdateAccepted"]
+    completed = [e.data for e in events if e.type == "UpdateCompleted"]
+    assert accepted == ["limit-500"], accepted
+    assert completed == [{"update_id": "limit-500", "name": "set_limit", "status": "completed",
+                          "result": 100}], completed
+
+
+@check
+async def shipment(ns: Namespace) -> None:
+    shipment_cls = ns["Shipment"]
+    async with virtual(ns, ["Shipment"]) as env:   # a day passes on virtual time
+        nobody = await env.client.start(shipment_cls, id="ship-1")
+        assert await nobody.result() == "no address within a day"
+        events = await nobody.history()
+        # set before the run method started: the condition is true at once, nothing recorded
+        early = await env.client.signal_with_start(
+            shipment_cls, id="ship-2", signal="set_address", signal_args=("1 Main St",))
+        assert await early.result() == "shipping to 1 Main St"
+        early_kinds = await history_types(early)
+    kinds = [e.type for e in events]
+    assert kinds == ["WorkflowStarted", "ConditionScheduled", "ConditionTimedOut",
+                     "WorkflowCompleted"], kinds
+    assert events[1].data["timeout_seconds"] == 86400, events[1].data
+    assert not any(k.startswith("Condition") for k in early_kinds), early_kinds
+    async with running(ns, ["Shipment"]) as client:
+        handle = await client.start(shipment_cls, id="ship-3")
+        await wait_for_event(handle, "ConditionScheduled")
+        await handle.signal("set_address", "2 Elm St")
+        assert await handle.result() == "shipping to 2 Elm St"
+        assert "ConditionSatisfied" in await history_types(handle)
+
+
+@check
+async def quotes(ns: Namespace) -> None:
+    from durable.testing import Replayer
+
+    async with running(ns, ["quotes"], ["get_quote"]) as client:
+        handle = await client.start(ns["quotes"], id="quotes-1")
+        assert await handle.result() == 100
+        events = await handle.history()
+        slow = next(e.data["op_id"] for e in events if e.type == "ActivityScheduled"
+                    and e.data["op_id"] != next(x.data["op_id"] for x in events
+                                                if x.type == "ActivityCompleted"))
+        # the slow-co attempt stops on the request (it would otherwise sleep a minute)
+        with anyio.fail_after(20):
+            while not any(e.data.get("op_id") == slow and e.type in (
+                    "ActivityStopReceipt", "ActivityResultRefused")
+                    for e in await handle.history()):
+                await anyio.sleep(0.05)
+    asked = [e.data for e in events if e.type == "ActivityCancelRequested"]
+    assert [(a["op_id"], a["policy"], a["scope"]) for a in asked] == [
+        (slow, "try_cancel", "operation")], asked
+    assert "CancellationDelivered" not in [e.type for e in events]
+    assert (await Replayer(workflows=[ns["quotes"]]).replay(events)).finished
+
+
+@check
+async def patched(ns: Namespace) -> None:
+    from durable import workflow
+    from durable.testing import Replayer, isolated_definitions
+
+    charge, audit, order_v2 = ns["charge"], ns["audit"], ns["order_v2"]
+    with isolated_definitions():   # the code before the change
+        @workflow.defn(name="order-v2")
+        async def order_v1(order_id: str) -> str:
+            receipt: str = await workflow.execute_activity(charge, order_id, 10)
+            await workflow.sleep(3600)
+            return receipt
+
+    with isolated_definitions():   # the change without a patch
+        @workflow.defn(name="order-v2")
+        async def unpatched(order_id: str) -> str:
+            receipt: str = await workflow.execute_activity(charge, order_id, 10)
+            await workflow.execute_activity(audit, order_id)
+            await workflow.sleep(3600)
+            return receipt
+
+    with isolated_definitions():   # later: no run of the old branch is open
+        @workflow.defn(name="order-v2")
+        async def deprecated(order_id: str) -> str:
+            receipt: str = await workflow.execute_activity(charge, order_id, 10)
+            workflow.deprecate_patch("add-audit")
+            await workflow.execute_activity(audit, order_id)
+            await workflow.sleep(3600)
+            return receipt
+
+    async with TimeSkippingEnvironment() as env:
+        env.auto_skip = False
+        async with env.worker(workflows=[order_v1], activities=[charge, audit]):
+            old = await env.client.start(order_v1, "o-1", id="order-o-1")
+            await wait_for_event(old, "TimerScheduled")   # asleep when the new code ships
+        async with env.worker(workflows=[order_v2], activities=[charge, audit]):
+            new = await env.client.start(order_v2, "o-2", id="order-o-2")
+            assert await env.run(old.result) == "receipt-o-1-10"
+            assert await env.run(new.result) == "receipt-o-2-10"
+        old_events, new_events = await old.history(), await new.history()
+    audited = [e.data["activity_type"] for e in new_events if e.type == "ActivityCompleted"]
+    assert audited == ["charge", "audit"], audited
+    assert [e.type for e in old_events].count("ActivityCompleted") == 1
+    assert "MarkerRecorded" not in [e.type for e in old_events]
+    marker = next(e.data for e in new_events if e.type == "MarkerRecorded")
+    assert marker == {"op_id": "0:2", "name": "patch:add-audit", "patch_id": "add-audit"}
+    for events in (old_events, new_events):
+        assert (await Replayer(workflows=[order_v2]).replay(events)).finished
+    error = await raises(durable.NonDeterminismError,
+                         Replayer(workflows=[unpatched]).replay(old_events))
+    _page_says("docs/interaction.md", str(error))
+    assert (await Replayer(workflows=[deprecated]).replay(new_events)).finished
+
+
+@check
+def replayer_module(ns: Namespace) -> None:
+    """The page's test module, run by pytest on histories recorded by real
+    runs of the page's own Approval and Shipment (as myapp/workflows.py)."""
+    import importlib
+    import sys
+
+    import pytest
+    from docs_blocks import ROOT, blocks_of
+
+    blocks = {b.options.get("name"): b for b in blocks_of(ROOT / "docs/interaction.md")}
+    Path("myapp").mkdir(exist_ok=True)
+    Path("myapp/__init__.py").write_text("")
+    Path("myapp/workflows.py").write_text(
+        "import anyio\nimport durable\nfrom durable import activity, workflow\n\n"
+        + blocks["approval"].source + "\n\n" + blocks["shipment"].source)
+    importlib.invalidate_caches()
+    workflows = importlib.import_module("myapp.workflows")
+    Path("histories").mkdir(exist_ok=True)
+
+    async def record() -> None:
+        from durable.testing import history_to_json
+
+        runs: dict[str, durable.WorkflowHandle] = {}
+        async with durable.connect("sqlite:///histories.db") as client:
+            async with durable.Worker(client, workflows=[workflows.Approval, workflows.Shipment],
+                                      activities=[workflows.charge], poll_interval=0.1):
+                approved = await _waiting(await client.start(workflows.Approval, "o-1", 250,
+                                                             id="approved"))
+                assert await approved.update("set_limit", 500) == 100
+                await approved.signal("approve", "ann")
+                rejected = await client.signal_with_start(workflows.Approval, "o-2", 50,
+                                                          id="rejected", signal="reject",
+                                                          signal_args=("bob",))
+                shipped = await _waiting(await client.start(workflows.Shipment, id="shipped"))
+                await shipped.signal("set_address", "1 Main St")
+                runs = {"approved": approved, "rejected": rejected, "shipped": shipped}
+                for handle in runs.values():
+                    await handle.result()
+            for name, handle in runs.items():
+                Path(f"histories/{name}.json").write_text(
+                    history_to_json(await handle.history()))
+
+    anyio.run(record)
+    assert pytest.main(["-q", "-p", "no:cacheprovider", "-o",
+                        "asyncio_default_fixture_loop_scope=function",
+                        "test_replayer.py"]) == 0
+    assert "myapp.workflows" in sys.modules
+
+
+# -- cli.md -------------------------------------------------------------------------------
+
+
+@check
+def cli_memo(ns: Namespace) -> None:
+    """The page's hypothetical `memo` command, run by click as `durable memo`."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durable import workflow
+
+    @workflow.defn(name="memo_demo")
+    async def memo_demo() -> None:
+        await workflow.sleep(60)
+
+    async def start() -> None:
+        async with durable.connect("sqlite:///memo.db") as client:
+            await client.start(memo_demo, id="order-7",
+                               options=durable.StartOptions().with_memo({"customer": "c-9"}))
+
+    anyio.run(start)
+
+    def memo(*args: str) -> Any:
+        result = CliRunner().invoke(ns["cli"], ["--db", "sqlite:///memo.db", "memo", *args],
+                                    env={"COLUMNS": "160", "NO_COLOR": "1"}, prog_name="durable")
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    shown = memo("order-7")
+    assert shown.exit_code == 0 and json.loads(shown.stdout) == {"customer": "c-9"}, shown.output
+    as_json = memo("order-7", "--json")
+    assert json.loads(as_json.stdout) == {"workflow_id": "order-7",
+                                          "memo": {"customer": "c-9"}}, as_json.output
+    missing = memo("nope")
+    assert missing.exit_code == 3 and "no workflow 'nope'" in missing.output, missing.output

@@ -939,4 +939,4 @@ def test_the_json_examples_in_docs_cli_md_have_the_documented_shapes() -> None:
                     value, SCHEMAS[shape]))
             checked.add(shape)
     assert {"start", "list", "describe", "history_event", "result", "request-cancellation",
-            "cascade"} <= checked
+            "cascade", "signal", "query", "update"} <= checked
