@@ -106,10 +106,6 @@ _FIXES: dict[type[BaseException], str] = {
     durable.CapabilityUnsupported: (
         "`durable cancel ID` or `durable terminate ID` stop it without cleanup"
     ),
-    durable.QueryFailed: (
-        "`durable describe ID` shows the run's type and task queue; a worker with that "
-        "type must be running to answer"
-    ),
     durable.StorageUnavailable: (
         "check --db / DURABLE_DB_URL and that the database is reachable"
     ),
@@ -122,6 +118,9 @@ def error_from_exception(exc: BaseException) -> CliError:
         return exc
     fix = next((text for cls, text in _FIXES.items() if isinstance(exc, cls)), None)
     message = str(exc) or type(exc).__name__
+    if isinstance(exc, durable.QueryFailed) and "no worker answered" in message:
+        fix = ("`durable describe ID` shows the run's type and task queue; a worker with "
+               "that type must be running to answer")
     if isinstance(exc, durable.WorkflowNotFound):
         return CliError(message, EXIT_NOT_FOUND, label="not found", fix=fix)
     if isinstance(exc, durable.WorkflowAlreadyStarted):

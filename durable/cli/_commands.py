@@ -358,7 +358,7 @@ def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
     The workflow's handler gets it in the order signals were sent, exactly
     once. A closed run refuses it (exit 4).
     """
-    args = parse_args_json(args_json, "--args")
+    args = parse_args_json(args_json, "--args", "handler's")
 
     async def body(client: durable.Client) -> dict[str, Any]:
         await client.get_handle(workflow_id, run_id=run_id).signal(name, *args)
@@ -385,7 +385,7 @@ def query(session: Session, workflow_id: str, name: str, args_json: str | None,
     (closed ones too) is answered by a worker of its type replaying it.
     Nothing is recorded.
     """
-    args = parse_args_json(args_json, "--args")
+    args = parse_args_json(args_json, "--args", "handler's")
     if timeout <= 0:
         raise click.BadParameter("must be greater than 0 seconds", param_hint="--timeout")
 
@@ -415,7 +415,7 @@ def update(session: Session, workflow_id: str, name: str, args_json: str | None,
     A validator's refusal exits 4 with nothing recorded; a handler that
     raised exits 1.
     """
-    args = parse_args_json(args_json, "--args")
+    args = parse_args_json(args_json, "--args", "handler's")
     if timeout is not None and timeout <= 0:
         raise click.BadParameter("must be greater than 0 seconds", param_hint="--timeout")
     chosen = update_id or uuid.uuid4().hex

@@ -39,8 +39,8 @@ class Duration(click.ParamType):  # type: ignore[type-arg,unused-ignore]
 DURATION = Duration()
 
 
-def parse_args_json(text: str | None, option: str) -> list[Any]:
-    """The arguments of a workflow from a JSON array (``'["o-1", 3]'``)."""
+def parse_args_json(text: str | None, option: str, whose: str = "workflow's") -> list[Any]:
+    """Positional arguments (a workflow's, a handler's) from a JSON array (``'["o-1", 3]'``)."""
     if text is None or text.strip() == "":
         return []
     try:
@@ -48,10 +48,10 @@ def parse_args_json(text: str | None, option: str) -> list[Any]:
     except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"not valid JSON ({exc.msg} at character {exc.pos}); give a JSON array of the "
-            "workflow's arguments, e.g. '[\"o-1\", 3]'", param_hint=option) from exc
+            f"{whose} arguments, e.g. '[\"o-1\", 3]'", param_hint=option) from exc
     if not isinstance(value, list):
         raise click.BadParameter(
-            f"must be a JSON array of the workflow's arguments, got a {type(value).__name__}; "
+            f"must be a JSON array of the {whose} arguments, got a {type(value).__name__}; "
             f"wrap a single argument in brackets, e.g. '[{text.strip()}]'", param_hint=option)
     return value
 

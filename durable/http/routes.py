@@ -680,7 +680,8 @@ def operations() -> list[Operation]:
         body_required=True, long_poll=True,
         replies=(Reply(200, "The handler's answer.", QUERY_REPLY),
                  Reply(422, "query_failed: the handler raised or tried to record, no such "
-                            "handler, or no worker answered in time (failure says which).",
+                            "handler, or no worker answered in time (the message says which; "
+                            "failure holds the handler's error when it raised one).",
                        ERROR_SCHEMA)),
         description="Answered by the worker that holds the run, or by a read-only replay "
                     "on a worker of its type for idle and closed runs. Viewers may query.",
