@@ -15,6 +15,8 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
+from durable.errors import StorageClosed
+
 T = TypeVar("T")
 
 
@@ -30,6 +32,7 @@ class LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self._stopping = False
         self._thread = threading.Thread(
             target=self._main, name="durable-postgres-asyncio", daemon=True
         )
@@ -46,6 +49,9 @@ class LoopThread:
     async def run(self, fn: Callable[[], Awaitable[T]], *, shield: bool) -> T:
         import trio
 
+        if self._stopping:
+            raise StorageClosed("the PostgreSQL driver was closed (the client was closed); "
+                                "nothing more can be recorded through it")
         token = trio.lowlevel.current_trio_token()
         done = anyio.Event()
 
@@ -67,8 +73,23 @@ class LoopThread:
         finally:
             if not future.done():
                 future.cancel()
+        if future.cancelled() and self._stopping:
+            raise StorageClosed("the PostgreSQL driver was closed while this call waited "
+                                "(the client was closed)")
         return future.result()
 
     async def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Cancel what still runs on the loop (a listener's wait: its caller gets
+        `StorageClosed`, never a hang), then stop the loop and its thread."""
+        self._stopping = True
+
+        async def wind_down() -> None:
+            current = asyncio.current_task()
+            others = [t for t in asyncio.all_tasks() if t is not current]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+            asyncio.get_running_loop().stop()
+
+        asyncio.run_coroutine_threadsafe(wind_down(), self.loop)
         await anyio.to_thread.run_sync(self._thread.join)

@@ -105,6 +105,7 @@ class PostgresDriver:
         self.log = get_logger("durable.postgres").bind(url=self._target.masked)
         self._pool: Pool | None = None
         self._thread: LoopThread | None = None
+        self._bridged = False  # asyncpg runs on a LoopThread (a trio host)
         self._listener = Listener(self)
         self._watch_lock: anyio.Lock | None = None
 
@@ -116,6 +117,10 @@ class PostgresDriver:
         cancelled caller never leaves a claim committed but unseen."""
         if self._thread is not None:
             return await self._thread.run(fn, shield=shield)
+        if self._bridged:  # on trio, after close: asyncpg's loop is gone
+            raise StorageClosed(f"the PostgreSQL driver for {self._target.masked!r} is closed "
+                                "(the client was closed); nothing more can be recorded "
+                                "through it")
         with anyio.CancelScope(shield=shield):
             result = await fn()
         return result
@@ -165,6 +170,7 @@ class PostgresDriver:
         host = sniffio.current_async_library()
         if host == "trio":
             self._thread = LoopThread()
+            self._bridged = True
         elif host != "asyncio":
             raise ConfigurationError(
                 f"the PostgreSQL driver runs under asyncio or trio, not {host!r}"
