@@ -12,6 +12,7 @@ documented dict shapes.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +22,10 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
+import anyio
+
 import durable
+from durable import activity, workflow
 from durable.http import create_app
 from durable.http.ui import views
 from durable.http.ui.session import COOKIE_NAME, SessionCodec, session_key
@@ -325,6 +329,52 @@ async def test_an_operator_signals_a_run_from_its_page_and_a_viewer_cannot(
     assert refused.status_code == 403
     events = await ui.storage.get_handle("sig-1").history()
     assert len([e for e in events if e.type == "SignalReceived"]) == 1
+
+
+@activity.defn(name="ui-unit")
+def ui_unit(item: str) -> str:
+    while item == "stuck":  # past its start-to-close: its effect cannot be confirmed
+        time.sleep(0.02)
+        activity.check_cancelled()
+    return item
+
+
+@workflow.defn(name="ui-units")
+async def ui_units(items: list[str]) -> int:
+    result = await workflow.units(
+        items, key=str, handler=ui_unit,
+        options=durable.ActivityOptions(start_to_close_timeout=1))
+    return len(result.done)
+
+
+@SQLITE_ONLY
+async def test_an_operator_decides_about_unknown_units_from_the_run_page(
+    ui: Browserless, make_worker: Any,
+) -> None:
+    async with make_worker(workflows=[ui_units], activities=[ui_unit]):
+        handle = await ui.storage.start(ui_units, ["a", "stuck"], id="units-1")
+        with anyio.fail_after(30):
+            while (await handle.describe())["status"] != "unknown":
+                await anyio.sleep(0.05)
+        run_id = (await handle.describe())["run"]["run_id"]
+        await ui.login(OPERATOR)
+        page = await ui.http.get(f"/ui/run?wf=units-1&run={run_id}")
+        assert "could not be confirmed" in page.text and "stuck" in page.text
+        assert "/ui/run/retry-after-review?" in page.text
+        form = await ui.http.get(f"/ui/run/retry-after-review?wf=units-1&run={run_id}")
+        assert 'value="rerun"' in form.text and 'value="confirm"' in form.text
+        csrf = CSRF.search(form.text)
+        assert csrf is not None
+        odd = await ui.http.post(f"/ui/run/retry-after-review?wf=units-1&run={run_id}",
+                                 data={"csrf": csrf.group(1), "units": "maybe"})
+        assert odd.status_code == 422
+        done = await ui.http.post(f"/ui/run/retry-after-review?wf=units-1&run={run_id}",
+                                  data={"csrf": csrf.group(1), "units": "confirm"})
+        assert done.status_code == 303 and "review-cleared" in done.headers["location"]
+        with anyio.fail_after(30):
+            assert await handle.result() == 2
+    listed = await ui.http.get("/ui/runs?status=unknown")
+    assert listed.status_code == 200
 
 
 # ---------------------------------------------------------------- pages

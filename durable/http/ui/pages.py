@@ -76,6 +76,8 @@ NOTICES = {
     "cancelled": "The run was cancelled at once (no cleanup ran).",
     "terminated": "The run was terminated.",
     "signalled": "The signal was recorded; the workflow handles it at its next step.",
+    "review-cleared": "The review mark was cleared: a worker claims and replays the run now.",
+    "review-not-marked": "The run was not marked for review: nothing was changed.",
     "signed-in": "Signed in.",
 }
 
@@ -104,6 +106,11 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("terminate", "terminateWorkflowRun", "Terminate", "Terminate the run",
            "The run closes at once as terminated, revoking its authority: nothing it still "
            "does can be recorded.", "terminated"),
+    Action("retry-after-review", "retryAfterReview", "Retry after review", "Retry the run",
+           "A worker claims the run and replays it. After a replay mismatch, first deploy code "
+           "that replays its history. For units whose effect could not be confirmed, say what "
+           "you found: run them again (the effect did not happen, or twice is harmless) or "
+           "record them done (it happened).", "review-cleared"),
     Action("signal", "", "Send a signal", "Send the signal",
            "The signal is recorded and delivered to the workflow's handler for its name, "
            "once, in order.", "signalled"),
@@ -658,6 +665,16 @@ class WebUI:
         if action.name == "signal":
             await self._signal(request, visitor, workflow_id, run_id, form)
             return action.notice
+        if action.name == "retry-after-review":
+            units = form.get("units", "").strip()
+            if units not in ("", "rerun", "confirm"):
+                raise UIError(422, "Unknown choice",
+                              f"Units are run again (rerun) or recorded done (confirm), "
+                              f"not {units!r}.")
+            _, answer = await self.perform(request, visitor, action.operation_id,
+                                           {"workflowId": workflow_id},
+                                           {"units": units} if units else {})
+            return "review-cleared" if answer.get("cleared") else "review-not-marked"
         await self.perform(request, visitor, action.operation_id, params,
                            {"reason": reason} if reason else {})
         return action.notice

@@ -25,7 +25,7 @@ from ...cli import _fmt
 
 OPEN_STATUSES = _fmt.OPEN_STATUSES
 STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timed_out",
-            "terminated", "continued")
+            "terminated", "continued", "needs_review", "unknown")
 LIFECYCLES = ("requested", "delivered", "cleaning_up", "cancelled", "deadline_expired",
               "terminated")
 # The four activity timeouts, in the order they can fire.
