@@ -17,12 +17,11 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
-
-import anyio
 
 import durable
 from durable import activity, workflow
