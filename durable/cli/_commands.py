@@ -632,15 +632,19 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 @click.option("--max-wait", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
               help="The longest long poll a request may ask for, in seconds.")
 @click.option("--public-metrics", is_flag=True, help="Serve /metrics without a token.")
+@click.option("--ui/--no-ui", default=True, show_default=True,
+              help="Serve the web UI at /ui (the API is the same either way).")
 @pass_session
 def serve(session: Session, host: str, port: int, worker_target: str | None, loop: str,
-          tokens_file: str | None, max_wait: float, public_metrics: bool) -> None:
+          tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool) -> None:
     """Serve the control plane for the database of --db (DURABLE_DB_URL).
 
     Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
     then reach the runs over HTTP. Tokens come from DURABLE_TOKENS
     ("tok1:operator,tok2:viewer") or --tokens-file; without tokens only a
-    loopback address is allowed. Ctrl-C stops it.
+    loopback address is allowed. The UI's session key comes from
+    DURABLE_UI_SECRET (several servers behind one address need the same).
+    Ctrl-C stops it.
     """
     if session.server or not session.db:
         raise click.UsageError(
@@ -659,6 +663,6 @@ def serve(session: Session, host: str, port: int, worker_target: str | None, loo
     _worker.configure_logging("INFO")
     try:
         serve_http(session.db, host, port, tokens_file=tokens_file, worker=spec,
-                   loop=loop, max_wait=max_wait, public_metrics=public_metrics)
+                   loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui)
     except KeyboardInterrupt:
         session.out.note("durable serve stopped")
