@@ -12,6 +12,7 @@ log events. `durable.otel` turns the same notices into spans and metrics.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -58,8 +59,15 @@ def add_listener(listener: Listener) -> Callable[[], None]:
     return remove
 
 
+_watched: weakref.WeakSet[WakeHub] = weakref.WeakSet()
+
+
 def watch(hub: WakeHub) -> Callable[[], None]:
-    """Hand the stop notices published on `hub` to the listeners."""
+    """Hand the stop notices published on `hub` to the listeners (once per hub:
+    several clients over one driver still log each stop once)."""
+    if hub in _watched:
+        return lambda: None
+    _watched.add(hub)
 
     def on_wake(wake: Wake) -> None:
         if wake.data is None or not wake.local:
@@ -73,4 +81,10 @@ def watch(hub: WakeHub) -> Callable[[], None]:
             except Exception as exc:  # a listener's bug never reaches the engine
                 _runs_log.warning("observer_failed", listener=repr(listener), error=repr(exc))
 
-    return hub.subscribe(on_wake)
+    unsubscribe = hub.subscribe(on_wake)
+
+    def stop() -> None:
+        _watched.discard(hub)
+        unsubscribe()
+
+    return stop

@@ -200,3 +200,12 @@ async def test_instrument_without_opentelemetry_says_what_to_install(
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
     with pytest.raises(durable.ConfigurationError, match=r"durable-sdk\[otel\]"):
         durable.otel.instrument()
+
+
+async def test_two_clients_over_one_driver_still_report_each_stop_once(
+    client: durable.Client, make_worker: Any, notices: list[tuple[str, dict[str, Any]]],
+) -> None:
+    second = durable.Client(client.driver)  # shares the driver (and its wake-up hub)
+    async with make_worker(workflows=[observe_wf], activities=[flaky]):
+        assert await second.execute(observe_wf, "ok", id="obs-twice") == "ok"
+    assert len(_runs(notices, "obs-twice")) == 1
