@@ -2,13 +2,19 @@
 
 An executor for `durable.store`'s programs with SQLite's dialect (the base
 `Dialect`: no row locks, ``BEGIN IMMEDIATE`` takes the write lock up front).
-One connection, used by one thread at a time: each domain transaction runs as
-a whole on a worker thread (``anyio.to_thread.run_sync`` with a limiter of
-one), so a transaction costs one thread hop however many statements it has.
-That is the cost that matters on SQLite (measured: the hop, not the disk,
-bounds commits per second), and it works the same under asyncio and trio
-without an event-loop portal. See docs/design/sqlite-driver.md for why this is
-not built on aiosqlite.
+One connection, owned by one dedicated thread (`_writer.Writer`) that every
+use of it goes through: opening and migrating, the domain programs, watch's
+``PRAGMA data_version``, closing. Callers put their program on the thread's
+queue and wait on an event; each time the thread wakes it takes everything
+queued, runs the programs in ONE transaction (``BEGIN IMMEDIATE``, a
+``SAVEPOINT`` per program so a failing one rolls back alone, one
+``COMMIT``), and wakes all their callers with one call into the event loop
+(asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``). A program
+thus costs a share of one thread hop and of one fsync (with
+``synchronous=FULL``) instead of a whole one each: the hop, not the disk,
+bounds commits per second on SQLite, and the fsync bounds them with FULL.
+The loop never waits on SQLite; busy_timeout waits happen on the thread.
+See docs/design/sqlite-driver.md (and why this is not built on aiosqlite).
 
 WAL mode and ``BEGIN IMMEDIATE`` let several processes on one machine share a
 file; another process's commits are noticed through ``PRAGMA data_version``.
