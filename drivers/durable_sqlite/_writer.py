@@ -21,7 +21,9 @@ Failure rules (a drain's transaction):
   savepoint alone, and only its caller gets the exception;
 - a storage failure (`storage_failure`: locked past busy_timeout, disk full,
   I/O error) in any statement rolls the whole transaction back and every
-  caller in it gets `StorageUnavailable(outcome_unknown=False)`;
+  caller in it gets `StorageUnavailable(outcome_unknown=False)`, except
+  read-only programs that rode along: they run again in a read transaction
+  of their own (a deferred ``BEGIN`` never waits for the write lock);
 - COMMIT failing: if SQLite left the transaction open (``SQLITE_BUSY``:
   another process's readers past busy_timeout, in rollback-journal mode) the
   driver rolls it back and every caller gets
@@ -358,8 +360,7 @@ class Writer:
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as exc:
-            self._fail_all(calls, exc, outcome_unknown=False)
-            return []
+            return self._fail_all(calls, exc, outcome_unknown=False)
         single = len(calls) == 1
         done: list[Call[Any]] = []
         writes = 0
@@ -378,13 +379,11 @@ class Writer:
                     conn.execute(f"RELEASE {savepoint}")
             except _StorageFailed as failed:
                 _rollback(conn)
-                self._fail_all(calls, failed.cause, outcome_unknown=False)
-                return []
+                return self._fail_all(calls, failed.cause, outcome_unknown=False)
             except BaseException as exc:
                 if isinstance(exc, sqlite3.Error) and storage_failure(exc):
                     _rollback(conn)  # SAVEPOINT/RELEASE itself hit the storage
-                    self._fail_all(calls, exc, outcome_unknown=False)
-                    return []
+                    return self._fail_all(calls, exc, outcome_unknown=False)
                 call.error = exc
                 self.programs += 1
                 if single:
@@ -409,8 +408,7 @@ class Writer:
         except sqlite3.Error as exc:
             unknown = not conn.in_transaction and "disk i/o error" in str(exc).lower()
             _rollback(conn)
-            self._fail_all(calls, exc, outcome_unknown=unknown)
-            return []
+            return self._fail_all(calls, exc, outcome_unknown=unknown)
         self.transactions += 1
         self.programs += len(done)
         if writes:
@@ -430,11 +428,22 @@ class Writer:
         return conn.in_transaction
 
     def _fail_all(self, calls: list[Call[Any]], exc: sqlite3.Error, *,
-                  outcome_unknown: bool) -> None:
-        """Every caller of a transaction that did not commit gets the failure:
-        StorageUnavailable for a storage failure, else the error itself."""
+                  outcome_unknown: bool) -> list[Call[Any]]:
+        """Every caller of a transaction that did not commit gets the failure
+        (StorageUnavailable for a storage failure, else the error itself),
+        except read-only programs that rode in a write transaction: they are
+        returned, to run again in a read transaction of their own, which
+        never waits for the write lock (alone, they would not have)."""
+        reads: list[Call[Any]] = []
+        mixed = any(call.write for call in calls)
         for call in calls:
+            if call.error is not None:
+                continue  # it failed on its own first: its caller gets that error
             call.value = None
+            if mixed and not call.write and not outcome_unknown:
+                call.restart(self.dialect)
+                reads.append(call)
+                continue
             if storage_failure(exc) or outcome_unknown:
                 error: BaseException = _unavailable(self.url, self.busy_timeout, exc,
                                                     outcome_unknown)
@@ -442,6 +451,7 @@ class Writer:
             else:
                 error = exc
             call.error = error
+        return reads
 
 
 def _set_all(calls: list[Call[Any]]) -> None:
