@@ -226,15 +226,20 @@ class SQLiteDriver:
             if checkpointer is not None:
                 await anyio.to_thread.run_sync(checkpointer.join)
 
-    async def _call(self, writer: Writer, call: Call[T]) -> T:
+    async def _call(self, writer: Writer, call: Call[T], *, shield: bool = True) -> T:
         """Queue a call for the database thread and wait for its outcome.
 
-        The wait is shielded, as the thread hop it replaces was: a program,
-        once queued, runs whole, and its caller gets its outcome (a
-        cancellation then arrives at the caller's next checkpoint), so a
-        claim is never committed unseen."""
+        The wait is shielded, as the thread hop it replaces was once started:
+        a program, once queued, runs whole, and its caller gets its outcome
+        (a cancellation then arrives at the caller's next checkpoint), so a
+        claim is never committed unseen. `shield=False` for reads whose
+        outcome nobody needs once the caller is gone (watch's data_version):
+        the thread still serves it and wakes nobody."""
         writer.queue.put(call)
-        with anyio.CancelScope(shield=True):
+        if shield:
+            with anyio.CancelScope(shield=True):
+                await call.event.wait()  # type: ignore[attr-defined]
+        else:
             await call.event.wait()  # type: ignore[attr-defined]
         if call.error is not None:
             raise call.error
@@ -303,7 +308,8 @@ class SQLiteDriver:
         while True:
             writer = self._writer
             if writer is not None and not self._closing and not writer.stopped:
-                version = await self._call(writer, Call(*_waiter(), fn=self._data_version))
+                version = await self._call(writer, Call(*_waiter(), fn=self._data_version),
+                                           shield=False)
                 if last is not None and version is not None and version != last:
                     self.hub.publish([Wake(("any",))])
                 last = version
