@@ -122,7 +122,8 @@ async def run_batch(driver: SQLiteDriver,
         await anyio.to_thread.run_sync(gate.started.wait, 10)
         for i, (program, write) in enumerate(programs):
             tg.start_soon(one, i, program, write)
-        await queued_behind_gate(driver, gate, len(programs))
+            # queued in this order (trio does not run new tasks in start order)
+            await queued_behind_gate(driver, gate, i + 1)
         gate.release()
     return outcomes
 
@@ -246,10 +247,11 @@ class _CommitFails:
     SQLITE_BUSY does, the transaction left open."""
 
     def __init__(self, conn: sqlite3.Connection, skip: int,
-                 message: str = "database is locked"):
+                 message: str = "database is locked", closes: bool = False):
         self.conn = conn
         self.message = message
         self.skip = skip
+        self.closes = closes  # SQLite ended the transaction itself (an I/O error)
         self.armed = True
 
     def execute(self, sql: str, *args: Any) -> Any:
@@ -258,6 +260,8 @@ class _CommitFails:
                 self.skip -= 1
                 return self.conn.execute(sql, *args)
             self.armed = False
+            if self.closes:
+                self.conn.execute("ROLLBACK")
             raise sqlite3.OperationalError(self.message)
         return self.conn.execute(sql, *args)
 
@@ -282,6 +286,49 @@ async def test_a_failed_commit_rolls_back_and_tells_every_caller(driver: SQLiteD
     assert not real.in_transaction
     assert await keys(driver) == []
     assert await driver.run(insert(3)) == 3
+
+
+async def test_an_io_error_during_commit_leaves_the_outcome_unknown(
+    driver: SQLiteDriver,
+) -> None:
+    """COMMIT fails with an I/O error and SQLite has closed the transaction:
+    the log may or may not be on disk, so callers get outcome_unknown=True
+    (the engine reads back rather than guesses)."""
+    writer = driver._writer
+    assert writer is not None and writer.conn is not None
+    real = writer.conn
+    wrapped = _CommitFails(real, skip=1, message="disk I/O error", closes=True)
+    await _on_thread(driver, lambda c: setattr(writer, "conn", wrapped))
+    try:
+        outcomes = await run_batch(driver, [(insert(1), True), (insert(2), True)])
+    finally:
+        await _on_thread(driver, lambda c: setattr(writer, "conn", real))
+    for outcome in outcomes:
+        assert isinstance(outcome, durable.StorageUnavailable), outcome
+        assert outcome.outcome_unknown is True
+    assert await driver.run(insert(3)) == 3
+
+
+async def test_a_caller_cancelled_while_its_program_runs_gets_its_value(
+    driver: SQLiteDriver,
+) -> None:
+    gate = Gate()
+    got: list[Any] = []
+
+    async def caller(scope: anyio.CancelScope) -> None:
+        with scope:
+            got.append(await driver.run(gate.program, write=False))
+            await anyio.sleep(5)
+            got.append("not reached")
+
+    scope = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(caller, scope)
+        await anyio.to_thread.run_sync(gate.started.wait, 10)
+        scope.cancel()
+        await anyio.sleep(0.01)
+        gate.release()
+    assert got == [None]
 
 
 async def test_programs_before_one_that_aborts_the_transaction_run_again(
