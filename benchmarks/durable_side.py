@@ -247,11 +247,15 @@ def _storage_url(db: DbKind, sqlite_dir: str, synchronous: str | None, pg_url: s
 
 
 class _DbThreadTimer:
-    """Profiling aid: total time the SQLite driver spends inside transactions."""
+    """Profiling aid: total time the SQLite driver spends inside transactions
+    (the database thread's `Writer._transaction`, one per group commit; or
+    `_run_program`, one per program, in builds before the group commit)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.count = 0
+        self._owner: Any = None
+        self._name = ""
         self._orig: Callable[..., Any] | None = None
 
     def install(self) -> bool:
@@ -259,9 +263,14 @@ class _DbThreadTimer:
             import durable_sqlite
         except ImportError:
             return False
-        orig = getattr(durable_sqlite, "_run_program", None)
-        if orig is None:
+        writer = getattr(getattr(durable_sqlite, "_writer", None), "Writer", None)
+        if writer is not None and hasattr(writer, "_transaction"):
+            self._owner, self._name = writer, "_transaction"
+        elif hasattr(durable_sqlite, "_run_program"):
+            self._owner, self._name = durable_sqlite, "_run_program"
+        else:
             return False
+        orig = getattr(self._owner, self._name)
         self._orig = orig
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -272,14 +281,12 @@ class _DbThreadTimer:
                 self.seconds += time.perf_counter() - t0
                 self.count += 1
 
-        durable_sqlite._run_program = timed
+        setattr(self._owner, self._name, timed)
         return True
 
     def uninstall(self) -> None:
         if self._orig is not None:
-            import durable_sqlite
-
-            durable_sqlite._run_program = self._orig
+            setattr(self._owner, self._name, self._orig)
 
 
 async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
@@ -327,6 +334,7 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     runs: list[float] = []
     cpu: list[float] = []
     profile_info: dict[str, Any] | None = None
+    driver_stats: Any = None
     try:
         worker = durable.Worker(
             client, workflows=[bench_local, bench_remote, bench_taskgroup],
@@ -341,6 +349,9 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
                 await once(steps, n_wf)
                 runs.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
+            # the SQLite driver's counters (whole process: warm-up and every
+            # timed run): programs per transaction shows the group commit at work
+            driver_stats = getattr(client.driver, "stats", None)
             if args.profile:
                 profile_info, report = await _profiled_run(once, steps, n_wf, args.profile)
                 Path(args.profile).write_text(report)  # noqa: ASYNC240 (outside the timing)
@@ -374,6 +385,10 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         "durable_version": durable.__version__,
         "python": sys.version.split()[0],
     }
+    if driver_stats is not None:
+        result["driver_stats"] = {
+            name: getattr(driver_stats, name)
+            for name in ("transactions", "programs", "drains", "largest_drain")}
     if profile_info is not None:
         result["profile"] = profile_info
     return result

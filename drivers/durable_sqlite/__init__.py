@@ -2,13 +2,19 @@
 
 An executor for `durable.store`'s programs with SQLite's dialect (the base
 `Dialect`: no row locks, ``BEGIN IMMEDIATE`` takes the write lock up front).
-One connection, used by one thread at a time: each domain transaction runs as
-a whole on a worker thread (``anyio.to_thread.run_sync`` with a limiter of
-one), so a transaction costs one thread hop however many statements it has.
-That is the cost that matters on SQLite (measured: the hop, not the disk,
-bounds commits per second), and it works the same under asyncio and trio
-without an event-loop portal. See docs/design/sqlite-driver.md for why this is
-not built on aiosqlite.
+One connection, owned by one dedicated thread (`_writer.Writer`) that every
+use of it goes through: opening and migrating, the domain programs, watch's
+``PRAGMA data_version``, closing. Callers put their program on the thread's
+queue and wait on an event; each time the thread wakes it takes everything
+queued, runs the programs in ONE transaction (``BEGIN IMMEDIATE``, a
+``SAVEPOINT`` per program so a failing one rolls back alone, one
+``COMMIT``), and wakes all their callers with one call into the event loop
+(asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``). A program
+thus costs a share of one thread hop and of one fsync (with
+``synchronous=FULL``) instead of a whole one each: the hop, not the disk,
+bounds commits per second on SQLite, and the fsync bounds them with FULL.
+The loop never waits on SQLite; busy_timeout waits happen on the thread.
+See docs/design/sqlite-driver.md (and why this is not built on aiosqlite).
 
 WAL mode and ``BEGIN IMMEDIATE`` let several processes on one machine share a
 file; another process's commits are noticed through ``PRAGMA data_version``.
@@ -16,25 +22,33 @@ file; another process's commits are noticed through ``PRAGMA data_version``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
-import anyio.to_thread
 
 from durable import _validate
-from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
-from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
+from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub
+from durable.errors import ConfigurationError
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
+from ._writer import Call, Notify, SQLiteStats, Writer, _closed, _run_program, storage_failure
+
+try:  # trio depends on sniffio; without it the host can only be asyncio
+    import sniffio
+except ImportError:  # pragma: no cover
+    sniffio = None  # type: ignore[assignment]
+
 T = TypeVar("T")
 
-__all__ = ["SQLiteDriver"]
+__all__ = ["SQLiteDriver", "SQLiteStats", "storage_failure"]
 
 
 _FORMS = ("sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite://:memory:, "
@@ -70,77 +84,6 @@ def _parse(url: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
-def _execute(conn: sqlite3.Connection, stmt: Stmt) -> Any:
-    if stmt.mode == "many":
-        conn.executemany(stmt.sql, stmt.params_seq)
-        return None
-    cursor = conn.execute(stmt.sql, stmt.params)
-    if stmt.mode == "all":
-        return cursor.fetchall()
-    if stmt.mode == "one":
-        row = cursor.fetchone()
-        cursor.fetchall()
-        return row
-    cursor.fetchall()
-    return cursor.rowcount
-
-
-# SQLite errors that say storage cannot be used right now (another process
-# holds the lock past busy_timeout, the disk is full or failing, the file is
-# gone or read-only): the transaction did not commit and may be retried.
-_UNAVAILABLE = (
-    "database is locked",
-    "database table is locked",
-    "disk i/o error",
-    "database or disk is full",
-    "unable to open database file",
-    "attempt to write a readonly database",
-)
-
-
-def storage_failure(exc: BaseException) -> bool:
-    """Whether `exc` means storage is unavailable (retry), not a bad statement."""
-    return isinstance(exc, sqlite3.OperationalError) and any(
-        text in str(exc).lower() for text in _UNAVAILABLE)
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back, never masking the error that brought us here (after some
-    errors SQLite has rolled back already and there is nothing to undo)."""
-    try:
-        conn.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass
-
-
-def _run_program(conn: sqlite3.Connection, program: Program[T], write: bool) -> T:
-    """Run a whole transaction program on this (database) thread.
-
-    A statement that fails for its own reasons (a value SQLite cannot store,
-    a constraint) is thrown into the program at its ``yield``, so a program
-    may handle it (roll back to a savepoint); storage failures are not.
-    """
-    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-    try:
-        stmt = next(program)
-        while True:
-            try:
-                result = _execute(conn, stmt)
-            except Exception as exc:
-                if storage_failure(exc):
-                    raise
-                stmt = program.throw(exc)
-                continue
-            stmt = program.send(result)
-    except StopIteration as done:
-        conn.execute("COMMIT")
-        value: T = done.value
-        return value
-    except BaseException:
-        _rollback(conn)
-        raise
-
-
 class SQLiteDriver:
     """Storage on one SQLite file (or in memory), shared safely by processes."""
 
@@ -164,12 +107,24 @@ class SQLiteDriver:
             raise ConfigurationError(
                 f"file_mode must be permission bits such as 0o600, got {file_mode!r}")
         self.file_mode = file_mode
-        self._conn: sqlite3.Connection | None = None
-        self._limiter = anyio.CapacityLimiter(1)
+        self._writer: Writer | None = None
+        self._finalizer: Any = None  # weakref.finalize ending the thread
+        self._stats = SQLiteStats()
+        self._closing = False
         # WAL checkpoints run on a thread and connection of their own (see _checkpoint)
         self._writes = 0
         self._checkpointer: threading.Thread | None = None
         self._checkpoint_uri: str | None = None
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        """The connection, owned by the database thread (tests poke at it)."""
+        return self._writer.conn if self._writer is not None else None
+
+    @property
+    def stats(self) -> SQLiteStats:
+        """Counters of the database thread: transactions, programs, drains."""
+        return self._writer.stats() if self._writer is not None else self._stats
 
     @property
     def shared(self) -> bool:
@@ -224,44 +179,92 @@ class SQLiteDriver:
         os.chmod(self.path, self.file_mode)  # whatever the umask
 
     async def open(self) -> None:
-        if self._conn is None:
-            self._conn = await anyio.to_thread.run_sync(self._connect, limiter=self._limiter)
+        if self._writer is not None:
+            return
+        self._closing = False
+        # The thread holds the driver weakly, so that a driver dropped without
+        # close() is collected and its finalizer ends the thread.
+        count = weakref.WeakMethod(self._count_write)
+
+        def on_write(programs: int) -> None:
+            method = count()
+            if method is not None:
+                method(programs)
+
+        writer = Writer(self.url, self.busy_timeout, self.dialect, on_write)
+        writer.start()
+        self._finalizer = weakref.finalize(self, writer.stop)
+        self._writer = writer
+
+        def connect(_: sqlite3.Connection | None) -> None:
+            writer.conn = self._connect()
+
+        try:
+            await self._call(writer, Call(*_waiter(), fn=connect))
+        except BaseException:
+            self._writer = None
+            self._finalizer.detach()
+            writer.stop()
+            raise
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        """Finish every call queued so far, close the connection, end the thread."""
+        writer = self._writer
+        if writer is None or self._closing:
+            return
+        self._closing = True
+        with anyio.CancelScope(shield=True):
+            call: Call[None] = Call(*_waiter(), fn=lambda conn: None)
+            writer.queue.put(call)
+            writer.stop()
+            await call.event.wait()  # type: ignore[attr-defined]
+            await anyio.to_thread.run_sync(writer.thread.join)
+            self._finalizer.detach()
+            self._stats = writer.stats()
+            self._writer = None
+            checkpointer = self._checkpointer
+            if checkpointer is not None:
+                await anyio.to_thread.run_sync(checkpointer.join)
+
+    async def _call(self, writer: Writer, call: Call[T], *, shield: bool = True) -> T:
+        """Queue a call for the database thread and wait for its outcome.
+
+        The wait is shielded, as the thread hop it replaces was once started:
+        a program, once queued, runs whole, and its caller gets its outcome
+        (a cancellation then arrives at the caller's next checkpoint), so a
+        claim is never committed unseen. `shield=False` for reads whose
+        outcome nobody needs once the caller is gone (watch's data_version):
+        the thread still serves it and wakes nobody."""
+        writer.queue.put(call)
+        if shield:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)
-                if self._checkpointer is not None:
-                    await anyio.to_thread.run_sync(self._checkpointer.join)
+                await call.event.wait()  # type: ignore[attr-defined]
+        else:
+            await call.event.wait()  # type: ignore[attr-defined]
+        if call.error is not None:
+            raise call.error
+        return call.value  # type: ignore[return-value]
 
     async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
-        """Run the program whole on the database thread: one hop per transaction."""
-        conn = self._conn
-        if conn is None:
-            raise StorageClosed(f"the SQLite database {self.url!r} is closed (the client was "
-                                "closed); nothing more can be recorded through it")
+        """Run the program whole on the database thread, grouped with whatever
+        else is queued into one transaction (in a savepoint of its own)."""
+        writer = self._writer
+        if writer is None or self._closing or writer.stopped:
+            raise _closed(self.url)
         tx = Tx(self.dialect)
-        try:
-            result = await anyio.to_thread.run_sync(
-                _run_program, conn, program(tx), write, limiter=self._limiter
-            )
-        except sqlite3.Error as exc:
-            if not storage_failure(exc):
-                raise
-            raise StorageUnavailable(
-                f"SQLite at {self.url!r} cannot be used right now ({exc}); nothing was "
-                "recorded. Another process may hold the write lock longer than busy_timeout "
-                f"({self.busy_timeout:g} s), or the disk is full or failing",
-                outcome_unknown=False,
-            ) from exc
-        if write and self._checkpoint_uri is not None:
-            self._count_write()
-        self.hub.publish(tx.wakes)
+        call = Call(*_waiter(), factory=program, tx=tx, write=write)
+        result = await self._call(writer, call)
+        assert call.tx is not None
+        self.hub.publish(call.tx.wakes)
         return result
 
-    def _count_write(self) -> None:
-        self._writes += 1
+    def _count_write(self, programs: int) -> None:
+        """On the database thread, after a COMMIT: count committed write
+        programs (not transactions, so a checkpoint still comes every
+        `checkpoint_every` programs' worth of WAL however they are grouped)."""
+        if self._checkpoint_uri is None:
+            return
+        self._writes += programs
         if self._writes < self.checkpoint_every:
             return
         if self._checkpointer is not None and self._checkpointer.is_alive():
@@ -292,18 +295,35 @@ class SQLiteDriver:
         except sqlite3.Error:
             pass
 
-    def _data_version(self) -> int:
-        assert self._conn is not None
-        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+    @staticmethod
+    def _data_version(conn: sqlite3.Connection | None) -> int | None:
+        if conn is None:
+            return None
+        return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
     async def watch(self) -> None:
         if not self.shared:
             await anyio.sleep_forever()
         last: int | None = None
         while True:
-            if self._conn is not None:
-                version = await anyio.to_thread.run_sync(self._data_version, limiter=self._limiter)
-                if last is not None and version != last:
+            writer = self._writer
+            if writer is not None and not self._closing and not writer.stopped:
+                version = await self._call(writer, Call(*_waiter(), fn=self._data_version),
+                                           shield=False)
+                if last is not None and version is not None and version != last:
                     self.hub.publish([Wake(("any",))])
                 last = version
             await anyio.sleep(self.poll_interval)
+
+
+def _waiter() -> tuple[Any, Notify]:
+    """An event for one caller and its loop's thread-safe "call soon".
+
+    asyncio: ``loop.call_soon_threadsafe``; trio: the run's
+    ``TrioToken.run_sync_soon``. Native events: they are set from that
+    callback, on the loop, once per drain."""
+    if sniffio is not None and sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.Event(), trio.lowlevel.current_trio_token().run_sync_soon
+    return asyncio.Event(), asyncio.get_running_loop().call_soon_threadsafe

@@ -1,0 +1,479 @@
+"""The SQLite driver's database thread: one connection, one thread, group commit.
+
+Every use of the connection (open and migrate, domain programs, ``PRAGMA
+data_version``, close) is a `_Call` put on a `queue.SimpleQueue` that one
+dedicated thread serves. Each time it wakes up, the thread takes EVERYTHING
+queued, runs the programs among it in as few transactions as it can (one
+``BEGIN IMMEDIATE`` ... ``COMMIT`` per drain, each program inside a
+``SAVEPOINT`` of its own), and completes the callers with ONE call into
+their event loop per drain (asyncio: ``loop.call_soon_threadsafe``; trio:
+``TrioToken.run_sync_soon``), which sets each caller's event.
+
+Why: a commit on SQLite costs one fsync with ``synchronous=FULL`` and a
+thread hop each way in any mode; both are paid once per drain instead of
+once per program, while the loop never waits on SQLite (busy_timeout waits
+stay on this thread).
+
+Failure rules (a drain's transaction):
+
+- a program that raises (its own exception, or a statement error thrown into
+  it at its ``yield`` that it does not handle) is rolled back to its
+  savepoint alone, and only its caller gets the exception;
+- a storage failure (`storage_failure`: locked past busy_timeout, disk full,
+  I/O error) in any statement rolls the whole transaction back and every
+  caller in it gets `StorageUnavailable(outcome_unknown=False)`, except
+  read-only programs that rode along: they run again in a read transaction
+  of their own (a deferred ``BEGIN`` never waits for the write lock);
+- COMMIT failing: if SQLite left the transaction open (``SQLITE_BUSY``:
+  another process's readers past busy_timeout, in rollback-journal mode) the
+  driver rolls it back and every caller gets
+  `StorageUnavailable(outcome_unknown=False)`; an I/O error during COMMIT
+  (the log may or may not have reached the disk) gives
+  `StorageUnavailable(outcome_unknown=True)`, which the engine resolves by
+  reading back; any other COMMIT error: rolled back, outcome_unknown=False;
+- if a program's error made SQLite abandon the whole transaction (an error
+  class SQLite answers with a full rollback), the programs that had already
+  succeeded in it certainly did not commit: they are run again from their
+  factories in a new transaction (the `Driver.run` contract allows it).
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx
+from durable.errors import StorageClosed, StorageUnavailable
+
+T = TypeVar("T")
+
+#: programs per transaction at most: a drain bigger than this commits in
+#: several transactions (a transaction holds SQLite's write lock, which other
+#: processes wait for, for as long as it runs)
+MAX_PROGRAMS_PER_TRANSACTION = 256
+
+
+def _execute(conn: sqlite3.Connection, stmt: Stmt) -> Any:
+    if stmt.mode == "many":
+        conn.executemany(stmt.sql, stmt.params_seq)
+        return None
+    cursor = conn.execute(stmt.sql, stmt.params)
+    if stmt.mode == "all":
+        return cursor.fetchall()
+    if stmt.mode == "one":
+        row = cursor.fetchone()
+        cursor.fetchall()
+        return row
+    cursor.fetchall()
+    return cursor.rowcount
+
+
+# SQLite errors that say storage cannot be used right now (another process
+# holds the lock past busy_timeout, the disk is full or failing, the file is
+# gone or read-only): the transaction did not commit and may be retried.
+_UNAVAILABLE = (
+    "database is locked",
+    "database table is locked",
+    "disk i/o error",
+    "database or disk is full",
+    "unable to open database file",
+    "attempt to write a readonly database",
+)
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """Whether `exc` means storage is unavailable (retry), not a bad statement."""
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        text in str(exc).lower() for text in _UNAVAILABLE)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back, never masking the error that brought us here (after some
+    errors SQLite has rolled back already and there is nothing to undo)."""
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+class _StorageFailed(Exception):
+    """A storage failure inside a program: the whole transaction is lost."""
+
+    def __init__(self, cause: sqlite3.Error):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _drive(conn: sqlite3.Connection, program: Program[T]) -> T:
+    """Run one program's statements (inside a transaction opened by the caller).
+
+    A statement that fails for its own reasons (a value SQLite cannot store,
+    a constraint) is thrown into the program at its ``yield``, so a program
+    may handle it (roll back to a savepoint of its own); storage failures are
+    not: they end the whole transaction (`_StorageFailed`).
+    """
+    try:
+        stmt = next(program)
+        while True:
+            try:
+                result = _execute(conn, stmt)
+            except Exception as exc:
+                if storage_failure(exc):
+                    assert isinstance(exc, sqlite3.Error)
+                    program.close()
+                    raise _StorageFailed(exc) from exc
+                stmt = program.throw(exc)
+                continue
+            stmt = program.send(result)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+def _run_program(conn: sqlite3.Connection, program: Program[T], write: bool) -> T:
+    """Run one program as a transaction of its own (opening the database:
+    the migrations run before the thread serves anyone)."""
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        value = _drive(conn, program)
+        conn.execute("COMMIT")
+        return value
+    except _StorageFailed as failed:
+        _rollback(conn)
+        raise failed.cause from None
+    except BaseException:
+        _rollback(conn)
+        raise
+
+
+class _Waiter(Protocol):
+    def set(self) -> None: ...
+
+
+Notify = Callable[..., object]
+
+
+class Call(Generic[T]):
+    """One request to the database thread and, once served, its outcome.
+
+    `event` is set on the caller's loop (through `notify`, that loop's
+    thread-safe "call soon") once `value` or `error` holds the outcome.
+    A program call carries its factory (to run it again in a new transaction
+    if SQLite abandoned the one it was in), a function call a function of
+    the connection.
+    """
+
+    __slots__ = (
+        "error",
+        "event",
+        "factory",
+        "fn",
+        "notify",
+        "program",
+        "tx",
+        "value",
+        "write",
+    )
+
+    def __init__(self, event: _Waiter, notify: Notify, *,
+                 factory: ProgramFactory[T] | None = None, tx: Tx | None = None,
+                 write: bool = True,
+                 fn: Callable[[sqlite3.Connection | None], T] | None = None):
+        self.factory = factory
+        self.tx = tx
+        self.program: Program[T] | None = (
+            factory(tx) if factory is not None and tx is not None else None)
+        self.write = write
+        self.fn = fn
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.event = event
+        self.notify = notify
+
+    def restart(self, dialect: Dialect) -> None:
+        """A fresh program and Tx: the previous run certainly did not commit."""
+        assert self.factory is not None
+        if self.program is not None:
+            self.program.close()
+        self.tx = Tx(dialect)
+        self.program = self.factory(self.tx)
+        self.value = None
+        self.error = None
+
+
+@dataclass(frozen=True)
+class SQLiteStats:
+    """Counters of the database thread, for tests and tuning.
+
+    `transactions`: transactions committed that ran at least one program;
+    `programs`: programs run to their end (committed, or rolled back to their
+    savepoint because they raised); `drains`: wake-ups of the thread that
+    found work (each completes its callers with one call into their loop);
+    `largest_drain`: most calls served by one wake-up.
+    """
+
+    transactions: int = 0
+    programs: int = 0
+    drains: int = 0
+    largest_drain: int = 0
+
+
+_STOP = object()
+
+
+class Writer:
+    """The thread that owns the connection; see the module docstring."""
+
+    def __init__(self, url: str, busy_timeout: float, dialect: Dialect,
+                 on_write: Callable[[int], None]):
+        self.url = url
+        self.busy_timeout = busy_timeout
+        self.dialect = dialect
+        self.on_write = on_write  # called on this thread with the write programs committed
+        self.conn: sqlite3.Connection | None = None
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.stopped = False
+        self.transactions = 0
+        self.programs = 0
+        self.drains = 0
+        self.largest_drain = 0
+        self.thread = threading.Thread(target=self._serve, name="durable-sqlite", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to finish what is queued, close the connection and end."""
+        self.queue.put(_STOP)
+
+    def stats(self) -> SQLiteStats:
+        return SQLiteStats(self.transactions, self.programs, self.drains, self.largest_drain)
+
+    # ------------------------------------------------------------ the thread
+
+    def _serve(self) -> None:
+        get, get_nowait = self.queue.get, self.queue.get_nowait
+        stopping = False
+        while not stopping:
+            batch: list[Any] = [get()]
+            while True:
+                try:
+                    batch.append(get_nowait())
+                except queue.Empty:
+                    break
+            calls: list[Call[Any]] = []
+            late: list[Call[Any]] = []
+            for item in batch:
+                if item is _STOP:
+                    stopping = True
+                elif stopping:
+                    late.append(item)  # put after close: only from another thread
+                else:
+                    calls.append(item)
+            try:
+                self._serve_calls(calls)
+            except BaseException as exc:  # a bug here must not leave callers waiting
+                for call in calls:
+                    if call.error is None and call.value is None:
+                        call.error = exc
+            if stopping:
+                self._close()
+                self.stopped = True
+                late.extend(self._take_rest())
+                for call in late:
+                    call.error = _closed(self.url)
+                calls.extend(late)
+            self.drains += 1
+            self.largest_drain = max(self.largest_drain, len(calls))
+            self._complete(calls)
+
+    def _take_rest(self) -> list[Call[Any]]:
+        rest: list[Call[Any]] = []
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return rest
+            if item is not _STOP:
+                rest.append(item)
+
+    def _close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    @staticmethod
+    def _complete(calls: list[Call[Any]]) -> None:
+        """Wake the callers: one call into each event loop for the whole drain."""
+        by_loop: dict[Notify, list[Call[Any]]] = {}
+        for call in calls:
+            by_loop.setdefault(call.notify, []).append(call)
+        for notify, group in by_loop.items():
+            try:
+                notify(_set_all, group)
+            except Exception:  # that loop is gone: nobody is waiting any more
+                pass
+
+    def _serve_calls(self, calls: list[Call[Any]]) -> None:
+        """Serve in queue order: functions one by one, consecutive programs
+        grouped into transactions of up to MAX_PROGRAMS_PER_TRANSACTION."""
+        group: list[Call[Any]] = []
+        for call in calls:
+            if call.fn is not None:
+                if group:
+                    self._run_group(group)
+                    group = []
+                try:
+                    call.value = call.fn(self.conn)
+                except BaseException as exc:
+                    call.error = exc
+                continue
+            if self.conn is None:
+                call.error = _closed(self.url)
+                continue
+            group.append(call)
+            if len(group) >= MAX_PROGRAMS_PER_TRANSACTION:
+                self._run_group(group)
+                group = []
+        if group:
+            self._run_group(group)
+
+    def _run_group(self, calls: list[Call[Any]]) -> None:
+        """Run programs in one transaction, each in a savepoint of its own."""
+        while calls:
+            calls = self._transaction(calls)
+
+    def _transaction(self, calls: list[Call[Any]]) -> list[Call[Any]]:
+        """One transaction over `calls`; returns the calls to run again in a
+        new one (empty unless SQLite abandoned this transaction under a
+        program that failed on its own)."""
+        conn = self.conn
+        assert conn is not None
+        write = any(call.write for call in calls)
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as exc:
+            return self._fail_all(calls, exc, outcome_unknown=False)
+        single = len(calls) == 1
+        done: list[Call[Any]] = []
+        writes = 0
+        for index, call in enumerate(calls):
+            program = call.program
+            assert program is not None
+            # Savepoint names are unique in the transaction and unlike any a
+            # domain program uses for itself, so a program's own savepoints
+            # nest inside its batch savepoint without clashing.
+            savepoint = f"durable_batch_{index}"
+            try:
+                if not single:
+                    conn.execute(f"SAVEPOINT {savepoint}")
+                value = _drive(conn, program)
+                if not single:
+                    conn.execute(f"RELEASE {savepoint}")
+            except _StorageFailed as failed:
+                _rollback(conn)
+                return self._fail_all(calls, failed.cause, outcome_unknown=False)
+            except BaseException as exc:
+                if isinstance(exc, sqlite3.Error) and storage_failure(exc):
+                    _rollback(conn)  # SAVEPOINT/RELEASE itself hit the storage
+                    return self._fail_all(calls, exc, outcome_unknown=False)
+                call.error = exc
+                self.programs += 1
+                if single:
+                    _rollback(conn)
+                    return []
+                if not self._undo(conn, savepoint):
+                    # SQLite abandoned the whole transaction: the programs
+                    # before this one did not commit; run them (and the
+                    # rest) again in a new transaction.
+                    _rollback(conn)
+                    retry = [c for c in calls if c is not call and c.error is None]
+                    for again in retry:
+                        again.restart(self.dialect)
+                    return retry
+                continue
+            call.value = value
+            done.append(call)
+            if call.write:
+                writes += 1
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            unknown = not conn.in_transaction and "disk i/o error" in str(exc).lower()
+            _rollback(conn)
+            return self._fail_all(calls, exc, outcome_unknown=unknown)
+        self.transactions += 1
+        self.programs += len(done)
+        if writes:
+            self.on_write(writes)
+        return []
+
+    @staticmethod
+    def _undo(conn: sqlite3.Connection, savepoint: str) -> bool:
+        """Roll one program back to its savepoint; False if the transaction is gone."""
+        if not conn.in_transaction:
+            return False
+        try:
+            conn.execute(f"ROLLBACK TO {savepoint}")
+            conn.execute(f"RELEASE {savepoint}")
+        except sqlite3.Error:
+            return False
+        return conn.in_transaction
+
+    def _fail_all(self, calls: list[Call[Any]], exc: sqlite3.Error, *,
+                  outcome_unknown: bool) -> list[Call[Any]]:
+        """Every caller of a transaction that did not commit gets the failure
+        (StorageUnavailable for a storage failure, else the error itself),
+        except read-only programs that rode in a write transaction: they are
+        returned, to run again in a read transaction of their own, which
+        never waits for the write lock (alone, they would not have)."""
+        reads: list[Call[Any]] = []
+        mixed = any(call.write for call in calls)
+        for call in calls:
+            if call.error is not None:
+                continue  # it failed on its own first: its caller gets that error
+            call.value = None
+            if mixed and not call.write and not outcome_unknown:
+                call.restart(self.dialect)
+                reads.append(call)
+                continue
+            if storage_failure(exc) or outcome_unknown:
+                error: BaseException = _unavailable(self.url, self.busy_timeout, exc,
+                                                    outcome_unknown)
+                error.__cause__ = exc
+            else:
+                error = exc
+            call.error = error
+        return reads
+
+
+def _set_all(calls: list[Call[Any]]) -> None:
+    """On the caller's loop: wake every caller of a drain."""
+    for call in calls:
+        call.event.set()
+
+
+def _closed(url: str) -> StorageClosed:
+    return StorageClosed(f"the SQLite database {url!r} is closed (the client was "
+                         "closed); nothing more can be recorded through it")
+
+
+def _unavailable(url: str, busy_timeout: float, exc: BaseException,
+                 outcome_unknown: bool) -> StorageUnavailable:
+    if outcome_unknown:
+        return StorageUnavailable(
+            f"SQLite at {url!r} failed during COMMIT ({exc}); the transaction may or "
+            "may not have been recorded", outcome_unknown=True)
+    return StorageUnavailable(
+        f"SQLite at {url!r} cannot be used right now ({exc}); nothing was "
+        "recorded. Another process may hold the write lock longer than busy_timeout "
+        f"({busy_timeout:g} s), or the disk is full or failing",
+        outcome_unknown=False,
+    )
