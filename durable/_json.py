@@ -100,6 +100,9 @@ class StdlibCodec:
 # Text orjson writes that the standard library would write otherwise (see the
 # module docstring); searched in orjson's output before it is accepted.
 _DIFFERS = re.compile(rb"null|e-|0\.0000|\x7f")
+# orjson before 3.11 wrote big floats' exponents without their sign (1e16 for
+# 1e+16): with such a version every exponent goes to the standard library.
+_DIFFERS_OLD = re.compile(rb"null|e-|0\.0000|\x7f|\de\d")
 # Integers orjson would read as floats: beyond 64 bits (below -2**63 has 19 digits).
 _LONG_DIGITS = re.compile(r"\d{19}")
 
@@ -116,6 +119,7 @@ class OrjsonCodec:
         self._loads = orjson.loads
         self._options = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
         self._stdlib = StdlibCodec()
+        self._differs = _DIFFERS if orjson.dumps(1e16) == b"1e+16" else _DIFFERS_OLD
 
     def dumps(self, value: Any, default: Default | None = None, allow_nan: bool = True) -> str:
         if default is not payload_default:  # orjson's enums and UUIDs are payload_default's
@@ -126,7 +130,7 @@ class OrjsonCodec:
             # orjson declined (a big int, a non-string key, a type `default`
             # refuses, ...): the standard library gives the text or the error.
             return self._stdlib.dumps(value, default, allow_nan)
-        if out.isascii() and _DIFFERS.search(out) is None:
+        if out.isascii() and self._differs.search(out) is None:
             return out.decode("ascii")
         return self._stdlib.dumps(value, default, allow_nan)
 
