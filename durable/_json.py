@@ -28,8 +28,9 @@ the canonical string), so orjson is used only with that default: a caller
 with another (the store's ``default=str``) gets the standard library, and
 the store's own hot path (a local step's history events) holds plain JSON
 values only, for which every default gives the same text. Dataclasses and
-datetimes are handed to `default` (orjson's passthrough options), so they
-are encoded by the same code as with the standard library.
+datetimes are handed to `default` (orjson's passthrough options): orjson's
+own dataclass encoding differs (it reads ``__dict__``, skips names starting
+with ``_``), `dataclasses.asdict`'s is what is stored.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import functools
 import json
 import re
 import uuid
@@ -98,13 +100,35 @@ class StdlibCodec:
 
 
 # Text orjson writes that the standard library would write otherwise (see the
-# module docstring); searched in orjson's output before it is accepted.
-_DIFFERS = re.compile(rb"null|e-|0\.0000|\x7f")
+# module docstring), looked for in orjson's output before it is accepted: by
+# one regular expression in short texts, by substring searches in long ones
+# (faster per byte).
+_MARKERS = (b"null", b"e-", b"0.0000", b"\x7f")
+_DIFFERS = re.compile(b"|".join(re.escape(m) for m in _MARKERS))
 # orjson before 3.11 wrote big floats' exponents without their sign (1e16 for
 # 1e+16): with such a version every exponent goes to the standard library.
-_DIFFERS_OLD = re.compile(rb"null|e-|0\.0000|\x7f|\de\d")
-# Integers orjson would read as floats: beyond 64 bits (below -2**63 has 19 digits).
-_LONG_DIGITS = re.compile(r"\d{19}")
+_DIFFERS_OLD = re.compile(_DIFFERS.pattern + rb"|\de\d")
+# Integers orjson would read as floats: beyond 64 bits (below -2**63 has 19
+# digits). Found by mapping digits to "0" and the rest to " " (bytes.translate)
+# and searching for 19 zeros: ~20 times faster than a regular expression.
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_DIGIT_RUN = b"0" * 19
+
+
+@functools.lru_cache(maxsize=1024)
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _shallow_default(value: Any) -> Any:
+    """`payload_default` for orjson: a dataclass as a shallow dict of its fields
+    (orjson encodes the values itself, nested dataclasses through this again),
+    which gives `dataclasses.asdict`'s JSON without its deep copy (~30 times
+    faster). Should it differ in an error, the standard library's attempt
+    with `payload_default` gives the usual error."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: getattr(value, name) for name in _field_names(type(value))}
+    return payload_default(value)
 
 
 class OrjsonCodec:
@@ -119,23 +143,32 @@ class OrjsonCodec:
         self._loads = orjson.loads
         self._options = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
         self._stdlib = StdlibCodec()
-        self._differs = _DIFFERS if orjson.dumps(1e16) == b"1e+16" else _DIFFERS_OLD
+        self._signed_exponents = orjson.dumps(1e16) == b"1e+16"
+        self._pattern = _DIFFERS if self._signed_exponents else _DIFFERS_OLD
 
     def dumps(self, value: Any, default: Default | None = None, allow_nan: bool = True) -> str:
         if default is not payload_default:  # orjson's enums and UUIDs are payload_default's
             return self._stdlib.dumps(value, default, allow_nan)
         try:
-            out = self._dumps(value, default=default, option=self._options)
+            out = self._dumps(value, default=_shallow_default, option=self._options)
         except Exception:
             # orjson declined (a big int, a non-string key, a type `default`
             # refuses, ...): the standard library gives the text or the error.
             return self._stdlib.dumps(value, default, allow_nan)
-        if out.isascii() and self._differs.search(out) is None:
+        if out.isascii() and not self._differs(out):
             return out.decode("ascii")
         return self._stdlib.dumps(value, default, allow_nan)
 
+    def _differs(self, out: bytes) -> bool:
+        """Whether the standard library might write `out` otherwise."""
+        if len(out) < 128 or not self._signed_exponents:
+            return self._pattern.search(out) is not None
+        null, small, smaller, delete = _MARKERS
+        return null in out or small in out or smaller in out or delete in out
+
     def loads(self, text: str) -> Any:
-        if _LONG_DIGITS.search(text) is None:
+        if len(text) < 19 or _DIGIT_RUN not in text.encode(
+                "utf-8", "surrogatepass").translate(_DIGITS):
             try:
                 return self._loads(text)
             except orjson.JSONDecodeError:

@@ -14,6 +14,7 @@ import datetime
 import enum
 import json
 import math
+import typing
 import uuid
 from typing import Any
 
@@ -43,6 +44,48 @@ class Point:
     label: str | None = None
 
 
+@dataclasses.dataclass
+class Odd:
+    """What orjson's own dataclass encoding would get wrong."""
+
+    x: int
+    _private: int = 2
+    shared: typing.ClassVar[int] = 5
+    seed: dataclasses.InitVar[int] = 0
+    derived: int = dataclasses.field(init=False, default=9)
+
+    def __post_init__(self, seed: int) -> None:
+        self.extra = "not a field"
+
+
+@dataclasses.dataclass
+class OddChild(Odd):
+    y: Point | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    a: int
+    when: datetime.date = datetime.date(2026, 1, 1)
+
+
+@dataclasses.dataclass
+class Unset:
+    a: int
+    b: int = dataclasses.field(init=False)
+
+
+LONG = "x" * 200  # past the guard's short-text regular expression
+
+
+def label(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = type(value).__name__
+    return text if len(text) < 40 else text[:37] + "..."
+
+
 def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
     """What a call gives: its value, or its error's type and message."""
     try:
@@ -64,6 +107,9 @@ EDGE_VALUES: list[Any] = [
     datetime.datetime(2026, 1, 2, 3, 4, 5), datetime.date(2026, 2, 28),
     datetime.time(12, 0), {3, 1, 2}, frozenset({"b", "a"}), (1, 2),
     Point(1.0, 2.5), Point(1.0, 2.5, "p"), [Point(0.0, 1e-9)],
+    Odd(1), OddChild(1, y=Point(0.5, 1e-7)), Slotted(3), [Slotted(1), {"s": {Slotted(2).a}}],
+    Unset(1), [LONG, float("nan")], [LONG, None], [LONG, 1e-7], [LONG, 1e-5], [LONG, "\x7f"],
+    [LONG, 1e22], [LONG, 2**64], {LONG: [LONG] * 3},
     object(), b"bytes", 1j, [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
 ]
 
@@ -75,7 +121,7 @@ def nested(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize("value", [*EDGE_VALUES, nested(300)], ids=repr)
+@pytest.mark.parametrize("value", [*EDGE_VALUES, nested(300)], ids=label)
 @pytest.mark.parametrize("allow_nan", [False, True])
 def test_payload_text_and_errors_are_the_standard_librarys(value: Any, allow_nan: bool) -> None:
     fast = outcome(FAST.dumps, value, payload_default, allow_nan)
@@ -86,7 +132,7 @@ def test_payload_text_and_errors_are_the_standard_librarys(value: Any, allow_nan
         assert fast == reference
 
 
-@pytest.mark.parametrize("value", EDGE_VALUES, ids=repr)
+@pytest.mark.parametrize("value", EDGE_VALUES, ids=label)
 def test_other_defaults_get_the_standard_librarys_text(value: Any) -> None:
     """orjson encodes enums and UUIDs itself; with the store's ``default=str``
     the standard library must decide (a plain enum would otherwise change)."""
@@ -102,7 +148,7 @@ def test_other_defaults_get_the_standard_librarys_text(value: Any) -> None:
     str(2**63), str(2**64 - 1), str(2**64), str(-(2**63) - 1), str(10**40),
     "0.1234567890123456789012", '"\\ud800"', '"\\u00e9"', '"é"', "[1, 2]", ' {"a" : 1} ',
     '{"a":1,"a":2}', "", "[", "nul", "\ufeff1", '{"a":1}x',
-], ids=repr)
+], ids=label)
 def test_reading_gives_the_standard_librarys_values_and_errors(text: str) -> None:
     fast = outcome(FAST.loads, text)
     reference = outcome(STDLIB.loads, text)
