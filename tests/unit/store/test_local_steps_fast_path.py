@@ -289,3 +289,15 @@ async def test_a_worker_records_its_local_steps_through_the_fast_path(tmp_path: 
     assert len(dialect.recorded) >= 1 and not dialect.declined
     completed = [e.data for e in history if e.type == "ActivityCompleted"]
     assert [e["result"] for e in completed] == [1, 3, 5, 7, 9]
+
+
+async def test_without_returning_the_general_path_records_the_steps(
+    stores: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SQLite before 3.35 has no RETURNING: the dialect offers no fast path."""
+    monkeypatch.setattr("durable_sqlite.dialect.HAS_RETURNING", False)
+    fast = stores[0]
+    run = await started_and_claimed(fast, "wf")
+    [result] = await fast.commit([quiet(run, step("0:1"))], T0 + 1)
+    assert result.committed and set(result.ops) == {"0:1"}
+    assert spy(fast).recorded == [] and spy(fast).declined == []
