@@ -12,7 +12,6 @@ import dataclasses
 import datetime
 import enum
 import inspect
-import json
 import sys
 import types
 import typing
@@ -20,6 +19,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from . import _json
+from ._json import Codec, payload_default
 from .errors import PayloadError, StructuralLimitExceeded
 
 
@@ -31,29 +32,21 @@ class PayloadConverter(Protocol):
     def decode(self, text: str | None, type_hint: Any = None) -> Any: ...
 
 
-def _default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    model_dump = getattr(value, "model_dump", None)
-    if callable(model_dump):
-        return model_dump(mode="json")
-    if isinstance(value, datetime.datetime | datetime.date):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    raise TypeError(f"{type(value).__qualname__} is not JSON serialisable")
-
-
 class JSONConverter:
-    """The default converter: compact JSON; dataclasses and pydantic supported."""
+    """The default converter: compact JSON; dataclasses and pydantic supported.
+
+    `codec` picks the JSON library: ``"orjson"`` (the ``fast`` extra; the
+    default when it is installed) or ``"json"`` (the standard library; the
+    default otherwise). Both store the same text and raise the same errors
+    (see `durable._json`), so data written with one is read by the other.
+    """
+
+    def __init__(self, codec: str | None = None) -> None:
+        self.codec: Codec = _json.codec(codec)
 
     def encode(self, value: Any, what: str) -> str:
         try:
-            return json.dumps(value, default=_default, separators=(",", ":"), allow_nan=False)
+            return self.codec.dumps(value, payload_default, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise PayloadError(
                 f"{what} cannot be serialised to JSON: {exc}. Pass JSON-compatible values "
@@ -64,8 +57,7 @@ class JSONConverter:
     def decode(self, text: str | None, type_hint: Any = None) -> Any:
         if text is None:
             return None
-        value = json.loads(text)
-        return rebuild(value, type_hint)
+        return rebuild(self.codec.loads(text), type_hint)
 
 
 def rebuild(value: Any, type_hint: Any) -> Any:

@@ -106,13 +106,19 @@ class Dialect:
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
-    ) -> Program[CommitResult] | None:
-        """A one-round-trip program recording a batch of one run's successful
-        local steps, or None to use the general commit path (the default).
+    ) -> Program[CommitResult | None] | None:
+        """A short program recording a batch of one run's successful local
+        steps, or None to use the general commit path (the default).
 
         Called only for batches of successful local steps that need no
-        cancellation bookkeeping; it must fence the run exactly as the
-        general path does (epoch, open status, deadline not passed).
+        cancellation bookkeeping; it must store exactly what the general path
+        stores (`durable.store.commit.LOCAL_OP_INSERT` / `local_op_row`,
+        `durable.store.events.local_step_events`) and fence the run exactly
+        as it does (epoch, open status, deadline not passed). When the fence
+        matches no row, the program may return None, having written nothing:
+        the general path then runs in the same transaction to give the
+        precise outcome. A program whose statement is `autocommit` must
+        return a result instead (nothing can follow that statement).
         """
         return None
 

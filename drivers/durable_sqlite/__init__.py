@@ -90,7 +90,8 @@ class SQLiteDriver:
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
                  checkpoint_every: int = 200, file_mode: int = 0o600):
         self.hub = WakeHub()
-        self.dialect = Dialect()
+        from .dialect import SQLiteDialect  # (here: this one line is this change's footprint)
+        self.dialect: Dialect = SQLiteDialect()
         self.url = url
         self.path, options = _parse(url)
         self.synchronous = options.get("synchronous", "NORMAL").upper()

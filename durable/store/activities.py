@@ -64,7 +64,7 @@ def claim_activities(
             stc = plus(now, opts.get("start_to_close_timeout"))
             hb = plus(now, opts.get("heartbeat_timeout"))
             lease = now + lease_seconds
-            event = ("ActivityStarted", {
+            event: Event = ("ActivityStarted", {
                 "op_id": row["op_id"], "activity_type": row["activity_name"],
                 "task_id": row["task_id"], "attempt": int(row["attempt"]),
                 "worker_id": worker_id, "start_to_close_deadline": to_iso(stc),

@@ -19,7 +19,7 @@ from ..failure import Failure
 from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
-from .events import Event, append_events, record_failure
+from .events import Event, append_events, local_step_events, record_failure
 from .records import (
     OPEN_STATUSES,
     RUN_COLUMNS,
@@ -79,38 +79,43 @@ def _record_local_activity(c: _RunCommit, w: RecordLocalActivity) -> Program[Non
         status = OpStatus.COMPLETED
     else:
         status = OpStatus.CANCELLED if w.interrupted else OpStatus.FAILED
-    yield ex(
-        "INSERT INTO ops (run_id, op_id, kind, name, status, result, failure, scheduled_at, "
-        "closed_at, interrupted) VALUES (?, ?, 'local_activity', ?, ?, ?, ?, ?, ?, ?)",
-        c.run.run_id, w.op_id, w.name, status, w.result, dump_failure(w.failure),
-        w.started_at, c.now, int(w.interrupted),
-    )
-    c.events.append(("ActivityScheduled", {
-        "op_id": w.op_id, "activity_type": w.name, "local": True,
-    }))
-    if w.failure is None:
-        c.events.append(("ActivityCompleted", {
-            "op_id": w.op_id, "activity_type": w.name, "local": True,
-            "attempt": w.attempts, "result": loads(w.result),
-        }))
-    elif w.interrupted:
-        c.events.append(("ActivityCancelled", {
-            "op_id": w.op_id, "activity_type": w.name, "local": True,
-            "attempt": w.attempts, "policy": w.failure.get("policy"),
-            "stop_receipt": w.failure.get("stop_receipt"),
-        }))
-    else:
-        kind = w.failure.timeout_kind
-        c.events.append((
-            "ActivityTimedOut" if kind else "ActivityFailed",
-            {"op_id": w.op_id, "activity_type": w.name, "local": True,
-             "attempt": w.attempts, "failure": w.failure.to_dict(),
-             **({"timeout_kind": kind} if kind else {})},
-        ))
-        yield from record_failure(c.run.run_id, w.failure, c.now)
+    yield ex(LOCAL_OP_INSERT, *local_op_row(c.run.run_id, w, status, c.now))
     c.ops[w.op_id] = OpRecord(w.op_id, OpKind.LOCAL_ACTIVITY, w.name, status, w.result,
                               w.failure, w.started_at, c.now, interrupted=w.interrupted)
+    if w.failure is None:
+        c.events.extend(local_step_events(w))  # the same text as a dialect's fast path
+        return None
+    scheduled = {"op_id": w.op_id, "activity_type": w.name, "local": True}
+    c.events.append(("ActivityScheduled", scheduled))
+    if w.interrupted:
+        c.events.append(("ActivityCancelled", {
+            **scheduled, "attempt": w.attempts, "policy": w.failure.get("policy"),
+            "stop_receipt": w.failure.get("stop_receipt"),
+        }))
+        return None
+    kind = w.failure.timeout_kind
+    c.events.append((
+        "ActivityTimedOut" if kind else "ActivityFailed",
+        {**scheduled, "attempt": w.attempts, "failure": w.failure.to_dict(),
+         **({"timeout_kind": kind} if kind else {})},
+    ))
+    yield from record_failure(c.run.run_id, w.failure, c.now)
     return None
+
+
+#: a local activity's op row; `local_op_row` gives its parameters (shared with
+#: dialects' fast paths, so both paths store the same row)
+LOCAL_OP_INSERT = (
+    "INSERT INTO ops (run_id, op_id, kind, name, status, result, failure, scheduled_at, "
+    "closed_at, interrupted) VALUES (?, ?, 'local_activity', ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def local_op_row(run_id: str, w: RecordLocalActivity, status: str,
+                 now: float) -> tuple[Any, ...]:
+    """The parameters of `LOCAL_OP_INSERT` for one local activity's outcome."""
+    return (run_id, w.op_id, w.name, status, w.result, dump_failure(w.failure), w.started_at,
+            now, int(w.interrupted))
 
 
 def _schedule_activity(c: _RunCommit, w: ScheduleActivity) -> Program[None]:
@@ -341,11 +346,31 @@ def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
     return None
 
 
-def _commit_run(tx: Tx, batch: RunWrites, now: float) -> Program[CommitResult]:
-    fast = tx.dialect.local_steps(batch, now, autocommit=False) if (
-        batch.local_steps_only()) else None
-    if fast is not None:
-        return (yield from fast)
+def _fast_local_steps(tx: Tx, batch: RunWrites, now: float,
+                      autocommit: bool) -> Program[CommitResult | None]:
+    """The dialect's one-statement (or few-statement) path for a batch of
+    successful local steps, if it has one and the batch qualifies; None when
+    the general path must record it.
+
+    A fast program returns None when its fence matched no row, having written
+    nothing: the general path then runs in the same transaction and gives the
+    precise outcome (lost authority, closed run, a deadline to enforce now).
+    """
+    if not batch.local_steps_only():
+        return None
+    program = tx.dialect.local_steps(batch, now, autocommit=autocommit)
+    if program is None:
+        return None
+    result: CommitResult | None = yield from program
+    return result
+
+
+def _commit_run(tx: Tx, batch: RunWrites, now: float, *,
+                fast: bool = True) -> Program[CommitResult]:
+    if fast:
+        result = yield from _fast_local_steps(tx, batch, now, autocommit=False)
+        if result is not None:
+            return result
     fence = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
                      batch.run_id)
     if (
@@ -370,12 +395,15 @@ def _commit_run(tx: Tx, batch: RunWrites, now: float) -> Program[CommitResult]:
 
 def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
     """Record many runs' writes in one transaction; one result per batch, in order."""
-    if len(batches) == 1 and batches[0].local_steps_only():
-        fast = tx.dialect.local_steps(batches[0], now, autocommit=True)
-        if fast is not None:  # the whole transaction is one self-committing statement
-            return [(yield from fast)]
+    alone = len(batches) == 1
+    if alone:
+        # A dialect may make this whole transaction one self-committing statement.
+        result = yield from _fast_local_steps(tx, batches[0], now, autocommit=True)
+        if result is not None:
+            return [result]
     results: list[CommitResult | None] = [None] * len(batches)
     yield from _lock_attempts_to_stop(tx, batches)
     for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order
-        results[index] = yield from _commit_run(tx, batches[index], now)
+        # (a lone batch has had its fast path tried above)
+        results[index] = yield from _commit_run(tx, batches[index], now, fast=not alone)
     return [r for r in results if r is not None]

@@ -1,15 +1,49 @@
-"""A run's history: events numbered by the run's own counter, and failures."""
+"""A run's history: events numbered by the run's own counter, and failures.
+
+Event data are stored as compact JSON text. Most events are built as dicts
+and encoded here (``default=str``: whatever the engine put in them is kept
+readable); a local step's two events, the commonest by far, are encoded by
+`local_step_events`, once for both the general commit path and a dialect's
+one-statement fast path, so the two store the same text.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
+from .. import _json
 from ..driver import Program, ex, many, q1
 from ..failure import Failure
+from .writes import RecordLocalActivity
 
-Event = tuple[str, dict[str, Any]]
+#: an event type and its data: a dict, or its JSON text when already encoded
+Event = tuple[str, "dict[str, Any] | str"]
+
+
+#: one history event (shared with dialects' fast paths)
+EVENT_INSERT = "INSERT INTO events (run_id, seq, type, recorded_at, data) VALUES (?, ?, ?, ?, ?)"
+
+
+def event_text(data: dict[str, Any] | str) -> str:
+    """An event's data as stored: compact JSON (text already encoded is kept)."""
+    return data if isinstance(data, str) else _json.STDLIB.dumps(data, str)
+
+
+def local_step_events(w: RecordLocalActivity) -> tuple[Event, Event]:
+    """``ActivityScheduled`` and ``ActivityCompleted`` of a successful local step.
+
+    The data hold strings, an int, a bool and a value read back from the
+    step's JSON result, so they are plain JSON and the fast codec (when
+    installed) writes them as the standard library would.
+    """
+    scheduled = {"op_id": w.op_id, "activity_type": w.name, "local": True}
+    completed = {**scheduled, "attempt": w.attempts,
+                 "result": None if w.result is None else _json.loads(w.result)}
+    return (
+        ("ActivityScheduled", _json.dumps(scheduled, _json.payload_default)),
+        ("ActivityCompleted", _json.dumps(completed, _json.payload_default)),
+    )
 
 
 def append_events(run_id: str, events: Iterable[Event], now: float) -> Program[None]:
@@ -26,11 +60,9 @@ def append_events(run_id: str, events: Iterable[Event], now: float) -> Program[N
     last = int(row["event_seq"])
     first = last - len(events) + 1
     yield many(
-        "INSERT INTO events (run_id, seq, type, recorded_at, data) VALUES (?, ?, ?, ?, ?)",
-        [
-            (run_id, first + i, etype, now, json.dumps(data, default=str))
-            for i, (etype, data) in enumerate(events)
-        ],
+        EVENT_INSERT,
+        [(run_id, first + i, etype, now, event_text(data))
+         for i, (etype, data) in enumerate(events)],
     )
     return None
 
@@ -39,6 +71,6 @@ def record_failure(run_id: str, failure: Failure, now: float) -> Program[None]:
     """Keep a failure for describe()'s ``failures`` list."""
     yield ex(
         "INSERT INTO failures (run_id, recorded_at, data) VALUES (?, ?, ?)",
-        run_id, now, json.dumps(failure.to_dict(), default=str),
+        run_id, now, _json.STDLIB.dumps(failure.to_dict(), str),
     )
     return None

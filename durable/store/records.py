@@ -8,11 +8,11 @@ member. Failures are `Failure` values in memory and JSON objects in storage.
 from __future__ import annotations
 
 import enum
-import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _json
 from ..deadlines import Deadlines
 from ..driver import Row
 from ..failure import Failure
@@ -67,12 +67,14 @@ class AttemptStatus(enum.StrEnum):
 
 
 def dumps(value: Any) -> str | None:
-    """Compact JSON text for storage (None stays NULL)."""
-    return None if value is None else json.dumps(value, separators=(",", ":"), default=str)
+    """Compact JSON text for storage (None stays NULL); ``default=str`` keeps
+    whatever the engine put in readable."""
+    return None if value is None else _json.STDLIB.dumps(value, str)
 
 
 def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """The value of stored JSON text (the fast codec reads it when installed)."""
+    return None if text is None else _json.loads(text)
 
 
 def dump_failure(failure: Failure | None) -> str | None:

@@ -1,4 +1,8 @@
-"""The payload converter: JSON round trips rebuilt from type hints, errors at encode."""
+"""The payload converter: JSON round trips rebuilt from type hints, errors at encode.
+
+Every test runs with both JSON codecs (the standard library and orjson, the
+``fast`` extra): they must behave identically.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,14 @@ from durable import JSONConverter, PayloadError, StructuralLimitExceeded
 from durable.converter import check_size, decode_args, parameter_hints, rebuild, resolve_hints
 
 conv = JSONConverter()
+
+
+@pytest.fixture(autouse=True, params=["json", "orjson"])
+def codec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run each test with `conv` on one codec (orjson is in the dev extra)."""
+    name: str = request.param
+    monkeypatch.setattr(sys.modules[__name__], "conv", JSONConverter(codec=name))
+    return name
 
 
 @dataclasses.dataclass
