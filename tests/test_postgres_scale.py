@@ -1,0 +1,175 @@
+"""PostgreSQL at scale: set-based group commits, one-statement claims, fair claims.
+
+A group commit of several runs' local steps is ONE statement on PostgreSQL
+(`PostgresDialect.local_steps_group`); it must store exactly what the
+run-by-run path stores, and fence each run on its own. Claims take at most a
+worker's free capacity and at most its fair share of the ready work, so that
+every live worker gets some. All on a real server (skipped without one,
+unless DURABLE_REQUIRE_POSTGRES=1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import drop_postgres_schema, new_postgres_url, require_postgres
+
+import durable
+from durable import activity, workflow
+from durable.driver import Program, Stmt, Tx
+from durable.store.records import CommitResult
+from durable.store.writes import RecordLocalActivity, RunWrites
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+@pytest.fixture
+def pg_urls() -> Iterator[tuple[str, str]]:
+    """Two fresh schemas, dropped afterwards."""
+    require_postgres()
+    urls = (new_postgres_url(), new_postgres_url())
+    yield urls
+    for url in urls:
+        drop_postgres_schema(url)
+
+
+async def rows(client: durable.Client, statement: str, *params: Any) -> list[dict[str, Any]]:
+    def program(tx: Tx) -> Program[Any]:
+        return (yield Stmt(statement, params, "all"))
+
+    return [dict(r) for r in await client.driver.run(program)]
+
+
+@activity.defn(name="scale_step")
+async def step(i: int) -> int:
+    return i + 1
+
+
+@workflow.defn(name="scale_flow")
+async def flow(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await workflow.execute_activity(step, i)
+    return total
+
+
+@workflow.defn(name="scale_local_flow")
+async def local_flow(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await workflow.execute_local_activity(step, i)
+    return total
+
+
+# ---------------------------------------------------------------- set-based group commits
+
+_NOW = 1_900_000_000.0
+
+
+async def _group(client: durable.Client, per_run: bool) -> tuple[list[Any], dict[str, Any]]:
+    """Six runs; one group commit of their local steps: two go through (one of
+    them with a None result), one is stale (an older epoch), one is past its
+    deadline, one is closed, one is not there at all. What was stored, with
+    run ids replaced by workflow ids so that two schemas compare."""
+    ids = [f"wf-{i}" for i in range(5)]
+    for wid in ids:
+        await client.start(local_flow, 3, id=wid)
+    claimed = await client.store.claim_runs(
+        client.namespace, "default", "tester", ("scale_local_flow",), 10, 60.0, _NOW - 1)
+    run_of = {c.run.workflow_id: c.run for c in claimed}
+    assert sorted(run_of) == ids
+    wid_of = {run.run_id: wid for wid, run in run_of.items()}
+    await rows(client, "UPDATE runs SET deadline_at = ? WHERE run_id = ? RETURNING run_id",
+               _NOW - 5, run_of["wf-3"].run_id)
+    await rows(client, "UPDATE runs SET status = 'completed' WHERE run_id = ? RETURNING run_id",
+               run_of["wf-4"].run_id)
+
+    def steps(wid: str, count: int) -> list[RecordLocalActivity]:
+        return [RecordLocalActivity(f"0.{k}", "scale_step", _NOW - 0.5 + k / 10, 1,
+                                    None if (wid, k) == ("wf-1", 1) else f'"{wid}-{k}"')
+                for k in range(count)]
+
+    batches = [
+        RunWrites(run_of["wf-0"].run_id, run_of["wf-0"].epoch, steps("wf-0", 3), quiet=True),
+        RunWrites(run_of["wf-1"].run_id, run_of["wf-1"].epoch, steps("wf-1", 2), quiet=True),
+        RunWrites(run_of["wf-2"].run_id, run_of["wf-2"].epoch - 1, steps("wf-2", 2), quiet=True),
+        RunWrites(run_of["wf-3"].run_id, run_of["wf-3"].epoch, steps("wf-3", 1), quiet=True),
+        RunWrites(run_of["wf-4"].run_id, run_of["wf-4"].epoch, steps("wf-4", 1), quiet=True),
+        RunWrites("no-such-run", 1, steps("ghost", 1), quiet=True),
+    ]
+    wid_of["no-such-run"] = "ghost"
+    dialect = client.driver.dialect
+    calls: list[int] = []
+    original = dialect.local_steps_group
+
+    def spy(batches: list[RunWrites], now: float) -> Program[list[CommitResult]] | None:
+        calls.append(len(batches))
+        return None if per_run else original(batches, now)
+
+    dialect.local_steps_group = spy  # type: ignore[method-assign]
+    try:
+        results = await client.store.commit(batches, _NOW)
+    finally:
+        del dialect.local_steps_group
+    assert calls == [6]
+    stored: dict[str, Any] = {
+        "ops": sorted(
+            (wid_of[r.pop("run_id")], *sorted(r.items())) for r in await rows(
+                client, "SELECT * FROM ops")),
+        "events": sorted(
+            (wid_of[r.pop("run_id")], r.pop("seq"), *sorted(
+                (k, v) for k, v in r.items() if k != "id")) for r in await rows(
+                client, "SELECT * FROM events WHERE type LIKE 'Activity%'")),
+        "runs": sorted((r["workflow_id"], r["event_seq"], r["status"]) for r in await rows(
+            client, "SELECT workflow_id, event_seq, status FROM runs")),
+    }
+    normal = [(wid_of[r.run_id], r.committed, r.ops, r.next_run_id) for r in results]
+    return normal, stored
+
+
+async def test_a_group_commit_stores_what_run_by_run_commits_store(
+        pg_urls: tuple[str, str]) -> None:
+    async with durable.connect(pg_urls[0]) as grouped, durable.connect(pg_urls[1]) as single:
+        results, stored = await _group(grouped, per_run=False)
+        expected_results, expected_stored = await _group(single, per_run=True)
+    assert results == expected_results
+    assert stored == expected_stored
+    assert [committed for _, committed, _, _ in results] == [True, True, False, False, False,
+                                                             False]
+    assert len([op for op in stored["ops"] if op[0] in ("wf-0", "wf-1")]) == 5
+    assert {op[0] for op in stored["ops"]} == {"wf-0", "wf-1"}  # nothing of the fenced runs
+
+
+async def test_one_stale_run_in_a_group_leaves_the_others_recorded(
+        pg_urls: tuple[str, str]) -> None:
+    async with durable.connect(pg_urls[0]) as client:
+        for i in range(20):
+            await client.start(local_flow, 1, id=f"many-{i}")
+        claimed = await client.store.claim_runs(
+            client.namespace, "default", "tester", ("scale_local_flow",), 50, 60.0, _NOW - 1)
+        assert len(claimed) == 20
+        stale = claimed[7].run.run_id
+        batches = [RunWrites(c.run.run_id, c.run.epoch - (c.run.run_id == stale),
+                             [RecordLocalActivity("0.0", "scale_step", _NOW, 1, "1")], quiet=True)
+                   for c in claimed]
+        results = await client.store.commit(batches, _NOW)
+        assert [r.run_id for r in results] == [b.run_id for b in batches]
+        assert {r.run_id for r in results if not r.committed} == {stale}
+        recorded = await rows(client, "SELECT run_id FROM ops")
+        assert sorted(r["run_id"] for r in recorded) == sorted(
+            c.run.run_id for c in claimed if c.run.run_id != stale)
+
+
+async def test_concurrent_local_steps_through_group_commits_complete(pg_urls: tuple[str, str],
+                                                                     ) -> None:
+    async with durable.connect(pg_urls[0]) as client:
+        handles = [await client.start(local_flow, 5, id=f"c-{i}") for i in range(30)]
+        async with durable.Worker(client, workflows=[local_flow], activities=[step]):
+            assert [await h.result() for h in handles] == [15] * 30
+        history = await rows(client, "SELECT run_id, seq FROM events ORDER BY run_id, seq")
+        by_run: dict[str, list[int]] = {}
+        for r in history:
+            by_run.setdefault(r["run_id"], []).append(r["seq"])
+        assert all(seqs == list(range(1, len(seqs) + 1)) for seqs in by_run.values())
