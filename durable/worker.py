@@ -47,6 +47,7 @@ from .store.records import (
     ActivityOutcome,
     ActivityTask,
     AttemptStatus,
+    Claimed,
     ClaimedRun,
     ClientRequest,
     InboxItem,
@@ -58,6 +59,13 @@ if TYPE_CHECKING:
     from .client import Client
 
 CAPABILITIES = ("cooperative_cancellation", "activity_supervision")
+#: most runs (or activity attempts) one claim takes; a claim also takes at most
+#: its fair share of the ready work (``durable.store.claims.fair_limit``)
+CLAIM_BATCH = 100
+#: after a claim that left ready work for others, a worker with room waits
+#: this long before claiming again, so that the others woken by the same
+#: notification take their share first (docs/deployment.md)
+CLAIM_TURN = 0.005
 
 
 class _Trigger:
@@ -416,17 +424,18 @@ class Worker:
         types = tuple(sorted(self.workflows))
         while True:
             room = self.max_concurrent_runs - len(self.executors)
-            batch = min(room, 100)
-            claimed: list[ClaimedRun] = []
-            if batch > 0:
+            claimed: Claimed[ClaimedRun] = Claimed()
+            if room > 0:
+                # at most the free capacity, and (in the store) at most a fair share
                 claimed = await self.store.claim_runs(
-                    self.namespace, self.task_queue, self.worker_id, types, batch,
-                    self.lease_seconds, self.clock.now(), self.capabilities,
+                    self.namespace, self.task_queue, self.worker_id, types,
+                    min(room, CLAIM_BATCH), self.lease_seconds, self.clock.now(),
+                    self.capabilities,
                 )
                 for item in claimed:
                     self._start_run(item)
-            if batch > 0 and len(claimed) == batch:
-                await anyio.lowlevel.checkpoint()
+            if claimed and claimed.left > 0 and room > len(claimed):
+                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
                 continue
             await self._runs_trigger.wait(self.poll_interval)
 
@@ -542,17 +551,16 @@ class Worker:
         names = tuple(sorted(self.activities))
         while True:
             room = self.max_concurrent_activities - len(self.running_activities)
-            batch = min(room, 100)
-            tasks: list[ActivityTask] = []
-            if batch > 0:
+            tasks: Claimed[ActivityTask] = Claimed()
+            if room > 0:
                 tasks = await self.store.claim_activities(
-                    self.namespace, self.task_queue, self.worker_id, names, batch,
-                    self.lease_seconds, self.clock.now(),
+                    self.namespace, self.task_queue, self.worker_id, names,
+                    min(room, CLAIM_BATCH), self.lease_seconds, self.clock.now(),
                 )
                 for task in tasks:
                     self._start_activity(task)
-            if batch > 0 and len(tasks) == batch:
-                await anyio.lowlevel.checkpoint()
+            if tasks and tasks.left > 0 and room > len(tasks):
+                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
                 continue
             await self._activities_trigger.wait(self.poll_interval)
 
