@@ -19,7 +19,7 @@ from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 import durable
 from durable import activity, workflow
 from durable.driver import Program, Stmt, Tx
-from durable.store.records import CommitResult
+from durable.store.records import CommitResult, WorkerRegistration
 from durable.store.writes import RecordLocalActivity, RunWrites
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -173,3 +173,70 @@ async def test_concurrent_local_steps_through_group_commits_complete(pg_urls: tu
         for r in history:
             by_run.setdefault(r["run_id"], []).append(r["seq"])
         assert all(seqs == list(range(1, len(seqs) + 1)) for seqs in by_run.values())
+
+
+# ---------------------------------------------------------------- fair claims
+
+
+class Tally:
+    """Which worker started which runs and attempts, and the most each held at once."""
+
+    def __init__(self, worker: durable.Worker) -> None:
+        self.runs: set[str] = set()
+        self.attempts = 0
+        self.most_runs = 0
+        self.most_attempts = 0
+        start_run, start_activity = worker._start_run, worker._start_activity
+
+        def on_run(claimed: Any) -> None:
+            start_run(claimed)
+            self.runs.add(claimed.run.run_id)
+            self.most_runs = max(self.most_runs, len(worker.executors))
+
+        def on_activity(task: Any) -> None:
+            start_activity(task)
+            self.attempts += 1
+            self.most_attempts = max(self.most_attempts, len(worker.running_activities))
+
+        worker._start_run = on_run  # type: ignore[method-assign]
+        worker._start_activity = on_activity  # type: ignore[method-assign]
+
+
+async def test_two_workers_on_one_schema_share_the_runs_within_their_capacity(
+        pg_urls: tuple[str, str]) -> None:
+    async with durable.connect(pg_urls[0]) as starter, durable.connect(pg_urls[0]) as other:
+        handles = [await starter.start(flow, 3, id=f"fair-{i}") for i in range(40)]
+        first = durable.Worker(starter, workflows=[flow], activities=[step],
+                               max_concurrent_runs=8, max_concurrent_activities=4)
+        second = durable.Worker(other, workflows=[flow], activities=[step],
+                                max_concurrent_runs=8, max_concurrent_activities=4)
+        tallies = [Tally(first), Tally(second)]
+        async with first, second:
+            assert [await h.result() for h in handles] == [6] * 40
+    assert all(t.runs for t in tallies), "each live worker closes runs"
+    assert all(t.attempts for t in tallies), "each live worker runs attempts"
+    assert all(t.most_runs <= 8 and t.most_attempts <= 4 for t in tallies)
+    # a run that moved between workers shows up in both sets, never one in neither
+    assert len(tallies[0].runs | tallies[1].runs) == 40
+
+
+async def test_a_claim_takes_a_fair_share_of_the_ready_runs(pg_urls: tuple[str, str]) -> None:
+    async with durable.connect(pg_urls[0]) as client:
+        for i in range(10):
+            await client.start(flow, 1, id=f"share-{i}")
+        store, now = client.store, client.clock.now()
+        for n in range(4):  # four live workers registered on the queue
+            await store.register_worker(WorkerRegistration(
+                worker_id=f"w{n}", namespace=client.namespace, task_queue="default",
+                workflow_types=("scale_flow",), activity_names=(), capabilities=()), 60.0, now)
+        got = await store.claim_runs(client.namespace, "default", "w0", ("scale_flow",), 100,
+                                     30.0, now)
+        assert (len(got), got.left) == (3, 7)  # ceil(10 / 4)
+        got = await store.claim_runs(client.namespace, "default", "w1", ("scale_flow",), 2,
+                                     30.0, now)
+        assert (len(got), got.left) == (2, 5)  # its capacity is smaller than its share
+        await store.deregister_worker("w2")
+        await store.deregister_worker("w3")
+        got = await store.claim_runs(client.namespace, "default", "w0", ("scale_flow",), 100,
+                                     30.0, now)
+        assert (len(got), got.left) == (3, 2)  # ceil(5 / 2)
