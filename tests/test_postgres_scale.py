@@ -10,6 +10,7 @@ unless DURABLE_REQUIRE_POSTGRES=1).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -240,3 +241,23 @@ async def test_a_claim_takes_a_fair_share_of_the_ready_runs(pg_urls: tuple[str, 
         got = await store.claim_runs(client.namespace, "default", "w0", ("scale_flow",), 100,
                                      30.0, now)
         assert (len(got), got.left) == (3, 2)  # ceil(5 / 2)
+
+
+async def _history(url: str, one_statement: bool) -> list[tuple[Any, ...]]:
+    async with durable.connect(url) as client:
+        client.driver.dialect.writable_cte = one_statement  # type: ignore[misc]
+        handles = [await client.start(flow, 3, id=f"h-{i}") for i in range(6)]
+        async with durable.Worker(client, workflows=[flow], activities=[step],
+                                  max_concurrent_activities=3):
+            assert [await h.result() for h in handles] == [6] * 6
+        events = await rows(client, "SELECT r.workflow_id, e.seq, e.type, e.data FROM events e "
+                                    "JOIN runs r ON r.run_id = e.run_id")
+    return sorted((e["workflow_id"], e["seq"], e["type"], sorted(json.loads(e["data"])))
+                  for e in events)
+
+
+async def test_one_statement_claims_write_the_history_the_general_path_writes(
+        pg_urls: tuple[str, str]) -> None:
+    """Claims of runs and attempts (one statement each on PostgreSQL) number and
+    fill the history as the statement-by-statement path does."""
+    assert await _history(pg_urls[0], True) == await _history(pg_urls[1], False)

@@ -17,7 +17,7 @@ from ..failure import Failure
 from ..options import RetryPolicy
 from . import cancellation
 from .claims import fair_limit, ready_count
-from .events import Event, append_events, record_failure
+from .events import Event, append_events, append_events_of_runs, record_failure
 from .records import (
     TASK_COLUMNS,
     ActivityOutcome,
@@ -102,9 +102,8 @@ def claim_activities(
             "deadline_at = ?, schedule_to_start_deadline = NULL WHERE task_id = ?",
             updates,
         )
-        for task, event in sorted(zip(tasks, started, strict=True),
-                                  key=lambda pair: pair[0].run_id):  # lock order: see claims
-            yield from append_events(task.run_id, [event], now)
+        yield from append_events_of_runs(
+            tx, [(task.run_id, event) for task, event in zip(tasks, started, strict=True)], now)
     if rows:
         tasks.left = max(0, int(rows[0]["ready"]) - len(rows))
     return tasks
