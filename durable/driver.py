@@ -13,7 +13,8 @@ with ``?`` placeholders) and receive their results. A driver only has to
   (or finer keys) on its `hub`;
 - name its `dialect`: the few SQL fragments that differ between databases,
   plus optional hooks for statements only one database can do in one round
-  trip (PostgreSQL's data-modifying CTE for a run's local steps).
+  trip (PostgreSQL's data-modifying CTEs for a run's local steps, for a
+  group of runs' local steps, and for a claim).
 
 Policy (fencing, retries, timeouts, cancellation, parent close) lives above
 this seam, so a driver for another SQL database is a dialect and an executor;
@@ -103,6 +104,9 @@ class Dialect:
     real = "REAL"
     integer = "INTEGER"
     serial = "INTEGER"
+    #: data-modifying statements (UPDATE ... RETURNING) may sit in a WITH clause,
+    #: so a claim and its reads are one statement (PostgreSQL); SQLite: no
+    writable_cte = False
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
@@ -119,6 +123,22 @@ class Dialect:
         the general path then runs in the same transaction to give the
         precise outcome. A program whose statement is `autocommit` must
         return a result instead (nothing can follow that statement).
+        """
+        return None
+
+    def local_steps_group(
+        self, batches: list[RunWrites], now: float
+    ) -> Program[list[CommitResult]] | None:
+        """A one-round-trip program recording SEVERAL runs' batches of successful
+        local steps (a group commit), one result per batch in order, or None to
+        record them run by run (the default).
+
+        Called only when every batch passes `RunWrites.local_steps_only`. Each
+        run is fenced on its own, as `local_steps` would fence it alone: a run
+        whose fence fails gets ``CommitResult(run_id, False)`` and nothing of
+        it is recorded, whatever the others get. Its statement must be the
+        program's only one and commit on its own (``autocommit``), and must
+        lock the runs in run_id order (the store's lock order).
         """
         return None
 

@@ -47,6 +47,7 @@ from .store.records import (
     ActivityOutcome,
     ActivityTask,
     AttemptStatus,
+    Claimed,
     ClaimedRun,
     ClientRequest,
     InboxItem,
@@ -58,6 +59,15 @@ if TYPE_CHECKING:
     from .client import Client
 
 CAPABILITIES = ("cooperative_cancellation", "activity_supervision")
+#: most runs (or activity attempts) one claim takes; a claim also takes at most
+#: its fair share of the ready work (``durable.store.claims.fair_limit``)
+CLAIM_BATCH = 100
+#: after a claim that left ready work for others, a worker with room waits
+#: this long before claiming again, so that the others woken by the same
+#: notification take their share first (docs/deployment.md)
+CLAIM_TURN = 0.005
+#: how long the watchdog gathers wake-ups before it re-reads the next deadline
+WATCHDOG_COALESCE = 0.02
 
 
 class _Trigger:
@@ -69,10 +79,13 @@ class _Trigger:
     def set(self) -> None:
         self._event.set()
 
-    async def wait(self, at_most: float) -> None:
+    async def wait(self, at_most: float) -> bool:
+        """Wait until set (True) or `at_most` seconds (False)."""
         with anyio.move_on_after(at_most):
             await self._event.wait()
+        fired = self._event.is_set()
         self._event = anyio.Event()
+        return fired
 
 
 def _names(value: Sequence[Callable[..., Any] | str], what: str) -> Sequence[Any]:
@@ -416,17 +429,18 @@ class Worker:
         types = tuple(sorted(self.workflows))
         while True:
             room = self.max_concurrent_runs - len(self.executors)
-            batch = min(room, 100)
-            claimed: list[ClaimedRun] = []
-            if batch > 0:
+            claimed: Claimed[ClaimedRun] = Claimed()
+            if room > 0:
+                # at most the free capacity, and (in the store) at most a fair share
                 claimed = await self.store.claim_runs(
-                    self.namespace, self.task_queue, self.worker_id, types, batch,
-                    self.lease_seconds, self.clock.now(), self.capabilities,
+                    self.namespace, self.task_queue, self.worker_id, types,
+                    min(room, CLAIM_BATCH), self.lease_seconds, self.clock.now(),
+                    self.capabilities,
                 )
                 for item in claimed:
                     self._start_run(item)
-            if batch > 0 and len(claimed) == batch:
-                await anyio.lowlevel.checkpoint()
+            if claimed and claimed.left > 0 and room > len(claimed):
+                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
                 continue
             await self._runs_trigger.wait(self.poll_interval)
 
@@ -506,17 +520,32 @@ class Worker:
     # ---------------------------------------------------------------- watchdog
 
     async def _watchdog_loop(self) -> None:
-        """Sleep until the next deadline of any kind, then enforce what expired."""
+        """Sleep until the next deadline of any kind, then enforce what expired.
+
+        A wake-up (new work anywhere, which may carry an earlier deadline)
+        only re-reads when the next deadline is: enforcing, and poking the
+        claim loops, happen when a deadline or lease is due or at the
+        fallback poll. Why: with N worker processes every commit's NOTIFY
+        wakes N watchdogs; enforcing on each cost 5 round trips per worker
+        per notification and made CPU per step grow with the number of
+        processes (docs/deployment.md).
+        """
+        enforce = True
         while True:
             now = self.clock.now()
-            counts = await self.store.enforce_expired(self.namespace, now)
-            if counts:
-                for kind, n in counts.items():
-                    self.repairs[kind] = self.repairs.get(kind, 0) + n
-                self.log.info("deadlines_enforced", **counts)
-                self._activities_trigger.set()
-                self._runs_trigger.set()
+            if enforce:
+                counts = await self.store.enforce_expired(self.namespace, now)
+                if counts:
+                    for kind, n in counts.items():
+                        self.repairs[kind] = self.repairs.get(kind, 0) + n
+                    self.log.info("deadlines_enforced", **counts)
+                    self._activities_trigger.set()
+                    self._runs_trigger.set()
             next_at, lease_at = await self.store.next_deadline(self.namespace, now)
+            if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
+                enforce = True  # already due: enforce at once
+                continue
+            woken = False
             async with anyio.create_task_group() as race:
 
                 async def until(at: float, background: bool) -> None:
@@ -524,8 +553,9 @@ class Worker:
                     race.cancel_scope.cancel()
 
                 async def until_trigger() -> None:
-                    await self._watchdog_trigger.wait(self.poll_interval)
-                    await anyio.sleep(0.005)  # coalesce bursts of new deadlines
+                    nonlocal woken
+                    woken = await self._watchdog_trigger.wait(self.poll_interval)
+                    await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
                     race.cancel_scope.cancel()
 
                 if next_at is not None:
@@ -533,8 +563,10 @@ class Worker:
                 if lease_at is not None:
                     race.start_soon(until, lease_at, True)
                 race.start_soon(until_trigger)
-            self._runs_trigger.set()
-            self._activities_trigger.set()
+            enforce = not woken
+            if enforce:  # a deadline, a lease expiry or the fallback poll
+                self._runs_trigger.set()
+                self._activities_trigger.set()
 
     # ---------------------------------------------------------------- activities
 
@@ -542,17 +574,16 @@ class Worker:
         names = tuple(sorted(self.activities))
         while True:
             room = self.max_concurrent_activities - len(self.running_activities)
-            batch = min(room, 100)
-            tasks: list[ActivityTask] = []
-            if batch > 0:
+            tasks: Claimed[ActivityTask] = Claimed()
+            if room > 0:
                 tasks = await self.store.claim_activities(
-                    self.namespace, self.task_queue, self.worker_id, names, batch,
-                    self.lease_seconds, self.clock.now(),
+                    self.namespace, self.task_queue, self.worker_id, names,
+                    min(room, CLAIM_BATCH), self.lease_seconds, self.clock.now(),
                 )
                 for task in tasks:
                     self._start_activity(task)
-            if batch > 0 and len(tasks) == batch:
-                await anyio.lowlevel.checkpoint()
+            if tasks and tasks.left > 0 and room > len(tasks):
+                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
                 continue
             await self._activities_trigger.wait(self.poll_interval)
 

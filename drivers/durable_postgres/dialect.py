@@ -1,4 +1,5 @@
-"""PostgreSQL's dialect: row locks, SKIP LOCKED claims, and one-statement local steps."""
+"""PostgreSQL's dialect: row locks, SKIP LOCKED claims, and one-statement local steps
+(one run's, or a whole group commit's)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,30 @@ class PostgresDialect(Dialect):
     real = "DOUBLE PRECISION"
     integer = "BIGINT"
     serial = "BIGSERIAL"
+    writable_cte = True
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
     ) -> Program[CommitResult] | None:
         return _local_steps(batch, now, autocommit=autocommit)
+
+    def local_steps_group(
+        self, batches: list[RunWrites], now: float
+    ) -> Program[list[CommitResult]] | None:
+        return _local_steps_group(batches, now)
+
+
+def _events(w: RecordLocalActivity) -> tuple[str, str]:
+    """The data of a successful local step's two history events, as the general
+    path writes them (`durable.store.commit`): scheduled, then completed."""
+    return (json.dumps({"op_id": w.op_id, "activity_type": w.name, "local": True}),
+            json.dumps({"op_id": w.op_id, "activity_type": w.name, "local": True,
+                        "attempt": w.attempts, "result": loads(w.result)}, default=str))
+
+
+def _op(w: RecordLocalActivity, now: float) -> OpRecord:
+    return OpRecord(w.op_id, OpKind.LOCAL_ACTIVITY, w.name, OpStatus.COMPLETED, w.result,
+                    None, w.started_at, now)
 
 
 def _local_steps(batch: RunWrites, now: float, *, autocommit: bool) -> Program[CommitResult]:
@@ -46,12 +66,9 @@ def _local_steps(batch: RunWrites, now: float, *, autocommit: bool) -> Program[C
     event_params: list[Any] = []
     for i, w in enumerate(writes):
         op_params += [w.op_id, w.name, w.result, w.started_at]
-        event_params += [2 * i + 1, "ActivityScheduled", json.dumps({
-            "op_id": w.op_id, "activity_type": w.name, "local": True,
-        }), 2 * i + 2, "ActivityCompleted", json.dumps({
-            "op_id": w.op_id, "activity_type": w.name, "local": True,
-            "attempt": w.attempts, "result": loads(w.result),
-        }, default=str)]
+        scheduled, completed = _events(w)
+        event_params += [2 * i + 1, "ActivityScheduled", scheduled,
+                         2 * i + 2, "ActivityCompleted", completed]
     row = yield Stmt(
         "WITH fence AS (UPDATE runs SET event_seq = event_seq + CAST(? AS BIGINT) "
         "WHERE run_id = ? AND epoch = CAST(? AS BIGINT) AND status IN ('pending', 'running') "
@@ -74,9 +91,86 @@ def _local_steps(batch: RunWrites, now: float, *, autocommit: bool) -> Program[C
     )
     if row is None:
         return CommitResult(batch.run_id, False)
-    ops = {
-        w.op_id: OpRecord(w.op_id, OpKind.LOCAL_ACTIVITY, w.name, OpStatus.COMPLETED, w.result,
-                          None, w.started_at, now)
-        for w in writes
-    }
-    return CommitResult(batch.run_id, True, ops)
+    return CommitResult(batch.run_id, True, {w.op_id: _op(w, now) for w in writes})
+
+
+# A group commit's runs, ops and events travel as parallel arrays (unnest), so
+# the statement's text depends on nothing but itself: one prepared statement
+# serves every group, whatever its size.
+_GROUP_SQL = (
+    "WITH v AS MATERIALIZED (SELECT * FROM unnest(CAST(? AS INT[]), CAST(? AS TEXT[]), "
+    "CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS v(b, run_id, epoch, n)), "
+    # the store's lock order (run_id), whatever order the join below takes
+    "locked AS MATERIALIZED (SELECT run_id FROM runs WHERE run_id IN (SELECT run_id FROM v) "
+    "ORDER BY run_id FOR UPDATE), "
+    "fence AS (UPDATE runs SET event_seq = runs.event_seq + v.n FROM v "
+    "WHERE runs.run_id = v.run_id AND runs.run_id IN (SELECT run_id FROM locked) "
+    "AND runs.epoch = v.epoch AND runs.status IN ('pending', 'running') "
+    "AND (runs.deadline_at IS NULL OR runs.deadline_at > CAST(? AS DOUBLE PRECISION)) "
+    "RETURNING v.b, v.n, runs.run_id, runs.event_seq), "
+    "new_ops AS (INSERT INTO ops (run_id, op_id, kind, name, status, result, scheduled_at, "
+    "closed_at) SELECT fence.run_id, o.op_id, 'local_activity', o.name, 'completed', "
+    "o.result, o.started_at, CAST(? AS DOUBLE PRECISION) FROM unnest(CAST(? AS INT[]), "
+    "CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), "
+    "CAST(? AS DOUBLE PRECISION[])) AS o(b, op_id, name, result, started_at) "
+    "JOIN fence ON fence.b = o.b), "
+    "new_events AS (INSERT INTO events (run_id, seq, type, recorded_at, data) "
+    "SELECT fence.run_id, fence.event_seq - fence.n + e.n, e.type, "
+    "CAST(? AS DOUBLE PRECISION), e.data FROM unnest(CAST(? AS INT[]), CAST(? AS BIGINT[]), "
+    "CAST(? AS TEXT[]), CAST(? AS TEXT[])) AS e(b, n, type, data) "
+    "JOIN fence ON fence.b = e.b) "
+    "SELECT b FROM fence"
+)
+
+
+def _local_steps_group(batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
+    """A group commit of many runs' local steps in ONE self-committing statement.
+
+    Each run is fenced on its own (epoch, open status, deadline not passed),
+    exactly as `_local_steps` fences it: a run that fails its fence records
+    nothing and gets ``CommitResult(run_id, False)``; the others commit. The
+    rows and results are those of the run-by-run path (tests/test_postgres.py
+    compares them on two schemas).
+    """
+    run_b: list[int] = []
+    run_ids: list[str] = []
+    epochs: list[int] = []
+    counts: list[int] = []
+    op_b: list[int] = []
+    op_ids: list[str] = []
+    names: list[str] = []
+    results: list[str | None] = []
+    started: list[float] = []
+    event_b: list[int] = []
+    seqs: list[int] = []
+    types: list[str] = []
+    data: list[str] = []
+    steps: list[list[RecordLocalActivity]] = []
+    for b, batch in enumerate(batches):
+        writes = [w for w in batch.writes if isinstance(w, RecordLocalActivity)]
+        steps.append(writes)
+        run_b.append(b)
+        run_ids.append(batch.run_id)
+        epochs.append(batch.epoch)
+        counts.append(2 * len(writes))
+        for i, w in enumerate(writes):
+            op_b.append(b)
+            op_ids.append(w.op_id)
+            names.append(w.name)
+            results.append(w.result)
+            started.append(w.started_at)
+            scheduled, completed = _events(w)
+            event_b += [b, b]
+            seqs += [2 * i + 1, 2 * i + 2]
+            types += ["ActivityScheduled", "ActivityCompleted"]
+            data += [scheduled, completed]
+    rows = yield Stmt(_GROUP_SQL, (run_b, run_ids, epochs, counts, now, now, op_b, op_ids,
+                                   names, results, started, now, event_b, seqs, types, data),
+                      "all",
+                      autocommit=True)
+    fenced = {int(r["b"]) for r in rows}
+    return [
+        CommitResult(batch.run_id, True, {w.op_id: _op(w, now) for w in writes})
+        if b in fenced else CommitResult(batch.run_id, False)
+        for b, (batch, writes) in enumerate(zip(batches, steps, strict=True))
+    ]

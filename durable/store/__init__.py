@@ -32,6 +32,7 @@ from .interaction import RequestTicket, UpdateState
 from .records import (
     ActivityOutcome,
     ActivityTask,
+    Claimed,
     ClaimedRun,
     ClientRequest,
     CommitResult,
@@ -97,11 +98,16 @@ class Store:
     async def claim_runs(
         self, namespace: str, task_queue: str, worker_id: str, workflow_types: tuple[str, ...],
         limit: int, lease_seconds: float, now: float, capabilities: tuple[str, ...] = (),
-    ) -> list[ClaimedRun]:
-        """Take runnable runs of these types (epoch bumped), with their recorded ops."""
-        return await self.driver.run(lambda tx: claims.claim_runs(
+    ) -> Claimed[ClaimedRun]:
+        """Take runnable runs of these types (epoch bumped), with their recorded ops:
+        at most `limit` and at most a fair share of the ready runs (`Claimed.left`
+        says how many ready runs this claim saw left for others)."""
+        claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
             capabilities))
+        if claimed.unread:  # after the claim committed: see claims._claim_runs_in_one
+            await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
+        return claimed
 
     async def renew_leases(
         self, worker_id: str, run_ids: list[str], lease_seconds: float, now: float
@@ -132,7 +138,7 @@ class Store:
     async def claim_activities(
         self, namespace: str, task_queue: str, worker_id: str, names: tuple[str, ...],
         limit: int, lease_seconds: float, now: float,
-    ) -> list[ActivityTask]:
+    ) -> Claimed[ActivityTask]:
         """Start pending attempts of these activities on this worker."""
         return await self.driver.run(lambda tx: activities.claim_activities(
             tx, namespace, task_queue, worker_id, names, limit, lease_seconds, now))

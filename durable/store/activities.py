@@ -16,12 +16,14 @@ from ..errors import ConfigurationError
 from ..failure import Failure
 from ..options import RetryPolicy
 from . import cancellation
-from .events import Event, append_events, record_failure
+from .claims import fair_limit, ready_count
+from .events import Event, append_events, append_events_of_runs, record_failure
 from .records import (
     TASK_COLUMNS,
     ActivityOutcome,
     ActivityTask,
     AttemptStatus,
+    Claimed,
     HeartbeatAck,
     OpKind,
     OpRecord,
@@ -42,19 +44,26 @@ def claim_activities(
     limit: int,
     lease_seconds: float,
     now: float,
-) -> Program[list[ActivityTask]]:
-    """Start up to `limit` pending attempts of these activities on this worker."""
+) -> Program[Claimed[ActivityTask]]:
+    """Start up to `limit` pending attempts of these activities on this worker,
+    and at most its fair share of the ready ones (`claims.fair_limit`)."""
     if limit <= 0 or not names:
-        return []
+        return Claimed()
+    ready_sql = (
+        "activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'pending' "
+        "AND available_at <= ? AND (deadline_at IS NULL OR deadline_at > ?) AND activity_name "
+        f"IN ({placeholders(len(names))}) ")
+    ready_params = (namespace, task_queue, now, now, *names)
+    share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
+                                     "activity_names")
+    counted, counted_params = ready_count(ready_sql, ready_params, limit)
     rows = yield q(
         "SELECT task_id, run_id, workflow_id, op_id, activity_name, input, attempt, options, "
-        "scheduled_at, schedule_to_close_deadline, heartbeat_details FROM activity_tasks "
-        "WHERE namespace = ? AND task_queue = ? AND status = 'pending' AND available_at <= ? "
-        f"AND (deadline_at IS NULL OR deadline_at > ?) AND activity_name IN "
-        f"({placeholders(len(names))}) ORDER BY available_at LIMIT ?" + tx.skip_locked,
-        namespace, task_queue, now, now, *names, limit,
+        f"scheduled_at, schedule_to_close_deadline, heartbeat_details, {counted} AS ready "
+        f"FROM {ready_sql}ORDER BY available_at LIMIT {share}" + tx.skip_locked,
+        *counted_params, *ready_params, *share_params,
     )
-    tasks: list[ActivityTask] = []
+    tasks: Claimed[ActivityTask] = Claimed()
     updates: list[tuple[Any, ...]] = []
     started: list[Event] = []
     for row in rows:
@@ -93,9 +102,10 @@ def claim_activities(
             "deadline_at = ?, schedule_to_start_deadline = NULL WHERE task_id = ?",
             updates,
         )
-        for task, event in sorted(zip(tasks, started, strict=True),
-                                  key=lambda pair: pair[0].run_id):  # lock order: see claims
-            yield from append_events(task.run_id, [event], now)
+        yield from append_events_of_runs(
+            tx, [(task.run_id, event) for task, event in zip(tasks, started, strict=True)], now)
+    if rows:
+        tasks.left = max(0, int(rows[0]["ready"]) - len(rows))
     return tasks
 
 

@@ -11,18 +11,61 @@ deadlock_timeout (1 s).
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from ..driver import Program, Tx, ex, many, placeholders, q
+from ..driver import Program, Stmt, Tx, ex, many, placeholders, q
 from .events import append_events
 from .records import (
     OP_COLUMNS,
     RUN_COLUMNS,
+    Claimed,
     ClaimedRun,
     OpRecord,
     earliest,
     op_from_row,
     run_from_row,
 )
+
+#: a claim counts at most this many times its limit of ready rows (the count
+#: only decides a fair share; a bounded count keeps a deep queue cheap)
+COUNT_CAP = 8
+
+_READY_RUNS = (
+    "namespace = ? AND task_queue = ? AND status IN ('pending', 'running') AND ready_at <= ? "
+    "AND needs_review = 0 AND (owner IS NULL OR lease_expires_at <= ?) "
+)
+
+
+def fair_limit(ready_sql: str, ready_params: tuple[Any, ...], limit: int, namespace: str,
+               task_queue: str, now: float, registered: str) -> tuple[str, tuple[Any, ...]]:
+    """A claim's LIMIT: at most `limit` (the worker's free capacity) and at most
+    its fair share of the ready work, ``ceil(ready / live workers)``.
+
+    Why: without it the first worker to wake takes everything (a batch of
+    100) and the others idle while it works through it (measured: with 4
+    processes only 2 closed any run). Live workers are those whose
+    registration has not expired and that run this kind of work
+    (`registered`: their list of workflow types or activity names is not
+    empty). The ready count is capped (`COUNT_CAP` x limit) and includes rows
+    other claimers hold locked: a share is an estimate, never a reservation.
+    Also returns the SQL of the ready count (selected alongside the claimed
+    rows, so that the worker knows whether work was left: `Claimed.left`).
+    """
+    count = f"(SELECT count(*) FROM (SELECT 1 FROM {ready_sql} LIMIT ?) AS ready)"
+    live = ("(SELECT count(*) FROM workers WHERE namespace = ? AND task_queue = ? "
+            f"AND expires_at >= ? AND {registered} <> '[]')")
+    sql = (f"(SELECT CASE WHEN s.fair < ? THEN s.fair ELSE ? END FROM (SELECT CASE "
+           f"WHEN w.n < 1 THEN r.n ELSE (r.n + w.n - 1) / w.n END AS fair FROM "
+           f"(SELECT {count} AS n) AS r, (SELECT {live} AS n) AS w) AS s)")
+    params = (limit, limit, *ready_params, limit * COUNT_CAP, namespace, task_queue, now)
+    return sql, params
+
+
+def ready_count(ready_sql: str, ready_params: tuple[Any, ...], limit: int
+                ) -> tuple[str, tuple[Any, ...]]:
+    """The capped count of ready rows, as a scalar subquery (see `fair_limit`)."""
+    return (f"(SELECT count(*) FROM (SELECT 1 FROM {ready_sql} LIMIT ?) AS ready)",
+            (*ready_params, limit * COUNT_CAP))
 
 
 def claim_runs(
@@ -35,26 +78,41 @@ def claim_runs(
     lease_seconds: float,
     now: float,
     capabilities: tuple[str, ...] = (),
-) -> Program[list[ClaimedRun]]:
-    """Take up to `limit` runnable runs of these types, with their recorded ops."""
+) -> Program[Claimed[ClaimedRun]]:
+    """Take up to `limit` runnable runs of these types, with their recorded ops;
+    at most this worker's fair share of the ready runs (`fair_limit`).
+
+    Where the dialect has writable CTEs (PostgreSQL) the claim and the
+    workflows' status are ONE self-committing statement, and the ops of runs
+    that had an owner before are read after it (`read_claimed_ops`);
+    elsewhere four statements in one transaction.
+    """
     if limit <= 0 or not types:
-        return []
-    rows = yield q(
-        "SELECT run_id FROM runs WHERE namespace = ? AND task_queue = ? "
-        "AND status IN ('pending', 'running') AND ready_at <= ? AND needs_review = 0 "
-        "AND (owner IS NULL OR lease_expires_at <= ?) "
-        f"AND workflow_type IN ({placeholders(len(types))}) "
-        "ORDER BY ready_at LIMIT ?" + tx.skip_locked,
-        namespace, task_queue, now, now, *types, limit,
-    )
+        return Claimed()
+    ready_sql = f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))})"
+    ready_params = (namespace, task_queue, now, now, *types)
+    share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
+                                     "workflow_types")
+    counted, counted_params = ready_count(ready_sql, ready_params, limit)
+    pick = (f"SELECT run_id FROM {ready_sql}ORDER BY ready_at LIMIT {share}"
+            + tx.skip_locked)
+    claim = ("UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
+             "status = 'running', started_at = COALESCE(started_at, ?), "
+             "claim_capabilities = ? ")
+    claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)))
+    if tx.dialect.writable_cte:
+        return (yield from _claim_runs_in_one(
+            claim, claim_params, pick, (*ready_params, *share_params), counted,
+            counted_params))
+    rows = yield q(f"{pick.replace('SELECT run_id', f'SELECT run_id, {counted} AS ready', 1)}",
+                   *counted_params, *ready_params, *share_params)
     if not rows:
-        return []
+        return Claimed()
+    ready = int(rows[0]["ready"])
     ids = [r["run_id"] for r in rows]
     claimed = yield q(
-        "UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
-        "status = 'running', started_at = COALESCE(started_at, ?), claim_capabilities = ? "
-        f"WHERE run_id IN ({placeholders(len(ids))}) RETURNING {RUN_COLUMNS}",
-        worker_id, now + lease_seconds, now, json.dumps(list(capabilities)), *ids,
+        f"{claim}WHERE run_id IN ({placeholders(len(ids))}) RETURNING {RUN_COLUMNS}",
+        *claim_params, *ids,
     )
     yield ex(
         "UPDATE workflows SET status = 'running' WHERE status = 'pending' AND current_run_id IN "
@@ -68,7 +126,51 @@ def claim_runs(
     ops: dict[str, dict[str, OpRecord]] = {i: {} for i in ids}
     for row in op_rows:
         ops[row["run_id"]][row["op_id"]] = op_from_row(row)
-    return [ClaimedRun(run_from_row(r), ops[r["run_id"]]) for r in claimed]
+    return Claimed.of([ClaimedRun(run_from_row(r), ops[r["run_id"]]) for r in claimed], ready)
+
+
+def _claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
+                       pick_params: tuple[Any, ...], counted: str,
+                       counted_params: tuple[Any, ...]) -> Program[Claimed[ClaimedRun]]:
+    """The claim as one self-committing data-modifying CTE: lock (SKIP LOCKED),
+    bump the epochs, mark the workflows running, in one round trip.
+
+    The claimed runs' ops are NOT read here: this statement's snapshot
+    predates its own locks, so it could miss an op that the run's previous
+    owner (its lease expired) committed a moment before the claim. A run
+    claimed for the first time (epoch 1 now) has no ops (only an owner
+    writes them); the others are listed in `Claimed.unread`, and
+    `read_claimed_ops` reads them after the claim has committed, when every
+    later write of the previous owner is refused by its stale epoch.
+    """
+    rows = yield Stmt(
+        f"WITH claimed AS ({claim}WHERE run_id IN ({pick}) RETURNING {RUN_COLUMNS}), "
+        "started AS (UPDATE workflows SET status = 'running' WHERE status = 'pending' "
+        "AND current_run_id IN (SELECT run_id FROM claimed)) "
+        f"SELECT claimed.*, {counted} AS ready FROM claimed",
+        (*claim_params, *pick_params, *counted_params), "all", autocommit=True,
+    )
+    if not rows:
+        return Claimed()
+    claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]))
+    claimed.unread = [c.run.run_id for c in claimed if c.run.epoch > 1]
+    return claimed
+
+
+def read_claimed_ops(claimed: Claimed[ClaimedRun]) -> Program[None]:
+    """Fill in the ops of the runs a one-statement claim left unread."""
+    ids = claimed.unread
+    if not ids:
+        return None
+    op_rows = yield q(
+        f"SELECT run_id, {OP_COLUMNS} FROM ops WHERE run_id IN ({placeholders(len(ids))})",
+        *ids,
+    )
+    by_run = {c.run.run_id: c for c in claimed}
+    for row in op_rows:
+        by_run[row["run_id"]].ops[row["op_id"]] = op_from_row(row)
+    claimed.unread = []
+    return None
 
 
 def renew_leases(

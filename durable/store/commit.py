@@ -401,6 +401,10 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         result = yield from _fast_local_steps(tx, batches[0], now, autocommit=True)
         if result is not None:
             return [result]
+    if len(batches) > 1 and all(b.local_steps_only() for b in batches):
+        group = tx.dialect.local_steps_group(batches, now)
+        if group is not None:  # every run's steps, each fenced, in one statement
+            return (yield from group)
     results: list[CommitResult | None] = [None] * len(batches)
     yield from _lock_attempts_to_stop(tx, batches)
     for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _json
 from ..deadlines import Deadlines
@@ -157,6 +157,34 @@ class RunRecord:
     def deadlines(self) -> Deadlines:
         return Deadlines(self.execution_deadline_at, self.run_deadline_at,
                          self.cleanup_deadline_at)
+
+
+T = TypeVar("T")
+
+
+class Claimed(list[T]):
+    """What one claim took, and how much ready work it saw left for others.
+
+    A claim takes at most its fair share of the ready work (see
+    `durable.store.claims.fair_limit`); `left` tells the worker whether
+    claiming again soon can find more (`left > 0`) or whether to wait for a
+    wake-up. A plain list otherwise.
+    """
+
+    left: int = 0
+    #: claimed runs whose recorded ops are still to be read
+    #: (`durable.store.claims.read_claimed_ops`)
+    unread: list[str]
+
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__(items)
+        self.unread = []
+
+    @classmethod
+    def of(cls, items: list[T], ready: int) -> Claimed[T]:
+        claimed = cls(items)
+        claimed.left = max(0, ready - len(items))
+        return claimed
 
 
 @dataclass
