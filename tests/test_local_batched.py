@@ -34,18 +34,18 @@ def gate(key: str) -> anyio.Event:
     return GATES.setdefault(key, anyio.Event())
 
 
-@activity.defn
+@activity.defn(name="batched_double")
 async def double(i: int) -> int:
     return 2 * i
 
 
-@activity.defn
+@activity.defn(name="batched_held")
 async def held(key: str) -> str:
     await gate(key).wait()
     return key
 
 
-@activity.defn
+@activity.defn(name="batched_flaky")
 async def flaky(key: str, fail_times: int) -> int:
     CALLS[key] = CALLS.get(key, 0) + 1
     if CALLS[key] <= fail_times:
@@ -53,14 +53,14 @@ async def flaky(key: str, fail_times: int) -> int:
     return CALLS[key]
 
 
-@activity.defn
+@activity.defn(name="batched_received")
 async def received(values: list[Any], mapping: dict[str, Any], pair: tuple[int, int]
                    ) -> list[Any]:
     values.append("mutated by the activity")
     return [type(pair).__name__, mapping]
 
 
-@workflow.defn
+@workflow.defn(name="batched_steps")
 async def steps(n: int) -> int:
     total = 0
     for i in range(n):
@@ -68,7 +68,7 @@ async def steps(n: int) -> int:
     return total
 
 
-@workflow.defn
+@workflow.defn(name="batched_steps_then_hold")
 async def steps_then_hold(key: str, n: int) -> int:
     total = 0
     for i in range(n):
@@ -77,7 +77,7 @@ async def steps_then_hold(key: str, n: int) -> int:
     return total
 
 
-@workflow.defn
+@workflow.defn(name="batched_steps_then_remote")
 async def steps_then_remote(key: str, n: int) -> int:
     handle = workflow.start_activity(held, key)
     total = 0
@@ -87,7 +87,7 @@ async def steps_then_remote(key: str, n: int) -> int:
     return total
 
 
-@workflow.defn
+@workflow.defn(name="batched_times")
 async def times(key: str) -> bool:
     await workflow.execute_local_activity(double, 1, options=BATCHED)
     first = workflow.now().isoformat()
@@ -98,12 +98,12 @@ async def times(key: str) -> bool:
     return bool(live == [first, second])
 
 
-@activity.defn
+@activity.defn(name="batched_echo")
 async def echo(value: Any) -> Any:
     return value
 
 
-@workflow.defn
+@workflow.defn(name="batched_with_patch")
 async def with_patch() -> bool:
     await workflow.execute_local_activity(double, 1, options=BATCHED)
     taken = workflow.patched("new-branch")
@@ -111,7 +111,7 @@ async def with_patch() -> bool:
     return taken
 
 
-@workflow.defn
+@workflow.defn(name="batched_retries_and_failures")
 async def retries_and_failures(key: str) -> list[Any]:
     first = await workflow.execute_local_activity(double, 1, options=BATCHED)
     retried = await workflow.execute_local_activity(flaky, key, 2, options=FAST_RETRY)
@@ -123,7 +123,7 @@ async def retries_and_failures(key: str) -> list[Any]:
     return [first, retried, failed, last]
 
 
-@workflow.defn
+@workflow.defn(name="batched_plain_arguments")
 async def plain_arguments() -> list[Any]:
     values = [1, 2.5, "x", None, True]
     result = await workflow.execute_local_activity(received, values, {"a": [1, {"b": 2}]},
@@ -241,7 +241,7 @@ async def test_worker_setting_makes_batched_the_default(
     assert {e.recorded_at for e in completed(events)} == {close.recorded_at}
 
 
-@workflow.defn
+@workflow.defn(name="batched_plain_steps")
 async def plain_steps(n: int) -> int:
     total = 0
     for i in range(n):

@@ -190,7 +190,19 @@ def _plain_arguments(ctx: WorkflowContext, defn: ActivityDefn,
             return None
         copied.append(plain)
     hints = defn.param_hints
-    return [rebuild(a, hints[i] if i < len(hints) else None) for i, a in enumerate(copied)]
+    for i, value in enumerate(copied):
+        hint = hints[i] if i < len(hints) else None
+        try:
+            as_is = hint in _AS_IS
+        except TypeError:  # an unhashable hint: let rebuild decide
+            as_is = False
+        if not as_is:
+            copied[i] = rebuild(value, hint)
+    return copied
+
+
+#: Hints under which `rebuild` returns a plain value unchanged (not worth calling it).
+_AS_IS: frozenset[Any] = frozenset({None, Any, object, int, str, float, bool, list, dict})
 
 
 _NOT_PLAIN: Any = object()
