@@ -151,9 +151,34 @@ class RetryPolicy:
         )
 
 
+#: How a local activity's outcome is recorded (``ActivityOptions.record``).
+RECORD_MODES = ("step", "batched")
+
+
+def record_mode(value: Any, what: str) -> str:
+    """``"step"`` or ``"batched"``; anything else is refused at the call that set it."""
+    if not isinstance(value, str) or value not in RECORD_MODES:
+        raise ConfigurationError(
+            f"{what} must be one of {', '.join(repr(m) for m in RECORD_MODES)}, got {value!r}"
+        )
+    return value
+
+
+#: The retry policy of every call that sets none (frozen, so one instance serves all).
+DEFAULT_RETRY = RetryPolicy()
+
+
 @dataclass(frozen=True, kw_only=True)
 class ActivityOptions:
-    """Timeouts, retries and cancellation policy of one activity call."""
+    """Timeouts, retries and cancellation policy of one activity call.
+
+    `record` applies to local activities: ``"step"`` records each outcome
+    with one write before the workflow continues; ``"batched"`` keeps
+    successful outcomes in memory and records them with the run's next
+    durable operation, its close, or every `Worker(local_activity_batch=)`
+    steps (a crash re-runs at most that unrecorded window). None: the
+    worker's `local_activity_record` (``"step"`` unless configured).
+    """
 
     schedule_to_start_timeout: Seconds | None = None
     start_to_close_timeout: Seconds | None = None
@@ -163,8 +188,11 @@ class ActivityOptions:
     retry: RetryPolicy | None = None
     cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL
     task_queue: str | None = None
+    record: str | None = None
 
     def __post_init__(self) -> None:
+        if self.record is not None:
+            record_mode(self.record, "ActivityOptions.record")
         for name in (
             "schedule_to_start_timeout",
             "start_to_close_timeout",
@@ -187,7 +215,9 @@ class ActivityOptions:
     @property
     def retry_policy(self) -> RetryPolicy:
         """The effective retry policy (max_attempts overrides the policy's)."""
-        policy = self.retry or RetryPolicy()
+        if self.retry is None and self.max_attempts is None:
+            return DEFAULT_RETRY  # the common case: no policy built per call
+        policy = self.retry or DEFAULT_RETRY
         if self.max_attempts is not None:
             policy = dataclasses.replace(policy, max_attempts=self.max_attempts)
         return policy

@@ -43,6 +43,7 @@ from .errors import (
     WorkerFailed,
 )
 from .failure import Failure
+from .options import record_mode
 from .store.records import (
     ActivityOutcome,
     ActivityTask,
@@ -119,6 +120,8 @@ class Worker:
         identity: str | None = None,
         capabilities: Sequence[str] = CAPABILITIES,
         shutdown_grace: float = attempts.DEFAULT_STOP_GRACE,
+        local_activity_record: str = "step",
+        local_activity_batch: int = 64,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -140,6 +143,11 @@ class Worker:
                                                 inclusive=False, maximum=3600)
         self.shutdown_grace = _validate.duration(shutdown_grace, "Worker shutdown_grace",
                                                  maximum=3600)
+        # how local activities without ActivityOptions(record=...) are recorded
+        self.local_activity_record = record_mode(local_activity_record,
+                                                 "Worker local_activity_record")
+        self.local_activity_batch = _validate.integer(
+            local_activity_batch, "Worker local_activity_batch", minimum=1, maximum=100_000)
         unknown = sorted(set(_names(capabilities, "capabilities")) - set(CAPABILITIES))
         if unknown:
             raise ConfigurationError(
@@ -454,6 +462,7 @@ class Worker:
             run=run, ops=claimed.ops, defn=self.workflows[run.workflow_type], worker=self,
             clock=self.clock, converter=self.client.converter, limits=self.client.limits,
             committer=self.committer, stop_grace=self.shutdown_grace,
+            local_record=self.local_activity_record, local_batch=self.local_activity_batch,
         )
         executor = RunExecutor(ctx, self._run_done)
         self.executors[run.run_id] = executor

@@ -232,16 +232,29 @@ def fault_flow_steps(steps: int) -> list[str]:
     return [f"a{i}" for i in range(steps)] + ["local"]
 
 
+LOCAL_RUN_BATCH = 5  # the workers' local_activity_batch: the batched window
+
+
+@workflow.defn(name="crash_local_run")
+async def local_run(key: str, n: int, record: str) -> list[str]:
+    """`n` local steps s0, s1, ... recorded per step or batched (`record`)."""
+    options = durable.ActivityOptions(record=record, retry=OPTIONS.retry)
+    return [await workflow.execute_local_activity(step, key, f"s{i}", options=options)
+            for i in range(n)]
+
+
 # ---------------------------------------------------------------- the worker process
 
 
 async def _serve(args: argparse.Namespace) -> None:
     async with durable.connect(args.db) as client:
         worker = durable.Worker(
-            client, workflows=[pipeline, fault_flow, cancellable, Signalled, Updated],
+            client,
+            workflows=[pipeline, fault_flow, cancellable, Signalled, Updated, local_run],
             activities=[step, step_sync, work],
             lease_seconds=args.lease, poll_interval=args.poll, identity=args.identity,
             max_concurrent_runs=args.max_runs, max_concurrent_activities=args.max_activities,
+            local_activity_batch=LOCAL_RUN_BATCH,
         )
         async with worker:
             await anyio.sleep_forever()

@@ -47,6 +47,7 @@ from conftest import (
 )
 from crash_app import (
     CLEANUP_STEPS,
+    LOCAL_RUN_BATCH,
     PIPELINE_STEPS,
     Signalled,
     Updated,
@@ -54,6 +55,7 @@ from crash_app import (
     check_history,
     count_type,
     kill9,
+    local_run,
     logs,
     marker_file,
     pipeline,
@@ -422,6 +424,61 @@ async def test_kill_between_steps_never_reruns_recorded_steps(
 ) -> None:
     outcome = await crash_and_recover(crash_db, tmp_path / "run", crash)
     assert_recovered(outcome, None)
+
+
+# ------------------------------------------------------- (d) local steps, step or batched
+
+
+@pytest.mark.parametrize(("record", "killed_on", "recovered_on"), [
+    pytest.param("step", "asyncio", "trio", id="step-asyncio"),
+    pytest.param("step", "trio", "asyncio", id="step-trio"),
+    pytest.param("batched", "asyncio", "trio", id="batched-asyncio"),
+    pytest.param("batched", "trio", "asyncio", id="batched-trio"),
+])
+async def test_kill_reruns_at_most_the_unrecorded_local_steps(
+    crash_db: str, tmp_path: Path, record: str, killed_on: str, recovered_on: str
+) -> None:
+    """Killed after the effect of step s7 of 12 local steps.
+
+    Per step: s0..s6 are recorded, only s7 runs again. Batched (window 5):
+    s0..s4 were recorded when the window filled, s5..s7 lived in memory and
+    run again (fewer than the window); a recorded step never runs again,
+    and the result is the same either way.
+    """
+    workdir, key, n = tmp_path / "run", f"{record}-{killed_on}", 12
+    procs: list[subprocess.Popen[bytes]] = []
+    async with durable.connect(crash_db) as client:
+        handle = await client.start(local_run, key, n, record, id=key)
+        try:
+            first = spawn_worker(crash_db, workdir, pauses=["after:s7"], backend=killed_on,
+                                 lease=LEASE, name="first")
+            procs.append(first)
+            marker = marker_file(workdir, key, "after:s7")
+            await wait_until(marker.exists, f"marker {marker.name}", workdir, first)
+            kill9(first)
+            recorded = [e.data["result"] for e in await handle.history()
+                        if e.type == "ActivityCompleted"]
+            survivors = 7 if record == "step" else LOCAL_RUN_BATCH
+            assert recorded == [f"s{i}:{key}" for i in range(survivors)], logs(workdir)
+            procs.append(spawn_worker(crash_db, workdir, backend=recovered_on, lease=LEASE,
+                                      name="second"))
+            with anyio.fail_after(15):
+                result = await handle.result()
+            events = await handle.history()
+        finally:
+            for proc in procs:
+                kill9(proc)
+    assert result == [f"s{i}:{key}" for i in range(n)], logs(workdir)
+    check = check_history(events)
+    assert check.problems == [], (check.problems, logs(workdir))
+    effects = read_effects(workdir)
+    rerun = {f"s{i}" for i in range(n) if effects[key, f"s{i}"] == 2}
+    assert all(effects[key, f"s{i}"] in (1, 2) for i in range(n)), effects
+    if record == "step":
+        assert rerun == {"s7"}, effects
+    else:
+        assert rerun == {"s5", "s6", "s7"}, effects
+        assert len(rerun) <= LOCAL_RUN_BATCH
 
 
 # ---------------------------------------------------------------- fault injection

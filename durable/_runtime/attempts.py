@@ -72,10 +72,21 @@ DEFAULT_STOP_GRACE = 10.0
 class ActivityContext:
     """State of one running attempt, shared by its code and its supervisor."""
 
-    def __init__(self, info: ActivityInfo, clock: Clock, deadline: float | None, *,
+    def __init__(self, info: ActivityInfo | Callable[[], ActivityInfo], clock: Clock,
+                 deadline: float | None, *,
                  encode_details: Callable[[Any], str] | None = None,
-                 stop_grace: float = DEFAULT_STOP_GRACE) -> None:
-        self.info = info
+                 stop_grace: float = DEFAULT_STOP_GRACE, activity_type: str = "",
+                 attempt: int = 0) -> None:
+        # `info` may be a factory: most attempts never ask (activity.info()),
+        # and building its datetimes costs more than a trivial activity does
+        if isinstance(info, ActivityInfo):
+            self._info: ActivityInfo | None = info
+            self._make_info: Callable[[], ActivityInfo] | None = None
+            activity_type, attempt = info.activity_type, info.attempt
+        else:
+            self._info, self._make_info = None, info
+        self.activity_type = activity_type
+        self.attempt = attempt
         self.clock = clock
         self.deadline = deadline
         self.scope: anyio.CancelScope | None = None
@@ -91,6 +102,14 @@ class ActivityContext:
         self.wakeup = anyio.Event()
         self.loop_thread = threading.get_ident()
         self.process_stop: dict[str, Any] | None = None
+
+    @property
+    def info(self) -> ActivityInfo:
+        """What the attempt knows about itself (built on first use)."""
+        if self._info is None:
+            assert self._make_info is not None
+            self._info = self._make_info()
+        return self._info
 
     # -- called by activity code (any thread) --------------------------------
 
@@ -110,7 +129,7 @@ class ActivityContext:
     def check_cancelled(self) -> None:
         if self._stop.is_set():
             raise ActivityStopRequested(
-                f"activity {self.info.activity_type} attempt {self.info.attempt} must stop: "
+                f"activity {self.activity_type} attempt {self.attempt} must stop: "
                 f"{self.stop_reason}"
             )
 
@@ -152,7 +171,7 @@ class ActivityContext:
         must stop (a cancellation, a timeout fence, a shutdown)."""
         if self._budget is None:
             budget = Budget(deadline=self.deadline, clock=self.clock.now,
-                            name=f"activity {self.info.activity_type}")
+                            name=f"activity {self.activity_type}")
             if self._stop.is_set():
                 budget.cancel(self.stop_reason or "stop requested")
             self._budget = budget
@@ -204,7 +223,7 @@ async def _run_in_process(ctx: ActivityContext, fn: Any, args: list[Any]) -> Any
     mp = multiprocessing.get_context("spawn")
     receiver, sender = mp.Pipe(duplex=False)
     proc = mp.Process(target=_process_main, args=(sender, fn, args), daemon=True,
-                      name=f"durable-activity-{ctx.info.activity_type}")
+                      name=f"durable-activity-{ctx.activity_type}")
     await anyio.to_thread.run_sync(proc.start)
     sender.close()
     try:
@@ -217,7 +236,7 @@ async def _run_in_process(ctx: ActivityContext, fn: Any, args: list[Any]) -> Any
                 raise payload
             if not proc.is_alive():
                 raise ActivityProcessExited(
-                    f"the process running activity {ctx.info.activity_type} exited with code "
+                    f"the process running activity {ctx.activity_type} exited with code "
                     f"{proc.exitcode} before returning a result", exit_code=proc.exitcode,
                 )
     finally:
@@ -233,13 +252,13 @@ def _stopped(ctx: ActivityContext) -> ActivityStopRequested:
     stop = ctx.process_stop
     if stop is not None:
         return ActivityStopRequested(
-            f"activity {ctx.info.activity_type} attempt {ctx.info.attempt}: its process was "
+            f"activity {ctx.activity_type} attempt {ctx.attempt}: its process was "
             f"terminated (exit code {stop['exit_code']}): {ctx.stop_reason}",
             stop_kind="process_killed", confirmed=bool(stop["confirmed"]),
             exit_code=stop["exit_code"],
         )
     return ActivityStopRequested(
-        f"activity {ctx.info.activity_type} attempt {ctx.info.attempt} was stopped: "
+        f"activity {ctx.activity_type} attempt {ctx.attempt} was stopped: "
         f"{ctx.stop_reason}"
     )
 
@@ -337,23 +356,27 @@ def new_context(
     encode_details: Callable[[Any], str] | None = None,
     stop_grace: float = DEFAULT_STOP_GRACE,
 ) -> ActivityContext:
-    """The context of one attempt: its info, clock and binding deadline."""
-    info = ActivityInfo(
-        activity_id=activity_id,
-        activity_type=defn.name,
-        attempt=attempt,
-        workflow_id=workflow_id,
-        run_id=run_id,
-        task_queue=task_queue,
-        local=local,
-        scheduled_at=to_datetime(scheduled_at),
-        started_at=to_datetime(started_at),
-        deadline=to_datetime(deadline),
-        heartbeat_timeout=heartbeat_timeout,
-        heartbeat_details=heartbeat_details,
-    )
+    """The context of one attempt: its info (built when first asked for), clock
+    and binding deadline."""
+
+    def info() -> ActivityInfo:
+        return ActivityInfo(
+            activity_id=activity_id,
+            activity_type=defn.name,
+            attempt=attempt,
+            workflow_id=workflow_id,
+            run_id=run_id,
+            task_queue=task_queue,
+            local=local,
+            scheduled_at=to_datetime(scheduled_at),
+            started_at=to_datetime(started_at),
+            deadline=to_datetime(deadline),
+            heartbeat_timeout=heartbeat_timeout,
+            heartbeat_details=heartbeat_details,
+        )
+
     return ActivityContext(info, clock, deadline, encode_details=encode_details,
-                           stop_grace=stop_grace)
+                           stop_grace=stop_grace, activity_type=defn.name, attempt=attempt)
 
 
 def arguments(defn: ActivityDefn, converter: PayloadConverter, payload: str) -> list[Any]:

@@ -26,8 +26,9 @@ from ..errors import (
     WriteRejected,
 )
 from ..options import Limits
-from ..store.records import CommitResult, OpRecord, RunRecord
-from ..store.writes import Write
+from ..store import batched as _batched  # noqa: F401  (registers RecordBatchedLocalActivity)
+from ..store.records import CommitResult, OpKind, OpRecord, OpStatus, RunRecord
+from ..store.writes import RecordBatchedLocalActivity, RecordLocalActivity, Write
 from .handlers import HandlerTable
 
 if TYPE_CHECKING:
@@ -99,8 +100,16 @@ class WorkflowContext:
         limits: Limits,
         committer: Submitter,
         stop_grace: float = 10.0,
+        local_record: str = "step",
+        local_batch: int = 64,
     ) -> None:
         self.run = run
+        # batched local activities (see record_batched): outcomes waiting in
+        # `deferred` for the run's next commit, and when to record them anyway
+        self.local_record = local_record
+        self.local_batch = local_batch
+        self.batched = 0
+        self.idle: anyio.Event | None = None  # set when the run may want a flush
         self.stop_grace = stop_grace
         self.recorded = ops
         self.defn = defn
@@ -245,13 +254,17 @@ class WorkflowContext:
         """
         if self.broken is not None:
             raise self.broken
-        if self.deferred:  # markers go with the run's next commit, ahead of its writes
-            writes, self.deferred = [*self.deferred, *writes], []
+        carried = self.batched
+        if self.deferred:  # markers and batched outcomes go with the run's next commit,
+            writes, self.deferred = [*self.deferred, *writes], []  # ahead of its writes
+            self.batched = 0
         try:
             result = await self.committer.submit(
                 self.run.run_id, self.run.epoch, writes, quiet=self.cancellation is None
             )
-        except WriteRejected:
+        except WriteRejected as exc:
+            if carried:  # outcomes the code went on from are lost: replay from storage
+                self.broken = exc
             raise
         except Exception as exc:
             # Whatever the workflow code does with this error, the run must not
@@ -264,6 +277,54 @@ class WorkflowContext:
         for op in result.ops.values():
             self.resolve(op)
         return result
+
+    # -- batched local activities ----------------------------------------------
+
+    def record_batched(self, write: RecordLocalActivity, closed_at: float) -> OpRecord:
+        """Keep a local activity's outcome for the run's next commit (``record="batched"``).
+
+        The code goes on from the record in memory at once; storage gets it,
+        with the instant it was known, with whatever the run commits next (a
+        durable op, a delivery, the close) or at the next `flush()`. A crash
+        before that re-runs the activity: at least once, as activities promise.
+        """
+        status = OpStatus.COMPLETED if write.failure is None else OpStatus.FAILED
+        record = OpRecord(write.op_id, OpKind.LOCAL_ACTIVITY, write.name, status, write.result,
+                          write.failure, write.started_at, closed_at)
+        self.deferred.append(RecordBatchedLocalActivity(write, closed_at))
+        self.batched += 1
+        self.recorded[write.op_id] = record
+        if self.idle is None and self.executor is not None and not self.scratch:
+            self.idle = anyio.Event()
+            self.executor.spawn_engine(self._flush_when_idle)
+        return record
+
+    def wants_flush(self) -> bool:
+        """Batched outcomes are waiting and the run has stopped running local
+        activities: every task waits on something else (it yielded)."""
+        return (self.batched > 0 and self.active <= 0
+                and OpKind.LOCAL_ACTIVITY not in self.parked.values())
+
+    async def flush(self) -> None:
+        """Record the batched outcomes now (nothing to do when none wait)."""
+        if self.batched and self.broken is None and not self.hard_stop:
+            await self.commit([])
+
+    async def _flush_when_idle(self) -> None:
+        """Engine task of a run with batched outcomes: record them as soon as the
+        workflow yields (waits on anything but a local activity), so that a
+        run that waits long does not keep unrecorded work."""
+        while True:
+            assert self.idle is not None
+            await self.idle.wait()
+            self.idle = anyio.Event()
+            if self.wants_flush() and not self.closing and not self.failing:
+                try:
+                    await self.flush()
+                except Exception:  # the run stops; whoever claims it replays from storage
+                    if self.executor is not None:
+                        self.executor.stop("batched outcomes could not be recorded")
+                    return
 
     def waiter(self, op_id: str) -> _Waiter:
         waiter = self.waiters.get(op_id)
@@ -395,6 +456,8 @@ class WorkflowContext:
     def _check_quiet(self) -> None:
         if self.active <= 0:
             self.quiet.set()
+            if self.batched and self.idle is not None:
+                self.idle.set()
         elif self.quiet.is_set():
             self.quiet = anyio.Event()
 

@@ -20,7 +20,9 @@ again. New signals are delivered only once replay has caught up.
 
 **Queries and validators** run at a scheduling point too, against the
 instance as it is (after replay), with a read-only runtime: nothing they do
-is recorded, and a durable op in them fails with `QueryFailed`.
+is recorded, and a durable op in them fails with `QueryFailed`. A query is
+answered only after the run's batched local-activity outcomes are recorded,
+so an answer never reflects work a crash could still undo.
 """
 
 from __future__ import annotations
@@ -459,6 +461,9 @@ class Inbox:
     async def _answer_query(self, request: ClientRequest) -> None:
         self.ctx.close_gate()
         try:
+            # A query never sees an outcome that a crash could still take back:
+            # batched local-activity outcomes are recorded before it is answered.
+            await self.ctx.flush()
             answer = await answer_query(self.ctx, request.name, request.input)
         finally:
             self.ctx.open_gate()

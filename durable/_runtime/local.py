@@ -5,10 +5,17 @@ attempts (with the shared attempt runner) and records the outcome once.
 Timeouts are enforced here on the engine clock; retries follow the same
 `RetryPolicy` rules as remote attempts. A crash before the record re-runs
 the activity (at least once, as activities promise).
+
+With ``record="batched"`` a successful outcome is not written at once: it is
+kept with the run (`WorkflowContext.record_batched`) and recorded with the
+run's next commit (the next durable op, a delivery, the close), when the
+run yields, before a retry's backoff, or every `local_batch` outcomes. A
+crash re-runs at most those unrecorded steps; a recorded one never re-runs.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +23,10 @@ import anyio
 
 from .._registry import ActivityDefn, require_activity
 from ..clock import to_iso
+from ..converter import JSONConverter, rebuild
 from ..errors import ActivityStopRequested, PolicyRejected, StructuralLimitExceeded
 from ..failure import Failure, leaf_exceptions
-from ..options import ActivityOptions, CancellationPolicy, to_seconds
+from ..options import ActivityOptions, CancellationPolicy, Seconds, to_seconds
 from ..store.records import OpKind
 from ..store.writes import RecordLocalActivity
 from . import attempts, caps
@@ -66,13 +74,17 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     left = caps.time_left(ctx, state)  # inside a phase: never past its deadline
     await live_gate(ctx)
     go_live(state)
-    payload = ctx.encode(list(args), f"the arguments of activity {defn.name!r}")
-    call_args = attempts.arguments(defn, ctx.converter, payload)
+    call_args = _plain_arguments(ctx, defn, args)
+    if call_args is None:
+        payload = ctx.encode(list(args), f"the arguments of activity {defn.name!r}")
+        call_args = attempts.arguments(defn, ctx.converter, payload)
     retry = options.retry_policy
-    s2c = to_seconds(options.schedule_to_close_timeout, "schedule_to_close_timeout")
+    batched = (options.record or ctx.local_record) == "batched" and not ctx.scratch
+    # validated (to float seconds) when the options were built
+    s2c = _seconds(options.schedule_to_close_timeout)
     if left is not None and (s2c is None or s2c > left):
         s2c = left
-    stc = to_seconds(options.start_to_close_timeout, "start_to_close_timeout")
+    stc = _seconds(options.start_to_close_timeout)
     overall = started + s2c if s2c is not None else None
     attempt = 0
     failure: Failure | None = None
@@ -121,6 +133,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                                             retryable=retryable)
             if next_at is None:
                 break
+            if ctx.batched:  # the backoff is a wait: what the run did so far is recorded
+                await ctx.flush()
             await ctx.clock.sleep_until(next_at)
         if ctx.must_hold(op_id):  # a signal or update is being delivered here
             await ctx.hold(op_id, OpKind.LOCAL_ACTIVITY, parked=True)
@@ -131,11 +145,108 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
         raise
     finally:
         ctx.unpark(op_id)
-    await ctx.commit([RecordLocalActivity(
-        op_id=op_id, name=defn.name, started_at=started, attempts=attempt,
-        result=result, failure=failure,
-    )])
+    write = RecordLocalActivity(op_id=op_id, name=defn.name, started_at=started,
+                                attempts=attempt, result=result, failure=failure)
+    if batched and failure is None:
+        # Kept for the run's next commit; a failure is recorded at once (it is
+        # rare, and describe() shows it), carrying the outcomes kept so far.
+        record = ctx.record_batched(write, ctx.clock.now())
+        if ctx.batched >= ctx.local_batch:
+            await ctx.flush()
+        return outcome(ctx, state, record, defn.return_hint)
+    await ctx.commit([write])
     return outcome(ctx, state, ctx.recorded[op_id], defn.return_hint)
+
+
+def _seconds(value: Seconds | None) -> float | None:
+    """An option's duration, already validated as float seconds (timedelta kept safe)."""
+    if value is None or isinstance(value, float):
+        return value
+    return to_seconds(value, "duration")
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain_arguments(ctx: WorkflowContext, defn: ActivityDefn,
+                     args: tuple[Any, ...]) -> list[Any] | None:
+    """The arguments as the activity would get them after a JSON round trip,
+    without one, when they are plain (str, int, float, bool, None, lists and
+    str-keyed dicts of them) and the converter is the default one; None otherwise.
+
+    A local activity's arguments are not recorded: encoding them only checked
+    they could be and rebuilt fresh copies by type hint. Plain values are
+    copied (the activity must not share the workflow's lists) and rebuilt the
+    same way; anything else, or a value that might reach the payload limit,
+    takes the encoding path, which raises the same errors as before.
+    """
+    if type(ctx.converter) is not JSONConverter:
+        return None
+    budget = [ctx.limits.payload_bytes // 8]  # a bound on the encoded size, conservatively
+    copied: list[Any] = []
+    for value in args:
+        plain = _plain_copy(value, budget)
+        if plain is _NOT_PLAIN:
+            return None
+        copied.append(plain)
+    hints = defn.param_hints
+    for i, value in enumerate(copied):
+        hint = hints[i] if i < len(hints) else None
+        try:
+            as_is = hint in _AS_IS
+        except TypeError:  # an unhashable hint: let rebuild decide
+            as_is = False
+        if not as_is:
+            copied[i] = rebuild(value, hint)
+    return copied
+
+
+#: Hints under which `rebuild` returns a plain value unchanged (not worth calling it).
+_AS_IS: frozenset[Any] = frozenset({None, Any, object, int, str, float, bool, list, dict})
+
+
+_NOT_PLAIN: Any = object()
+
+
+def _plain_copy(value: Any, budget: list[int]) -> Any:
+    """A copy of a plain JSON value (tuples become lists, as in JSON), or _NOT_PLAIN."""
+    kind = type(value)
+    if kind is str:
+        budget[0] -= len(value) + 2
+    elif kind is int:
+        if value.bit_length() > 14_000:
+            return _NOT_PLAIN  # past int's str() digit limit: the encoding path says so
+        budget[0] -= value.bit_length() // 3 + 2
+    elif kind is float:
+        if not math.isfinite(value):
+            return _NOT_PLAIN  # JSON refuses it: the encoding path says so
+        budget[0] -= 26
+    elif kind is bool or value is None:
+        budget[0] -= 5
+    elif kind is list or kind is tuple:
+        budget[0] -= 2 + len(value)
+        items = []
+        for item in value:
+            copy = _plain_copy(item, budget)
+            if copy is _NOT_PLAIN:
+                return _NOT_PLAIN
+            items.append(copy)
+        value = items
+    elif kind is dict:
+        budget[0] -= 2 + 2 * len(value)
+        entries = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                return _NOT_PLAIN  # JSON would turn it into a string
+            budget[0] -= len(key) + 2
+            copy = _plain_copy(item, budget)
+            if copy is _NOT_PLAIN:
+                return _NOT_PLAIN
+            entries[key] = copy
+        value = entries
+    else:
+        return _NOT_PLAIN
+    return _NOT_PLAIN if budget[0] < 0 else value
 
 
 async def _attempt(ctx: WorkflowContext, actx: attempts.ActivityContext,

@@ -39,6 +39,20 @@ class RecordLocalActivity:
 
 
 @dataclass(frozen=True)
+class RecordBatchedLocalActivity:
+    """A local activity's outcome recorded after the fact (``record="batched"``).
+
+    The workflow went on from the outcome in memory, its time advanced to
+    `closed_at`; the record keeps that instant instead of the commit's, so
+    replay sees the same workflow time as the live run did. Recorded by
+    `durable.store.batched`.
+    """
+
+    step: RecordLocalActivity
+    closed_at: float
+
+
+@dataclass(frozen=True)
 class ScheduleTimer:
     op_id: str
     fire_at: float
@@ -238,6 +252,7 @@ class EndUnits:
 Write = (
     ScheduleActivity
     | RecordLocalActivity
+    | RecordBatchedLocalActivity
     | ScheduleTimer
     | FireTimer
     | ScheduleChild
