@@ -146,6 +146,33 @@ def _count() -> Program[int]:
     return int(row[0])
 
 
+async def test_callers_of_a_drain_resume_in_queue_order_one_round_apart(
+    driver: SQLiteDriver,
+) -> None:
+    """What a caller's continuation starts runs before the next caller of the
+    same drain resumes (as when each transaction was a hop of its own)."""
+    gate = Gate()
+    order: list[str] = []
+
+    async def one(k: int) -> None:
+        await driver.run(insert(k))
+        order.append(f"caller {k}")
+
+        async def started_by(k: int) -> None:
+            order.append(f"task of {k}")
+
+        tg.start_soon(started_by, k)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gate.hold, driver)
+        await anyio.to_thread.run_sync(gate.started.wait, 10)
+        for k in range(4):
+            tg.start_soon(one, k)
+            await queued_behind_gate(driver, gate, k + 1)
+        gate.release()
+    assert order == [f"{who} {k}" for k in range(4) for who in ("caller", "task of")]
+
+
 async def test_a_failing_program_rolls_back_alone(driver: SQLiteDriver) -> None:
     await driver.run(insert(100))
 

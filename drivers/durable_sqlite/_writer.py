@@ -39,6 +39,7 @@ Failure rules (a drain's transaction):
 
 from __future__ import annotations
 
+import itertools
 import queue
 import sqlite3
 import threading
@@ -164,22 +165,27 @@ class Call(Generic[T]):
     thread-safe "call soon") once `value` or `error` holds the outcome.
     A program call carries its factory (to run it again in a new transaction
     if SQLite abandoned the one it was in), a function call a function of
-    the connection.
+    the connection. Program calls of one drain are resumed one after the
+    other (`next`, `soon`: see `_set_all`).
     """
 
     __slots__ = (
+        "abandoned",
         "error",
         "event",
         "factory",
         "fn",
+        "next",
         "notify",
         "program",
+        "soon",
         "tx",
         "value",
+        "woken",
         "write",
     )
 
-    def __init__(self, event: _Waiter, notify: Notify, *,
+    def __init__(self, event: _Waiter, notify: Notify, soon: Notify, *,
                  factory: ProgramFactory[T] | None = None, tx: Tx | None = None,
                  write: bool = True,
                  fn: Callable[[sqlite3.Connection | None], T] | None = None):
@@ -193,6 +199,17 @@ class Call(Generic[T]):
         self.error: BaseException | None = None
         self.event = event
         self.notify = notify
+        self.soon = soon  # the loop's own "call soon" (from the loop thread)
+        self.next: Call[Any] | None = None  # the drain's next program call
+        self.woken = False
+        self.abandoned = False  # its caller stopped waiting before its turn
+
+    def pass_turn(self) -> None:
+        """On the loop, once this caller has resumed: wake the next caller of
+        the drain one scheduling round later."""
+        following, self.next = self.next, None
+        if following is not None:
+            self.soon(_wake, following)
 
     def restart(self, dialect: Dialect) -> None:
         """A fresh program and Tx: the previous run certainly did not commit."""
@@ -455,8 +472,37 @@ class Writer:
 
 
 def _set_all(calls: list[Call[Any]]) -> None:
-    """On the caller's loop: wake every caller of a drain."""
+    """On the caller's loop, once per drain: wake its callers.
+
+    Function calls (open, close, data_version) are woken at once. Program
+    calls are woken one after the other in queue order, each one scheduling
+    round after the previous one resumed (`Call.pass_turn`), still without
+    another thread crossing: whatever a caller's continuation starts (a run
+    executor registered for the run it claimed) gets to run before the next
+    caller publishes its wake-ups. That is the order callers saw when each
+    transaction was a hop of its own; waking a whole drain in one round
+    would let a wake-up reach a run's executor before it loaded its inbox.
+    """
+    programs: list[Call[Any]] = []
     for call in calls:
+        if call.factory is None:
+            call.woken = True
+            call.event.set()
+        else:
+            programs.append(call)
+    for call, following in itertools.pairwise(programs):
+        call.next = following
+    if programs:
+        _wake(programs[0])
+
+
+def _wake(call: Call[Any] | None) -> None:
+    """Wake `call`'s caller, or the first after it still waiting."""
+    while call is not None and call.abandoned:
+        following, call.next = call.next, None
+        call = following
+    if call is not None:
+        call.woken = True
         call.event.set()
 
 
