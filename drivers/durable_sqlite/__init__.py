@@ -8,8 +8,9 @@ use of it goes through: opening and migrating, the domain programs, watch's
 queue and wait on an event; each time the thread wakes it takes everything
 queued, runs the programs in ONE transaction (``BEGIN IMMEDIATE``, a
 ``SAVEPOINT`` per program so a failing one rolls back alone, one
-``COMMIT``), and wakes all their callers with one call into the event loop
-(asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``). A program
+``COMMIT``), and crosses back to the event loop once for all their
+callers (asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``), who
+then resume one after the other in queue order. A program
 thus costs a share of one thread hop and of one fsync (with
 ``synchronous=FULL``) instead of a whole one each: the hop, not the disk,
 bounds commits per second on SQLite, and the fsync bounds them with FULL.

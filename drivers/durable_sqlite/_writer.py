@@ -7,7 +7,7 @@ queued, runs the programs among it in as few transactions as it can (one
 ``BEGIN IMMEDIATE`` ... ``COMMIT`` per drain, each program inside a
 ``SAVEPOINT`` of its own), and completes the callers with ONE call into
 their event loop per drain (asyncio: ``loop.call_soon_threadsafe``; trio:
-``TrioToken.run_sync_soon``), which sets each caller's event.
+``TrioToken.run_sync_soon``), which wakes them in queue order (`_set_all`).
 
 Why: a commit on SQLite costs one fsync with ``synchronous=FULL`` and a
 thread hop each way in any mode; both are paid once per drain instead of
