@@ -39,10 +39,10 @@ Failure rules (a drain's transaction):
 
 from __future__ import annotations
 
-import itertools
 import queue
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -165,8 +165,8 @@ class Call(Generic[T]):
     thread-safe "call soon") once `value` or `error` holds the outcome.
     A program call carries its factory (to run it again in a new transaction
     if SQLite abandoned the one it was in), a function call a function of
-    the connection. Program calls of one drain are resumed one after the
-    other (`next`, `soon`: see `_set_all`).
+    the connection. Program calls are resumed one after the other, in the
+    order they were queued (`turns`, `soon`: see `_set_all`).
     """
 
     __slots__ = (
@@ -175,10 +175,10 @@ class Call(Generic[T]):
         "event",
         "factory",
         "fn",
-        "next",
         "notify",
         "program",
         "soon",
+        "turns",
         "tx",
         "value",
         "woken",
@@ -200,16 +200,16 @@ class Call(Generic[T]):
         self.event = event
         self.notify = notify
         self.soon = soon  # the loop's own "call soon" (from the loop thread)
-        self.next: Call[Any] | None = None  # the drain's next program call
+        self.turns: Turns | None = None  # set when served
         self.woken = False
         self.abandoned = False  # its caller stopped waiting before its turn
 
     def pass_turn(self) -> None:
-        """On the loop, once this caller has resumed: wake the next caller of
-        the drain one scheduling round later."""
-        following, self.next = self.next, None
-        if following is not None:
-            self.soon(_wake, following)
+        """On the loop, once this caller has resumed: wake the next caller
+        waiting for its turn one scheduling round later."""
+        turns, self.turns = self.turns, None
+        if turns is not None and turns.active is self:
+            self.soon(turns.next)
 
     def restart(self, dialect: Dialect) -> None:
         """A fresh program and Tx: the previous run certainly did not commit."""
@@ -220,6 +220,37 @@ class Call(Generic[T]):
         self.program = self.factory(self.tx)
         self.value = None
         self.error = None
+
+
+class Turns:
+    """The order in which one event loop's program callers resume: queue
+    order, one at a time, across drains. Used on that loop only."""
+
+    __slots__ = ("active", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: deque[Call[Any]] = deque()
+        self.active: Call[Any] | None = None
+
+    def add(self, calls: list[Call[Any]]) -> None:
+        for call in calls:
+            call.turns = self
+        self.waiting.extend(calls)
+        if self.active is None:
+            self.next()
+
+    def next(self) -> None:
+        """Wake the first caller still waiting (an abandoned one is skipped)."""
+        while self.waiting:
+            call = self.waiting.popleft()
+            if call.abandoned:
+                call.turns = None
+                continue
+            self.active = call
+            call.woken = True
+            call.event.set()
+            return
+        self.active = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +289,7 @@ class Writer:
         self.programs = 0
         self.drains = 0
         self.largest_drain = 0
+        self.turns: dict[Notify, Turns] = {}  # per event loop (only one is supported)
         self.thread = threading.Thread(target=self._serve, name="durable-sqlite", daemon=True)
 
     def start(self) -> None:
@@ -326,17 +358,19 @@ class Writer:
             except sqlite3.Error:
                 pass
 
-    @staticmethod
-    def _complete(calls: list[Call[Any]]) -> None:
+    def _complete(self, calls: list[Call[Any]]) -> None:
         """Wake the callers: one call into each event loop for the whole drain."""
         by_loop: dict[Notify, list[Call[Any]]] = {}
         for call in calls:
             by_loop.setdefault(call.notify, []).append(call)
         for notify, group in by_loop.items():
+            turns = self.turns.get(notify)
+            if turns is None:
+                turns = self.turns[notify] = Turns()
             try:
-                notify(_set_all, group)
+                notify(_set_all, turns, group)
             except Exception:  # that loop is gone: nobody is waiting any more
-                pass
+                self.turns.pop(notify, None)
 
     def _serve_calls(self, calls: list[Call[Any]]) -> None:
         """Serve in queue order: functions one by one, consecutive programs
@@ -471,17 +505,18 @@ class Writer:
         return reads
 
 
-def _set_all(calls: list[Call[Any]]) -> None:
+def _set_all(turns: Turns, calls: list[Call[Any]]) -> None:
     """On the caller's loop, once per drain: wake its callers.
 
     Function calls (open, close, data_version) are woken at once. Program
-    calls are woken one after the other in queue order, each one scheduling
-    round after the previous one resumed (`Call.pass_turn`), still without
-    another thread crossing: whatever a caller's continuation starts (a run
-    executor registered for the run it claimed) gets to run before the next
-    caller publishes its wake-ups. That is the order callers saw when each
-    transaction was a hop of its own; waking a whole drain in one round
-    would let a wake-up reach a run's executor before it loaded its inbox.
+    calls take their turn after those of earlier drains, one after the
+    other in queue order, each one scheduling round after the previous one
+    resumed (`Call.pass_turn`), without another thread crossing: whatever a
+    caller's continuation starts (a run executor registered for the run it
+    claimed) gets to run before the next caller publishes its wake-ups. That
+    is the order callers saw when each transaction was a hop of its own;
+    waking a whole drain in one round let a wake-up reach a run's executor
+    before it loaded the run's inbox, and the wake-up was lost.
     """
     programs: list[Call[Any]] = []
     for call in calls:
@@ -490,20 +525,8 @@ def _set_all(calls: list[Call[Any]]) -> None:
             call.event.set()
         else:
             programs.append(call)
-    for call, following in itertools.pairwise(programs):
-        call.next = following
     if programs:
-        _wake(programs[0])
-
-
-def _wake(call: Call[Any] | None) -> None:
-    """Wake `call`'s caller, or the first after it still waiting."""
-    while call is not None and call.abandoned:
-        following, call.next = call.next, None
-        call = following
-    if call is not None:
-        call.woken = True
-        call.event.set()
+        turns.add(programs)
 
 
 def _closed(url: str) -> StorageClosed:
