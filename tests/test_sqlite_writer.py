@@ -146,6 +146,62 @@ def _count() -> Program[int]:
     return int(row[0])
 
 
+async def test_callers_of_a_drain_resume_in_queue_order_one_round_apart(
+    driver: SQLiteDriver,
+) -> None:
+    """What a caller's continuation starts runs before the next caller of the
+    same drain resumes (as when each transaction was a hop of its own)."""
+    gate = Gate()
+    order: list[str] = []
+
+    async def one(k: int) -> None:
+        await driver.run(insert(k))
+        order.append(f"caller {k}")
+
+        async def started_by(k: int) -> None:
+            order.append(f"task of {k}")
+
+        tg.start_soon(started_by, k)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gate.hold, driver)
+        await anyio.to_thread.run_sync(gate.started.wait, 10)
+        for k in range(4):
+            tg.start_soon(one, k)
+            await queued_behind_gate(driver, gate, k + 1)
+        gate.release()
+    assert order == [f"{who} {k}" for k in range(4) for who in ("caller", "task of")]
+
+
+async def test_callers_resume_in_queue_order_across_drains() -> None:
+    """A later drain's callers wait for the earlier drain's to have resumed,
+    and a caller that gave up before its turn is skipped."""
+    from durable_sqlite import _waiter
+    from durable_sqlite._writer import Turns, _set_all
+
+    def call() -> Call[int]:
+        return Call(*_waiter(), factory=lambda tx: _pages(), tx=Tx(durable.Dialect()))
+
+    turns = Turns()
+    a, b, c, gone, d = call(), call(), call(), call(), call()
+    gone.abandoned = True
+    _set_all(turns, [a, b])
+    _set_all(turns, [c, gone, d])
+    woken = lambda: [x.woken for x in (a, b, c, gone, d)]  # noqa: E731
+    assert woken() == [True, False, False, False, False]
+    for expected in ([True, True, False, False, False], [True, True, True, False, False],
+                     [True, True, True, False, True]):
+        active = turns.active
+        assert active is not None
+        active.pass_turn()
+        await anyio.sleep(0.01)  # the next turn comes a scheduling round later
+        assert woken() == expected
+    assert turns.active is d
+    d.pass_turn()
+    await anyio.sleep(0.01)
+    assert turns.active is None
+
+
 async def test_a_failing_program_rolls_back_alone(driver: SQLiteDriver) -> None:
     await driver.run(insert(100))
 

@@ -8,8 +8,9 @@ use of it goes through: opening and migrating, the domain programs, watch's
 queue and wait on an event; each time the thread wakes it takes everything
 queued, runs the programs in ONE transaction (``BEGIN IMMEDIATE``, a
 ``SAVEPOINT`` per program so a failing one rolls back alone, one
-``COMMIT``), and wakes all their callers with one call into the event loop
-(asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``). A program
+``COMMIT``), and crosses back to the event loop once for all their
+callers (asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``), who
+then resume one after the other in queue order. A program
 thus costs a share of one thread hop and of one fsync (with
 ``synchronous=FULL``) instead of a whole one each: the hop, not the disk,
 bounds commits per second on SQLite, and the fsync bounds them with FULL.
@@ -237,11 +238,19 @@ class SQLiteDriver:
         outcome nobody needs once the caller is gone (watch's data_version):
         the thread still serves it and wakes nobody."""
         writer.queue.put(call)
-        if shield:
-            with anyio.CancelScope(shield=True):
+        try:
+            if shield:
+                with anyio.CancelScope(shield=True):
+                    await call.event.wait()  # type: ignore[attr-defined]
+            else:
                 await call.event.wait()  # type: ignore[attr-defined]
-        else:
-            await call.event.wait()  # type: ignore[attr-defined]
+        except BaseException:
+            if call.woken:
+                call.pass_turn()
+            else:
+                call.abandoned = True  # its turn in the drain is skipped
+            raise
+        call.pass_turn()
         if call.error is not None:
             raise call.error
         return call.value  # type: ignore[return-value]
@@ -317,14 +326,17 @@ class SQLiteDriver:
             await anyio.sleep(self.poll_interval)
 
 
-def _waiter() -> tuple[Any, Notify]:
-    """An event for one caller and its loop's thread-safe "call soon".
+def _waiter() -> tuple[Any, Notify, Notify]:
+    """An event for one caller, its loop's thread-safe "call soon" (for the
+    database thread) and its plain one (for the loop itself).
 
-    asyncio: ``loop.call_soon_threadsafe``; trio: the run's
-    ``TrioToken.run_sync_soon``. Native events: they are set from that
-    callback, on the loop, once per drain."""
+    asyncio: ``loop.call_soon_threadsafe`` / ``loop.call_soon``; trio: the
+    run's ``TrioToken.run_sync_soon`` for both. Native events: they are set
+    from those callbacks, on the loop."""
     if sniffio is not None and sniffio.current_async_library() == "trio":
         import trio
 
-        return trio.Event(), trio.lowlevel.current_trio_token().run_sync_soon
-    return asyncio.Event(), asyncio.get_running_loop().call_soon_threadsafe
+        soon = trio.lowlevel.current_trio_token().run_sync_soon
+        return trio.Event(), soon, soon
+    loop = asyncio.get_running_loop()
+    return asyncio.Event(), loop.call_soon_threadsafe, loop.call_soon

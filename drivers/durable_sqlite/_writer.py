@@ -7,7 +7,7 @@ queued, runs the programs among it in as few transactions as it can (one
 ``BEGIN IMMEDIATE`` ... ``COMMIT`` per drain, each program inside a
 ``SAVEPOINT`` of its own), and completes the callers with ONE call into
 their event loop per drain (asyncio: ``loop.call_soon_threadsafe``; trio:
-``TrioToken.run_sync_soon``), which sets each caller's event.
+``TrioToken.run_sync_soon``), which wakes them in queue order (`_set_all`).
 
 Why: a commit on SQLite costs one fsync with ``synchronous=FULL`` and a
 thread hop each way in any mode; both are paid once per drain instead of
@@ -42,6 +42,7 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -164,22 +165,27 @@ class Call(Generic[T]):
     thread-safe "call soon") once `value` or `error` holds the outcome.
     A program call carries its factory (to run it again in a new transaction
     if SQLite abandoned the one it was in), a function call a function of
-    the connection.
+    the connection. Program calls are resumed one after the other, in the
+    order they were queued (`turns`, `soon`: see `_set_all`).
     """
 
     __slots__ = (
+        "abandoned",
         "error",
         "event",
         "factory",
         "fn",
         "notify",
         "program",
+        "soon",
+        "turns",
         "tx",
         "value",
+        "woken",
         "write",
     )
 
-    def __init__(self, event: _Waiter, notify: Notify, *,
+    def __init__(self, event: _Waiter, notify: Notify, soon: Notify, *,
                  factory: ProgramFactory[T] | None = None, tx: Tx | None = None,
                  write: bool = True,
                  fn: Callable[[sqlite3.Connection | None], T] | None = None):
@@ -193,6 +199,17 @@ class Call(Generic[T]):
         self.error: BaseException | None = None
         self.event = event
         self.notify = notify
+        self.soon = soon  # the loop's own "call soon" (from the loop thread)
+        self.turns: Turns | None = None  # set when served
+        self.woken = False
+        self.abandoned = False  # its caller stopped waiting before its turn
+
+    def pass_turn(self) -> None:
+        """On the loop, once this caller has resumed: wake the next caller
+        waiting for its turn one scheduling round later."""
+        turns, self.turns = self.turns, None
+        if turns is not None and turns.active is self:
+            self.soon(turns.next)
 
     def restart(self, dialect: Dialect) -> None:
         """A fresh program and Tx: the previous run certainly did not commit."""
@@ -203,6 +220,37 @@ class Call(Generic[T]):
         self.program = self.factory(self.tx)
         self.value = None
         self.error = None
+
+
+class Turns:
+    """The order in which one event loop's program callers resume: queue
+    order, one at a time, across drains. Used on that loop only."""
+
+    __slots__ = ("active", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: deque[Call[Any]] = deque()
+        self.active: Call[Any] | None = None
+
+    def add(self, calls: list[Call[Any]]) -> None:
+        for call in calls:
+            call.turns = self
+        self.waiting.extend(calls)
+        if self.active is None:
+            self.next()
+
+    def next(self) -> None:
+        """Wake the first caller still waiting (an abandoned one is skipped)."""
+        while self.waiting:
+            call = self.waiting.popleft()
+            if call.abandoned:
+                call.turns = None
+                continue
+            self.active = call
+            call.woken = True
+            call.event.set()
+            return
+        self.active = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +289,7 @@ class Writer:
         self.programs = 0
         self.drains = 0
         self.largest_drain = 0
+        self.turns: dict[Notify, Turns] = {}  # per event loop (only one is supported)
         self.thread = threading.Thread(target=self._serve, name="durable-sqlite", daemon=True)
 
     def start(self) -> None:
@@ -309,17 +358,19 @@ class Writer:
             except sqlite3.Error:
                 pass
 
-    @staticmethod
-    def _complete(calls: list[Call[Any]]) -> None:
+    def _complete(self, calls: list[Call[Any]]) -> None:
         """Wake the callers: one call into each event loop for the whole drain."""
         by_loop: dict[Notify, list[Call[Any]]] = {}
         for call in calls:
             by_loop.setdefault(call.notify, []).append(call)
         for notify, group in by_loop.items():
+            turns = self.turns.get(notify)
+            if turns is None:
+                turns = self.turns[notify] = Turns()
             try:
-                notify(_set_all, group)
+                notify(_set_all, turns, group)
             except Exception:  # that loop is gone: nobody is waiting any more
-                pass
+                self.turns.pop(notify, None)
 
     def _serve_calls(self, calls: list[Call[Any]]) -> None:
         """Serve in queue order: functions one by one, consecutive programs
@@ -454,10 +505,28 @@ class Writer:
         return reads
 
 
-def _set_all(calls: list[Call[Any]]) -> None:
-    """On the caller's loop: wake every caller of a drain."""
+def _set_all(turns: Turns, calls: list[Call[Any]]) -> None:
+    """On the caller's loop, once per drain: wake its callers.
+
+    Function calls (open, close, data_version) are woken at once. Program
+    calls take their turn after those of earlier drains, one after the
+    other in queue order, each one scheduling round after the previous one
+    resumed (`Call.pass_turn`), without another thread crossing: whatever a
+    caller's continuation starts (a run executor registered for the run it
+    claimed) gets to run before the next caller publishes its wake-ups. That
+    is the order callers saw when each transaction was a hop of its own;
+    waking a whole drain in one round let a wake-up reach a run's executor
+    before it loaded the run's inbox, and the wake-up was lost.
+    """
+    programs: list[Call[Any]] = []
     for call in calls:
-        call.event.set()
+        if call.factory is None:
+            call.woken = True
+            call.event.set()
+        else:
+            programs.append(call)
+    if programs:
+        turns.add(programs)
 
 
 def _closed(url: str) -> StorageClosed:
