@@ -167,6 +167,8 @@ class OrjsonCodec:
         return null in out or small in out or smaller in out or delete in out
 
     def loads(self, text: str) -> Any:
+        if not isinstance(text, str):  # bytes (a BLOB): as the standard library reads it
+            return json.loads(text)
         if len(text) < 19 or _DIGIT_RUN not in text.encode(
                 "utf-8", "surrogatepass").translate(_DIGITS):
             try:

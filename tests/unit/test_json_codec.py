@@ -160,6 +160,11 @@ def test_reading_gives_the_standard_librarys_values_and_errors(text: str) -> Non
         assert type(fast[1]) is type(reference[1])
 
 
+def test_bytes_are_read_as_the_standard_library_reads_them() -> None:
+    for text in (b'{"a":[1,2]}', b"[" + str(2**70).encode() + b"]", b"NaN"):
+        assert json.dumps(FAST.loads(text)) == json.dumps(STDLIB.loads(text))  # type: ignore[arg-type]
+
+
 def test_big_integers_round_trip_exactly() -> None:
     """orjson alone would read 2**64 back as a float."""
     for value in (2**64, -(2**64), 10**40, [2**70, 1]):
