@@ -180,6 +180,11 @@ class Wake:
     #: meaningful in this process only (a notice carrying its record, such as a
     #: run's stop for the logs): drivers never send it to other processes
     local: bool = False
+    #: heard from another process (a driver's `watch()`), not committed here:
+    #: every worker of every process hears it, so a worker may gather such
+    #: wake-ups before acting on them (see `durable.worker`); not part of
+    #: equality: the same key from here or from elsewhere is the same news
+    remote: bool = field(default=False, compare=False)
 
 
 WakeCallback = Callable[[Wake], None]

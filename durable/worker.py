@@ -67,26 +67,44 @@ CLAIM_BATCH = 100
 #: this long before claiming again, so that the others woken by the same
 #: notification take their share first (docs/deployment.md)
 CLAIM_TURN = 0.005
+#: a worker whose last claim found nothing gathers wake-ups from other
+#: processes this long before claiming again (a local wake-up claims at once):
+#: with N processes every notification wakes N claimers, of which one wins
+CLAIM_GATHER = 0.02
 #: how long the watchdog gathers wake-ups before it re-reads the next deadline
 WATCHDOG_COALESCE = 0.02
 
 
 class _Trigger:
-    """A level-triggered wake-up: set() any number of times, wait() consumes it."""
+    """A level-triggered wake-up: set() any number of times, wait() consumes it.
+
+    A wake-up heard from another process (``set(remote=True)``) may be
+    gathered: `wait(gather=...)` then waits that much longer, unless a local
+    wake-up comes, so that a burst of notifications costs one claim.
+    """
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._local = anyio.Event()
 
-    def set(self) -> None:
+    def set(self, remote: bool = False) -> None:
         self._event.set()
+        if not remote:
+            self._local.set()
 
-    async def wait(self, at_most: float) -> bool:
-        """Wait until set (True) or `at_most` seconds (False)."""
+    async def wait(self, at_most: float, gather: float = 0.0) -> str | None:
+        """Wait until set, or `at_most` seconds (None); "local" if a local
+        wake-up came, else "remote"."""
         with anyio.move_on_after(at_most):
             await self._event.wait()
         fired = self._event.is_set()
+        if fired and gather > 0 and not self._local.is_set():
+            with anyio.move_on_after(gather):
+                await self._local.wait()
+        how = ("local" if self._local.is_set() else "remote") if fired else None
         self._event = anyio.Event()
-        return fired
+        self._local = anyio.Event()
+        return how
 
 
 def _names(value: Sequence[Callable[..., Any] | str], what: str) -> Sequence[Any]:
@@ -378,10 +396,10 @@ class Worker:
         elif kind == "requests":
             self.idle_queries.trigger()
         elif kind == "runs":
-            self._runs_trigger.set()
+            self._runs_trigger.set(wake.remote)
             self._watchdog_trigger.set()
         elif kind == "activities":
-            self._activities_trigger.set()
+            self._activities_trigger.set(wake.remote)
             self._watchdog_trigger.set()
         elif kind == "activity_stop":
             actx = self.running_activities.get(wake.key[1])
@@ -435,6 +453,7 @@ class Worker:
 
     async def _claim_runs_loop(self) -> None:
         types = tuple(sorted(self.workflows))
+        woken: str | None = None
         while True:
             room = self.max_concurrent_runs - len(self.executors)
             claimed: Claimed[ClaimedRun] = Claimed()
@@ -447,10 +466,12 @@ class Worker:
                 )
                 for item in claimed:
                     self._start_run(item)
-            if claimed and claimed.left > 0 and room > len(claimed):
+            if claimed and claimed.backlog and room > len(claimed):
                 await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
                 continue
-            await self._runs_trigger.wait(self.poll_interval)
+            lost = woken == "remote" and room > 0 and not claimed  # see activities
+            woken = await self._runs_trigger.wait(self.poll_interval,
+                                                  CLAIM_GATHER if lost else 0.0)
 
     def _start_run(self, claimed: ClaimedRun) -> None:
         run = claimed.run
@@ -476,7 +497,10 @@ class Worker:
                 self._tg.start_soon(self._release_after_error, executor.run.run_id)
             else:
                 self._to_release.append(executor.run.run_id)
-        self._runs_trigger.set()
+        if len(self.executors) + 1 >= self.max_concurrent_runs:
+            # it was full: it claims again now (otherwise a notification of new
+            # work woke it already; claiming after every run found nothing)
+            self._runs_trigger.set()
 
     async def _release_after_error(self, run_id: str) -> None:
         """Hand a run whose execution hit a storage error back, to be replayed
@@ -563,7 +587,7 @@ class Worker:
 
                 async def until_trigger() -> None:
                     nonlocal woken
-                    woken = await self._watchdog_trigger.wait(self.poll_interval)
+                    woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
                     await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
                     race.cancel_scope.cancel()
 
@@ -581,6 +605,7 @@ class Worker:
 
     async def _claim_activities_loop(self) -> None:
         names = tuple(sorted(self.activities))
+        woken: str | None = None
         while True:
             room = self.max_concurrent_activities - len(self.running_activities)
             tasks: Claimed[ActivityTask] = Claimed()
@@ -591,10 +616,14 @@ class Worker:
                 )
                 for task in tasks:
                     self._start_activity(task)
-            if tasks and tasks.left > 0 and room > len(tasks):
+            if tasks and tasks.backlog and room > len(tasks):
                 await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
                 continue
-            await self._activities_trigger.wait(self.poll_interval)
+            # Lost the race for what a notification announced (every worker of
+            # every process heard it): gather the next ones before claiming.
+            lost = woken == "remote" and room > 0 and not tasks
+            woken = await self._activities_trigger.wait(self.poll_interval,
+                                                        CLAIM_GATHER if lost else 0.0)
 
     def _encoder(self, what: str) -> Callable[[Any], str]:
         converter, limit = self.client.converter, self.client.limits.payload_bytes
@@ -660,7 +689,8 @@ class Worker:
                                  hint="it ignored its stop; use process_isolated=True for code "
                                       "that cannot check activity.heartbeat()")
             self.running_activities.pop(task.task_id, None)
-            self._activities_trigger.set()
+            if len(self.running_activities) + 1 >= self.max_concurrent_activities:
+                self._activities_trigger.set()  # it was full: see _run_done
 
     async def _record_attempt(self, task: ActivityTask, result: str | None,
                               failure: Failure | None) -> ActivityOutcome | None:

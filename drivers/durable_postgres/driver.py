@@ -404,7 +404,7 @@ class PostgresDriver:
                 keys, fresh = await self._call(
                     functools.partial(self._listener.next_batch, wait), shield=False
                 )
-                wakes = [Wake(key) for key in dict.fromkeys(keys)]
+                wakes = [Wake(key, remote=True) for key in dict.fromkeys(keys)]
                 now = anyio.current_time()
                 if fresh or now >= next_any:
                     wakes.append(Wake(("any",)))

@@ -56,10 +56,11 @@ def claim_activities(
     ready_params = (namespace, task_queue, now, now, *names)
     share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
                                      "activity_names")
-    counted, counted_params = ready_count(ready_sql, ready_params, limit)
+    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
+                                          now, "activity_names")
     rows = yield q(
         "SELECT task_id, run_id, workflow_id, op_id, activity_name, input, attempt, options, "
-        f"scheduled_at, schedule_to_close_deadline, heartbeat_details, {counted} AS ready "
+        f"scheduled_at, schedule_to_close_deadline, heartbeat_details, {counted} "
         f"FROM {ready_sql}ORDER BY available_at LIMIT {share}" + tx.skip_locked,
         *counted_params, *ready_params, *share_params,
     )
@@ -106,6 +107,7 @@ def claim_activities(
             tx, [(task.run_id, event) for task, event in zip(tasks, started, strict=True)], now)
     if rows:
         tasks.left = max(0, int(rows[0]["ready"]) - len(rows))
+        tasks.live = int(rows[0]["live"])
     return tasks
 
 

@@ -36,6 +36,15 @@ _READY_RUNS = (
 )
 
 
+def _live(registered: str) -> str:
+    return ("(SELECT count(*) FROM workers WHERE namespace = ? AND task_queue = ? "
+            f"AND expires_at >= ? AND {registered} <> '[]')")
+
+
+def _ready(ready_sql: str) -> str:
+    return f"(SELECT count(*) FROM (SELECT 1 FROM {ready_sql} LIMIT ?) AS ready)"
+
+
 def fair_limit(ready_sql: str, ready_params: tuple[Any, ...], limit: int, namespace: str,
                task_queue: str, now: float, registered: str) -> tuple[str, tuple[Any, ...]]:
     """A claim's LIMIT: at most `limit` (the worker's free capacity) and at most
@@ -48,24 +57,21 @@ def fair_limit(ready_sql: str, ready_params: tuple[Any, ...], limit: int, namesp
     (`registered`: their list of workflow types or activity names is not
     empty). The ready count is capped (`COUNT_CAP` x limit) and includes rows
     other claimers hold locked: a share is an estimate, never a reservation.
-    Also returns the SQL of the ready count (selected alongside the claimed
-    rows, so that the worker knows whether work was left: `Claimed.left`).
     """
-    count = f"(SELECT count(*) FROM (SELECT 1 FROM {ready_sql} LIMIT ?) AS ready)"
-    live = ("(SELECT count(*) FROM workers WHERE namespace = ? AND task_queue = ? "
-            f"AND expires_at >= ? AND {registered} <> '[]')")
     sql = (f"(SELECT CASE WHEN s.fair < ? THEN s.fair ELSE ? END FROM (SELECT CASE "
            f"WHEN w.n < 1 THEN r.n ELSE (r.n + w.n - 1) / w.n END AS fair FROM "
-           f"(SELECT {count} AS n) AS r, (SELECT {live} AS n) AS w) AS s)")
+           f"(SELECT {_ready(ready_sql)} AS n) AS r, (SELECT {_live(registered)} AS n) AS w) "
+           "AS s)")
     params = (limit, limit, *ready_params, limit * COUNT_CAP, namespace, task_queue, now)
     return sql, params
 
 
-def ready_count(ready_sql: str, ready_params: tuple[Any, ...], limit: int
-                ) -> tuple[str, tuple[Any, ...]]:
-    """The capped count of ready rows, as a scalar subquery (see `fair_limit`)."""
-    return (f"(SELECT count(*) FROM (SELECT 1 FROM {ready_sql} LIMIT ?) AS ready)",
-            (*ready_params, limit * COUNT_CAP))
+def ready_count(ready_sql: str, ready_params: tuple[Any, ...], limit: int, namespace: str,
+                task_queue: str, now: float, registered: str) -> tuple[str, tuple[Any, ...]]:
+    """Select-list columns ``ready`` (the capped count of ready rows) and ``live``
+    (live workers), as `fair_limit` counts them: what `Claimed.backlog` needs."""
+    return (f"{_ready(ready_sql)} AS ready, {_live(registered)} AS live",
+            (*ready_params, limit * COUNT_CAP, namespace, task_queue, now))
 
 
 def claim_runs(
@@ -93,7 +99,8 @@ def claim_runs(
     ready_params = (namespace, task_queue, now, now, *types)
     share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
                                      "workflow_types")
-    counted, counted_params = ready_count(ready_sql, ready_params, limit)
+    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
+                                          now, "workflow_types")
     pick = (f"SELECT run_id FROM {ready_sql}ORDER BY ready_at LIMIT {share}"
             + tx.skip_locked)
     claim = ("UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
@@ -104,11 +111,11 @@ def claim_runs(
         return (yield from _claim_runs_in_one(
             claim, claim_params, pick, (*ready_params, *share_params), counted,
             counted_params))
-    rows = yield q(f"{pick.replace('SELECT run_id', f'SELECT run_id, {counted} AS ready', 1)}",
+    rows = yield q(f"{pick.replace('SELECT run_id', f'SELECT run_id, {counted}', 1)}",
                    *counted_params, *ready_params, *share_params)
     if not rows:
         return Claimed()
-    ready = int(rows[0]["ready"])
+    ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
     ids = [r["run_id"] for r in rows]
     claimed = yield q(
         f"{claim}WHERE run_id IN ({placeholders(len(ids))}) RETURNING {RUN_COLUMNS}",
@@ -126,7 +133,8 @@ def claim_runs(
     ops: dict[str, dict[str, OpRecord]] = {i: {} for i in ids}
     for row in op_rows:
         ops[row["run_id"]][row["op_id"]] = op_from_row(row)
-    return Claimed.of([ClaimedRun(run_from_row(r), ops[r["run_id"]]) for r in claimed], ready)
+    return Claimed.of([ClaimedRun(run_from_row(r), ops[r["run_id"]]) for r in claimed], ready,
+                       live)
 
 
 def _claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
@@ -147,12 +155,13 @@ def _claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
         f"WITH claimed AS ({claim}WHERE run_id IN ({pick}) RETURNING {RUN_COLUMNS}), "
         "started AS (UPDATE workflows SET status = 'running' WHERE status = 'pending' "
         "AND current_run_id IN (SELECT run_id FROM claimed)) "
-        f"SELECT claimed.*, {counted} AS ready FROM claimed",
+        f"SELECT claimed.*, {counted} FROM claimed",
         (*claim_params, *pick_params, *counted_params), "all", autocommit=True,
     )
     if not rows:
         return Claimed()
-    claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]))
+    claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]),
+                         int(rows[0]["live"]))
     claimed.unread = [c.run.run_id for c in claimed if c.run.epoch > 1]
     return claimed
 

@@ -172,6 +172,8 @@ class Claimed(list[T]):
     """
 
     left: int = 0
+    #: live workers that share this kind of work (from the worker registry)
+    live: int = 0
     #: claimed runs whose recorded ops are still to be read
     #: (`durable.store.claims.read_claimed_ops`)
     unread: list[str]
@@ -181,10 +183,18 @@ class Claimed(list[T]):
         self.unread = []
 
     @classmethod
-    def of(cls, items: list[T], ready: int) -> Claimed[T]:
+    def of(cls, items: list[T], ready: int, live: int = 0) -> Claimed[T]:
         claimed = cls(items)
         claimed.left = max(0, ready - len(items))
+        claimed.live = live
         return claimed
+
+    @property
+    def backlog(self) -> bool:
+        """Enough work was left for every live worker to take one more: claim
+        again soon. Below that, the others (woken by the same notification)
+        take it, and claiming again would mostly find rows they hold."""
+        return self.left > 0 and self.left >= self.live
 
 
 @dataclass
