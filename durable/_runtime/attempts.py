@@ -94,12 +94,12 @@ class ActivityContext:
         self._encode_details = encode_details
         self._details: str | None = None
         self._dirty = False
-        self._stop = threading.Event()
+        self._stop = False  # set once, read from any thread (a plain flag suffices)
         self.stop_reason: str | None = None
         self.stop_grace = stop_grace
         self.abandoned = False  # a sync thread that ignored its stop was left running
         self._budget: Budget | None = None
-        self.wakeup = anyio.Event()
+        self._wakeup: anyio.Event | None = None  # made on first use: most attempts never poke
         self.loop_thread = threading.get_ident()
         self.process_stop: dict[str, Any] | None = None
 
@@ -127,18 +127,32 @@ class ActivityContext:
         self.check_cancelled()
 
     def check_cancelled(self) -> None:
-        if self._stop.is_set():
+        if self._stop:
             raise ActivityStopRequested(
                 f"activity {self.activity_type} attempt {self.attempt} must stop: "
                 f"{self.stop_reason}"
             )
 
+    @property
+    def wakeup(self) -> anyio.Event:
+        """Set when a heartbeat came (the supervisor waits on it; loop thread only)."""
+        if self._wakeup is None:
+            self._wakeup = anyio.Event()
+        return self._wakeup
+
+    @wakeup.setter
+    def wakeup(self, event: anyio.Event) -> None:
+        self._wakeup = event
+
+    def _set_wakeup(self) -> None:
+        self.wakeup.set()
+
     def _poke(self) -> None:
         if threading.get_ident() == self.loop_thread:
-            self.wakeup.set()
+            self._set_wakeup()
         else:
             try:
-                anyio.from_thread.run_sync(self.wakeup.set)
+                anyio.from_thread.run_sync(self._set_wakeup)
             except RuntimeError:
                 pass  # not an anyio worker thread: the supervisor's tick flushes it
 
@@ -152,13 +166,13 @@ class ActivityContext:
 
     @property
     def stopped(self) -> bool:
-        return self._stop.is_set()
+        return self._stop
 
     def request_stop(self, reason: str) -> None:
-        if self._stop.is_set():
+        if self._stop:
             return
         self.stop_reason = reason
-        self._stop.set()
+        self._stop = True
         if self._budget is not None:
             self._budget.cancel(reason)
         if self.scope is not None:
@@ -172,7 +186,7 @@ class ActivityContext:
         if self._budget is None:
             budget = Budget(deadline=self.deadline, clock=self.clock.now,
                             name=f"activity {self.activity_type}")
-            if self._stop.is_set():
+            if self._stop:
                 budget.cancel(self.stop_reason or "stop requested")
             self._budget = budget
         return self._budget

@@ -137,7 +137,7 @@ class WorkflowContext:
         self.hard_stop = False
         self.active = 0
         self.parked: dict[str, str] = {}
-        self.quiet = anyio.Event()
+        self._quiet: anyio.Event | None = None  # see `quiet` (made when someone waits)
         self.replay_boundary: set[str] = set()
         self.replay_delivery_pending = False
         self.shields: set[anyio.CancelScope] = set()
@@ -453,13 +453,27 @@ class WorkflowContext:
         """Where every workflow task waits now: the ops of a delivery's frontier."""
         return [{"op_id": op_id, "kind": kind} for op_id, kind in sorted(self.parked.items())]
 
+    @property
+    def quiet(self) -> anyio.Event:
+        """Set while no workflow task runs (every one waits on a durable op).
+
+        Made on demand: tasks park and unpark at every op, and only a delivery
+        ever waits for quiet, so the event is not replaced at each op.
+        """
+        if self._quiet is None:
+            self._quiet = anyio.Event()
+            if self.active <= 0:
+                self._quiet.set()
+        return self._quiet
+
     def _check_quiet(self) -> None:
         if self.active <= 0:
-            self.quiet.set()
+            if self._quiet is not None:
+                self._quiet.set()
             if self.batched and self.idle is not None:
                 self.idle.set()
-        elif self.quiet.is_set():
-            self.quiet = anyio.Event()
+        elif self._quiet is not None and self._quiet.is_set():
+            self._quiet = None
 
     def must_block(self, record: OpRecord | None, op_id: str) -> bool:
         """Replay interrupts an op again where the live run interrupted it."""

@@ -31,7 +31,7 @@ from ..store.records import OpKind
 from ..store.writes import RecordLocalActivity
 from . import attempts, caps
 from .context import WorkflowContext
-from .ops import go_live, interruptible, leave, live_gate, outcome, tracked_shield
+from .ops import advance, go_live, interruptible, leave, live_gate, outcome, tracked_shield
 from .state import TaskState
 
 
@@ -89,6 +89,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     attempt = 0
     failure: Failure | None = None
     result: str | None = None
+    value: Any = None
     actx: attempts.ActivityContext | None = None
     ctx.park(op_id, OpKind.LOCAL_ACTIVITY)
     try:
@@ -153,9 +154,17 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
         record = ctx.record_batched(write, ctx.clock.now())
         if ctx.batched >= ctx.local_batch:
             await ctx.flush()
-        return outcome(ctx, state, record, defn.return_hint)
-    await ctx.commit([write])
-    return outcome(ctx, state, ctx.recorded[op_id], defn.return_hint)
+    else:
+        await ctx.commit([write])
+        record = ctx.recorded[op_id]
+    if failure is None and type(ctx.converter) is JSONConverter:
+        # What decoding the recorded result would give, without decoding it:
+        # a plain value's copy (replay decodes the record to the same value).
+        plain = _plain_copy(value, [ctx.limits.payload_bytes])
+        if plain is not _NOT_PLAIN and _as_is(defn.return_hint):
+            advance(ctx, state, record)
+            return plain
+    return outcome(ctx, state, record, defn.return_hint)
 
 
 def _seconds(value: Seconds | None) -> float | None:
@@ -192,13 +201,17 @@ def _plain_arguments(ctx: WorkflowContext, defn: ActivityDefn,
     hints = defn.param_hints
     for i, value in enumerate(copied):
         hint = hints[i] if i < len(hints) else None
-        try:
-            as_is = hint in _AS_IS
-        except TypeError:  # an unhashable hint: let rebuild decide
-            as_is = False
-        if not as_is:
+        if not _as_is(hint):
             copied[i] = rebuild(value, hint)
     return copied
+
+
+def _as_is(hint: Any) -> bool:
+    """Whether `rebuild` would return a plain value unchanged under this hint."""
+    try:
+        return hint in _AS_IS
+    except TypeError:  # an unhashable hint: let rebuild decide
+        return False
 
 
 #: Hints under which `rebuild` returns a plain value unchanged (not worth calling it).

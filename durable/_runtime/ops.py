@@ -39,11 +39,16 @@ from .context import WorkflowContext
 from .state import TaskState, current_task_state
 
 
-def outcome(ctx: WorkflowContext, state: TaskState, op: OpRecord, hint: Any = None) -> Any:
-    """Return or raise a closed op's recorded outcome (replay and live alike)."""
+def advance(ctx: WorkflowContext, state: TaskState, op: OpRecord) -> None:
+    """Workflow time moves to a closed op's instant (never back)."""
     if op.closed_at is not None:
         state.clock = max(state.clock, op.closed_at)
         ctx.latest = max(ctx.latest, op.closed_at)
+
+
+def outcome(ctx: WorkflowContext, state: TaskState, op: OpRecord, hint: Any = None) -> Any:
+    """Return or raise a closed op's recorded outcome (replay and live alike)."""
+    advance(ctx, state, op)
     if op.status == OpStatus.COMPLETED:
         return ctx.converter.decode(op.result, hint)
     failure = op.failure or Failure(op.status)

@@ -8,15 +8,14 @@ randomised one included); within a task, ops are numbered in call order.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-import anyio
 
 from ..errors import WorkflowAPIOutsideWorkflow
 
@@ -40,6 +39,8 @@ class TaskState:
     phases: list[Any] = field(default_factory=list)
     #: a runtime other than the run's (a query's read-only one), or None
     runtime: Any = None
+    #: the host loop's "current task" (asyncio's or trio's): its id() is `task`
+    current_task: Callable[[], object | None] = asyncio.current_task
 
     def next_op_id(self) -> str:
         self.seq += 1
@@ -66,7 +67,9 @@ def current_task_state() -> TaskState:
             "this durable.workflow function can only be called from inside a workflow "
             "(a function decorated with @durable.workflow.defn that a Worker runs)"
         )
-    if state.task != anyio.get_current_task().id:
+    # id() of the host's task object, as anyio's TaskInfo.id is, without building
+    # a TaskInfo: this runs twice per durable op
+    if state.task != id(state.current_task()):
         raise WorkflowAPIOutsideWorkflow(
             "durable operations must run in the workflow's own task or in a task spawned "
             "with `async with workflow.task_group() as tg: tg.start_soon(...)`; tasks started "
@@ -81,8 +84,9 @@ def enter_task(ctx: WorkflowContext, path: str, clock: float) -> TaskState:
     It replays (its log lines stay silent) while history holds ops of this
     task or of tasks it spawned; a task with none runs live from the start.
     """
-    state = TaskState(path=path, task=anyio.get_current_task().id, ctx=ctx, clock=clock,
-                      replaying=path in ctx.recorded_paths)
+    current_task = _host_current_task()
+    state = TaskState(path=path, task=id(current_task()), ctx=ctx, clock=clock,
+                      replaying=path in ctx.recorded_paths, current_task=current_task)
     state.rng.seed(f"{ctx.run.run_id}/{path}")
     _task_state.set(state)
     return state
@@ -92,10 +96,22 @@ def new_task_state(ctx: WorkflowContext, path: str, clock: float, *, replaying: 
                    runtime: Any = None) -> TaskState:
     """State for code that runs as workflow task `path` in the calling anyio task
     (a handler run by the engine's own task; see `as_task`)."""
-    state = TaskState(path=path, task=anyio.get_current_task().id, ctx=ctx, clock=clock,
-                      replaying=replaying, runtime=runtime)
+    current_task = _host_current_task()
+    state = TaskState(path=path, task=id(current_task()), ctx=ctx, clock=clock,
+                      replaying=replaying, runtime=runtime, current_task=current_task)
     state.rng.seed(f"{ctx.run.run_id}/{path}")
     return state
+
+
+def _host_current_task() -> Callable[[], object | None]:
+    """The host loop's own "current task" function (what anyio's get_current_task wraps)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no asyncio loop in this thread: the host is trio
+        import trio
+
+        return trio.lowlevel.current_task
+    return asyncio.current_task
 
 
 @contextmanager
