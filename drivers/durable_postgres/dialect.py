@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from durable.driver import Dialect, Program, Stmt
-from durable.store.records import CommitResult, OpKind, OpRecord, OpStatus, loads
+from durable.store.events import local_step_events
+from durable.store.records import CommitResult, OpKind, OpRecord, OpStatus
 from durable.store.writes import RecordLocalActivity, RunWrites
 
 
@@ -34,11 +34,12 @@ class PostgresDialect(Dialect):
 
 
 def _events(w: RecordLocalActivity) -> tuple[str, str]:
-    """The data of a successful local step's two history events, as the general
-    path writes them (`durable.store.commit`): scheduled, then completed."""
-    return (json.dumps({"op_id": w.op_id, "activity_type": w.name, "local": True}),
-            json.dumps({"op_id": w.op_id, "activity_type": w.name, "local": True,
-                        "attempt": w.attempts, "result": loads(w.result)}, default=str))
+    """The data of a successful local step's two history events, scheduled then
+    completed: `durable.store.events.local_step_events`'s text, so this path
+    and the general one store the same bytes (and share the fast codec)."""
+    (_, scheduled), (_, completed) = local_step_events(w)
+    assert isinstance(scheduled, str) and isinstance(completed, str)
+    return scheduled, completed
 
 
 def _op(w: RecordLocalActivity, now: float) -> OpRecord:
