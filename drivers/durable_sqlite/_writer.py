@@ -1,7 +1,7 @@
 """The SQLite driver's database thread: one connection, one thread, group commit.
 
 Every use of the connection (open and migrate, domain programs, ``PRAGMA
-data_version``, close) is a `_Call` put on a `queue.SimpleQueue` that one
+data_version``, close) is a `Call` put on a `queue.SimpleQueue` that one
 dedicated thread serves. Each time it wakes up, the thread takes EVERYTHING
 queued, runs the programs among it in as few transactions as it can (one
 ``BEGIN IMMEDIATE`` ... ``COMMIT`` per drain, each program inside a
@@ -30,7 +30,8 @@ Failure rules (a drain's transaction):
   `StorageUnavailable(outcome_unknown=False)`; an I/O error during COMMIT
   (the log may or may not have reached the disk) gives
   `StorageUnavailable(outcome_unknown=True)`, which the engine resolves by
-  reading back; any other COMMIT error: rolled back, outcome_unknown=False;
+  reading back; any other COMMIT error (not a storage failure): rolled back,
+  and every caller gets that error;
 - if a program's error made SQLite abandon the whole transaction (an error
   class SQLite answers with a full rollback), the programs that had already
   succeeded in it certainly did not commit: they are run again from their
