@@ -26,7 +26,6 @@ from ..errors import (
     WriteRejected,
 )
 from ..options import Limits
-from ..store import batched as _batched  # noqa: F401  (registers RecordBatchedLocalActivity)
 from ..store.records import CommitResult, OpKind, OpRecord, OpStatus, RunRecord
 from ..store.writes import RecordBatchedLocalActivity, RecordLocalActivity, Write
 from .handlers import HandlerTable

@@ -44,6 +44,7 @@ from .writes import (
     EndPhase,
     EndUnits,
     FireTimer,
+    RecordBatchedLocalActivity,
     RecordLocalActivity,
     RequestActivityStop,
     RequestChildCancellation,
@@ -306,8 +307,20 @@ def _close(c: _RunCommit, w: CloseRun) -> Program[None]:
 Handler = Callable[[_RunCommit, Any], Program[None]]
 
 #: One handler per write type: what recording that write means.
+def _record_batched_local_activity(c: _RunCommit, w: RecordBatchedLocalActivity
+                                   ) -> Program[None]:
+    """A local activity's outcome kept in memory (``record="batched"``) and recorded
+    with a later commit: recorded exactly as a per-step outcome, but as of its own
+    `closed_at`, the instant the live run saw it (its replay sees the same
+    `workflow.now()`), not the instant of the commit that carries it."""
+    at = _RunCommit(c.tx, c.run, w.closed_at, c.events, c.ops)
+    yield from _record_local_activity(at, w.step)
+    return None
+
+
 HANDLERS: dict[type[Write], Handler] = {
     RecordLocalActivity: _record_local_activity,
+    RecordBatchedLocalActivity: _record_batched_local_activity,
     ScheduleActivity: _schedule_activity,
     ScheduleTimer: _schedule_timer,
     FireTimer: _fire_timer,

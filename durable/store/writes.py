@@ -45,7 +45,7 @@ class RecordBatchedLocalActivity:
     The workflow went on from the outcome in memory, its time advanced to
     `closed_at`; the record keeps that instant instead of the commit's, so
     replay sees the same workflow time as the live run did. Recorded by
-    `durable.store.batched`.
+    `durable.store.commit` (`HANDLERS`).
     """
 
     step: RecordLocalActivity
