@@ -1,7 +1,8 @@
 """The embedded SQLite driver (``sqlite:///path.db``, ``sqlite://:memory:``).
 
-An executor for `durable.store`'s programs with SQLite's dialect (the base
-`Dialect`: no row locks, ``BEGIN IMMEDIATE`` takes the write lock up front).
+An executor for `durable.store`'s programs with SQLite's dialect
+(`SQLiteDialect`: no row locks, ``BEGIN IMMEDIATE`` takes the write lock up
+front; a batch of local steps is one fenced ``UPDATE ... RETURNING``).
 One connection, owned by one dedicated thread (`_writer.Writer`) that every
 use of it goes through: opening and migrating, the domain programs, watch's
 ``PRAGMA data_version``, closing. Callers put their program on the thread's
@@ -41,6 +42,7 @@ from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
 from ._writer import Call, Notify, SQLiteStats, Writer, _closed, _run_program, storage_failure
+from .dialect import SQLiteDialect
 
 try:  # trio depends on sniffio; without it the host can only be asyncio
     import sniffio
@@ -91,7 +93,6 @@ class SQLiteDriver:
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
                  checkpoint_every: int = 200, file_mode: int = 0o600):
         self.hub = WakeHub()
-        from .dialect import SQLiteDialect  # (here: this one line is this change's footprint)
         self.dialect: Dialect = SQLiteDialect()
         self.url = url
         self.path, options = _parse(url)
