@@ -209,8 +209,12 @@ class Call(Generic[T]):
         """On the loop, once this caller has resumed: wake the next caller
         waiting for its turn one scheduling round later."""
         turns, self.turns = self.turns, None
-        if turns is not None and turns.active is self:
+        if turns is None or turns.active is not self:
+            return
+        if turns.waiting:
             self.soon(turns.next)
+        else:  # nobody waits: no round to schedule (trio's costs a wake-up)
+            turns.active = None
 
     def restart(self, dialect: Dialect) -> None:
         """A fresh program and Tx: the previous run certainly did not commit."""
