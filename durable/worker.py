@@ -18,6 +18,7 @@ code is never interrupted by it.
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -71,6 +72,11 @@ CLAIM_TURN = 0.005
 #: processes this long before claiming again (a local wake-up claims at once):
 #: with N processes every notification wakes N claimers, of which one wins
 CLAIM_GATHER = 0.02
+#: an in-process signal/query/update wake-up for a run no executor of ours has
+#: yet is remembered this long (seconds, monotonic), in case the run was just
+#: claimed by us; at most this many are kept
+EARLY_WINDOW = 5.0
+EARLY_REMEMBERED = 1000
 #: how long the watchdog gathers wake-ups before it re-reads the next deadline
 WATCHDOG_COALESCE = 0.02
 
@@ -199,6 +205,10 @@ class Worker:
         self._watchdog_trigger = _Trigger()
         self._resync_trigger = _Trigger()
         self._resync: set[str] = set()
+        # runs named by a signal/query/update wake-up while no executor of ours
+        # had them: one may be ours, claimed a moment ago (its claim read the
+        # run's counters before that interaction was recorded); see _start_run
+        self._early: dict[str, float] = {}
         self._known_names: set[str] = set(self.activities)
         self._known_checked = -math.inf
         self._unsubscribe: Callable[[], None] | None = None
@@ -393,6 +403,8 @@ class Worker:
                 else:
                     self._resync.add(wake.key[1])
                     self._resync_trigger.set()
+            elif isinstance(wake.data, InboxItem | ClientRequest):
+                self._remember_early(wake.key[1])
         elif kind == "requests":
             self.idle_queries.trigger()
         elif kind == "runs":
@@ -473,6 +485,13 @@ class Worker:
             woken = await self._runs_trigger.wait(self.poll_interval,
                                                   CLAIM_GATHER if lost else 0.0)
 
+    def _remember_early(self, run_id: str) -> None:
+        """Note an interaction for a run we run no executor for (yet)."""
+        now = time.monotonic()
+        if len(self._early) >= EARLY_REMEMBERED:
+            self._early = {r: t for r, t in self._early.items() if now - t < EARLY_WINDOW}
+        self._early[run_id] = now
+
     def _start_run(self, claimed: ClaimedRun) -> None:
         run = claimed.run
         if self._tg is None or self._stopping:
@@ -487,6 +506,13 @@ class Worker:
         )
         executor = RunExecutor(ctx, self._run_done)
         self.executors[run.run_id] = executor
+        noticed = self._early.pop(run.run_id, None)
+        if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:
+            # an interaction was recorded after the claim read the run's counters
+            # and before this executor existed: re-read them (a resync) so it is
+            # fetched instead of waiting for the next one
+            self._resync.add(run.run_id)
+            self._resync_trigger.set()
         self._tg.start_soon(executor.execute, name=f"durable run {run.workflow_id}/{run.run_id}")
 
     def _run_done(self, executor: RunExecutor) -> None:

@@ -154,6 +154,46 @@ async def test_class_workflow_takes_signals_queries_and_updates(
     await replays_offline(handle, Approval)
 
 
+@workflow.defn(name="ia_early_signal")
+class EarlySignal:
+    """Waits, with no timer, for one signal."""
+
+    def __init__(self) -> None:
+        self.got: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: bool(self.got))
+        return self.got
+
+    @workflow.signal
+    def poke(self, value: str) -> None:
+        self.got.append(value)
+
+
+async def test_a_signal_recorded_between_a_claim_and_its_executor_is_delivered(
+    client: durable.Client, make_worker: Callable[..., durable.Worker],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim read the run's inbox counter before the signal was recorded, and
+    the signal's wake-up came before the run's executor existed: the worker must
+    still fetch it at once (not at a periodic resync: the poll is 30 s here)."""
+    handle = await client.start(EarlySignal, id=new_id("early"))  # no worker yet
+    worker = make_worker(workflows=[EarlySignal], poll_interval=30.0)
+    claim_runs = worker.store.claim_runs
+
+    async def claim_then_signal(*args: Any, **kwargs: Any) -> Any:
+        claimed = await claim_runs(*args, **kwargs)
+        if any(item.run.workflow_id == handle.workflow_id for item in claimed):
+            await handle.signal("poke", "early")  # recorded after the claim's read
+        return claimed
+
+    monkeypatch.setattr(worker.store, "claim_runs", claim_then_signal)
+    async with worker:
+        with anyio.fail_after(10):
+            assert await handle.result() == ["early"]
+
+
 @pytest.mark.remote_client
 async def test_query_errors_are_query_failed_and_record_nothing(
     client: durable.Client, make_worker: Callable[..., durable.Worker]

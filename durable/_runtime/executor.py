@@ -250,7 +250,11 @@ class RunExecutor:
         if deadline is not None and ctx.clock.now() >= deadline:
             await self._enforce_deadline()
             return
-        if (run.inbox_seq or run.request_seq) and ctx.inbox is None:
+        if (run.inbox_seq or run.request_seq) and not self.scratch:
+            # Even when an early wake-up already made the inbox (an interaction
+            # that arrived between the claim and now): what is stored (deliveries
+            # to replay, signals received before the claim) is only read here.
+            # (A read-only replay is handed its inbox by its caller.)
             items, requests = await ctx.worker.store.load_inbox(run.run_id)
             self.inbox().load(items, requests, run)
         outcome: CloseRun | None = None

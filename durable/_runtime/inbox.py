@@ -138,8 +138,9 @@ class Inbox:
         for d in recorded:
             for op_id in d.frontier_ids:
                 ctx.holding[op_id] = ctx.holding.get(op_id, 0) + 1
-        self.inbox_seq = max([run.inbox_seq, *(i.seq for i in items)])
-        self.request_seq = run.request_seq
+        # (max with what early arrivals already taught us: never go back)
+        self.inbox_seq = max([self.inbox_seq, run.inbox_seq, *(i.seq for i in items)])
+        self.request_seq = max(self.request_seq, run.request_seq)
         for request in requests:
             self._add_request(request)
         self.poke()
