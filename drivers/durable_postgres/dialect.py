@@ -24,7 +24,7 @@ class PostgresDialect(Dialect):
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
-    ) -> Program[CommitResult] | None:
+    ) -> Program[CommitResult | None] | None:
         return _local_steps(batch, now, autocommit=autocommit)
 
     def local_steps_group(
@@ -47,7 +47,8 @@ def _op(w: RecordLocalActivity, now: float) -> OpRecord:
                     None, w.started_at, now)
 
 
-def _local_steps(batch: RunWrites, now: float, *, autocommit: bool) -> Program[CommitResult]:
+def _local_steps(batch: RunWrites, now: float, *, autocommit: bool
+                 ) -> Program[CommitResult | None]:
     """The hot path: fence, ops and events of a run's local steps in ONE statement.
 
     A data-modifying CTE commits on its own (autocommit), so recording a local
@@ -91,7 +92,10 @@ def _local_steps(batch: RunWrites, now: float, *, autocommit: bool) -> Program[C
         autocommit=autocommit,
     )
     if row is None:
-        return CommitResult(batch.run_id, False)
+        # Nothing was written. Inside a larger transaction the general path
+        # runs next and gives the precise refusal (a passed deadline is
+        # enforced at once); a self-committing statement can only say "no".
+        return CommitResult(batch.run_id, False) if autocommit else None
     return CommitResult(batch.run_id, True, {w.op_id: _op(w, now) for w in writes})
 
 
