@@ -73,7 +73,7 @@ from .store.records import HistoryEvent, RunStatus
 from .subprocess import StopReceipt
 from .worker import Worker
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "ActivityAPIOutsideActivity",

@@ -29,10 +29,10 @@ import anyio
 import anyio.abc
 import sniffio
 
-from ._registry import Registry, isolated_definitions
-from ._runtime.history import HistoryLike, history_to_json, load_history, records_from_history
-from ._runtime.replay import NoStorage, replay_run
-from ._testing_deps import (
+from .._registry import Registry, isolated_definitions
+from .._runtime.history import HistoryLike, history_to_json, load_history, records_from_history
+from .._runtime.replay import NoStorage, replay_run
+from .._testing_deps import (
     AnswersAtDeadline,
     ManualClock,
     SlowCall,
@@ -40,14 +40,14 @@ from ._testing_deps import (
     UnacceptingServer,
     UninterruptibleCall,
 )
-from .client import Client
-from .clock import VirtualClock
-from .converter import JSONConverter, PayloadConverter
-from .driver import Driver, driver_factory, url_scheme
-from .errors import ConfigurationError, NonDeterminismError
-from .options import Limits
-from .store.records import OpRecord
-from .worker import Worker
+from ..client import Client
+from ..clock import VirtualClock
+from ..converter import JSONConverter, PayloadConverter
+from ..driver import Driver, driver_factory, url_scheme
+from ..errors import ConfigurationError, NonDeterminismError
+from ..options import Limits
+from ..store.records import OpRecord
+from ..worker import Worker
 
 __all__ = [
     "CRASH_POINTS",
