@@ -32,7 +32,7 @@ from ._log import get_logger
 from ._registry import ActivityDefn, Registry
 from ._runtime import attempts
 from ._runtime.committer import Committer
-from ._runtime.context import WorkflowContext
+from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
 from ._runtime.queries import IdleQueries
 from .converter import check_size
@@ -219,6 +219,10 @@ class Worker:
         #: the crash point this worker stopped at (durable.testing), if any
         self.crashed_at: str | None = None
         self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
+        self.run_setup = RunSetup(
+            worker=self, clock=self.clock, converter=client.converter, limits=client.limits,
+            committer=self.committer, stop_grace=self.shutdown_grace,
+            local_record=self.local_activity_record, local_batch=self.local_activity_batch)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -504,13 +508,8 @@ class Worker:
             # claimed while the worker stops (the claim was in flight): hand it back
             self._to_release.append(run.run_id)
             return
-        ctx = WorkflowContext(
-            run=run, ops=claimed.ops, defn=self.workflows[run.workflow_type], worker=self,
-            clock=self.clock, converter=self.client.converter, limits=self.client.limits,
-            committer=self.committer, stop_grace=self.shutdown_grace,
-            local_record=self.local_activity_record, local_batch=self.local_activity_batch,
-        )
-        executor = RunExecutor(ctx, self._run_done)
+        executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
+                               self.run_setup, self._run_done)
         self.executors[run.run_id] = executor
         noticed = self._early.pop(run.run_id, None)
         if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:

@@ -121,12 +121,6 @@ def test_the_graph_sees_type_checking_and_relative_imports() -> None:
 
 #: Circles still being taken apart (issue 22); each removed one leaves this list.
 KNOWN_CIRCLES: list[list[str]] = [
-    ["durable._registry", "durable._runtime.attempts", "durable._runtime.caps",
-     "durable._runtime.context", "durable._runtime.executor", "durable._runtime.inbox",
-     "durable._runtime.interact", "durable._runtime.local", "durable._runtime.ops",
-     "durable._runtime.phases", "durable._runtime.readonly", "durable._runtime.runtime",
-     "durable._runtime.state", "durable._runtime.units"],
-    ["durable._runtime.queries", "durable.worker"],
     ["durable.budget", "durable.subprocess"],
     ["durable.cli._app", "durable.cli._commands", "durable.cli._params", "durable.cli._views",
      "durable.cli._worker"],
