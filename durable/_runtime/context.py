@@ -250,17 +250,6 @@ class WorkflowContext:
     def release(self, kind: str) -> None:
         self.pending_counts[kind] -= 1
 
-    def details_encoder(self) -> Callable[[Any], str]:
-        """How a local activity's heartbeat details are checked at the call."""
-        converter, limit = self.converter, self.limits.payload_bytes
-
-        def encode(value: Any) -> str:
-            text = converter.encode(value, "heartbeat details")
-            check_size(text, limit, "heartbeat details")
-            return text
-
-        return encode
-
     def encode(self, value: Any, what: str) -> str:
         text = self.converter.encode(value, what)
         try:

@@ -91,6 +91,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     result: str | None = None
     value: Any = None
     actx: attempts.ActivityContext | None = None
+    details = attempts.details_encoder(ctx.converter, ctx.limits.payload_bytes)
     ctx.parking.park(op_id, OpKind.LOCAL_ACTIVITY)
     try:
         while True:
@@ -103,7 +104,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 run_id=ctx.run.run_id, task_queue=ctx.run.task_queue, local=True,
                 scheduled_at=started, started_at=attempt_start, deadline=deadline_at,
                 heartbeat_timeout=None, heartbeat_details=None, clock=ctx.clock,
-                encode_details=ctx.details_encoder(), stop_grace=ctx.stop_grace,
+                encode_details=details, stop_grace=ctx.stop_grace,
             )
             ctx.running_local[op_id] = actx
             timed_out: list[str] = []
