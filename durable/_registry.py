@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import _validate
 from ._runtime.handlers import ClassSpec, inspect_class
 from .converter import parameter_hints
-from .errors import ConfigurationError, NotRegistered
+from .errors import ConfigurationError, NameNotRegistered
 
 DEFN_ATTR = "__durable_defn__"
 
@@ -210,10 +210,10 @@ def workflow_name(ref: Callable[..., Any] | str) -> str:
 
 
 def require_activity(ref: Callable[..., Any] | str) -> ActivityDefn:
-    """The activity's definition; raise `NotRegistered` if this process has none."""
+    """The activity's definition; raise `NameNotRegistered` if this process has none."""
     defn = activity_defn_of(ref)
     if defn is None:
-        raise NotRegistered(
+        raise NameNotRegistered(
             f"unknown activity {ref!r}: no @activity.defn with this name is imported in "
             "this process; import the module that defines it"
         )

@@ -27,7 +27,7 @@ from .converter import JSONConverter, PayloadConverter, check_size
 from .driver import Driver, driver_factory
 from .errors import (
     ConfigurationError,
-    NotRegistered,
+    NameNotRegistered,
     StructuralLimitExceeded,
     WorkflowNotFound,
 )
@@ -331,7 +331,7 @@ class Client:
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
         if defn is None and wf_type not in await self.control.registered_types():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
@@ -386,7 +386,7 @@ class Client:
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
         if defn is None and wf_type not in await self.control.registered_types():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow class or function"
             )

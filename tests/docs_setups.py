@@ -972,7 +972,7 @@ async def patched(ns: Namespace) -> None:
     assert marker == {"op_id": "0:2", "name": "patch:add-audit", "patch_id": "add-audit"}
     for events in (old_events, new_events):
         assert (await Replayer(workflows=[order_v2]).replay(events)).finished
-    error = await raises(durable.NonDeterminismError,
+    error = await raises(durable.NonDeterminismDetected,
                          Replayer(workflows=[unpatched]).replay(old_events))
     _page_says("docs/interaction.md", str(error))
     assert (await Replayer(workflows=[deprecated]).replay(new_events)).finished

@@ -666,7 +666,7 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
 ) -> None:
     """One renewal arrives after the lease lapsed (a GC pause, a slow database): the
     worker may take its own run over once; it must not go on doing so, re-running
-    local activities each time (it did, before LostAuthority was unwrapped from
+    local activities each time (it did, before AuthorityLost was unwrapped from
     task-group errors: each takeover released the run from under the next one)."""
     key = f"lapse-{uuid.uuid4().hex[:10]}"
     renew = client.store.renew_leases

@@ -305,7 +305,7 @@ async def test_duplicate_id_is_rejected(client: durable.Client, make_worker: Any
 async def test_unserialisable_argument_fails_at_call_and_writes_nothing(
     client: durable.Client,
 ) -> None:
-    with pytest.raises(durable.PayloadError, match="cannot be serialised"):
+    with pytest.raises(durable.PayloadRejected, match="cannot be serialised"):
         await client.start(arithmetic, object(), id="bad")
     assert await client.list() == []
     with pytest.raises(durable.WorkflowNotFound):
@@ -313,7 +313,7 @@ async def test_unserialisable_argument_fails_at_call_and_writes_nothing(
 
 
 async def test_unknown_names_are_refused(client: durable.Client) -> None:
-    with pytest.raises(durable.NotRegistered, match="unknown workflow 'nope'"):
+    with pytest.raises(durable.NameNotRegistered, match="unknown workflow 'nope'"):
         await client.start("nope", id="x")
     with pytest.raises(durable.ConfigurationError, match="not a workflow"):
         await client.start(len, id="x")

@@ -24,7 +24,7 @@ from durable_sqlite._writer import Call
 
 import durable
 from durable import workflow
-from durable.driver import Program, Tx, Wake, ex, q, q1
+from durable.driver import Dialect, Program, Tx, Wake, ex, q, q1
 
 pytestmark = pytest.mark.anyio
 
@@ -180,7 +180,7 @@ async def test_callers_resume_in_queue_order_across_drains() -> None:
     from durable_sqlite._writer import Turns, _set_all
 
     def call() -> Call[int]:
-        return Call(*_waiter(), factory=lambda tx: _pages(), tx=Tx(durable.Dialect()))
+        return Call(*_waiter(), factory=lambda tx: _pages(), tx=Tx(Dialect()))
 
     turns = Turns()
     a, b, c, gone, d = call(), call(), call(), call(), call()

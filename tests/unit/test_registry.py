@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import durable
-from durable import ConfigurationError, NotRegistered, activity, workflow
+from durable import ConfigurationError, NameNotRegistered, activity, workflow
 from durable._registry import (
     DEFINITIONS,
     ActivityDefn,
@@ -161,7 +161,7 @@ def test_references_by_function_or_by_name_find_the_definition() -> None:
 
 
 def test_unknown_or_undecorated_references_are_refused() -> None:
-    with pytest.raises(NotRegistered, match="unknown activity 'nope'"):
+    with pytest.raises(NameNotRegistered, match="unknown activity 'nope'"):
         require_activity("nope")
     with pytest.raises(ConfigurationError, match="is not a workflow"):
         workflow_defn_of(len)
