@@ -431,11 +431,12 @@ async def test_non_determinism_marks_the_run_for_review(
             await anyio.sleep(0.01)
     SHAPE["v"] = 2
     try:
-        async with make_worker(workflows=[changing], activities=[counted, wait_gate]):
+        async with make_worker(workflows=[changing], activities=[counted, wait_gate]) as worker:
             with anyio.fail_after(10):
                 while not (await handle.describe())["run"]["needs_review"]:
                     await anyio.sleep(0.02)
-            await anyio.sleep(0.3)  # no worker picks it up again
+            await worker.runs.claim_now()  # a claim pass after the mark takes nothing
+            assert worker.executors == {}
             info = await handle.describe()
     finally:
         SHAPE["v"] = 1

@@ -599,7 +599,9 @@ async def test_history_long_poll_returns_new_events(live: tuple[Plane, str],
             got.extend(response.json()["events"])
 
         tg.start_soon(follow)
-        await anyio.sleep(0.2)  # the poll is waiting: a worker now makes progress
+        with anyio.fail_after(15):  # the poll read nothing and waits: now a worker runs
+            while plane.storage.driver.hub.waiting == 0:
+                await anyio.sleep(0.01)
         async with make_worker(workflows=[napper]):
             with anyio.fail_after(15):
                 while not got:
