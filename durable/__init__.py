@@ -74,8 +74,8 @@ from .options import (
     RetryPolicy,
     StartOptions,
 )
+from .receipts import StopReceipt
 from .store.records import HistoryEvent, RunStatus
-from .subprocess import StopReceipt
 from .worker import Worker
 
 __version__ = "0.3.0"
