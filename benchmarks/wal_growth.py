@@ -46,10 +46,11 @@ async def tick(n: int) -> int:
 
 
 @workflow.defn(name="wg_minutely")
-async def minutely(n: int) -> int:
-    n = await workflow.execute_local_activity(tick, n)
+async def minutely(n: int, remote: bool) -> int:
+    step = workflow.execute_activity if remote else workflow.execute_local_activity
+    n = await step(tick, n)
     await workflow.sleep(60)
-    return await workflow.execute_local_activity(tick, n)
+    return await step(tick, n)
 
 
 async def read_until_stdin_closes(url: str) -> None:
@@ -83,12 +84,12 @@ class Writer:
         self.wal = wal
         self.ended: list[tuple[float, int]] = []  # (monotonic time, -wal bytes)
 
-    async def write(self, url: str, runs: int, concurrency: int) -> None:
+    async def write(self, url: str, runs: int, concurrency: int, remote: bool) -> None:
         limiter = anyio.Semaphore(concurrency)
 
         async def one(i: int) -> None:
             async with limiter:
-                handle = await env.client.start(minutely, i, id=f"wg-{i}")
+                handle = await env.client.start(minutely, i, remote, id=f"wg-{i}")
                 await handle.result()
             try:
                 size = self.wal.stat().st_size
@@ -110,6 +111,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--url", default="sqlite:///wal_growth.db")
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    parser.add_argument("--remote", action="store_true",
+                        help="remote activities (the issue's workload: ~105 KB of log per run)")
+    parser.add_argument("--no-reader", action="store_true", help="the writer alone")
     parser.add_argument("--reader", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.reader:
@@ -120,16 +124,18 @@ def main() -> None:
         Path(path + suffix).unlink(missing_ok=True)
     anyio.run(_create, args.url)
     print(f"load average at start: {os.getloadavg()[0]:.2f}; code: {durable.__file__}")
-    reader = subprocess.Popen(
+    reader = None if args.no_reader else subprocess.Popen(
         [sys.executable, __file__, "--reader", "--url", args.url],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert reader.stdout is not None and reader.stdout.readline() == "ready\n"
+    assert reader is None or (reader.stdout is not None
+                              and reader.stdout.readline() == "ready\n")
     writer = Writer(Path(path + "-wal"))
     started = time.perf_counter()
     try:
-        anyio.run(writer.write, args.url, args.runs, args.concurrency, backend=args.backend)
+        anyio.run(writer.write, args.url, args.runs, args.concurrency, args.remote,
+                  backend=args.backend)
     finally:
-        out, _ = reader.communicate("")
+        out = reader.communicate("")[0] if reader is not None else "[]"
     elapsed = time.perf_counter() - started
     polls: list[list[float]] = json.loads(out)
     print(f"{args.runs} runs in {elapsed:.1f} s ({args.backend}), {len(polls)} polls, "
@@ -146,21 +152,23 @@ def report(ended: list[tuple[float, int]], polls: list[list[float]], window: int
     """A table by window of completed runs: a poll counts in the window of
     the number of runs that had ended when it started."""
     times = [at for at, _ in ended]
-    by_window: dict[int, list[float]] = {}
+    by_window: dict[int, list[float]] = {i: [] for i in range(-(-len(ended) // window))}
     for at, seconds in polls:
         done = bisect.bisect_right(times, at)
         if done < len(ended):  # the polls after the last run are not counted
-            by_window.setdefault(done // window, []).append(seconds)
+            by_window[done // window].append(seconds)
     print("| runs done | largest -wal (MB) | polls | median poll (ms) | p90 poll (ms) |")
     print("|---|---|---|---|---|")
     medians = []
-    for index in sorted(by_window):
-        seconds = sorted(by_window[index])
+    for index, seconds in sorted(by_window.items()):
+        seconds.sort()
         low, high = index * window, min((index + 1) * window, len(ended))
         largest = max(size for _, size in ended[low:high])
-        medians.append(statistics.median(seconds))
-        print(f"| {low}-{high} | {largest / 1e6:.1f} | {len(seconds)} | "
-              f"{medians[-1] * 1000:.2f} | {seconds[int(len(seconds) * 0.9)] * 1000:.2f} |")
+        reads = "| - | -"
+        if seconds:
+            medians.append(statistics.median(seconds))
+            reads = f"| {medians[-1] * 1000:.2f} | {seconds[int(len(seconds) * 0.9)] * 1000:.2f}"
+        print(f"| {low}-{high} | {largest / 1e6:.1f} | {len(seconds)} {reads} |")
     if len(medians) > 1:
         print(f"last window's median poll / first window's: {medians[-1] / medians[0]:.2f}x")
 
