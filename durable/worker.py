@@ -36,7 +36,6 @@ from ._runtime.context import WorkflowContext
 from ._runtime.executor import RunExecutor
 from ._runtime.queries import IdleQueries
 from .converter import check_size
-from .driver import Wake
 from .errors import (
     ConfigurationError,
     StorageClosed,
@@ -56,6 +55,7 @@ from .store.records import (
     OpRecord,
     WorkerRegistration,
 )
+from .wakes import Wake, WakeKind
 
 if TYPE_CHECKING:
     from .client import Client
@@ -392,38 +392,44 @@ class Worker:
     # ---------------------------------------------------------------- wake-ups
 
     def _on_wake(self, wake: Wake) -> None:
-        kind = wake.key[0]
-        if kind == "run":
-            executor = self.executors.get(wake.key[1])
-            if executor is not None:
-                if isinstance(wake.data, OpRecord):
-                    executor.ctx.resolve(wake.data)
-                elif isinstance(wake.data, InboxItem | ClientRequest):
-                    executor.on_interaction(wake.data)  # a signal, query or update
-                else:
-                    self._resync.add(wake.key[1])
-                    self._resync_trigger.set()
+        match wake.kind:
+            case WakeKind.RUN:
+                self._on_run_wake(wake)
+            case WakeKind.REQUESTS:
+                self.idle_queries.trigger()
+            case WakeKind.RUNS:
+                self._runs_trigger.set(wake.remote)
+                self._watchdog_trigger.set()
+            case WakeKind.ACTIVITIES:
+                self._activities_trigger.set(wake.remote)
+                self._watchdog_trigger.set()
+            case WakeKind.ACTIVITY_STOP:
+                actx = self.running_activities.get(wake.subject)
+                if actx is not None:
+                    actx.request_stop("the attempt was fenced (timed out or cancelled)")
+            case WakeKind.ANY:
+                self.idle_queries.trigger()
+                self._runs_trigger.set()
+                self._activities_trigger.set()
+                self._watchdog_trigger.set()
+                self._resync.update(self.executors)
+                self._resync_trigger.set()
+
+    def _on_run_wake(self, wake: Wake) -> None:
+        """A run changed: its executor gets the op record or the interaction the
+        wake-up carries, or re-reads the run (a resync)."""
+        run_id = wake.subject
+        executor = self.executors.get(run_id)
+        if executor is not None:
+            if isinstance(wake.data, OpRecord):
+                executor.ctx.resolve(wake.data)
             elif isinstance(wake.data, InboxItem | ClientRequest):
-                self._remember_early(wake.key[1])
-        elif kind == "requests":
-            self.idle_queries.trigger()
-        elif kind == "runs":
-            self._runs_trigger.set(wake.remote)
-            self._watchdog_trigger.set()
-        elif kind == "activities":
-            self._activities_trigger.set(wake.remote)
-            self._watchdog_trigger.set()
-        elif kind == "activity_stop":
-            actx = self.running_activities.get(wake.key[1])
-            if actx is not None:
-                actx.request_stop("the attempt was fenced (timed out or cancelled)")
-        elif kind == "any":
-            self.idle_queries.trigger()
-            self._runs_trigger.set()
-            self._activities_trigger.set()
-            self._watchdog_trigger.set()
-            self._resync.update(self.executors)
-            self._resync_trigger.set()
+                executor.on_interaction(wake.data)  # a signal, query or update
+            else:
+                self._resync.add(run_id)
+                self._resync_trigger.set()
+        elif isinstance(wake.data, InboxItem | ClientRequest):
+            self._remember_early(run_id)
 
     async def _watch_driver(self) -> None:
         await self.driver.watch()

@@ -8,6 +8,7 @@ from ..clock import to_iso
 from ..deadlines import Deadlines
 from ..driver import Program, Tx, ex, placeholders, q, q1
 from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
+from ..wakes import Wake
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -113,7 +114,7 @@ def insert_run(
         data["parent_workflow_id"] = req.parent_workflow_id
         data["parent_run_id"] = req.parent_run_id
     yield from append_events(run_id, [("WorkflowStarted", data)], now)
-    tx.wake("runs", req.namespace, req.task_queue)
+    tx.wake(Wake.runs(req.namespace, req.task_queue))
     return None
 
 
@@ -185,7 +186,7 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
         now, run.run_id,
     )
     yield from append_events(run.run_id, [("WorkflowReviewCleared", {})], now)
-    tx.wake("runs", run.namespace, run.task_queue)
+    tx.wake(Wake.runs(run.namespace, run.task_queue))
     return True
 
 
