@@ -27,12 +27,12 @@ from .converter import JSONConverter, PayloadConverter, check_size
 from .driver import Driver, driver_factory
 from .errors import (
     ConfigurationError,
-    NotRegistered,
+    NameNotRegistered,
     StructuralLimitExceeded,
     WorkflowNotFound,
 )
 from .failure import Failure
-from .options import Limits, Seconds, StartOptions, to_seconds
+from .options import Limits, Seconds, StartOptions
 from .store import Store
 from .store.records import HistoryEvent, StartRequest
 
@@ -137,7 +137,7 @@ class WorkflowHandle:
         Raises `CapabilityUnsupported` (recording nothing) when the worker
         holding the run cannot take cooperative cancellation.
         """
-        seconds = to_seconds(cleanup_timeout, "cleanup_timeout", inclusive=False)
+        seconds = _validate.optional_duration(cleanup_timeout, "cleanup_timeout", inclusive=False)
         if seconds is None:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds, got None")
         if not isinstance(reason, str):
@@ -200,7 +200,7 @@ class WorkflowHandle:
         request is then withdrawn: a cancel scope around the call could not do
         that). `result_type` rebuilds a dataclass or model from the answer.
         """
-        wait = to_seconds(timeout, "query timeout")
+        wait = _validate.optional_duration(timeout, "query timeout")
         if wait is None or wait <= 0:
             raise ConfigurationError("query timeout must be greater than 0 seconds")
         payload = self.client._payload(args, f"the arguments of query {name!r}")
@@ -221,7 +221,7 @@ class WorkflowHandle:
         the handler raised or the run closed first, or when `timeout` seconds
         passed (None: wait as long as it takes); `RunAlreadyClosed`.
         """
-        wait = to_seconds(timeout, "update timeout") if timeout is not None else None
+        wait = _validate.optional_duration(timeout, "update timeout")
         if wait is not None and wait <= 0:
             raise ConfigurationError("update timeout must be greater than 0 seconds")
         _validate.optional_name(update_id, "update_id")
@@ -331,7 +331,7 @@ class Client:
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
         if defn is None and wf_type not in await self.control.registered_types():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
@@ -386,7 +386,7 @@ class Client:
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
         if defn is None and wf_type not in await self.control.registered_types():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow class or function"
             )

@@ -2,7 +2,9 @@
 
 Everything durable stores goes through domain transactions written once, in
 `durable.store`, as *programs*: generators that yield statements (`Stmt`,
-with ``?`` placeholders) and receive their results. A driver only has to
+with ``?`` placeholders) and receive their results (`durable.program`,
+re-exported here with the wake-ups of `durable.wakes`: this module is the
+face a driver author reads). A driver only has to
 
 - open and close its connection(s), creating or checking the schema
   (`durable.store.schema` / `durable.store.migrations`);
@@ -25,18 +27,19 @@ core code never imports a driver module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from .errors import ConfigurationError
+from .program import Program, Row, Stmt, StmtMode, ex, many, placeholders, q, q1
 from .wakes import Wake, WakeHub, WakeKind
 
+#: the face a driver's author reads (docs/api.md, "durable.driver")
 __all__ = [
     "Dialect", "Driver", "Program", "ProgramFactory", "Row", "Stmt", "StmtMode", "Tx", "Wake",
-    "WakeHub", "WakeKind", "driver_factory", "ex", "many", "placeholders", "q", "q1",
-    "register_driver", "url_scheme",
+    "WakeHub", "WakeKind", "ex", "many", "placeholders", "q", "q1", "register_driver",
 ]
 
 if TYPE_CHECKING:
@@ -45,54 +48,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-StmtMode = Literal["all", "one", "exec", "many"]
-
-
-@dataclass(frozen=True)
-class Stmt:
-    """One statement of a program and how to run it.
-
-    mode ``all`` returns the rows, ``one`` the first row or None, ``exec`` the
-    row count, ``many`` runs `sql` once per entry of `params_seq` (None).
-    `autocommit` marks a program's only statement as self-contained: a driver
-    may send it without BEGIN/COMMIT (one round trip).
-    """
-
-    sql: str
-    params: Sequence[Any] = ()
-    mode: StmtMode = "all"
-    params_seq: Sequence[Sequence[Any]] = ()
-    autocommit: bool = False
-
-
-Row = Any  # a row indexable by column name (sqlite3.Row, asyncpg.Record, ...)
-Program = Generator[Stmt, Any, T]
-
-
-def q(sql: str, *params: Any) -> Stmt:
-    """A query returning all rows."""
-    return Stmt(sql, params, "all")
-
-
-def q1(sql: str, *params: Any) -> Stmt:
-    """A query returning its first row, or None."""
-    return Stmt(sql, params, "one")
-
-
-def ex(sql: str, *params: Any) -> Stmt:
-    """A statement returning its row count."""
-    return Stmt(sql, params, "exec")
-
-
-def many(sql: str, params_seq: Sequence[Sequence[Any]]) -> Stmt:
-    """One statement run for each parameter tuple (executemany)."""
-    return Stmt(sql, (), "many", params_seq)
-
-
-def placeholders(n: int) -> str:
-    """``?, ?, ...`` for an IN list of n values."""
-    return ",".join("?" * n)
 
 
 class Dialect:

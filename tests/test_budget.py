@@ -87,7 +87,7 @@ def test_deadline_and_timeout_together_the_earlier_binds() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"timeout": -1}, "Budget\\(timeout=...\\) must be a finite number of seconds >= 0"),
+        ({"timeout": -1}, "Budget\\(timeout=...\\) must be at least 0 seconds"),
         ({"timeout": float("nan")}, "finite number"),
         ({"timeout": "60"}, "must be a number of seconds"),
         ({"timeout": True}, "must be a number of seconds"),
@@ -421,7 +421,7 @@ async def test_host_cancellation_waits_for_an_operation_that_only_stops_when_it_
         tg.start_soon(write)
         await call.wait_started()
         writer.cancel()
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the cancelled writer waits for the call
         assert budget.phases[0].outcome == "running"  # still inside the call
         call.release()
     assert effects == ["row written"]  # the effect happened although we cancelled

@@ -21,12 +21,13 @@ from typing import Any
 
 import anyio
 
+from .. import _validate
 from .._registry import ActivityDefn, require_activity
 from ..clock import to_iso
 from ..converter import JSONConverter, rebuild
 from ..errors import ActivityStopRequested, PolicyRejected, StructuralLimitExceeded
 from ..failure import Failure, leaf_exceptions
-from ..options import ActivityOptions, CancellationPolicy, Seconds, to_seconds
+from ..options import ActivityOptions, CancellationPolicy
 from ..store.records import OpKind
 from ..store.writes import RecordLocalActivity
 from . import attempts, caps
@@ -48,7 +49,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     defn = require_activity(activity)
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.LOCAL_ACTIVITY, defn.name)
-    if record is not None and not ctx.must_block(record, op_id):
+    if record is not None and not ctx.parking.must_block(record, op_id):
         await leave(ctx, op_id, OpKind.LOCAL_ACTIVITY)
         return outcome(ctx, state, record, defn.return_hint)
     started = ctx.clock.now()
@@ -65,7 +66,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             ),
         )])
 
-    if ctx.must_block(record, op_id):
+    if ctx.parking.must_block(record, op_id):
         # Replay of an op the live run interrupted: interrupt it again, do not re-run it.
         await interruptible(
             ctx, op_id, OpKind.LOCAL_ACTIVITY, anyio.sleep_forever,
@@ -81,17 +82,18 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     retry = options.retry_policy
     batched = (options.record or ctx.local_record) == "batched" and not ctx.scratch
     # validated (to float seconds) when the options were built
-    s2c = _seconds(options.schedule_to_close_timeout)
+    s2c = _validate.optional_duration(options.schedule_to_close_timeout, "duration")
     if left is not None and (s2c is None or s2c > left):
         s2c = left
-    stc = _seconds(options.start_to_close_timeout)
+    stc = _validate.optional_duration(options.start_to_close_timeout, "duration")
     overall = started + s2c if s2c is not None else None
     attempt = 0
     failure: Failure | None = None
     result: str | None = None
     value: Any = None
     actx: attempts.ActivityContext | None = None
-    ctx.park(op_id, OpKind.LOCAL_ACTIVITY)
+    details = attempts.details_encoder(ctx.converter, ctx.limits.payload_bytes)
+    ctx.parking.park(op_id, OpKind.LOCAL_ACTIVITY)
     try:
         while True:
             attempt += 1
@@ -103,7 +105,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 run_id=ctx.run.run_id, task_queue=ctx.run.task_queue, local=True,
                 scheduled_at=started, started_at=attempt_start, deadline=deadline_at,
                 heartbeat_timeout=None, heartbeat_details=None, clock=ctx.clock,
-                encode_details=ctx.details_encoder(), stop_grace=ctx.stop_grace,
+                encode_details=details, stop_grace=ctx.stop_grace,
             )
             ctx.running_local[op_id] = actx
             timed_out: list[str] = []
@@ -137,15 +139,15 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             if ctx.batched:  # the backoff is a wait: what the run did so far is recorded
                 await ctx.flush()
             await ctx.clock.sleep_until(next_at)
-        if ctx.must_hold(op_id):  # a signal or update is being delivered here
-            await ctx.hold(op_id, OpKind.LOCAL_ACTIVITY, parked=True)
+        if ctx.parking.must_hold(op_id):  # a signal or update is being delivered here
+            await ctx.parking.hold(op_id, OpKind.LOCAL_ACTIVITY, parked=True)
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
             with tracked_shield(ctx):
                 await record_interrupt(_stop_receipt(ctx, defn, actx, policy, attempt), attempt)
         raise
     finally:
-        ctx.unpark(op_id)
+        ctx.parking.unpark(op_id)
     write = RecordLocalActivity(op_id=op_id, name=defn.name, started_at=started,
                                 attempts=attempt, result=result, failure=failure)
     if batched and failure is None:
@@ -165,13 +167,6 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             advance(ctx, state, record)
             return plain
     return outcome(ctx, state, record, defn.return_hint)
-
-
-def _seconds(value: Seconds | None) -> float | None:
-    """An option's duration, already validated as float seconds (timedelta kept safe)."""
-    if value is None or isinstance(value, float):
-        return value
-    return to_seconds(value, "duration")
 
 
 _SCALARS = (str, int, float, bool, type(None))

@@ -2,7 +2,7 @@
 
 Every op follows the same steps. It takes the next op id of its task; if
 history has a record for that id, the record's kind and name must match
-(else `NonDeterminismError`) and a closed record's outcome is returned or
+(else `NonDeterminismDetected`) and a closed record's outcome is returned or
 raised at once, without yielding. Otherwise the op goes live: it records its
 "scheduled" write and awaits its completion. The await is *interruptible*:
 when a cooperative cancellation is delivered, the op's `CancellationPolicy`
@@ -20,10 +20,11 @@ from typing import Any
 
 import anyio
 
+from .. import _validate
 from .._registry import activity_defn_of, workflow_defn_of, workflow_name
-from ..errors import NotRegistered, PolicyRejected, WorkflowAlreadyStarted
+from ..errors import NameNotRegistered, PolicyRejected, WorkflowAlreadyStarted
 from ..failure import Failure
-from ..options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds, to_seconds
+from ..options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds
 from ..store.records import OpKind, OpRecord, OpStatus, StartRequest
 from ..store.writes import (
     CancelTimer,
@@ -74,8 +75,8 @@ async def live_gate(ctx: WorkflowContext) -> None:
     anything is recorded, so its activity body never runs (Temporal's "cancel
     unsent"). Inside `cancellation_shield()` ops go ahead.
     """
-    if ctx.replay_delivery_pending:
-        ctx.redeliver()
+    if ctx.parking.replay_delivery_pending:
+        ctx.parking.redeliver()
         await anyio.lowlevel.checkpoint()
     await anyio.lowlevel.checkpoint_if_cancelled()
     if ctx.cancellation is not None:
@@ -104,38 +105,33 @@ async def interruptible(
     """Await a durable op; when a cancellation interrupts the await, apply the
     op's cancellation policy under a shield bounded by the cleanup deadline,
     then let the host's cancellation exception continue."""
-    block = ctx.must_block(ctx.recorded.get(op_id), op_id)
-    ctx.park(op_id, kind)
+    block = ctx.parking.must_block(ctx.recorded.get(op_id), op_id)
+    ctx.parking.park(op_id, kind)
     try:
         if block:
             await anyio.sleep_forever()
         result = await wait()
         if ctx.delivering:
             await anyio.sleep_forever()  # delivery is being recorded: this is the boundary
-        if ctx.must_hold(op_id):  # a signal or update is being delivered here
-            await ctx.hold(op_id, kind, parked=True)
+        if ctx.parking.must_hold(op_id):  # a signal or update is being delivered here
+            await ctx.parking.hold(op_id, kind, parked=True)
         return result
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
             with tracked_shield(ctx):
                 await on_interrupt()
-                if ctx.must_hold(op_id):
-                    await ctx.hold(op_id, kind, parked=True)
+                if ctx.parking.must_hold(op_id):
+                    await ctx.parking.hold(op_id, kind, parked=True)
         raise
     finally:
-        ctx.unpark(op_id)
+        ctx.parking.unpark(op_id)
 
 
 async def leave(ctx: WorkflowContext, op_id: str, kind: str) -> None:
     """Before a replayed op returns its recorded outcome: stay while deliveries
     recorded at this op are made again (see durable/_runtime/inbox.py)."""
-    if ctx.must_hold(op_id):
-        await ctx.hold(op_id, kind, parked=False)
-
-
-def seconds_or_none(value: Seconds | None) -> float | None:
-    """An option's duration as float seconds (options are validated when built)."""
-    return to_seconds(value, "duration")
+    if ctx.parking.must_hold(op_id):
+        await ctx.parking.hold(op_id, kind, parked=False)
 
 
 # ---------------------------------------------------------------- remote activities
@@ -168,18 +164,18 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
     hint = defn.return_hint if defn is not None else None
     if record is not None and scheduled is not None:
         scheduled.set()
-    if record is not None and record.closed and not ctx.must_block(record, op_id):
+    if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
         await leave(ctx, op_id, OpKind.ACTIVITY)
         return outcome(ctx, state, record, hint)
     if record is None:
         left = caps.time_left(ctx, state)
-        own = seconds_or_none(options.schedule_to_close_timeout)
+        own = _validate.optional_duration(options.schedule_to_close_timeout, "duration")
         if left is not None and (own is None or own > left):
             options = dataclasses.replace(options, schedule_to_close_timeout=left)
         await live_gate(ctx)
         go_live(state)
         if defn is None and name not in await ctx.worker.known_activity_names():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown activity {name!r}: no @activity.defn with this name is imported here "
                 "and no live worker has registered it; check the name or start a worker that "
                 "has it"
@@ -220,11 +216,11 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
 
 async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> None:
     """A durable timer: survives crashes and restarts; fires once."""
-    seconds = to_seconds(duration, "sleep duration")
+    seconds = _validate.optional_duration(duration, "sleep duration")
     assert seconds is not None
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.TIMER, "sleep")
-    if record is not None and record.closed and not ctx.must_block(record, op_id):
+    if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
         await leave(ctx, op_id, OpKind.TIMER)
         outcome(ctx, state, record)
         return
@@ -271,13 +267,14 @@ class ChildHandle:
         self.workflow_id = workflow_id
         self._hint = hint
         self._options = options
+        self._cleanup = _validate.optional_duration(options.cleanup_timeout, "duration")
 
     async def result(self) -> Any:
         """The child's result; raises `ChildWorkflowFailed` (caused by the child's
         own terminal error) when it did not complete."""
         ctx, op_id, options = self._ctx, self.op_id, self._options
         record = ctx.recorded.get(op_id)
-        if record is not None and record.closed and not ctx.must_block(record, op_id):
+        if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
             await leave(ctx, op_id, OpKind.CHILD)
             return outcome(ctx, self._state, record, self._hint)
         policy = options.cancellation
@@ -285,8 +282,7 @@ class ChildHandle:
         async def on_interrupt() -> None:
             known = ctx.recorded.get(op_id)
             if known is None or not known.interrupted:
-                await ctx.commit([RequestChildCancellation(
-                    op_id, policy.value, seconds_or_none(options.cleanup_timeout))])
+                await ctx.commit([RequestChildCancellation(op_id, policy.value, self._cleanup)])
             if policy is CancellationPolicy.WAIT_CANCELLATION_COMPLETED:
                 await ctx.wait_op(op_id)
 
@@ -311,8 +307,8 @@ class ChildHandle:
             if record is not None and record.closed:
                 return
             await ctx.commit([RequestChildCancellation(
-                op_id, options.cancellation.value, seconds_or_none(options.cleanup_timeout),
-                scope="operation", reason=reason or "cancelled by its parent")])
+                op_id, options.cancellation.value, self._cleanup, scope="operation",
+                reason=reason or "cancelled by its parent")])
 
         return engine_call(ctx, send)
 
@@ -335,11 +331,11 @@ class Acknowledgement:
     async def _wait(self) -> None:
         if not self._done.is_set():
             state = current_task_state()
-            state.ctx.block()
+            state.ctx.parking.block()
             try:
                 await self._done.wait()
             finally:
-                state.ctx.unblock()
+                state.ctx.parking.unblock()
         if self._error is not None:
             raise self._error
 
@@ -353,21 +349,22 @@ def engine_call(ctx: WorkflowContext, work: Callable[[], Awaitable[None]]) -> Ac
             await work()
         except Exception as exc:
             ack._finish(exc)
-            if ctx.broken is not None and ctx.executor is not None:  # storage refused it
-                ctx.executor.stop("storage refused or failed a commit")
+            if ctx.broken is not None:  # storage refused it
+                ctx.host.stop("storage refused or failed a commit")
             return
         ack._finish(None)
 
-    assert ctx.executor is not None, "engine calls are made by a run's executor"
-    ctx.executor.spawn_engine(run)
+    ctx.host.spawn_engine(run)
     return ack
 
 
-def require_writable(what: str) -> None:
-    """Refuse a call that records something from read-only code (a query, a validator)."""
+def require_writable(what: str) -> TaskState:
+    """The calling task's state; a call that records something is refused
+    from read-only code (a query, a validator)."""
     state = current_task_state()
-    if state.runtime is not None and getattr(state.runtime, "read_only", False):
+    if getattr(state.runtime, "read_only", False):
         state.runtime.refuse(what)
+    return state
 
 
 async def start_child(ctx: WorkflowContext, state: TaskState,
@@ -391,7 +388,7 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
     if left is not None:
         if left < 1:  # a child's execution timeout is at least 1 s
             caps.raise_if_capped(ctx, state, caps.workflow_time(ctx, state) + left)
-        own_timeout = seconds_or_none(options.execution_timeout)
+        own_timeout = _validate.optional_duration(options.execution_timeout, "duration")
         if own_timeout is None or own_timeout > left:
             options = dataclasses.replace(options, execution_timeout=left)
     await live_gate(ctx)
@@ -403,11 +400,11 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
         namespace=ctx.run.namespace, workflow_id=child_id, workflow_type=wf_type,
         task_queue=options.task_queue or ctx.run.task_queue, input=payload,
         id_reuse="reject_duplicate",
-        execution_timeout=seconds_or_none(options.execution_timeout),
-        run_timeout=seconds_or_none(options.run_timeout),
+        execution_timeout=_validate.optional_duration(options.execution_timeout, "duration"),
+        run_timeout=_validate.optional_duration(options.run_timeout, "duration"),
         parent_run_id=ctx.run.run_id, parent_workflow_id=ctx.run.workflow_id,
         parent_op_id=op_id, parent_close_policy=options.parent_close_policy.value,
-        cleanup_timeout=seconds_or_none(options.cleanup_timeout),
+        cleanup_timeout=_validate.optional_duration(options.cleanup_timeout, "duration"),
     )
     ctx.waiter(op_id)
     await ctx.commit([ScheduleChild(op_id=op_id, request=request, options={

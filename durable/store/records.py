@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 from .. import _json
 from ..deadlines import Deadlines
-from ..driver import Row
 from ..failure import Failure
+from ..program import Row
 
 
 class RunStatus(enum.StrEnum):
