@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 from . import activity, errors, observe, workflow
+from . import subprocess as subprocess  # `durable.subprocess.run` after `import durable`
 from ._log import redact_fields
 from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
