@@ -41,6 +41,8 @@ from .errors import (
     QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     StorageClosed,
     StorageUnavailable,
     StructuralLimitExceeded,
@@ -69,6 +71,7 @@ from .options import (
     RetryPolicy,
     StartOptions,
 )
+from .schedules import Overlap, ScheduleHandle, ScheduleSpec
 from .store.records import HistoryEvent, RunStatus
 from .subprocess import StopReceipt
 from .worker import Worker
@@ -109,6 +112,7 @@ __all__ = [
     "Limits",
     "NonDeterminismError",
     "NotRegistered",
+    "Overlap",
     "Page",
     "ParentClosePolicy",
     "PayloadConverter",
@@ -120,6 +124,10 @@ __all__ = [
     "RunAlreadyClosed",
     "RunNotCurrent",
     "RunStatus",
+    "ScheduleAlreadyExists",
+    "ScheduleHandle",
+    "ScheduleNotFound",
+    "ScheduleSpec",
     "StartOptions",
     "StopReceipt",
     "StorageClosed",

@@ -10,6 +10,7 @@ behave the same.
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import os
 import uuid
@@ -20,12 +21,15 @@ from typing import Any
 from . import _validate, observe
 from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
+from ._retention import EmbeddedRetention, RetentionControl
+from ._schedule_plane import EmbeddedSchedules
 from .cancellation import CancellationContext, CancellationRequestResult
 from .clock import Clock, SystemClock
 from .control import ControlPlane, Page, RunState
 from .converter import JSONConverter, PayloadConverter, check_size
 from .driver import Driver, driver_factory
 from .errors import (
+    CapabilityUnsupported,
     ConfigurationError,
     NotRegistered,
     StructuralLimitExceeded,
@@ -33,6 +37,13 @@ from .errors import (
 )
 from .failure import Failure
 from .options import Limits, Seconds, StartOptions, to_seconds
+from .schedules import (
+    Overlap,
+    ScheduleControl,
+    ScheduleDefinition,
+    ScheduleHandle,
+    ScheduleSpec,
+)
 from .store import Store
 from .store.records import HistoryEvent, StartRequest
 
@@ -432,6 +443,169 @@ class Client:
         return await self.control.list_runs(status=status, workflow_type=workflow_type,
                                             limit=limit, cursor=cursor)
 
+    # ---------------------------------------------------------------- schedules
+
+    @property
+    def schedule_control(self) -> ScheduleControl:
+        """Where this client's schedule requests go (storage, or the control plane)."""
+        if self._store is not None:
+            return EmbeddedSchedules(self._store, self.namespace, self.clock)
+        plane: ScheduleControl | None = getattr(self.control, "schedules", None)
+        if plane is None:
+            raise CapabilityUnsupported(
+                "this client's control plane does not serve schedules; connect with a "
+                "database URL, or to a `durable serve` that does")
+        return plane
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        spec: ScheduleSpec,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        overlap: Overlap | str = Overlap.SKIP,
+        jitter: Seconds = 0,
+        catchup_window: Seconds = 3600,
+        max_runs: int | None = None,
+        paused: bool = False,
+        note: str | None = None,
+        options: StartOptions | None = None,
+        task_queue: str | None = None,
+    ) -> ScheduleHandle:
+        """Create a schedule that starts `workflow(*args)` at every fire time of `spec`.
+
+        Each fire starts one run with id ``{schedule_id}-{time:%Y%m%dT%H%M%SZ}``
+        (UTC), exactly once whatever the number of workers and crashes;
+        `overlap` says what a fire does while an earlier run of the schedule
+        is open; `jitter` delays each fire by up to that many seconds (the same
+        delay for a given fire on every worker); a fire missed while no worker
+        ran starts when a worker is back within `catchup_window` seconds, else
+        it counts as skipped; `max_runs` bounds the runs scheduled fires start.
+        Raises `ScheduleAlreadyExists`, `NotRegistered` for an unknown workflow.
+        """
+        if not isinstance(paused, bool):
+            raise ConfigurationError(f"paused must be True or False, got {paused!r}")
+        _schedule_id(schedule_id)
+        fields = self._schedule_fields(
+            schedule_id=schedule_id, spec=spec, overlap=overlap, args=args,
+            options=options or StartOptions(), task_queue=task_queue, workflow=workflow,
+            jitter=jitter, catchup_window=catchup_window, max_runs=max_runs, note=note)
+        await self._check_registered(fields["workflow_type"], workflow)
+        definition = ScheduleDefinition(paused=paused, **fields)
+        await self.schedule_control.create(schedule_id, definition)
+        return ScheduleHandle(self, schedule_id)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleHandle:
+        """A handle to the schedule `schedule_id` of this namespace."""
+        return ScheduleHandle(self, _schedule_id(schedule_id))
+
+    async def list_schedules(self, *, limit: int = 1000) -> builtins.list[dict[str, Any]]:
+        """Summaries of the namespace's schedules by id: spec, paused, next fire,
+        counters and the last fire with its run's status."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+        return await self.schedule_control.list(limit)
+
+    async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str) -> None:
+        if workflow_defn_of(workflow) is None and wf_type not in (
+                await self.control.registered_types()):
+            raise NotRegistered(
+                f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
+                "here and no worker has registered it; pass the workflow function or check "
+                "the name"
+            )
+
+    def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]:
+        """Validate and encode the given schedule fields (those not `unset`) as
+        `ScheduleDefinition` fields: what create() stores and update() changes."""
+        given = {k: v for k, v in given.items() if v is not unset}
+        out: dict[str, Any] = {}
+        if "spec" in given:
+            if not isinstance(given["spec"], ScheduleSpec):
+                raise ConfigurationError(
+                    f"spec must be a durable.ScheduleSpec, got {given['spec']!r}")
+            out["spec"] = given["spec"]
+        if "overlap" in given:
+            out["overlap"] = _validate.choice(given["overlap"], Overlap, "overlap")
+        if "jitter" in given:
+            out["jitter"] = _validate.duration(given["jitter"], "jitter")
+        if "catchup_window" in given:
+            out["catchup_window"] = _validate.duration(given["catchup_window"],
+                                                       "catchup_window", minimum=1)
+        if "max_runs" in given:
+            out["max_runs"] = None if given["max_runs"] is None else _validate.integer(
+                given["max_runs"], "max_runs")
+        if "note" in given:
+            note = given["note"]
+            if note is not None and (not isinstance(note, str) or len(note) > 1000):
+                raise ConfigurationError(
+                    f"note must be a string of at most 1000 characters, got {note!r}")
+            out["note"] = note
+        if "workflow" in given:
+            out["workflow_type"] = workflow_name(given["workflow"])
+        if {"args", "options", "task_queue"} & given.keys():
+            options = given.get("options", StartOptions())
+            if not isinstance(options, StartOptions):
+                raise ConfigurationError(
+                    f"options must be a durable.StartOptions, got {options!r}")
+            what = out.get("workflow_type", "the scheduled workflow")
+            request = self._start_request(
+                what, list(given.get("args", ())),
+                given.get("schedule_id", "schedule"), options, given.get("task_queue"))
+            if "args" in given:
+                out["input"] = request.input
+            if "options" in given or "task_queue" in given:
+                out["task_queue"] = request.task_queue
+                out["start_options"] = {"execution_timeout": request.execution_timeout,
+                                        "run_timeout": request.run_timeout,
+                                        "memo": request.memo}
+        return out
+
+    # ---------------------------------------------------------------- retention
+
+    @property
+    def retention_control(self) -> RetentionControl:
+        """Where this client's retention requests go (storage, or the control plane)."""
+        if self._store is not None:
+            return EmbeddedRetention(self._store, self.namespace, self.clock)
+        plane: RetentionControl | None = getattr(self.control, "retention", None)
+        if plane is None:
+            raise CapabilityUnsupported(
+                "this client's control plane does not serve retention; connect with a "
+                "database URL, or to a `durable serve` that does")
+        return plane
+
+    async def set_retention(self, namespace: str | None = None, *,
+                            days: float | None) -> None:
+        """Keep the namespace's closed runs `days` days (None: clear the setting,
+        the workers' `retention` applies again). Workers of the namespace delete
+        older closed runs, with everything they own, from their next pass on."""
+        target = _validate.name(namespace or self.namespace, "namespace")
+        seconds = None
+        if days is not None:
+            seconds = _validate.number(days, "retention days", minimum=1 / 86400,
+                                       maximum=_validate.MAX_SECONDS / 86400) * 86400
+        await self.retention_control.set(target, seconds)
+
+    async def get_retention(self, namespace: str | None = None) -> dict[str, Any]:
+        """``{namespace, retention_seconds, pruned: {table: rows}, last_pruned_at}``:
+        the stored setting (None: the workers' applies) and what retention
+        deleted there so far."""
+        target = _validate.name(namespace or self.namespace, "namespace")
+        return await self.retention_control.get(target)
+
+    async def prune(self, older_than: Seconds, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete now the namespace's runs closed more than `older_than` ago, with
+        everything they own, in small transactions; ``dry_run`` only lists them.
+        ``{cutoff, dry_run, runs: [...], runs_deleted, deleted: {table: rows}}``
+        (``runs_expired`` instead of deleting, for a dry run)."""
+        seconds = _validate.duration(older_than, "older_than")
+        if not isinstance(dry_run, bool):
+            raise ConfigurationError(f"dry_run must be True or False, got {dry_run!r}")
+        return await self.retention_control.prune(seconds, dry_run)
+
+    # ---------------------------------------------------------------- maintenance
+
     async def repair_pass(self) -> dict[str, int]:
         """Enforce every deadline that is due now, once; counts by kind.
 
@@ -439,6 +613,18 @@ class Client:
         for operators and scripts (and works with no worker running).
         """
         return await self.control.repair_pass()
+
+
+def _schedule_id(value: Any) -> str:
+    """A schedule id: a name short enough that ``{id}-{YYYYmmddTHHMMSSZ}`` (its
+    fires' workflow ids) is one too."""
+    _validate.name(value, "schedule id")
+    longest = _validate.MAX_NAME_LENGTH - len("-20260101T000000Z")
+    if len(value) > longest:
+        raise ConfigurationError(
+            f"a schedule id is at most {longest} characters (its fires' workflow ids add "
+            f"17), got {len(value)}")
+    return str(value)
 
 
 def _check_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:

@@ -30,11 +30,13 @@ import anyio.abc
 from . import _validate
 from ._log import get_logger
 from ._registry import ActivityDefn, Registry
+from ._retention import RetentionKeeper
 from ._runtime import attempts
 from ._runtime.committer import Committer
 from ._runtime.context import WorkflowContext
 from ._runtime.executor import RunExecutor
 from ._runtime.queries import IdleQueries
+from ._scheduler import Scheduler
 from .converter import check_size
 from .driver import Wake
 from .errors import (
@@ -44,7 +46,7 @@ from .errors import (
     WorkerFailed,
 )
 from .failure import Failure
-from .options import record_mode
+from .options import Seconds, record_mode, to_seconds
 from .store.records import (
     ActivityOutcome,
     ActivityTask,
@@ -146,6 +148,7 @@ class Worker:
         shutdown_grace: float = attempts.DEFAULT_STOP_GRACE,
         local_activity_record: str = "step",
         local_activity_batch: int = 64,
+        retention: Seconds | None = None,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -219,6 +222,9 @@ class Worker:
         #: the crash point this worker stopped at (durable.testing), if any
         self.crashed_at: str | None = None
         self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
+        self.scheduler = Scheduler(self)  # fires the namespace's schedules (_scheduler.py)
+        self.retention = RetentionKeeper(self, to_seconds(retention, "Worker retention",
+                                                          minimum=1))  # (_retention.py)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -233,7 +239,8 @@ class Worker:
         await tg.__aenter__()
         self._tg = tg
         loops: list[Callable[[], Awaitable[None]]] = [
-            self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop]
+            self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop,
+            self.scheduler.run, self.retention.run]
         if self.workflows:
             loops.append(self._claim_runs_loop)
             loops.append(self._idle_queries_loop)
