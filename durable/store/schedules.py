@@ -264,15 +264,21 @@ class _Firing:
     def fire(self, at: float, origin: str, overlap: str, due: float) -> Program[dict[str, Any]]:
         """Record the fire at `at` under `overlap`; what became of it."""
         s = self.s
-        existing = yield q1(
-            f"SELECT {FIRE_COLUMNS} FROM schedule_fires WHERE namespace = ? AND schedule_id = ? "
-            "AND scheduled_at = ?", s.namespace, s.schedule_id, at)
-        if existing is not None:  # this fire time has fired already: it fires once
+        found = yield q1(
+            "SELECT (SELECT seq FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
+            "scheduled_at = ?) AS fired, (SELECT current_run_id FROM workflows WHERE "
+            "namespace = ? AND workflow_id = ?) AS taken",
+            s.namespace, s.schedule_id, at, s.namespace, fire_workflow_id(s.schedule_id, at))
+        if found["fired"] is not None:  # this fire time has fired already: it fires once
+            existing = yield q1(f"SELECT {FIRE_COLUMNS} FROM schedule_fires WHERE namespace = ? "
+                                "AND schedule_id = ? AND scheduled_at = ?",
+                                s.namespace, s.schedule_id, at)
             return dict(_fire_view(_fire(existing)), duplicate=True)
+        taken = found["taken"] is not None
         if origin == "schedule" and s.remaining_actions is not None:
             s.remaining_actions -= 1  # a scheduled fire that starts or waits uses one
         if not self.running or overlap == Overlap.ALLOW_ALL:
-            result = yield from self._start(at, origin, due)
+            result = yield from self._start(at, origin, due, taken)
         elif overlap == Overlap.SKIP:
             result = yield from self._skip(at, origin, due, "overlap")
         elif overlap == Overlap.BUFFER_ONE:
@@ -294,7 +300,7 @@ class _Firing:
             yield from self.start_waiting()  # the runs may have been pending: closed now
         else:  # TERMINATE_OTHER
             yield from self._terminate()
-            result = yield from self._start(at, origin, due)
+            result = yield from self._start(at, origin, due, taken)
         if result["outcome"] == "skipped" and origin == "schedule" and (
                 s.remaining_actions is not None):
             s.remaining_actions += 1  # a skipped fire uses none
@@ -313,13 +319,16 @@ class _Firing:
             fire.started_at, int(fire.run_open))
         return None
 
-    def _start_run(self, at: float) -> Program[tuple[str, str] | None]:
-        """Start the fire's run; (workflow id, run id), or None when the id is taken."""
+    def _start_run(self, at: float, taken: bool | None) -> Program[tuple[str, str] | None]:
+        """Start the fire's run; (workflow id, run id), or None when its id is
+        `taken` (None: not known yet, look)."""
         s = self.s
         workflow_id = fire_workflow_id(s.schedule_id, at)
-        taken = yield q1("SELECT current_run_id FROM workflows WHERE namespace = ? AND "
-                         "workflow_id = ?", s.namespace, workflow_id)
-        if taken is not None:
+        if taken is None:
+            row = yield q1("SELECT current_run_id FROM workflows WHERE namespace = ? AND "
+                           "workflow_id = ?", s.namespace, workflow_id)
+            taken = row is not None
+        if taken:
             return None
         options = s.start_options
         request = StartRequest(
@@ -336,8 +345,9 @@ class _Firing:
         s.last_fired_at = at
         return workflow_id, run_id
 
-    def _start(self, at: float, origin: str, due: float) -> Program[dict[str, Any]]:
-        started = yield from self._start_run(at)
+    def _start(self, at: float, origin: str, due: float,
+               taken: bool) -> Program[dict[str, Any]]:
+        started = yield from self._start_run(at, taken)
         if started is None:
             return (yield from self._skip(at, origin, due, "workflow_id_taken"))
         fire = FireRecord(at, 0, origin, "started", None, started[0], started[1], due,
@@ -385,7 +395,7 @@ class _Firing:
         while self.waiting and not self.running:
             fire = self.waiting.pop(0)
             s.buffered = len(self.waiting)
-            started = yield from self._start_run(fire.scheduled_at)
+            started = yield from self._start_run(fire.scheduled_at, None)
             if started is None:
                 fire.outcome, fire.reason, fire.workflow_id = "skipped", "workflow_id_taken", None
                 self._count_skip("workflow_id_taken")
@@ -534,11 +544,11 @@ def fire_due(tx: Tx, namespace: str, now: float, limit: int,
 def next_due(namespace: str) -> Program[tuple[float | None, bool]]:
     """When the namespace's next fire is due (None: no schedule will fire), and
     whether some schedule has fires waiting for a run to close."""
-    row = yield q1("SELECT MIN(due_at) AS due FROM schedules WHERE namespace = ?", namespace)
-    waiting = yield q1("SELECT schedule_id FROM schedules WHERE namespace = ? AND buffered > 0 "
-                       "LIMIT 1", namespace)
+    row = yield q1("SELECT (SELECT MIN(due_at) FROM schedules WHERE namespace = ?) AS due, "
+                   "(SELECT MAX(buffered) FROM schedules WHERE namespace = ?) AS waiting",
+                   namespace, namespace)
     due = None if row is None or row["due"] is None else float(row["due"])
-    return due, waiting is not None
+    return due, bool(row is not None and row["waiting"])
 
 
 # ---------------------------------------------------------------- control
