@@ -173,7 +173,7 @@ def _import_crontab(home: Path | None) -> Any:
 
 def _python_crontab(home: Path | None) -> tuple[
         NextFn, Callable[[str, ZoneInfo, dt.datetime], Iterator[dt.datetime]]]:
-    CronTab = _import_crontab(home).CronTab  # noqa: N806
+    CronTab = _import_crontab(home).CronTab
 
     def schedule(expr: str, tz: ZoneInfo, after: dt.datetime) -> Any:
         job = CronTab(tab="").new(command="true")
@@ -193,7 +193,7 @@ def _python_crontab(home: Path | None) -> tuple[
 
 def _parse_crontab(home: Path | None) -> tuple[
         NextFn, Callable[[str, ZoneInfo, dt.datetime], Iterator[dt.datetime]]]:
-    CronTab = _import_crontab(home).CronTab  # noqa: N806
+    CronTab = _import_crontab(home).CronTab
 
     def nxt(expr: str, tz: ZoneInfo, after: dt.datetime) -> dt.datetime:
         local = after.astimezone(tz)

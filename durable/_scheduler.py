@@ -11,8 +11,9 @@ storage and namespace fires (the others stand by and take over when it
 stops), so that they do not queue on the same rows.
 
 Wake-ups re-plan the sleep: ``("schedules", namespace)`` when a schedule is
-created or changed, or when a run a schedule started closes (a buffered fire
-may start now); ``("any",)`` when another process committed something. A
+created or changed; ``("schedules", namespace, "closed")`` when a run a
+schedule started closes (a buffered fire may start now: looked at only while
+some fire waits); ``("any",)`` when another process committed something. A
 fallback poll covers a lost wake-up.
 """
 
@@ -71,14 +72,18 @@ class Scheduler:
         #: a run of a schedule closed (or another process committed): buffered
         #: fires may start now
         self._recheck_waiting = True
+        #: some schedule has fires waiting for a run to close (as last read)
+        self._waiting = False
         #: fires this scheduler recorded, by outcome, and fire times it passed over
         self.counts: dict[str, int] = {}
 
     def _on_wake(self, wake: Wake) -> None:
-        kind = wake.key[0]
-        if kind == "any" or (kind == "schedules" and wake.key[1] == self.namespace):
+        key = wake.key
+        if key[0] == "any" or (key[0] == "schedules" and key[1] == self.namespace):
             self._recheck_waiting = True
-            self._woken.set()
+            # a closed run matters only to fires waiting for one; a change, always
+            if key[2:] != ("closed",) or self._waiting:
+                self._woken.set()
 
     async def run(self) -> None:
         async with one_per_process(self.store.driver, "schedules", self.namespace):
@@ -89,27 +94,27 @@ class Scheduler:
                 unsubscribe()
 
     async def _loop(self) -> None:
-        due, waiting = await self.store.next_schedule_due(self.namespace)
+        due, self._waiting = await self.store.next_schedule_due(self.namespace)
         while True:
             now = self.clock.now()
-            recheck = waiting and self._recheck_waiting
+            recheck = self._waiting and self._recheck_waiting
             if (due is not None and due <= now) or recheck:
                 self._recheck_waiting = False
                 fired = await self.store.fire_schedules(self.namespace, now, FIRE_BATCH, recheck)
                 self._note(fired.fires, fired.missed)
-                due, waiting = fired.next_due, fired.waiting
+                due, self._waiting = fired.next_due, fired.waiting
                 if fired.more:
                     await anyio.lowlevel.checkpoint()
                     continue
                 if due is not None and due <= now and not fired.fires and not fired.missed:
                     # due, yet nothing fired: another process holds those schedules
                     await self._sleep(None, LOCKED_BACKOFF)
-                    due, waiting = await self.store.next_schedule_due(self.namespace)
+                    due, self._waiting = await self.store.next_schedule_due(self.namespace)
                     continue
             await self._sleep(due, self.poll_interval)
             if self.clock.now() < (due if due is not None else float("inf")):
                 # woken early (a change, a close) or the fallback poll: look again
-                due, waiting = await self.store.next_schedule_due(self.namespace)
+                due, self._waiting = await self.store.next_schedule_due(self.namespace)
 
     async def _sleep(self, until: float | None, at_most: float) -> bool:
         """Sleep until `until` on the engine's clock, a wake-up, or `at_most`

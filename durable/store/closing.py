@@ -143,7 +143,7 @@ def close_run(
             yield from notify_parent(tx, run, status, result, failure, now)
     tx.wake("run", run_id)
     if run.schedule_id is not None and status != RunStatus.CONTINUED:
-        tx.wake("schedules", run.namespace)  # a fire may wait for it (durable._scheduler)
+        tx.wake("schedules", run.namespace, "closed")  # a fire may wait for it (_scheduler)
     tx.wake("stopped", run_id, local=True, data=_stop_notice(run, status, closed_reason,
                                                                failure, now))
     return next_run_id

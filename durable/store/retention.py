@@ -22,6 +22,7 @@ from typing import Any
 from ..clock import to_iso
 from ..driver import Program, Tx, ex, placeholders, q, q1
 from .records import OPEN_STATUSES, dumps, loads
+from .schema import table_names
 
 #: every table whose rows belong to one run (by ``run_id``), with a key that
 #: orders a run's rows (for deleting a large run a chunk at a time)
@@ -187,10 +188,10 @@ def settings(namespace: str) -> Program[dict[str, Any]]:
 
 
 def vacuum(tx: Tx) -> Program[None]:
-    """Make the space of deleted rows reusable where the database needs to be
-    told (the dialect's `vacuum`; run outside a transaction)."""
+    """Make the space of deleted and updated rows reusable where the database
+    needs to be told (the dialect's `vacuum`, over every table: runs, their
+    rows and schedules all churn; run outside a transaction)."""
     statement = tx.dialect.vacuum
     if statement:
-        tables = ", ".join([t for t, _ in RUN_TABLES] + ["runs", "workflows"])
-        yield ex(statement.format(tables=tables))
+        yield ex(statement.format(tables=", ".join(table_names())))
     return None

@@ -256,3 +256,9 @@ def schema_statements(dialect: Dialect) -> list[str]:
     """The DDL for a dialect, one statement per entry."""
     text = _SCHEMA.format(real=dialect.real, int=dialect.integer, serial=dialect.serial)
     return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def table_names() -> list[str]:
+    """Every table the schema creates (what a vacuum covers)."""
+    return [line.split()[5] for line in _SCHEMA.splitlines()
+            if line.startswith("CREATE TABLE IF NOT EXISTS")]
