@@ -11,15 +11,10 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Callable
-from types import TracebackType
 from typing import Any
-
-import anyio
 
 from .clock import Clock
 from .control import Page, RunState
-from .driver import Wake, WakeHub
 from .errors import (
     ConfigurationError,
     FailureCarrying,
@@ -38,6 +33,7 @@ from .store.records import (
     StartRequest,
     StartResult,
 )
+from .wakes import Wake
 
 
 def encode_cursor(key: tuple[float, str]) -> str:
@@ -54,37 +50,6 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
             f"cursor {cursor!r} is not one this server returned; pass the `next_cursor` "
             "of the previous page, or none for the first page"
         ) from exc
-
-
-class _Waker:
-    """Wake-ups naming any of `keys` (or another process's commit), to wait on
-    between reads; a bounded poll covers a commit nobody announced here."""
-
-    def __init__(self, hub: WakeHub, keys: set[tuple[str, ...]]) -> None:
-        self._hub = hub
-        self._keys = keys
-        self._event = anyio.Event()
-        self._poll = 0.005
-        self._unsubscribe: Callable[[], None] | None = None
-
-    def __enter__(self) -> _Waker:
-        self._unsubscribe = self._hub.subscribe(self._on_wake)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-
-    def _on_wake(self, wake: Wake) -> None:
-        if wake.key in self._keys or wake.key[0] == "any":
-            self._event.set()
-
-    async def wait(self, at_most: float) -> None:
-        with anyio.move_on_after(min(self._poll, at_most)):
-            await self._event.wait()
-        self._event = anyio.Event()
-        self._poll = min(self._poll * 2, 0.2)
 
 
 def _error(cls: type[FailureCarrying], data: dict[str, Any]) -> FailureCarrying:
@@ -145,35 +110,18 @@ class EmbeddedControl:
         return None if run is None else _state(run)
 
     async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:
-        changed = anyio.Event()
+        async def closed() -> RunState | None:
+            run = await self._run(workflow_id, run_id)
+            if run is None:
+                raise WorkflowNotFound(
+                    f"no run {run_id!r} of workflow {workflow_id!r} in namespace "
+                    f"{self.namespace!r}"
+                )
+            return None if run.is_open else _state(run)
 
-        def on_wake(wake: Wake) -> None:
-            if wake.key[0] == "any" or (wake.key[0] == "run" and wake.key[1] == run_id):
-                changed.set()
-
-        unsubscribe = self.store.hub.subscribe(on_wake)
-        # Another process's commit wakes us only while something watches the
-        # driver (a worker does); without one, a bounded poll finds it.
-        poll = 0.01
-        try:
-            with anyio.move_on_after(wait):
-                while True:
-                    run = await self._run(workflow_id, run_id)
-                    if run is None:
-                        raise WorkflowNotFound(
-                            f"no run {run_id!r} of workflow {workflow_id!r} in namespace "
-                            f"{self.namespace!r}"
-                        )
-                    if not run.is_open:
-                        return _state(run)
-                    # a wake-up that arrived during the read is not lost: the
-                    # event stays set until we start waiting again
-                    with anyio.move_on_after(poll):
-                        await changed.wait()
-                    changed = anyio.Event()
-                    poll = min(poll * 2, 0.5)
-        finally:
-            unsubscribe()
+        state = await self.store.hub.until({Wake.run(run_id).key}, closed, wait)
+        if state is not None:
+            return state
         run = await self._run(workflow_id, run_id)
         if run is None:
             raise WorkflowNotFound(f"no run {run_id!r} of workflow {workflow_id!r}")
@@ -251,24 +199,17 @@ class EmbeddedControl:
                                             args, None, self.clock.now())
         assert ticket.request_id is not None
         request_id = ticket.request_id
-        deadline = anyio.current_time() + wait
-        with _Waker(store.hub, {("request", request_id)}) as waker:
-            while True:
-                answer = await store.take_answer(request_id)
-                if answer is not None:
-                    break
-                left = deadline - anyio.current_time()
-                if left <= 0:
-                    answer = await store.withdraw_request(request_id)
-                    if answer is None:
-                        raise QueryFailed(
-                            f"no worker answered query {name!r} of workflow {workflow_id!r} "
-                            f"within {wait:g} s; is a worker for workflow type "
-                            f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                            "running? (nothing was recorded)"
-                        )
-                    break
-                await waker.wait(left)
+        answer = await store.hub.until({Wake.request(request_id).key},
+                                       lambda: store.take_answer(request_id), wait, poll=0.2)
+        if answer is None:
+            answer = await store.withdraw_request(request_id)
+            if answer is None:
+                raise QueryFailed(
+                    f"no worker answered query {name!r} of workflow {workflow_id!r} "
+                    f"within {wait:g} s; is a worker for workflow type "
+                    f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
+                    "running? (nothing was recorded)"
+                )
         if "error" in answer:
             raise _error(QueryFailed, answer["error"])
         result: str = answer["result"]
@@ -284,41 +225,45 @@ class EmbeddedControl:
             if done is not None:
                 return done
         limit = math.inf if wait is None else wait
-        deadline = anyio.current_time() + limit
-        keys: set[tuple[str, ...]] = {("update", ticket.run_id, update_id)}
+        keys = {Wake.update(ticket.run_id, update_id).key}
         if ticket.request_id is not None:
-            keys.add(("request", ticket.request_id))
-        with _Waker(store.hub, keys) as waker:
-            while True:
-                state = await store.update_state(ticket.run_id, update_id, ticket.request_id)
-                if state.item is not None:
-                    done = _update_outcome(state.item)
-                    if done is not None:
-                        return done
-                elif state.answer is not None and state.answer.get("rejected"):
-                    raise _error(UpdateRejected, state.answer.get("error") or {})
-                if state.run_status not in OPEN_STATUSES:
-                    raise UpdateFailed(
-                        f"workflow {workflow_id!r} run {ticket.run_id} closed "
-                        f"({state.run_status}) before update {name!r} "
-                        f"{'completed' if state.item is not None else 'was accepted'}"
-                    )
-                left = deadline - anyio.current_time()
-                if left <= 0:
-                    if state.item is None and ticket.request_id is not None:
-                        await store.withdraw_request(ticket.request_id)
-                        message = (
-                            f"no worker accepted update {name!r} of workflow {workflow_id!r} "
-                            f"within {limit:g} s; is a worker for workflow type "
-                            f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                            "running? (nothing was recorded)")
-                        raise UpdateFailed(message, _wait_ran_out(message, accepted=False))
-                    message = (
-                        f"update {name!r} (id {update_id!r}) was accepted but has not completed "
-                        f"within {limit:g} s; it goes on: call update() again with the same "
-                        "update_id to wait for its result")
-                    raise UpdateFailed(message, _wait_ran_out(message, accepted=True))
-                await waker.wait(left)
+            keys.add(Wake.request(ticket.request_id).key)
+        accepted = False
+
+        async def outcome() -> str | None:
+            nonlocal accepted
+            state = await store.update_state(ticket.run_id, update_id, ticket.request_id)
+            if state.item is not None:
+                accepted = True
+                done = _update_outcome(state.item)
+                if done is not None:
+                    return done
+            elif state.answer is not None and state.answer.get("rejected"):
+                raise _error(UpdateRejected, state.answer.get("error") or {})
+            if state.run_status not in OPEN_STATUSES:
+                raise UpdateFailed(
+                    f"workflow {workflow_id!r} run {ticket.run_id} closed "
+                    f"({state.run_status}) before update {name!r} "
+                    f"{'completed' if state.item is not None else 'was accepted'}"
+                )
+            return None
+
+        done = await store.hub.until(keys, outcome, limit, poll=0.2)
+        if done is not None:
+            return done
+        if not accepted and ticket.request_id is not None:
+            await store.withdraw_request(ticket.request_id)
+            message = (
+                f"no worker accepted update {name!r} of workflow {workflow_id!r} "
+                f"within {limit:g} s; is a worker for workflow type "
+                f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
+                "running? (nothing was recorded)")
+            raise UpdateFailed(message, _wait_ran_out(message, accepted=False))
+        message = (
+            f"update {name!r} (id {update_id!r}) was accepted but has not completed "
+            f"within {limit:g} s; it goes on: call update() again with the same "
+            "update_id to wait for its result")
+        raise UpdateFailed(message, _wait_ran_out(message, accepted=True))
 
 
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:

@@ -14,15 +14,12 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from . import _validate
 from ._runtime.handlers import ClassSpec, inspect_class
 from .converter import parameter_hints
 from .errors import ConfigurationError, NotRegistered
-
-if TYPE_CHECKING:
-    from ._runtime.context import WorkflowContext
 
 DEFN_ATTR = "__durable_defn__"
 
@@ -37,17 +34,6 @@ class WorkflowDefn:
     param_hints: list[Any] = field(default_factory=list)
     return_hint: Any = None
     spec: ClassSpec | None = None
-
-    def start(self, ctx: WorkflowContext) -> Callable[..., Any]:
-        """What a run executes: the function, or the run method of a fresh
-        instance of the class, whose handler methods become the run's handlers."""
-        if self.spec is None:
-            return self.fn
-        instance = self.spec.cls()
-        ctx.instance = instance
-        ctx.handlers.bind_class(self.spec, instance)
-        run: Callable[..., Any] = getattr(instance, self.spec.run_method)
-        return run
 
 
 @dataclass(frozen=True)

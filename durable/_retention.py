@@ -19,8 +19,8 @@ import anyio
 from ._log import get_logger
 from ._scheduler import one_per_process
 from .clock import Clock, to_iso
-from .driver import Wake
 from .store import Store
+from .wakes import Wake
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -114,7 +114,7 @@ class RetentionKeeper:
         self.deleted: dict[str, int] = {}
 
     def _on_wake(self, wake: Wake) -> None:
-        if wake.key == ("retention", self.namespace):
+        if wake == Wake.retention(self.namespace):
             self._changed.set()
 
     async def run(self) -> None:

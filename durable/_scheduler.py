@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._log import get_logger
-from .driver import Wake
+from .wakes import Wake, WakeKind
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -78,11 +78,11 @@ class Scheduler:
         self.counts: dict[str, int] = {}
 
     def _on_wake(self, wake: Wake) -> None:
-        key = wake.key
-        if key[0] == "any" or (key[0] == "schedules" and key[1] == self.namespace):
+        if wake.kind is WakeKind.ANY or (wake.kind is WakeKind.SCHEDULES
+                                         and wake.subject == self.namespace):
             self._recheck_waiting = True
             # a closed run matters only to fires waiting for one; a change, always
-            if key[2:] != ("closed",) or self._waiting:
+            if wake != Wake.schedule_run_closed(self.namespace) or self._waiting:
                 self._woken.set()
 
     async def run(self) -> None:

@@ -2,15 +2,17 @@
 
 Everything durable stores goes through domain transactions written once, in
 `durable.store`, as *programs*: generators that yield statements (`Stmt`,
-with ``?`` placeholders) and receive their results. A driver only has to
+with ``?`` placeholders) and receive their results (`durable.program`,
+re-exported here with the wake-ups of `durable.wakes`: this module is the
+face a driver author reads). A driver only has to
 
 - open and close its connection(s), creating or checking the schema
   (`durable.store.schema` / `durable.store.migrations`);
 - ``run(program, write=...)``: execute one program as ONE transaction and
   return its value, publishing the wake-ups the program collected once it
   has committed;
-- ``watch()``: notice other processes' commits and publish ``Wake(("any",))``
-  (or finer keys) on its `hub`;
+- ``watch()``: notice other processes' commits and publish `Wake.any()`
+  (or finer wake-ups, `durable.wakes`) on its `hub`;
 - name its `dialect`: the few SQL fragments that differ between databases,
   plus optional hooks for statements only one database can do in one round
   trip (PostgreSQL's data-modifying CTEs for a run's local steps, for a
@@ -25,12 +27,20 @@ core code never imports a driver module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from .errors import ConfigurationError
+from .program import Program, Row, Stmt, StmtMode, ex, many, placeholders, q, q1
+from .wakes import Wake, WakeHub, WakeKind
+
+__all__ = [
+    "Dialect", "Driver", "Program", "ProgramFactory", "Row", "Stmt", "StmtMode", "Tx", "Wake",
+    "WakeHub", "WakeKind", "driver_factory", "ex", "many", "placeholders", "q", "q1",
+    "register_driver", "url_scheme",
+]
 
 if TYPE_CHECKING:
     from .store.records import CommitResult
@@ -38,54 +48,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-
-StmtMode = Literal["all", "one", "exec", "many"]
-
-
-@dataclass(frozen=True)
-class Stmt:
-    """One statement of a program and how to run it.
-
-    mode ``all`` returns the rows, ``one`` the first row or None, ``exec`` the
-    row count, ``many`` runs `sql` once per entry of `params_seq` (None).
-    `autocommit` marks a program's only statement as self-contained: a driver
-    may send it without BEGIN/COMMIT (one round trip).
-    """
-
-    sql: str
-    params: Sequence[Any] = ()
-    mode: StmtMode = "all"
-    params_seq: Sequence[Sequence[Any]] = ()
-    autocommit: bool = False
-
-
-Row = Any  # a row indexable by column name (sqlite3.Row, asyncpg.Record, ...)
-Program = Generator[Stmt, Any, T]
-
-
-def q(sql: str, *params: Any) -> Stmt:
-    """A query returning all rows."""
-    return Stmt(sql, params, "all")
-
-
-def q1(sql: str, *params: Any) -> Stmt:
-    """A query returning its first row, or None."""
-    return Stmt(sql, params, "one")
-
-
-def ex(sql: str, *params: Any) -> Stmt:
-    """A statement returning its row count."""
-    return Stmt(sql, params, "exec")
-
-
-def many(sql: str, params_seq: Sequence[Sequence[Any]]) -> Stmt:
-    """One statement run for each parameter tuple (executemany)."""
-    return Stmt(sql, (), "many", params_seq)
-
-
-def placeholders(n: int) -> str:
-    """``?, ?, ...`` for an IN list of n values."""
-    return ",".join("?" * n)
 
 
 class Dialect:
@@ -163,61 +125,9 @@ class Tx:
     def skip_locked(self) -> str:
         return self.dialect.skip_locked
 
-    def wake(self, *key: str, data: Any = None, local: bool = False) -> None:
-        """Publish `key` after commit (see `Wake`); `local`: to this process only."""
-        self.wakes.append(Wake(tuple(key), data, local))
-
-
-@dataclass(frozen=True)
-class Wake:
-    """A hint that something changed.
-
-    Keys: ``("run", run_id)``, ``("runs", namespace, task_queue)``,
-    ``("activities", namespace, task_queue)``, ``("activity_stop", task_id)``,
-    or ``("any",)`` when a driver only knows that another process committed
-    something. `data` may carry the changed record (an op's new outcome) so
-    that its owner needs no extra read; it is only ever set in-process.
-    """
-
-    key: tuple[str, ...]
-    data: Any = None
-    #: meaningful in this process only (a notice carrying its record, such as a
-    #: run's stop for the logs): drivers never send it to other processes
-    local: bool = False
-    #: heard from another process (a driver's `watch()`), not committed here:
-    #: every worker of every process hears it, so a worker may gather such
-    #: wake-ups before acting on them (see `durable.worker`); not part of
-    #: equality: the same key from here or from elsewhere is the same news
-    remote: bool = field(default=False, compare=False)
-
-
-WakeCallback = Callable[[Wake], None]
-
-
-class WakeHub:
-    """In-process fan-out of wake-ups; callbacks run on the host event loop."""
-
-    def __init__(self) -> None:
-        self._callbacks: list[WakeCallback] = []
-
-    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
-        """Call `callback` for every wake-up; returns the unsubscribe function."""
-        self._callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-        return unsubscribe
-
-    def publish(self, wakes: Iterable[Wake]) -> None:
-        """Deliver wake-ups to every subscriber (on the calling thread)."""
-        wakes = list(wakes)
-        if not wakes:
-            return
-        for callback in list(self._callbacks):
-            for wake in wakes:
-                callback(wake)
+    def wake(self, wake: Wake) -> None:
+        """Publish `wake` once this transaction has committed (`durable.wakes`)."""
+        self.wakes.append(wake)
 
 
 ProgramFactory = Callable[[Tx], Program[T]]
@@ -228,7 +138,7 @@ class Driver(Protocol):
     """A storage driver: open/close, run a program as one transaction, watch.
 
     `hub` is where the driver publishes wake-ups: those collected by each
-    committed program, and ``Wake(("any",))`` when `watch()` notices another
+    committed program, and `Wake.any()` when `watch()` notices another
     process's commit. `dialect` tells the programs how to write their SQL.
     """
 
@@ -262,7 +172,7 @@ class Driver(Protocol):
         ...
 
     async def watch(self) -> None:
-        """Run until cancelled, publishing ``Wake(("any",))`` on `hub` when
+        """Run until cancelled, publishing `Wake.any()` on `hub` when
         another process commits (SQLite: data_version polling; PostgreSQL:
         LISTEN/NOTIFY with a polling fallback)."""
         ...

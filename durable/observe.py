@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._log import get_logger
-from .driver import Wake, WakeHub
+from .wakes import Wake, WakeHub, WakeKind
 
 Listener = Callable[[str, dict[str, Any]], None]
 
@@ -60,6 +60,8 @@ def add_listener(listener: Listener) -> Callable[[], None]:
 
 
 _watched: weakref.WeakSet[WakeHub] = weakref.WeakSet()
+#: the wake-ups that carry a stop notice, and what the listeners are told it is
+_NOTICES: dict[WakeKind | None, str] = {WakeKind.STOPPED: "run", WakeKind.ATTEMPT_ENDED: "attempt"}
 
 
 def watch(hub: WakeHub) -> Callable[[], None]:
@@ -72,7 +74,7 @@ def watch(hub: WakeHub) -> Callable[[], None]:
     def on_wake(wake: Wake) -> None:
         if wake.data is None or not wake.local:
             return
-        kind = {"stopped": "run", "attempt_ended": "attempt"}.get(wake.key[0])
+        kind = _NOTICES.get(wake.kind)
         if kind is None:
             return
         for listener in list(_listeners):

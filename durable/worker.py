@@ -13,6 +13,13 @@ quietly, one run's or attempt's failure stays with that run or attempt. A
 bug in durable itself stops the worker (logged with its traceback) and is
 raised as `WorkerFailed` when the ``async with`` block ends; the host's own
 code is never interrupted by it.
+
+Its parts live beside the engine in `durable._runtime`: claiming
+(`claiming.ClaimLoop`, one loop for runs and attempts), remote activity
+attempts (`remote`, the twin of `local`), storage outages (`outage`), and
+queries of idle runs (`queries`). This module wires them together and keeps
+what is the worker's own: its lifecycle, wake-ups, leases, the watchdog and
+the runs it executes.
 """
 
 from __future__ import annotations
@@ -29,51 +36,35 @@ import anyio.abc
 
 from . import _validate
 from ._log import get_logger
-from ._registry import ActivityDefn, Registry
+from ._registry import Registry
 from ._retention import RetentionKeeper
 from ._runtime import attempts
+from ._runtime.claiming import ClaimLoop, Trigger
 from ._runtime.committer import Committer
-from ._runtime.context import WorkflowContext
+from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
+from ._runtime.outage import FIRST_DELAY, Outage
 from ._runtime.queries import IdleQueries
+from ._runtime.remote import RemoteActivities
 from ._scheduler import Scheduler
-from .converter import check_size
-from .driver import Wake
 from .errors import (
     ConfigurationError,
-    StorageClosed,
-    StorageUnavailable,
     WorkerFailed,
 )
-from .failure import Failure
 from .options import Seconds, record_mode, to_seconds
 from .store.records import (
-    ActivityOutcome,
-    ActivityTask,
-    AttemptStatus,
-    Claimed,
     ClaimedRun,
     ClientRequest,
     InboxItem,
     OpRecord,
     WorkerRegistration,
 )
+from .wakes import Wake, WakeKind
 
 if TYPE_CHECKING:
     from .client import Client
 
 CAPABILITIES = ("cooperative_cancellation", "activity_supervision")
-#: most runs (or activity attempts) one claim takes; a claim also takes at most
-#: its fair share of the ready work (``durable.store.claims.fair_limit``)
-CLAIM_BATCH = 100
-#: after a claim that left ready work for others, a worker with room waits
-#: this long before claiming again, so that the others woken by the same
-#: notification take their share first (docs/deployment.md)
-CLAIM_TURN = 0.005
-#: a worker whose last claim found nothing gathers wake-ups from other
-#: processes this long before claiming again (a local wake-up claims at once):
-#: with N processes every notification wakes N claimers, of which one wins
-CLAIM_GATHER = 0.02
 #: an in-process signal/query/update wake-up for a run no executor of ours has
 #: yet is remembered this long (seconds, monotonic), in case the run was just
 #: claimed by us; at most this many are kept
@@ -81,38 +72,6 @@ EARLY_WINDOW = 5.0
 EARLY_REMEMBERED = 1000
 #: how long the watchdog gathers wake-ups before it re-reads the next deadline
 WATCHDOG_COALESCE = 0.02
-
-
-class _Trigger:
-    """A level-triggered wake-up: set() any number of times, wait() consumes it.
-
-    A wake-up heard from another process (``set(remote=True)``) may be
-    gathered: `wait(gather=...)` then waits that much longer, unless a local
-    wake-up comes, so that a burst of notifications costs one claim.
-    """
-
-    def __init__(self) -> None:
-        self._event = anyio.Event()
-        self._local = anyio.Event()
-
-    def set(self, remote: bool = False) -> None:
-        self._event.set()
-        if not remote:
-            self._local.set()
-
-    async def wait(self, at_most: float, gather: float = 0.0) -> str | None:
-        """Wait until set, or `at_most` seconds (None); "local" if a local
-        wake-up came, else "remote"."""
-        with anyio.move_on_after(at_most):
-            await self._event.wait()
-        fired = self._event.is_set()
-        if fired and gather > 0 and not self._local.is_set():
-            with anyio.move_on_after(gather):
-                await self._local.wait()
-        how = ("local" if self._local.is_set() else "remote") if fired else None
-        self._event = anyio.Event()
-        self._local = anyio.Event()
-        return how
 
 
 def _names(value: Sequence[Callable[..., Any] | str], what: str) -> Sequence[Any]:
@@ -192,9 +151,9 @@ class Worker:
         self.workflows = self.registry.workflows
         self.activities = self.registry.activities
         self.executors: dict[str, RunExecutor] = {}
-        self.running_activities: dict[str, attempts.ActivityContext] = {}
         self.committer = Committer(self.store.commit, self.clock)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
+        self.outage = Outage(self.log, lambda: self._stopping)
         self.repairs: dict[str, int] = {}
         #: the error that stopped this worker (a bug in durable), if any
         self.failure: BaseException | None = None
@@ -203,10 +162,8 @@ class Worker:
         self._stopping = False
         self._stopped = anyio.Event()
         self._loop_scopes: list[anyio.CancelScope] = []
-        self._runs_trigger = _Trigger()
-        self._activities_trigger = _Trigger()
-        self._watchdog_trigger = _Trigger()
-        self._resync_trigger = _Trigger()
+        self._watchdog_trigger = Trigger()
+        self._resync_trigger = Trigger()
         self._resync: set[str] = set()
         # runs named by a signal/query/update wake-up while no executor of ours
         # had them: one may be ours, claimed a moment ago (its claim read the
@@ -216,12 +173,26 @@ class Worker:
         self._known_checked = -math.inf
         self._unsubscribe: Callable[[], None] | None = None
         self._to_release: list[str] = []
-        self._outage = False
         self._crash_at: frozenset[str] = frozenset()
         self._crashed = anyio.Event()
         #: the crash point this worker stopped at (durable.testing), if any
         self.crashed_at: str | None = None
+        self.run_setup = RunSetup(
+            worker=self, clock=self.clock, converter=client.converter, limits=client.limits,
+            committer=self.committer, stop_grace=self.shutdown_grace,
+            local_record=self.local_activity_record, local_batch=self.local_activity_batch)
         self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
+        #: the remote activity attempts this worker claims and runs
+        self.remote = RemoteActivities(self, self.activities)
+        types = tuple(sorted(self.workflows))
+        #: claiming runs: `runs.claim_now()` lets a test see a claim pass through
+        self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
+            room=lambda: self.max_concurrent_runs - len(self.executors),
+            claim=lambda n: self.store.claim_runs(
+                self.namespace, self.task_queue, self.worker_id, types, n, self.lease_seconds,
+                self.clock.now(), self.capabilities),
+            start=lambda claimed: self._start_run(claimed),  # looked up at each call
+            poll_interval=self.poll_interval)
         self.scheduler = Scheduler(self)  # fires the namespace's schedules (_scheduler.py)
         self.retention = RetentionKeeper(self, to_seconds(retention, "Worker retention",
                                                           minimum=1))  # (_retention.py)
@@ -242,12 +213,12 @@ class Worker:
             self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop,
             self.scheduler.run, self.retention.run]
         if self.workflows:
-            loops.append(self._claim_runs_loop)
-            loops.append(self._idle_queries_loop)
+            loops.append(self.runs.run)
+            loops.append(self.idle_queries.run)
         if self.activities:
-            loops.append(self._claim_activities_loop)
+            loops.append(self.remote.claims.run)
         for loop in loops:
-            tg.start_soon(self._guarded, loop, name=f"durable worker {loop.__name__}")
+            tg.start_soon(self._guarded, loop, name=f"durable worker {_loop_name(loop)}")
         self.log.info("worker_started", task_queue=self.task_queue,
                       workflows=sorted(self.workflows), activities=sorted(self.activities))
         return self
@@ -283,8 +254,7 @@ class Worker:
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):
             executor.stop("crash")
-        for actx in list(self.running_activities.values()):
-            actx.request_stop("worker crash")
+        self.remote.stop_all("worker crash")
         self._crashed.set()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()  # the `async with` block ends at once
@@ -324,8 +294,7 @@ class Worker:
         self._to_release.extend(self.executors)
         for executor in list(self.executors.values()):
             executor.stop(reason)
-        for actx in list(self.running_activities.values()):
-            actx.request_stop(f"worker {reason}")
+        self.remote.stop_all(f"worker {reason}")
 
     async def _release_all(self) -> None:
         try:
@@ -359,35 +328,31 @@ class Worker:
         with its traceback and stops the worker, which then raises
         `WorkerFailed` where the application left it.
         """
+        name = _loop_name(loop)
         with anyio.CancelScope() as scope:
             self._loop_scopes.append(scope)
-            delay = 0.1
-            while True:
-                try:
-                    await loop()
-                    return
-                except StorageClosed as exc:
-                    self.log.info("worker_storage_closed", loop=loop.__name__, error=str(exc))
-                    self._stop_serving(None)
-                    return
-                except StorageUnavailable as exc:
-                    self._storage_down(loop.__name__, exc)
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                except Exception as exc:
-                    self.log.exception("worker_failed", loop=loop.__name__, error=repr(exc))
-                    self._stop_serving(exc)
-                    return
+            try:
+                await self.outage.retry(name, loop)
+            except Exception as exc:
+                self.log.exception("worker_failed", loop=name, error=repr(exc))
+                self._stop_serving(exc)
+                return
+            if not self._stopping:  # the loop gave up: the client was closed
+                self.log.info("worker_storage_closed", loop=name)
+                self._stop_serving(None)
 
-    def _storage_down(self, where: str, exc: BaseException) -> None:
-        if not self._outage:
-            self._outage = True
-            self.log.warning("storage_unavailable", where=where, error=str(exc))
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker stops (shutdown, closed storage, an internal error)."""
+        return self._stopping
 
-    def _storage_up(self) -> None:
-        if self._outage:
-            self._outage = False
-            self.log.info("storage_available_again")
+    def spawn(self, work: Callable[..., Any], *args: Any, name: str) -> bool:
+        """Start `work(*args)` in the worker's task group; False (nothing started)
+        once the worker stops."""
+        if self._tg is None or self._stopping:
+            return False
+        self._tg.start_soon(work, *args, name=name)
+        return True
 
     def _registration(self) -> WorkerRegistration:
         return WorkerRegistration(
@@ -399,38 +364,41 @@ class Worker:
     # ---------------------------------------------------------------- wake-ups
 
     def _on_wake(self, wake: Wake) -> None:
-        kind = wake.key[0]
-        if kind == "run":
-            executor = self.executors.get(wake.key[1])
-            if executor is not None:
-                if isinstance(wake.data, OpRecord):
-                    executor.ctx.resolve(wake.data)
-                elif isinstance(wake.data, InboxItem | ClientRequest):
-                    executor.on_interaction(wake.data)  # a signal, query or update
-                else:
-                    self._resync.add(wake.key[1])
-                    self._resync_trigger.set()
+        match wake.kind:
+            case WakeKind.RUN:
+                self._on_run_wake(wake)
+            case WakeKind.REQUESTS:
+                self.idle_queries.trigger()
+            case WakeKind.RUNS:
+                self.runs.trigger.set(wake.remote)
+                self._watchdog_trigger.set()
+            case WakeKind.ACTIVITIES:
+                self.remote.claims.trigger.set(wake.remote)
+                self._watchdog_trigger.set()
+            case WakeKind.ACTIVITY_STOP:
+                self.remote.stop(wake.subject, "the attempt was fenced (timed out or cancelled)")
+            case WakeKind.ANY:
+                self.idle_queries.trigger()
+                self._claim_all()
+                self._watchdog_trigger.set()
+                self._resync.update(self.executors)
+                self._resync_trigger.set()
+
+    def _on_run_wake(self, wake: Wake) -> None:
+        """A run changed: its executor gets the op record or the interaction the
+        wake-up carries, or re-reads the run (a resync)."""
+        run_id = wake.subject
+        executor = self.executors.get(run_id)
+        if executor is not None:
+            if isinstance(wake.data, OpRecord):
+                executor.ctx.resolve(wake.data)
             elif isinstance(wake.data, InboxItem | ClientRequest):
-                self._remember_early(wake.key[1])
-        elif kind == "requests":
-            self.idle_queries.trigger()
-        elif kind == "runs":
-            self._runs_trigger.set(wake.remote)
-            self._watchdog_trigger.set()
-        elif kind == "activities":
-            self._activities_trigger.set(wake.remote)
-            self._watchdog_trigger.set()
-        elif kind == "activity_stop":
-            actx = self.running_activities.get(wake.key[1])
-            if actx is not None:
-                actx.request_stop("the attempt was fenced (timed out or cancelled)")
-        elif kind == "any":
-            self.idle_queries.trigger()
-            self._runs_trigger.set()
-            self._activities_trigger.set()
-            self._watchdog_trigger.set()
-            self._resync.update(self.executors)
-            self._resync_trigger.set()
+                executor.on_interaction(wake.data)  # a signal, query or update
+            else:
+                self._resync.add(run_id)
+                self._resync_trigger.set()
+        elif isinstance(wake.data, InboxItem | ClientRequest):
+            self._remember_early(run_id)
 
     async def _watch_driver(self) -> None:
         await self.driver.watch()
@@ -443,11 +411,7 @@ class Worker:
                 # fallback: periodically re-check every run that waits on something
                 self._resync = {r for r, ex in self.executors.items() if ex.ctx.open_waiters()}
             pending, self._resync = self._resync, set()
-            if self.running_activities:
-                for task_id in await self.store.stop_requests(self.worker_id):
-                    actx = self.running_activities.get(task_id)
-                    if actx is not None:
-                        actx.request_stop("a stop was requested for this attempt")
+            await self.remote.check_stop_requests()
             executors = {r: self.executors[r] for r in pending if r in self.executors}
             if not executors:
                 continue
@@ -470,27 +434,10 @@ class Worker:
 
     # ---------------------------------------------------------------- runs
 
-    async def _claim_runs_loop(self) -> None:
-        types = tuple(sorted(self.workflows))
-        woken: str | None = None
-        while True:
-            room = self.max_concurrent_runs - len(self.executors)
-            claimed: Claimed[ClaimedRun] = Claimed()
-            if room > 0:
-                # at most the free capacity, and (in the store) at most a fair share
-                claimed = await self.store.claim_runs(
-                    self.namespace, self.task_queue, self.worker_id, types,
-                    min(room, CLAIM_BATCH), self.lease_seconds, self.clock.now(),
-                    self.capabilities,
-                )
-                for item in claimed:
-                    self._start_run(item)
-            if claimed and claimed.backlog and room > len(claimed):
-                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
-                continue
-            lost = woken == "remote" and room > 0 and not claimed  # see activities
-            woken = await self._runs_trigger.wait(self.poll_interval,
-                                                  CLAIM_GATHER if lost else 0.0)
+    def _claim_all(self) -> None:
+        """Claim runs and attempts now (work may be ready that no wake-up named)."""
+        self.runs.trigger.set()
+        self.remote.claims.trigger.set()
 
     def _remember_early(self, run_id: str) -> None:
         """Note an interaction for a run we run no executor for (yet)."""
@@ -505,13 +452,8 @@ class Worker:
             # claimed while the worker stops (the claim was in flight): hand it back
             self._to_release.append(run.run_id)
             return
-        ctx = WorkflowContext(
-            run=run, ops=claimed.ops, defn=self.workflows[run.workflow_type], worker=self,
-            clock=self.clock, converter=self.client.converter, limits=self.client.limits,
-            committer=self.committer, stop_grace=self.shutdown_grace,
-            local_record=self.local_activity_record, local_batch=self.local_activity_batch,
-        )
-        executor = RunExecutor(ctx, self._run_done)
+        executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
+                               self.run_setup, self._run_done)
         self.executors[run.run_id] = executor
         noticed = self._early.pop(run.run_id, None)
         if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:
@@ -533,31 +475,26 @@ class Worker:
         if len(self.executors) + 1 >= self.max_concurrent_runs:
             # it was full: it claims again now (otherwise a notification of new
             # work woke it already; claiming after every run found nothing)
-            self._runs_trigger.set()
+            self.runs.trigger.set()
 
     async def _release_after_error(self, run_id: str) -> None:
         """Hand a run whose execution hit a storage error back, to be replayed
         (by this worker or another) as soon as storage answers again."""
-        delay = 0.1
-        while not self._stopping:
-            await anyio.sleep(delay)
-            try:
-                await self.store.release_runs(self.worker_id, [run_id], self.clock.now(),
-                                              attempts=False)
-                self._runs_trigger.set()
-                return
-            except StorageClosed:
-                return
-            except StorageUnavailable as exc:
-                self._storage_down("release", exc)
-                delay = min(delay * 2, 5.0)
-            except Exception as exc:  # its lease expires anyway
-                self.log.warning("release_failed", run_id=run_id, error=repr(exc))
-                return
-        self._to_release.append(run_id)
+        await anyio.sleep(FIRST_DELAY)  # it just failed: storage needs a moment
+        async def release() -> bool:
+            await self.store.release_runs(self.worker_id, [run_id], self.clock.now(),
+                                          attempts=False)
+            return True
 
-    async def _idle_queries_loop(self) -> None:
-        await self.idle_queries.run()
+        try:
+            released = await self.outage.retry("release", release)
+        except Exception as exc:  # its lease expires anyway
+            self.log.warning("release_failed", run_id=run_id, error=repr(exc))
+            return
+        if released is None:  # the worker stops (or storage closed): released at exit
+            self._to_release.append(run_id)
+        else:
+            self.runs.trigger.set()
 
     async def _lease_loop(self) -> None:
         interval = self.lease_seconds / 3
@@ -568,7 +505,7 @@ class Worker:
             owned = await self.store.renew_leases(
                 self.worker_id, list(sent), self.lease_seconds, now
             )
-            self._storage_up()
+            self.outage.storage_up()
             for run_id, executor in sent.items():
                 if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
@@ -605,8 +542,7 @@ class Worker:
                     for kind, n in counts.items():
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
                     self.log.info("deadlines_enforced", **counts)
-                    self._activities_trigger.set()
-                    self._runs_trigger.set()
+                    self._claim_all()
             next_at, lease_at = await self.store.next_deadline(self.namespace, now)
             if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
                 enforce = True  # already due: enforce at once
@@ -631,186 +567,12 @@ class Worker:
                 race.start_soon(until_trigger)
             enforce = not woken
             if enforce:  # a deadline, a lease expiry or the fallback poll
-                self._runs_trigger.set()
-                self._activities_trigger.set()
+                self._claim_all()
 
-    # ---------------------------------------------------------------- activities
 
-    async def _claim_activities_loop(self) -> None:
-        names = tuple(sorted(self.activities))
-        woken: str | None = None
-        while True:
-            room = self.max_concurrent_activities - len(self.running_activities)
-            tasks: Claimed[ActivityTask] = Claimed()
-            if room > 0:
-                tasks = await self.store.claim_activities(
-                    self.namespace, self.task_queue, self.worker_id, names,
-                    min(room, CLAIM_BATCH), self.lease_seconds, self.clock.now(),
-                )
-                for task in tasks:
-                    self._start_activity(task)
-            if tasks and tasks.backlog and room > len(tasks):
-                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
-                continue
-            # Lost the race for what a notification announced (every worker of
-            # every process heard it): gather the next ones before claiming.
-            lost = woken == "remote" and room > 0 and not tasks
-            woken = await self._activities_trigger.wait(self.poll_interval,
-                                                        CLAIM_GATHER if lost else 0.0)
-
-    def _encoder(self, what: str) -> Callable[[Any], str]:
-        converter, limit = self.client.converter, self.client.limits.payload_bytes
-
-        def encode(value: Any) -> str:
-            text = converter.encode(value, what)
-            check_size(text, limit, what)
-            return text
-
-        return encode
-
-    def _start_activity(self, task: ActivityTask) -> None:
-        if self._tg is None or self._stopping:
-            return  # claimed while stopping: the release at exit hands it back
-        defn = self.activities[task.name]
-        deadlines = [d for d in (task.start_to_close_deadline, task.schedule_to_close_deadline)
-                     if d is not None]
-        deadline = min(deadlines) if deadlines else None
-        actx = attempts.new_context(
-            defn, activity_id=task.task_id, attempt=task.attempt, workflow_id=task.workflow_id,
-            run_id=task.run_id, task_queue=task.task_queue, local=False,
-            scheduled_at=task.scheduled_at, started_at=task.claimed_at, deadline=deadline,
-            heartbeat_timeout=task.options.get("heartbeat_timeout"),
-            heartbeat_details=self.client.converter.decode(task.heartbeat_details),
-            clock=self.clock, encode_details=self._encoder("heartbeat details"),
-            stop_grace=self.shutdown_grace,
-        )
-        self.running_activities[task.task_id] = actx
-        self._tg.start_soon(self._run_activity, task, defn, actx,
-                            name=f"durable activity {task.name}/{task.task_id}")
-
-    async def _run_activity(
-        self, task: ActivityTask, defn: ActivityDefn, actx: attempts.ActivityContext
-    ) -> None:
-        converter = self.client.converter
-        result: str | None = None
-        failure: Failure | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._supervise, task, actx)
-                try:
-                    args = attempts.arguments(defn, converter, task.input)
-                    value = await attempts.run_attempt(actx, defn, args)
-                    await self.crash_point("after_effect")
-                    result = converter.encode(value, f"the result of activity {task.name!r}")
-                    check_size(result, self.client.limits.payload_bytes,
-                               f"the result of activity {task.name!r}")
-                except Exception as exc:
-                    result, failure = None, attempts.attempt_failure(exc, actx, defn)
-                finally:
-                    tg.cancel_scope.cancel()
-            if self._stopping and failure is not None and failure.category == "stopped":
-                return  # stopped by this worker's shutdown: handed back without a retry
-            with anyio.CancelScope(shield=True):
-                outcome = await self._record_attempt(task, result, failure)
-            if outcome is not None and outcome.status == "refused":
-                self.log.info("activity_result_refused", task_id=task.task_id,
-                              activity=task.name, attempt=task.attempt, reason=outcome.reason)
-        finally:
-            if actx.abandoned:
-                self.log.warning("activity_thread_abandoned", task_id=task.task_id,
-                                 activity=task.name, grace=self.shutdown_grace,
-                                 hint="it ignored its stop; use process_isolated=True for code "
-                                      "that cannot check activity.heartbeat()")
-            self.running_activities.pop(task.task_id, None)
-            if len(self.running_activities) + 1 >= self.max_concurrent_activities:
-                self._activities_trigger.set()  # it was full: see _run_done
-
-    async def _record_attempt(self, task: ActivityTask, result: str | None,
-                              failure: Failure | None) -> ActivityOutcome | None:
-        """Record an attempt's outcome, through storage outages.
-
-        An outcome-unknown commit is resolved by reading the attempt back,
-        never guessed; a result storage refuses becomes a (non-retryable)
-        failure saying why. Gives up (None) when the client closed, when
-        the worker stops during an outage (the lease then hands the attempt
-        to another worker), or on an unexpected error (logged).
-        """
-        delay = 0.1
-        while True:
-            try:
-                return await self.store.complete_activity(
-                    task.task_id, task.attempt, self.worker_id, result, failure,
-                    self.clock.now(),
-                )
-            except StorageClosed:
-                return None
-            except StorageUnavailable as exc:
-                self._storage_down("record_attempt", exc)
-                if exc.outcome_unknown and await self._was_recorded(task):
-                    return None
-                if self._stopping:
-                    return None
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-            except Exception as exc:
-                if result is None:
-                    self.log.exception("activity_outcome_not_recorded", task_id=task.task_id,
-                                       error=repr(exc))
-                    return None
-                # the result itself could not be stored: record why instead
-                result, failure = None, Failure(
-                    "storage_rejected", f"the result of activity {task.name!r} could not be "
-                    f"stored: {type(exc).__name__}: {exc}", "durable.WriteRejected",
-                    details={"non_retryable": True})
-
-    async def _was_recorded(self, task: ActivityTask) -> bool:
-        """After a lost commit: is our attempt no longer running (recorded or fenced)?"""
-        delay = 0.1
-        while not self._stopping:
-            try:
-                state = await self.store.attempt_state(task.task_id)
-            except StorageUnavailable:
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            return state is None or not (
-                state[0] == AttemptStatus.RUNNING and state[1] == task.attempt
-                and state[2] == self.worker_id)
-        return True
-
-    async def _supervise(self, task: ActivityTask, actx: attempts.ActivityContext) -> None:
-        """Flush heartbeats (throttled) and stop the attempt when storage says so."""
-        hb_timeout = task.options.get("heartbeat_timeout")
-        throttle = max(0.05, min(1.0, hb_timeout * 0.4)) if hb_timeout else 1.0
-        local_deadline = actx.deadline
-
-        async def expire() -> None:
-            if local_deadline is not None:
-                await self.clock.sleep_until(local_deadline)
-                actx.request_stop("the attempt's deadline passed")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(expire)
-            last_flush = -math.inf
-            while True:
-                with anyio.move_on_after(throttle):  # fallback tick for non-anyio threads
-                    await actx.wakeup.wait()
-                actx.wakeup = anyio.Event()
-                # Throttle on the engine's clock, so virtual time keeps the same rules.
-                await self.clock.sleep_until(last_flush + throttle)
-                dirty, details = actx.take_details()
-                if not dirty:
-                    continue
-                last_flush = self.clock.now()
-                try:
-                    ack = await self.store.heartbeat_activity(
-                        task.task_id, task.attempt, self.worker_id, details, last_flush,
-                    )
-                except StorageClosed:
-                    actx.request_stop("the worker's storage was closed")
-                    return
-                except StorageUnavailable as exc:
-                    self._storage_down("heartbeat", exc)
-                    continue  # the next heartbeat tries again; the details are kept
-                if not ack.accepted or ack.stop_requested:
-                    actx.request_stop(ack.reason or "stop requested")
+def _loop_name(loop: Callable[..., Any]) -> str:
+    """A background loop's name for the logs (a bound method: its owner's too)."""
+    owner = getattr(loop, "__self__", None)
+    name = getattr(loop, "__name__", repr(loop))
+    return name if owner is None or isinstance(owner, Worker) else (
+        f"{type(owner).__name__}.{name}")

@@ -130,6 +130,6 @@ class StepwiseSQLiteDriver:
                     row = await self._hop("PRAGMA data_version", (), "one")
                 version = int(row[0])
                 if last is not None and version != last:
-                    self.hub.publish([Wake(("any",))])
+                    self.hub.publish([Wake.any()])
                 last = version
             await anyio.sleep(0.05)

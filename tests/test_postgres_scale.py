@@ -187,7 +187,7 @@ class Tally:
         self.attempts = 0
         self.most_runs = 0
         self.most_attempts = 0
-        start_run, start_activity = worker._start_run, worker._start_activity
+        start_run, start_activity = worker._start_run, worker.remote.start
 
         def on_run(claimed: Any) -> None:
             start_run(claimed)
@@ -197,10 +197,10 @@ class Tally:
         def on_activity(task: Any) -> None:
             start_activity(task)
             self.attempts += 1
-            self.most_attempts = max(self.most_attempts, len(worker.running_activities))
+            self.most_attempts = max(self.most_attempts, len(worker.remote.running))
 
         worker._start_run = on_run  # type: ignore[method-assign]
-        worker._start_activity = on_activity  # type: ignore[method-assign]
+        worker.remote.start = on_activity  # type: ignore[method-assign]
 
 
 async def test_two_workers_on_one_schema_share_the_runs_within_their_capacity(

@@ -68,7 +68,7 @@ def insert(k: int, *, wake: bool = False) -> Callable[[Tx], Program[int]]:
     def program(tx: Tx) -> Program[int]:
         yield ex("INSERT INTO t (k, v) VALUES (?, ?)", k, f"v{k}")
         if wake:
-            tx.wake("row", str(k))
+            tx.wake(Wake.run(str(k)))
         return k
 
     return program
@@ -79,7 +79,7 @@ def failing(k: int, *, wake: bool = False) -> Callable[[Tx], Program[int]]:
     def program(tx: Tx) -> Program[int]:
         yield ex("INSERT INTO t (k, v) VALUES (?, ?)", k, "doomed")
         if wake:
-            tx.wake("row", str(k))
+            tx.wake(Wake.run(str(k)))
         raise ValueError(f"program {k} failed")
 
     return program
@@ -240,7 +240,7 @@ async def test_wakes_are_published_only_for_programs_that_committed(
     driver.hub.subscribe(seen.append)
     await run_batch(driver, [(insert(1, wake=True), True), (failing(2, wake=True), True),
                              (insert(3, wake=True), True)])
-    assert sorted(w.key for w in seen) == [("row", "1"), ("row", "3")]
+    assert sorted(w.key for w in seen) == [("run", "1"), ("run", "3")]
 
 
 async def test_a_storage_failure_fails_the_whole_drain(driver: SQLiteDriver) -> None:

@@ -53,7 +53,7 @@ T = TypeVar("T")
 # key the schema, so processes migrating different schemas do not queue.
 _DDL_LOCK_CLASS = 0x64757261
 # pg_notify payloads must stay under 8000 bytes; a larger set of keys is sent
-# as ("any",), which every listener treats as "look at everything".
+# as `Wake.any()`, which every listener treats as "look at everything".
 _MAX_PAYLOAD = 7000
 
 
@@ -106,7 +106,8 @@ class PostgresDriver:
         self._pool: Pool | None = None
         self._thread: LoopThread | None = None
         self._bridged = False  # asyncpg runs on a LoopThread (a trio host)
-        self._listener = Listener(self)
+        self._listener = Listener(connect=self._connect_one, channel=self.channel,
+                                  origin=self.origin, log=self.log)
         self._watch_lock: anyio.Lock | None = None
 
     # ---------------------------------------------------------------- host bridge
@@ -386,13 +387,13 @@ class PostgresDriver:
         keys = list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
         text = json.dumps({"o": self.origin, "k": keys}, separators=(",", ":"))
         if len(text) > _MAX_PAYLOAD:
-            text = json.dumps({"o": self.origin, "k": [["any"]]}, separators=(",", ":"))
+            text = json.dumps({"o": self.origin, "k": [Wake.any().key]}, separators=(",", ":"))
         return text
 
     # ---------------------------------------------------------------- wake-ups
 
     async def watch(self) -> None:
-        """Publish other processes' commits (LISTEN), and ``("any",)`` every
+        """Publish other processes' commits (LISTEN), and `Wake.any()` every
         `poll_interval` so that a lost notification delays work, never loses it."""
         assert self._watch_lock is not None, "open the driver first"
         # One listener per driver however many workers share it; a second
@@ -407,6 +408,6 @@ class PostgresDriver:
                 wakes = [Wake(key, remote=True) for key in dict.fromkeys(keys)]
                 now = anyio.current_time()
                 if fresh or now >= next_any:
-                    wakes.append(Wake(("any",)))
+                    wakes.append(Wake.any())
                     next_any = now + self.poll_interval
                 self.hub.publish(wakes)

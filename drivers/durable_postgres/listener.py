@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from durable.wakes import Wake
 
 if TYPE_CHECKING:
     from .connection import Connection
-    from .driver import PostgresDriver
 
 
 class Listener:
     """The LISTEN connection; lives on the asyncpg loop.
 
     Notifications land in a queue that the host's `watch()` drains in
-    batches, so that wake-ups are published on the host loop.
+    batches, so that wake-ups are published on the host loop. What it needs
+    of its driver is passed in: `connect` opens a connection outside the pool,
+    `channel` is the schema's NOTIFY channel, `origin` marks this driver's own
+    notifications (already published in process, with their records), and
+    `log` says when listening fails.
     """
 
-    def __init__(self, driver: PostgresDriver) -> None:
-        self._driver = driver
+    def __init__(self, *, connect: Callable[[], Awaitable[Connection]], channel: str,
+                 origin: str, log: Any) -> None:
+        self._connect_one = connect
+        self._channel = channel
+        self._origin = origin
+        self._log = log
         self._conn: Connection | None = None
         self._queue: asyncio.Queue[tuple[str, ...] | None] | None = None
         self._failures = 0
@@ -28,11 +38,11 @@ class Listener:
         assert self._queue is not None
         try:
             message = json.loads(str(payload))
-            if message.get("o") == self._driver.origin:
+            if message.get("o") == self._origin:
                 return  # our own commit: already published, with its op records
             keys = [tuple(str(part) for part in key) for key in message["k"]]
         except (ValueError, KeyError, TypeError, AttributeError):
-            keys = [("any",)]
+            keys = [Wake.any().key]
         for key in keys:
             self._queue.put_nowait(key)
 
@@ -42,9 +52,9 @@ class Listener:
 
     async def _connect(self) -> None:
         self._queue = asyncio.Queue()
-        conn = await self._driver._connect_one()
+        conn = await self._connect_one()
         try:
-            await conn.add_listener(self._driver.channel, self._on_notify)
+            await conn.add_listener(self._channel, self._on_notify)
         except BaseException:
             conn.terminate()
             raise
@@ -53,14 +63,14 @@ class Listener:
 
     async def next_batch(self, wait: float) -> tuple[list[tuple[str, ...]], bool]:
         """Keys notified within `wait` seconds, and whether we (re)connected, in which
-        case notifications may have been missed and the caller says ("any",)."""
+        case notifications may have been missed and the caller publishes `Wake.any()`."""
         if self._conn is None or self._conn.is_closed():
             self._conn = None
             try:
                 await self._connect()
             except Exception as exc:
                 self._failures += 1
-                self._driver.log.warning("listen_failed", error=repr(exc),
+                self._log.warning("listen_failed", error=repr(exc),
                                          attempt=self._failures)
                 await asyncio.sleep(min(wait, 0.1 * 2 ** min(self._failures, 6)))
                 return [], False

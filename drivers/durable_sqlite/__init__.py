@@ -322,7 +322,7 @@ class SQLiteDriver:
                 version = await self._call(writer, Call(*_waiter(), fn=self._data_version),
                                            shield=False)
                 if last is not None and version is not None and version != last:
-                    self.hub.publish([Wake(("any",))])
+                    self.hub.publish([Wake.any()])
                 last = version
             await anyio.sleep(self.poll_interval)
 

@@ -36,7 +36,7 @@ from .._registry import ActivityDefn
 from ..budget import Budget
 from ..budget import _current as _current_budget
 from ..clock import Clock, to_datetime
-from ..converter import PayloadConverter, decode_args
+from ..converter import PayloadConverter, check_size, decode_args
 from ..errors import (
     ActivityAPIOutsideActivity,
     ActivityProcessExited,
@@ -391,6 +391,18 @@ def new_context(
 
     return ActivityContext(info, clock, deadline, encode_details=encode_details,
                            stop_grace=stop_grace, activity_type=defn.name, attempt=attempt)
+
+
+def details_encoder(converter: PayloadConverter, limit: int) -> Callable[[Any], str]:
+    """How an attempt's heartbeat details are checked at the `heartbeat()` call:
+    encodable, and within the payload limit."""
+
+    def encode(value: Any) -> str:
+        text = converter.encode(value, "heartbeat details")
+        check_size(text, limit, "heartbeat details")
+        return text
+
+    return encode
 
 
 def arguments(defn: ActivityDefn, converter: PayloadConverter, payload: str) -> list[Any]:

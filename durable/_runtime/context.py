@@ -3,14 +3,21 @@
 The `WorkflowContext` is what every durable op of a run consults: the
 outcomes recorded so far (replay returns them without yielding), the
 waiters of ops in flight, the structural-limit counters, and the state of a
-cooperative cancellation (which ops every task is parked on, the shields,
-whether the run is being stopped). Ops record through `commit()`, which goes
-through the worker's group committer fenced by the run's epoch.
+cooperative cancellation (the shields, whether the run is being stopped;
+where its tasks are parked is `parking`'s). Ops record through `commit()`,
+which goes through the worker's group committer fenced by the run's epoch.
+
+It reaches the outside through three small interfaces, passed at
+construction: `RunHost` (its executor: tasks beside the code, stopping,
+interrupting), `WorkerServices` (the worker: storage, crash points) and
+`Submitter` (the group committer), so that this module depends on none of
+them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -28,14 +35,12 @@ from ..errors import (
 from ..options import Limits
 from ..store.records import CommitResult, OpKind, OpRecord, OpStatus, RunRecord
 from ..store.writes import RecordBatchedLocalActivity, RecordLocalActivity, Write
-from .handlers import HandlerTable
+from .handlers import Handler, HandlerTable
+from .parking import Parking
 
 if TYPE_CHECKING:
     from .._registry import WorkflowDefn
     from ..store import Store
-    from .executor import RunExecutor
-    from .inbox import Inbox
-    from .runtime import Runtime
 
 
 class WorkerServices(Protocol):
@@ -63,6 +68,51 @@ class Submitter(Protocol):
         ...
 
 
+class RunHost(Protocol):
+    """What a run's context asks of whoever executes the run (its executor):
+    tasks beside the code, stopping, interrupting, the inbox's attention."""
+
+    def spawn_task(self, path: str, clock: float, replaying: bool | None,
+                   body: Callable[[], Awaitable[None]],
+                   on_interrupt: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Run `body` as workflow task `path` beside the code."""
+        ...
+
+    def spawn_engine(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run engine work for the run in the background (never workflow code)."""
+        ...
+
+    def stop(self, reason: str) -> None:
+        """Stop executing the run here, recording nothing more."""
+        ...
+
+    def interrupt_code(self) -> None:
+        """Interrupt the workflow's code at its awaits (a cancellation is delivered)."""
+        ...
+
+    def poke(self) -> None:
+        """The run's state may have changed: deliveries and requests may be due."""
+        ...
+
+    def deliver_buffered(self, handler: Handler, deliveries: list[Any]) -> None:
+        """Hand signals kept without a handler to the handler just registered."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What every run a worker executes is given (the same for all its runs)."""
+
+    worker: WorkerServices
+    clock: Clock
+    converter: PayloadConverter
+    limits: Limits
+    committer: Submitter
+    stop_grace: float = 10.0
+    local_record: str = "step"  # how local activities without a `record` option are recorded
+    local_batch: int = 64
+
+
 class _Waiter:
     __slots__ = ("event", "record")
 
@@ -87,36 +137,24 @@ class Condition:
 class WorkflowContext:
     """Everything a running workflow's code reaches through `durable.workflow`."""
 
-    def __init__(
-        self,
-        *,
-        run: RunRecord,
-        ops: dict[str, OpRecord],
-        defn: WorkflowDefn,
-        worker: WorkerServices,
-        clock: Clock,
-        converter: PayloadConverter,
-        limits: Limits,
-        committer: Submitter,
-        stop_grace: float = 10.0,
-        local_record: str = "step",
-        local_batch: int = 64,
-    ) -> None:
+    def __init__(self, *, run: RunRecord, ops: dict[str, OpRecord], defn: WorkflowDefn,
+                 setup: RunSetup, host: RunHost) -> None:
         self.run = run
+        self.host = host
         # batched local activities (see record_batched): outcomes waiting in
         # `deferred` for the run's next commit, and when to record them anyway
-        self.local_record = local_record
-        self.local_batch = local_batch
+        self.local_record = setup.local_record
+        self.local_batch = setup.local_batch
         self.batched = 0
         self.idle: anyio.Event | None = None  # set when the run may want a flush
-        self.stop_grace = stop_grace
+        self.stop_grace = setup.stop_grace
         self.recorded = ops
         self.defn = defn
-        self.worker = worker
-        self.clock = clock
-        self.converter = converter
-        self.limits = limits
-        self.committer = committer
+        self.worker = setup.worker
+        self.clock = setup.clock
+        self.converter = setup.converter
+        self.limits = setup.limits
+        self.committer = setup.committer
         self.waiters: dict[str, _Waiter] = {}
         self.asked: set[str] = set()  # op ids the code asked for in this execution
         # task paths (and their ancestors) that history has ops of: those replay
@@ -129,29 +167,19 @@ class WorkflowContext:
         self.open_children: set[str] = set()
         self.fatal: BaseException | None = None
         self.broken: Exception | None = None
-        # cancellation: see RunExecutor.deliver and workflow._interruptible
+        # cancellation: see RunExecutor.on_request and ops.interruptible
         self.cancellation: CancellationContext | None = None
         self.delivered_at = 0.0  # workflow time never runs behind the recorded delivery
         self.delivering = False
         self.hard_stop = False
-        self.active = 0
-        self.parked: dict[str, str] = {}
-        self._quiet: anyio.Event | None = None  # see `quiet` (made when someone waits)
-        self.replay_boundary: set[str] = set()
-        self.replay_delivery_pending = False
+        # where the tasks are, and so where deliveries happen (durable/_runtime/parking.py)
+        self.parking = Parking(on_stop=self.state_changed, on_quiet=self._on_quiet,
+                               redeliver=host.interrupt_code)
         self.shields: set[anyio.CancelScope] = set()
         self.running_local: dict[str, Any] = {}
-        self.executor: RunExecutor | None = None
-        self.runtime: Runtime | None = None  # set by whoever runs the code (the executor)
         # signals, queries, updates: see durable/_runtime/inbox.py
         self.handlers = HandlerTable()
         self.instance: Any = None  # the run's instance of a class-based workflow
-        self.inbox: Inbox | None = None
-        self.deliveries = 0  # signals and updates delivered to the code so far
-        self.cancel_after = 0  # deliveries the recorded cancellation came after
-        self.gated = False  # a delivery is being made: tasks stay at their ops
-        self.released = anyio.Event()  # set (and replaced) when held tasks may move on
-        self.holding: dict[str, int] = {}  # op id -> replayed deliveries still due there
         self.conditions: dict[str, Condition] = {}
         self.deferred: list[Write] = []  # recorded with the run's next commit
         self.patches: dict[str, bool] = {}
@@ -163,11 +191,11 @@ class WorkflowContext:
         self.latest = run.started_at or run.created_at  # the latest recorded time seen
         delivered = (run.cancellation or {}).get("boundary")
         if delivered is not None and (run.cancellation or {}).get("delivered_at") is not None:
-            self.replay_boundary = {b["op_id"] for b in delivered}
-            self.replay_delivery_pending = True
+            self.parking.expect_redelivery(
+                (b["op_id"] for b in delivered),
+                int((run.cancellation or {}).get("deliveries_before") or 0))
             self.cancellation = CancellationContext.from_record(run.cancellation or {})
             self.delivered_at = float((run.cancellation or {})["delivered_at"])
-            self.cancel_after = int((run.cancellation or {}).get("deliveries_before") or 0)
         ids = {"workflow_id": run.workflow_id, "run_id": run.run_id,
                "workflow_type": run.workflow_type}
         self.log = get_logger("durable.workflow").bind(**ids)
@@ -221,17 +249,6 @@ class WorkflowContext:
 
     def release(self, kind: str) -> None:
         self.pending_counts[kind] -= 1
-
-    def details_encoder(self) -> Callable[[Any], str]:
-        """How a local activity's heartbeat details are checked at the call."""
-        converter, limit = self.converter, self.limits.payload_bytes
-
-        def encode(value: Any) -> str:
-            text = converter.encode(value, "heartbeat details")
-            check_size(text, limit, "heartbeat details")
-            return text
-
-        return encode
 
     def encode(self, value: Any, what: str) -> str:
         text = self.converter.encode(value, what)
@@ -293,16 +310,16 @@ class WorkflowContext:
         self.deferred.append(RecordBatchedLocalActivity(write, closed_at))
         self.batched += 1
         self.recorded[write.op_id] = record
-        if self.idle is None and self.executor is not None and not self.scratch:
+        if self.idle is None and not self.scratch:
             self.idle = anyio.Event()
-            self.executor.spawn_engine(self._flush_when_idle)
+            self.host.spawn_engine(self._flush_when_idle)
         return record
 
     def wants_flush(self) -> bool:
         """Batched outcomes are waiting and the run has stopped running local
         activities: every task waits on something else (it yielded)."""
-        return (self.batched > 0 and self.active <= 0
-                and OpKind.LOCAL_ACTIVITY not in self.parked.values())
+        return (self.batched > 0 and self.parking.active <= 0
+                and OpKind.LOCAL_ACTIVITY not in self.parking.parked.values())
 
     async def flush(self) -> None:
         """Record the batched outcomes now (nothing to do when none wait)."""
@@ -321,9 +338,13 @@ class WorkflowContext:
                 try:
                     await self.flush()
                 except Exception:  # the run stops; whoever claims it replays from storage
-                    if self.executor is not None:
-                        self.executor.stop("batched outcomes could not be recorded")
+                    self.host.stop("batched outcomes could not be recorded")
                     return
+
+    def _on_quiet(self) -> None:
+        """No task runs: batched outcomes may be recorded now (see `_flush_when_idle`)."""
+        if self.batched and self.idle is not None:
+            self.idle.set()
 
     def waiter(self, op_id: str) -> _Waiter:
         waiter = self.waiters.get(op_id)
@@ -359,53 +380,12 @@ class WorkflowContext:
 
     # -- cancellation bookkeeping ---------------------------------------------
 
-    def task_started(self) -> None:
-        self.active += 1
-        self._check_quiet()
-
-    def task_finished(self) -> None:
-        self.active -= 1
-        self._check_quiet()
-        self.state_changed()
-
-    def park(self, op_id: str, kind: str) -> None:
-        """The calling task now waits on a durable op (a possible delivery boundary)."""
-        self.parked[op_id] = kind
-        self.active -= 1
-        self._check_quiet()
-        self.state_changed()
-        self.check_redelivery()
-
-    def unpark(self, op_id: str) -> None:
-        self.parked.pop(op_id, None)
-        self.active += 1
-        self._check_quiet()
-
-    def block(self) -> None:
-        """The calling task waits for other workflow tasks (a task group's end, a
-        handle): it is not running, and it is not at a delivery boundary either."""
-        self.active -= 1
-        self._check_quiet()
-        self.state_changed()
-
-    def unblock(self) -> None:
-        self.active += 1
-        self._check_quiet()
-
-    def check_redelivery(self) -> None:
-        """Re-deliver a recorded cancellation once replay reaches its boundary
-        (after the same signals and updates as when it was delivered)."""
-        if (self.replay_delivery_pending and self.deliveries >= self.cancel_after
-                and self.replay_boundary <= self.parked.keys()):
-            self.redeliver()
-
     def state_changed(self) -> None:
         """Workflow code stopped running (a task parked, blocked or finished, a
         handler returned): conditions may hold now, deliveries may be due."""
         if self.conditions:
             self.check_conditions()
-        if self.inbox is not None:
-            self.inbox.poke()
+        self.host.poke()
 
     def check_conditions(self) -> None:
         for cond in list(self.conditions.values()):
@@ -418,72 +398,6 @@ class WorkflowContext:
             if satisfied:
                 cond.done = True
                 cond.event.set()
-
-    # -- deliveries (signals, updates): tasks stay at their ops while one is made --
-
-    def must_hold(self, op_id: str) -> bool:
-        return self.gated or op_id in self.holding
-
-    async def hold(self, op_id: str, kind: str, *, parked: bool) -> None:
-        """Stay at op `op_id` while a delivery is being made, or (replay) until
-        the deliveries recorded there have been made again."""
-        if not parked:
-            self.park(op_id, kind)
-        try:
-            while self.gated or op_id in self.holding:
-                await self.released.wait()
-        finally:
-            if not parked:
-                self.unpark(op_id)
-
-    def close_gate(self) -> None:
-        self.gated = True
-
-    def open_gate(self) -> None:
-        self.gated = False
-        self.release_held()
-
-    def release_held(self) -> None:
-        """Let tasks held at their ops look again (a delivery was made)."""
-        released, self.released = self.released, anyio.Event()
-        released.set()
-
-    def frontier(self) -> list[dict[str, str]]:
-        """Where every workflow task waits now: the ops of a delivery's frontier."""
-        return [{"op_id": op_id, "kind": kind} for op_id, kind in sorted(self.parked.items())]
-
-    @property
-    def quiet(self) -> anyio.Event:
-        """Set while no workflow task runs (every one waits on a durable op).
-
-        Made on demand: tasks park and unpark at every op, and only a delivery
-        ever waits for quiet, so the event is not replaced at each op.
-        """
-        if self._quiet is None:
-            self._quiet = anyio.Event()
-            if self.active <= 0:
-                self._quiet.set()
-        return self._quiet
-
-    def _check_quiet(self) -> None:
-        if self.active <= 0:
-            if self._quiet is not None:
-                self._quiet.set()
-            if self.batched and self.idle is not None:
-                self.idle.set()
-        elif self._quiet is not None and self._quiet.is_set():
-            self._quiet = None
-
-    def must_block(self, record: OpRecord | None, op_id: str) -> bool:
-        """Replay interrupts an op again where the live run interrupted it."""
-        if record is not None and record.interrupted:
-            return True
-        return self.replay_delivery_pending and op_id in self.replay_boundary
-
-    def redeliver(self) -> None:
-        self.replay_delivery_pending = False
-        if self.executor is not None:
-            self.executor.interrupt_code()
 
     def may_act_on_interrupt(self) -> bool:
         """Whether an interrupted op should apply its cancellation policy.

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from .._registry import WorkflowDefn
 from ..cancellation import CancellationContext
 from ..converter import decode_args
 from ..errors import (
@@ -30,12 +31,13 @@ from ..errors import (
     WriteRejected,
 )
 from ..failure import Failure, leaf_exceptions
-from ..store.records import ClientRequest, InboxItem, RunRecord, RunStatus
+from ..store.records import ClientRequest, InboxItem, OpRecord, RunRecord, RunStatus
 from ..store.writes import CloseRun, DeliverCancellation, Write
-from .context import WorkflowContext
+from .context import RunSetup, WorkflowContext
+from .handlers import Handler
 from .inbox import Inbox
 from .phases import phase_failure
-from .runtime import WorkflowRuntime
+from .runtime import Runtime, WorkflowRuntime
 from .state import enter_task
 
 
@@ -49,16 +51,17 @@ class RunExecutor:
     boundary.
     """
 
-    def __init__(self, ctx: WorkflowContext, on_done: Callable[[RunExecutor], None], *,
+    def __init__(self, run: RunRecord, ops: dict[str, OpRecord], defn: WorkflowDefn,
+                 setup: RunSetup, on_done: Callable[[RunExecutor], None], *,
                  scratch: bool = False) -> None:
         # scratch: a read-only replay (a query of an idle run, the Replayer): no
         # deadlines, no new cancellation, nothing recorded (its committer sees to that)
         self.scratch = scratch
+        self.ctx = ctx = WorkflowContext(run=run, ops=ops, defn=defn, setup=setup, host=self)
         ctx.scratch = scratch
-        self.ctx = ctx
-        self.run = ctx.run
-        ctx.executor = self
-        ctx.runtime = WorkflowRuntime(ctx)
+        self.run = run
+        self.runtime: Runtime = WorkflowRuntime(ctx)
+        self._inbox: Inbox | None = None
         self.scope: anyio.CancelScope | None = None
         self.code_scope: anyio.CancelScope | None = None
         self.stop_reason: str | None = None
@@ -107,10 +110,10 @@ class RunExecutor:
         silent) is, when None, whether history holds ops of the task."""
         ctx = self.ctx
         assert self._guard is not None, "workflow tasks start while the code runs"
-        ctx.task_started()  # running from now on, so no delivery is made before it waits
+        ctx.parking.task_started()  # running from now on, so no delivery is made before it waits
 
         async def run() -> None:
-            state = enter_task(ctx, path, clock)
+            state = enter_task(ctx, path, clock, self.runtime)
             if replaying is not None:
                 state.replaying = replaying
             scope = anyio.CancelScope()
@@ -124,7 +127,7 @@ class RunExecutor:
                 self.task_failed(exc)
             finally:
                 ctx.task_scopes.discard(scope)
-                ctx.task_finished()
+                ctx.parking.task_finished()
 
         self._guard.start_soon(run, name=f"workflow-task {path}")
 
@@ -153,11 +156,23 @@ class RunExecutor:
     # ---------------------------------------------------------------- signals, queries, updates
 
     def inbox(self) -> Inbox:
-        if self.ctx.inbox is None:
-            self.ctx.inbox = Inbox(self)
+        """The run's signals, queries and updates (made on the first one)."""
+        if self._inbox is None:
+            self._inbox = Inbox(self)
             if self._guard is not None:
-                self._guard.start_soon(self.ctx.inbox.serve)
-        return self.ctx.inbox
+                self._guard.start_soon(self._inbox.serve)
+        return self._inbox
+
+    def replay_due(self) -> bool:
+        """A delivery recorded in history is to be made again now (replay)."""
+        return self._inbox is not None and self._inbox.replay_due()
+
+    def poke(self) -> None:
+        if self._inbox is not None:
+            self._inbox.poke()
+
+    def deliver_buffered(self, handler: Handler, deliveries: list[Any]) -> None:
+        self.inbox().deliver_buffered(handler, deliveries)
 
     def on_interaction(self, item: InboxItem | ClientRequest) -> None:
         """A signal, query or update for this run arrived (an in-process wake-up)."""
@@ -165,7 +180,7 @@ class RunExecutor:
 
     def on_run_state(self, run: RunRecord) -> None:
         """The run's stored counters (a resync): fetch what arrived from elsewhere."""
-        if run.inbox_seq or run.request_seq or self.ctx.inbox is not None:
+        if run.inbox_seq or run.request_seq or self._inbox is not None:
             self.inbox().notice(run)
 
     def on_request(self, record: dict[str, Any]) -> None:
@@ -190,15 +205,15 @@ class RunExecutor:
         # Deliver where every task waits on a durable op, so replay finds the same
         # boundary; a task stuck in a non-durable await is not waited for long.
         with anyio.move_on_after(0.25):
-            while ctx.active > 0 or self.code_scope is None:
+            while ctx.parking.active > 0 or self.code_scope is None:
                 with anyio.move_on_after(0.01):
-                    await ctx.quiet.wait()
-        boundary = ctx.frontier()
+                    await ctx.parking.quiet.wait()
+        boundary = ctx.parking.frontier()
         ctx.delivering = True
         delivered_at = ctx.clock.now()
         try:
             await ctx.commit([DeliverCancellation(record["request_id"], boundary, delivered_at,
-                                                  deliveries=ctx.deliveries)])
+                                                  deliveries=ctx.parking.deliveries)])
         except Exception:
             self.stop("delivery could not be recorded")
             return
@@ -268,8 +283,8 @@ class RunExecutor:
                 and "cooperative_cancellation" in getattr(ctx.worker, "capabilities", ())
             ):
                 self.on_request(run.cancellation)
-            if ctx.inbox is not None:
-                guard.start_soon(ctx.inbox.serve)
+            if self._inbox is not None:
+                guard.start_soon(self._inbox.serve)
             try:
                 outcome = await self._run_code()
             finally:
@@ -293,9 +308,9 @@ class RunExecutor:
                 "changed in a way that skips part of its history. The run is marked for "
                 "review; deploy the old code or terminate the run"))
         writes: list[Write] = [outcome]
-        if ctx.inbox is not None and not outcome.needs_review:
+        if self._inbox is not None and not outcome.needs_review:
             # updates still running fail with the run's close
-            writes = [*ctx.inbox.unfinished_updates(outcome.status), outcome]
+            writes = [*self._inbox.unfinished_updates(outcome.status), outcome]
         try:
             await ctx.commit(writes)
         except WriteRejected as exc:
@@ -308,23 +323,22 @@ class RunExecutor:
 
     async def _run_code(self) -> CloseRun | None:
         ctx = self.ctx
-        state = enter_task(ctx, "0", self.run.started_at or self.run.created_at)
-        ctx.task_started()
+        state = enter_task(ctx, "0", self.run.started_at or self.run.created_at, self.runtime)
+        ctx.parking.task_started()
         try:
             args = decode_args(ctx.converter, self.run.input, ctx.defn.param_hints)
             with anyio.CancelScope() as code_scope:
                 self.code_scope = code_scope
                 if self._interrupt_pending:
                     code_scope.cancel()
-                main = ctx.defn.start(ctx)  # a class-based workflow: a fresh instance
-                if ctx.inbox is not None:
-                    await ctx.inbox.at_start()
+                main = self._start()
+                if self._inbox is not None:
+                    await self._inbox.at_start()
                 self.code_started = True
-                if ctx.inbox is not None:
-                    ctx.inbox.poke()
+                self.poke()
                 value = await main(*args)
-                if ctx.inbox is not None:
-                    ctx.inbox.check_finished()
+                if self._inbox is not None:
+                    self._inbox.check_finished()
             if ctx.fatal is not None:
                 raise ctx.fatal
             if ctx.cancellation is not None and not ctx.hard_stop:
@@ -357,8 +371,22 @@ class RunExecutor:
         except Exception as exc:
             return self._failed(exc)
         finally:
-            ctx.task_finished()
+            ctx.parking.task_finished()
             del state
+
+    def _start(self) -> Callable[..., Any]:
+        """What the run executes: the workflow function, or the run method of a
+        fresh instance of its class, whose handler methods become the run's
+        handlers."""
+        ctx = self.ctx
+        spec = ctx.defn.spec
+        if spec is None:
+            return ctx.defn.fn
+        instance = spec.cls()
+        ctx.instance = instance
+        ctx.handlers.bind_class(spec, instance)
+        run: Callable[..., Any] = getattr(instance, spec.run_method)
+        return run
 
     def _cancelled(self, value: Any) -> CloseRun:
         ctx = self.ctx

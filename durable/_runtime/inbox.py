@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -45,13 +45,11 @@ from ..errors import (
 from ..failure import Failure
 from ..store.records import ClientRequest, InboxItem, RunRecord
 from ..store.writes import AcceptUpdate, CompleteUpdate, DeliverSignal, Write
+from .context import RunHost, WorkflowContext
 from .handlers import Handler
 from .readonly import QueryRuntime
+from .runtime import Runtime
 from .state import as_task, new_task_state
-
-if TYPE_CHECKING:
-    from .context import WorkflowContext
-    from .executor import RunExecutor
 
 #: How long a delivery waits for every workflow task to wait on a durable op.
 #: A task stuck in a non-durable await (which would not replay either) is not
@@ -60,6 +58,20 @@ QUIET_WAIT = 1.0
 #: How long a query handler (or an update validator) may take.
 QUERY_TIMEOUT = 5.0
 _REMEMBERED_REQUESTS = 10_000
+
+
+class DeliveryHost(RunHost, Protocol):
+    """What the inbox needs of the run's executor: its context and runtime,
+    one delivery at a time, and whether the code has started."""
+
+    ctx: WorkflowContext
+    runtime: Runtime
+    delivery_lock: anyio.Lock
+    code_started: bool
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail the run with `exc` (a handler's error)."""
+        ...
 
 
 @dataclass
@@ -91,7 +103,7 @@ class Delivery:
 class Inbox:
     """One run's signals, updates and queries, as its executor sees them."""
 
-    executor: RunExecutor
+    executor: DeliveryHost
     replay: deque[Delivery] = field(default_factory=deque)
     signals: dict[int, InboxItem] = field(default_factory=dict)  # received, not delivered
     requests: deque[ClientRequest] = field(default_factory=deque)
@@ -137,7 +149,7 @@ class Inbox:
         self.replayed_up_to = max([0, *(d.number for d in recorded)])
         for d in recorded:
             for op_id in d.frontier_ids:
-                ctx.holding[op_id] = ctx.holding.get(op_id, 0) + 1
+                ctx.parking.holding[op_id] = ctx.parking.holding.get(op_id, 0) + 1
         # (max with what early arrivals already taught us: never go back)
         self.inbox_seq = max([self.inbox_seq, run.inbox_seq, *(i.seq for i in items)])
         self.request_seq = max(self.request_seq, run.request_seq)
@@ -184,7 +196,7 @@ class Inbox:
                 if self.wanted is not None:
                     await self._fetch()
                 if self.replay:
-                    if self.replay[0].frontier_ids <= self.ctx.parked.keys():
+                    if self.replay_due():
                         async with self.executor.delivery_lock:
                             await self._until_quiet()
                             await self._replay_next()
@@ -202,12 +214,18 @@ class Inbox:
             self.ctx.log.warning("inbox_stopped", error=repr(exc))
             self.executor.stop("a delivery could not be recorded")
 
+    def replay_due(self) -> bool:
+        """The next delivery recorded in history can be made again: every op of
+        its frontier has a task parked at it."""
+        return bool(self.replay) and (
+            self.replay[0].frontier_ids <= self.ctx.parking.parked.keys())
+
     def _live(self) -> bool:
         """Whether new deliveries may be made: the code runs, replay caught up,
         the run is not being stopped. (After a delivered cancellation they go
         on: cleanup code may wait for a signal or take an update.)"""
         ctx = self.ctx
-        return (self.executor.code_started and not ctx.replay_delivery_pending
+        return (self.executor.code_started and not ctx.parking.replay_delivery_pending
                 and not ctx.closing and not ctx.failing and not ctx.hard_stop
                 and not ctx.delivering and not ctx.scratch)
 
@@ -231,10 +249,10 @@ class Inbox:
         """Until every workflow task waits on a durable op (bounded: see QUIET_WAIT)."""
         ctx = self.ctx
         with anyio.move_on_after(QUIET_WAIT) as bound:
-            while ctx.active > 0:
-                await ctx.quiet.wait()
+            while ctx.parking.active > 0:
+                await ctx.parking.quiet.wait()
         if bound.cancelled_caught:
-            ctx.log.warning("delivery_without_quiet", running_tasks=ctx.active,
+            ctx.log.warning("delivery_without_quiet", running_tasks=ctx.parking.active,
                             hint="a workflow task waits on something that is not a durable "
                                  "op; it will not replay deterministically")
 
@@ -246,7 +264,7 @@ class Inbox:
         them first; queries and updates wait for the code to have registered
         its handlers: a function workflow does that as it runs)."""
         ctx = self.ctx
-        ctx.block()  # the main task has not started: it waits for nothing but this
+        ctx.parking.block()  # the main task has not started: it waits for nothing but this
         try:
             while self.replay and not self.replay[0].frontier:
                 await self._replay_next()
@@ -254,23 +272,23 @@ class Inbox:
                 async with self.executor.delivery_lock:
                     await self._serve_live(requests=False)
         finally:
-            ctx.unblock()
+            ctx.parking.unblock()
 
     async def _replay_next(self) -> None:
         ctx = self.ctx
         d = self.replay.popleft()
-        ctx.close_gate()
+        ctx.parking.close_gate()
         try:
             await self._run(d, live=False)
         finally:
             for op_id in d.frontier_ids:
-                left = ctx.holding.get(op_id, 0) - 1
+                left = ctx.parking.holding.get(op_id, 0) - 1
                 if left > 0:
-                    ctx.holding[op_id] = left
+                    ctx.parking.holding[op_id] = left
                 else:
-                    ctx.holding.pop(op_id, None)
-            ctx.open_gate()
-        ctx.check_redelivery()
+                    ctx.parking.holding.pop(op_id, None)
+            ctx.parking.open_gate()
+        ctx.parking.check_redelivery()
 
     def check_finished(self) -> None:
         """The main code returned: every recorded delivery must have been made again."""
@@ -297,15 +315,15 @@ class Inbox:
                 handler = ctx.handlers.get("signal", item.name)
                 if handler is not None and handler.is_async:
                     break  # its task may wait on ops: the next frontier includes them
-            frontier, now = ctx.frontier(), ctx.clock.now()
+            frontier, now = ctx.parking.frontier(), ctx.clock.now()
             deliveries = [
-                Delivery(ctx.deliveries + 1 + i, "signal", item.name, item.input, frontier, now,
-                         item.seq)
+                Delivery(ctx.parking.deliveries + 1 + i, "signal", item.name, item.input,
+                         frontier, now, item.seq)
                 for i, item in enumerate(batch)
             ]
             writes: list[Write] = [DeliverSignal(d.seq or 0, d.name, d.number, d.frontier,
                                                  d.delivered_at) for d in deliveries]
-            ctx.close_gate()
+            ctx.parking.close_gate()
             try:
                 await ctx.commit(writes)
                 for item in batch:
@@ -314,7 +332,7 @@ class Inbox:
                 for d in deliveries:
                     await self._run(d, live=True)
             finally:
-                ctx.open_gate()
+                ctx.parking.open_gate()
         while requests and self.requests and not ctx.broken:
             request = self.requests.popleft()
             if request.kind == "query":
@@ -326,7 +344,7 @@ class Inbox:
         """Hand a delivery to its handler (gate closed); return once the handler
         has returned or waits on a durable op."""
         ctx = self.ctx
-        ctx.deliveries = d.number
+        ctx.parking.deliveries = d.number
         handler = ctx.handlers.get(d.kind, d.name)
         if handler is None and d.kind == "signal":
             ctx.handlers.buffered.setdefault(d.name, []).append(d)
@@ -348,7 +366,8 @@ class Inbox:
         ctx = self.ctx
         args = decode_args(ctx.converter, d.input, handler.hints)
         if not handler.is_async:
-            state = new_task_state(ctx, d.path, d.delivered_at, replaying=replaying)
+            state = new_task_state(ctx, d.path, d.delivered_at, replaying=replaying,
+                                   runtime=self.executor.runtime)
             value: Any = None
             error: Exception | None = None
             with as_task(state):
@@ -401,7 +420,8 @@ class Inbox:
 
                 self.executor.spawn_task(d.path, d.delivered_at, replaying, body)
                 continue
-            state = new_task_state(ctx, d.path, d.delivered_at, replaying=replaying)
+            state = new_task_state(ctx, d.path, d.delivered_at, replaying=replaying,
+                                   runtime=self.executor.runtime)
             with as_task(state):
                 try:
                     handler.fn(*args)
@@ -460,14 +480,14 @@ class Inbox:
                                  error=repr(exc))
 
     async def _answer_query(self, request: ClientRequest) -> None:
-        self.ctx.close_gate()
+        self.ctx.parking.close_gate()
         try:
             # A query never sees an outcome that a crash could still take back:
             # batched local-activity outcomes are recorded before it is answered.
             await self.ctx.flush()
             answer = await answer_query(self.ctx, request.name, request.input)
         finally:
-            self.ctx.open_gate()
+            self.ctx.parking.open_gate()
         await self._answer(request, answer)
 
     async def _offer_update(self, request: ClientRequest) -> None:
@@ -484,7 +504,7 @@ class Inbox:
                 f"{request.name!r} (it has: {', '.join(ctx.handlers.names('update')) or 'none'})"))
             return
         if handler.validator is not None:
-            ctx.close_gate()
+            ctx.parking.close_gate()
             try:
                 await run_read_only(ctx, handler.validator, handler.hints, request.input,
                                     f"the validator of update {request.name!r}")
@@ -492,17 +512,18 @@ class Inbox:
                 await self._answer(request, _rejection(str(exc), exc))
                 return
             finally:
-                ctx.open_gate()
-        d = Delivery(ctx.deliveries + 1, "update", request.name, request.input, ctx.frontier(),
-                     ctx.clock.now(), update_id=update_id, request_id=request.request_id)
-        ctx.close_gate()
+                ctx.parking.open_gate()
+        d = Delivery(ctx.parking.deliveries + 1, "update", request.name, request.input,
+                     ctx.parking.frontier(), ctx.clock.now(), update_id=update_id,
+                     request_id=request.request_id)
+        ctx.parking.close_gate()
         try:
             await ctx.commit([AcceptUpdate(update_id, d.name, d.input, d.number, d.frontier,
                                            d.delivered_at, request.request_id)])
             self.updates[update_id] = d
             await self._run(d, live=True)
         finally:
-            ctx.open_gate()
+            ctx.parking.open_gate()
 
 
 def _rejection(message: str, exc: BaseException | None = None) -> dict[str, Any]:

@@ -58,8 +58,7 @@ def register_handler(ctx: WorkflowContext, kind: str, name: str, fn: Callable[..
     handler = make_handler(kind, name, fn, validator)
     kept = ctx.handlers.add(handler)
     if kept:
-        assert ctx.executor is not None
-        ctx.executor.inbox().deliver_buffered(handler, kept)
+        ctx.host.deliver_buffered(handler, kept)
 
 
 # ---------------------------------------------------------------- condition waits
@@ -75,7 +74,7 @@ async def wait_condition(ctx: WorkflowContext, state: TaskState, predicate: Call
         return True
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.CONDITION, "wait_condition")
-    if record is not None and record.closed and not ctx.must_block(record, op_id):
+    if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
         return await _replay_condition(ctx, state, op_id, record, predicate)
     if record is None:
         await live_gate(ctx)
@@ -233,11 +232,11 @@ class ActivityHandle:
     async def result(self) -> Any:
         if not self._done.is_set():
             ctx = current_task_state().ctx
-            ctx.block()
+            ctx.parking.block()
             try:
                 await self._done.wait()
             finally:
-                ctx.unblock()
+                ctx.parking.unblock()
         if self._error is not None:
             raise self._error
         return self._value
@@ -299,8 +298,7 @@ def start_activity(ctx: WorkflowContext, state: TaskState, activity: Callable[..
             handle._scheduled.set()
             handle._done.set()
 
-    assert ctx.executor is not None
-    ctx.executor.spawn_task(path, state.clock, None, body)
+    ctx.host.spawn_task(path, state.clock, None, body)
     return handle
 
 
@@ -339,8 +337,7 @@ class ExternalWorkflowHandle:
 
         Raises `WorkflowNotFound`, or `RunAlreadyClosed` when it is closed.
         """
-        state = current_task_state()
-        _writable(state, "ExternalWorkflowHandle.signal")
+        state = require_writable("ExternalWorkflowHandle.signal")
         ctx = state.ctx
         payload = ctx.encode(list(args), f"the arguments of signal {name!r}")
         await _external(ctx, state, f"signal:{name}", lambda op_id: SignalExternal(
@@ -352,8 +349,7 @@ class ExternalWorkflowHandle:
         `request_cancellation`: the first request is accepted, a repeat returns
         the original. Raises `WorkflowNotFound`, `RunAlreadyClosed`,
         `CapabilityUnsupported`."""
-        state = current_task_state()
-        _writable(state, "ExternalWorkflowHandle.request_cancellation")
+        state = require_writable("ExternalWorkflowHandle.request_cancellation")
         seconds = to_seconds(cleanup_timeout, "cleanup_timeout")
         if seconds is None or seconds <= 0:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds")
@@ -364,7 +360,3 @@ class ExternalWorkflowHandle:
         return CancellationRequestResult(bool(data.get("accepted")),
                                          CancellationContext.from_record(data["request"]))
 
-
-def _writable(state: TaskState, what: str) -> None:
-    if state.runtime is not None and getattr(state.runtime, "read_only", False):
-        state.runtime.refuse(what)

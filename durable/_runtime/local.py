@@ -48,7 +48,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     defn = require_activity(activity)
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.LOCAL_ACTIVITY, defn.name)
-    if record is not None and not ctx.must_block(record, op_id):
+    if record is not None and not ctx.parking.must_block(record, op_id):
         await leave(ctx, op_id, OpKind.LOCAL_ACTIVITY)
         return outcome(ctx, state, record, defn.return_hint)
     started = ctx.clock.now()
@@ -65,7 +65,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             ),
         )])
 
-    if ctx.must_block(record, op_id):
+    if ctx.parking.must_block(record, op_id):
         # Replay of an op the live run interrupted: interrupt it again, do not re-run it.
         await interruptible(
             ctx, op_id, OpKind.LOCAL_ACTIVITY, anyio.sleep_forever,
@@ -91,7 +91,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     result: str | None = None
     value: Any = None
     actx: attempts.ActivityContext | None = None
-    ctx.park(op_id, OpKind.LOCAL_ACTIVITY)
+    details = attempts.details_encoder(ctx.converter, ctx.limits.payload_bytes)
+    ctx.parking.park(op_id, OpKind.LOCAL_ACTIVITY)
     try:
         while True:
             attempt += 1
@@ -103,7 +104,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 run_id=ctx.run.run_id, task_queue=ctx.run.task_queue, local=True,
                 scheduled_at=started, started_at=attempt_start, deadline=deadline_at,
                 heartbeat_timeout=None, heartbeat_details=None, clock=ctx.clock,
-                encode_details=ctx.details_encoder(), stop_grace=ctx.stop_grace,
+                encode_details=details, stop_grace=ctx.stop_grace,
             )
             ctx.running_local[op_id] = actx
             timed_out: list[str] = []
@@ -137,15 +138,15 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             if ctx.batched:  # the backoff is a wait: what the run did so far is recorded
                 await ctx.flush()
             await ctx.clock.sleep_until(next_at)
-        if ctx.must_hold(op_id):  # a signal or update is being delivered here
-            await ctx.hold(op_id, OpKind.LOCAL_ACTIVITY, parked=True)
+        if ctx.parking.must_hold(op_id):  # a signal or update is being delivered here
+            await ctx.parking.hold(op_id, OpKind.LOCAL_ACTIVITY, parked=True)
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
             with tracked_shield(ctx):
                 await record_interrupt(_stop_receipt(ctx, defn, actx, policy, attempt), attempt)
         raise
     finally:
-        ctx.unpark(op_id)
+        ctx.parking.unpark(op_id)
     write = RecordLocalActivity(op_id=op_id, name=defn.name, started_at=started,
                                 attempts=attempt, result=result, failure=failure)
     if batched and failure is None:

@@ -74,8 +74,8 @@ async def live_gate(ctx: WorkflowContext) -> None:
     anything is recorded, so its activity body never runs (Temporal's "cancel
     unsent"). Inside `cancellation_shield()` ops go ahead.
     """
-    if ctx.replay_delivery_pending:
-        ctx.redeliver()
+    if ctx.parking.replay_delivery_pending:
+        ctx.parking.redeliver()
         await anyio.lowlevel.checkpoint()
     await anyio.lowlevel.checkpoint_if_cancelled()
     if ctx.cancellation is not None:
@@ -104,33 +104,33 @@ async def interruptible(
     """Await a durable op; when a cancellation interrupts the await, apply the
     op's cancellation policy under a shield bounded by the cleanup deadline,
     then let the host's cancellation exception continue."""
-    block = ctx.must_block(ctx.recorded.get(op_id), op_id)
-    ctx.park(op_id, kind)
+    block = ctx.parking.must_block(ctx.recorded.get(op_id), op_id)
+    ctx.parking.park(op_id, kind)
     try:
         if block:
             await anyio.sleep_forever()
         result = await wait()
         if ctx.delivering:
             await anyio.sleep_forever()  # delivery is being recorded: this is the boundary
-        if ctx.must_hold(op_id):  # a signal or update is being delivered here
-            await ctx.hold(op_id, kind, parked=True)
+        if ctx.parking.must_hold(op_id):  # a signal or update is being delivered here
+            await ctx.parking.hold(op_id, kind, parked=True)
         return result
     except anyio.get_cancelled_exc_class():
         if ctx.may_act_on_interrupt():
             with tracked_shield(ctx):
                 await on_interrupt()
-                if ctx.must_hold(op_id):
-                    await ctx.hold(op_id, kind, parked=True)
+                if ctx.parking.must_hold(op_id):
+                    await ctx.parking.hold(op_id, kind, parked=True)
         raise
     finally:
-        ctx.unpark(op_id)
+        ctx.parking.unpark(op_id)
 
 
 async def leave(ctx: WorkflowContext, op_id: str, kind: str) -> None:
     """Before a replayed op returns its recorded outcome: stay while deliveries
     recorded at this op are made again (see durable/_runtime/inbox.py)."""
-    if ctx.must_hold(op_id):
-        await ctx.hold(op_id, kind, parked=False)
+    if ctx.parking.must_hold(op_id):
+        await ctx.parking.hold(op_id, kind, parked=False)
 
 
 def seconds_or_none(value: Seconds | None) -> float | None:
@@ -168,7 +168,7 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
     hint = defn.return_hint if defn is not None else None
     if record is not None and scheduled is not None:
         scheduled.set()
-    if record is not None and record.closed and not ctx.must_block(record, op_id):
+    if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
         await leave(ctx, op_id, OpKind.ACTIVITY)
         return outcome(ctx, state, record, hint)
     if record is None:
@@ -224,7 +224,7 @@ async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> No
     assert seconds is not None
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.TIMER, "sleep")
-    if record is not None and record.closed and not ctx.must_block(record, op_id):
+    if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
         await leave(ctx, op_id, OpKind.TIMER)
         outcome(ctx, state, record)
         return
@@ -277,7 +277,7 @@ class ChildHandle:
         own terminal error) when it did not complete."""
         ctx, op_id, options = self._ctx, self.op_id, self._options
         record = ctx.recorded.get(op_id)
-        if record is not None and record.closed and not ctx.must_block(record, op_id):
+        if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
             await leave(ctx, op_id, OpKind.CHILD)
             return outcome(ctx, self._state, record, self._hint)
         policy = options.cancellation
@@ -335,11 +335,11 @@ class Acknowledgement:
     async def _wait(self) -> None:
         if not self._done.is_set():
             state = current_task_state()
-            state.ctx.block()
+            state.ctx.parking.block()
             try:
                 await self._done.wait()
             finally:
-                state.ctx.unblock()
+                state.ctx.parking.unblock()
         if self._error is not None:
             raise self._error
 
@@ -353,21 +353,22 @@ def engine_call(ctx: WorkflowContext, work: Callable[[], Awaitable[None]]) -> Ac
             await work()
         except Exception as exc:
             ack._finish(exc)
-            if ctx.broken is not None and ctx.executor is not None:  # storage refused it
-                ctx.executor.stop("storage refused or failed a commit")
+            if ctx.broken is not None:  # storage refused it
+                ctx.host.stop("storage refused or failed a commit")
             return
         ack._finish(None)
 
-    assert ctx.executor is not None, "engine calls are made by a run's executor"
-    ctx.executor.spawn_engine(run)
+    ctx.host.spawn_engine(run)
     return ack
 
 
-def require_writable(what: str) -> None:
-    """Refuse a call that records something from read-only code (a query, a validator)."""
+def require_writable(what: str) -> TaskState:
+    """The calling task's state; a call that records something is refused
+    from read-only code (a query, a validator)."""
     state = current_task_state()
-    if state.runtime is not None and getattr(state.runtime, "read_only", False):
+    if getattr(state.runtime, "read_only", False):
         state.runtime.refuse(what)
+    return state
 
 
 async def start_child(ctx: WorkflowContext, state: TaskState,

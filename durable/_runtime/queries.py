@@ -11,18 +11,21 @@ drops the replay. The worker runs this loop beside its claim loops.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
 
+from .._registry import WorkflowDefn
 from ..failure import leaf_exceptions
 from ..store.records import ClientRequest
+from .context import RunSetup
 from .inbox import answer_query
 from .replay import replay_run
 
 if TYPE_CHECKING:
-    from ..worker import Worker
+    from ..store import Store
 
 #: How long one replay may take to answer a query before the answer says so.
 REPLAY_TIMEOUT = 30.0
@@ -34,10 +37,33 @@ PURGE_EVERY = 600.0
 FALLBACK_POLLS = 5
 
 
+class QueryWorker(Protocol):
+    """What answering queries of idle runs needs of its worker."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def task_queue(self) -> str: ...
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def poll_interval(self) -> float: ...
+    @property
+    def log(self) -> Any: ...
+    @property
+    def workflows(self) -> Mapping[str, WorkflowDefn]:
+        """The workflow types this worker runs, by name."""
+    @property
+    def run_setup(self) -> RunSetup:
+        """What the worker's runs are executed with (clock, converter, limits)."""
+
+
 class IdleQueries:
     """The worker's loop that answers queries of runs no live worker holds."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: QueryWorker) -> None:
         self.worker = worker
         self._event = anyio.Event()
 
@@ -59,14 +85,15 @@ class IdleQueries:
     async def _take(self, tg: anyio.abc.TaskGroup) -> None:
         worker = self.worker
         types = tuple(sorted(worker.workflows))
-        purged_at = worker.clock.now()
+        clock = worker.run_setup.clock
+        purged_at = clock.now()
         while True:
             # woken by a request's wake-up (or another process's commit); the slow
             # fallback only covers a wake-up that got lost
             with anyio.move_on_after(worker.poll_interval * FALLBACK_POLLS):
                 await self._event.wait()
             self._event = anyio.Event()
-            now = worker.clock.now()
+            now = clock.now()
             if now - purged_at > PURGE_EVERY:
                 purged_at = now
                 await worker.store.purge_requests(now - REQUEST_RETENTION)
@@ -91,7 +118,8 @@ class IdleQueries:
             answer = {"error": {"message": f"the run could not be replayed to answer the "
                                            f"query: {exc}"}}
         try:
-            await worker.store.answer_request(request.request_id, answer, worker.clock.now())
+            await worker.store.answer_request(request.request_id, answer,
+                                              worker.run_setup.clock.now())
         except Exception as exc:  # the caller times out and says so
             worker.log.warning("request_answer_failed", request_id=request.request_id,
                                error=repr(exc))
@@ -107,9 +135,9 @@ class IdleQueries:
         async def ask(ctx: Any) -> dict[str, Any]:
             return await answer_query(ctx, request.name, request.input)
 
-        outcome = await replay_run(defn, run, ops, inbox, worker=worker,
-                                   converter=worker.client.converter,
-                                   limits=worker.client.limits, then=ask)
+        setup = worker.run_setup
+        outcome = await replay_run(defn, run, ops, inbox, worker=setup.worker,
+                                   converter=setup.converter, limits=setup.limits, then=ask)
         if outcome.ctx.fatal is not None:
             return {"error": {"message": "the run does not replay with this worker's code, so "
                                          f"the query cannot be answered: {outcome.ctx.fatal}"}}

@@ -47,7 +47,7 @@ from ..store.writes import (
     SignalExternal,
     Write,
 )
-from .context import WorkerServices, WorkflowContext
+from .context import RunSetup, WorkerServices, WorkflowContext
 from .executor import RunExecutor
 
 T = TypeVar("T")
@@ -112,7 +112,7 @@ class ScratchCommitter:
             )
             ctx.fatal = ctx.fatal or error
             raise error
-        ctx.block()  # this task stops here: the run's state is what replay rebuilt
+        ctx.parking.block()  # this task stops here: the run's state is what replay rebuilt
         await anyio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -173,13 +173,12 @@ async def replay_run(
     then call `then` with the context (a query's answer, say)."""
     committer = ScratchCommitter(strict=strict and not run.is_open)
     # A clock that never moves: timers that have not fired in history do not fire.
-    ctx = WorkflowContext(
-        run=run, ops=dict(ops), defn=defn, worker=worker,
+    setup = RunSetup(
+        worker=worker, converter=converter, limits=limits, committer=committer,
         clock=clock or VirtualClock(run.closed_at or run.started_at or run.created_at),
-        converter=converter, limits=limits, committer=committer,
     )
-    committer.ctx = ctx
-    executor = RunExecutor(ctx, lambda _: None, scratch=True)
+    executor = RunExecutor(run, dict(ops), defn, setup, lambda _: None, scratch=True)
+    ctx = committer.ctx = executor.ctx
     executor.inbox().load(inbox, [], run)
     done = anyio.Event()
     outcome = ReplayOutcome(ctx, committer, finished=False)
@@ -192,9 +191,9 @@ async def replay_run(
                 done.set()
 
         tg.start_soon(execute)
-        await _settled(ctx, done)
+        await _settled(executor, done)
         outcome.finished = done.is_set() and committer.closed_with is not None
-        outcome.blocked_at = ctx.frontier()
+        outcome.blocked_at = ctx.parking.frontier()
         if then is not None and ctx.fatal is None:
             outcome.answer = await then(ctx)
         executor.stop("the replay is done")
@@ -202,13 +201,12 @@ async def replay_run(
     return outcome
 
 
-async def _settled(ctx: WorkflowContext, done: anyio.Event) -> None:
+async def _settled(executor: RunExecutor, done: anyio.Event) -> None:
     """Until the replayed code returned, or has nothing left to run."""
+    parking = executor.ctx.parking
     quiet_rounds = 0
     while quiet_rounds < _SETTLED_ROUNDS and not done.is_set():
         await anyio.lowlevel.checkpoint()
-        inbox = ctx.inbox
-        busy = (ctx.active > 0 or ctx.gated or ctx.replay_delivery_pending
-                or (inbox is not None and bool(inbox.replay)
-                    and inbox.replay[0].frontier_ids <= ctx.parked.keys()))
+        busy = (parking.active > 0 or parking.gated or parking.replay_delivery_pending
+                or executor.replay_due())
         quiet_rounds = 0 if busy else quiet_rounds + 1

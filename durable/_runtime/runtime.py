@@ -80,13 +80,13 @@ class TaskGroup:
         phases = list(parent.phases)  # a task started inside a phase runs in it
 
         async def child() -> None:
-            state = enter_task(ctx, path, parent.clock)
+            state = enter_task(ctx, path, parent.clock, parent.runtime)
             state.phases = phases
-            ctx.task_started()
+            ctx.parking.task_started()
             try:
                 await fn(*args)
             finally:
-                ctx.task_finished()
+                ctx.parking.task_finished()
 
         self._tg.start_soon(child, name=name or f"workflow-task {path}")
 
@@ -240,11 +240,11 @@ class WorkflowRuntime(Runtime):
             async with anyio.create_task_group() as tg:
                 yield TaskGroup(tg, state)
                 # the body is done: this task now only waits for its children
-                self.ctx.block()
+                self.ctx.parking.block()
                 blocked = True
         finally:
             if blocked:
-                self.ctx.unblock()
+                self.ctx.parking.unblock()
 
     @contextmanager
     def cancellation_shield(self) -> Iterator[anyio.CancelScope]:
@@ -314,7 +314,5 @@ def run_info(ctx: WorkflowContext) -> WorkflowInfo:
 def current() -> Runtime:
     """The runtime of the calling workflow task (a query's read-only one while a
     query runs); a clear error anywhere else."""
-    state = current_task_state()
-    runtime: Runtime | None = state.runtime or state.ctx.runtime
-    assert runtime is not None, "the executor sets a run's runtime before its code runs"
+    runtime: Runtime = current_task_state().runtime
     return runtime

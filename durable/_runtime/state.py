@@ -37,7 +37,9 @@ class TaskState:
     rng: random.Random = field(default_factory=random.Random)
     # durable phases this task runs inside, outermost first (see phases.py)
     phases: list[Any] = field(default_factory=list)
-    #: a runtime other than the run's (a query's read-only one), or None
+    #: what `durable.workflow`'s functions call in this task (a `runtime.Runtime`:
+    #: the run's, or a query's read-only one); typed loosely because the runtime
+    #: sits above this module
     runtime: Any = None
     #: the host loop's "current task" (asyncio's or trio's): its id() is `task`
     current_task: Callable[[], object | None] = asyncio.current_task
@@ -78,22 +80,23 @@ def current_task_state() -> TaskState:
     return state
 
 
-def enter_task(ctx: WorkflowContext, path: str, clock: float) -> TaskState:
-    """Make the calling task a workflow task with this path.
+def enter_task(ctx: WorkflowContext, path: str, clock: float, runtime: Any) -> TaskState:
+    """Make the calling task a workflow task with this path, calling `runtime`.
 
     It replays (its log lines stay silent) while history holds ops of this
     task or of tasks it spawned; a task with none runs live from the start.
     """
     current_task = _host_current_task()
     state = TaskState(path=path, task=id(current_task()), ctx=ctx, clock=clock,
-                      replaying=path in ctx.recorded_paths, current_task=current_task)
+                      replaying=path in ctx.recorded_paths, runtime=runtime,
+                      current_task=current_task)
     state.rng.seed(f"{ctx.run.run_id}/{path}")
     _task_state.set(state)
     return state
 
 
 def new_task_state(ctx: WorkflowContext, path: str, clock: float, *, replaying: bool,
-                   runtime: Any = None) -> TaskState:
+                   runtime: Any) -> TaskState:
     """State for code that runs as workflow task `path` in the calling anyio task
     (a handler run by the engine's own task; see `as_task`)."""
     current_task = _host_current_task()

@@ -88,11 +88,11 @@ async def run_units(ctx: WorkflowContext, state: TaskState, items: Iterable[Any]
                     result.failed[unit_key] = exc
 
     async def tracked(item: Any, unit_key: str) -> None:
-        ctx.task_started()  # counted like a workflow task for cancellation delivery
+        ctx.parking.task_started()  # counted like a workflow task for cancellation delivery
         try:
             await one(item, unit_key)
         finally:
-            ctx.task_finished()
+            ctx.parking.task_finished()
 
     if concurrency == 1:
         for item, unit_key in zip(items, keys, strict=True):

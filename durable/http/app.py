@@ -37,8 +37,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._log import get_logger
 from ..client import Client
-from ..driver import Wake
 from ..errors import ConfigurationError
+from ..wakes import Wake
 from .auth import ROLES, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
@@ -299,21 +299,13 @@ class ControlPlaneServer:
 
     # ------------------------------------------------------------ waiting
 
-    async def wait_for_change(self, run_id: str, seconds: float) -> None:
-        """Return on a wake-up naming the run (or another process's commit),
-        or after a bounded poll interval; holds no database connection."""
-        changed = anyio.Event()
-
-        def on_wake(wake: Wake) -> None:
-            if wake.key[0] == "any" or (wake.key[0] == "run" and wake.key[1] == run_id):
-                changed.set()
-
-        unsubscribe = self.client.driver.hub.subscribe(on_wake)
-        try:
-            with anyio.move_on_after(min(seconds, _HISTORY_POLL)):
-                await changed.wait()
-        finally:
-            unsubscribe()
+    async def wait_for_change(self, run_id: str, read: Callable[[], Awaitable[Any]],
+                              seconds: float) -> Any:
+        """`read` until it returns something, again on each wake-up naming the run
+        (or another process's commit) or a bounded poll; holds no database
+        connection while it waits."""
+        return await self.client.driver.hub.until({Wake.run(run_id).key}, read, seconds,
+                                                  poll=_HISTORY_POLL)
 
     async def _until_disconnect(self, request: Request,
                                 work: Callable[[], Awaitable[tuple[int, Any]]],

@@ -24,7 +24,7 @@ from .wire import encode_payload, event_to_wire, parse_payload, record_to_wire, 
 if TYPE_CHECKING:
     from ..client import Client
     from ..control import RunState
-    from ..store.records import StartRequest
+    from ..store.records import HistoryEvent, StartRequest
 
 STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
             "terminated", "continued"]
@@ -48,8 +48,10 @@ class Call:
     body: dict[str, Any]
     request_id: str
     max_wait: float
-    # Waits until the run may have changed (a wake-up or a bounded poll).
-    wait_for_change: Callable[[str, float], Awaitable[None]]
+    # (run_id, read, seconds): calls `read` until it returns something, again on
+    # each wake-up naming the run (or a bounded poll); None after `seconds`
+    # (`durable.wakes.WakeHub.until`)
+    wait_for_change: Callable[[str, Callable[[], Awaitable[Any]], float], Awaitable[Any]]
 
 
 Handler = Callable[[Call], Awaitable[tuple[int, Any]]]
@@ -401,14 +403,11 @@ async def history(call: Call) -> tuple[int, Any]:
     wait = min(float(p.get("wait") or 0), call.max_wait)
     events = await control.history(wf, state.run_id, after_sequence=after, limit=p["limit"])
     if not events and wait > 0 and state.is_open:
-        deadline = _now() + wait
-        while not events:
-            left = deadline - _now()
-            if left <= 0:
-                break
-            await call.wait_for_change(state.run_id, left)
-            events = await control.history(wf, state.run_id, after_sequence=after,
-                                           limit=p["limit"])
+        async def newer() -> list[HistoryEvent] | None:
+            return await control.history(wf, state.run_id, after_sequence=after,
+                                         limit=p["limit"]) or None
+
+        events = await call.wait_for_change(state.run_id, newer, wait) or []
     return 200, {
         "workflow_id": wf, "run_id": state.run_id,
         "events": [event_to_wire(e) for e in events],
@@ -513,12 +512,6 @@ async def repair_pass(call: Call) -> tuple[int, Any]:
 
 async def workflow_types(call: Call) -> tuple[int, Any]:
     return 200, {"workflow_types": sorted(await call.client.control.registered_types())}
-
-
-def _now() -> float:
-    import anyio
-
-    return anyio.current_time()
 
 
 # ---------------------------------------------------------------- the table

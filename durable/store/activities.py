@@ -15,6 +15,7 @@ from ..driver import Program, Row, Tx, ex, many, placeholders, q, q1
 from ..errors import ConfigurationError
 from ..failure import Failure
 from ..options import RetryPolicy
+from ..wakes import Wake
 from . import cancellation
 from .claims import fair_limit, ready_count
 from .events import Event, append_events, append_events_of_runs, record_failure
@@ -161,7 +162,7 @@ def _resolve_op(
     )
     op = OpRecord(task["op_id"], OpKind.ACTIVITY, task["activity_name"], status, result,
                   failure, None, now, task_id=task["task_id"])
-    tx.wake("run", task["run_id"], data=op)
+    tx.wake(Wake.run(task["run_id"], op))
     _attempt_notice(tx, task, event[0], failure, now)
     return None
 
@@ -170,13 +171,13 @@ def _attempt_notice(tx: Tx, task: Row, outcome: str, failure: Failure | None,
                     now: float) -> None:
     """What the logs and metrics say of an attempt that ended (in-process only)."""
     claimed = _column(task, "claimed_at")
-    tx.wake("attempt_ended", task["task_id"], local=True, data={
+    tx.wake(Wake.attempt_ended(task["task_id"], {
         "task_id": task["task_id"], "activity_type": task["activity_name"],
         "run_id": task["run_id"], "attempt": int(_column(task, "attempt") or 0),
         "outcome": outcome, "started_at": claimed, "ended_at": now,
         "failure_category": failure.category if failure else None,
         "timeout_kind": failure.timeout_kind if failure else None,
-    })
+    }))
 
 
 def _column(row: Row, name: str) -> Any:
@@ -228,7 +229,7 @@ def _retry_or_fail(
         if failure.timeout_kind is not None:
             data["timeout_kind"] = failure.timeout_kind
         yield from append_events(task["run_id"], [("ActivityRetryScheduled", data)], now)
-        tx.wake("activities", task["namespace"], task["task_queue"])
+        tx.wake(Wake.activities(task["namespace"], task["task_queue"]))
         _attempt_notice(tx, task, "ActivityRetryScheduled", failure, now)
         return "retry_scheduled"
     final_status = (AttemptStatus.TIMED_OUT if terminal_event == "ActivityTimedOut"
@@ -289,7 +290,7 @@ def time_out_task(tx: Tx, task: Row, now: float) -> Program[str | None]:
         yield from _retry_or_fail(tx, task, failure, True, now, "ActivityFailed")
         return kind
     failure = Failure.activity_timeout(kind, deadline, name, attempt)
-    tx.wake("activity_stop", task["task_id"])
+    tx.wake(Wake.activity_stop(task["task_id"]))
     yield from _retry_or_fail(tx, task, failure, True, now, "ActivityTimedOut")
     return kind
 

@@ -21,6 +21,7 @@ from ..errors import (
     WorkflowNotFound,
 )
 from ..failure import Failure
+from ..wakes import Wake
 from .events import Event, append_events
 from .records import (
     OP_COLUMNS,
@@ -97,7 +98,7 @@ def _record_request(tx: Tx, run: RunRecord, ctx: dict[str, Any], now: float) -> 
     )
     yield from append_events(run.run_id, [("CancellationRequested", public_context(ctx))],
                              now)
-    tx.wake("run", run.run_id)
+    tx.wake(Wake.run(run.run_id))
     return None
 
 
@@ -309,7 +310,7 @@ def request_activity_stop(
             "op_id": op.op_id, "activity_type": op.name, "task_id": op.task_id,
             "attempt": task["attempt"], "worker_id": task["owner"], **details,
         }))
-        tx.wake("activity_stop", op.task_id or "")
+        tx.wake(Wake.activity_stop(op.task_id or ""))
     if write.policy == "try_cancel":
         yield from _close_op(run.run_id, op, failure, now, ops, interrupted=not per_op)
     return None

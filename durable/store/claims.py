@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from ..driver import Program, Stmt, Tx, ex, many, placeholders, q
+from ..wakes import Wake
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -249,7 +250,7 @@ def release_runs(
             "op_id": task["op_id"], "task_id": task["task_id"], "attempt": task["attempt"],
             "worker_id": worker_id, "reason": "worker shutdown",
         })], now)
-        tx.wake("activities", task["namespace"], task["task_queue"])
+        tx.wake(Wake.activities(task["namespace"], task["task_queue"]))
     return None
 
 
@@ -264,7 +265,7 @@ def expire_leases(tx: Tx, worker_id: str, now: float) -> Program[int]:
         "UPDATE activity_tasks SET lease_expires_at = ?, deadline_at = ? WHERE owner = ? "
         "AND status = 'running' RETURNING namespace, task_queue", now, now, worker_id)
     for row in [*runs, *tasks]:
-        tx.wake("runs", row["namespace"], row["task_queue"])
-        tx.wake("activities", row["namespace"], row["task_queue"])
+        tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
+        tx.wake(Wake.activities(row["namespace"], row["task_queue"]))
     return len(runs) + len(tasks)
 

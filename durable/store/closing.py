@@ -13,6 +13,7 @@ from typing import Any
 from ..driver import Program, Row, Tx, ex, q, q1
 from ..errors import WorkflowNotFound
 from ..failure import Failure
+from ..wakes import Wake
 from . import cancellation
 from .events import Event, append_events, record_failure
 from .records import (
@@ -141,11 +142,10 @@ def close_run(
         )
         if run.parent_run_id is not None:
             yield from notify_parent(tx, run, status, result, failure, now)
-    tx.wake("run", run_id)
+    tx.wake(Wake.run(run_id))
     if run.schedule_id is not None and status != RunStatus.CONTINUED:
-        tx.wake("schedules", run.namespace, "closed")  # a fire may wait for it (_scheduler)
-    tx.wake("stopped", run_id, local=True, data=_stop_notice(run, status, closed_reason,
-                                                               failure, now))
+        tx.wake(Wake.schedule_run_closed(run.namespace))  # a fire may wait for it
+    tx.wake(Wake.stopped(run_id, _stop_notice(run, status, closed_reason, failure, now)))
     return next_run_id
 
 
@@ -189,7 +189,7 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             "op_id": task["op_id"], "activity_type": task["activity_name"],
             "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
         }))
-        tx.wake("activity_stop", task["task_id"])
+        tx.wake(Wake.activity_stop(task["task_id"]))
     phases = yield q(
         "SELECT op_id, name, kind FROM ops WHERE run_id = ? AND status = 'scheduled' "
         "AND kind IN ('phase', 'units')", run_id)
@@ -318,7 +318,7 @@ def notify_parent(
     op = OpRecord(child.parent_op_id, OpKind.CHILD, child.workflow_type, op_status, result,
                   op_failure, None, now, child_workflow_id=child.workflow_id,
                   child_run_id=child.run_id)
-    tx.wake("run", child.parent_run_id, data=op)
+    tx.wake(Wake.run(child.parent_run_id, op))
     return None
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from ..clock import to_iso
 from ..driver import Program, Tx, ex, q, q1
 from ..failure import Failure
+from ..wakes import Wake
 from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
@@ -150,7 +151,7 @@ def _schedule_activity(c: _RunCommit, w: ScheduleActivity) -> Program[None]:
         "schedule_to_start_deadline": to_iso(s2s),
         "schedule_to_close_deadline": to_iso(s2c),
     }))
-    c.tx.wake("activities", run.namespace, w.task_queue)
+    c.tx.wake(Wake.activities(run.namespace, w.task_queue))
     return None
 
 

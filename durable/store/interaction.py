@@ -32,6 +32,7 @@ from ..errors import (
     WorkflowNotFound,
 )
 from ..failure import Failure
+from ..wakes import Wake
 from . import cancellation
 from .events import Event, append_events
 from .records import (
@@ -140,9 +141,9 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
         data["sender"] = sender
     yield from append_events(run_id, [("SignalReceived", data)], now)
     item = InboxItem(run_id, seq, "signal", name, payload, now, "received")
-    tx.wake("run", run_id, data=item)
+    tx.wake(Wake.run(run_id, item))
     if not _live_owner(row, now):
-        tx.wake("runs", row["namespace"], row["task_queue"])
+        tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
     return item
 
 
@@ -215,13 +216,13 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
         kind, name, payload, update_id, now,
     )
     yield ex("UPDATE runs SET request_seq = request_seq + 1 WHERE run_id = ?", run.run_id)
-    tx.wake("run", run.run_id, data=ClientRequest(
+    tx.wake(Wake.run(run.run_id, ClientRequest(
         request_id, run.run_id, run.workflow_id, run.workflow_type, run.task_queue, kind, name,
-        payload, update_id, now))
+        payload, update_id, now)))
     if not run.is_open or not _live_owner(row, now):
-        tx.wake("requests", namespace, run.task_queue)
+        tx.wake(Wake.requests(namespace, run.task_queue))
         if run.is_open:
-            tx.wake("runs", namespace, run.task_queue)
+            tx.wake(Wake.runs(namespace, run.task_queue))
     return RequestTicket(run.run_id, request_id, None, run.workflow_type, run.task_queue)
 
 
@@ -254,7 +255,7 @@ def answer_request(tx: Tx, request_id: str, answer: dict[str, Any],
         "WHERE request_id = ? AND status <> 'answered'",
         json.dumps(answer, default=str), now, request_id,
     )
-    tx.wake("request", request_id)
+    tx.wake(Wake.request(request_id))
     return bool(count)
 
 
@@ -377,7 +378,7 @@ def deliver_signal(c: RunCommitState, w: DeliverSignal) -> Program[None]:
             "seq": w.seq, "name": w.name, "delivery": w.delivery, "frontier": w.frontier,
             "delivered_at": to_iso(w.delivered_at),
         }))
-        c.tx.wake("delivered", c.run.run_id)  # for whoever waits to see it handled
+        c.tx.wake(Wake.delivered(c.run.run_id))  # for whoever waits to see it handled
     return None
 
 
@@ -405,7 +406,7 @@ def accept_update(c: RunCommitState, w: AcceptUpdate) -> Program[None]:
         }))
     if w.request_id is not None:
         yield from answer_request(c.tx, w.request_id, {"accepted": True}, c.now)
-    c.tx.wake("update", run_id, w.update_id)
+    c.tx.wake(Wake.update(run_id, w.update_id))
     return None
 
 
@@ -423,7 +424,7 @@ def complete_update(c: RunCommitState, w: CompleteUpdate) -> Program[None]:
         else:
             data["failure"] = w.failure.to_dict()
         c.events.append(("UpdateCompleted", data))
-    c.tx.wake("update", c.run.run_id, w.update_id)
+    c.tx.wake(Wake.update(c.run.run_id, w.update_id))
     return None
 
 

@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 
 from .. import _json
 from ..deadlines import Deadlines
-from ..driver import Row
 from ..failure import Failure
+from ..program import Row
 
 
 class RunStatus(enum.StrEnum):
+    """A run's status: open while pending or running (`OPEN_STATUSES`), then closed."""
+
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -30,10 +32,24 @@ class RunStatus(enum.StrEnum):
 
     @property
     def is_open(self) -> bool:
-        return self in (RunStatus.PENDING, RunStatus.RUNNING)
+        return self in OPEN_STATUSES
 
 
+#: The one home of "open": a run (and a remote activity task: `AttemptStatus`
+#: has the same two) is open while pending or running; every other status is
+#: final. Python code asks `RunStatus.is_open` / ``in OPEN_STATUSES``, SQL
+#: uses `open_status_sql`.
 OPEN_STATUSES: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
+
+
+def open_status_sql(column: str = "status") -> str:
+    """SQL for "`column` is an open status": ``status IN ('pending', 'running')``.
+
+    The list is written out as literals, not parameters, so that a query's
+    predicate matches the partial indexes of `durable.store.schema` (whose
+    ``WHERE`` clauses use the same text) and the planner can use them.
+    """
+    return f"{column} IN ({', '.join(repr(str(s)) for s in OPEN_STATUSES)})"
 
 
 class OpKind(enum.StrEnum):

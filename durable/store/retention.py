@@ -21,6 +21,7 @@ from typing import Any
 
 from ..clock import to_iso
 from ..driver import Program, Tx, ex, placeholders, q, q1
+from ..wakes import Wake
 from .records import OPEN_STATUSES, dumps, loads
 from .schema import table_names
 
@@ -172,7 +173,7 @@ def set_retention(tx: Tx, namespace: str, seconds: float | None, now: float) -> 
         yield ex("INSERT INTO namespace_settings (namespace, retention_seconds, pruned, "
                  "last_pruned_at, updated_at) VALUES (?, ?, ?, NULL, ?)",
                  namespace, seconds, dumps({}), now)
-    tx.wake("retention", namespace)
+    tx.wake(Wake.retention(namespace))
     return None
 
 

@@ -8,6 +8,7 @@ from ..clock import to_iso
 from ..deadlines import Deadlines
 from ..driver import Program, Tx, ex, placeholders, q, q1
 from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
+from ..wakes import Wake
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -116,7 +117,7 @@ def insert_run(
         data["schedule_id"] = req.schedule_id
         data["scheduled_at"] = to_iso(req.scheduled_at)
     yield from append_events(run_id, [("WorkflowStarted", data)], now)
-    tx.wake("runs", req.namespace, req.task_queue)
+    tx.wake(Wake.runs(req.namespace, req.task_queue))
     return None
 
 
@@ -188,7 +189,7 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
         now, run.run_id,
     )
     yield from append_events(run.run_id, [("WorkflowReviewCleared", {})], now)
-    tx.wake("runs", run.namespace, run.task_queue)
+    tx.wake(Wake.runs(run.namespace, run.task_queue))
     return True
 
 

@@ -48,6 +48,7 @@ from ..schedules import (
     fire_workflow_id,
     jitter_delay,
 )
+from ..wakes import Wake
 from . import cancellation
 from .closing import close_run
 from .records import OPEN_STATUSES, RunStatus, StartRequest, dumps, loads, new_id, plus
@@ -375,7 +376,7 @@ class _Firing:
         yield from self._insert(fire)
         self.waiting.append(fire)
         self.s.buffered = len(self.waiting)
-        self.tx.wake("schedules", self.s.namespace)  # see durable._scheduler: a close may race
+        self.tx.wake(Wake.schedules(self.s.namespace))  # see durable._scheduler: a close may race
         return _fire_view(fire)
 
     def _supersede(self, fire: FireRecord) -> Program[None]:
@@ -578,7 +579,7 @@ def create(tx: Tx, namespace: str, schedule_id: str, d: ScheduleDefinition,
         int(s.paused), s.note, s.max_runs, s.remaining_actions, s.next_fire_at, s.due_at,
         s.last_fired_at, s.fires_count, s.skipped_count, s.buffered, s.fire_seq,
         s.last_skip_reason, s.last_skipped_at, s.created_at, s.updated_at)
-    tx.wake("schedules", namespace)
+    tx.wake(Wake.schedules(namespace))
     return None
 
 
@@ -588,7 +589,7 @@ def pause(tx: Tx, namespace: str, schedule_id: str, note: str | None,
     s.paused, s.note = True, note
     _plan(s, now)
     yield from _save(s, now)
-    tx.wake("schedules", namespace)
+    tx.wake(Wake.schedules(namespace))
     return None
 
 
@@ -599,7 +600,7 @@ def resume(tx: Tx, namespace: str, schedule_id: str, note: str | None,
     s.paused, s.note = False, note
     _plan(s, now)
     yield from _save(s, now)
-    tx.wake("schedules", namespace)
+    tx.wake(Wake.schedules(namespace))
     return None
 
 
@@ -626,7 +627,7 @@ def update(tx: Tx, namespace: str, schedule_id: str, changes: dict[str, Any],
     if {"spec", "jitter", "max_runs"} & changes.keys():
         _plan(s, now)
     yield from _save(s, now)
-    tx.wake("schedules", namespace)
+    tx.wake(Wake.schedules(namespace))
     return None
 
 
@@ -637,7 +638,7 @@ def delete(tx: Tx, namespace: str, schedule_id: str) -> Program[None]:
              namespace, schedule_id)
     yield ex("DELETE FROM schedules WHERE namespace = ? AND schedule_id = ?",
              namespace, schedule_id)
-    tx.wake("schedules", namespace)
+    tx.wake(Wake.schedules(namespace))
     return None
 
 

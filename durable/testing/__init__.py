@@ -384,7 +384,7 @@ class Replayer:
                 "does not replay"
             )
         return ReplayResult(run.workflow_type, str(run.status), len(seen & records.ops.keys()),
-                            ctx.deliveries,
+                            ctx.parking.deliveries,
                             outcome.finished)
 
 

@@ -1,0 +1,123 @@
+"""How a worker claims work: one loop for runs and activity attempts alike.
+
+A worker claims when it is woken (work was created here or, heard through
+the driver, in another process) and at a fallback poll, never more than it
+has room for nor more than its fair share (`durable.store.claims.fair_limit`).
+With many processes every notification wakes every claimer, so two rules
+keep them from stampeding (docs/deployment.md): after a claim that left
+ready work for others, a worker with room waits `CLAIM_TURN` first; a worker
+whose claim after another process's notification found nothing gathers such
+notifications for `CLAIM_GATHER` before claiming again.
+
+`ClaimLoop.claim_now()` returns once a claim pass begun after the call has
+finished, so that a test can show that nothing was claimed without sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+import anyio
+
+from ..store.records import Claimed
+
+T = TypeVar("T")
+
+#: most runs (or activity attempts) one claim takes; a claim also takes at most
+#: its fair share of the ready work (``durable.store.claims.fair_limit``)
+CLAIM_BATCH = 100
+#: after a claim that left ready work for others, a worker with room waits
+#: this long before claiming again, so that the others woken by the same
+#: notification take their share first (docs/deployment.md)
+CLAIM_TURN = 0.005
+#: a worker whose last claim found nothing gathers wake-ups from other
+#: processes this long before claiming again (a local wake-up claims at once):
+#: with N processes every notification wakes N claimers, of which one wins
+CLAIM_GATHER = 0.02
+
+
+class Trigger:
+    """A level-triggered wake-up: set() any number of times, wait() consumes it.
+
+    A wake-up heard from another process (``set(remote=True)``) may be
+    gathered: `wait(gather=...)` then waits that much longer, unless a local
+    wake-up comes, so that a burst of notifications costs one claim.
+    """
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self._local = anyio.Event()
+
+    def set(self, remote: bool = False) -> None:
+        self._event.set()
+        if not remote:
+            self._local.set()
+
+    async def wait(self, at_most: float, gather: float = 0.0) -> str | None:
+        """Wait until set, or `at_most` seconds (None); "local" if a local
+        wake-up came, else "remote"."""
+        with anyio.move_on_after(at_most):
+            await self._event.wait()
+        fired = self._event.is_set()
+        if fired and gather > 0 and not self._local.is_set():
+            with anyio.move_on_after(gather):
+                await self._local.wait()
+        how = ("local" if self._local.is_set() else "remote") if fired else None
+        self._event = anyio.Event()
+        self._local = anyio.Event()
+        return how
+
+
+class ClaimLoop(Generic[T]):
+    """Claims work of one kind and starts each item, for as long as it runs.
+
+    `room()` is how many more items the worker can take now, `claim(n)`
+    claims at most n of them (one storage transaction), `start(item)` starts
+    one. `trigger` is set by wake-ups (and when a full worker frees room).
+    """
+
+    def __init__(self, *, room: Callable[[], int], claim: Callable[[int], Awaitable[Claimed[T]]],
+                 start: Callable[[T], None], poll_interval: float) -> None:
+        self._room = room
+        self._claim = claim
+        self._start = start
+        self._poll_interval = poll_interval
+        self.trigger = Trigger()
+        #: claim passes begun and finished (a pass: claim, then start what it got)
+        self.begun = 0
+        self.passes = 0
+        self._passed = anyio.Event()
+
+    async def run(self) -> None:
+        woken: str | None = None
+        while True:
+            self.begun += 1
+            room = self._room()
+            claimed: Claimed[T] = Claimed()
+            if room > 0:
+                claimed = await self._claim(min(room, CLAIM_BATCH))
+                for item in claimed:
+                    self._start(item)
+            self._pass_done()
+            if claimed and claimed.backlog and room > len(claimed):
+                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
+                continue
+            # Lost the race for what a notification announced (every worker of
+            # every process heard it): gather the next ones before claiming.
+            lost = woken == "remote" and room > 0 and not claimed
+            woken = await self.trigger.wait(self._poll_interval, CLAIM_GATHER if lost else 0.0)
+
+    def _pass_done(self) -> None:
+        self.passes += 1
+        passed, self._passed = self._passed, anyio.Event()
+        passed.set()
+
+    async def claim_now(self) -> None:
+        """Claim now, and return once a claim pass begun after this call has
+        finished: whatever was claimable then has been claimed and started.
+        (For tests: shows that nothing was claimed, without sleeping.)"""
+        target = self.begun + 1  # a pass under way may have read before this call
+        self.trigger.set()
+        while self.passes < target:
+            await self._passed.wait()

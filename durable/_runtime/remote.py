@@ -1,0 +1,262 @@
+"""Remote activities: attempts a worker claims from the queue, runs and records.
+
+The twin of `local.py`. An attempt of a remote activity is claimed by any
+worker that has the activity (`ClaimLoop`), run by the shared attempt runner
+(`attempts.run_attempt`) under supervision, and its outcome recorded by one
+fenced write (`Store.complete_activity`): storage decides whether it still
+counts (a late or fenced attempt's result is refused, visibly) and whether
+a failure is retried.
+
+- **Supervision.** While the attempt runs, its heartbeats are flushed to
+  storage (throttled to one write per ``0.4 x heartbeat_timeout``, clamped
+  to 0.05-1 s), and it is asked to stop when storage says so (the heartbeat's
+  answer, an ``ACTIVITY_STOP`` wake-up, a resync) or when its own deadline
+  passes on this worker's clock.
+- **Recording through outages.** The outcome is written through
+  `Outage.retry`; a commit whose outcome is unknown is resolved by reading
+  the attempt back, never by guessing; a result storage refuses becomes a
+  non-retryable failure saying why.
+- **A worker's shutdown** hands running attempts back without using one up
+  (``release_runs``): an attempt stopped by it records nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from .._registry import ActivityDefn
+from ..converter import check_size
+from ..errors import StorageClosed, StorageUnavailable
+from ..failure import Failure
+from ..store.records import ActivityOutcome, ActivityTask, AttemptStatus, Claimed
+from . import attempts
+from .claiming import ClaimLoop
+from .context import RunSetup
+from .outage import Outage
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+
+class AttemptWorker(Protocol):
+    """What running remote attempts needs of its worker."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def task_queue(self) -> str: ...
+    @property
+    def worker_id(self) -> str: ...
+    @property
+    def lease_seconds(self) -> float: ...
+    @property
+    def poll_interval(self) -> float: ...
+    @property
+    def max_concurrent_activities(self) -> int: ...
+    @property
+    def log(self) -> Any: ...
+    @property
+    def run_setup(self) -> RunSetup:
+        """The clock, converter, limits and stop grace every attempt runs with."""
+    @property
+    def outage(self) -> Outage: ...
+    @property
+    def stopping(self) -> bool:
+        """The worker stops: an attempt stopped now is handed back, not recorded."""
+
+    def spawn(self, work: Callable[..., Any], *args: Any, name: str) -> bool:
+        """Start `work(*args)` in the worker's task group; False when stopping."""
+        ...
+
+    async def crash_point(self, point: str) -> None:
+        """A named point where a test may stop the worker abruptly."""
+        ...
+
+
+class RemoteActivities:
+    """A worker's remote activity attempts: claimed, run, recorded, supervised."""
+
+    def __init__(self, worker: AttemptWorker, activities: Mapping[str, ActivityDefn]) -> None:
+        self.worker = worker
+        self.activities = activities
+        #: attempts running now, by task id
+        self.running: dict[str, attempts.ActivityContext] = {}
+        names = tuple(sorted(activities))
+        self.claims: ClaimLoop[ActivityTask] = ClaimLoop(
+            room=lambda: worker.max_concurrent_activities - len(self.running),
+            claim=lambda n: self._claim(names, n),
+            start=lambda task: self.start(task),  # looked up at each call (tests wrap it)
+            poll_interval=worker.poll_interval)
+
+    async def _claim(self, names: tuple[str, ...], n: int) -> Claimed[ActivityTask]:
+        worker = self.worker
+        return await worker.store.claim_activities(
+            worker.namespace, worker.task_queue, worker.worker_id, names, n,
+            worker.lease_seconds, worker.run_setup.clock.now())
+
+    def stop(self, task_id: str, reason: str) -> None:
+        """Ask the running attempt of `task_id`, if it is ours, to stop."""
+        actx = self.running.get(task_id)
+        if actx is not None:
+            actx.request_stop(reason)
+
+    def stop_all(self, reason: str) -> None:
+        for actx in list(self.running.values()):
+            actx.request_stop(reason)
+
+    async def check_stop_requests(self) -> None:
+        """Stop the attempts storage asks this worker to stop (a resync: a
+        wake-up may have been missed)."""
+        if self.running:
+            for task_id in await self.worker.store.stop_requests(self.worker.worker_id):
+                self.stop(task_id, "a stop was requested for this attempt")
+
+    # ---------------------------------------------------------------- one attempt
+
+    def start(self, task: ActivityTask) -> None:
+        """Run a claimed attempt in the background (claimed while the worker
+        stops: not run; the release at exit hands it back)."""
+        setup = self.worker.run_setup
+        defn = self.activities[task.name]
+        deadlines = [d for d in (task.start_to_close_deadline, task.schedule_to_close_deadline)
+                     if d is not None]
+        actx = attempts.new_context(
+            defn, activity_id=task.task_id, attempt=task.attempt, workflow_id=task.workflow_id,
+            run_id=task.run_id, task_queue=task.task_queue, local=False,
+            scheduled_at=task.scheduled_at, started_at=task.claimed_at,
+            deadline=min(deadlines) if deadlines else None,
+            heartbeat_timeout=task.options.get("heartbeat_timeout"),
+            heartbeat_details=setup.converter.decode(task.heartbeat_details),
+            clock=setup.clock, stop_grace=setup.stop_grace,
+            encode_details=attempts.details_encoder(setup.converter, setup.limits.payload_bytes),
+        )
+        if self.worker.spawn(self._run, task, defn, actx,
+                             name=f"durable activity {task.name}/{task.task_id}"):
+            self.running[task.task_id] = actx
+
+    async def _run(self, task: ActivityTask, defn: ActivityDefn,
+                   actx: attempts.ActivityContext) -> None:
+        worker = self.worker
+        setup = worker.run_setup
+        what = f"the result of activity {task.name!r}"
+        result: str | None = None
+        failure: Failure | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._supervise, task, actx)
+                try:
+                    args = attempts.arguments(defn, setup.converter, task.input)
+                    value = await attempts.run_attempt(actx, defn, args)
+                    await worker.crash_point("after_effect")
+                    result = setup.converter.encode(value, what)
+                    check_size(result, setup.limits.payload_bytes, what)
+                except Exception as exc:
+                    result, failure = None, attempts.attempt_failure(exc, actx, defn)
+                finally:
+                    tg.cancel_scope.cancel()
+            if worker.stopping and failure is not None and failure.category == "stopped":
+                return  # stopped by this worker's shutdown: handed back without a retry
+            with anyio.CancelScope(shield=True):
+                outcome = await self._record(task, result, failure)
+            if outcome is not None and outcome.status == "refused":
+                worker.log.info("activity_result_refused", task_id=task.task_id,
+                                activity=task.name, attempt=task.attempt, reason=outcome.reason)
+        finally:
+            if actx.abandoned:
+                worker.log.warning("activity_thread_abandoned", task_id=task.task_id,
+                                   activity=task.name, grace=setup.stop_grace,
+                                   hint="it ignored its stop; use process_isolated=True for "
+                                        "code that cannot check activity.heartbeat()")
+            self.running.pop(task.task_id, None)
+            if len(self.running) + 1 >= worker.max_concurrent_activities:
+                self.claims.trigger.set()  # it was full: claim again now
+
+    async def _record(self, task: ActivityTask, result: str | None,
+                      failure: Failure | None) -> ActivityOutcome | None:
+        """Record an attempt's outcome, through storage outages.
+
+        An outcome-unknown commit is resolved by reading the attempt back,
+        never guessed; a result storage refuses becomes a (non-retryable)
+        failure saying why. Gives up (None) when the client closed, when
+        the worker stops during an outage (the lease then hands the attempt
+        to another worker), or on an unexpected error (logged).
+        """
+        worker = self.worker
+        while True:
+            async def complete(result: str | None = result,
+                               failure: Failure | None = failure) -> ActivityOutcome:
+                return await worker.store.complete_activity(
+                    task.task_id, task.attempt, worker.worker_id, result, failure,
+                    worker.run_setup.clock.now())
+
+            try:
+                return await worker.outage.retry("record_attempt", complete,
+                                                 landed=lambda: self._settled(task))
+            except Exception as exc:
+                if result is None:
+                    worker.log.exception("activity_outcome_not_recorded",
+                                         task_id=task.task_id, error=repr(exc))
+                    return None
+                # the result itself could not be stored: record why instead
+                result, failure = None, Failure(
+                    "storage_rejected", f"the result of activity {task.name!r} could not be "
+                    f"stored: {type(exc).__name__}: {exc}", "durable.WriteRejected",
+                    details={"non_retryable": True})
+
+    async def _settled(self, task: ActivityTask) -> bool:
+        """After a lost commit: is our attempt no longer running (recorded or fenced)?"""
+        worker = self.worker
+
+        async def still_ours() -> bool:
+            state = await worker.store.attempt_state(task.task_id)
+            return state is not None and (
+                state[0] == AttemptStatus.RUNNING and state[1] == task.attempt
+                and state[2] == worker.worker_id)
+
+        ours = await worker.outage.retry("record_attempt", still_ours)
+        return not ours  # None (the worker stops): nothing more to do either
+
+    async def _supervise(self, task: ActivityTask, actx: attempts.ActivityContext) -> None:
+        """Flush heartbeats (throttled) and stop the attempt when storage says so."""
+        worker = self.worker
+        clock = worker.run_setup.clock
+        hb_timeout = task.options.get("heartbeat_timeout")
+        throttle = max(0.05, min(1.0, hb_timeout * 0.4)) if hb_timeout else 1.0
+        local_deadline = actx.deadline
+
+        async def expire() -> None:
+            if local_deadline is not None:
+                await clock.sleep_until(local_deadline)
+                actx.request_stop("the attempt's deadline passed")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(expire)
+            last_flush = -math.inf
+            while True:
+                with anyio.move_on_after(throttle):  # fallback tick for non-anyio threads
+                    await actx.wakeup.wait()
+                actx.wakeup = anyio.Event()
+                # Throttle on the engine's clock, so virtual time keeps the same rules.
+                await clock.sleep_until(last_flush + throttle)
+                dirty, details = actx.take_details()
+                if not dirty:
+                    continue
+                last_flush = clock.now()
+                try:
+                    ack = await worker.store.heartbeat_activity(
+                        task.task_id, task.attempt, worker.worker_id, details, last_flush,
+                    )
+                except StorageClosed:
+                    actx.request_stop("the worker's storage was closed")
+                    return
+                except StorageUnavailable as exc:
+                    worker.outage.storage_down("heartbeat", exc)
+                    continue  # the next heartbeat tries again; the details are kept
+                if not ack.accepted or ack.stop_requested:
+                    actx.request_stop(ack.reason or "stop requested")

@@ -1,0 +1,67 @@
+"""Programs: what a domain transaction is, as a driver sees it.
+
+A program is a generator that yields statements (`Stmt`, made with `q`,
+`q1`, `ex` and `many`; ``?`` placeholders) and receives each one's result:
+rows (`Row`, indexable by column name), one row or None, a row count. The
+store's domain transactions (`durable.store`) are written once as programs;
+a driver runs one as one transaction (`durable.driver.Driver.run`). This
+vocabulary sits below both, so that the records the store builds from rows
+and the driver that runs programs do not need each other; driver authors
+import it from `durable.driver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+StmtMode = Literal["all", "one", "exec", "many"]
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """One statement of a program and how to run it.
+
+    mode ``all`` returns the rows, ``one`` the first row or None, ``exec`` the
+    row count, ``many`` runs `sql` once per entry of `params_seq` (None).
+    `autocommit` marks a program's only statement as self-contained: a driver
+    may send it without BEGIN/COMMIT (one round trip).
+    """
+
+    sql: str
+    params: Sequence[Any] = ()
+    mode: StmtMode = "all"
+    params_seq: Sequence[Sequence[Any]] = ()
+    autocommit: bool = False
+
+
+Row = Any  # a row indexable by column name (sqlite3.Row, asyncpg.Record, ...)
+Program = Generator[Stmt, Any, T]
+
+
+def q(sql: str, *params: Any) -> Stmt:
+    """A query returning all rows."""
+    return Stmt(sql, params, "all")
+
+
+def q1(sql: str, *params: Any) -> Stmt:
+    """A query returning its first row, or None."""
+    return Stmt(sql, params, "one")
+
+
+def ex(sql: str, *params: Any) -> Stmt:
+    """A statement returning its row count."""
+    return Stmt(sql, params, "exec")
+
+
+def many(sql: str, params_seq: Sequence[Sequence[Any]]) -> Stmt:
+    """One statement run for each parameter tuple (executemany)."""
+    return Stmt(sql, (), "many", params_seq)
+
+
+def placeholders(n: int) -> str:
+    """``?, ?, ...`` for an IN list of n values."""
+    return ",".join("?" * n)

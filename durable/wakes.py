@@ -1,0 +1,298 @@
+"""Wake-ups: the one way the storage layer tells the engine that something changed.
+
+A committed transaction names what it changed with `Wake` values (built by
+the constructors below, one per `WakeKind`); once it has committed, the
+driver publishes them on its `WakeHub`, and every subscriber in the process
+(workers, waiting clients, the observers) hears them. A driver that tells
+other processes about commits (PostgreSQL's NOTIFY) sends the keys of the
+non-`local` ones; a driver that only knows *that* another process committed
+publishes `Wake.any()` ("look at everything"). A wake-up is a hint, never
+the news itself: whoever hears one re-reads what it cares about, so a lost
+or duplicated wake-up costs latency, never correctness (every waiter also
+polls, slowly).
+
+This is the only upward path from the driver to the engine (the data
+otherwise flows one way: engine -> store -> driver).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+#: How often a waiter re-reads at first when no wake-up comes; the interval
+#: doubles up to the waiter's `poll` (a commit nobody announced here, such as
+#: another process's while no worker watches the driver, is found that way).
+FIRST_POLL = 0.005
+
+
+class WakeKind(enum.StrEnum):
+    """What a wake-up is about: the first element of its key.
+
+    - ``ANY`` ``("any",)``: another process committed something; look at all.
+    - ``RUN`` ``("run", run_id)``: one run changed: an op closed (data: its
+      `OpRecord`), a signal, query or update arrived (data: the item), or its
+      state did (no data: re-read the run).
+    - ``RUNS`` ``("runs", namespace, task_queue)``: runs may be ready to claim.
+    - ``ACTIVITIES`` ``("activities", namespace, task_queue)``: attempts may be.
+    - ``ACTIVITY_STOP`` ``("activity_stop", task_id)``: a running attempt was
+      fenced or asked to stop.
+    - ``REQUESTS`` ``("requests", namespace, task_queue)``: a query waits for
+      a run that no live worker holds.
+    - ``REQUEST`` ``("request", request_id)``: a request was answered.
+    - ``DELIVERED`` ``("delivered", run_id)``: a signal reached the run's code.
+    - ``UPDATE`` ``("update", run_id, update_id)``: an update was accepted or
+      completed.
+    - ``SCHEDULES`` ``("schedules", namespace)``: a schedule was created or
+      changed, or a fire was buffered: its next fire may have moved;
+      ``("schedules", namespace, "closed")``: a run a schedule started closed
+      (a fire buffered behind it may start now).
+    - ``RETENTION`` ``("retention", namespace)``: the namespace's retention
+      setting changed.
+    - ``STOPPED`` ``("stopped", run_id)`` and ``ATTEMPT_ENDED``
+      ``("attempt_ended", task_id)``: local only, carrying the notice that
+      `durable.observe` logs.
+    """
+
+    ANY = "any"
+    RUN = "run"
+    RUNS = "runs"
+    ACTIVITIES = "activities"
+    ACTIVITY_STOP = "activity_stop"
+    REQUESTS = "requests"
+    REQUEST = "request"
+    DELIVERED = "delivered"
+    UPDATE = "update"
+    STOPPED = "stopped"
+    ATTEMPT_ENDED = "attempt_ended"
+    SCHEDULES = "schedules"
+    RETENTION = "retention"
+
+
+_KINDS: dict[str, WakeKind] = {kind.value: kind for kind in WakeKind}
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A hint that something changed; build one with the constructors below.
+
+    `key` is the kind and what it names (see `WakeKind`). `data` may carry the
+    changed record (an op's new outcome), so that its owner needs no extra
+    read; it is only ever set in-process.
+    """
+
+    key: tuple[str, ...]
+    data: Any = None
+    #: meaningful in this process only (a notice carrying its record, such as a
+    #: run's stop for the logs): drivers never send it to other processes
+    local: bool = False
+    #: heard from another process (a driver's `watch()`), not committed here:
+    #: every worker of every process hears it, so a worker may gather such
+    #: wake-ups before acting on them (see `durable.worker`); not part of
+    #: equality: the same key from here or from elsewhere is the same news
+    remote: bool = field(default=False, compare=False)
+
+    # -- constructors: one per kind --------------------------------------------
+
+    @classmethod
+    def any(cls) -> Wake:
+        """Another process committed something: look at everything."""
+        return cls((WakeKind.ANY,))
+
+    @classmethod
+    def run(cls, run_id: str, data: Any = None) -> Wake:
+        """Run `run_id` changed; `data` is the op record or inbox item, if any."""
+        return cls((WakeKind.RUN, run_id), data)
+
+    @classmethod
+    def runs(cls, namespace: str, task_queue: str) -> Wake:
+        """Runs of this queue may be ready to claim."""
+        return cls((WakeKind.RUNS, namespace, task_queue))
+
+    @classmethod
+    def activities(cls, namespace: str, task_queue: str) -> Wake:
+        """Activity attempts of this queue may be ready to claim."""
+        return cls((WakeKind.ACTIVITIES, namespace, task_queue))
+
+    @classmethod
+    def activity_stop(cls, task_id: str) -> Wake:
+        """The running attempt of task `task_id` was fenced or asked to stop."""
+        return cls((WakeKind.ACTIVITY_STOP, task_id))
+
+    @classmethod
+    def requests(cls, namespace: str, task_queue: str) -> Wake:
+        """A query waits on this queue for a run no live worker holds."""
+        return cls((WakeKind.REQUESTS, namespace, task_queue))
+
+    @classmethod
+    def request(cls, request_id: str) -> Wake:
+        """Request `request_id` (a query, an update's acceptance) was answered."""
+        return cls((WakeKind.REQUEST, request_id))
+
+    @classmethod
+    def delivered(cls, run_id: str) -> Wake:
+        """A signal was delivered to run `run_id`'s code."""
+        return cls((WakeKind.DELIVERED, run_id))
+
+    @classmethod
+    def update(cls, run_id: str, update_id: str) -> Wake:
+        """Update `update_id` of run `run_id` was accepted or completed."""
+        return cls((WakeKind.UPDATE, run_id, update_id))
+
+    @classmethod
+    def schedules(cls, namespace: str) -> Wake:
+        """A schedule of `namespace` was created or changed, or a fire was buffered."""
+        return cls((WakeKind.SCHEDULES, namespace))
+
+    @classmethod
+    def schedule_run_closed(cls, namespace: str) -> Wake:
+        """A run that a schedule of `namespace` started closed."""
+        return cls((WakeKind.SCHEDULES, namespace, "closed"))
+
+    @classmethod
+    def retention(cls, namespace: str) -> Wake:
+        """The retention setting of `namespace` changed."""
+        return cls((WakeKind.RETENTION, namespace))
+
+    @classmethod
+    def stopped(cls, run_id: str, notice: dict[str, Any]) -> Wake:
+        """Run `run_id` closed; `notice` says how (this process only)."""
+        return cls((WakeKind.STOPPED, run_id), notice, local=True)
+
+    @classmethod
+    def attempt_ended(cls, task_id: str, notice: dict[str, Any]) -> Wake:
+        """An attempt of task `task_id` ended; `notice` says how (this process only)."""
+        return cls((WakeKind.ATTEMPT_ENDED, task_id), notice, local=True)
+
+    # -- matchers --------------------------------------------------------------
+
+    @property
+    def kind(self) -> WakeKind | None:
+        """The kind, or None for a key this version does not know (sent by a
+        newer process): a consumer ignores it, or treats it as `ANY`."""
+        return _KINDS.get(self.key[0]) if self.key else None
+
+    @property
+    def subject(self) -> str:
+        """What the wake-up names first: the run id, task id or request id
+        (the namespace for ``RUNS``, ``ACTIVITIES``, ``REQUESTS``); "" for ``ANY``."""
+        return self.key[1] if len(self.key) > 1 else ""
+
+    def matches(self, keys: Collection[tuple[str, ...]]) -> bool:
+        """Whether a waiter for `keys` should look again: one of them is named,
+        or another process committed something (`ANY`)."""
+        return self.key in keys or self.kind is WakeKind.ANY
+
+
+WakeCallback = Callable[[Wake], None]
+
+
+class Listening:
+    """Wake-ups naming some keys, heard since `WakeHub.listen` began: a
+    wake-up that arrives while its listener is busy (reading) is kept for the
+    next `wait`, so a read-then-wait loop loses none."""
+
+    def __init__(self, hub: WakeHub, keys: Collection[tuple[str, ...]]) -> None:
+        self._hub = hub
+        self._keys = keys
+        self._event = anyio.Event()
+
+    def on_wake(self, wake: Wake) -> None:
+        if wake.matches(self._keys):
+            self._event.set()
+
+    async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Until a wake-up for the keys (True; one kept since the last wait
+        counts) or `timeout` seconds (False)."""
+        self._hub.waiting += 1
+        try:
+            with anyio.move_on_after(timeout):
+                await self._event.wait()
+        finally:
+            self._hub.waiting -= 1
+        heard = self._event.is_set()
+        if heard:
+            self._event = anyio.Event()
+        return heard
+
+
+class WakeHub:
+    """In-process fan-out of wake-ups; callbacks run on the host event loop.
+
+    `waiting` counts the waits in progress (`Listening.wait`): a test can
+    wait until a long poll really waits before it makes the change the poll
+    should notice, instead of sleeping.
+    """
+
+    def __init__(self) -> None:
+        self._callbacks: list[WakeCallback] = []
+        self.waiting = 0
+
+    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call `callback` for every wake-up; returns the unsubscribe function."""
+        self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def publish(self, wakes: Iterable[Wake]) -> None:
+        """Deliver wake-ups to every subscriber (on the calling thread)."""
+        wakes = list(wakes)
+        if not wakes:
+            return
+        for callback in list(self._callbacks):
+            for wake in wakes:
+                callback(wake)
+
+    @contextmanager
+    def listen(self, keys: Collection[tuple[str, ...]]) -> Iterator[Listening]:
+        """Hear wake-ups naming `keys` (or `ANY`) for the duration of the block."""
+        listening = Listening(self, keys)
+        unsubscribe = self.subscribe(listening.on_wake)
+        try:
+            yield listening
+        finally:
+            unsubscribe()
+
+    async def wait(self, keys: Collection[tuple[str, ...]], timeout: float) -> bool:  # noqa: ASYNC109
+        """Until a wake-up names one of `keys` (or `ANY`): True; or `timeout`
+        seconds: False. Only wake-ups published after the call count; to
+        miss none between reads, use `until`."""
+        with self.listen(keys) as listening:
+            return await listening.wait(timeout)
+
+    async def until(self, keys: Collection[tuple[str, ...]],
+                    read: Callable[[], Awaitable[T | None]], timeout: float,  # noqa: ASYNC109
+                    *, poll: float = 0.5) -> T | None:
+        """Call `read` until it returns something other than None, and return that.
+
+        The one "wait until this changes" loop: `read` is called at once, then
+        again after each wake-up naming one of `keys` (or another process's
+        commit; one heard during a read is not lost), and at the latest every
+        `poll` seconds (starting at `FIRST_POLL`, doubling), because a commit
+        of another process is only announced while something watches the
+        driver. None when `timeout` seconds pass first. `read` may raise to
+        end the wait with an error.
+        """
+        deadline = anyio.current_time() + timeout
+        interval = min(FIRST_POLL, poll)
+        with self.listen(keys) as listening:
+            while True:
+                found = await read()
+                if found is not None:
+                    return found
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    return None
+                await listening.wait(min(interval, left))
+                interval = min(interval * 2, poll)

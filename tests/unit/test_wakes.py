@@ -1,0 +1,146 @@
+"""Wake-ups: one constructor per kind, matchers, and the hub's waits."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from durable.wakes import Wake, WakeHub, WakeKind
+
+pytestmark = pytest.mark.anyio
+
+
+def test_each_kind_has_a_constructor_giving_its_documented_key() -> None:
+    built = [
+        (Wake.any(), ("any",)),
+        (Wake.run("r1"), ("run", "r1")),
+        (Wake.runs("ns", "q"), ("runs", "ns", "q")),
+        (Wake.activities("ns", "q"), ("activities", "ns", "q")),
+        (Wake.activity_stop("t1"), ("activity_stop", "t1")),
+        (Wake.requests("ns", "q"), ("requests", "ns", "q")),
+        (Wake.request("req-1"), ("request", "req-1")),
+        (Wake.delivered("r1"), ("delivered", "r1")),
+        (Wake.update("r1", "u1"), ("update", "r1", "u1")),
+        (Wake.stopped("r1", {"status": "completed"}), ("stopped", "r1")),
+        (Wake.attempt_ended("t1", {"outcome": "completed"}), ("attempt_ended", "t1")),
+    ]
+    assert [w.key for w, _ in built] == [key for _, key in built]
+    assert {w.kind for w, _ in built} == set(WakeKind), "a kind without a constructor"
+    # plain string keys (what another process sends) are the same wake-ups
+    assert Wake(("run", "r1")) == Wake.run("r1")
+    assert Wake(("run", "r1"), remote=True) == Wake.run("r1")
+
+
+def test_notices_stay_in_process_and_carry_their_record() -> None:
+    notice = {"status": "completed"}
+    stopped = Wake.stopped("r1", notice)
+    assert stopped.local and stopped.data is notice
+    assert Wake.attempt_ended("t1", notice).local
+    assert not any(w.local for w in (Wake.run("r1", "op"), Wake.runs("ns", "q"), Wake.any()))
+
+
+def test_matchers_name_the_kind_and_the_subject() -> None:
+    wake = Wake.update("r1", "u1")
+    assert wake.kind is WakeKind.UPDATE and wake.subject == "r1"
+    assert Wake.any().subject == ""
+    assert wake.matches({("update", "r1", "u1")})
+    assert not wake.matches({("update", "r1", "u2"), ("run", "r1")})
+    assert Wake.any().matches({("run", "r1")}), "another process's commit: look again"
+
+
+def test_a_key_from_a_newer_process_has_no_kind_and_matches_nothing() -> None:
+    wake = Wake(("archived", "r1"))
+    assert wake.kind is None
+    assert not wake.matches({("run", "r1")})
+
+
+async def test_wait_returns_on_a_wake_up_for_its_keys_only() -> None:
+    hub = WakeHub()
+    heard: list[bool] = []
+    async with anyio.create_task_group() as tg:
+        async def waiter() -> None:
+            heard.append(await hub.wait({Wake.run("r1").key}, 60))
+
+        tg.start_soon(waiter)
+        await until_waiting(hub, 1)
+        hub.publish([Wake.run("r2"), Wake.runs("ns", "q")])  # not its keys
+        await anyio.wait_all_tasks_blocked()
+        assert heard == [] and hub.waiting == 1
+        hub.publish([Wake.run("r1")])
+    assert heard == [True] and hub.waiting == 0
+
+
+async def test_wait_gives_up_after_its_timeout() -> None:
+    hub = WakeHub()
+    assert await hub.wait({Wake.run("r1").key}, 0.01) is False
+    assert hub.waiting == 0
+
+
+async def test_a_wake_up_heard_between_two_waits_is_kept() -> None:
+    hub = WakeHub()
+    with hub.listen({Wake.request("q1").key}) as listening:
+        hub.publish([Wake.request("q1")])  # while the listener was busy reading
+        assert await listening.wait(60) is True  # at once
+        assert await listening.wait(0.01) is False  # consumed
+
+
+async def test_until_rereads_on_each_wake_up_and_returns_the_first_value() -> None:
+    hub = WakeHub()
+    answers: list[str | None] = [None, None, "done"]
+    reads = 0
+
+    async def read() -> str | None:
+        nonlocal reads
+        reads += 1
+        return answers[reads - 1]
+
+    result: list[str | None] = []
+    async with anyio.create_task_group() as tg:
+        async def waiter() -> None:
+            # a poll too slow to matter: the wake-ups drive the reads
+            result.append(await hub.until({Wake.run("r1").key}, read, 60, poll=60))
+
+        tg.start_soon(waiter)
+        for done in (1, 2):
+            while reads != done or hub.waiting != 1:  # read, then waiting again
+                await anyio.lowlevel.checkpoint()
+            hub.publish([Wake.run("r1")])
+    assert result == ["done"] and reads == 3
+
+
+async def test_until_finds_an_unannounced_change_by_polling() -> None:
+    hub = WakeHub()
+    changed = anyio.Event()
+
+    async def read() -> str | None:
+        return "seen" if changed.is_set() else None
+
+    async with anyio.create_task_group() as tg:
+        async def change() -> None:
+            await until_waiting(hub, 1)
+            changed.set()  # nobody publishes a wake-up for it
+
+        tg.start_soon(change)
+        assert await hub.until({Wake.run("r1").key}, read, 60, poll=0.02) == "seen"
+
+
+async def test_until_returns_none_after_its_timeout_and_passes_errors_on() -> None:
+    hub = WakeHub()
+
+    async def never() -> str | None:
+        return None
+
+    assert await hub.until({Wake.run("r1").key}, never, 0.03) is None
+
+    async def broken() -> str | None:
+        raise LookupError("no such run")
+
+    with pytest.raises(LookupError, match="no such run"):
+        await hub.until({Wake.run("r1").key}, broken, 60)
+    assert hub.waiting == 0
+
+
+async def until_waiting(hub: WakeHub, n: int) -> None:
+    """Until exactly `n` waits are in progress (the hub counts them)."""
+    while hub.waiting != n:
+        await anyio.lowlevel.checkpoint()
