@@ -12,7 +12,7 @@ small transactions (`durable.store.retention`), every run closed before
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import anyio
 
@@ -21,9 +21,6 @@ from ._scheduler import one_per_process
 from .clock import Clock, to_iso
 from .store import Store
 from .wakes import Wake
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 #: runs a report lists at most (the counts cover them all)
 LISTED_RUNS = 1000
@@ -101,14 +98,15 @@ class EmbeddedRetention:
 class RetentionKeeper:
     """A worker's share of retention (see the module docstring)."""
 
-    def __init__(self, worker: Worker, retention: float | None) -> None:
-        self.store = worker.store
-        self.clock = worker.clock
-        self.namespace = worker.namespace
-        self.poll_interval = worker.poll_interval
+    def __init__(self, store: Store, clock: Clock, namespace: str, retention: float | None, *,
+                 poll_interval: float, worker_id: str) -> None:
+        self.store = store
+        self.clock = clock
+        self.namespace = namespace
+        self.poll_interval = poll_interval
         self.retention = retention
-        self.log = get_logger("durable.retention").bind(namespace=self.namespace,
-                                                          worker_id=worker.worker_id)
+        self.log = get_logger("durable.retention").bind(namespace=namespace,
+                                                          worker_id=worker_id)
         self._changed = anyio.Event()
         #: rows this worker's passes deleted, by table
         self.deleted: dict[str, int] = {}

@@ -22,15 +22,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from ._log import get_logger
+from .clock import Clock
+from .store import Store
 from .wakes import Wake, WakeKind
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 #: schedules one transaction fires at most (more due: the next transaction, at once)
 FIRE_BATCH = 100
@@ -61,13 +60,14 @@ async def one_per_process(driver: Any, duty: str, namespace: str) -> AsyncIterat
 class Scheduler:
     """Fires the schedules of a worker's namespace (see the module docstring)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.store = worker.store
-        self.clock = worker.clock
-        self.namespace = worker.namespace
-        self.poll_interval = worker.poll_interval
-        self.log = get_logger("durable.scheduler").bind(namespace=self.namespace,
-                                                          worker_id=worker.worker_id)
+    def __init__(self, store: Store, clock: Clock, namespace: str, *, poll_interval: float,
+                 worker_id: str) -> None:
+        self.store = store
+        self.clock = clock
+        self.namespace = namespace
+        self.poll_interval = poll_interval
+        self.log = get_logger("durable.scheduler").bind(namespace=namespace,
+                                                          worker_id=worker_id)
         self._woken = anyio.Event()
         #: a run of a schedule closed (or another process committed): buffered
         #: fires may start now

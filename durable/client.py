@@ -6,6 +6,12 @@ shares it, so a result is delivered by an in-memory wake-up the moment it is
 recorded); the remote one speaks to a `durable serve` control plane over
 HTTP. Validation, payload encoding and typed errors live here, once, so both
 behave the same.
+
+Kept whole: `Client` is the one object users call for everything they ask of
+durable (workflows, schedules, retention); each method validates and encodes
+one request and hands it to a control plane, so splitting the module would
+split that one face, not separate concerns (the schedules' own logic lives in
+`durable.schedules`, retention's in `durable._retention`).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from .schedules import (
     ScheduleDefinition,
     ScheduleHandle,
     ScheduleSpec,
+    check_schedule_id,
+    schedule_fields,
 )
 from .store import Store
 from .store.records import HistoryEvent, StartRequest
@@ -485,7 +493,7 @@ class Client:
         """
         if not isinstance(paused, bool):
             raise ConfigurationError(f"paused must be True or False, got {paused!r}")
-        _schedule_id(schedule_id)
+        check_schedule_id(schedule_id)
         fields = self._schedule_fields(
             schedule_id=schedule_id, spec=spec, overlap=overlap, args=args,
             options=options or StartOptions(), task_queue=task_queue, workflow=workflow,
@@ -497,7 +505,7 @@ class Client:
 
     def get_schedule(self, schedule_id: str) -> ScheduleHandle:
         """A handle to the schedule `schedule_id` of this namespace."""
-        return ScheduleHandle(self, _schedule_id(schedule_id))
+        return ScheduleHandle(self, check_schedule_id(schedule_id))
 
     async def list_schedules(self, *, limit: int = 1000) -> builtins.list[dict[str, Any]]:
         """Summaries of the namespace's schedules by id: spec, paused, next fire,
@@ -516,50 +524,8 @@ class Client:
             )
 
     def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]:
-        """Validate and encode the given schedule fields (those not `unset`) as
-        `ScheduleDefinition` fields: what create() stores and update() changes."""
-        given = {k: v for k, v in given.items() if v is not unset}
-        out: dict[str, Any] = {}
-        if "spec" in given:
-            if not isinstance(given["spec"], ScheduleSpec):
-                raise ConfigurationError(
-                    f"spec must be a durable.ScheduleSpec, got {given['spec']!r}")
-            out["spec"] = given["spec"]
-        if "overlap" in given:
-            out["overlap"] = _validate.choice(given["overlap"], Overlap, "overlap")
-        if "jitter" in given:
-            out["jitter"] = _validate.duration(given["jitter"], "jitter")
-        if "catchup_window" in given:
-            out["catchup_window"] = _validate.duration(given["catchup_window"],
-                                                       "catchup_window", minimum=1)
-        if "max_runs" in given:
-            out["max_runs"] = None if given["max_runs"] is None else _validate.integer(
-                given["max_runs"], "max_runs")
-        if "note" in given:
-            note = given["note"]
-            if note is not None and (not isinstance(note, str) or len(note) > 1000):
-                raise ConfigurationError(
-                    f"note must be a string of at most 1000 characters, got {note!r}")
-            out["note"] = note
-        if "workflow" in given:
-            out["workflow_type"] = workflow_name(given["workflow"])
-        if {"args", "options", "task_queue"} & given.keys():
-            options = given.get("options", StartOptions())
-            if not isinstance(options, StartOptions):
-                raise ConfigurationError(
-                    f"options must be a durable.StartOptions, got {options!r}")
-            what = out.get("workflow_type", "the scheduled workflow")
-            request = self._start_request(
-                what, list(given.get("args", ())),
-                given.get("schedule_id", "schedule"), options, given.get("task_queue"))
-            if "args" in given:
-                out["input"] = request.input
-            if "options" in given or "task_queue" in given:
-                out["task_queue"] = request.task_queue
-                out["start_options"] = {"execution_timeout": request.execution_timeout,
-                                        "run_timeout": request.run_timeout,
-                                        "memo": request.memo}
-        return out
+        """The given schedule fields, validated and encoded (`schedule_fields`)."""
+        return schedule_fields(self._start_request, unset=unset, **given)
 
     # ---------------------------------------------------------------- retention
 
@@ -613,18 +579,6 @@ class Client:
         for operators and scripts (and works with no worker running).
         """
         return await self.control.repair_pass()
-
-
-def _schedule_id(value: Any) -> str:
-    """A schedule id: a name short enough that ``{id}-{YYYYmmddTHHMMSSZ}`` (its
-    fires' workflow ids) is one too."""
-    _validate.name(value, "schedule id")
-    longest = _validate.MAX_NAME_LENGTH - len("-20260101T000000Z")
-    if len(value) > longest:
-        raise ConfigurationError(
-            f"a schedule id is at most {longest} characters (its fires' workflow ids add "
-            f"17), got {len(value)}")
-    return str(value)
 
 
 def _check_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:

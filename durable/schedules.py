@@ -34,11 +34,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from . import _validate
+from ._registry import workflow_name
 from .errors import ConfigurationError
 from .options import Seconds, StartOptions
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .store.records import StartRequest
 
 #: how many upcoming fire times describe() lists
 NEXT_FIRES = 5
@@ -314,6 +315,77 @@ class ScheduleControl(Protocol):
         ...
 
 
+def check_schedule_id(value: Any) -> str:
+    """A schedule id: a name short enough that ``{id}-{YYYYmmddTHHMMSSZ}`` (its
+    fires' workflow ids) is one too."""
+    _validate.name(value, "schedule id")
+    longest = _validate.MAX_NAME_LENGTH - len("-20260101T000000Z")
+    if len(value) > longest:
+        raise ConfigurationError(
+            f"a schedule id is at most {longest} characters (its fires' workflow ids add "
+            f"17), got {len(value)}")
+    return str(value)
+
+
+def schedule_fields(start_request: Callable[..., StartRequest], *, unset: Any = None,
+                    **given: Any) -> dict[str, Any]:
+    """Validate and encode the given schedule fields (those not `unset`) as
+    `ScheduleDefinition` fields: what create() stores and update() changes.
+    `start_request` is the client's (it encodes arguments and memo, checking
+    their size, as a start does)."""
+    given = {k: v for k, v in given.items() if v is not unset}
+    out: dict[str, Any] = {}
+    if "spec" in given:
+        if not isinstance(given["spec"], ScheduleSpec):
+            raise ConfigurationError(
+                f"spec must be a durable.ScheduleSpec, got {given['spec']!r}")
+        out["spec"] = given["spec"]
+    if "overlap" in given:
+        out["overlap"] = _validate.choice(given["overlap"], Overlap, "overlap")
+    if "jitter" in given:
+        out["jitter"] = _validate.duration(given["jitter"], "jitter")
+    if "catchup_window" in given:
+        out["catchup_window"] = _validate.duration(given["catchup_window"], "catchup_window",
+                                                   minimum=1)
+    if "max_runs" in given:
+        out["max_runs"] = None if given["max_runs"] is None else _validate.integer(
+            given["max_runs"], "max_runs")
+    if "note" in given:
+        note = given["note"]
+        if note is not None and (not isinstance(note, str) or len(note) > 1000):
+            raise ConfigurationError(
+                f"note must be a string of at most 1000 characters, got {note!r}")
+        out["note"] = note
+    if "workflow" in given:
+        out["workflow_type"] = workflow_name(given["workflow"])
+    if {"args", "options", "task_queue"} & given.keys():
+        options = given.get("options", StartOptions())
+        if not isinstance(options, StartOptions):
+            raise ConfigurationError(f"options must be a durable.StartOptions, got {options!r}")
+        request = start_request(out.get("workflow_type", "the scheduled workflow"),
+                                list(given.get("args", ())), given.get("schedule_id", "schedule"),
+                                options, given.get("task_queue"))
+        if "args" in given:
+            out["input"] = request.input
+        if "options" in given or "task_queue" in given:
+            out["task_queue"] = request.task_queue
+            out["start_options"] = {"execution_timeout": request.execution_timeout,
+                                    "run_timeout": request.run_timeout, "memo": request.memo}
+    return out
+
+
+class ScheduleClient(Protocol):
+    """What a `ScheduleHandle` needs of its client (`durable.Client` is one)."""
+
+    @property
+    def schedule_control(self) -> ScheduleControl: ...
+
+    def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]: ...
+
+    async def _check_registered(self, wf_type: str,
+                                workflow: Callable[..., Any] | str) -> None: ...
+
+
 class ScheduleHandle:
     """One schedule of the client's namespace (`client.get_schedule(id)`).
 
@@ -321,7 +393,7 @@ class ScheduleHandle:
     once by the workers (a wake-up), whatever changed.
     """
 
-    def __init__(self, client: Client, schedule_id: str) -> None:
+    def __init__(self, client: ScheduleClient, schedule_id: str) -> None:
         self.client = client
         self.schedule_id = _validate.name(schedule_id, "schedule id")
 

@@ -193,9 +193,13 @@ class Worker:
                 self.clock.now(), self.capabilities),
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
             poll_interval=self.poll_interval)
-        self.scheduler = Scheduler(self)  # fires the namespace's schedules (_scheduler.py)
-        self.retention = RetentionKeeper(self, to_seconds(retention, "Worker retention",
-                                                          minimum=1))  # (_retention.py)
+        #: fires the namespace's schedules; deletes closed runs past retention
+        self.scheduler = Scheduler(self.store, self.clock, self.namespace,
+                                   poll_interval=self.poll_interval, worker_id=self.worker_id)
+        self.retention = RetentionKeeper(
+            self.store, self.clock, self.namespace,
+            to_seconds(retention, "Worker retention", minimum=1),
+            poll_interval=self.poll_interval, worker_id=self.worker_id)
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -20,6 +20,11 @@ that a fire waiting for it starts at once.
 Lock order: a schedule's row, then runs (TERMINATE_OTHER, CANCEL_OTHER). A
 run's close never locks a schedule (it only publishes the wake-up), so the
 two orders never meet.
+
+Kept whole: firing, control and reading all go through the same row and fire
+records (`ScheduleRecord`, `FireRecord`, `_Firing`); trigger and backfill are
+fires, and describe shows what firing wrote, so the halves of a split would
+import each other.
 """
 
 from __future__ import annotations
