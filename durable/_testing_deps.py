@@ -21,7 +21,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from .budget import Budget, _seconds
+from . import _validate
+from .budget import Budget
 from .errors import ConfigurationError
 
 __all__ = [
@@ -50,7 +51,7 @@ class ManualClock:
 
     def advance(self, seconds: float) -> float:
         """Move forward by `seconds`; returns the new reading."""
-        step = _seconds(seconds, "ManualClock.advance(seconds)")
+        step = _validate.duration(seconds, "ManualClock.advance(seconds)")
         with self._lock:
             self._now += step
             return self._now
@@ -92,7 +93,7 @@ class SlowCall:
 
     def __init__(self, delay: float, result: Any = None, *,
                  clock: ManualClock | None = None) -> None:
-        self.delay = _seconds(delay, "SlowCall(delay=...)")
+        self.delay = _validate.duration(delay, "SlowCall(delay=...)")
         self.result = result
         self.clock = clock
         self.calls = 0
@@ -179,7 +180,7 @@ class UninterruptibleCall:
 
     def __init__(self, delay: float | None = None, result: Any = None, *,
                  effect: Callable[[], Any] | None = None) -> None:
-        self.delay = None if delay is None else _seconds(delay, "UninterruptibleCall(delay=...)")
+        self.delay = _validate.optional_duration(delay, "UninterruptibleCall(delay=...)")
         self.result = result
         self.effect = effect
         self.calls = 0
@@ -272,8 +273,8 @@ class SlowHTTPServer:
 
     def __init__(self, delay: float = 0.0, *, body: bytes = b"ok", status: int = 200,
                  chunks: int = 1, chunk_delay: float = 0.0) -> None:
-        self.delay = _seconds(delay, "SlowHTTPServer(delay=...)")
-        self.chunk_delay = _seconds(chunk_delay, "SlowHTTPServer(chunk_delay=...)")
+        self.delay = _validate.duration(delay, "SlowHTTPServer(delay=...)")
+        self.chunk_delay = _validate.duration(chunk_delay, "SlowHTTPServer(chunk_delay=...)")
         self.body = body
         self.status = status
         self.chunks = chunks

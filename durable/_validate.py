@@ -27,8 +27,20 @@ E = TypeVar("E", bound=enum.Enum)
 
 
 def duration(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = True,
-             maximum: float = MAX_SECONDS) -> float:
-    """Seconds given as a number or a `timedelta`, within [minimum, maximum]."""
+             maximum: float = MAX_SECONDS, unbounded: bool = False) -> float:
+    """Seconds given as a number or a `timedelta`, within [minimum, maximum].
+
+    The one home of durations: every timeout, interval and grace durable
+    accepts is checked here, with the same rules and messages. Refused:
+    strings, booleans, NaN, infinities (unless `unbounded`: infinity then
+    means "no limit"), values below `minimum` (or equal to it when not
+    `inclusive`) and above `maximum` (by default 100 years: an instant
+    computed from a longer duration is not representable as a date).
+    """
+    # the common case, a float already checked once (options store floats): no more work
+    if type(value) is float and (minimum <= value if inclusive else minimum < value) and (
+            value <= maximum):
+        return value
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, int | float):
@@ -38,6 +50,8 @@ def duration(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = T
         )
     else:
         seconds = float(value)
+    if math.isinf(seconds) and seconds > 0 and unbounded:
+        return seconds
     if math.isnan(seconds) or math.isinf(seconds):
         raise ConfigurationError(
             f"{what} must be a finite number of seconds, got {value!r}; leave it unset "
@@ -45,11 +59,20 @@ def duration(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = T
         )
     low_ok = seconds >= minimum if inclusive else seconds > minimum
     if not low_ok or seconds > maximum:
-        bound = f"at least {minimum:g}" if inclusive else f"greater than {minimum:g}"
-        raise ConfigurationError(
-            f"{what} must be {bound} and at most {maximum:g} seconds (100 years), got {value!r}"
-        )
+        unit = "second" if minimum == 1 else "seconds"
+        bound = f"at least {minimum:g} {unit}" if inclusive else (
+            f"greater than {minimum:g} {unit}")
+        most = f"{maximum:g} seconds" + (" (100 years)" if maximum == MAX_SECONDS else "")
+        raise ConfigurationError(f"{what} must be {bound} and at most {most}, got {value!r}")
     return seconds
+
+
+def optional_duration(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = True,
+                      maximum: float = MAX_SECONDS) -> float | None:
+    """A `duration`, or None (no limit) left as it is."""
+    if value is None:
+        return None
+    return duration(value, what, minimum=minimum, inclusive=inclusive, maximum=maximum)
 
 
 def integer(value: Any, what: str, *, minimum: int = 1, maximum: int | None = None) -> int:

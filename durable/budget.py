@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from . import _validate
 from ._log import get_logger
 from .errors import BudgetCancelled, BudgetExhausted, ConfigurationError, PhaseTimedOut
 
@@ -62,21 +63,6 @@ _log = get_logger("durable.budget")
 _current: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
     "durable_budget", default=None
 )
-
-
-def _seconds(value: object, what: str, *, allow_inf: bool = False) -> float:
-    """A non-negative number of seconds, or a ConfigurationError naming `what`."""
-    if isinstance(value, datetime.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(
-            f"{what} must be a number of seconds (int, float or timedelta), "
-            f"not {type(value).__name__}"
-        )
-    seconds = float(value)
-    if math.isnan(seconds) or seconds < 0 or (math.isinf(seconds) and not allow_inf):
-        raise ConfigurationError(f"{what} must be a finite number of seconds >= 0, not {value!r}")
-    return seconds
 
 
 def _fmt(seconds: float) -> str:
@@ -149,7 +135,7 @@ class Budget:
         if deadline is not None:
             own = self._instant(deadline)
         if timeout is not None:
-            end = self._clock() + _seconds(timeout, "Budget(timeout=...)")
+            end = self._clock() + _validate.duration(timeout, "Budget(timeout=...)")
             own = end if own is None else min(own, end)
         self._setup(name=_name(name, "budget"), parent=None, own_deadline=own)
 
@@ -301,7 +287,7 @@ class Budget:
         `math.inf` when both are unbounded.
         """
         self.check()
-        own = math.inf if op_timeout is None else _seconds(op_timeout, "op_timeout")
+        own = math.inf if op_timeout is None else _validate.duration(op_timeout, "op_timeout")
         return min(own, self.remaining())
 
     # ------------------------------------------------------------ derived budgets
@@ -314,7 +300,8 @@ class Budget:
         asking for more than is left gets what is left. It sees this budget's
         cancellation; cancelling it leaves this budget alone.
         """
-        own = None if timeout is None else self._clock() + _seconds(timeout, "child(timeout=...)")
+        own = None if timeout is None else (
+            self._clock() + _validate.duration(timeout, "child(timeout=...)"))
         return self._derive(_name(name, "child", parent=self.name), own)
 
     def _derive(self, name: str, own_deadline: float | None,
@@ -342,7 +329,7 @@ class Budget:
         if not isinstance(name, str) or not name:
             raise ConfigurationError("phase(name=...) must be a non-empty str naming the phase")
         seconds = (None if limit is None
-                   else _seconds(limit, f"phase {name!r} limit", allow_inf=True))
+                   else _validate.duration(limit, f"phase {name!r} limit", unbounded=True))
         if seconds is not None and seconds <= 0:
             raise ConfigurationError(
                 f"phase {name!r} limit must be > 0 seconds (got {limit!r}); "
@@ -414,7 +401,8 @@ class Budget:
         left = self.remaining()
 
         def bound(value: float | None, what: str) -> float | None:
-            own = math.inf if value is None else _seconds(value, f"httpx_timeout({what}=...)")
+            own = math.inf if value is None else _validate.duration(
+                value, f"httpx_timeout({what}=...)")
             limit = min(own, left)
             return None if math.isinf(limit) else limit
 

@@ -42,7 +42,7 @@ from .errors import (
     WorkflowNotFound,
 )
 from .failure import Failure
-from .options import Limits, Seconds, StartOptions, to_seconds
+from .options import Limits, Seconds, StartOptions
 from .schedules import (
     Overlap,
     ScheduleControl,
@@ -156,7 +156,7 @@ class WorkflowHandle:
         Raises `CapabilityUnsupported` (recording nothing) when the worker
         holding the run cannot take cooperative cancellation.
         """
-        seconds = to_seconds(cleanup_timeout, "cleanup_timeout", inclusive=False)
+        seconds = _validate.optional_duration(cleanup_timeout, "cleanup_timeout", inclusive=False)
         if seconds is None:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds, got None")
         if not isinstance(reason, str):
@@ -219,7 +219,7 @@ class WorkflowHandle:
         request is then withdrawn: a cancel scope around the call could not do
         that). `result_type` rebuilds a dataclass or model from the answer.
         """
-        wait = to_seconds(timeout, "query timeout")
+        wait = _validate.optional_duration(timeout, "query timeout")
         if wait is None or wait <= 0:
             raise ConfigurationError("query timeout must be greater than 0 seconds")
         payload = self.client._payload(args, f"the arguments of query {name!r}")
@@ -240,7 +240,7 @@ class WorkflowHandle:
         the handler raised or the run closed first, or when `timeout` seconds
         passed (None: wait as long as it takes); `RunAlreadyClosed`.
         """
-        wait = to_seconds(timeout, "update timeout") if timeout is not None else None
+        wait = _validate.optional_duration(timeout, "update timeout")
         if wait is not None and wait <= 0:
             raise ConfigurationError("update timeout must be greater than 0 seconds")
         _validate.optional_name(update_id, "update_id")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -22,28 +21,9 @@ from .failure import Failure
 Seconds = int | float | timedelta
 
 
-def to_seconds(value: Seconds | None, what: str, *, minimum: float = 0.0,
-               inclusive: bool = True) -> float | None:
-    """Normalise a duration given as seconds or a timedelta; None stays None.
-
-    Refused at the call: strings, booleans, NaN, infinities, values below
-    `minimum`, and durations over 100 years (an instant computed from them
-    would not be representable).
-    """
-    if value is None:
-        return None
-    return _validate.duration(value, what, minimum=minimum, inclusive=inclusive)
-
-
 def _workflow_timeout(value: Seconds | None, label: str, field: str) -> float | None:
     """An execution or run timeout: at least 1 second (the reference engine's rule)."""
-    if value is None:
-        return None
-    seconds = _validate.duration(value, f"{field}: {label} timeout", minimum=-math.inf)
-    if seconds < 1:
-        raise ConfigurationError(
-            f"{field}: {label} timeout must be at least 1 second, got {value!r}")
-    return seconds
+    return _validate.optional_duration(value, f"{field}: {label} timeout", minimum=1)
 
 
 class CancellationPolicy(enum.StrEnum):
@@ -199,7 +179,7 @@ class ActivityOptions:
             "schedule_to_close_timeout",
             "heartbeat_timeout",
         ):
-            object.__setattr__(self, name, to_seconds(
+            object.__setattr__(self, name, _validate.optional_duration(
                 getattr(self, name), f"ActivityOptions.{name}", inclusive=False))
         if self.max_attempts is not None:
             _validate.integer(self.max_attempts, "ActivityOptions.max_attempts", minimum=1,
@@ -251,7 +231,7 @@ class ChildOptions:
                                                           f"{type(self).__name__}.execution_timeout"))
         set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run",
                                                     f"{type(self).__name__}.run_timeout"))
-        set_(self, "cleanup_timeout", to_seconds(
+        set_(self, "cleanup_timeout", _validate.optional_duration(
             self.cleanup_timeout, "ChildOptions.cleanup_timeout", inclusive=False))
         set_(self, "cancellation", _validate.choice(
             self.cancellation, CancellationPolicy, "ChildOptions.cancellation"))

@@ -48,8 +48,9 @@ from typing import IO, Any, NamedTuple
 
 import anyio
 
+from . import _validate
 from ._log import get_logger
-from .budget import Budget, _seconds
+from .budget import Budget
 from .errors import (
     BudgetCancelled,
     BudgetExhausted,
@@ -841,8 +842,8 @@ async def run(
     if os.name != "posix":
         raise CapabilityUnsupported(
             "durable.subprocess.run needs POSIX process groups (Linux, macOS, BSD)")
-    grace = _seconds(grace, "run(grace=...)")
-    confirm_timeout = _seconds(confirm_timeout, "run(confirm_timeout=...)")
+    grace = _validate.duration(grace, "run(grace=...)")
+    confirm_timeout = _validate.duration(confirm_timeout, "run(confirm_timeout=...)")
     _check_options(popen_kwargs, confirm_timeout, input)
     if budget is None:
         budget = Budget.current()

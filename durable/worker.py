@@ -51,7 +51,7 @@ from .errors import (
     ConfigurationError,
     WorkerFailed,
 )
-from .options import Seconds, record_mode, to_seconds
+from .options import Seconds, record_mode
 from .store.records import (
     ClaimedRun,
     ClientRequest,
@@ -198,7 +198,7 @@ class Worker:
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)
         self.retention = RetentionKeeper(
             self.store, self.clock, self.namespace,
-            to_seconds(retention, "Worker retention", minimum=1),
+            _validate.optional_duration(retention, "Worker retention", minimum=1),
             poll_interval=self.poll_interval, worker_id=self.worker_id)
 
     # ---------------------------------------------------------------- lifecycle

@@ -87,7 +87,7 @@ def test_deadline_and_timeout_together_the_earlier_binds() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"timeout": -1}, "Budget\\(timeout=...\\) must be a finite number of seconds >= 0"),
+        ({"timeout": -1}, "Budget\\(timeout=...\\) must be at least 0 seconds"),
         ({"timeout": float("nan")}, "finite number"),
         ({"timeout": "60"}, "must be a number of seconds"),
         ({"timeout": True}, "must be a number of seconds"),

@@ -21,11 +21,12 @@ from typing import Any
 
 import anyio
 
+from .. import _validate
 from .._registry import activity_defn_of
 from ..cancellation import CancellationContext, CancellationRequestResult
 from ..errors import ActivityCancelled, ConfigurationError, PolicyRejected
 from ..failure import Failure
-from ..options import ActivityOptions, CancellationPolicy, Seconds, to_seconds
+from ..options import ActivityOptions, CancellationPolicy, Seconds
 from ..store.records import OpKind, OpRecord, OpStatus
 from ..store.writes import (
     CancelExternal,
@@ -67,7 +68,7 @@ def register_handler(ctx: WorkflowContext, kind: str, name: str, fn: Callable[..
 async def wait_condition(ctx: WorkflowContext, state: TaskState, predicate: Callable[[], Any],
                          timeout: Seconds | None) -> bool:  # noqa: ASYNC109
     """Wait until `predicate()` is true (True) or the timeout passes (False)."""
-    seconds = to_seconds(timeout, "wait_condition timeout")
+    seconds = _validate.optional_duration(timeout, "wait_condition timeout")
     if not callable(predicate):
         raise TypeError(f"wait_condition needs a callable predicate, got {predicate!r}")
     if predicate():
@@ -350,7 +351,7 @@ class ExternalWorkflowHandle:
         the original. Raises `WorkflowNotFound`, `RunAlreadyClosed`,
         `CapabilityUnsupported`."""
         state = require_writable("ExternalWorkflowHandle.request_cancellation")
-        seconds = to_seconds(cleanup_timeout, "cleanup_timeout")
+        seconds = _validate.optional_duration(cleanup_timeout, "cleanup_timeout")
         if seconds is None or seconds <= 0:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds")
         record = await _external(state.ctx, state, "request_cancellation",

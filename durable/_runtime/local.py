@@ -21,12 +21,13 @@ from typing import Any
 
 import anyio
 
+from .. import _validate
 from .._registry import ActivityDefn, require_activity
 from ..clock import to_iso
 from ..converter import JSONConverter, rebuild
 from ..errors import ActivityStopRequested, PolicyRejected, StructuralLimitExceeded
 from ..failure import Failure, leaf_exceptions
-from ..options import ActivityOptions, CancellationPolicy, Seconds, to_seconds
+from ..options import ActivityOptions, CancellationPolicy
 from ..store.records import OpKind
 from ..store.writes import RecordLocalActivity
 from . import attempts, caps
@@ -81,10 +82,10 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     retry = options.retry_policy
     batched = (options.record or ctx.local_record) == "batched" and not ctx.scratch
     # validated (to float seconds) when the options were built
-    s2c = _seconds(options.schedule_to_close_timeout)
+    s2c = _validate.optional_duration(options.schedule_to_close_timeout, "duration")
     if left is not None and (s2c is None or s2c > left):
         s2c = left
-    stc = _seconds(options.start_to_close_timeout)
+    stc = _validate.optional_duration(options.start_to_close_timeout, "duration")
     overall = started + s2c if s2c is not None else None
     attempt = 0
     failure: Failure | None = None
@@ -166,13 +167,6 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             advance(ctx, state, record)
             return plain
     return outcome(ctx, state, record, defn.return_hint)
-
-
-def _seconds(value: Seconds | None) -> float | None:
-    """An option's duration, already validated as float seconds (timedelta kept safe)."""
-    if value is None or isinstance(value, float):
-        return value
-    return to_seconds(value, "duration")
 
 
 _SCALARS = (str, int, float, bool, type(None))

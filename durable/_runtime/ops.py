@@ -20,10 +20,11 @@ from typing import Any
 
 import anyio
 
+from .. import _validate
 from .._registry import activity_defn_of, workflow_defn_of, workflow_name
 from ..errors import NotRegistered, PolicyRejected, WorkflowAlreadyStarted
 from ..failure import Failure
-from ..options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds, to_seconds
+from ..options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds
 from ..store.records import OpKind, OpRecord, OpStatus, StartRequest
 from ..store.writes import (
     CancelTimer,
@@ -133,11 +134,6 @@ async def leave(ctx: WorkflowContext, op_id: str, kind: str) -> None:
         await ctx.parking.hold(op_id, kind, parked=False)
 
 
-def seconds_or_none(value: Seconds | None) -> float | None:
-    """An option's duration as float seconds (options are validated when built)."""
-    return to_seconds(value, "duration")
-
-
 # ---------------------------------------------------------------- remote activities
 
 
@@ -173,7 +169,7 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
         return outcome(ctx, state, record, hint)
     if record is None:
         left = caps.time_left(ctx, state)
-        own = seconds_or_none(options.schedule_to_close_timeout)
+        own = _validate.optional_duration(options.schedule_to_close_timeout, "duration")
         if left is not None and (own is None or own > left):
             options = dataclasses.replace(options, schedule_to_close_timeout=left)
         await live_gate(ctx)
@@ -220,7 +216,7 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
 
 async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> None:
     """A durable timer: survives crashes and restarts; fires once."""
-    seconds = to_seconds(duration, "sleep duration")
+    seconds = _validate.optional_duration(duration, "sleep duration")
     assert seconds is not None
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.TIMER, "sleep")
@@ -271,6 +267,7 @@ class ChildHandle:
         self.workflow_id = workflow_id
         self._hint = hint
         self._options = options
+        self._cleanup = _validate.optional_duration(options.cleanup_timeout, "duration")
 
     async def result(self) -> Any:
         """The child's result; raises `ChildWorkflowFailed` (caused by the child's
@@ -285,8 +282,7 @@ class ChildHandle:
         async def on_interrupt() -> None:
             known = ctx.recorded.get(op_id)
             if known is None or not known.interrupted:
-                await ctx.commit([RequestChildCancellation(
-                    op_id, policy.value, seconds_or_none(options.cleanup_timeout))])
+                await ctx.commit([RequestChildCancellation(op_id, policy.value, self._cleanup)])
             if policy is CancellationPolicy.WAIT_CANCELLATION_COMPLETED:
                 await ctx.wait_op(op_id)
 
@@ -311,8 +307,8 @@ class ChildHandle:
             if record is not None and record.closed:
                 return
             await ctx.commit([RequestChildCancellation(
-                op_id, options.cancellation.value, seconds_or_none(options.cleanup_timeout),
-                scope="operation", reason=reason or "cancelled by its parent")])
+                op_id, options.cancellation.value, self._cleanup, scope="operation",
+                reason=reason or "cancelled by its parent")])
 
         return engine_call(ctx, send)
 
@@ -392,7 +388,7 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
     if left is not None:
         if left < 1:  # a child's execution timeout is at least 1 s
             caps.raise_if_capped(ctx, state, caps.workflow_time(ctx, state) + left)
-        own_timeout = seconds_or_none(options.execution_timeout)
+        own_timeout = _validate.optional_duration(options.execution_timeout, "duration")
         if own_timeout is None or own_timeout > left:
             options = dataclasses.replace(options, execution_timeout=left)
     await live_gate(ctx)
@@ -404,11 +400,11 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
         namespace=ctx.run.namespace, workflow_id=child_id, workflow_type=wf_type,
         task_queue=options.task_queue or ctx.run.task_queue, input=payload,
         id_reuse="reject_duplicate",
-        execution_timeout=seconds_or_none(options.execution_timeout),
-        run_timeout=seconds_or_none(options.run_timeout),
+        execution_timeout=_validate.optional_duration(options.execution_timeout, "duration"),
+        run_timeout=_validate.optional_duration(options.run_timeout, "duration"),
         parent_run_id=ctx.run.run_id, parent_workflow_id=ctx.run.workflow_id,
         parent_op_id=op_id, parent_close_policy=options.parent_close_policy.value,
-        cleanup_timeout=seconds_or_none(options.cleanup_timeout),
+        cleanup_timeout=_validate.optional_duration(options.cleanup_timeout, "duration"),
     )
     ctx.waiter(op_id)
     await ctx.commit([ScheduleChild(op_id=op_id, request=request, options={

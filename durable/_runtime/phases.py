@@ -34,7 +34,7 @@ from ..errors import (
     UnitOutcomeUnknown,
 )
 from ..failure import Failure
-from ..options import Seconds, to_seconds
+from ..options import Seconds
 from ..store.records import OpKind, earliest
 from ..store.writes import EndPhase, StartPhase
 from . import caps
@@ -51,7 +51,8 @@ class Phase:
         self._ctx = ctx
         self._state = state
         self._name = _validate.name(name, "phase name")
-        self._limit = to_seconds(limit, f"the limit of phase {name!r}", inclusive=False)
+        self._limit = _validate.optional_duration(limit, f"the limit of phase {name!r}",
+                                                  inclusive=False)
         self._frame: caps.PhaseFrame | None = None
 
     async def __aenter__(self) -> caps.PhaseInfo:

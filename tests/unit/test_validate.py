@@ -1,0 +1,87 @@
+"""Checking what users pass: one set of rules for durations, names and numbers."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from durable import ConfigurationError
+from durable._validate import MAX_SECONDS, duration, name, optional_duration
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    (0, 0.0), (1, 1.0), (2.5, 2.5), (timedelta(minutes=2), 120.0), (MAX_SECONDS, MAX_SECONDS),
+])
+def test_a_duration_is_seconds_as_a_number_or_a_timedelta(value: Any, seconds: float) -> None:
+    result = duration(value, "Worker poll_interval")
+    assert result == seconds and type(result) is float
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("5", "must be a number of seconds or a datetime.timedelta, got '5' (str)"),
+    (True, "must be a number of seconds or a datetime.timedelta, got True (bool)"),
+    (None, "must be a number of seconds or a datetime.timedelta, got None"),
+    (math.nan, "must be a finite number of seconds, got nan; leave it unset"),
+    (math.inf, "must be a finite number of seconds, got inf; leave it unset"),
+    (-1, "must be at least 0 seconds and at most 3.15576e+09 seconds (100 years), got -1"),
+    (timedelta(days=-1), "must be at least 0 seconds"),
+    (MAX_SECONDS * 2, "at most 3.15576e+09 seconds (100 years)"),
+])
+def test_a_bad_duration_is_refused_naming_the_field_and_the_rule(value: Any,
+                                                                  message: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        duration(value, "Worker poll_interval")
+    assert str(caught.value).startswith("Worker poll_interval must be")
+    assert message in str(caught.value)
+
+
+def test_the_bounds_of_a_duration_are_the_callers() -> None:
+    with pytest.raises(ConfigurationError, match="greater than 0 seconds"):
+        duration(0.0, "lease_seconds", inclusive=False)
+    with pytest.raises(ConfigurationError, match="at least 1 second and"):
+        duration(0.5, "execution timeout", minimum=1)
+    with pytest.raises(ConfigurationError, match=r"at most 3600 seconds, got 7200"):
+        duration(7200, "poll_interval", maximum=3600)  # not "(100 years)": it is not
+    assert duration(0.0, "grace") == 0.0
+
+
+def test_infinity_means_no_limit_only_where_the_caller_says_so() -> None:
+    assert duration(math.inf, "phase limit", unbounded=True) == math.inf
+    with pytest.raises(ConfigurationError, match="finite"):
+        duration(-math.inf, "phase limit", unbounded=True)
+    with pytest.raises(ConfigurationError, match="finite"):
+        duration(math.nan, "phase limit", unbounded=True)
+
+
+def test_an_optional_duration_leaves_none_alone() -> None:
+    assert optional_duration(None, "timeout") is None
+    assert optional_duration(timedelta(seconds=3), "timeout") == 3.0
+    with pytest.raises(ConfigurationError, match="timeout must be"):
+        optional_duration("3", "timeout")
+
+
+def test_every_duration_durable_accepts_goes_through_the_same_rules() -> None:
+    """The faces that take durations refuse the same values with the same words."""
+    from durable import ActivityOptions, Budget, ChildOptions, StartOptions
+
+    cases = [
+        lambda: ActivityOptions(start_to_close_timeout=math.nan),
+        lambda: ChildOptions(cleanup_timeout=math.nan),
+        lambda: StartOptions(execution_timeout=math.nan),
+        lambda: Budget(timeout=math.nan),
+    ]
+    for make in cases:
+        with pytest.raises(ConfigurationError, match="must be a finite number of seconds"):
+            make()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("", "must not be empty"), ("a\x00b", "control character"), ("x" * 256, "256 characters"),
+    ("\ud800", "lone surrogate"), (5, "must be a string"),
+])
+def test_a_bad_name_is_refused_with_why(value: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        name(value, "workflow id")
