@@ -75,14 +75,20 @@ async def test_one_run_per_fire_while_workers_are_killed(
                 kills += 1
                 procs[victim] = spawn(shared_db, log, backend=backends[victim],
                                       name=f"w{victim}")
-            with anyio.fail_after(90):
-                while True:
-                    info = await handle.describe()
-                    runs = await client.list(limit=1000)
-                    if info["fires_count"] >= seconds and runs and all(
-                            r["status"] == "completed" for r in runs):
-                        break
-                    await anyio.sleep(0.5)
+            deadline = anyio.current_time() + 120
+            while True:
+                info = await handle.describe()
+                runs = await client.list(limit=1000)
+                if info["fires_count"] >= seconds and runs and all(
+                        r["status"] == "completed" for r in runs):
+                    break
+                if anyio.current_time() > deadline:
+                    open_runs = [(r["workflow_id"], r["status"]) for r in runs
+                                 if r["status"] != "completed"]
+                    pytest.fail(f"after 120 s: {info['fires_count']} fires, "
+                                f"{info['skipped_count']} skipped, next {info['next_fire_at']}, "
+                                f"not completed {open_runs[:10]}\n{log.read_text()[-4000:]}")
+                await anyio.sleep(0.5)
         finally:
             for proc in procs:
                 kill9(proc)
