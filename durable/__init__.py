@@ -3,22 +3,27 @@
 Workflows are plain ``async def`` coroutines, activities plain functions; their
 progress is recorded in a storage driver (SQLite by default, PostgreSQL to
 scale out) so that crashes, restarts and moves between workers resume work
-where it stopped. This module is the public face; the engine is private.
+where it stopped. This module is the public face of an application's code;
+the engine is private. Seams for other audiences have faces of their own:
+`durable.driver` (writing a storage driver: `Driver`, `Dialect`,
+`register_driver`, programs and wake-ups), `durable.control` (the control
+plane a client talks to: `ControlPlane`, `Page`), `durable.testing`.
 """
 
 from __future__ import annotations
 
-from . import activity, observe, workflow
+import importlib
+import warnings
+from typing import Any
+
+from . import activity, errors, observe, workflow
 from ._log import redact_fields
-from ._runtime.attempts import ActivityInfo
 from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
 from .clock import Clock, SystemClock, VirtualClock
-from .control import ControlPlane, Page
 from .converter import JSONConverter, PayloadConverter
 from .deadlines import Deadlines
-from .driver import Dialect, Driver, register_driver
 from .errors import (
     ActivityAPIOutsideActivity,
     ActivityCancelled,
@@ -33,9 +38,9 @@ from .errors import (
     ChildWorkflowFailed,
     ConfigurationError,
     DurableError,
-    NonDeterminismError,
-    NotRegistered,
-    PayloadError,
+    NameNotRegistered,
+    NonDeterminismDetected,
+    PayloadRejected,
     PhaseTimedOut,
     PolicyRejected,
     QueryFailed,
@@ -82,7 +87,6 @@ __all__ = [
     "ActivityAPIOutsideActivity",
     "ActivityCancelled",
     "ActivityFailed",
-    "ActivityInfo",
     "ActivityOptions",
     "ActivityProcessExited",
     "ActivityStopRequested",
@@ -100,23 +104,20 @@ __all__ = [
     "Client",
     "Clock",
     "ConfigurationError",
-    "ControlPlane",
     "Deadlines",
-    "Dialect",
-    "Driver",
     "DurableError",
     "Failure",
     "HistoryEvent",
     "IdReusePolicy",
     "JSONConverter",
     "Limits",
-    "NonDeterminismError",
-    "NotRegistered",
+    "NameNotRegistered",
+    "NonDeterminismDetected",
     "Overlap",
     "Page",
     "ParentClosePolicy",
     "PayloadConverter",
-    "PayloadError",
+    "PayloadRejected",
     "PhaseTimedOut",
     "PolicyRejected",
     "QueryFailed",
@@ -154,6 +155,32 @@ __all__ = [
     "connect",
     "observe",
     "redact_fields",
-    "register_driver",
     "workflow",
 ]
+
+#: Names that left this face in 0.3 (still importable, with a `DeprecationWarning`,
+#: until 0.4): seam types moved to the face of their audience, errors renamed
+#: to the one pattern of `durable.errors`.
+_MOVED = {
+    "ActivityInfo": "durable.activity",
+    "ControlPlane": "durable.control",
+    "Page": "durable.control",
+    "Dialect": "durable.driver",
+    "Driver": "durable.driver",
+    "register_driver": "durable.driver",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        home = _MOVED[name]
+        warnings.warn(f"durable.{name} is now {home}.{name}; the old name goes in 0.4",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(home), name)
+    if name in errors.RENAMED:
+        new = errors.RENAMED[name]
+        warnings.warn(f"durable.{name} is now durable.{new} (error names say what happened, "
+                      "subject first); the old name goes in 0.4", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(errors, new)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

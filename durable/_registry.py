@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from . import _validate
 from ._runtime.handlers import ClassSpec, inspect_class
 from .converter import parameter_hints
-from .errors import ConfigurationError, NotRegistered
+from .errors import ConfigurationError, NameNotRegistered
 
 DEFN_ATTR = "__durable_defn__"
 
@@ -60,15 +60,20 @@ def _origin(fn: Callable[..., Any]) -> tuple[str, str]:
 _PLURAL = {"workflow": "workflows", "activity": "activities"}
 
 
-def _add(table: dict[str, Defn], defn: Defn, what: str) -> None:
+def _add(table: dict[str, Defn], defn: Defn, what: str, *, process_wide: bool) -> None:
     existing = table.get(defn.name)
     if existing is not None and existing.fn is not defn.fn and (
         _origin(existing.fn) != _origin(defn.fn)
     ):
+        # Typical in a test of a new version of a workflow: say how to do that.
+        tests = (f" A test that holds two versions of one {what} (the code before and "
+                 "after a change) defines each inside `with "
+                 "durable.testing.isolated_definitions():`, which gives the block a registry "
+                 "of its own.") if process_wide else ""
         raise ConfigurationError(
             f"two different {_PLURAL[what]} are named {defn.name!r} ({existing.fn.__module__}."
             f"{existing.fn.__qualname__} and {defn.fn.__module__}.{defn.fn.__qualname__}); "
-            f"give one of them another name with @{what}.defn(name=...)"
+            f"give one of them another name with @{what}.defn(name=...).{tests}"
         )
     table[defn.name] = defn
 
@@ -76,15 +81,17 @@ def _add(table: dict[str, Defn], defn: Defn, what: str) -> None:
 class Registry:
     """Workflows and activities by name; one definition per name."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, process_wide: bool = False) -> None:
         self.workflows: dict[str, WorkflowDefn] = {}
         self.activities: dict[str, ActivityDefn] = {}
+        # the registry decorators write to (`DEFINITIONS`), as opposed to a worker's
+        self.process_wide = process_wide
 
     def add_workflow(self, defn: WorkflowDefn) -> None:
-        _add(self.workflows, defn, "workflow")
+        _add(self.workflows, defn, "workflow", process_wide=self.process_wide)
 
     def add_activity(self, defn: ActivityDefn) -> None:
-        _add(self.activities, defn, "activity")
+        _add(self.activities, defn, "activity", process_wide=self.process_wide)
 
     @classmethod
     def of(cls, workflows: Iterable[Callable[..., Any] | str],
@@ -111,7 +118,7 @@ class Registry:
 
 
 #: Every definition decorated in this process, for references by name.
-DEFINITIONS = Registry()
+DEFINITIONS = Registry(process_wide=True)
 
 
 @contextmanager
@@ -119,7 +126,7 @@ def isolated_definitions() -> Iterator[Registry]:
     """Definitions made inside the block go to a registry of their own (restored
     after): a test can hold two versions of a workflow with the same name."""
     global DEFINITIONS
-    saved, DEFINITIONS = DEFINITIONS, Registry()
+    saved, DEFINITIONS = DEFINITIONS, Registry(process_wide=True)
     try:
         yield DEFINITIONS
     finally:
@@ -210,10 +217,10 @@ def workflow_name(ref: Callable[..., Any] | str) -> str:
 
 
 def require_activity(ref: Callable[..., Any] | str) -> ActivityDefn:
-    """The activity's definition; raise `NotRegistered` if this process has none."""
+    """The activity's definition; raise `NameNotRegistered` if this process has none."""
     defn = activity_defn_of(ref)
     if defn is None:
-        raise NotRegistered(
+        raise NameNotRegistered(
             f"unknown activity {ref!r}: no @activity.defn with this name is imported in "
             "this process; import the module that defines it"
         )

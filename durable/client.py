@@ -37,7 +37,7 @@ from .driver import Driver, driver_factory
 from .errors import (
     CapabilityUnsupported,
     ConfigurationError,
-    NotRegistered,
+    NameNotRegistered,
     StructuralLimitExceeded,
     WorkflowNotFound,
 )
@@ -350,7 +350,7 @@ class Client:
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
         if defn is None and wf_type not in await self.control.registered_types():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
@@ -405,7 +405,7 @@ class Client:
         wf_type = workflow_name(workflow)
         defn = workflow_defn_of(workflow)
         if defn is None and wf_type not in await self.control.registered_types():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow class or function"
             )
@@ -489,7 +489,7 @@ class Client:
         delay for a given fire on every worker); a fire missed while no worker
         ran starts when a worker is back within `catchup_window` seconds, else
         it counts as skipped; `max_runs` bounds the runs scheduled fires start.
-        Raises `ScheduleAlreadyExists`, `NotRegistered` for an unknown workflow.
+        Raises `ScheduleAlreadyExists`, `NameNotRegistered` for an unknown workflow.
         """
         if not isinstance(paused, bool):
             raise ConfigurationError(f"paused must be True or False, got {paused!r}")
@@ -517,7 +517,7 @@ class Client:
     async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str) -> None:
         if workflow_defn_of(workflow) is None and wf_type not in (
                 await self.control.registered_types()):
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"

@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .store.records import HistoryEvent, StartRequest, StartResult
+from .store.records import OPEN_STATUSES, HistoryEvent, StartRequest, StartResult
+
+__all__ = ["ControlPlane", "Page", "RunState"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class RunState:
 
     @property
     def is_open(self) -> bool:
-        return self.status in ("pending", "running")
+        return self.status in OPEN_STATUSES
 
 
 @dataclass(frozen=True)

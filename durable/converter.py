@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from . import _json
 from ._json import Codec, payload_default
-from .errors import PayloadError, StructuralLimitExceeded
+from .errors import PayloadRejected, StructuralLimitExceeded
 
 
 class PayloadConverter(Protocol):
@@ -48,7 +48,7 @@ class JSONConverter:
         try:
             return self.codec.dumps(value, payload_default, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise PayloadError(
+            raise PayloadRejected(
                 f"{what} cannot be serialised to JSON: {exc}. Pass JSON-compatible values "
                 "(dict, list, str, int, float, bool, None), dataclasses or pydantic models, "
                 "or configure another payload converter"

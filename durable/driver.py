@@ -36,10 +36,10 @@ from .errors import ConfigurationError
 from .program import Program, Row, Stmt, StmtMode, ex, many, placeholders, q, q1
 from .wakes import Wake, WakeHub, WakeKind
 
+#: the face a driver's author reads (docs/api.md, "durable.driver")
 __all__ = [
     "Dialect", "Driver", "Program", "ProgramFactory", "Row", "Stmt", "StmtMode", "Tx", "Wake",
-    "WakeHub", "WakeKind", "driver_factory", "ex", "many", "placeholders", "q", "q1",
-    "register_driver", "url_scheme",
+    "WakeHub", "WakeKind", "ex", "many", "placeholders", "q", "q1", "register_driver",
 ]
 
 if TYPE_CHECKING:

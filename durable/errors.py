@@ -1,5 +1,14 @@
 """Every error `durable` raises derives from `DurableError`.
 
+Names follow one pattern: what happened to what, subject first
+(`WorkflowNotFound`, `ActivityTimedOut`, `StorageUnavailable`,
+`UpdateRejected`, `NonDeterminismDetected`). Only the roots of a family keep
+the conventional ``Error`` suffix: `DurableError` itself, `ConfigurationError`
+(bad input at the call that gave it; also a `ValueError`) and
+`ApplicationError` (an error of *your* code, named as Temporal names it).
+Names 0.2 used before this rule (`NonDeterminismError`, `PayloadError`,
+`NotRegistered`) still import, with a `DeprecationWarning`, until 0.4.
+
 Errors that cross the storage boundary (a workflow's failure, an activity's
 failure) are rebuilt from their recorded form on replay, so they are our own
 classes carrying the original type name and message rather than the user's
@@ -10,6 +19,7 @@ reference engine's users).
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime
 from typing import Any
 
@@ -52,15 +62,15 @@ class ScheduleAlreadyExists(DurableError):
         self.schedule_id = schedule_id
 
 
-class NotRegistered(ConfigurationError):
+class NameNotRegistered(ConfigurationError):
     """A workflow or activity name is not known to this process or any worker."""
 
 
-class NonDeterminismError(DurableError):
+class NonDeterminismDetected(DurableError):
     """Replayed code asked for a different operation than the one recorded."""
 
 
-class LostAuthority(DurableError):
+class AuthorityLost(DurableError):
     """This worker no longer owns the run (its lease epoch was superseded).
 
     Internal: the engine stops the run's task without recording anything.
@@ -277,7 +287,7 @@ class StructuralLimitExceeded(DurableError):
         self.limit = limit
 
 
-class PayloadError(ConfigurationError):
+class PayloadRejected(ConfigurationError):
     """A value could not be serialised by the payload converter."""
 
 
@@ -411,3 +421,20 @@ class BudgetCancelled(DurableError):
         self.budget = budget
         self.reason = reason
         self.phase = phase
+
+
+#: Names of 0.2, kept importable (with a `DeprecationWarning`) until 0.4.
+RENAMED = {
+    "NonDeterminismError": "NonDeterminismDetected",
+    "PayloadError": "PayloadRejected",
+    "NotRegistered": "NameNotRegistered",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in RENAMED:
+        warnings.warn(f"durable.{name} is now durable.{RENAMED[name]} (error names say what "
+                      "happened, subject first); the old name goes in 0.4",
+                      DeprecationWarning, stacklevel=2)
+        return globals()[RENAMED[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

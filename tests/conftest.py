@@ -29,8 +29,9 @@ from stepwise_driver import SCHEME as STEPWISE_SCHEME
 from stepwise_driver import StepwiseSQLiteDriver
 
 import durable
+import durable.driver
 
-durable.register_driver(STEPWISE_SCHEME, StepwiseSQLiteDriver)
+durable.driver.register_driver(STEPWISE_SCHEME, StepwiseSQLiteDriver)
 
 POSTGRES_URL = os.environ.get(
     "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"

@@ -10,7 +10,7 @@ behaviour depended on how the shipped driver executes, the conformance
 suite would fail here.
 
 URL: ``sqlite-stepwise:///path.db`` or ``sqlite-stepwise://:memory:``
-(registered in tests/conftest.py with `durable.register_driver`).
+(registered in tests/conftest.py with `durable.driver.register_driver`).
 """
 
 from __future__ import annotations

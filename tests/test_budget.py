@@ -421,7 +421,7 @@ async def test_host_cancellation_waits_for_an_operation_that_only_stops_when_it_
         tg.start_soon(write)
         await call.wait_started()
         writer.cancel()
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # the cancelled writer waits for the call
         assert budget.phases[0].outcome == "running"  # still inside the call
         call.release()
     assert effects == ["row written"]  # the effect happened although we cancelled

@@ -341,7 +341,7 @@ async def test_cancel_is_immediate_and_runs_no_cleanup(
     client: durable.Client, make_worker: Any
 ) -> None:
     key = f"immediate-{uuid.uuid4().hex[:10]}"
-    async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
+    async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES) as worker:
         handle = await client.start(guarded, key, "timer", "try_cancel", 0.0, id=key)
         await started(handle, "TimerScheduled")
         await handle.cancel(reason="now")
@@ -353,7 +353,9 @@ async def test_cancel_is_immediate_and_runs_no_cleanup(
         await other.terminate(reason="now")
         with pytest.raises(durable.WorkflowTerminated):
             await other.result()
-        await anyio.sleep(0.2)
+        with anyio.fail_after(10):  # the code of both has stopped: nothing more can run
+            while worker.executors:
+                await anyio.sleep(0.01)
     assert key not in EFFECTS
     assert "CancellationDelivered" not in await types_of(handle)
 

@@ -578,7 +578,7 @@ async def test_losing_one_run_does_not_hand_back_other_runs_activity_attempts(
     it runs for other workflows: they would run a second time with no crash at all."""
     key = f"lost-{uuid.uuid4().hex[:10]}"
     async with durable.Worker(client, workflows=[holder, victim], activities=[hold],
-                              lease_seconds=30.0, poll_interval=0.1):
+                              lease_seconds=30.0, poll_interval=0.1) as worker:
         held, _ = await hold_one_attempt_and_park_victim(client, key)
         # another owner takes the victim over (as after a lease expiry); the worker
         # finds out when the timer fires and its commit is refused
@@ -587,7 +587,9 @@ async def test_losing_one_run_does_not_hand_back_other_runs_activity_attempts(
             client.clock.now() + 60.0,
         )
         assert [c.run.workflow_id for c in taken] == ["victim"]
-        await anyio.sleep(1.0)
+        with anyio.fail_after(10):  # the worker dropped the victim (and what it did then)
+            while any(ex.run.workflow_id == "victim" for ex in worker.executors.values()):
+                await anyio.sleep(0.02)
         starts = STARTS[key]
         GATE[key].set()
         with anyio.fail_after(10):
@@ -617,13 +619,15 @@ async def test_storage_error_on_one_run_does_not_hand_back_other_runs_activity_a
                               lease_seconds=30.0, poll_interval=0.1):
         held, parked = await hold_one_attempt_and_park_victim(client, key)
         victim_run.append((await parked.describe())["run"]["run_id"])
-        await anyio.sleep(1.0)  # the timer fires, its commit fails, the run is handed back
+        with anyio.fail_after(10):  # the timer fires, its commit fails, the run is handed
+            await parked.result()  # back, claimed again and replayed to its end
+        assert victim_run == [], "the injected storage error happened"
         starts = STARTS[key]
         GATE[key].set()
         with anyio.fail_after(10):
             assert await held.result() == "held"
-            await parked.result()
     assert starts == 1, f"the holder's activity was started {starts} times"
+    assert count_type(await held.history(), "ActivityAttemptReleased") == 0
 
 
 async def test_a_run_claimed_during_a_lease_renewal_is_not_released_as_stray(
@@ -666,7 +670,7 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
 ) -> None:
     """One renewal arrives after the lease lapsed (a GC pause, a slow database): the
     worker may take its own run over once; it must not go on doing so, re-running
-    local activities each time (it did, before LostAuthority was unwrapped from
+    local activities each time (it did, before AuthorityLost was unwrapped from
     task-group errors: each takeover released the run from under the next one)."""
     key = f"lapse-{uuid.uuid4().hex[:10]}"
     renew = client.store.renew_leases

@@ -305,7 +305,7 @@ async def test_duplicate_id_is_rejected(client: durable.Client, make_worker: Any
 async def test_unserialisable_argument_fails_at_call_and_writes_nothing(
     client: durable.Client,
 ) -> None:
-    with pytest.raises(durable.PayloadError, match="cannot be serialised"):
+    with pytest.raises(durable.PayloadRejected, match="cannot be serialised"):
         await client.start(arithmetic, object(), id="bad")
     assert await client.list() == []
     with pytest.raises(durable.WorkflowNotFound):
@@ -313,7 +313,7 @@ async def test_unserialisable_argument_fails_at_call_and_writes_nothing(
 
 
 async def test_unknown_names_are_refused(client: durable.Client) -> None:
-    with pytest.raises(durable.NotRegistered, match="unknown workflow 'nope'"):
+    with pytest.raises(durable.NameNotRegistered, match="unknown workflow 'nope'"):
         await client.start("nope", id="x")
     with pytest.raises(durable.ConfigurationError, match="not a workflow"):
         await client.start(len, id="x")
@@ -431,11 +431,12 @@ async def test_non_determinism_marks_the_run_for_review(
             await anyio.sleep(0.01)
     SHAPE["v"] = 2
     try:
-        async with make_worker(workflows=[changing], activities=[counted, wait_gate]):
+        async with make_worker(workflows=[changing], activities=[counted, wait_gate]) as worker:
             with anyio.fail_after(10):
                 while not (await handle.describe())["run"]["needs_review"]:
                     await anyio.sleep(0.02)
-            await anyio.sleep(0.3)  # no worker picks it up again
+            await worker.runs.claim_now()  # a claim pass after the mark takes nothing
+            assert worker.executors == {}
             info = await handle.describe()
     finally:
         SHAPE["v"] = 1

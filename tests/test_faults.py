@@ -265,7 +265,7 @@ async def test_unencodable_heartbeat_details_fail_the_attempt_not_the_worker(
 ) -> None:
     async with make_worker(workflows=[call, steps], activities=ALL_ACTIVITIES):
         out = await client.execute(call, "faults_bad_heartbeat", ["k"], id="bad-hb")
-        assert out["failed"] == "application" and out["cause"] == "PayloadError"
+        assert out["failed"] == "application" and out["cause"] == "PayloadRejected"
         assert "heartbeat details cannot be serialised" in out["message"]
         # the worker goes on serving
         assert await client.execute(steps, "after-bad-hb", 1, id="after") == ["step-0"]

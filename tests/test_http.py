@@ -599,7 +599,9 @@ async def test_history_long_poll_returns_new_events(live: tuple[Plane, str],
             got.extend(response.json()["events"])
 
         tg.start_soon(follow)
-        await anyio.sleep(0.2)  # the poll is waiting: a worker now makes progress
+        with anyio.fail_after(15):  # the poll read nothing and waits: now a worker runs
+            while plane.storage.driver.hub.waiting == 0:
+                await anyio.sleep(0.01)
         async with make_worker(workflows=[napper]):
             with anyio.fail_after(15):
                 while not got:
@@ -755,8 +757,8 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
         durable.RunNotCurrent("old"), durable.RunAlreadyClosed("closed"),
         durable.CapabilityUnsupported("no cap"),
         durable.StructuralLimitExceeded("payload_bytes", 10, 5),
-        durable.NotRegistered("nope"), durable.PolicyRejected("bad policy"),
-        durable.PayloadError("bad payload"), durable.ConfigurationError("bad input"),
+        durable.NameNotRegistered("nope"), durable.PolicyRejected("bad policy"),
+        durable.PayloadRejected("bad payload"), durable.ConfigurationError("bad input"),
         durable.StorageUnavailable("db down", outcome_unknown=True),
         durable.QueryFailed("no handler", {"failure_category": "application",
                                            "cause_type": "KeyError", "message": "k"}),
@@ -923,7 +925,7 @@ async def test_remote_client_speaks_the_same_api_with_the_same_errors(
         assert not remote.embedded
         with pytest.raises(durable.ConfigurationError, match="no storage of its own"):
             durable.Worker(remote, workflows=[napper])
-        with pytest.raises(durable.NotRegistered):
+        with pytest.raises(durable.NameNotRegistered):
             await remote.start("never-defined", 1, id="before-worker")
         handle = await remote.start(napper, 0.05, id="r1")  # a function: no worker needed
         async with make_worker(workflows=[napper, broken]):

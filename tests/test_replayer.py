@@ -3,7 +3,7 @@
 The histories in tests/histories/ were recorded by real runs of the workflows
 below (``python tests/test_replayer.py`` records them again). Replaying them
 in CI fails the build when a code change would not replay the runs already in
-flight, the way Temporal users guard their deploys: `NonDeterminismError`
+flight, the way Temporal users guard their deploys: `NonDeterminismDetected`
 names the first op where the code and the history part.
 """
 
@@ -146,7 +146,7 @@ async def test_stored_histories_replay_against_the_current_code(path: Path) -> N
 
 async def test_a_change_that_does_not_replay_is_named_at_its_first_op() -> None:
     replayer = Replayer(workflows=[ReplayOrderPricedLocally])
-    with pytest.raises(durable.NonDeterminismError,
+    with pytest.raises(durable.NonDeterminismDetected,
                        match="asked for local_activity 'rp_price' at 0:2, but history recorded "
                              "activity 'rp_price' there"):
         await replayer.replay(HISTORIES / "rp_order.json")
@@ -158,7 +158,7 @@ async def test_a_patched_change_replays_old_histories() -> None:
 
 
 async def test_history_ops_the_code_no_longer_asks_for_are_reported() -> None:
-    with pytest.raises(durable.NonDeterminismError,
+    with pytest.raises(durable.NonDeterminismDetected,
                        match="history recorded timer 'sleep' at 0:3, which the code never"):
         await Replayer(workflows=[ReplayOrderWithoutSleep]).replay(HISTORIES / "rp_order.json")
 

@@ -459,7 +459,7 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
     client = env.client
     spec = ScheduleSpec(every=60)
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [
-        ({"workflow": "no-such-workflow"}, durable.NotRegistered, "unknown workflow"),
+        ({"workflow": "no-such-workflow"}, durable.NameNotRegistered, "unknown workflow"),
         ({"overlap": "sometimes"}, durable.ConfigurationError, "overlap must be one of"),
         ({"catchup_window": 0}, durable.ConfigurationError, "catchup_window must be at least 1"),
         ({"jitter": -1}, durable.ConfigurationError, "jitter must be at least 0"),

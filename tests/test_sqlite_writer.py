@@ -24,7 +24,7 @@ from durable_sqlite._writer import Call
 
 import durable
 from durable import workflow
-from durable.driver import Program, Tx, Wake, ex, q, q1
+from durable.driver import Dialect, Program, Tx, Wake, ex, q, q1
 
 pytestmark = pytest.mark.anyio
 
@@ -180,7 +180,7 @@ async def test_callers_resume_in_queue_order_across_drains() -> None:
     from durable_sqlite._writer import Turns, _set_all
 
     def call() -> Call[int]:
-        return Call(*_waiter(), factory=lambda tx: _pages(), tx=Tx(durable.Dialect()))
+        return Call(*_waiter(), factory=lambda tx: _pages(), tx=Tx(Dialect()))
 
     turns = Turns()
     a, b, c, gone, d = call(), call(), call(), call(), call()
@@ -382,7 +382,7 @@ async def test_a_caller_cancelled_while_its_program_runs_gets_its_value(
         tg.start_soon(caller, scope)
         await anyio.to_thread.run_sync(gate.started.wait, 10)
         scope.cancel()
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # cancelled, the caller still waits
         gate.release()
     assert got == [None]
 
@@ -489,7 +489,7 @@ async def test_a_cancelled_callers_queued_program_runs_whole(driver: SQLiteDrive
         tg.start_soon(caller, scope)
         await queued_behind_gate(driver, gate, 1)
         scope.cancel()
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # cancelled, the caller still waits
         gate.release()
     assert got == [42]
     assert not reached_after

@@ -115,7 +115,7 @@ class ActivityContext:
 
     def heartbeat(self, details: Any) -> None:
         """Record progress; details are encoded here, so a value that cannot be
-        stored fails at this call (`PayloadError`, `StructuralLimitExceeded`)."""
+        stored fails at this call (`PayloadRejected`, `StructuralLimitExceeded`)."""
         encoded = None
         if details is not None and self._encode_details is not None:
             encoded = self._encode_details(details)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ..clock import Clock
-from ..errors import LostAuthority, StorageUnavailable, WriteRejected
+from ..errors import AuthorityLost, StorageUnavailable, WriteRejected
 from ..store.records import CommitResult
 from ..store.writes import RunWrites, Write
 
@@ -90,7 +90,7 @@ class Committer:
         """One transaction for all; run by run if one run's writes are invalid."""
         try:
             return list(await self._commit(batches, self._clock.now()))
-        except (StorageUnavailable, LostAuthority):
+        except (StorageUnavailable, AuthorityLost):
             raise
         except Exception as exc:
             if len(batches) == 1:
@@ -99,7 +99,7 @@ class Committer:
         for batch in batches:
             try:
                 results.extend(await self._commit([batch], self._clock.now()))
-            except (StorageUnavailable, LostAuthority):
+            except (StorageUnavailable, AuthorityLost):
                 raise
             except Exception as exc:
                 results.append(_rejected(batch, exc))

@@ -27,8 +27,8 @@ from ..cancellation import CancellationContext
 from ..clock import Clock
 from ..converter import PayloadConverter, check_size
 from ..errors import (
-    LostAuthority,
-    NonDeterminismError,
+    AuthorityLost,
+    NonDeterminismDetected,
     StructuralLimitExceeded,
     WriteRejected,
 )
@@ -210,7 +210,7 @@ class WorkflowContext:
         if record is None:
             return None
         if record.kind != kind or record.name != name:
-            self.fatal = NonDeterminismError(
+            self.fatal = NonDeterminismDetected(
                 f"workflow {self.run.workflow_type} (run {self.run.run_id}) asked for "
                 f"{kind} {name!r} at {op_id}, but history recorded {record.kind} "
                 f"{record.name!r} there: the code changed in a way that does not replay. "
@@ -288,7 +288,7 @@ class WorkflowContext:
             self.broken = exc
             raise
         if not result.committed:
-            self.broken = LostAuthority(f"run {self.run.run_id} is no longer owned here")
+            self.broken = AuthorityLost(f"run {self.run.run_id} is no longer owned here")
             raise self.broken
         for op in result.ops.values():
             self.resolve(op)

@@ -21,10 +21,10 @@ from .._registry import WorkflowDefn
 from ..cancellation import CancellationContext
 from ..converter import decode_args
 from ..errors import (
+    AuthorityLost,
     ContinueAsNew,
-    LostAuthority,
-    NonDeterminismError,
-    PayloadError,
+    NonDeterminismDetected,
+    PayloadRejected,
     PhaseTimedOut,
     StructuralLimitExceeded,
     UnitOutcomeUnknown,
@@ -140,7 +140,7 @@ class RunExecutor:
     def task_failed(self, exc: BaseException) -> None:
         """A task beside the code raised: storage trouble stops the run here;
         anything else (a signal handler's error, non-determinism) fails it."""
-        if isinstance(exc, LostAuthority) or self.ctx.broken is not None:
+        if isinstance(exc, AuthorityLost) or self.ctx.broken is not None:
             self.stop("storage refused or failed a commit")
         else:
             self.fail(exc)
@@ -248,7 +248,7 @@ class RunExecutor:
 
     def _dropped(self, exc: BaseException) -> None:
         leaves = leaf_exceptions(exc)
-        if all(isinstance(e, LostAuthority) for e in leaves):
+        if all(isinstance(e, AuthorityLost) for e in leaves):
             self.ctx.log.info("run_dropped", reason="lost authority")
             return
         if self.scratch:  # the replay's owner reads what happened from the context
@@ -301,7 +301,7 @@ class RunExecutor:
         await ctx.worker.crash_point("before_close")
         skipped = ctx.unreplayed_ops() if not outcome.needs_review else []
         if skipped:
-            outcome = self._non_deterministic(NonDeterminismError(
+            outcome = self._non_deterministic(NonDeterminismDetected(
                 f"workflow {self.run.workflow_type} (run {self.run.run_id}) closed "
                 f"{outcome.status} without asking again for the recorded operations "
                 f"{', '.join(skipped[:5])}{'...' if len(skipped) > 5 else ''}: the code "
@@ -350,23 +350,23 @@ class RunExecutor:
         except BaseExceptionGroup as group:
             special = [
                 e for e in leaf_exceptions(group)
-                if isinstance(e, ContinueAsNew | LostAuthority | NonDeterminismError)
+                if isinstance(e, ContinueAsNew | AuthorityLost | NonDeterminismDetected)
             ]
             if not special:
                 if group.subgroup(Exception) is None:
                     raise
                 return self._failed(group)
             exc0 = special[0]
-            if isinstance(exc0, LostAuthority):
+            if isinstance(exc0, AuthorityLost):
                 raise exc0 from None
             if isinstance(exc0, ContinueAsNew):
                 return self._continue(exc0)
             return self._non_deterministic(exc0)
         except ContinueAsNew as can:
             return self._continue(can)
-        except NonDeterminismError as exc:
+        except NonDeterminismDetected as exc:
             return self._non_deterministic(exc)
-        except LostAuthority:
+        except AuthorityLost:
             raise
         except Exception as exc:
             return self._failed(exc)
@@ -400,7 +400,7 @@ class RunExecutor:
     def _continue(self, can: ContinueAsNew) -> CloseRun:
         try:
             payload = self.ctx.encode(list(can.new_args), "continue_as_new arguments")
-        except (StructuralLimitExceeded, PayloadError) as exc:
+        except (StructuralLimitExceeded, PayloadRejected) as exc:
             # The next run cannot start with these arguments: this run fails,
             # saying so (it would otherwise be replayed forever).
             return self._failed(exc)
@@ -414,7 +414,7 @@ class RunExecutor:
 
     def _failed(self, exc: BaseException) -> CloseRun:
         ctx = self.ctx
-        if isinstance(ctx.fatal, NonDeterminismError):
+        if isinstance(ctx.fatal, NonDeterminismDetected):
             return self._non_deterministic(ctx.fatal)
         if ctx.fatal is not None:
             exc = ctx.fatal

@@ -37,8 +37,8 @@ import anyio
 from ..converter import check_size, decode_args
 from ..errors import (
     DurableError,
-    NonDeterminismError,
-    PayloadError,
+    NonDeterminismDetected,
+    PayloadRejected,
     QueryFailed,
     StructuralLimitExceeded,
 )
@@ -295,7 +295,7 @@ class Inbox:
         if self.replay:
             d = self.replay[0]
             ops = ", ".join(sorted(d.frontier_ids)) or "the start"
-            raise NonDeterminismError(
+            raise NonDeterminismDetected(
                 f"workflow {self.ctx.run.workflow_type} (run {self.ctx.run.run_id}) returned "
                 f"before reaching {ops}, where history delivered {d.kind} {d.name!r} "
                 f"(delivery {d.number}): the code changed in a way that does not replay"
@@ -354,7 +354,7 @@ class Inbox:
                                 hint="kept: it is delivered when a handler for it is registered")
             return
         if handler is None:
-            raise NonDeterminismError(
+            raise NonDeterminismDetected(
                 f"history accepted update {d.name!r} (delivery {d.number}) but workflow "
                 f"{ctx.run.workflow_type} has no handler for it any more"
             )
@@ -436,7 +436,7 @@ class Inbox:
 
     async def _finish(self, d: Delivery, value: Any, error: Exception | None) -> None:
         ctx = self.ctx
-        if error is not None and (isinstance(error, NonDeterminismError) or ctx.fatal):
+        if error is not None and (isinstance(error, NonDeterminismDetected) or ctx.fatal):
             self.executor.fail(ctx.fatal or error)
             return
         if d.kind == "signal":
@@ -449,7 +449,7 @@ class Inbox:
         try:
             text = ctx.converter.encode(value, f"the result of update {d.name!r}")
             check_size(text, ctx.limits.payload_bytes, f"the result of update {d.name!r}")
-        except (PayloadError, StructuralLimitExceeded) as exc:
+        except (PayloadRejected, StructuralLimitExceeded) as exc:
             await self._complete(d, None, Failure.from_exception(exc, "update"))
             return
         await self._complete(d, text, None)

@@ -2,7 +2,7 @@
 
 Every op follows the same steps. It takes the next op id of its task; if
 history has a record for that id, the record's kind and name must match
-(else `NonDeterminismError`) and a closed record's outcome is returned or
+(else `NonDeterminismDetected`) and a closed record's outcome is returned or
 raised at once, without yielding. Otherwise the op goes live: it records its
 "scheduled" write and awaits its completion. The await is *interruptible*:
 when a cooperative cancellation is delivered, the op's `CancellationPolicy`
@@ -22,7 +22,7 @@ import anyio
 
 from .. import _validate
 from .._registry import activity_defn_of, workflow_defn_of, workflow_name
-from ..errors import NotRegistered, PolicyRejected, WorkflowAlreadyStarted
+from ..errors import NameNotRegistered, PolicyRejected, WorkflowAlreadyStarted
 from ..failure import Failure
 from ..options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds
 from ..store.records import OpKind, OpRecord, OpStatus, StartRequest
@@ -175,7 +175,7 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
         await live_gate(ctx)
         go_live(state)
         if defn is None and name not in await ctx.worker.known_activity_names():
-            raise NotRegistered(
+            raise NameNotRegistered(
                 f"unknown activity {name!r}: no @activity.defn with this name is imported here "
                 "and no live worker has registered it; check the name or start a worker that "
                 "has it"

@@ -29,7 +29,7 @@ from ..clock import to_datetime
 from ..errors import (
     BudgetCancelled,
     BudgetExhausted,
-    NonDeterminismError,
+    NonDeterminismDetected,
     PhaseTimedOut,
     UnitOutcomeUnknown,
 )
@@ -91,7 +91,7 @@ class Phase:
         assert frame is not None
         if frame in state.phases:
             state.phases.remove(frame)
-        if isinstance(exc, UnitOutcomeUnknown | NonDeterminismError):
+        if isinstance(exc, UnitOutcomeUnknown | NonDeterminismDetected):
             # the run parks for a person's decision, not ended: the phase stays
             # open (describe() shows it) and ends when the run resumes
             return False

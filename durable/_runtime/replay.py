@@ -10,7 +10,7 @@ itself records nothing; where the code would go past its history (record a
 new op, fire a timer that has not fired), the scratch committer stops that
 task there: the state reached is the run's state. In strict mode (the
 Replayer, a closed history) going past the history is the divergence itself
-and raises `NonDeterminismError` naming the op.
+and raises `NonDeterminismDetected` naming the op.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import anyio
 from .._registry import WorkflowDefn
 from ..clock import Clock, VirtualClock
 from ..converter import PayloadConverter
-from ..errors import NonDeterminismError
+from ..errors import NonDeterminismDetected
 from ..options import Limits
 from ..store.records import CommitResult, InboxItem, OpRecord, RunRecord
 from ..store.writes import (
@@ -105,7 +105,7 @@ class ScratchCommitter:
         if self.went_past is None:
             self.went_past = describe_write(live[0])
         if self.strict:
-            error = NonDeterminismError(
+            error = NonDeterminismDetected(
                 f"workflow {ctx.run.workflow_type} (run {ctx.run.run_id}) asked for "
                 f"{self.went_past}, which its history does not have (the history ended "
                 f"{ctx.run.status}): the code changed in a way that does not replay"

@@ -115,7 +115,7 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
         try:
             handle = await client.start(workflow_type, *args, id=workflow_id, options=options,
                                         task_queue=task_queue)
-        except durable.NotRegistered as exc:
+        except durable.NameNotRegistered as exc:
             raise CliError(
                 f"no live worker in namespace {session.namespace!r} has registered workflow "
                 f"type {workflow_type!r}",

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotRegistered, WorkflowNotFound
+from ..errors import NameNotRegistered, WorkflowNotFound
 from ..options import IdReusePolicy, StartOptions
 from .schema import TEXT_PATTERN, Schema, check_schema
 from .wire import encode_payload, event_to_wire, parse_payload, record_to_wire, state_to_wire
@@ -373,7 +373,7 @@ async def _start_request(call: Call) -> StartRequest:
     if body.get("require_registered", True) and (
         wf_type not in await client.control.registered_types()
     ):
-        raise NotRegistered(
+        raise NameNotRegistered(
             f"unknown workflow type {wf_type!r}: no live worker in namespace "
             f"{call.namespace!r} has registered it; start a worker with it, check the name "
             "(GET /api/workflow-types lists registered types), or send "

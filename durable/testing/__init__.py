@@ -44,7 +44,7 @@ from ..client import Client
 from ..clock import VirtualClock
 from ..converter import JSONConverter, PayloadConverter
 from ..driver import Driver, driver_factory, url_scheme
-from ..errors import ConfigurationError, NonDeterminismError
+from ..errors import ConfigurationError, NonDeterminismDetected
 from ..options import Limits
 from ..store.records import OpRecord
 from ..worker import Worker
@@ -313,7 +313,7 @@ class Replayer:
     ``await handle.history()``, its JSON export, or a file). Where the code
     asks for a different op than history recorded, or for one past the end of
     a closed history, or returns while history has ops it never asked for, it
-    raises `NonDeterminismError` naming the first diverging op: the error a
+    raises `NonDeterminismDetected` naming the first diverging op: the error a
     deploy of this code would park running instances with. Replaying stored
     histories in CI guards deploys (see docs/interaction.md).
     """
@@ -333,7 +333,7 @@ class Replayer:
         self.limits = limits or Limits()
 
     async def replay(self, history: HistoryLike) -> ReplayResult:
-        """Replay one run's history; raises `NonDeterminismError` on divergence."""
+        """Replay one run's history; raises `NonDeterminismDetected` on divergence."""
         events = load_history(history)
         records = records_from_history(events)
         run = records.run
@@ -350,10 +350,10 @@ class Replayer:
             strict=True,
         )
         ctx = outcome.ctx
-        if isinstance(ctx.fatal, NonDeterminismError):
+        if isinstance(ctx.fatal, NonDeterminismDetected):
             raise ctx.fatal
         if ctx.fatal is not None:
-            raise NonDeterminismError(
+            raise NonDeterminismDetected(
                 f"replaying {run.workflow_type} failed: {ctx.fatal!r}") from ctx.fatal
         seen = ctx.asked
         closed = outcome.committer.closed_with
@@ -361,9 +361,9 @@ class Replayer:
             if closed.needs_review and closed.failure is not None:  # the engine's own check
                 missing = [op for op_id, op in records.ops.items() if op_id not in seen]
                 if not missing:
-                    raise NonDeterminismError(closed.failure.message or "non-determinism")
+                    raise NonDeterminismDetected(closed.failure.message or "non-determinism")
             elif records.closed_by_code and closed.status != run.status:
-                raise NonDeterminismError(
+                raise NonDeterminismDetected(
                     f"workflow {run.workflow_type}: the code ended {closed.status}, but "
                     f"history recorded {records.close_type}: the code changed in a way that "
                     "does not replay"
@@ -371,14 +371,14 @@ class Replayer:
             missing = [op for op_id, op in records.ops.items() if op_id not in seen]
             if missing:
                 first = min(missing, key=_op_order)
-                raise NonDeterminismError(
+                raise NonDeterminismDetected(
                     f"workflow {run.workflow_type}: history recorded {first.kind} "
                     f"{first.name!r} at {first.op_id}, which the code never asked for: the "
                     "code changed in a way that does not replay"
                 )
         elif records.closed_by_code and not outcome.finished:
             where = ", ".join(f["op_id"] for f in outcome.blocked_at) or "a non-durable await"
-            raise NonDeterminismError(
+            raise NonDeterminismDetected(
                 f"workflow {run.workflow_type}: history recorded {records.close_type}, but the "
                 f"replayed code is still waiting (at {where}): the code changed in a way that "
                 "does not replay"

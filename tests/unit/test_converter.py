@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import pytest
 
-from durable import JSONConverter, PayloadError, StructuralLimitExceeded
+from durable import JSONConverter, PayloadRejected, StructuralLimitExceeded
 from durable.converter import check_size, decode_args, parameter_hints, rebuild, resolve_hints
 
 conv = JSONConverter()
@@ -154,7 +154,7 @@ def test_pydantic_models_round_trip() -> None:
 
 @pytest.mark.parametrize("value", [object(), {"nan": float("nan")}, {1j}, b"bytes"])
 def test_an_unserialisable_value_fails_at_encode_naming_what(value: Any) -> None:
-    with pytest.raises(PayloadError, match="the arguments of activity 'charge'") as err:
+    with pytest.raises(PayloadRejected, match="the arguments of activity 'charge'") as err:
         conv.encode(value, "the arguments of activity 'charge'")
     assert "configure another payload converter" in str(err.value)
 

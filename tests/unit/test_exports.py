@@ -38,6 +38,8 @@ SURFACES: list[tuple[str, str | None]] = [
     ("durable.workflow", "durable.workflow"),
     ("durable.activity", "durable.activity"),
     ("durable.testing", "durable.testing"),
+    ("durable.driver", "durable.driver"),
+    ("durable.control", "durable.control"),
 ]
 
 
@@ -67,3 +69,33 @@ def test_the_version_is_the_packages() -> None:
     from importlib.metadata import version
 
     assert durable.__version__ == version("durable-sdk")
+
+
+@pytest.mark.parametrize("name", ["ActivityInfo", "ControlPlane", "Page", "Dialect", "Driver",
+                                  "register_driver", "NonDeterminismError", "PayloadError",
+                                  "NotRegistered"])
+def test_a_name_that_left_the_face_still_imports_with_a_warning_naming_its_home(
+        name: str) -> None:
+    assert name not in durable.__all__
+    with pytest.warns(DeprecationWarning, match=rf"durable\.{name} is now durable\.") as warned:
+        moved = getattr(durable, name)
+    new_home = str(warned[0].message).split(" is now ")[1].split(";")[0].split(" ")[0]
+    module, _, new_name = new_home.rpartition(".")
+    assert getattr(importlib.import_module(module), new_name) is moved
+
+
+def test_seam_types_live_on_their_audiences_face_not_the_applications() -> None:
+    import durable.control
+    import durable.driver
+
+    assert {"Dialect", "Driver", "register_driver"} <= set(durable.driver.__all__)
+    assert {"ControlPlane", "Page"} <= set(durable.control.__all__)
+    assert "ActivityInfo" in durable.activity.__all__ and "ActivityInfo" not in durable.__all__
+
+
+def test_error_names_say_what_happened_subject_first() -> None:
+    """Only the roots of a family end in Error (see durable/errors.py)."""
+    roots = {"DurableError", "ConfigurationError", "ApplicationError"}
+    errors = {n for n in durable.__all__ if isinstance(getattr(durable, n), type)
+              and issubclass(getattr(durable, n), BaseException)}
+    assert {n for n in errors if n.endswith("Error")} == roots

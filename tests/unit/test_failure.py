@@ -13,7 +13,7 @@ from durable import (
     ActivityTimedOut,
     ApplicationError,
     ChildWorkflowFailed,
-    NonDeterminismError,
+    NonDeterminismDetected,
     StorageUnavailable,
     StructuralLimitExceeded,
     WorkerLost,
@@ -184,8 +184,8 @@ def test_an_application_error_built_by_user_code_keeps_its_type() -> None:
 
 @pytest.mark.parametrize("prefix", ["durable.", "durable.errors."])
 def test_durable_class_names_rebuild_durable_errors(prefix: str) -> None:
-    assert isinstance(Failure("x", "m", prefix + "NonDeterminismError").to_error(),
-                      NonDeterminismError)
+    assert isinstance(Failure("x", "m", prefix + "NonDeterminismDetected").to_error(),
+                      NonDeterminismDetected)
     err = Failure("x", "gone", prefix + "StorageUnavailable").to_error()
     assert isinstance(err, StorageUnavailable) and str(err) == "gone"
     timed_out = Failure("timeout", "t", prefix + "ActivityTimedOut",

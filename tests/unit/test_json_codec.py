@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable import JSONConverter, PayloadError
+from durable import JSONConverter, PayloadRejected
 from durable._json import DEFAULT, STDLIB, OrjsonCodec, payload_default
 
 orjson = pytest.importorskip("orjson")
@@ -214,7 +214,7 @@ def test_an_unknown_codec_is_refused_naming_the_choices() -> None:
 
 @pytest.mark.parametrize("codec", ["json", "orjson"])
 def test_nan_is_refused_with_the_same_payload_error(codec: str) -> None:
-    with pytest.raises(PayloadError) as err:
+    with pytest.raises(PayloadRejected) as err:
         JSONConverter(codec=codec).encode({"score": float("nan")}, "the result of activity 'x'")
     assert str(err.value) == (
         "the result of activity 'x' cannot be serialised to JSON: Out of range float values "

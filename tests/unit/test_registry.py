@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import durable
-from durable import ConfigurationError, NotRegistered, activity, workflow
+import durable.testing
+from durable import ConfigurationError, NameNotRegistered, activity, workflow
 from durable._registry import (
     DEFINITIONS,
     ActivityDefn,
@@ -128,6 +129,47 @@ def test_decorating_another_function_with_a_taken_name_raises() -> None:
             pass
 
 
+def test_a_second_version_of_a_workflow_is_refused_naming_how_tests_hold_two() -> None:
+    """Typical in a test of a workflow's next version: the same name, changed code."""
+    name = unique("versioned")
+
+    @workflow.defn(name=name)
+    async def before_the_change() -> str:
+        return "v1"
+
+    with pytest.raises(ConfigurationError) as err:
+        @workflow.defn(name=name)
+        async def after_the_change() -> str:
+            return "v2"
+
+    assert "durable.testing.isolated_definitions()" in str(err.value)
+    assert DEFINITIONS.workflows[name].fn is before_the_change  # nothing was replaced
+
+    with durable.testing.isolated_definitions() as isolated:  # how a test holds both
+        @workflow.defn(name=name)
+        async def next_version() -> str:
+            return "v2"
+
+        assert workflow_defn_of(name) is isolated.workflows[name]
+        assert workflow_defn_of(name).fn is next_version  # type: ignore[union-attr]
+    assert workflow_defn_of(name).fn is before_the_change  # type: ignore[union-attr]
+
+
+def test_a_worker_given_two_versions_is_told_to_rename_not_to_isolate() -> None:
+    name = unique("both")
+    with durable.testing.isolated_definitions():
+        @workflow.defn(name=name)
+        async def one() -> None:
+            pass
+    with durable.testing.isolated_definitions():
+        @workflow.defn(name=name)
+        async def two() -> None:
+            pass
+    with pytest.raises(ConfigurationError, match="another name") as err:
+        Registry.of([one, two], [])
+    assert "isolated_definitions" not in str(err.value)
+
+
 def test_decorators_refuse_what_cannot_run() -> None:
     with pytest.raises(ConfigurationError, match="needs an `async def`"):
         workflow.defn(lambda: None)
@@ -161,7 +203,7 @@ def test_references_by_function_or_by_name_find_the_definition() -> None:
 
 
 def test_unknown_or_undecorated_references_are_refused() -> None:
-    with pytest.raises(NotRegistered, match="unknown activity 'nope'"):
+    with pytest.raises(NameNotRegistered, match="unknown activity 'nope'"):
         require_activity("nope")
     with pytest.raises(ConfigurationError, match="is not a workflow"):
         workflow_defn_of(len)
