@@ -114,7 +114,6 @@ __all__ = [
     "NameNotRegistered",
     "NonDeterminismDetected",
     "Overlap",
-    "Page",
     "ParentClosePolicy",
     "PayloadConverter",
     "PayloadRejected",
