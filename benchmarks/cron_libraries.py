@@ -1,4 +1,4 @@
-"""Choosing the cron library for schedules (issue [5/9], docs/design/decisions.md (r)).
+"""Choosing the cron library for schedules (issue [5/9], docs/design/decisions.md (s)).
 
 For each candidate on PyPI that computes next fire times:
 

@@ -10,7 +10,7 @@ fire starts exactly one run whatever the number of workers and crashes. See
 docs/schedules.md.
 
 Fire times are whole UTC seconds. Cron expressions are read by `cronsim`,
-chosen by measuring (docs/design/decisions.md (r)): it follows Debian cron at
+chosen by measuring (docs/design/decisions.md (s)): it follows Debian cron at
 daylight-saving changes, so a fixed-time job whose local time does not exist
 that day fires once at the first real instant after the gap, one whose local
 time happens twice fires once (the first time), and a wildcard job fires at

@@ -20,6 +20,7 @@ See docs/design/sqlite-driver.md (and why this is not built on aiosqlite).
 
 WAL mode and ``BEGIN IMMEDIATE`` let several processes on one machine share a
 file; another process's commits are noticed through ``PRAGMA data_version``.
+The ``-wal`` file is kept under ``?wal_limit=`` (64 MiB) by `_checkpoints`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import threading
 import weakref
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +41,7 @@ from durable.errors import ConfigurationError
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
+from ._checkpoints import DEFAULT_WAL_LIMIT, Checkpoints, parse_size
 from ._writer import Call, Notify, SQLiteStats, Writer, _closed, _run_program, storage_failure
 from .dialect import SQLiteDialect
 
@@ -55,8 +56,8 @@ __all__ = ["SQLiteDriver", "SQLiteStats", "storage_failure"]
 
 
 _FORMS = ("sqlite:///relative/path.db, sqlite:////absolute/path.db or sqlite://:memory:, "
-          "optionally with ?synchronous=OFF|NORMAL|FULL|EXTRA")
-_QUERY_OPTIONS = ("synchronous",)
+          "optionally with ?synchronous=OFF|NORMAL|FULL|EXTRA and &wal_limit=64MiB")
+_QUERY_OPTIONS = ("synchronous", "wal_limit")
 
 
 def _parse(url: str) -> tuple[str, dict[str, str]]:
@@ -105,6 +106,8 @@ class SQLiteDriver:
         self.poll_interval = _validate.duration(poll_interval, "poll_interval",
                                                 inclusive=False, maximum=60)
         self.checkpoint_every = _validate.integer(checkpoint_every, "checkpoint_every")
+        self.wal_limit = (parse_size(options["wal_limit"], "wal_limit")
+                          if "wal_limit" in options else DEFAULT_WAL_LIMIT)
         if isinstance(file_mode, bool) or not isinstance(file_mode, int) or not (
                 0 <= file_mode <= 0o777):
             raise ConfigurationError(
@@ -114,10 +117,6 @@ class SQLiteDriver:
         self._finalizer: Any = None  # weakref.finalize ending the thread
         self._stats = SQLiteStats()
         self._closing = False
-        # WAL checkpoints run on a thread and connection of their own (see _checkpoint)
-        self._writes = 0
-        self._checkpointer: threading.Thread | None = None
-        self._checkpoint_uri: str | None = None
 
     @property
     def _conn(self) -> sqlite3.Connection | None:
@@ -126,15 +125,35 @@ class SQLiteDriver:
 
     @property
     def stats(self) -> SQLiteStats:
-        """Counters of the database thread: transactions, programs, drains."""
+        """Counters of the database thread (transactions, programs, drains)
+        and the write-ahead log's size and last checkpoints."""
         return self._writer.stats() if self._writer is not None else self._stats
+
+    def gauges(self) -> dict[str, tuple[str, float]]:
+        """The log's figures for ``/metrics`` (durable.http.metrics): name ->
+        (help, value), only those that have a value (none in memory: no log)."""
+        if not self.shared:
+            return {}
+        stats = self.stats
+        figures: dict[str, tuple[str, float | None]] = {
+            "durable_sqlite_wal_bytes": (
+                "Size of the SQLite -wal file in bytes.", stats.wal_bytes),
+            "durable_sqlite_last_checkpoint_timestamp_seconds": (
+                "Unix time of the last WAL checkpoint (passive or reset).",
+                stats.last_checkpoint_at),
+            "durable_sqlite_last_wal_reset_timestamp_seconds": (
+                "Unix time the write-ahead log was last started over from its beginning.",
+                stats.last_wal_reset_at),
+        }
+        return {name: (doc, value) for name, (doc, value) in figures.items()
+                if value is not None}
 
     @property
     def shared(self) -> bool:
         """Whether other processes may use the same database."""
         return self.path != ":memory:"
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, checkpoints: Checkpoints | None) -> sqlite3.Connection:
         if self.path != ":memory:":
             parent = Path(self.path).resolve().parent
             if not parent.is_dir():
@@ -148,11 +167,9 @@ class SQLiteDriver:
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
-            if self.path != ":memory:":
+            if checkpoints is not None:
                 conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA wal_autocheckpoint=0")  # see _checkpoint
-                # mode=rw: a checkpoint never creates a file that was removed
-                self._checkpoint_uri = Path(self.path).resolve().as_uri() + "?mode=rw"
+                checkpoints.configure(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=OFF")
             conn.execute("BEGIN IMMEDIATE")
@@ -185,22 +202,18 @@ class SQLiteDriver:
         if self._writer is not None:
             return
         self._closing = False
-        # The thread holds the driver weakly, so that a driver dropped without
-        # close() is collected and its finalizer ends the thread.
-        count = weakref.WeakMethod(self._count_write)
-
-        def on_write(programs: int) -> None:
-            method = count()
-            if method is not None:
-                method(programs)
-
-        writer = Writer(self.url, self.busy_timeout, self.dialect, on_write)
+        checkpoints = None if not self.shared else Checkpoints(
+            self.path, busy_timeout=self.busy_timeout, every=self.checkpoint_every,
+            limit=self.wal_limit)
+        # The thread does not hold the driver, so that a driver dropped
+        # without close() is collected and its finalizer ends the thread.
+        writer = Writer(self.url, self.busy_timeout, self.dialect, checkpoints)
         writer.start()
         self._finalizer = weakref.finalize(self, writer.stop)
         self._writer = writer
 
         def connect(_: sqlite3.Connection | None) -> None:
-            writer.conn = self._connect()
+            writer.conn = self._connect(checkpoints)
 
         try:
             await self._call(writer, Call(*_waiter(), fn=connect))
@@ -223,11 +236,10 @@ class SQLiteDriver:
             await call.event.wait()  # type: ignore[attr-defined]
             await anyio.to_thread.run_sync(writer.thread.join)
             self._finalizer.detach()
+            if writer.checkpoints is not None:
+                await anyio.to_thread.run_sync(writer.checkpoints.join)
             self._stats = writer.stats()
             self._writer = None
-            checkpointer = self._checkpointer
-            if checkpointer is not None:
-                await anyio.to_thread.run_sync(checkpointer.join)
 
     async def _call(self, writer: Writer, call: Call[T], *, shield: bool = True) -> T:
         """Queue a call for the database thread and wait for its outcome.
@@ -268,43 +280,6 @@ class SQLiteDriver:
         assert call.tx is not None
         self.hub.publish(call.tx.wakes)
         return result
-
-    def _count_write(self, programs: int) -> None:
-        """On the database thread, after a COMMIT: count committed write
-        programs (not transactions, so a checkpoint still comes every
-        `checkpoint_every` programs' worth of WAL however they are grouped)."""
-        if self._checkpoint_uri is None:
-            return
-        self._writes += programs
-        if self._writes < self.checkpoint_every:
-            return
-        if self._checkpointer is not None and self._checkpointer.is_alive():
-            return
-        self._writes = 0
-        self._checkpointer = threading.Thread(
-            target=self._checkpoint, name="durable-sqlite-checkpoint", daemon=True
-        )
-        self._checkpointer.start()
-
-    def _checkpoint(self) -> None:
-        """Copy the WAL back into the database file, off the engine's connection.
-
-        SQLite's automatic checkpoint runs inside whichever COMMIT takes the WAL
-        past 1000 pages, and its fsync (tens of ms) then stalls every transaction
-        queued behind that commit on our one connection: measured, it made most
-        of the p99 of cancellation latency. A PASSIVE checkpoint on a connection
-        of its own runs beside our writers and readers instead; one that cannot
-        finish now (a reader in another process) is completed by a later one.
-        """
-        assert self._checkpoint_uri is not None
-        try:
-            conn = sqlite3.connect(self._checkpoint_uri, uri=True, timeout=self.busy_timeout)
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            pass
 
     @staticmethod
     def _data_version(conn: sqlite3.Connection | None) -> int | None:

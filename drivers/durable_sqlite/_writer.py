@@ -51,6 +51,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx
 from durable.errors import StorageClosed, StorageUnavailable
 
+from ._checkpoints import Checkpoints
+
 T = TypeVar("T")
 
 #: programs per transaction at most: a drain bigger than this commits in
@@ -267,12 +269,26 @@ class SQLiteStats:
     savepoint because they raised); `drains`: wake-ups of the thread that
     found work (each completes its callers with one call into their loop);
     `largest_drain`: most calls served by one wake-up.
+
+    The write-ahead log (see `_checkpoints`; zeros and None in memory):
+    `wal_bytes`: the ``-wal`` file's size when the stats were read;
+    `checkpoints`: passive checkpoints run (off the database thread);
+    `wal_resets`: times the log was started over from its beginning;
+    `wal_resets_blocked`: resets given up because another process's reader
+    or writer held on; `last_checkpoint_at`, `last_wal_reset_at`: Unix times
+    of the last checkpoint of either kind and of the last reset.
     """
 
     transactions: int = 0
     programs: int = 0
     drains: int = 0
     largest_drain: int = 0
+    wal_bytes: int = 0
+    checkpoints: int = 0
+    wal_resets: int = 0
+    wal_resets_blocked: int = 0
+    last_checkpoint_at: float | None = None
+    last_wal_reset_at: float | None = None
 
 
 _STOP = object()
@@ -282,11 +298,11 @@ class Writer:
     """The thread that owns the connection; see the module docstring."""
 
     def __init__(self, url: str, busy_timeout: float, dialect: Dialect,
-                 on_write: Callable[[int], None]):
+                 checkpoints: Checkpoints | None):
         self.url = url
         self.busy_timeout = busy_timeout
         self.dialect = dialect
-        self.on_write = on_write  # called on this thread with the write programs committed
+        self.checkpoints = checkpoints  # the -wal file's upkeep (None in memory)
         self.conn: sqlite3.Connection | None = None
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.stopped = False
@@ -305,7 +321,12 @@ class Writer:
         self.queue.put(_STOP)
 
     def stats(self) -> SQLiteStats:
-        return SQLiteStats(self.transactions, self.programs, self.drains, self.largest_drain)
+        c = self.checkpoints
+        if c is None:
+            return SQLiteStats(self.transactions, self.programs, self.drains, self.largest_drain)
+        return SQLiteStats(self.transactions, self.programs, self.drains, self.largest_drain,
+                           c.wal_bytes(), c.checkpoints, c.resets, c.resets_blocked,
+                           c.last_checkpoint_at, c.last_reset_at)
 
     # ------------------------------------------------------------ the thread
 
@@ -344,6 +365,9 @@ class Writer:
             self.drains += 1
             self.largest_drain = max(self.largest_drain, len(calls))
             self._complete(calls)
+            if self.checkpoints is not None and self.conn is not None:
+                # between drains, its callers already woken: see _checkpoints
+                self.checkpoints.after_drain(self.conn, quiet=self.queue.empty())
 
     def _take_rest(self) -> list[Call[Any]]:
         rest: list[Call[Any]] = []
@@ -467,8 +491,8 @@ class Writer:
             return self._fail_all(calls, exc, outcome_unknown=unknown)
         self.transactions += 1
         self.programs += len(done)
-        if writes:
-            self.on_write(writes)
+        if writes and self.checkpoints is not None:
+            self.checkpoints.committed(writes)
         return []
 
     @staticmethod

@@ -36,6 +36,12 @@ deadline a timeout was recorded (scopes workflow, activity, cleanup) or a
 timer fired (scope timer, when its ``TimerScheduled`` was read by the same
 process).
 
+Gauges the storage driver reports about itself, read at each scrape from
+its optional ``gauges()`` (name -> (help, value)); SQLite:
+``durable_sqlite_wal_bytes`` (the ``-wal`` file's size),
+``durable_sqlite_last_checkpoint_timestamp_seconds`` and
+``durable_sqlite_last_wal_reset_timestamp_seconds`` (each once it happened).
+
 And the control plane's own traffic: ``durable_http_requests_total{method,
 route,status}`` and ``durable_http_request_duration_seconds{method,route}``
 (route is the template, e.g. ``/api/workflows/{workflowId}``).
@@ -121,6 +127,7 @@ class Metrics:
         self.http_duration = Histogram("durable_http_request_duration_seconds",
                                        "Control-plane HTTP request durations.",
                                        ["method", "route"], registry=r)
+        self._driver_gauges: dict[str, Gauge] = {}
         self._last_event: int | None = None
         self._gaps: OrderedDict[int, float] = OrderedDict()
         self._timers: OrderedDict[tuple[str, str], float] = OrderedDict()
@@ -133,6 +140,7 @@ class Metrics:
     async def refresh(self) -> None:
         """Read counts and new events from storage (one scrape at a time)."""
         async with self._lock:
+            self._set_driver_gauges()
             for _ in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
                 for event_id, since in list(self._gaps.items()):
@@ -167,6 +175,14 @@ class Metrics:
         self.open_cancellations.clear()
         for (namespace, lifecycle), count in open_cancellations.items():
             self.open_cancellations.labels(namespace, lifecycle).set(count)
+
+    def _set_driver_gauges(self) -> None:
+        gauges = getattr(self.store.driver, "gauges", None)
+        for name, (doc, value) in (gauges() if gauges is not None else {}).items():
+            gauge = self._driver_gauges.get(name)
+            if gauge is None:
+                gauge = self._driver_gauges[name] = Gauge(name, doc, registry=self.registry)
+            gauge.set(value)
 
     def _late(self, scope: str, event: RecordedEvent, deadline: float | None) -> None:
         if deadline is not None:
