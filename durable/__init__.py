@@ -47,6 +47,8 @@ from .errors import (
     QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     StorageClosed,
     StorageUnavailable,
     StructuralLimitExceeded,
@@ -76,6 +78,7 @@ from .options import (
     StartOptions,
 )
 from .receipts import StopReceipt
+from .schedules import Overlap, ScheduleHandle, ScheduleSpec
 from .store.records import HistoryEvent, RunStatus
 from .worker import Worker
 
@@ -111,6 +114,7 @@ __all__ = [
     "Limits",
     "NameNotRegistered",
     "NonDeterminismDetected",
+    "Overlap",
     "ParentClosePolicy",
     "PayloadConverter",
     "PayloadRejected",
@@ -121,6 +125,10 @@ __all__ = [
     "RunAlreadyClosed",
     "RunNotCurrent",
     "RunStatus",
+    "ScheduleAlreadyExists",
+    "ScheduleHandle",
+    "ScheduleNotFound",
+    "ScheduleSpec",
     "StartOptions",
     "StopReceipt",
     "StorageClosed",

@@ -6,10 +6,17 @@ shares it, so a result is delivered by an in-memory wake-up the moment it is
 recorded); the remote one speaks to a `durable serve` control plane over
 HTTP. Validation, payload encoding and typed errors live here, once, so both
 behave the same.
+
+Kept whole: `Client` is the one object users call for everything they ask of
+durable (workflows, schedules, retention); each method validates and encodes
+one request and hands it to a control plane, so splitting the module would
+split that one face, not separate concerns (the schedules' own logic lives in
+`durable.schedules`, retention's in `durable._retention`).
 """
 
 from __future__ import annotations
 
+import builtins
 import inspect
 import os
 import uuid
@@ -20,12 +27,15 @@ from typing import Any
 from . import _validate, observe
 from ._embedded import EmbeddedControl
 from ._registry import workflow_defn_of, workflow_name
+from ._retention import EmbeddedRetention, RetentionControl
+from ._schedule_plane import EmbeddedSchedules
 from .cancellation import CancellationContext, CancellationRequestResult
 from .clock import Clock, SystemClock
 from .control import ControlPlane, Page, RunState
 from .converter import JSONConverter, PayloadConverter, check_size
 from .driver import Driver, driver_factory
 from .errors import (
+    CapabilityUnsupported,
     ConfigurationError,
     NameNotRegistered,
     StructuralLimitExceeded,
@@ -33,6 +43,15 @@ from .errors import (
 )
 from .failure import Failure
 from .options import Limits, Seconds, StartOptions
+from .schedules import (
+    Overlap,
+    ScheduleControl,
+    ScheduleDefinition,
+    ScheduleHandle,
+    ScheduleSpec,
+    check_schedule_id,
+    schedule_fields,
+)
 from .store import Store
 from .store.records import HistoryEvent, StartRequest
 
@@ -431,6 +450,127 @@ class Client:
             raise ConfigurationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
         return await self.control.list_runs(status=status, workflow_type=workflow_type,
                                             limit=limit, cursor=cursor)
+
+    # ---------------------------------------------------------------- schedules
+
+    @property
+    def schedule_control(self) -> ScheduleControl:
+        """Where this client's schedule requests go (storage, or the control plane)."""
+        if self._store is not None:
+            return EmbeddedSchedules(self._store, self.namespace, self.clock)
+        plane: ScheduleControl | None = getattr(self.control, "schedules", None)
+        if plane is None:
+            raise CapabilityUnsupported(
+                "this client's control plane does not serve schedules; connect with a "
+                "database URL, or to a `durable serve` that does")
+        return plane
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        spec: ScheduleSpec,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        overlap: Overlap | str = Overlap.SKIP,
+        jitter: Seconds = 0,
+        catchup_window: Seconds = 3600,
+        max_runs: int | None = None,
+        paused: bool = False,
+        note: str | None = None,
+        options: StartOptions | None = None,
+        task_queue: str | None = None,
+    ) -> ScheduleHandle:
+        """Create a schedule that starts `workflow(*args)` at every fire time of `spec`.
+
+        Each fire starts one run with id ``{schedule_id}-{time:%Y%m%dT%H%M%SZ}``
+        (UTC), exactly once whatever the number of workers and crashes;
+        `overlap` says what a fire does while an earlier run of the schedule
+        is open; `jitter` delays each fire by up to that many seconds (the same
+        delay for a given fire on every worker); a fire missed while no worker
+        ran starts when a worker is back within `catchup_window` seconds, else
+        it counts as skipped; `max_runs` bounds the runs scheduled fires start.
+        Raises `ScheduleAlreadyExists`, `NameNotRegistered` for an unknown workflow.
+        """
+        if not isinstance(paused, bool):
+            raise ConfigurationError(f"paused must be True or False, got {paused!r}")
+        check_schedule_id(schedule_id)
+        fields = self._schedule_fields(
+            schedule_id=schedule_id, spec=spec, overlap=overlap, args=args,
+            options=options or StartOptions(), task_queue=task_queue, workflow=workflow,
+            jitter=jitter, catchup_window=catchup_window, max_runs=max_runs, note=note)
+        await self._check_registered(fields["workflow_type"], workflow)
+        definition = ScheduleDefinition(paused=paused, **fields)
+        await self.schedule_control.create(schedule_id, definition)
+        return ScheduleHandle(self, schedule_id)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleHandle:
+        """A handle to the schedule `schedule_id` of this namespace."""
+        return ScheduleHandle(self, check_schedule_id(schedule_id))
+
+    async def list_schedules(self, *, limit: int = 1000) -> builtins.list[dict[str, Any]]:
+        """Summaries of the namespace's schedules by id: spec, paused, next fire,
+        counters and the last fire with its run's status."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ConfigurationError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+        return await self.schedule_control.list(limit)
+
+    async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str) -> None:
+        if workflow_defn_of(workflow) is None and wf_type not in (
+                await self.control.registered_types()):
+            raise NameNotRegistered(
+                f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
+                "here and no worker has registered it; pass the workflow function or check "
+                "the name"
+            )
+
+    def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]:
+        """The given schedule fields, validated and encoded (`schedule_fields`)."""
+        return schedule_fields(self._start_request, unset=unset, **given)
+
+    # ---------------------------------------------------------------- retention
+
+    @property
+    def retention_control(self) -> RetentionControl:
+        """Where this client's retention requests go (storage, or the control plane)."""
+        if self._store is not None:
+            return EmbeddedRetention(self._store, self.namespace, self.clock)
+        plane: RetentionControl | None = getattr(self.control, "retention", None)
+        if plane is None:
+            raise CapabilityUnsupported(
+                "this client's control plane does not serve retention; connect with a "
+                "database URL, or to a `durable serve` that does")
+        return plane
+
+    async def set_retention(self, namespace: str | None = None, *,
+                            days: float | None) -> None:
+        """Keep the namespace's closed runs `days` days (None: clear the setting,
+        the workers' `retention` applies again). Workers of the namespace delete
+        older closed runs, with everything they own, from their next pass on."""
+        target = _validate.name(namespace or self.namespace, "namespace")
+        seconds = None
+        if days is not None:
+            seconds = _validate.number(days, "retention days", minimum=1 / 86400,
+                                       maximum=_validate.MAX_SECONDS / 86400) * 86400
+        await self.retention_control.set(target, seconds)
+
+    async def get_retention(self, namespace: str | None = None) -> dict[str, Any]:
+        """``{namespace, retention_seconds, pruned: {table: rows}, last_pruned_at}``:
+        the stored setting (None: the workers' applies) and what retention
+        deleted there so far."""
+        target = _validate.name(namespace or self.namespace, "namespace")
+        return await self.retention_control.get(target)
+
+    async def prune(self, older_than: Seconds, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete now the namespace's runs closed more than `older_than` ago, with
+        everything they own, in small transactions; ``dry_run`` only lists them.
+        ``{cutoff, dry_run, runs: [...], runs_deleted, deleted: {table: rows}}``
+        (``runs_expired`` instead of deleting, for a dry run)."""
+        seconds = _validate.duration(older_than, "older_than")
+        if not isinstance(dry_run, bool):
+            raise ConfigurationError(f"dry_run must be True or False, got {dry_run!r}")
+        return await self.retention_control.prune(seconds, dry_run)
+
+    # ---------------------------------------------------------------- maintenance
 
     async def repair_pass(self) -> dict[str, int]:
         """Enforce every deadline that is due now, once; counts by kind.

@@ -69,6 +69,10 @@ class Dialect:
     #: data-modifying statements (UPDATE ... RETURNING) may sit in a WITH clause,
     #: so a claim and its reads are one statement (PostgreSQL); SQLite: no
     writable_cte = False
+    #: a statement that makes the space of deleted rows reusable, run outside a
+    #: transaction after retention deleted runs (``{tables}``: a comma-separated
+    #: list); None where the database reuses it by itself (SQLite's free pages)
+    vacuum: str | None = None
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool

@@ -48,6 +48,20 @@ class WorkflowNotFound(DurableError):
     """No workflow (or run) with this id exists in the namespace."""
 
 
+class ScheduleNotFound(DurableError):
+    """No schedule with this id exists in the namespace."""
+
+
+class ScheduleAlreadyExists(DurableError):
+    """A schedule with this id already exists in the namespace."""
+
+    def __init__(self, schedule_id: str, namespace: str) -> None:
+        super().__init__(
+            f"schedule {schedule_id!r} already exists in namespace {namespace!r}; pick another "
+            "id, or change it with client.get_schedule(id).update(...)")
+        self.schedule_id = schedule_id
+
+
 class NameNotRegistered(ConfigurationError):
     """A workflow or activity name is not known to this process or any worker."""
 

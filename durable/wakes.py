@@ -50,6 +50,12 @@ class WakeKind(enum.StrEnum):
     - ``DELIVERED`` ``("delivered", run_id)``: a signal reached the run's code.
     - ``UPDATE`` ``("update", run_id, update_id)``: an update was accepted or
       completed.
+    - ``SCHEDULES`` ``("schedules", namespace)``: a schedule was created or
+      changed, or a fire was buffered: its next fire may have moved;
+      ``("schedules", namespace, "closed")``: a run a schedule started closed
+      (a fire buffered behind it may start now).
+    - ``RETENTION`` ``("retention", namespace)``: the namespace's retention
+      setting changed.
     - ``STOPPED`` ``("stopped", run_id)`` and ``ATTEMPT_ENDED``
       ``("attempt_ended", task_id)``: local only, carrying the notice that
       `durable.observe` logs.
@@ -66,6 +72,8 @@ class WakeKind(enum.StrEnum):
     UPDATE = "update"
     STOPPED = "stopped"
     ATTEMPT_ENDED = "attempt_ended"
+    SCHEDULES = "schedules"
+    RETENTION = "retention"
 
 
 _KINDS: dict[str, WakeKind] = {kind.value: kind for kind in WakeKind}
@@ -137,6 +145,21 @@ class Wake:
     def update(cls, run_id: str, update_id: str) -> Wake:
         """Update `update_id` of run `run_id` was accepted or completed."""
         return cls((WakeKind.UPDATE, run_id, update_id))
+
+    @classmethod
+    def schedules(cls, namespace: str) -> Wake:
+        """A schedule of `namespace` was created or changed, or a fire was buffered."""
+        return cls((WakeKind.SCHEDULES, namespace))
+
+    @classmethod
+    def schedule_run_closed(cls, namespace: str) -> Wake:
+        """A run that a schedule of `namespace` started closed."""
+        return cls((WakeKind.SCHEDULES, namespace, "closed"))
+
+    @classmethod
+    def retention(cls, namespace: str) -> Wake:
+        """The retention setting of `namespace` changed."""
+        return cls((WakeKind.RETENTION, namespace))
 
     @classmethod
     def stopped(cls, run_id: str, notice: dict[str, Any]) -> Wake:

@@ -37,6 +37,7 @@ import anyio.abc
 from . import _validate
 from ._log import get_logger
 from ._registry import Registry
+from ._retention import RetentionKeeper
 from ._runtime import attempts
 from ._runtime.claiming import ClaimLoop, Trigger
 from ._runtime.committer import Committer
@@ -45,11 +46,12 @@ from ._runtime.executor import RunExecutor
 from ._runtime.outage import FIRST_DELAY, Outage
 from ._runtime.queries import IdleQueries
 from ._runtime.remote import RemoteActivities
+from ._scheduler import Scheduler
 from .errors import (
     ConfigurationError,
     WorkerFailed,
 )
-from .options import record_mode
+from .options import Seconds, record_mode
 from .store.records import (
     ClaimedRun,
     ClientRequest,
@@ -105,6 +107,7 @@ class Worker:
         shutdown_grace: float = attempts.DEFAULT_STOP_GRACE,
         local_activity_record: str = "step",
         local_activity_batch: int = 64,
+        retention: Seconds | None = None,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -190,6 +193,13 @@ class Worker:
                 self.clock.now(), self.capabilities),
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
             poll_interval=self.poll_interval)
+        #: fires the namespace's schedules; deletes closed runs past retention
+        self.scheduler = Scheduler(self.store, self.clock, self.namespace,
+                                   poll_interval=self.poll_interval, worker_id=self.worker_id)
+        self.retention = RetentionKeeper(
+            self.store, self.clock, self.namespace,
+            _validate.optional_duration(retention, "Worker retention", minimum=1),
+            poll_interval=self.poll_interval, worker_id=self.worker_id)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -204,7 +214,8 @@ class Worker:
         await tg.__aenter__()
         self._tg = tg
         loops: list[Callable[[], Awaitable[None]]] = [
-            self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop]
+            self._watch_driver, self._lease_loop, self._watchdog_loop, self._resync_loop,
+            self.scheduler.run, self.retention.run]
         if self.workflows:
             loops.append(self.runs.run)
             loops.append(self.idle_queries.run)

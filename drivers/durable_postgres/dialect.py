@@ -21,6 +21,8 @@ class PostgresDialect(Dialect):
     integer = "BIGINT"
     serial = "BIGSERIAL"
     writable_cte = True
+    # deleted rows' space is reused only after VACUUM (autovacuum may be off or late)
+    vacuum = "VACUUM {tables}"
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool

@@ -142,6 +142,7 @@ def records_from_history(events: Sequence[HistoryEvent]) -> HistoryRecords:
         input=dumps(data.get("input") or []) or "[]", created_at=started, started_at=started,
         parent_workflow_id=data.get("parent_workflow_id"),
         parent_run_id=data.get("parent_run_id"),
+        schedule_id=data.get("schedule_id"), scheduled_at=_epoch(data.get("scheduled_at")),
     )
     out = HistoryRecords(run)
     builder = _Builder(out)

@@ -57,6 +57,10 @@ class WorkflowInfo:
     parent_run_id: str | None
     execution_deadline: datetime | None
     run_deadline: datetime | None
+    #: the schedule whose fire started this instance, and that fire's time
+    #: (None for a run started otherwise); see durable.schedules
+    schedule_id: str | None = None
+    scheduled_at: datetime | None = None
 
 
 class TaskGroup:
@@ -303,6 +307,7 @@ def run_info(ctx: WorkflowContext) -> WorkflowInfo:
         parent_workflow_id=run.parent_workflow_id, parent_run_id=run.parent_run_id,
         execution_deadline=to_datetime(run.execution_deadline_at),
         run_deadline=to_datetime(run.run_deadline_at),
+        schedule_id=run.schedule_id, scheduled_at=to_datetime(run.scheduled_at),
     )
 
 

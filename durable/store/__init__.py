@@ -12,7 +12,7 @@ supplies a `Dialect` and runs programs (`durable.driver`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..driver import Driver, WakeHub
 from ..failure import Failure
@@ -25,7 +25,9 @@ from . import (
     deadlines,
     inspection,
     interaction,
+    retention,
     runs,
+    schedules,
     workers,
 )
 from .interaction import RequestTicket, UpdateState
@@ -47,6 +49,9 @@ from .records import (
     WorkerRegistration,
 )
 from .writes import RunWrites
+
+if TYPE_CHECKING:
+    from ..schedules import ScheduleDefinition
 
 ListPage = tuple[list[dict[str, Any]], tuple[float, str] | None]
 
@@ -337,3 +342,103 @@ class Store:
         return await self.driver.run(lambda tx: workers.registered_names(namespace, now),
                                      write=False)
 
+    # ---------------------------------------------------------------- schedules
+
+    async def fire_schedules(self, namespace: str, now: float, limit: int,
+                             check_waiting: bool) -> schedules.FirePass:
+        """Fire what is due (and, with `check_waiting`, buffered fires whose
+        blocking run closed); when the namespace is next due."""
+        return await self.driver.run(lambda tx: schedules.fire_due(
+            tx, namespace, now, limit, check_waiting))
+
+    async def next_schedule_due(self, namespace: str) -> tuple[float | None, bool]:
+        """When the namespace's next fire is due (None: none will), and whether
+        fires wait for runs to close."""
+        return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+
+    async def create_schedule(self, namespace: str, schedule_id: str,
+                              definition: ScheduleDefinition, now: float) -> None:
+        """Store a new schedule. Raises `ScheduleAlreadyExists`."""
+        await self.driver.run(lambda tx: schedules.create(tx, namespace, schedule_id,
+                                                          definition, now))
+
+    async def describe_schedule(self, namespace: str,
+                                schedule_id: str) -> dict[str, Any] | None:
+        """A schedule, its next fires and its recent fires with their runs' status."""
+        return await self.driver.run(lambda tx: schedules.describe(namespace, schedule_id),
+                                     write=False)
+
+    async def list_schedules(self, namespace: str, limit: int,
+                             after: str | None = None) -> list[dict[str, Any]]:
+        """Schedule summaries by id, with their last fire."""
+        return await self.driver.run(
+            lambda tx: schedules.list_schedules(namespace, limit, after), write=False)
+
+    async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
+                             now: float) -> None:
+        """Stop firing. Raises `ScheduleNotFound`."""
+        await self.driver.run(lambda tx: schedules.pause(tx, namespace, schedule_id, note,
+                                                         now))
+
+    async def resume_schedule(self, namespace: str, schedule_id: str, note: str | None,
+                              now: float) -> None:
+        """Fire again from the next fire time after `now`. Raises `ScheduleNotFound`."""
+        await self.driver.run(lambda tx: schedules.resume(tx, namespace, schedule_id, note,
+                                                          now))
+
+    async def update_schedule(self, namespace: str, schedule_id: str,
+                              changes: dict[str, Any], now: float) -> None:
+        """Change some of a schedule's fields. Raises `ScheduleNotFound`."""
+        await self.driver.run(lambda tx: schedules.update(tx, namespace, schedule_id,
+                                                          changes, now))
+
+    async def delete_schedule(self, namespace: str, schedule_id: str) -> None:
+        """Delete a schedule and its fires. Raises `ScheduleNotFound`."""
+        await self.driver.run(lambda tx: schedules.delete(tx, namespace, schedule_id))
+
+    async def trigger_schedule(self, namespace: str, schedule_id: str, overlap: str | None,
+                               now: float) -> dict[str, Any]:
+        """Fire now; what became of the fire. Raises `ScheduleNotFound`."""
+        return await self.driver.run(lambda tx: schedules.trigger(
+            tx, namespace, schedule_id, overlap, now))
+
+    async def backfill_schedule(
+        self, namespace: str, schedule_id: str, start: float, end: float, overlap: str | None,
+        now: float,
+    ) -> tuple[list[dict[str, Any]], float | None]:
+        """Fire the fire times in [start, end), a bounded number per transaction;
+        the fires and where to resume (None: done). Raises `ScheduleNotFound`."""
+        return await self.driver.run(lambda tx: schedules.backfill(
+            tx, namespace, schedule_id, start, end, overlap, now))
+
+    # ---------------------------------------------------------------- retention
+
+    async def set_retention(self, namespace: str, seconds: float | None, now: float) -> None:
+        """Keep the namespace's closed runs `seconds` (None: the workers' setting)."""
+        await self.driver.run(lambda tx: retention.set_retention(tx, namespace, seconds, now))
+
+    async def retention_settings(self, namespace: str) -> dict[str, Any]:
+        """The namespace's retention and what retention deleted there so far."""
+        return await self.driver.run(lambda tx: retention.settings(namespace), write=False)
+
+    async def expired_runs(self, namespace: str, cutoff: float,
+                           limit: int) -> list[dict[str, Any]]:
+        """The oldest runs closed before `cutoff`."""
+        return await self.driver.run(lambda tx: retention.expired(namespace, cutoff, limit),
+                                     write=False)
+
+    async def count_expired_runs(self, namespace: str, cutoff: float) -> int:
+        """How many runs closed before `cutoff`."""
+        return await self.driver.run(lambda tx: retention.count_expired(namespace, cutoff),
+                                     write=False)
+
+    async def prune_runs(self, namespace: str, cutoff: float, now: float) -> retention.Pruned:
+        """Delete the next small batch of runs closed before `cutoff` (see
+        `durable.store.retention`); nothing deleted: none left."""
+        return await self.driver.run(
+            lambda tx: retention.prune_batch(tx, namespace, cutoff, now))
+
+    async def reclaim_space(self) -> None:
+        """Make deleted rows' space reusable where the database needs telling
+        (PostgreSQL: VACUUM, outside a transaction)."""
+        await self.driver.run(retention.vacuum, write=False)

@@ -143,6 +143,8 @@ def close_run(
         if run.parent_run_id is not None:
             yield from notify_parent(tx, run, status, result, failure, now)
     tx.wake(Wake.run(run_id))
+    if run.schedule_id is not None and status != RunStatus.CONTINUED:
+        tx.wake(Wake.schedule_run_closed(run.namespace))  # a fire may wait for it
     tx.wake(Wake.stopped(run_id, _stop_notice(run, status, closed_reason, failure, now)))
     return next_run_id
 
@@ -230,6 +232,7 @@ def _continue(tx: Tx, run: RunRecord, next_run_id: str, continue_input: str | No
         cancellation=None if run.cancellation is None else dict(
             run.cancellation, lifecycle="requested", delivered_at=None, boundary=None,
             cleanup_outcome=None),
+        schedule_id=run.schedule_id, scheduled_at=run.scheduled_at,
     )
     yield ex("UPDATE runs SET continued_run_id = ? WHERE run_id = ?", next_run_id, run.run_id)
     yield from insert_run(

@@ -80,6 +80,8 @@ def describe(
         "execution_timeout_seconds": wf["execution_timeout"],
         "run_count": int(wf["run_count"]),
         "memo": loads(wf["memo"]),
+        "schedule": None if run.schedule_id is None else {
+            "schedule_id": run.schedule_id, "scheduled_at": to_iso(run.scheduled_at)},
         "run": {
             "run_id": run.run_id,
             "run_number": run.run_number,

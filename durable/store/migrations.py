@@ -11,15 +11,20 @@ from __future__ import annotations
 from ..driver import Program, ex, q1
 from ..errors import ConfigurationError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Statements that bring a database from version N - 1 to version N.
-#: (BIGINT is an integer column on SQLite and PostgreSQL alike.)
+#: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
 UPGRADES: dict[int, tuple[str, ...]] = {
     # 2: signals, queries and updates (the inbox and requests tables are new)
     2: (
         "ALTER TABLE runs ADD COLUMN inbox_seq BIGINT NOT NULL DEFAULT 0",
         "ALTER TABLE runs ADD COLUMN request_seq BIGINT NOT NULL DEFAULT 0",
+    ),
+    # 3: schedules and retention (their tables are new): the fire that started a run
+    3: (
+        "ALTER TABLE runs ADD COLUMN schedule_id TEXT",
+        "ALTER TABLE runs ADD COLUMN scheduled_at DOUBLE PRECISION",
     ),
 }
 

@@ -164,6 +164,8 @@ class RunRecord:
     cleanup_timeout: float | None = None
     inbox_seq: int = 0  # signals received + updates accepted (numbers their inbox rows)
     request_seq: int = 0  # queries and updates ever asked of the run (a change wakes its owner)
+    schedule_id: str | None = None  # the schedule whose fire started the instance
+    scheduled_at: float | None = None  # that fire's time (durable.schedules)
 
     @property
     def is_open(self) -> bool:
@@ -260,6 +262,8 @@ class StartRequest:
     parent_close_policy: str | None = None
     cancellation: dict[str, Any] | None = None
     cleanup_timeout: float | None = None  # a child's budget for a parent's cooperative request
+    schedule_id: str | None = None  # started by a fire of this schedule
+    scheduled_at: float | None = None  # at this fire time
 
 
 @dataclass(frozen=True)
@@ -400,7 +404,7 @@ RUN_COLUMNS = (
     "run_timeout, execution_timeout, execution_deadline_at, run_deadline_at, "
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
-    "inbox_seq, request_seq"
+    "inbox_seq, request_seq, schedule_id, scheduled_at"
 )
 
 OP_COLUMNS = (
@@ -449,6 +453,8 @@ def run_from_row(row: Row) -> RunRecord:
         cleanup_timeout=row["cleanup_timeout"],
         inbox_seq=int(row["inbox_seq"]),
         request_seq=int(row["request_seq"]),
+        schedule_id=row["schedule_id"],
+        scheduled_at=row["scheduled_at"],
     )
 
 

@@ -90,13 +90,13 @@ def insert_run(
         "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
         "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
         "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
-        "ready_at, cancellation) "
-        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "ready_at, cancellation, schedule_id, scheduled_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
         req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
         req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
         execution_deadline, run_deadline, cleanup_deadline, deadlines.earliest,
-        now, now, dumps(req.cancellation),
+        now, now, dumps(req.cancellation), req.schedule_id, req.scheduled_at,
     )
     data: dict[str, Any] = {
         "workflow_type": req.workflow_type,
@@ -113,6 +113,9 @@ def insert_run(
     if req.parent_run_id is not None:
         data["parent_workflow_id"] = req.parent_workflow_id
         data["parent_run_id"] = req.parent_run_id
+    if req.schedule_id is not None:
+        data["schedule_id"] = req.schedule_id
+        data["scheduled_at"] = to_iso(req.scheduled_at)
     yield from append_events(run_id, [("WorkflowStarted", data)], now)
     tx.wake(Wake.runs(req.namespace, req.task_queue))
     return None

@@ -66,7 +66,9 @@ CREATE TABLE IF NOT EXISTS runs (
     continued_run_id TEXT,
     needs_review {int} NOT NULL DEFAULT 0,
     inbox_seq {int} NOT NULL DEFAULT 0,
-    request_seq {int} NOT NULL DEFAULT 0
+    request_seq {int} NOT NULL DEFAULT 0,
+    schedule_id TEXT,
+    scheduled_at {real}
 );
 CREATE INDEX IF NOT EXISTS runs_claim ON runs (namespace, task_queue, ready_at)
     WHERE status IN ('pending', 'running');
@@ -76,6 +78,7 @@ CREATE INDEX IF NOT EXISTS runs_owner ON runs (owner) WHERE owner IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_workflow ON runs (namespace, workflow_id, run_number);
 CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS runs_status ON runs (namespace, status, created_at);
+CREATE INDEX IF NOT EXISTS runs_closed ON runs (namespace, closed_at);
 CREATE TABLE IF NOT EXISTS ops (
     run_id TEXT NOT NULL,
     op_id TEXT NOT NULL,
@@ -192,6 +195,59 @@ CREATE TABLE IF NOT EXISTS workers (
     heartbeat_at {real} NOT NULL,
     expires_at {real} NOT NULL
 );
+CREATE TABLE IF NOT EXISTS schedules (
+    namespace TEXT NOT NULL,
+    schedule_id TEXT NOT NULL,
+    workflow_type TEXT NOT NULL,
+    task_queue TEXT NOT NULL,
+    input TEXT NOT NULL,
+    start_options TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    overlap TEXT NOT NULL,
+    jitter {real} NOT NULL,
+    catchup_window {real} NOT NULL,
+    paused {int} NOT NULL,
+    note TEXT,
+    max_runs {int},
+    remaining_actions {int},
+    next_fire_at {real},
+    due_at {real},
+    last_fired_at {real},
+    fires_count {int} NOT NULL,
+    skipped_count {int} NOT NULL,
+    buffered {int} NOT NULL,
+    fire_seq {int} NOT NULL,
+    last_skip_reason TEXT,
+    last_skipped_at {real},
+    created_at {real} NOT NULL,
+    updated_at {real} NOT NULL,
+    PRIMARY KEY (namespace, schedule_id)
+);
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (namespace, due_at);
+CREATE INDEX IF NOT EXISTS schedules_buffered ON schedules (namespace, buffered);
+CREATE TABLE IF NOT EXISTS schedule_fires (
+    namespace TEXT NOT NULL,
+    schedule_id TEXT NOT NULL,
+    scheduled_at {real} NOT NULL,
+    seq {int} NOT NULL,
+    origin TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT,
+    workflow_id TEXT,
+    run_id TEXT,
+    due_at {real} NOT NULL,
+    fired_at {real} NOT NULL,
+    started_at {real},
+    run_open {int} NOT NULL,
+    PRIMARY KEY (namespace, schedule_id, scheduled_at)
+);
+CREATE TABLE IF NOT EXISTS namespace_settings (
+    namespace TEXT PRIMARY KEY,
+    retention_seconds {real},
+    pruned TEXT NOT NULL,
+    last_pruned_at {real},
+    updated_at {real} NOT NULL
+);
 """
 
 
@@ -200,3 +256,9 @@ def schema_statements(dialect: Dialect) -> list[str]:
     """The DDL for a dialect, one statement per entry."""
     text = _SCHEMA.format(real=dialect.real, int=dialect.integer, serial=dialect.serial)
     return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def table_names() -> list[str]:
+    """Every table the schema creates (what a vacuum covers)."""
+    return [line.split()[5] for line in _SCHEMA.splitlines()
+            if line.startswith("CREATE TABLE IF NOT EXISTS")]

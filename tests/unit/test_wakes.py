@@ -23,6 +23,9 @@ def test_each_kind_has_a_constructor_giving_its_documented_key() -> None:
         (Wake.update("r1", "u1"), ("update", "r1", "u1")),
         (Wake.stopped("r1", {"status": "completed"}), ("stopped", "r1")),
         (Wake.attempt_ended("t1", {"outcome": "completed"}), ("attempt_ended", "t1")),
+        (Wake.schedules("ns"), ("schedules", "ns")),
+        (Wake.schedule_run_closed("ns"), ("schedules", "ns", "closed")),
+        (Wake.retention("ns"), ("retention", "ns")),
     ]
     assert [w.key for w, _ in built] == [key for _, key in built]
     assert {w.kind for w, _ in built} == set(WakeKind), "a kind without a constructor"

@@ -1,0 +1,774 @@
+"""Schedules in storage: schedule rows, their fires, and firing them.
+
+Every program here is one transaction. Whatever fires a schedule (a worker's
+scheduler pass, `trigger`, `backfill`, a run of the schedule closing while a
+fire waits) first locks the schedule's row, then records each fire and
+starts its run in the same transaction: a fire advances the schedule and
+inserts its run, or neither happens. A fire's run has the id
+``{schedule_id}-{time:%Y%m%dT%H%M%SZ}`` (`durable.schedules.fire_workflow_id`),
+and a fire is recorded once per (schedule, fire time), so neither a second
+worker nor a retry after a crash can start a second run for it.
+
+Tables: ``schedules`` (one row per schedule: what to start, the spec, the
+policies, the next fire and counters) and ``schedule_fires`` (one row per
+fire: started, buffered or skipped; trimmed to the recent ones, except runs
+still open and fires still waiting). A run started by a fire carries
+``schedule_id`` and ``scheduled_at`` (`workflow.info()`, describe()); when
+it closes, `durable.store.closing` publishes ``("schedules", namespace)`` so
+that a fire waiting for it starts at once.
+
+Lock order: a schedule's row, then runs (TERMINATE_OTHER, CANCEL_OTHER). A
+run's close never locks a schedule (it only publishes the wake-up), so the
+two orders never meet.
+
+Kept whole: firing, control and reading all go through the same row and fire
+records (`ScheduleRecord`, `FireRecord`, `_Firing`); trigger and backfill are
+fires, and describe shows what firing wrote, so the halves of a split would
+import each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..clock import to_iso
+from ..driver import Program, Row, Tx, ex, placeholders, q, q1
+from ..errors import (
+    CapabilityUnsupported,
+    RunAlreadyClosed,
+    RunNotCurrent,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
+    WorkflowNotFound,
+)
+from ..failure import Failure
+from ..schedules import (
+    NEXT_FIRES,
+    Overlap,
+    ScheduleDefinition,
+    ScheduleSpec,
+    fire_workflow_id,
+    jitter_delay,
+)
+from ..wakes import Wake
+from . import cancellation
+from .closing import close_run
+from .records import OPEN_STATUSES, RunStatus, StartRequest, dumps, loads, new_id, plus
+from .runs import insert_run
+
+SCHEDULE_COLUMNS = (
+    "namespace, schedule_id, workflow_type, task_queue, input, start_options, spec, overlap, "
+    "jitter, catchup_window, paused, note, max_runs, remaining_actions, next_fire_at, due_at, "
+    "last_fired_at, fires_count, skipped_count, buffered, fire_seq, last_skip_reason, "
+    "last_skipped_at, created_at, updated_at"
+)
+FIRE_COLUMNS = (
+    "scheduled_at, seq, origin, outcome, reason, workflow_id, run_id, due_at, fired_at, "
+    "started_at, run_open"
+)
+
+#: fires kept per schedule besides open runs and waiting fires (describe's "recent")
+RECENT_KEPT = 20
+#: a schedule's record of fires is trimmed every this many fires
+TRIM_EVERY = 10
+#: fires one transaction records per schedule; a longer catch-up or backfill
+#: goes on in the next transaction
+FIRES_PER_TX = 100
+#: missed fire times (outside the catch-up window) one transaction passes over
+MISSED_PER_TX = 10_000
+#: fires waiting at most under BUFFER_ALL (Temporal's bound); later ones are skipped
+BUFFER_LIMIT = 1000
+#: the cleanup budget of the cooperative request CANCEL_OTHER sends the open run
+CANCEL_CLEANUP_SECONDS = 60.0
+
+
+@dataclass
+class ScheduleRecord:
+    """A schedule's row, parsed; the firing code changes it and saves it back."""
+
+    namespace: str
+    schedule_id: str
+    workflow_type: str
+    task_queue: str
+    input: str
+    start_options: dict[str, Any]
+    spec: ScheduleSpec
+    overlap: str
+    jitter: float
+    catchup_window: float
+    paused: bool
+    note: str | None
+    max_runs: int | None
+    remaining_actions: int | None
+    next_fire_at: float | None
+    due_at: float | None
+    last_fired_at: float | None
+    fires_count: int
+    skipped_count: int
+    buffered: int
+    fire_seq: int
+    last_skip_reason: str | None
+    last_skipped_at: float | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class FireRecord:
+    """One fire of a schedule: started (its run), buffered (waiting) or skipped (why)."""
+
+    scheduled_at: float
+    seq: int
+    origin: str  # schedule | trigger | backfill
+    outcome: str  # started | buffered | skipped
+    reason: str | None
+    workflow_id: str | None
+    run_id: str | None
+    due_at: float
+    fired_at: float
+    started_at: float | None
+    run_open: bool
+
+
+@dataclass
+class FirePass:
+    """What one scheduler transaction did, and when the namespace is next due."""
+
+    fires: list[dict[str, Any]] = field(default_factory=list)
+    missed: int = 0
+    next_due: float | None = None
+    #: a limit cut the pass short: more is due now
+    more: bool = False
+    #: some schedule has fires waiting for a run to close
+    waiting: bool = False
+
+
+@functools.lru_cache(maxsize=16384)
+def _spec(text: str) -> ScheduleSpec:
+    """The spec stored as `text` (specs are immutable; parsing one costs a cron parse)."""
+    return ScheduleSpec.from_dict(loads(text))
+
+
+def _record(row: Row) -> ScheduleRecord:
+    return ScheduleRecord(
+        namespace=row["namespace"], schedule_id=row["schedule_id"],
+        workflow_type=row["workflow_type"], task_queue=row["task_queue"], input=row["input"],
+        start_options=loads(row["start_options"]) or {}, spec=_spec(row["spec"]),
+        overlap=row["overlap"], jitter=float(row["jitter"]),
+        catchup_window=float(row["catchup_window"]), paused=bool(row["paused"]),
+        note=row["note"], max_runs=_int(row["max_runs"]),
+        remaining_actions=_int(row["remaining_actions"]), next_fire_at=row["next_fire_at"],
+        due_at=row["due_at"], last_fired_at=row["last_fired_at"],
+        fires_count=int(row["fires_count"]), skipped_count=int(row["skipped_count"]),
+        buffered=int(row["buffered"]), fire_seq=int(row["fire_seq"]),
+        last_skip_reason=row["last_skip_reason"], last_skipped_at=row["last_skipped_at"],
+        created_at=row["created_at"], updated_at=row["updated_at"],
+    )
+
+
+def _fire(row: Row) -> FireRecord:
+    return FireRecord(
+        scheduled_at=float(row["scheduled_at"]), seq=int(row["seq"]), origin=row["origin"],
+        outcome=row["outcome"], reason=row["reason"], workflow_id=row["workflow_id"],
+        run_id=row["run_id"], due_at=float(row["due_at"]), fired_at=float(row["fired_at"]),
+        started_at=row["started_at"], run_open=bool(row["run_open"]),
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _due(s: ScheduleRecord, fire: float | None) -> float | None:
+    """When a fire of `s` at `fire` is due: its time plus its jitter."""
+    if fire is None:
+        return None
+    if s.jitter <= 0:
+        return fire
+    return fire + jitter_delay(s.namespace, s.schedule_id, fire, s.jitter,
+                               s.spec.next_after(fire))
+
+
+def _plan(s: ScheduleRecord, after: float) -> None:
+    """Set the schedule's next fire: the spec's first after `after` (none while
+    paused or once its scheduled runs are used up)."""
+    if s.paused or s.remaining_actions == 0:
+        s.next_fire_at = s.due_at = None
+        return
+    s.next_fire_at = s.spec.next_after(after)
+    s.due_at = _due(s, s.next_fire_at)
+
+
+def _lock(tx: Tx, namespace: str, schedule_id: str) -> Program[ScheduleRecord]:
+    row = yield q1(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? "
+                   "AND schedule_id = ?" + tx.lock, namespace, schedule_id)
+    if row is None:
+        raise ScheduleNotFound(f"no schedule {schedule_id!r} in namespace {namespace!r}")
+    return _record(row)
+
+
+def _save(s: ScheduleRecord, now: float) -> Program[None]:
+    yield ex(
+        "UPDATE schedules SET workflow_type = ?, task_queue = ?, input = ?, start_options = ?, "
+        "spec = ?, overlap = ?, jitter = ?, catchup_window = ?, paused = ?, note = ?, "
+        "max_runs = ?, remaining_actions = ?, next_fire_at = ?, due_at = ?, last_fired_at = ?, "
+        "fires_count = ?, skipped_count = ?, buffered = ?, fire_seq = ?, last_skip_reason = ?, "
+        "last_skipped_at = ?, updated_at = ? WHERE namespace = ? AND schedule_id = ?",
+        s.workflow_type, s.task_queue, s.input, dumps(s.start_options),
+        dumps(s.spec.to_dict()), s.overlap, s.jitter, s.catchup_window, int(s.paused), s.note,
+        s.max_runs, s.remaining_actions, s.next_fire_at, s.due_at, s.last_fired_at,
+        s.fires_count, s.skipped_count, s.buffered, s.fire_seq, s.last_skip_reason,
+        s.last_skipped_at, now, s.namespace, s.schedule_id,
+    )
+    return None
+
+
+class _Firing:
+    """One schedule while one transaction fires it (its row is locked)."""
+
+    def __init__(self, tx: Tx, s: ScheduleRecord, now: float) -> None:
+        self.tx = tx
+        self.s = s
+        self.now = now
+        self.running: list[FireRecord] = []  # fires whose run is open
+        self.waiting: list[FireRecord] = []  # buffered fires, oldest first
+        self.more = False
+        self.missed = 0
+        self.fires: list[dict[str, Any]] = []
+        self._first_seq = s.fire_seq
+
+    def load(self) -> Program[None]:
+        """Read the open and buffered fires; note the runs that closed since."""
+        s = self.s
+        rows = yield q(
+            f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status "
+            "FROM schedule_fires f LEFT JOIN workflows w ON w.namespace = f.namespace "
+            "AND w.workflow_id = f.workflow_id WHERE f.namespace = ? AND f.schedule_id = ? "
+            "AND (f.run_open = 1 OR f.outcome = 'buffered') ORDER BY f.seq",
+            s.namespace, s.schedule_id)
+        closed: list[float] = []
+        for row in rows:
+            fire = _fire(row)
+            if fire.outcome == "buffered":
+                self.waiting.append(fire)
+            elif row["instance_status"] in OPEN_STATUSES:
+                self.running.append(fire)
+            else:
+                closed.append(fire.scheduled_at)
+        if closed:
+            yield ex(f"UPDATE schedule_fires SET run_open = 0 WHERE namespace = ? AND "
+                     f"schedule_id = ? AND scheduled_at IN ({placeholders(len(closed))})",
+                     s.namespace, s.schedule_id, *closed)
+        s.buffered = len(self.waiting)
+        return None
+
+    # ---------------------------------------------------------------- one fire
+
+    def fire(self, at: float, origin: str, overlap: str, due: float) -> Program[dict[str, Any]]:
+        """Record the fire at `at` under `overlap`; what became of it."""
+        s = self.s
+        found = yield q1(
+            "SELECT (SELECT seq FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
+            "scheduled_at = ?) AS fired, (SELECT current_run_id FROM workflows WHERE "
+            "namespace = ? AND workflow_id = ?) AS taken",
+            s.namespace, s.schedule_id, at, s.namespace, fire_workflow_id(s.schedule_id, at))
+        if found["fired"] is not None:  # this fire time has fired already: it fires once
+            existing = yield q1(f"SELECT {FIRE_COLUMNS} FROM schedule_fires WHERE namespace = ? "
+                                "AND schedule_id = ? AND scheduled_at = ?",
+                                s.namespace, s.schedule_id, at)
+            return dict(_fire_view(_fire(existing)), duplicate=True)
+        taken = found["taken"] is not None
+        if origin == "schedule" and s.remaining_actions is not None:
+            s.remaining_actions -= 1  # a scheduled fire that starts or waits uses one
+        if not self.running or overlap == Overlap.ALLOW_ALL:
+            result = yield from self._start(at, origin, due, taken)
+        elif overlap == Overlap.SKIP:
+            result = yield from self._skip(at, origin, due, "overlap")
+        elif overlap == Overlap.BUFFER_ONE:
+            if self.waiting:
+                result = yield from self._skip(at, origin, due, "buffer_full")
+            else:
+                result = yield from self._buffer(at, origin, due)
+        elif overlap == Overlap.BUFFER_ALL:
+            if len(self.waiting) >= BUFFER_LIMIT:
+                result = yield from self._skip(at, origin, due, "buffer_full")
+            else:
+                result = yield from self._buffer(at, origin, due)
+        elif overlap == Overlap.CANCEL_OTHER:
+            yield from self._request_cancellation()
+            for older in self.waiting:  # a newer fire replaces one still waiting
+                yield from self._supersede(older)
+            self.waiting = []
+            result = yield from self._buffer(at, origin, due)
+            yield from self.start_waiting()  # the runs may have been pending: closed now
+        else:  # TERMINATE_OTHER
+            yield from self._terminate()
+            result = yield from self._start(at, origin, due, taken)
+        if result["outcome"] == "skipped" and origin == "schedule" and (
+                s.remaining_actions is not None):
+            s.remaining_actions += 1  # a skipped fire uses none
+        self.fires.append(result)
+        return result
+
+    def _insert(self, fire: FireRecord) -> Program[None]:
+        s = self.s
+        s.fire_seq += 1
+        fire.seq = s.fire_seq
+        yield ex(
+            f"INSERT INTO schedule_fires (namespace, schedule_id, {FIRE_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            s.namespace, s.schedule_id, fire.scheduled_at, fire.seq, fire.origin, fire.outcome,
+            fire.reason, fire.workflow_id, fire.run_id, fire.due_at, fire.fired_at,
+            fire.started_at, int(fire.run_open))
+        return None
+
+    def _start_run(self, at: float, taken: bool | None) -> Program[tuple[str, str] | None]:
+        """Start the fire's run; (workflow id, run id), or None when its id is
+        `taken` (None: not known yet, look)."""
+        s = self.s
+        workflow_id = fire_workflow_id(s.schedule_id, at)
+        if taken is None:
+            row = yield q1("SELECT current_run_id FROM workflows WHERE namespace = ? AND "
+                           "workflow_id = ?", s.namespace, workflow_id)
+            taken = row is not None
+        if taken:
+            return None
+        options = s.start_options
+        request = StartRequest(
+            namespace=s.namespace, workflow_id=workflow_id, workflow_type=s.workflow_type,
+            task_queue=s.task_queue, input=s.input, id_reuse="reject_duplicate",
+            execution_timeout=options.get("execution_timeout"),
+            run_timeout=options.get("run_timeout"), memo=options.get("memo"),
+            schedule_id=s.schedule_id, scheduled_at=at,
+        )
+        run_id = new_id()
+        yield from insert_run(self.tx, request, run_id, 1, self.now,
+                              plus(self.now, request.execution_timeout))
+        s.fires_count += 1
+        s.last_fired_at = at
+        return workflow_id, run_id
+
+    def _start(self, at: float, origin: str, due: float,
+               taken: bool) -> Program[dict[str, Any]]:
+        started = yield from self._start_run(at, taken)
+        if started is None:
+            return (yield from self._skip(at, origin, due, "workflow_id_taken"))
+        fire = FireRecord(at, 0, origin, "started", None, started[0], started[1], due,
+                          self.now, self.now, True)
+        yield from self._insert(fire)
+        self.running.append(fire)
+        return _fire_view(fire)
+
+    def _skip(self, at: float, origin: str, due: float, reason: str) -> Program[dict[str, Any]]:
+        fire = FireRecord(at, 0, origin, "skipped", reason, None, None, due, self.now, None,
+                          False)
+        yield from self._insert(fire)
+        self._count_skip(reason)
+        return _fire_view(fire)
+
+    def _count_skip(self, reason: str, n: int = 1) -> None:
+        s = self.s
+        s.skipped_count += n
+        s.last_skip_reason = reason
+        s.last_skipped_at = self.now
+
+    def _buffer(self, at: float, origin: str, due: float) -> Program[dict[str, Any]]:
+        fire = FireRecord(at, 0, origin, "buffered", None, fire_workflow_id(
+            self.s.schedule_id, at), None, due, self.now, None, False)
+        yield from self._insert(fire)
+        self.waiting.append(fire)
+        self.s.buffered = len(self.waiting)
+        self.tx.wake(Wake.schedules(self.s.namespace))  # see durable._scheduler: a close may race
+        return _fire_view(fire)
+
+    def _supersede(self, fire: FireRecord) -> Program[None]:
+        s = self.s
+        yield ex("UPDATE schedule_fires SET outcome = 'skipped', reason = 'superseded', "
+                 "workflow_id = NULL WHERE namespace = ? AND schedule_id = ? AND "
+                 "scheduled_at = ?", s.namespace, s.schedule_id, fire.scheduled_at)
+        self._count_skip("superseded")
+        if fire.origin == "schedule" and s.remaining_actions is not None:
+            s.remaining_actions += 1  # it never started: its action is not used
+        s.buffered = 0
+        return None
+
+    def start_waiting(self) -> Program[None]:
+        """Start buffered fires, oldest first, while no run of the schedule is open."""
+        s = self.s
+        while self.waiting and not self.running:
+            fire = self.waiting.pop(0)
+            s.buffered = len(self.waiting)
+            started = yield from self._start_run(fire.scheduled_at, None)
+            if started is None:
+                fire.outcome, fire.reason, fire.workflow_id = "skipped", "workflow_id_taken", None
+                self._count_skip("workflow_id_taken")
+            else:
+                fire.outcome, (fire.workflow_id, fire.run_id) = "started", started
+                fire.started_at, fire.run_open = self.now, True
+                self.running.append(fire)
+            yield ex(
+                "UPDATE schedule_fires SET outcome = ?, reason = ?, workflow_id = ?, run_id = ?, "
+                "started_at = ?, run_open = ? WHERE namespace = ? AND schedule_id = ? AND "
+                "scheduled_at = ?", fire.outcome, fire.reason, fire.workflow_id, fire.run_id,
+                fire.started_at, int(fire.run_open), s.namespace, s.schedule_id,
+                fire.scheduled_at)
+            self.fires.append(_fire_view(fire))
+        return None
+
+    def _request_cancellation(self) -> Program[None]:
+        """CANCEL_OTHER: ask every open run of the schedule to stop cooperatively
+        (a run asked before keeps its first request). A run that closed
+        meanwhile is no longer running; a worker that cannot take cooperative
+        cancellation leaves its run to finish (the fire waits for it)."""
+        s = self.s
+        still: list[FireRecord] = []
+        for fire in self.running:
+            assert fire.workflow_id is not None
+            try:
+                yield from cancellation.request_cancellation(
+                    self.tx, s.namespace, fire.workflow_id, None,
+                    f"schedule {s.schedule_id!r}: a newer fire replaces this run "
+                    "(overlap policy cancel_other)", CANCEL_CLEANUP_SECONDS,
+                    {"type": "schedule", "id": s.schedule_id}, "schedule", self.now)
+            except (RunAlreadyClosed, WorkflowNotFound):
+                continue
+            except (CapabilityUnsupported, RunNotCurrent):
+                pass
+            still.append(fire)
+        self.running = still
+        return None
+
+    def _terminate(self) -> Program[None]:
+        """TERMINATE_OTHER: terminate every open run of the schedule now."""
+        s = self.s
+        for fire in self.running:
+            row = yield q1("SELECT current_run_id FROM workflows WHERE namespace = ? AND "
+                           "workflow_id = ?", s.namespace, fire.workflow_id)
+            if row is not None:
+                reason = (f"schedule {s.schedule_id!r}: a newer fire replaces this run "
+                          "(overlap policy terminate_other)")
+                yield from close_run(self.tx, row["current_run_id"], RunStatus.TERMINATED,
+                                     self.now, reason=reason,
+                                     failure=Failure.closed_by_request("terminated", reason))
+        self.running = []
+        return None
+
+    # ---------------------------------------------------------------- the spec's fires
+
+    def advance(self) -> Program[None]:
+        """Fire every scheduled fire that is due (bounded per transaction)."""
+        s, now = self.s, self.now
+        fired = 0
+        while s.next_fire_at is not None and s.due_at is not None and s.due_at <= now:
+            if fired >= FIRES_PER_TX or self.missed >= MISSED_PER_TX:
+                self.more = True
+                break
+            at, due = s.next_fire_at, s.due_at
+            if now - due > s.catchup_window:
+                self.missed += 1
+                self._count_skip("catchup_window")
+            else:
+                yield from self.fire(at, "schedule", s.overlap, due)
+                fired += 1
+            if s.remaining_actions == 0:
+                s.next_fire_at = s.due_at = None
+            else:
+                s.next_fire_at = s.spec.next_after(at)
+                s.due_at = _due(s, s.next_fire_at)
+        return None
+
+    def finish(self) -> Program[None]:
+        """Trim the record of fires (every TRIM_EVERY fires) and save the schedule."""
+        s = self.s
+        if s.fire_seq // TRIM_EVERY != self._first_seq // TRIM_EVERY:
+            yield ex("DELETE FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
+                     "seq <= ? AND run_open = 0 AND outcome <> 'buffered'",
+                     s.namespace, s.schedule_id, s.fire_seq - RECENT_KEPT)
+        yield from _save(s, self.now)
+        return None
+
+
+def _fire_view(fire: FireRecord) -> dict[str, Any]:
+    """A fire as the API shows it."""
+    return {
+        "scheduled_at": to_iso(fire.scheduled_at), "origin": fire.origin,
+        "outcome": fire.outcome, "reason": fire.reason, "workflow_id": fire.workflow_id,
+        "run_id": fire.run_id, "due_at": to_iso(fire.due_at),
+        "fired_at": to_iso(fire.fired_at), "started_at": to_iso(fire.started_at),
+    }
+
+
+# ---------------------------------------------------------------- the scheduler's pass
+
+
+def fire_due(tx: Tx, namespace: str, now: float, limit: int,
+             check_waiting: bool) -> Program[FirePass]:
+    """Fire what is due in the namespace (at most `limit` schedules) and, with
+    `check_waiting`, start buffered fires whose blocking runs have closed.
+
+    Rows another transaction holds are skipped (PostgreSQL: SKIP LOCKED), so
+    workers share a busy namespace instead of queueing on it.
+    """
+    result = FirePass()
+    rows = yield q(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
+                   "due_at <= ? ORDER BY due_at LIMIT ?" + tx.skip_locked,
+                   namespace, now, limit)
+    seen: set[str] = set()
+    firings: list[_Firing] = []
+    for row in rows:
+        firing = _Firing(tx, _record(row), now)
+        seen.add(firing.s.schedule_id)
+        yield from firing.load()
+        yield from firing.start_waiting()
+        yield from firing.advance()
+        firings.append(firing)
+    if check_waiting:
+        waiting = yield q(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
+                          "buffered > 0 ORDER BY schedule_id LIMIT ?" + tx.skip_locked,
+                          namespace, limit)
+        for row in waiting:
+            if row["schedule_id"] in seen:
+                continue
+            firing = _Firing(tx, _record(row), now)
+            yield from firing.load()
+            yield from firing.start_waiting()
+            if firing.fires or firing.s.buffered != int(row["buffered"]):
+                firings.append(firing)
+    for firing in firings:
+        yield from firing.finish()
+        result.fires.extend(dict(f, schedule_id=firing.s.schedule_id) for f in firing.fires)
+        result.missed += firing.missed
+        result.more = result.more or firing.more
+    result.more = result.more or len(rows) >= limit
+    result.next_due, result.waiting = yield from next_due(namespace)
+    return result
+
+
+def next_due(namespace: str) -> Program[tuple[float | None, bool]]:
+    """When the namespace's next fire is due (None: no schedule will fire), and
+    whether some schedule has fires waiting for a run to close."""
+    row = yield q1("SELECT (SELECT MIN(due_at) FROM schedules WHERE namespace = ?) AS due, "
+                   "(SELECT MAX(buffered) FROM schedules WHERE namespace = ?) AS waiting",
+                   namespace, namespace)
+    due = None if row is None or row["due"] is None else float(row["due"])
+    return due, bool(row is not None and row["waiting"])
+
+
+# ---------------------------------------------------------------- control
+
+
+def create(tx: Tx, namespace: str, schedule_id: str, d: ScheduleDefinition,
+           now: float) -> Program[None]:
+    """Store a new schedule; its first fire is the spec's first after `now`."""
+    existing = yield q1("SELECT schedule_id FROM schedules WHERE namespace = ? AND "
+                        "schedule_id = ?" + tx.lock, namespace, schedule_id)
+    if existing is not None:
+        raise ScheduleAlreadyExists(schedule_id, namespace)
+    s = ScheduleRecord(
+        namespace=namespace, schedule_id=schedule_id, workflow_type=d.workflow_type,
+        task_queue=d.task_queue, input=d.input, start_options=dict(d.start_options),
+        spec=d.spec, overlap=str(d.overlap), jitter=d.jitter, catchup_window=d.catchup_window,
+        paused=d.paused, note=d.note, max_runs=d.max_runs, remaining_actions=d.max_runs,
+        next_fire_at=None, due_at=None, last_fired_at=None, fires_count=0, skipped_count=0,
+        buffered=0, fire_seq=0, last_skip_reason=None, last_skipped_at=None, created_at=now,
+        updated_at=now)
+    _plan(s, now)
+    yield ex(
+        f"INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES "
+        f"({placeholders(len(SCHEDULE_COLUMNS.split(',')))})",
+        s.namespace, s.schedule_id, s.workflow_type, s.task_queue, s.input,
+        dumps(s.start_options), dumps(s.spec.to_dict()), s.overlap, s.jitter, s.catchup_window,
+        int(s.paused), s.note, s.max_runs, s.remaining_actions, s.next_fire_at, s.due_at,
+        s.last_fired_at, s.fires_count, s.skipped_count, s.buffered, s.fire_seq,
+        s.last_skip_reason, s.last_skipped_at, s.created_at, s.updated_at)
+    tx.wake(Wake.schedules(namespace))
+    return None
+
+
+def pause(tx: Tx, namespace: str, schedule_id: str, note: str | None,
+          now: float) -> Program[None]:
+    s = yield from _lock(tx, namespace, schedule_id)
+    s.paused, s.note = True, note
+    _plan(s, now)
+    yield from _save(s, now)
+    tx.wake(Wake.schedules(namespace))
+    return None
+
+
+def resume(tx: Tx, namespace: str, schedule_id: str, note: str | None,
+           now: float) -> Program[None]:
+    """Fire again from the spec's first fire time after `now`."""
+    s = yield from _lock(tx, namespace, schedule_id)
+    s.paused, s.note = False, note
+    _plan(s, now)
+    yield from _save(s, now)
+    tx.wake(Wake.schedules(namespace))
+    return None
+
+
+def update(tx: Tx, namespace: str, schedule_id: str, changes: dict[str, Any],
+           now: float) -> Program[None]:
+    """Apply `changes` (fields of `ScheduleDefinition`, and `max_runs`: the scheduled
+    runs that may still start); re-plan the next fire when the timing changed."""
+    s = yield from _lock(tx, namespace, schedule_id)
+    for name in ("workflow_type", "task_queue", "input", "note"):
+        if name in changes:
+            setattr(s, name, changes[name])
+    if "start_options" in changes:
+        s.start_options = dict(changes["start_options"])
+    if "overlap" in changes:
+        s.overlap = str(changes["overlap"])
+    if "catchup_window" in changes:
+        s.catchup_window = float(changes["catchup_window"])
+    if "max_runs" in changes:
+        s.max_runs = s.remaining_actions = changes["max_runs"]
+    if "spec" in changes:
+        s.spec = changes["spec"]
+    if "jitter" in changes:
+        s.jitter = float(changes["jitter"])
+    if {"spec", "jitter", "max_runs"} & changes.keys():
+        _plan(s, now)
+    yield from _save(s, now)
+    tx.wake(Wake.schedules(namespace))
+    return None
+
+
+def delete(tx: Tx, namespace: str, schedule_id: str) -> Program[None]:
+    """Forget the schedule and its fires; the runs it started are left alone."""
+    yield from _lock(tx, namespace, schedule_id)
+    yield ex("DELETE FROM schedule_fires WHERE namespace = ? AND schedule_id = ?",
+             namespace, schedule_id)
+    yield ex("DELETE FROM schedules WHERE namespace = ? AND schedule_id = ?",
+             namespace, schedule_id)
+    tx.wake(Wake.schedules(namespace))
+    return None
+
+
+def trigger(tx: Tx, namespace: str, schedule_id: str, overlap: str | None,
+            now: float) -> Program[dict[str, Any]]:
+    """Fire now: at the current whole second (a second trigger in the same
+    second is the same fire)."""
+    s = yield from _lock(tx, namespace, schedule_id)
+    firing = _Firing(tx, s, now)
+    yield from firing.load()
+    yield from firing.start_waiting()
+    at = float(math.floor(now))
+    result = yield from firing.fire(at, "trigger", overlap or s.overlap, now)
+    yield from firing.finish()
+    return result
+
+
+def backfill(tx: Tx, namespace: str, schedule_id: str, start: float, end: float,
+             overlap: str | None, now: float) -> Program[tuple[list[dict[str, Any]], float | None]]:
+    """Fire the spec's fire times in [start, end), at most FIRES_PER_TX of them;
+    the fires, and where the next transaction resumes (None: done)."""
+    s = yield from _lock(tx, namespace, schedule_id)
+    firing = _Firing(tx, s, now)
+    yield from firing.load()
+    yield from firing.start_waiting()
+    results: list[dict[str, Any]] = []
+    resume_at: float | None = None
+    for at in s.spec.fire_times(start, end):
+        if len(results) >= FIRES_PER_TX:
+            resume_at = at
+            break
+        results.append((yield from firing.fire(at, "backfill", overlap or s.overlap, now)))
+    yield from firing.finish()
+    return results, resume_at
+
+
+# ---------------------------------------------------------------- reading
+
+
+def describe(namespace: str, schedule_id: str) -> Program[dict[str, Any] | None]:
+    """The schedule as `ScheduleHandle.describe()` documents it, or None."""
+    row = yield q1(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
+                   "schedule_id = ?", namespace, schedule_id)
+    if row is None:
+        return None
+    s = _record(row)
+    fires = yield q(
+        f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status "
+        "FROM schedule_fires f LEFT JOIN workflows w ON w.namespace = f.namespace "
+        "AND w.workflow_id = f.workflow_id WHERE f.namespace = ? AND f.schedule_id = ? "
+        "ORDER BY f.seq DESC", namespace, schedule_id)
+    recent: list[dict[str, Any]] = []
+    running: list[str] = []
+    buffered: list[dict[str, Any]] = []
+    for f in fires:
+        fire = _fire(f)
+        view = dict(_fire_view(fire), status=_run_status(fire, f["instance_status"]))
+        if fire.outcome == "buffered":
+            buffered.append(view)
+            continue
+        if fire.outcome == "started" and f["instance_status"] in OPEN_STATUSES:
+            assert fire.workflow_id is not None
+            running.append(fire.workflow_id)
+        if len(recent) < RECENT_KEPT:
+            recent.append(view)
+    return dict(_summary(s), running=running, buffered=buffered[::-1], recent=recent,
+                next_fires=_next_fires(s), jitter=s.jitter, catchup_window=s.catchup_window,
+                max_runs=s.max_runs, task_queue=s.task_queue,
+                execution_timeout=s.start_options.get("execution_timeout"),
+                run_timeout=s.start_options.get("run_timeout"),
+                last_skip_reason=s.last_skip_reason, last_skipped_at=to_iso(s.last_skipped_at),
+                created_at=to_iso(s.created_at), updated_at=to_iso(s.updated_at))
+
+
+def _run_status(fire: FireRecord, instance_status: str | None) -> str | None:
+    """The status of a fire's run: None when the fire started none; "deleted"
+    when its run is gone (retention)."""
+    if fire.outcome != "started":
+        return None
+    return instance_status if instance_status is not None else "deleted"
+
+
+def _next_fires(s: ScheduleRecord) -> list[str | None]:
+    out: list[str | None] = []
+    at = s.next_fire_at
+    left = NEXT_FIRES if s.remaining_actions is None else min(NEXT_FIRES, s.remaining_actions)
+    while at is not None and len(out) < left:
+        out.append(to_iso(at))
+        at = s.spec.next_after(at)
+    return out
+
+
+def _summary(s: ScheduleRecord) -> dict[str, Any]:
+    return {
+        "schedule_id": s.schedule_id, "namespace": s.namespace,
+        "workflow_type": s.workflow_type, "spec": s.spec.to_dict(), "overlap": s.overlap,
+        "paused": s.paused, "note": s.note, "next_fire_at": to_iso(s.next_fire_at),
+        "last_fired_at": to_iso(s.last_fired_at), "fires_count": s.fires_count,
+        "skipped_count": s.skipped_count, "remaining_actions": s.remaining_actions,
+        "buffered_count": s.buffered,
+    }
+
+
+def list_schedules(namespace: str, limit: int,
+                   after: str | None) -> Program[list[dict[str, Any]]]:
+    """Summaries by schedule id (those after `after`), each with its last fire
+    and that fire's run status."""
+    rows = yield q(
+        f"SELECT s.{SCHEDULE_COLUMNS.replace(', ', ', s.')}, f.outcome AS last_outcome, "
+        "f.scheduled_at AS last_scheduled_at, f.workflow_id AS last_workflow_id, "
+        "f.run_id AS last_run_id, w.status AS last_status FROM schedules s "
+        "LEFT JOIN schedule_fires f ON f.namespace = s.namespace AND "
+        "f.schedule_id = s.schedule_id AND f.seq = s.fire_seq "
+        "LEFT JOIN workflows w ON w.namespace = f.namespace AND w.workflow_id = f.workflow_id "
+        "WHERE s.namespace = ? AND s.schedule_id > ? ORDER BY s.schedule_id LIMIT ?",
+        namespace, after or "", limit)
+    out = []
+    for row in rows:
+        s = _record(row)
+        last = None
+        if row["last_outcome"] is not None:
+            last = {"scheduled_at": to_iso(row["last_scheduled_at"]),
+                    "outcome": row["last_outcome"], "workflow_id": row["last_workflow_id"],
+                    "run_id": row["last_run_id"],
+                    "status": (row["last_status"] or "deleted")
+                    if row["last_outcome"] == "started" else None}
+        out.append(dict(_summary(s), last_fire=last))
+    return out
