@@ -17,6 +17,7 @@ import warnings
 from typing import Any
 
 from . import activity, errors, observe, workflow
+from . import subprocess as subprocess  # `durable.subprocess.run` after `import durable`
 from ._log import redact_fields
 from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -76,9 +77,9 @@ from .options import (
     RetryPolicy,
     StartOptions,
 )
+from .receipts import StopReceipt
 from .schedules import Overlap, ScheduleHandle, ScheduleSpec
 from .store.records import HistoryEvent, RunStatus
-from .subprocess import StopReceipt
 from .worker import Worker
 
 __version__ = "0.3.0"

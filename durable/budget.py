@@ -30,6 +30,12 @@ apart (the article behind this module insists on it):
 A result that arrives at or after its deadline is refused: the deadline is
 the last instant at which nothing counts any more, the same rule storage
 applies to activity results.
+
+Kept whole: a `Budget` and its `Phase`s are one thing. A phase is a child
+budget whose end decides between three outcomes from its parent's state
+(the binding deadline, the first cancellation up the chain), and the parent
+reports which phase bound it; split in two, each half would reach into the
+other's private state.
 """
 
 from __future__ import annotations
@@ -50,11 +56,10 @@ import anyio
 from . import _validate
 from ._log import get_logger
 from .errors import BudgetCancelled, BudgetExhausted, ConfigurationError, PhaseTimedOut
+from .receipts import StopReceipt
 
 if TYPE_CHECKING:
     import httpx
-
-    from .subprocess import StopReceipt
 
 __all__ = ["Budget", "Phase", "PhaseRecord"]
 
@@ -409,14 +414,6 @@ class Budget:
         return httpx.Timeout(connect=bound(connect, "connect"), read=bound(read, "read"),
                              write=bound(write, "write"), pool=bound(pool, "pool"))
 
-    def _host_deadline(self) -> float:
-        """This budget's deadline on the running event loop's clock.
-
-        anyio's clock (trio's above all) has its own epoch, so the instant is
-        carried over as time left, read once now.
-        """
-        left = self.remaining()
-        return math.inf if math.isinf(left) else anyio.current_time() + left
 
     @contextlib.contextmanager
     def fail_after(self, *, shield: bool = False) -> Iterator[anyio.CancelScope]:
@@ -427,7 +424,7 @@ class Budget:
         bound); refuses to start (see `check()`) when no time is left.
         """
         self.check()
-        with anyio.CancelScope(deadline=self._host_deadline(), shield=shield) as scope:
+        with anyio.CancelScope(deadline=self.host_deadline(), shield=shield) as scope:
             yield scope
         if scope.cancelled_caught and anyio.current_time() >= scope.deadline:
             raise self._exhausted_error(self._clock())
@@ -440,11 +437,39 @@ class Budget:
         the block runs; `scope.cancelled_caught` tells. A spent or cancelled
         budget cancels the body at its first checkpoint.
         """
-        deadline = self._host_deadline()
+        deadline = self.host_deadline()
         if self.expired or self.cancelled:
             deadline = -math.inf
         with anyio.CancelScope(deadline=deadline, shield=shield) as scope:
             yield scope
+
+    # ------------------------------------------------------------ for supervisors
+    #
+    # What code that supervises work outside this process on a budget's behalf
+    # (`durable.subprocess.run`; an adapter of your own) asks of it, beside
+    # `remaining()`, `cancelled`, `expired`, `clock` and `record_stop()`: the
+    # deadline as a cancel scope needs it, and the error that says why the
+    # work was stopped. Application code does not need these.
+
+    def host_deadline(self) -> float:
+        """This budget's deadline on the running event loop's clock (inf: none).
+
+        anyio's clock (trio's above all) has its own epoch, so the instant is
+        carried over as time left, read once now.
+        """
+        left = self.remaining()
+        return math.inf if math.isinf(left) else anyio.current_time() + left
+
+    def stop_error(self, at: float, *, cancelled: bool) -> BudgetCancelled | BudgetExhausted:
+        """Why work this budget bounds was stopped, as the error to raise: its
+        earliest cancellation when `cancelled` (`cancel()` was what stopped
+        it), else its time-out as of `at` (a reading of `clock`: when the
+        decision to stop was made, not after the stop's grace period)."""
+        if cancelled:
+            cancellation = self._first_cancellation()
+            if cancellation is not None:
+                return self._cancelled_error(cancellation)
+        return self._exhausted_error(at)
 
     # ------------------------------------------------------------ errors
 
@@ -652,7 +677,7 @@ class Phase:
 
     async def __aenter__(self) -> Phase:
         self._begin()
-        scope = anyio.CancelScope(deadline=self.budget._host_deadline())
+        scope = anyio.CancelScope(deadline=self.budget.host_deadline())
         scope.__enter__()
         self._scope = scope
         return self

@@ -27,6 +27,7 @@ import anyio
 import pytest
 
 import durable
+import durable._processes
 import durable.subprocess
 from durable import Budget, BudgetCancelled, BudgetExhausted, ConfigurationError, StopReceipt
 from durable.subprocess import SubprocessCancelled, SubprocessFailed, SubprocessTimedOut, run
@@ -43,7 +44,7 @@ pytestmark = [
 @pytest.fixture(params=["descendants", "process_group"])
 def supervisor(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "process_group":
-        monkeypatch.setattr(durable.subprocess, "_use_launcher", False)
+        monkeypatch.setattr(durable._processes, "_use_launcher", False)
     return str(request.param)
 
 
@@ -412,12 +413,12 @@ async def test_a_reused_pid_gets_no_signal() -> None:
     start time is someone else."""
     stranger = std_subprocess.Popen(["sleep", "30"])  # noqa: ASYNC220
     try:
-        seen = durable.subprocess._proc(stranger.pid)
+        seen = durable._processes.read_proc(stranger.pid)
         assert seen is not None
         impostor = seen._replace(start=seen.start - 1)
-        assert durable.subprocess._signal_process(impostor, signal.SIGKILL) is False
+        assert durable._processes.signal_process(impostor, signal.SIGKILL) is False
         assert alive(stranger.pid)
-        assert durable.subprocess._signal_process(seen, signal.SIGKILL) is True
+        assert durable._processes.signal_process(seen, signal.SIGKILL) is True
         assert stranger.wait() == -signal.SIGKILL
     finally:
         stranger.kill()
@@ -475,7 +476,7 @@ async def test_stop_that_cannot_be_confirmed_says_so_and_names_what_runs(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="durable.subprocess")
     # signals reach nobody
-    monkeypatch.setattr(durable.subprocess, "_signal_process", lambda proc, signum: True)
+    monkeypatch.setattr(durable._processes, "signal_process", lambda proc, signum: True)
     with pytest.raises(SubprocessTimedOut) as info:
         await run(["sleep", "30"], budget=Budget(timeout=0.2), grace=0.2, confirm_timeout=0.3)
     receipt = info.value.receipt
@@ -493,7 +494,7 @@ async def test_stop_that_cannot_be_confirmed_says_so_and_names_what_runs(
 
 async def test_group_stop_that_cannot_be_confirmed_says_so(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(durable.subprocess, "_use_launcher", False)
+    monkeypatch.setattr(durable._processes, "_use_launcher", False)
     monkeypatch.setattr(os, "killpg", lambda pgid, signum: None)  # signals reach nobody
     with pytest.raises(SubprocessTimedOut) as info:
         await run(["sleep", "30"], budget=Budget(timeout=0.2), grace=0.2, confirm_timeout=0.3)
