@@ -3,7 +3,11 @@
 Read top-down; each module imports only the ones below it (no circles:
 tests/unit/test_layout.py checks, ``TYPE_CHECKING`` imports included):
 
-- `queries`: answering queries of runs no live worker holds (a worker loop)
+- `queries`, `remote`: the worker's parts beside the engine: answering queries
+  of runs no live worker holds; remote activity attempts (claimed, run,
+  recorded, supervised: the twin of `local`), both typed against `serving`
+- `claiming`, `outage`: one claim loop for runs and attempts; one way
+  through storage outages
 - `replay`: read-only replays (those queries, `durable.testing.Replayer`)
 - `executor`: executing a claimed run (replay, delivery, close); the run's host
 - `inbox`: signals, updates and queries inside a run, and where they are delivered

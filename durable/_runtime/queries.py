@@ -20,12 +20,12 @@ import anyio.abc
 from .._registry import WorkflowDefn
 from ..failure import leaf_exceptions
 from ..store.records import ClientRequest
-from .context import RunSetup
 from .inbox import answer_query
 from .replay import replay_run
+from .serving import ServingWorker
 
 if TYPE_CHECKING:
-    from ..store import Store
+    pass
 
 #: How long one replay may take to answer a query before the answer says so.
 REPLAY_TIMEOUT = 30.0
@@ -37,27 +37,12 @@ PURGE_EVERY = 600.0
 FALLBACK_POLLS = 5
 
 
-class QueryWorker(Protocol):
+class QueryWorker(ServingWorker, Protocol):
     """What answering queries of idle runs needs of its worker."""
 
     @property
-    def store(self) -> Store: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def task_queue(self) -> str: ...
-    @property
-    def worker_id(self) -> str: ...
-    @property
-    def poll_interval(self) -> float: ...
-    @property
-    def log(self) -> Any: ...
-    @property
     def workflows(self) -> Mapping[str, WorkflowDefn]:
         """The workflow types this worker runs, by name."""
-    @property
-    def run_setup(self) -> RunSetup:
-        """What the worker's runs are executed with (clock, converter, limits)."""
 
 
 class IdleQueries:

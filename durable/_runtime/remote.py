@@ -35,35 +35,20 @@ from ..failure import Failure
 from ..store.records import ActivityOutcome, ActivityTask, AttemptStatus, Claimed
 from . import attempts
 from .claiming import ClaimLoop
-from .context import RunSetup
 from .outage import Outage
+from .serving import ServingWorker
 
 if TYPE_CHECKING:
-    from ..store import Store
+    pass
 
 
-class AttemptWorker(Protocol):
+class AttemptWorker(ServingWorker, Protocol):
     """What running remote attempts needs of its worker."""
 
     @property
-    def store(self) -> Store: ...
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def task_queue(self) -> str: ...
-    @property
-    def worker_id(self) -> str: ...
-    @property
     def lease_seconds(self) -> float: ...
     @property
-    def poll_interval(self) -> float: ...
-    @property
     def max_concurrent_activities(self) -> int: ...
-    @property
-    def log(self) -> Any: ...
-    @property
-    def run_setup(self) -> RunSetup:
-        """The clock, converter, limits and stop grace every attempt runs with."""
     @property
     def outage(self) -> Outage: ...
     @property
