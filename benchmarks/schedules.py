@@ -6,8 +6,10 @@
 Each schedule fires every minute (``ScheduleSpec(every=60, offset=k % 60)``:
 the fires spread evenly over the minute, about 167 a second; ``--burst``
 gives them all offset 0, so all 10,000 are due in the same second) and starts
-a workflow that returns at once; one `durable.Worker` in this process fires
-them and runs the runs. After ``--warmup`` seconds, for ``--minutes``
+a workflow that returns at once (overlap ALLOW_ALL: a fire never waits for the
+previous run); one `durable.Worker` in this process fires them and runs the
+runs, or, with ``--fire-only``, fires them and runs nothing (the runs stay
+pending: what firing alone costs). After ``--warmup`` seconds, for ``--minutes``
 minutes, every fire is read back from storage:
 
 * **lateness** = the instant the fire was recorded and its run started (the
@@ -43,7 +45,7 @@ from typing import Any
 import anyio
 
 import durable
-from durable import ScheduleSpec, workflow
+from durable import Overlap, ScheduleSpec, activity, workflow
 from durable.driver import Program, Tx, q
 
 TARGET_P99_MS = 100.0
@@ -53,6 +55,11 @@ PG_URL = os.environ.get("DURABLE_BENCH_POSTGRES_URL", "postgresql://postgres@127
 @workflow.defn(name="bench_scheduled")
 async def scheduled() -> None:
     return None
+
+
+@activity.defn(name="bench_unused")
+async def unused() -> None:
+    """What a fire-only worker registers: it fires schedules and runs nothing."""
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -89,7 +96,7 @@ async def _create(client: durable.Client, n: int, burst: bool) -> float:
         async with limiter:
             await client.create_schedule(
                 f"bench-{k:05d}", ScheduleSpec(every=60, offset=0 if burst else k % 60),
-                scheduled)
+                scheduled, overlap=Overlap.ALLOW_ALL)
 
     async with anyio.create_task_group() as tg:
         for k in range(n):
@@ -110,8 +117,9 @@ async def measure(url: str, label: str, args: argparse.Namespace) -> dict[str, A
     async with durable.connect(url) as client:
         try:
             created_s = await _create(client, args.schedules, args.burst)
-            worker = durable.Worker(client, workflows=[scheduled],
-                                    max_concurrent_runs=args.schedules)
+            worker = (durable.Worker(client, activities=[unused]) if args.fire_only else
+                      durable.Worker(client, workflows=[scheduled],
+                                     max_concurrent_runs=args.schedules))
             async with worker:
                 await anyio.sleep(args.warmup)
                 pids = await _backend_pids(client)
@@ -134,6 +142,7 @@ async def measure(url: str, label: str, args: argparse.Namespace) -> dict[str, A
     p99 = _percentile(lateness, 99)
     result = {
         "db": label, "schedules": args.schedules, "burst": args.burst,
+        "fire_only": args.fire_only,
         "create_s": round(created_s, 1), "window_s": round(t1 - t0, 1),
         "fires": len(lateness), "fires_expected_about": expected,
         "skipped": skipped, "missed": missed,
@@ -174,6 +183,8 @@ if __name__ == "__main__":
     parser.add_argument("--minutes", type=float, default=3)
     parser.add_argument("--warmup", type=float, default=60)
     parser.add_argument("--burst", action="store_true", help="every schedule due in one second")
+    parser.add_argument("--fire-only", action="store_true",
+                        help="the worker fires and runs nothing (the runs stay pending)")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--json", type=Path)
     arguments = parser.parse_args()
