@@ -14,6 +14,7 @@ import pytest
 import durable
 import durable.testing
 from durable import activity, workflow
+from durable.store.migrations import SCHEMA_VERSION
 
 pytestmark = pytest.mark.anyio
 
@@ -699,7 +700,7 @@ async def test_a_version_1_database_is_upgraded_in_place(db_url: str) -> None:
         handle = await c.start(Approval, "o-11", 60, id=new_id("approval"))
         await handle.signal("approve", "ann")
         assert (await handle.result())["approvers"] == ["ann"]
-    assert version == "2"
+    assert version == str(SCHEMA_VERSION)
     if db_url.startswith("postgres"):
         async with durable.connect(db_url) as c:
             drop = getattr(c.driver, "drop_schema", None)
@@ -714,6 +715,8 @@ def _downgrade(tx: Any) -> Any:
     yield ex("DROP TABLE requests")
     yield ex("ALTER TABLE runs DROP COLUMN inbox_seq")
     yield ex("ALTER TABLE runs DROP COLUMN request_seq")
+    yield ex("ALTER TABLE runs DROP COLUMN schedule_id")  # version 3's columns
+    yield ex("ALTER TABLE runs DROP COLUMN scheduled_at")
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 
