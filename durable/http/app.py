@@ -108,6 +108,36 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _NonFinite(ValueError):
+    """A JSON number too large for a float (``1e400``): valid JSON text that
+    Python would read as infinity, which no payload, record or view can carry."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body's JSON: 400 invalid_json when it is not JSON (NaN and
+    Infinity literals included), 400 payload_error for a number out of a
+    float's range, as a start whose input cannot be encoded is refused."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
+                          parse_float=_finite_float)
+    except _NonFinite as exc:
+        raise HTTPError(
+            400, "payload_error",
+            f"the body holds the number {str(exc)[:40]}, out of the range of a float "
+            "(it would be infinity); JSON values here must be finite numbers") from None
+    except (ValueError, RecursionError) as exc:
+        raise HTTPError(400, "invalid_json",
+                        f"the body is not JSON ({str(exc)[:200]}); send a JSON object "
+                        "with 'Content-Type: application/json'") from None
+
+
 class ControlPlaneServer:
     """The state behind one app: the storage client, tokens, limits, metrics."""
 
@@ -239,12 +269,7 @@ class ControlPlaneServer:
         if not raw.strip():
             data: Any = {}
         else:
-            try:
-                data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-            except (ValueError, RecursionError) as exc:
-                raise HTTPError(400, "invalid_json",
-                                f"the body is not JSON ({str(exc)[:200]}); send a JSON object "
-                                "with 'Content-Type: application/json'") from None
+            data = parse_json_body(raw)
         return self.check_body(op, data)
 
     def check_body(self, op: Operation, data: Any) -> dict[str, Any]:
