@@ -16,7 +16,6 @@ bounded poll), and end as soon as the client disconnects.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -45,7 +44,7 @@ from .metrics import Metrics
 from .openapi import build_spec
 from .routes import Call, Operation, Param, operations
 from .schema import SchemaViolation, validate
-from .wire import dumps
+from .wire import NonFiniteNumber, dumps, loads_finite
 
 log = get_logger("durable.http")
 
@@ -104,30 +103,13 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-class _NonFinite(ValueError):
-    """A JSON number too large for a float (``1e400``): valid JSON text that
-    Python would read as infinity, which no payload, record or view can carry."""
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NonFinite(text)
-    return value
-
-
 def parse_json_body(raw: bytes) -> Any:
     """A request body's JSON: 400 invalid_json when it is not JSON (NaN and
     Infinity literals included), 400 payload_error for a number out of a
     float's range, as a start whose input cannot be encoded is refused."""
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
-                          parse_float=_finite_float)
-    except _NonFinite as exc:
+        return loads_finite(raw.decode("utf-8"))
+    except NonFiniteNumber as exc:
         raise HTTPError(
             400, "payload_error",
             f"the body holds the number {str(exc)[:40]}, out of the range of a float "

@@ -59,6 +59,29 @@ def finite(value: Any) -> Any:
     return value
 
 
+class NonFiniteNumber(ValueError):
+    """A JSON number too large for a float (``1e400``): valid JSON text that
+    Python would read as infinity, which no payload, record or view can carry."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(text)
+    return value
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_finite(text: str) -> Any:
+    """JSON text from outside (a request body, a form) as a value with finite
+    numbers only: `NonFiniteNumber` for ``1e400``, ValueError for NaN and
+    Infinity literals (not JSON) and anything else that is not JSON."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+
+
 def parse_payload(text: str | None, what: str) -> Any:
     """A stored payload as a JSON value (the wire carries values, not text)."""
     if text is None:

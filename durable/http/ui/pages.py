@@ -38,6 +38,7 @@ from ...client import WorkflowHandle
 from ..app import HTTPError
 from ..auth import role_allows
 from ..errors import classify
+from ..wire import loads_finite
 from . import views
 from .session import COOKIE_NAME, Session, SessionCodec
 
@@ -687,7 +688,7 @@ class WebUI:
             raise UIError(422, "Signal name missing", "Give the signal's name.")
         raw = form.get("args", "").strip() or "[]"
         try:
-            args = json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
+            args = loads_finite(raw)
         except ValueError as exc:
             raise UIError(422, "Arguments are not JSON",
                           f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."
@@ -699,19 +700,6 @@ class WebUI:
         await self.perform(request, visitor, "signalWorkflowRun",
                            {"workflowId": workflow_id, "runId": run_id},
                            {"name": name, "args": args})
-
-
-def _not_json(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    """A JSON number that is a finite float (1e400 would be infinity, which no
-    payload can carry: refused here as the API refuses it)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} is out of the range of a float")
-    return value
 
 
 def _required(request: Request, name: str, what: str) -> str:
