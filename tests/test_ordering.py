@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import durable
+import durable.testing
 from durable import activity, workflow
 from durable.testing import TimeSkippingEnvironment
 
@@ -53,3 +54,41 @@ async def test_retry_available_on_virtual_time_is_claimed_before_its_deadline(
     async with env.worker(workflows=[retried], activities=[flaky_once]):
         result = await env.client.execute(retried, key, 60.0, 30.0, id=key)
     assert result == "attempt 2"
+
+
+@workflow.defn
+class StrictOrder:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: len(self.notes) >= 5)
+        return self.notes
+
+    @workflow.signal
+    def note(self, text: str) -> None:
+        if text == "bad":
+            raise ValueError("a bad note fails the run")
+        self.notes.append(text)
+
+    @workflow.query
+    def seen(self) -> list[str]:
+        return self.notes
+
+
+async def test_a_run_failed_by_its_signal_handler_can_be_queried_and_replayed(
+        env: TimeSkippingEnvironment) -> None:
+    """The handler's error is the run's failure, not a divergence: a query
+    replays the closed run and answers, and the Replayer accepts its history."""
+    async with env.worker(workflows=[StrictOrder]):
+        handle = await env.client.start(StrictOrder, id=f"strict-{id(env)}")
+        await handle.signal("note", "first")
+        await handle.signal("note", "bad")
+        with pytest.raises(durable.WorkflowFailed) as failed:
+            await handle.result()
+        assert "a bad note fails the run" in str(failed.value)
+        assert await handle.query("seen") == ["first"]
+    result = await durable.testing.Replayer(workflows=[StrictOrder]).replay(
+        await handle.history())
+    assert result.finished
