@@ -666,6 +666,3 @@ def serve(session: Session, host: str, port: int, worker_target: str | None, loo
                    loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui)
     except KeyboardInterrupt:
         session.out.note("durable serve stopped")
-
-
-from . import _schedules  # noqa: E402, F401  (registers `schedule` and `prune` on `cli`)
