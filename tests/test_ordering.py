@@ -92,3 +92,54 @@ async def test_a_run_failed_by_its_signal_handler_can_be_queried_and_replayed(
     result = await durable.testing.Replayer(workflows=[StrictOrder]).replay(
         await handle.history())
     assert result.finished
+
+
+@workflow.defn
+class Napper:
+    def __init__(self) -> None:
+        self.got: list[str] = []
+
+    @workflow.run
+    async def run(self, how: str) -> dict[str, Any]:
+        if how == "sleep":
+            await workflow.sleep(60)
+        else:
+            await workflow.wait_condition(lambda: False, timeout=60)
+        return {"at_wake": list(self.got)}
+
+    @workflow.signal
+    def poke(self, text: str) -> None:
+        self.got.append(text)
+
+
+async def until_pending(handle: durable.WorkflowHandle, kind: str) -> None:
+    """Until the run waits on an op of `kind` (polling storage; real time)."""
+    import anyio
+    with anyio.fail_after(10):
+        while not any(p["kind"] == kind for p in
+                      (await handle.describe())["pending_operations"]):
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["sleep", "condition"])
+async def test_a_signal_received_while_no_worker_ran_beats_a_timer_due_later(
+        env: TimeSkippingEnvironment, how: str) -> None:
+    """Signal at +10 s, timer due at +60 s, no worker until +100 s: the
+    signal is delivered first (history: SignalReceived, SignalDelivered,
+    then the timer's end), as the peers do."""
+    env.auto_skip = False
+    handle = await env.client.start(Napper, how, id=f"napper-{how}-{id(env)}")
+    async with env.worker(workflows=[Napper]):
+        await until_pending(handle, "timer" if how == "sleep" else "condition")
+    await env.sleep(10)
+    await handle.signal("poke", "early")
+    await env.sleep(90)
+    async with env.worker(workflows=[Napper]):
+        result = await env.run(handle.result)
+    assert result == {"at_wake": ["early"]}
+    order = [e.type for e in await handle.history()
+             if e.type in ("SignalReceived", "SignalDelivered", "TimerFired",
+                           "ConditionTimedOut", "ConditionSatisfied", "ConditionResolved")]
+    assert order[:2] == ["SignalReceived", "SignalDelivered"], order
+    result2 = await durable.testing.Replayer(workflows=[Napper]).replay(await handle.history())
+    assert result2.finished

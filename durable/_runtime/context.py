@@ -98,6 +98,11 @@ class RunHost(Protocol):
         """Hand signals kept without a handler to the handler just registered."""
         ...
 
+    async def deliver_received_by(self, instant: float) -> None:
+        """Return once the signals received by `instant` are delivered (or
+        cannot be now): a timer due at `instant` fires after them."""
+        ...
+
 
 @dataclass(frozen=True)
 class RunSetup:

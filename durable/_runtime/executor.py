@@ -185,6 +185,10 @@ class RunExecutor:
     def deliver_buffered(self, handler: Handler, deliveries: list[Any]) -> None:
         self.inbox().deliver_buffered(handler, deliveries)
 
+    async def deliver_received_by(self, instant: float) -> None:
+        if self._inbox is not None:
+            await self._inbox.deliver_received_by(instant)
+
     def on_interaction(self, item: InboxItem | ClientRequest) -> None:
         """A signal, query or update for this run arrived (an in-process wake-up)."""
         self.inbox().receive(item)
