@@ -717,6 +717,8 @@ def _downgrade(tx: Any) -> Any:
     yield ex("ALTER TABLE runs DROP COLUMN request_seq")
     yield ex("ALTER TABLE runs DROP COLUMN schedule_id")  # version 3's columns
     yield ex("ALTER TABLE runs DROP COLUMN scheduled_at")
+    for column in ("started_build", "last_build", "blocked_build", "blocked_divergence"):
+        yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 4's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 

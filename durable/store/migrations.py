@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..driver import Program, ex, q1
 from ..errors import ConfigurationError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -25,6 +25,14 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     3: (
         "ALTER TABLE runs ADD COLUMN schedule_id TEXT",
         "ALTER TABLE runs ADD COLUMN scheduled_at DOUBLE PRECISION",
+    ),
+    # 4: builds and the upgrade gate: the build that started a run, the one that
+    # last took it, and the build that cannot replay it (with the first diverging op)
+    4: (
+        "ALTER TABLE runs ADD COLUMN started_build TEXT",
+        "ALTER TABLE runs ADD COLUMN last_build TEXT",
+        "ALTER TABLE runs ADD COLUMN blocked_build TEXT",
+        "ALTER TABLE runs ADD COLUMN blocked_divergence TEXT",
     ),
 }
 

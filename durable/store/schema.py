@@ -68,7 +68,11 @@ CREATE TABLE IF NOT EXISTS runs (
     inbox_seq {int} NOT NULL DEFAULT 0,
     request_seq {int} NOT NULL DEFAULT 0,
     schedule_id TEXT,
-    scheduled_at {real}
+    scheduled_at {real},
+    started_build TEXT,
+    last_build TEXT,
+    blocked_build TEXT,
+    blocked_divergence TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_claim ON runs (namespace, task_queue, ready_at)
     WHERE status IN ('pending', 'running');
