@@ -8,7 +8,7 @@ migration only has to change existing tables, guarded by the recorded version.
 
 from __future__ import annotations
 
-from ..driver import Program, ex, q1
+from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 
 SCHEMA_VERSION = 3
@@ -29,12 +29,14 @@ UPGRADES: dict[int, tuple[str, ...]] = {
 }
 
 
-def migrate() -> Program[int]:
+def migrate(dialect: Dialect | None = None) -> Program[int]:
     """Record the version of a fresh schema, or check an existing one and upgrade
-    it in place; the version."""
-    row = yield q1("SELECT value FROM durable_meta WHERE key = 'schema_version'")
+    it in place; the version. (`dialect` quotes the column ``key``, a keyword
+    in MariaDB; the SQL standard's quotes by default.)"""
+    key = (dialect or Dialect()).quote("key")
+    row = yield q1(f"SELECT value FROM durable_meta WHERE {key} = 'schema_version'")
     if row is None:
-        yield ex("INSERT INTO durable_meta (key, value) VALUES ('schema_version', ?)",
+        yield ex(f"INSERT INTO durable_meta ({key}, value) VALUES ('schema_version', ?)",
                  str(SCHEMA_VERSION))
         return SCHEMA_VERSION
     found = int(row["value"])
@@ -46,5 +48,6 @@ def migrate() -> Program[int]:
     for version in range(found + 1, SCHEMA_VERSION + 1):
         for statement in UPGRADES.get(version, ()):
             yield ex(statement)
-        yield ex("UPDATE durable_meta SET value = ? WHERE key = 'schema_version'", str(version))
+        yield ex(f"UPDATE durable_meta SET value = ? WHERE {key} = 'schema_version'",
+                 str(version))
     return SCHEMA_VERSION
