@@ -161,6 +161,7 @@ class WorkflowHandle:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds, got None")
         if not isinstance(reason, str):
             raise ConfigurationError(f"reason must be a string, got {reason!r}")
+        requester = _validate.json_object(requester, "requester")
         accepted, record = await self.client.control.request_cancellation(
             self.workflow_id, await self._target(), reason=reason, cleanup_timeout=seconds,
             requester=requester, source=source,

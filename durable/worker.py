@@ -538,16 +538,20 @@ class Worker:
         processes (docs/deployment.md).
         """
         enforce = True
+        poked = self.clock.now()  # when the claim loops were last poked
         while True:
             now = self.clock.now()
-            if enforce:
+            if enforce:  # a deadline, a lease expiry, a retry's backoff or the poll
                 counts = await self.store.enforce_expired(self.namespace, now)
                 if counts:
                     for kind, n in counts.items():
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
                     self.log.info("deadlines_enforced", **counts)
-                    self._claim_all()
-            next_at, lease_at = await self.store.next_deadline(self.namespace, now)
+                self._claim_all()
+                poked = now
+            # a retry that became available since the last poke is due now,
+            # whatever woke this loop (see deadlines.next_deadline)
+            next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
             if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
                 enforce = True  # already due: enforce at once
                 continue
@@ -570,8 +574,6 @@ class Worker:
                     race.start_soon(until, lease_at, True)
                 race.start_soon(until_trigger)
             enforce = not woken
-            if enforce:  # a deadline, a lease expiry or the fallback poll
-                self._claim_all()
 
 
 def _loop_name(loop: Callable[..., Any]) -> str:

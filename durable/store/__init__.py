@@ -171,10 +171,11 @@ class Store:
 
     # ---------------------------------------------------------------- the watchdog
 
-    async def next_deadline(self, namespace: str,
-                            now: float) -> tuple[float | None, float | None]:
-        """When something in the namespace is next due: (a deadline, a lease expiry)."""
-        return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now),
+    async def next_deadline(self, namespace: str, now: float, since: float | None = None
+                            ) -> tuple[float | None, float | None]:
+        """When something in the namespace is next due: (a deadline, a lease expiry);
+        an attempt that became available after `since` counts as due."""
+        return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now, since),
                                      write=False)
 
     async def enforce_expired(
