@@ -73,10 +73,10 @@ CREATE TABLE IF NOT EXISTS runs (
     inbox_seq {int} NOT NULL DEFAULT 0,
     request_seq {int} NOT NULL DEFAULT 0,
     schedule_id {text},
-    scheduled_at {real}
+    scheduled_at {real},
+    priority {int} NOT NULL DEFAULT 5,
+    concurrency_key {text}
 ){options};
-CREATE INDEX IF NOT EXISTS runs_claim ON runs (namespace, task_queue, ready_at)
-    WHERE status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS runs_owner ON runs (owner) WHERE owner IS NOT NULL;
@@ -128,7 +128,8 @@ CREATE TABLE IF NOT EXISTS activity_tasks (
     stop_requested {int} NOT NULL DEFAULT 0,
     stop_requested_at {real},
     stop_receipt {text},
-    closed_at {real}
+    closed_at {real},
+    priority {int} NOT NULL DEFAULT 5
 ){options};
 CREATE INDEX IF NOT EXISTS activity_claim ON activity_tasks (namespace, task_queue, available_at)
     WHERE status = 'pending';
@@ -198,7 +199,27 @@ CREATE TABLE IF NOT EXISTS workers (
     activity_names {text} NOT NULL,
     capabilities {text} NOT NULL,
     heartbeat_at {real} NOT NULL,
-    expires_at {real} NOT NULL
+    expires_at {real} NOT NULL,
+    identity {text},
+    host {text},
+    pid {int},
+    build_id {text},
+    definitions {text},
+    started_at {real},
+    stopped_at {real}
+){options};
+CREATE TABLE IF NOT EXISTS task_queues (
+    namespace {key} NOT NULL,
+    name {key} NOT NULL,
+    limits {text} NOT NULL,
+    runs_limited {int} NOT NULL DEFAULT 0,
+    activities_limited {int} NOT NULL DEFAULT 0,
+    run_tokens {real},
+    run_refilled_at {real},
+    activity_tokens {real},
+    activity_refilled_at {real},
+    updated_at {real} NOT NULL,
+    PRIMARY KEY (namespace, name)
 ){options};
 CREATE TABLE IF NOT EXISTS schedules (
     namespace {key} NOT NULL,
@@ -255,6 +276,14 @@ CREATE TABLE IF NOT EXISTS namespace_settings (
 ){options};
 """
 
+#: Indexes on columns that a migration adds: created by `migrate()` (for a new
+#: database, and by the upgrade that adds their columns), because the schema
+#: statements run before the upgrades, on tables that may still lack them.
+LATE_INDEXES = (
+    # claims go by priority, then age (docs/queues.md)
+    "CREATE INDEX IF NOT EXISTS runs_claim_order ON runs (namespace, task_queue, priority, "
+    "ready_at) WHERE status IN ('pending', 'running')",
+)
 
 
 def schema_statements(dialect: Dialect) -> list[str]:
@@ -268,11 +297,20 @@ def schema_statements(dialect: Dialect) -> list[str]:
         real=dialect.real, int=dialect.integer, serial=dialect.serial,
         key=dialect.key_type(255), long_key=dialect.key_type(512), text=dialect.text,
         options=dialect.table_options, quoted_key=dialect.quote("key"))
-    statements = [s.strip() for s in text.split(";") if s.strip()]
-    if not dialect.partial_indexes:
-        statements = [_PARTIAL.sub("", s) if s.startswith("CREATE ") and " INDEX " in s else s
-                      for s in statements]
-    return statements
+    return [for_dialect(dialect, s.strip()) for s in text.split(";") if s.strip()]
+
+
+def for_dialect(dialect: Dialect, statement: str) -> str:
+    """A schema statement as the dialect takes it: an index without its WHERE
+    clause where indexes cannot be partial."""
+    if not dialect.partial_indexes and statement.startswith("CREATE ") and " INDEX " in statement:
+        return _PARTIAL.sub("", statement)
+    return statement
+
+
+def late_indexes(dialect: Dialect) -> list[str]:
+    """`LATE_INDEXES` as the dialect takes them."""
+    return [for_dialect(dialect, s) for s in LATE_INDEXES]
 
 
 def table_names() -> list[str]:
