@@ -97,6 +97,7 @@ _REFUSED: tuple[type[BaseException], ...] = (
     durable.PolicyRejected,
     durable.CapabilityUnsupported,
     durable.UpdateRejected,
+    durable.ScheduleAlreadyExists,
 )
 
 _FIXES: dict[type[BaseException], str] = {
@@ -105,6 +106,12 @@ _FIXES: dict[type[BaseException], str] = {
     durable.RunAlreadyClosed: "the run is closed; `durable describe ID` shows how it ended",
     durable.CapabilityUnsupported: (
         "`durable cancel ID` or `durable terminate ID` stop it without cleanup"
+    ),
+    durable.ScheduleNotFound: (
+        "check the id and --namespace; `durable schedule list` shows the schedules"
+    ),
+    durable.ScheduleAlreadyExists: (
+        "pick another id, or change it with `durable schedule update`"
     ),
     durable.StorageUnavailable: (
         "check --db / DURABLE_DB_URL and that the database is reachable"
@@ -121,7 +128,7 @@ def error_from_exception(exc: BaseException) -> CliError:
     if isinstance(exc, durable.QueryFailed) and "no worker answered" in message:
         fix = ("`durable describe ID` shows the run's type and task queue; a worker with "
                "that type must be running to answer")
-    if isinstance(exc, durable.WorkflowNotFound):
+    if isinstance(exc, durable.WorkflowNotFound | durable.ScheduleNotFound):
         return CliError(message, EXIT_NOT_FOUND, label="not found", fix=fix)
     if isinstance(exc, durable.WorkflowAlreadyStarted):
         # The engine's text names a Python option; on the command line the fix is --id.
