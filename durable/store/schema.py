@@ -75,7 +75,11 @@ CREATE TABLE IF NOT EXISTS runs (
     schedule_id {text},
     scheduled_at {real},
     priority {int} NOT NULL DEFAULT 5,
-    concurrency_key {text}
+    concurrency_key {text},
+    started_build {text},
+    last_build {text},
+    blocked_build {text},
+    blocked_divergence {text}
 ){options};
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
