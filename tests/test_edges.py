@@ -234,3 +234,37 @@ async def test_lone_surrogates_are_kept_and_shown_escaped_in_every_view(
             assert table.exit_code == 0, (where, command, table.output)
         result = await run_cli(*where, "result", "sur", "--json")
         assert json.loads(result.stdout)["result"] == f"got {LONE}"
+
+
+# ---------------------------------------------------------------- a password in a server URL
+
+
+async def test_a_password_in_a_server_url_is_masked_in_errors_and_repr() -> None:
+    url = "http://ann:Hunter2-s3cret@127.0.0.1:9"
+    client = await durable.connect(url, token="x", timeout=2)
+    try:
+        assert "Hunter2" not in repr(client.control)
+        with pytest.raises(durable.StorageUnavailable) as failed:
+            await client.list()
+        assert "Hunter2" not in str(failed.value)
+        assert "http://ann:***@127.0.0.1:9" in str(failed.value)
+    finally:
+        await client.close()
+    for argv in (("--server", url, "list"), ("--server", url, "--debug", "list")):
+        result = await run_cli(*argv)
+        assert result.exit_code != 0
+        assert "Hunter2" not in result.output and "Hunter2" not in result.stderr
+        assert "ann:***@" in result.stderr
+
+
+def test_mask_url_and_mask_password_in() -> None:
+    from durable._log import mask_password_in, mask_url
+
+    assert mask_url("https://u:p%40ss@h:1/x") == "https://u:***@h:1/x"
+    assert mask_url("http://h:1") == "http://h:1"
+    assert mask_url("http://u@h") == "http://u@h"
+    url = "http://u:longpass@h"
+    assert mask_password_in("failed for longpass at http://u:longpass@h", url) == (
+        "failed for *** at http://u:***@h")
+    # a very short password is masked only where it stands in a URL
+    assert mask_password_in("a: http://u:a@h", "http://u:a@h") == "a: http://u:***@h"
