@@ -24,6 +24,7 @@ from rich.console import Console
 
 import durable
 
+from .._log import mask_password_in, mask_url
 from . import _fmt
 
 T = TypeVar("T")
@@ -285,11 +286,14 @@ class Session:
                       "use --db URL with the database itself")
         else:
             detail = str(exc) or type(exc).__name__
-        return CliError(f"cannot use the control plane at {self.server}: {detail}",
-                        fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
+        server = self.server or ""
+        return CliError(mask_password_in(
+            f"cannot use the control plane at {mask_url(server)}: {detail}", server),
+            fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
 
     def describe_target(self) -> str:
-        return f"control plane {self.server}" if self.server else f"database {self.db}"
+        return (f"control plane {mask_url(self.server)}" if self.server
+                else f"database {mask_url(self.db or '')}")
 
     async def _connect(self, create_database: bool) -> durable.Client:
         if self.db and self.server:
