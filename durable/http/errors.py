@@ -125,7 +125,7 @@ def error_from_wire(status: int, body: Any) -> DurableError:
         exc = _CARRYING[code](message, failure)
         if failure:
             exc.__cause__ = Failure.from_dict(failure).to_error()
-    elif code in ("unauthenticated",):
+    elif code in ("unauthenticated", "too_many_failed_authentications"):
         exc = AuthenticationFailed(message, status=status, code=code, details=details)
     elif code == "forbidden":
         exc = PermissionDenied(message, status=status, code=code, details=details)
