@@ -44,6 +44,7 @@ from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
 from ._runtime.outage import FIRST_DELAY, Outage
+from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
 from ._runtime.remote import RemoteActivities
 from ._scheduler import Scheduler
@@ -57,7 +58,6 @@ from .store.records import (
     ClientRequest,
     InboxItem,
     OpRecord,
-    WorkerRegistration,
 )
 from .wakes import Wake, WakeKind
 
@@ -153,6 +153,13 @@ class Worker:
         self.executors: dict[str, RunExecutor] = {}
         self.committer = Committer(self.store.commit, self.clock)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
+        build_id = getattr(self, "build_id", None)  # when the worker knows its build
+        #: its record in the registry (``durable workers``) and clash warnings
+        self.presence = Presence(
+            self.store, self.registry, worker_id=self.worker_id, identity=self.identity,
+            namespace=self.namespace, task_queue=self.task_queue,
+            capabilities=self.capabilities, log=self.log,
+            build_id=build_id if isinstance(build_id, str) else None)
         self.outage = Outage(self.log, lambda: self._stopping)
         self.repairs: dict[str, int] = {}
         #: the error that stopped this worker (a bug in durable), if any
@@ -207,8 +214,7 @@ class Worker:
         if self._entered:
             raise ConfigurationError("a Worker runs once; create a new Worker to run again")
         self._entered = True
-        await self.store.register_worker(self._registration(), self.lease_seconds * 2,
-                                         self.clock.now())
+        await self.presence.register(self.lease_seconds * 2, self.clock.now())
         self._unsubscribe = self.store.hub.subscribe(self._on_wake)
         tg = anyio.create_task_group()
         await tg.__aenter__()
@@ -304,7 +310,7 @@ class Worker:
         try:
             await self.store.release_runs(self.worker_id, sorted(set(self._to_release)),
                                           self.clock.now())
-            await self.store.deregister_worker(self.worker_id)
+            await self.store.deregister_worker(self.worker_id, self.clock.now())
         except Exception as exc:  # storage may be gone at shutdown: leases expire anyway
             self.log.warning("release_failed", error=repr(exc))
 
@@ -357,13 +363,6 @@ class Worker:
             return False
         self._tg.start_soon(work, *args, name=name)
         return True
-
-    def _registration(self) -> WorkerRegistration:
-        return WorkerRegistration(
-            worker_id=self.worker_id, namespace=self.namespace, task_queue=self.task_queue,
-            workflow_types=tuple(sorted(self.workflows)),
-            activity_names=tuple(sorted(self.activities)), capabilities=self.capabilities,
-        )
 
     # ---------------------------------------------------------------- wake-ups
 
@@ -513,7 +512,7 @@ class Worker:
             for run_id, executor in sent.items():
                 if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
-            await self.store.register_worker(self._registration(), self.lease_seconds * 2, now)
+            await self.presence.register(self.lease_seconds * 2, now)
 
     async def known_activity_names(self) -> set[str]:
         """Activity names any live worker has registered (cached, refreshed on a miss)."""
@@ -538,16 +537,20 @@ class Worker:
         processes (docs/deployment.md).
         """
         enforce = True
+        poked = self.clock.now()  # when the claim loops were last poked
         while True:
             now = self.clock.now()
-            if enforce:
+            if enforce:  # a deadline, a lease expiry, a retry's backoff or the poll
                 counts = await self.store.enforce_expired(self.namespace, now)
                 if counts:
                     for kind, n in counts.items():
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
                     self.log.info("deadlines_enforced", **counts)
-                    self._claim_all()
-            next_at, lease_at = await self.store.next_deadline(self.namespace, now)
+                self._claim_all()
+                poked = now
+            # a retry that became available since the last poke is due now,
+            # whatever woke this loop (see deadlines.next_deadline)
+            next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
             if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
                 enforce = True  # already due: enforce at once
                 continue
@@ -570,8 +573,6 @@ class Worker:
                     race.start_soon(until, lease_at, True)
                 race.start_soon(until_trigger)
             enforce = not woken
-            if enforce:  # a deadline, a lease expiry or the fallback poll
-                self._claim_all()
 
 
 def _loop_name(loop: Callable[..., Any]) -> str:

@@ -214,6 +214,24 @@ class Inbox:
             self.ctx.log.warning("inbox_stopped", error=repr(exc))
             self.executor.stop("a delivery could not be recorded")
 
+    async def deliver_received_by(self, instant: float) -> None:
+        """Until the signals received by `instant` are delivered, for a timer
+        due at `instant` whose task is parked at it (a scheduling point).
+
+        A worker that resumes a run after its timer fell due finds the timer
+        already due; without this the timer fired at once and a signal
+        received before it was delivered after it (history: SignalReceived,
+        TimerFired, SignalDelivered), unlike the peers (issue 21). Returns
+        at once when no delivery can be made now (replay not caught up, the
+        run stopping or failing): then the timer fires first, as before.
+        """
+        ctx = self.ctx
+        while (self._live() and not self.replay and not ctx.broken
+               and any(item.received_at <= instant for item in self.signals.values())):
+            released = ctx.parking.released
+            self.poke()
+            await released.wait()  # the gate opens once a delivery was made
+
     def replay_due(self) -> bool:
         """The next delivery recorded in history can be made again: every op of
         its frontier has a task parked at it."""

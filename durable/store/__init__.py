@@ -38,6 +38,7 @@ from .records import (
     ClaimedRun,
     ClientRequest,
     CommitResult,
+    DefinitionClash,
     HeartbeatAck,
     HistoryEvent,
     InboxItem,
@@ -171,10 +172,11 @@ class Store:
 
     # ---------------------------------------------------------------- the watchdog
 
-    async def next_deadline(self, namespace: str,
-                            now: float) -> tuple[float | None, float | None]:
-        """When something in the namespace is next due: (a deadline, a lease expiry)."""
-        return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now),
+    async def next_deadline(self, namespace: str, now: float, since: float | None = None
+                            ) -> tuple[float | None, float | None]:
+        """When something in the namespace is next due: (a deadline, a lease expiry);
+        an attempt that became available after `since` counts as due."""
+        return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now, since),
                                      write=False)
 
     async def enforce_expired(
@@ -329,13 +331,20 @@ class Store:
     # ---------------------------------------------------------------- workers
 
     async def register_worker(self, registration: WorkerRegistration, ttl: float,
-                              now: float) -> None:
-        """Record a live worker until `now + ttl`."""
-        await self.driver.run(lambda tx: workers.register_worker(registration, ttl, now))
+                              now: float) -> list[DefinitionClash]:
+        """Record a live worker until `now + ttl`; the names another live worker
+        of its queue registers with different code."""
+        return await self.driver.run(
+            lambda tx: workers.register_worker(registration, ttl, now))
 
-    async def deregister_worker(self, worker_id: str) -> None:
-        """Forget a stopped worker."""
-        await self.driver.run(lambda tx: workers.deregister_worker(worker_id))
+    async def deregister_worker(self, worker_id: str, now: float) -> None:
+        """Mark a stopped worker gone."""
+        await self.driver.run(lambda tx: workers.deregister_worker(worker_id, now))
+
+    async def list_workers(self, namespace: str, now: float) -> list[dict[str, Any]]:
+        """The namespace's workers, alive and recently gone (`workers.list_workers`)."""
+        return await self.driver.run(lambda tx: workers.list_workers(namespace, now),
+                                     write=False)
 
     async def registered_names(self, namespace: str, now: float) -> tuple[set[str], set[str]]:
         """Workflow types and activity names live workers have registered."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from ..driver import Program, ex, q1
 from ..errors import ConfigurationError
+from .schema import LATE_INDEXES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -26,6 +27,22 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN schedule_id TEXT",
         "ALTER TABLE runs ADD COLUMN scheduled_at DOUBLE PRECISION",
     ),
+    # 4: queue limits, priorities, workers you can see (the task_queues table is
+    # new): a run's priority and concurrency key, claimed by priority then age;
+    # what each worker is and serves
+    4: (
+        "ALTER TABLE runs ADD COLUMN priority BIGINT NOT NULL DEFAULT 5",
+        "ALTER TABLE runs ADD COLUMN concurrency_key TEXT",
+        "DROP INDEX IF EXISTS runs_claim",  # replaced by LATE_INDEXES' runs_claim_order
+        "ALTER TABLE activity_tasks ADD COLUMN priority BIGINT NOT NULL DEFAULT 5",
+        "ALTER TABLE workers ADD COLUMN identity TEXT",
+        "ALTER TABLE workers ADD COLUMN host TEXT",
+        "ALTER TABLE workers ADD COLUMN pid BIGINT",
+        "ALTER TABLE workers ADD COLUMN build_id TEXT",
+        "ALTER TABLE workers ADD COLUMN definitions TEXT",
+        "ALTER TABLE workers ADD COLUMN started_at DOUBLE PRECISION",
+        "ALTER TABLE workers ADD COLUMN stopped_at DOUBLE PRECISION",
+    ),
 }
 
 
@@ -36,6 +53,8 @@ def migrate() -> Program[int]:
     if row is None:
         yield ex("INSERT INTO durable_meta (key, value) VALUES ('schema_version', ?)",
                  str(SCHEMA_VERSION))
+        for statement in LATE_INDEXES:
+            yield ex(statement)
         return SCHEMA_VERSION
     found = int(row["value"])
     if found > SCHEMA_VERSION:
@@ -47,4 +66,7 @@ def migrate() -> Program[int]:
         for statement in UPGRADES.get(version, ()):
             yield ex(statement)
         yield ex("UPDATE durable_meta SET value = ? WHERE key = 'schema_version'", str(version))
+    if found < SCHEMA_VERSION:
+        for statement in LATE_INDEXES:
+            yield ex(statement)
     return SCHEMA_VERSION

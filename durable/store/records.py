@@ -388,12 +388,49 @@ class StorageSnapshot:
 
 @dataclass(frozen=True)
 class WorkerRegistration:
+    """What a worker records about itself (`durable.store.workers`).
+
+    `definitions` describes each registered name: ``{"workflows": {name:
+    {module, qualname, signature, fingerprint}}, "activities": {...}}``, so
+    that two workers serving one name with different code are found
+    (`workers.clashes`), not suffered.
+    """
+
     worker_id: str
     namespace: str
     task_queue: str
     workflow_types: tuple[str, ...]
     activity_names: tuple[str, ...]
     capabilities: tuple[str, ...]
+    identity: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    build_id: str | None = None
+    definitions: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    started_at: float | None = None
+
+
+@dataclass(frozen=True)
+class DefinitionClash:
+    """One name that this worker and another live worker of its queue register
+    with different code: both definitions, as each worker described it."""
+
+    kind: str  # "workflow" or "activity"
+    name: str
+    task_queue: str
+    mine: dict[str, str]
+    other_worker_id: str
+    other_host: str | None
+    other: dict[str, str]
+
+    def message(self) -> str:
+        def show(d: dict[str, str]) -> str:
+            return f"{d.get('module')}.{d.get('qualname')}{d.get('signature')}"
+        return (f"{self.kind} {self.name!r} on task queue {self.task_queue!r} is registered "
+                f"with different code by live worker {self.other_worker_id!r} "
+                f"(on {self.other_host}): {show(self.other)}, and here: {show(self.mine)}; "
+                "either may run it. Give one of them another name "
+                f"(@{self.kind}.defn(name=...)) or another task queue")
 
 
 # ---------------------------------------------------------------- row mapping

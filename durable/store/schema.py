@@ -68,10 +68,10 @@ CREATE TABLE IF NOT EXISTS runs (
     inbox_seq {int} NOT NULL DEFAULT 0,
     request_seq {int} NOT NULL DEFAULT 0,
     schedule_id TEXT,
-    scheduled_at {real}
+    scheduled_at {real},
+    priority {int} NOT NULL DEFAULT 5,
+    concurrency_key TEXT
 );
-CREATE INDEX IF NOT EXISTS runs_claim ON runs (namespace, task_queue, ready_at)
-    WHERE status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS runs_owner ON runs (owner) WHERE owner IS NOT NULL;
@@ -123,7 +123,8 @@ CREATE TABLE IF NOT EXISTS activity_tasks (
     stop_requested {int} NOT NULL DEFAULT 0,
     stop_requested_at {real},
     stop_receipt TEXT,
-    closed_at {real}
+    closed_at {real},
+    priority {int} NOT NULL DEFAULT 5
 );
 CREATE INDEX IF NOT EXISTS activity_claim ON activity_tasks (namespace, task_queue, available_at)
     WHERE status = 'pending';
@@ -193,7 +194,27 @@ CREATE TABLE IF NOT EXISTS workers (
     activity_names TEXT NOT NULL,
     capabilities TEXT NOT NULL,
     heartbeat_at {real} NOT NULL,
-    expires_at {real} NOT NULL
+    expires_at {real} NOT NULL,
+    identity TEXT,
+    host TEXT,
+    pid {int},
+    build_id TEXT,
+    definitions TEXT,
+    started_at {real},
+    stopped_at {real}
+);
+CREATE TABLE IF NOT EXISTS task_queues (
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    limits TEXT NOT NULL,
+    runs_limited {int} NOT NULL DEFAULT 0,
+    activities_limited {int} NOT NULL DEFAULT 0,
+    run_tokens {real},
+    run_refilled_at {real},
+    activity_tokens {real},
+    activity_refilled_at {real},
+    updated_at {real} NOT NULL,
+    PRIMARY KEY (namespace, name)
 );
 CREATE TABLE IF NOT EXISTS schedules (
     namespace TEXT NOT NULL,
@@ -250,6 +271,14 @@ CREATE TABLE IF NOT EXISTS namespace_settings (
 );
 """
 
+#: Indexes on columns that a migration adds: created by `migrate()` (for a new
+#: database, and by the upgrade that adds their columns), because the schema
+#: statements run before the upgrades, on tables that may still lack them.
+LATE_INDEXES = (
+    # claims go by priority, then age (docs/queues.md)
+    "CREATE INDEX IF NOT EXISTS runs_claim_order ON runs (namespace, task_queue, priority, "
+    "ready_at) WHERE status IN ('pending', 'running')",
+)
 
 
 def schema_statements(dialect: Dialect) -> list[str]:

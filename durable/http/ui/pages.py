@@ -38,6 +38,7 @@ from ...client import WorkflowHandle
 from ..app import HTTPError
 from ..auth import role_allows
 from ..errors import classify
+from ..wire import loads_finite
 from . import views
 from .session import COOKIE_NAME, Session, SessionCodec
 
@@ -687,7 +688,7 @@ class WebUI:
             raise UIError(422, "Signal name missing", "Give the signal's name.")
         raw = form.get("args", "").strip() or "[]"
         try:
-            args = json.loads(raw)
+            args = loads_finite(raw)
         except ValueError as exc:
             raise UIError(422, "Arguments are not JSON",
                           f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."
