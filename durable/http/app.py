@@ -12,6 +12,10 @@ a 4xx, never a 500.
 Long polls (`wait=N` on result and history) hold no database connection
 while they wait: they listen to the driver's wake-ups (and re-read on a
 bounded poll), and end as soon as the client disconnects.
+
+Kept whole: it is the one path every request takes (the checks in their
+order, the handler, the error body), and the web UI's `perform` goes
+through the same checks; split, that order would live in two places.
 """
 
 from __future__ import annotations
