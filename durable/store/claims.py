@@ -85,9 +85,16 @@ def claim_runs(
     lease_seconds: float,
     now: float,
     capabilities: tuple[str, ...] = (),
+    build_id: str | None = None,
 ) -> Program[Claimed[ClaimedRun]]:
     """Take up to `limit` runnable runs of these types, with their recorded ops;
     at most this worker's fair share of the ready runs (`fair_limit`).
+
+    Builds (the upgrade gate, `durable._runtime.upgrade`): a run's first claim
+    records the claiming worker's build as the one that started it and last
+    took it; a later claim by another build leaves both alone (the worker
+    records itself once the run's history replayed against its code). Runs
+    `build_id` already failed to replay (``blocked_build``) are not taken.
 
     Where the dialect has writable CTEs (PostgreSQL) the claim and the
     workflows' status are ONE self-committing statement, and the ops of runs
@@ -96,8 +103,10 @@ def claim_runs(
     """
     if limit <= 0 or not types:
         return Claimed()
-    ready_sql = f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))})"
-    ready_params = (namespace, task_queue, now, now, *types)
+    ready_sql = (f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))}) "
+                 "AND (blocked_build IS NULL OR blocked_build <> ?) ")
+    # no build is never a blocked build ('' is refused as a build id)
+    ready_params = (namespace, task_queue, now, now, *types, build_id or "")
     share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
                                      "workflow_types")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
@@ -106,8 +115,10 @@ def claim_runs(
             + tx.skip_locked)
     claim = ("UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
              "status = 'running', started_at = COALESCE(started_at, ?), "
-             "claim_capabilities = ? ")
-    claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)))
+             "claim_capabilities = ?, started_build = CASE WHEN epoch = 0 THEN ? ELSE "
+             "started_build END, last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END ")
+    claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)),
+                    build_id, build_id)
     if tx.dialect.writable_cte:
         return (yield from _claim_runs_in_one(
             claim, claim_params, pick, (*ready_params, *share_params), counted,
@@ -269,3 +280,31 @@ def expire_leases(tx: Tx, worker_id: str, now: float) -> Program[int]:
         tx.wake(Wake.activities(row["namespace"], row["task_queue"]))
     return len(runs) + len(tasks)
 
+
+
+def take_for_build(tx: Tx, run_id: str, epoch: int, build_id: str) -> Program[bool]:
+    """A worker of `build_id` replayed the run it claimed against its code: it
+    is now the build that last took the run, and no build is refused any more
+    (a compatible worker took it). False: the claim was lost meanwhile."""
+    rows = yield q(
+        "UPDATE runs SET last_build = ?, started_build = COALESCE(started_build, ?), "
+        "blocked_build = NULL, blocked_divergence = NULL WHERE run_id = ? AND epoch = ? "
+        "AND status IN ('pending', 'running') RETURNING run_id",
+        build_id, build_id, run_id, epoch)
+    return bool(rows)
+
+
+def block_run(tx: Tx, run_id: str, epoch: int, worker_id: str, build_id: str,
+              divergence: str) -> Program[bool]:
+    """A worker of `build_id` claimed a run its code does not replay: record why
+    (describe()["blocked"]) and hand the run back untouched, so a worker of a
+    build that replays it takes it; workers of `build_id` no longer claim it.
+    Nothing else changes: the run is not failed, its history gets nothing."""
+    rows = yield q(
+        "UPDATE runs SET blocked_build = ?, blocked_divergence = ?, owner = NULL, "
+        "lease_expires_at = NULL WHERE run_id = ? AND epoch = ? AND owner = ? "
+        "RETURNING namespace, task_queue",
+        build_id, divergence, run_id, epoch, worker_id)
+    for row in rows:
+        tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
+    return bool(rows)

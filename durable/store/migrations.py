@@ -12,7 +12,7 @@ from ..driver import Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import LATE_INDEXES
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -42,6 +42,14 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE workers ADD COLUMN definitions TEXT",
         "ALTER TABLE workers ADD COLUMN started_at DOUBLE PRECISION",
         "ALTER TABLE workers ADD COLUMN stopped_at DOUBLE PRECISION",
+    ),
+    # 5: builds and the upgrade gate: the build that started a run, the one that
+    # last took it, and the build that cannot replay it (with the first diverging op)
+    5: (
+        "ALTER TABLE runs ADD COLUMN started_build TEXT",
+        "ALTER TABLE runs ADD COLUMN last_build TEXT",
+        "ALTER TABLE runs ADD COLUMN blocked_build TEXT",
+        "ALTER TABLE runs ADD COLUMN blocked_divergence TEXT",
     ),
 }
 

@@ -70,7 +70,11 @@ CREATE TABLE IF NOT EXISTS runs (
     schedule_id TEXT,
     scheduled_at {real},
     priority {int} NOT NULL DEFAULT 5,
-    concurrency_key TEXT
+    concurrency_key TEXT,
+    started_build TEXT,
+    last_build TEXT,
+    blocked_build TEXT,
+    blocked_divergence TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
