@@ -117,8 +117,8 @@ async def test_a_number_beyond_a_float_is_the_same_400_at_every_entry_point(
     answer = await http.post(path.format(run=handle.run_id), content=body % HUGE,
                              headers=AS_OPERATOR)
     assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == "payload_error"
+    error = answer.json()
+    assert error["reason"] == "payload_error"
     assert "1e400" in error["message"] and "finite" in error["message"]
     # nothing was recorded: the run's history is what its start wrote
     types = [e.type for e in await handle.history()]
@@ -134,7 +134,7 @@ async def test_nan_and_infinity_literals_are_not_json(http: httpx.AsyncClient,
         answer = await http.post("/api/workflows/lit/signal",
                                  content='{"name":"s","args":[' + literal + ']}',
                                  headers=AS_OPERATOR)
-        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json"
+        assert answer.status_code == 400 and answer.json()["reason"] == "invalid_json"
 
 
 async def test_the_embedded_api_refuses_infinity_in_a_requester_and_in_arguments(
