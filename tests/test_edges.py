@@ -268,3 +268,26 @@ def test_mask_url_and_mask_password_in() -> None:
         "failed for *** at http://u:***@h")
     # a very short password is masked only where it stands in a URL
     assert mask_password_in("a: http://u:a@h", "http://u:a@h") == "a: http://u:***@h"
+
+
+# ---------------------------------------------------------------- a malformed UI cookie
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize("cookie", ["v1.\u00e9t\u00e9.sig", "\u00ff\u00fe", "v1.a.b.c",
+                                    "v1..", "v1.!!!.???"])
+async def test_a_malformed_ui_cookie_is_no_session_and_login_still_works(
+        storage_client: durable.Client, cookie: str) -> None:
+    app = make_app(storage_client)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    bad = (b"cookie", f"durable_ui={cookie}".encode())
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        page = await http.get("/ui/runs", headers=[bad])
+        assert page.status_code == 303 and "/ui/login" in page.headers["location"]
+        form = await http.get("/ui/login", headers=[bad])
+        assert form.status_code == 200
+        assert "durable_ui=v1." in form.headers.get("set-cookie", "")  # a fresh one
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        signed_in = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
+        assert signed_in.status_code == 303, signed_in.text[:300]
+        assert (await http.get("/ui/runs")).status_code == 200

@@ -113,7 +113,7 @@ class Store:
         claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
             capabilities, build_id))
-        if claimed.unread:  # after the claim committed: see claims._claim_runs_in_one
+        if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
 
@@ -296,7 +296,7 @@ class Store:
 
     async def take_requests(self, request_ids: list[str], worker_id: str) -> list[ClientRequest]:
         """Take pending requests to answer (each by one worker only)."""
-        return await self.driver.run(lambda tx: interaction.take_requests(request_ids,
+        return await self.driver.run(lambda tx: interaction.take_requests(tx, request_ids,
                                                                           worker_id))
 
     async def purge_requests(self, before: float) -> int:
