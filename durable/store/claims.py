@@ -15,6 +15,7 @@ from typing import Any
 
 from ..driver import Program, Stmt, Tx, ex, many, placeholders, q
 from ..wakes import Wake
+from . import queues
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -85,39 +86,62 @@ def claim_runs(
     lease_seconds: float,
     now: float,
     capabilities: tuple[str, ...] = (),
+    limited: bool = False,
 ) -> Program[Claimed[ClaimedRun]]:
-    """Take up to `limit` runnable runs of these types, with their recorded ops;
-    at most this worker's fair share of the ready runs (`fair_limit`).
+    """Take up to `limit` runnable runs of these types, with their recorded ops,
+    by priority then age; at most this worker's fair share of the ready runs
+    (`fair_limit`), and within the queue's limits (`durable.store.queues`).
 
-    Where the dialect has writable CTEs (PostgreSQL) the claim and the
-    workflows' status are ONE self-committing statement, and the ops of runs
-    that had an owner before are read after it (`read_claimed_ops`);
-    elsewhere four statements in one transaction.
+    Where the dialect has writable CTEs (PostgreSQL) and the queue is not
+    known to be `limited`, the claim and the workflows' status are ONE
+    self-committing statement, and the ops of runs that had an owner before
+    are read after it (`read_claimed_ops`); if the queue turns out limited it
+    claims nothing and says so (`Claimed.limited`), and the caller claims
+    again with `limited=True`. Elsewhere a transaction that first reads the
+    queue's limits (locking its row when it has some).
     """
     if limit <= 0 or not types:
         return Claimed()
-    ready_sql = f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))})"
+    ready_sql = f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))}) "
     ready_params = (namespace, task_queue, now, now, *types)
     share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
                                      "workflow_types")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "workflow_types")
-    pick = (f"SELECT run_id FROM {ready_sql}ORDER BY ready_at LIMIT {share}"
-            + tx.skip_locked)
     claim = ("UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
              "status = 'running', started_at = COALESCE(started_at, ?), "
              "claim_capabilities = ? ")
     claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)))
-    if tx.dialect.writable_cte:
+    if tx.dialect.writable_cte and not limited:
+        guard, guard_params = queues.limited_guard(namespace, task_queue, "runs")
+        pick = (f"SELECT run_id FROM {ready_sql}AND {guard} = 0 ORDER BY priority, ready_at "
+                f"LIMIT {share}" + tx.skip_locked)
         return (yield from _claim_runs_in_one(
-            claim, claim_params, pick, (*ready_params, *share_params), counted,
-            counted_params))
-    rows = yield q(f"{pick.replace('SELECT run_id', f'SELECT run_id, {counted}', 1)}",
-                   *counted_params, *ready_params, *share_params)
-    if not rows:
+            claim, claim_params, pick, (*ready_params, *guard_params, *share_params), counted,
+            counted_params, guard, guard_params))
+    queue = yield from queues.read_limits(tx, namespace, task_queue, "runs")
+    next_at = None
+    if queue is not None:
+        chosen = yield from queues.pick_runs(tx, queue, namespace, task_queue, ready_sql,
+                                             ready_params, counted, counted_params, limit, now)
+        ids, ready, live, next_at = chosen.ids, chosen.ready, chosen.live, chosen.next_at
+    else:
+        pick = (f"SELECT run_id, {counted} FROM {ready_sql}ORDER BY priority, ready_at "
+                f"LIMIT {share}" + tx.skip_locked)
+        rows = yield q(pick, *counted_params, *ready_params, *share_params)
+        ids = [r["run_id"] for r in rows]
+        ready, live = (int(rows[0]["ready"]), int(rows[0]["live"])) if rows else (0, 0)
+    claimed = yield from _claim_ids(claim, claim_params, ids, ready, live)
+    claimed.limited = queue is not None
+    claimed.next_at = next_at
+    return claimed
+
+
+def _claim_ids(claim: str, claim_params: tuple[Any, ...], ids: list[str], ready: int,
+               live: int) -> Program[Claimed[ClaimedRun]]:
+    """Claim the chosen runs (epochs bumped, workflows running) with their ops."""
+    if not ids:
         return Claimed()
-    ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
-    ids = [r["run_id"] for r in rows]
     claimed = yield q(
         f"{claim}WHERE run_id IN ({placeholders(len(ids))}) RETURNING {RUN_COLUMNS}",
         *claim_params, *ids,
@@ -140,9 +164,13 @@ def claim_runs(
 
 def _claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
                        pick_params: tuple[Any, ...], counted: str,
-                       counted_params: tuple[Any, ...]) -> Program[Claimed[ClaimedRun]]:
+                       counted_params: tuple[Any, ...], guard: str,
+                       guard_params: tuple[Any, ...]) -> Program[Claimed[ClaimedRun]]:
     """The claim as one self-committing data-modifying CTE: lock (SKIP LOCKED),
     bump the epochs, mark the workflows running, in one round trip.
+
+    It claims nothing from a limited queue (`guard`), and always returns a
+    row saying whether the queue is limited (`Claimed.limited`).
 
     The claimed runs' ops are NOT read here: this statement's snapshot
     predates its own locks, so it could miss an op that the run's previous
@@ -156,14 +184,20 @@ def _claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
         f"WITH claimed AS ({claim}WHERE run_id IN ({pick}) RETURNING {RUN_COLUMNS}), "
         "started AS (UPDATE workflows SET status = 'running' WHERE status = 'pending' "
         "AND current_run_id IN (SELECT run_id FROM claimed)) "
-        f"SELECT claimed.*, {counted} FROM claimed",
-        (*claim_params, *pick_params, *counted_params), "all", autocommit=True,
+        f"SELECT claimed.*, {counted}, g.limited FROM (SELECT {guard} AS limited) AS g "
+        "LEFT JOIN claimed ON TRUE",
+        (*claim_params, *pick_params, *counted_params, *guard_params), "all", autocommit=True,
     )
+    limited = bool(rows and int(rows[0]["limited"]))
+    rows = [r for r in rows if r["run_id"] is not None]
     if not rows:
-        return Claimed()
+        claimed: Claimed[ClaimedRun] = Claimed()
+        claimed.limited = limited
+        return claimed
     claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]),
                          int(rows[0]["live"]))
     claimed.unread = [c.run.run_id for c in claimed if c.run.epoch > 1]
+    claimed.limited = limited
     return claimed
 
 

@@ -166,6 +166,8 @@ class RunRecord:
     request_seq: int = 0  # queries and updates ever asked of the run (a change wakes its owner)
     schedule_id: str | None = None  # the schedule whose fire started the instance
     scheduled_at: float | None = None  # that fire's time (durable.schedules)
+    priority: int = 5  # claims go by priority (0 first .. 9), then age (docs/queues.md)
+    concurrency_key: str | None = None  # max_running_per_key counts runs by this key
 
     @property
     def is_open(self) -> bool:
@@ -195,6 +197,10 @@ class Claimed(list[T]):
     #: claimed runs whose recorded ops are still to be read
     #: (`durable.store.claims.read_claimed_ops`)
     unread: list[str]
+    #: whether the queue has limits for this kind of work (`durable.store.queues`)
+    limited: bool = False
+    #: when a queue's rate lets the next held-back item start (None: not held by a rate)
+    next_at: float | None = None
 
     def __init__(self, items: Any = ()) -> None:
         super().__init__(items)
@@ -264,6 +270,8 @@ class StartRequest:
     cleanup_timeout: float | None = None  # a child's budget for a parent's cooperative request
     schedule_id: str | None = None  # started by a fire of this schedule
     scheduled_at: float | None = None  # at this fire time
+    priority: int = 5  # 0 (claimed first) .. 9
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -441,7 +449,7 @@ RUN_COLUMNS = (
     "run_timeout, execution_timeout, execution_deadline_at, run_deadline_at, "
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
-    "inbox_seq, request_seq, schedule_id, scheduled_at"
+    "inbox_seq, request_seq, schedule_id, scheduled_at, priority, concurrency_key"
 )
 
 OP_COLUMNS = (
@@ -492,6 +500,8 @@ def run_from_row(row: Row) -> RunRecord:
         request_seq=int(row["request_seq"]),
         schedule_id=row["schedule_id"],
         scheduled_at=row["scheduled_at"],
+        priority=int(row["priority"]),
+        concurrency_key=row["concurrency_key"],
     )
 
 
