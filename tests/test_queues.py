@@ -156,7 +156,7 @@ async def test_an_unlimited_queue_claims_by_fair_share_as_before(
 async def test_bad_limits_are_refused_saying_what_to_fix() -> None:
     with pytest.raises(durable.ConfigurationError, match="max_running must be at least 1"):
         durable.QueueLimits(max_running=0)
-    with pytest.raises(durable.ConfigurationError, match="must be a durable.Rate"):
+    with pytest.raises(durable.ConfigurationError, match=r"must be a durable\.Rate"):
         durable.QueueLimits(rate=100)  # type: ignore[arg-type]
     with pytest.raises(durable.ConfigurationError, match="priority must be at least 0 and at "
                                                          "most 9"):
