@@ -101,6 +101,8 @@ def describe(
             "started_at": to_iso(run.started_at),
             "closed_at": to_iso(run.closed_at),
             "task_queue": run.task_queue,
+            "priority": run.priority,
+            "concurrency_key": run.concurrency_key,
             "owner": run.owner,
             "epoch": run.epoch,
             "needs_review": run.needs_review,
