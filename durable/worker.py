@@ -254,6 +254,16 @@ class Worker:
         is recorded, nothing is released, and the caller never returns."""
         if point not in self._crash_at or self.crashed_at is not None:
             return
+        self._crash_now(point)
+        await anyio.sleep_forever()
+
+    def _crash_now(self, point: str) -> None:
+        """Stop abruptly now, as a SIGKILL would (testing: `crash_point`, and
+        `durable.testing.explore_crashes`, whose storage refuses this worker's
+        writes from then on): every task is cancelled, nothing is released,
+        the ``async with`` block ends at its next await."""
+        if self.crashed_at is not None:
+            return
         self.crashed_at = point
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):
@@ -262,7 +272,6 @@ class Worker:
         self._crashed.set()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()  # the `async with` block ends at once
-        await anyio.sleep_forever()
 
     async def _abandon(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                        tb: TracebackType | None) -> bool:
