@@ -10,6 +10,7 @@ silent overwrite (re-importing the same module is fine).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,24 @@ def _add(table: dict[str, Defn], defn: Defn, what: str, *, process_wide: bool) -
     table[defn.name] = defn
 
 
+def describe_definition(defn: WorkflowDefn | ActivityDefn) -> dict[str, str]:
+    """What code stands behind a name: module, qualified name and signature, and
+    their fingerprint (the same on every host for the same code; the file's
+    path is left out, it differs between hosts). Recorded with a worker's
+    registration, so two workers serving one name with different code are
+    found (`durable.store.workers.clashes`)."""
+    fn = inspect.unwrap(defn.fn)
+    module = str(getattr(fn, "__module__", None) or "?")
+    qualname = str(getattr(fn, "__qualname__", None) or repr(fn))
+    try:
+        signature = str(inspect.signature(fn))
+    except (TypeError, ValueError):  # a builtin without a signature
+        signature = "(...)"
+    digest = hashlib.sha256(f"{module}\n{qualname}\n{signature}".encode()).hexdigest()[:16]
+    return {"module": module, "qualname": qualname, "signature": signature,
+            "fingerprint": digest}
+
+
 class Registry:
     """Workflows and activities by name; one definition per name."""
 
@@ -92,6 +111,11 @@ class Registry:
 
     def add_activity(self, defn: ActivityDefn) -> None:
         _add(self.activities, defn, "activity", process_wide=self.process_wide)
+
+    def describe(self) -> dict[str, dict[str, dict[str, str]]]:
+        """Every definition by kind and name (`describe_definition`)."""
+        return {"workflows": {n: describe_definition(d) for n, d in self.workflows.items()},
+                "activities": {n: describe_definition(d) for n, d in self.activities.items()}}
 
     @classmethod
     def of(cls, workflows: Iterable[Callable[..., Any] | str],

@@ -10,6 +10,7 @@ runs. The same rules apply on every driver.
 from __future__ import annotations
 
 import enum
+import json
 import math
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -147,3 +148,30 @@ def name(value: Any, what: str) -> str:
 
 def optional_name(value: Any, what: str) -> str | None:
     return None if value is None else name(value, what)
+
+
+def json_object(value: Any, what: str) -> dict[str, Any] | None:
+    """None, or a dict of plain JSON values with finite numbers only.
+
+    Such a value (a cancellation's ``requester``) is recorded as given and
+    shown by every view; an infinity or NaN in it would be stored as a
+    literal no strict JSON reader takes, so it is refused here, as the
+    payload converter refuses it in arguments.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigurationError(f"{what} must be a dict or None, got {value!r}")
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{what} {value!r} holds a number JSON cannot carry ({exc}); "
+            "pass finite numbers only (not math.inf or NaN)"
+        ) from None
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"{what} must hold plain JSON values (dict, list, str, int, float, bool, "
+            f"None): {exc}"
+        ) from None
+    return value

@@ -26,6 +26,7 @@ from typing import Any
 
 from . import _validate, observe
 from ._embedded import EmbeddedControl
+from ._queues import EmbeddedQueues, QueueControl
 from ._registry import workflow_defn_of, workflow_name
 from ._retention import EmbeddedRetention, RetentionControl
 from ._schedule_plane import EmbeddedSchedules
@@ -161,6 +162,7 @@ class WorkflowHandle:
             raise ConfigurationError("cleanup_timeout must be greater than 0 seconds, got None")
         if not isinstance(reason, str):
             raise ConfigurationError(f"reason must be a string, got {reason!r}")
+        requester = _validate.json_object(requester, "requester")
         accepted, record = await self.client.control.request_cancellation(
             self.workflow_id, await self._target(), reason=reason, cleanup_timeout=seconds,
             requester=requester, source=source,
@@ -569,6 +571,26 @@ class Client:
         if not isinstance(dry_run, bool):
             raise ConfigurationError(f"dry_run must be True or False, got {dry_run!r}")
         return await self.retention_control.prune(seconds, dry_run)
+
+    # ---------------------------------------------------------------- queues and workers
+
+    @property
+    def queue_control(self) -> QueueControl:
+        """Where this client's queue and worker requests go (storage, or the plane)."""
+        if self._store is not None:
+            return EmbeddedQueues(self._store, self.namespace, self.clock)
+        plane: QueueControl | None = getattr(self.control, "queues", None)
+        if plane is None:
+            raise CapabilityUnsupported(
+                "this client's control plane does not serve queues and workers; connect "
+                "with a database URL, or to a `durable serve` that does")
+        return plane
+
+    async def list_workers(self) -> builtins.list[dict[str, Any]]:
+        """The namespace's workers, alive first, then recently gone (kept an hour):
+        ``{worker_id, identity, host, pid, build_id, task_queues, workflows,
+        activities, definitions, last_seen_at, alive, status, runs_held, ...}``."""
+        return await self.queue_control.list_workers()
 
     # ---------------------------------------------------------------- maintenance
 

@@ -928,7 +928,8 @@ def test_the_json_examples_in_docs_cli_md_have_the_documented_shapes() -> None:
                                           flags=re.S | re.M):
             if "--json" not in command:
                 continue
-            name = command.split()[0]
+            words = command.split()
+            name = " ".join(words[:2]) if words[0] == "schedule" else words[0]
             if "--follow" in command:
                 values = [json.loads(line) for line in output.splitlines()]
                 shape = "history_event"

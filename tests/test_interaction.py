@@ -717,6 +717,17 @@ def _downgrade(tx: Any) -> Any:
     yield ex("ALTER TABLE runs DROP COLUMN request_seq")
     yield ex("ALTER TABLE runs DROP COLUMN schedule_id")  # version 3's columns
     yield ex("ALTER TABLE runs DROP COLUMN scheduled_at")
+    yield ex("DROP INDEX runs_claim_order")  # version 4's index and columns
+    yield ex("CREATE INDEX runs_claim ON runs (namespace, task_queue, ready_at) "
+             "WHERE status IN ('pending', 'running')")
+    yield ex("ALTER TABLE runs DROP COLUMN priority")
+    yield ex("ALTER TABLE runs DROP COLUMN concurrency_key")
+    yield ex("ALTER TABLE activity_tasks DROP COLUMN priority")
+    for column in ("identity", "host", "pid", "build_id", "definitions", "started_at",
+                   "stopped_at"):
+        yield ex(f"ALTER TABLE workers DROP COLUMN {column}")
+    for column in ("started_build", "last_build", "blocked_build", "blocked_divergence"):
+        yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 5's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 

@@ -236,8 +236,8 @@ async def test_a_claim_takes_a_fair_share_of_the_ready_runs(pg_urls: tuple[str, 
         got = await store.claim_runs(client.namespace, "default", "w1", ("scale_flow",), 2,
                                      30.0, now)
         assert (len(got), got.left) == (2, 5)  # its capacity is smaller than its share
-        await store.deregister_worker("w2")
-        await store.deregister_worker("w3")
+        await store.deregister_worker("w2", now)
+        await store.deregister_worker("w3", now)
         got = await store.claim_runs(client.namespace, "default", "w0", ("scale_flow",), 100,
                                      30.0, now)
         assert (len(got), got.left) == (3, 2)  # ceil(5 / 2)

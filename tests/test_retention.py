@@ -350,14 +350,18 @@ async def test_a_week_of_a_minute_schedule_keeps_the_database_flat(
     """10,080 fires, one-day retention: after the first day the database holds
     one day of runs, and its size stops growing. Time moves an hour at a time
     (each hour's sixty fires start together, inside the catch-up window: the
-    same rows per run as one at a time, in a fraction of the test's time)."""
+    same rows per run as one at a time, in a fraction of the test's time).
+    SQLite runs the whole week; PostgreSQL, where each run costs round trips
+    to a server, three days (4,320 fires): the second and third days end the
+    same size, which is what flat means, and the suite stays within its time."""
     async with soak_env() as (env, path), env.worker(
             workflows=[tick], retention=dt.timedelta(days=1)):
+        days = 7 if path is not None else 3
         client = env.client
         handle = await client.create_schedule(
             "every-minute", ScheduleSpec(every=60), tick, "m", overlap=Overlap.ALLOW_ALL)
         sizes: list[int] = []
-        for hour in range(1, 7 * 24 + 1):
+        for hour in range(1, days * 24 + 1):
             env.clock.advance_to(START.timestamp() + hour * 3600)
             await env.sleep(0)
             if hour % 24 == 0:
@@ -365,8 +369,8 @@ async def test_a_week_of_a_minute_schedule_keeps_the_database_flat(
         info = await handle.describe()
         stats = await client.get_retention()
         relations = await _relations(client) if path is None else []
-    assert info["fires_count"] == 7 * 24 * 60 and info["skipped_count"] == 0
-    assert stats["pruned"]["runs"] >= 5 * 24 * 60  # days 1..5 (and more) are gone
+    assert info["fires_count"] == days * 24 * 60 and info["skipped_count"] == 0
+    assert stats["pruned"]["runs"] >= (days - 2) * 24 * 60  # days 1..days-2 are gone
     # flat after the first day: no later day ends bigger than the second did
     # (give or take a page per table's free-space bookkeeping)
     assert max(sizes[2:]) <= sizes[1] * 1.10, (sizes, relations)

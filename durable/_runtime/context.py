@@ -98,6 +98,11 @@ class RunHost(Protocol):
         """Hand signals kept without a handler to the handler just registered."""
         ...
 
+    async def deliver_received_by(self, instant: float) -> None:
+        """Return once the signals received by `instant` are delivered (or
+        cannot be now): a timer due at `instant` fires after them."""
+        ...
+
 
 @dataclass(frozen=True)
 class RunSetup:
@@ -165,7 +170,8 @@ class WorkflowContext:
             self.recorded_paths.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
         self.pending_counts: dict[str, int] = {"activity": 0, "child": 0, "timer": 0}
         self.open_children: set[str] = set()
-        self.fatal: BaseException | None = None
+        self.fatal: BaseException | None = None  # the code does not replay its history
+        self.failed_with: BaseException | None = None  # a handler failed the run
         self.broken: Exception | None = None
         # cancellation: see RunExecutor.on_request and ops.interruptible
         self.cancellation: CancellationContext | None = None

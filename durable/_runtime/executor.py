@@ -146,10 +146,21 @@ class RunExecutor:
             self.fail(exc)
 
     def fail(self, exc: BaseException) -> None:
-        """Fail the run with `exc` (recording nothing more on the way out)."""
+        """Fail the run with `exc` (recording nothing more on the way out).
+
+        Only the engine's own verdicts (non-determinism, a structural limit)
+        are `ctx.fatal`: queries and the Replayer read `fatal` as "this code
+        does not replay this history". A handler's error is the run's
+        failure, which a replay reaches again as it did live, so it is
+        `ctx.failed_with` (issue 21: a run failed by its signal handler could
+        not be queried or replayed).
+        """
         ctx = self.ctx
-        if ctx.fatal is None:
-            ctx.fatal = exc
+        if isinstance(exc, NonDeterminismDetected | StructuralLimitExceeded):
+            if ctx.fatal is None:
+                ctx.fatal = exc
+        elif ctx.failed_with is None:
+            ctx.failed_with = exc
         ctx.failing = True
         self.interrupt_code()
 
@@ -173,6 +184,10 @@ class RunExecutor:
 
     def deliver_buffered(self, handler: Handler, deliveries: list[Any]) -> None:
         self.inbox().deliver_buffered(handler, deliveries)
+
+    async def deliver_received_by(self, instant: float) -> None:
+        if self._inbox is not None:
+            await self._inbox.deliver_received_by(instant)
 
     def on_interaction(self, item: InboxItem | ClientRequest) -> None:
         """A signal, query or update for this run arrived (an in-process wake-up)."""
@@ -341,6 +356,8 @@ class RunExecutor:
                     self._inbox.check_finished()
             if ctx.fatal is not None:
                 raise ctx.fatal
+            if ctx.failed_with is not None:
+                raise ctx.failed_with
             if ctx.cancellation is not None and not ctx.hard_stop:
                 return self._cancelled(None if code_scope.cancelled_caught else value)
             if code_scope.cancelled_caught:
@@ -418,6 +435,8 @@ class RunExecutor:
             return self._non_deterministic(ctx.fatal)
         if ctx.fatal is not None:
             exc = ctx.fatal
+        elif ctx.failed_with is not None:
+            exc = ctx.failed_with
         leaves = leaf_exceptions(exc)
         unknown = next((e for e in leaves if isinstance(e, UnitOutcomeUnknown)), None)
         if unknown is not None:

@@ -244,8 +244,13 @@ async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> No
             if known is None or not known.interrupted:
                 await ctx.commit([CancelTimer(op_id)])
 
-        await interruptible(ctx, op_id, OpKind.TIMER, lambda: ctx.clock.sleep_until(fire_at),
-                            on_interrupt)
+        async def wait() -> None:
+            await ctx.clock.sleep_until(fire_at)
+            # signals received before the timer fell due come first (a worker
+            # resuming the run late finds both due at once)
+            await ctx.host.deliver_received_by(fire_at)
+
+        await interruptible(ctx, op_id, OpKind.TIMER, wait, on_interrupt)
     finally:
         ctx.release("timer")
     await ctx.commit([FireTimer(op_id=op_id)])

@@ -24,6 +24,7 @@ from rich.console import Console
 
 import durable
 
+from .._log import mask_password_in, mask_url
 from . import _fmt
 
 T = TypeVar("T")
@@ -69,7 +70,7 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         stream = file if file is not None else sys.stderr
-        line = self.format_message()
+        line = _fmt.escape_surrogates(self.format_message())
         if _colour_allowed(stream):
             line = click.style(line, fg="red")
         click.echo(line, file=stream)
@@ -84,7 +85,8 @@ class OneLineUsageError(click.UsageError):
     def show(self, file: Any = None) -> None:
         stream = file if file is not None else sys.stderr
         path = self.ctx.command_path if self.ctx is not None else "durable"
-        line = f"{path}: usage error: {_one_line(self.message)} (see: {path} --help)"
+        line = _fmt.escape_surrogates(
+            f"{path}: usage error: {_one_line(self.message)} (see: {path} --help)")
         if _colour_allowed(stream):
             line = click.style(line, fg="red")
         click.echo(line, file=stream)
@@ -97,6 +99,7 @@ _REFUSED: tuple[type[BaseException], ...] = (
     durable.PolicyRejected,
     durable.CapabilityUnsupported,
     durable.UpdateRejected,
+    durable.ScheduleAlreadyExists,
 )
 
 _FIXES: dict[type[BaseException], str] = {
@@ -105,6 +108,12 @@ _FIXES: dict[type[BaseException], str] = {
     durable.RunAlreadyClosed: "the run is closed; `durable describe ID` shows how it ended",
     durable.CapabilityUnsupported: (
         "`durable cancel ID` or `durable terminate ID` stop it without cleanup"
+    ),
+    durable.ScheduleNotFound: (
+        "check the id and --namespace; `durable schedule list` shows the schedules"
+    ),
+    durable.ScheduleAlreadyExists: (
+        "pick another id, or change it with `durable schedule update`"
     ),
     durable.StorageUnavailable: (
         "check --db / DURABLE_DB_URL and that the database is reachable"
@@ -121,7 +130,7 @@ def error_from_exception(exc: BaseException) -> CliError:
     if isinstance(exc, durable.QueryFailed) and "no worker answered" in message:
         fix = ("`durable describe ID` shows the run's type and task queue; a worker with "
                "that type must be running to answer")
-    if isinstance(exc, durable.WorkflowNotFound):
+    if isinstance(exc, durable.WorkflowNotFound | durable.ScheduleNotFound):
         return CliError(message, EXIT_NOT_FOUND, label="not found", fix=fix)
     if isinstance(exc, durable.WorkflowAlreadyStarted):
         # The engine's text names a Python option; on the command line the fix is --id.
@@ -212,14 +221,30 @@ class _TrimmedLines:
         self._stream.flush()
 
 
+class _Escaping:
+    """A text stream that writes lone surrogates as escapes (`_fmt.escape_surrogates`),
+    so a stored value no UTF-8 output can encode is shown instead of failing
+    the command. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_fmt.escape_surrogates(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def make_console(stream: Any) -> Console:
     """A console on `stream`; wide and without padding when writing to a pipe."""
     isatty = getattr(stream, "isatty", None)
     tty = bool(isatty and isatty())
     if tty:
-        return Console(file=stream, highlight=False, emoji=False)
+        return Console(file=cast(IO[str], _Escaping(stream)), highlight=False, emoji=False)
     width = None if "COLUMNS" in os.environ else 160
-    trimmed = cast(IO[str], _TrimmedLines(stream))  # write/flush/isatty/encoding suffice
+    trimmed = cast(IO[str], _TrimmedLines(_Escaping(stream)))  # write/flush/isatty/encoding
     return Console(file=trimmed, highlight=False, width=width, emoji=False)
 
 
@@ -261,11 +286,14 @@ class Session:
                       "use --db URL with the database itself")
         else:
             detail = str(exc) or type(exc).__name__
-        return CliError(f"cannot use the control plane at {self.server}: {detail}",
-                        fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
+        server = self.server or ""
+        return CliError(mask_password_in(
+            f"cannot use the control plane at {mask_url(server)}: {detail}", server),
+            fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
 
     def describe_target(self) -> str:
-        return f"control plane {self.server}" if self.server else f"database {self.db}"
+        return (f"control plane {mask_url(self.server)}" if self.server
+                else f"database {mask_url(self.db or '')}")
 
     async def _connect(self, create_database: bool) -> durable.Client:
         if self.db and self.server:
@@ -397,6 +425,6 @@ def cli(ctx: click.Context, db: str | None, server: str | None, token: str | Non
 
 def run(argv: Sequence[str] | None = None) -> None:
     """Run the command line (imports the commands, then hands over to click)."""
-    from . import _commands  # noqa: F401  (registers the commands on `cli`)
+    from . import _commands, _queues  # noqa: F401  (register the commands on `cli`)
 
     cli.main(args=list(argv) if argv is not None else None, prog_name="durable")

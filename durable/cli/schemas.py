@@ -159,6 +159,51 @@ SIGNAL = obj({"workflow_id": STRING, "run_id": NULLABLE_STRING, "signal": STRING
 QUERY = obj({"workflow_id": STRING, "query": STRING, "result": ANY})
 UPDATE = obj({"workflow_id": STRING, "update": STRING, "update_id": STRING, "result": ANY})
 
+# ---- durable schedule ... and durable prune (the client's dicts: open, like describe)
+
+SCHEDULE_SPEC = obj({
+    "cron": array(STRING), "every": {"type": ["integer", "null"]}, "offset": INTEGER,
+    "timezone": STRING, "start_at": NULLABLE_INSTANT, "end_at": NULLABLE_INSTANT,
+}, closed=False)
+
+SCHEDULE_FIRE = obj({
+    "scheduled_at": INSTANT, "outcome": {"type": "string",
+                                         "enum": ["started", "buffered", "skipped"]},
+    "workflow_id": NULLABLE_STRING, "run_id": NULLABLE_STRING,
+}, closed=False)
+
+SCHEDULE_SUMMARY = obj({
+    "schedule_id": STRING, "namespace": STRING, "workflow_type": STRING,
+    "spec": SCHEDULE_SPEC, "overlap": STRING, "paused": BOOLEAN, "note": NULLABLE_STRING,
+    "next_fire_at": NULLABLE_INSTANT, "last_fired_at": NULLABLE_INSTANT,
+    "fires_count": INTEGER, "skipped_count": INTEGER,
+    "remaining_actions": {"type": ["integer", "null"]},
+}, closed=False)
+
+SCHEDULE_LIST = obj({"schedules": array(SCHEDULE_SUMMARY), "count": INTEGER})
+
+SCHEDULE_DESCRIBE = obj({
+    **SCHEDULE_SUMMARY["properties"], "next_fires": array(INSTANT),
+    "running": array(STRING), "recent": array(SCHEDULE_FIRE),
+}, closed=False)
+
+SCHEDULE_ACTION = obj({"schedule_id": STRING, "action": STRING})
+
+SCHEDULE_TRIGGER = obj({"schedule_id": STRING, **SCHEDULE_FIRE["properties"]}, closed=False)
+
+SCHEDULE_BACKFILL = obj({
+    "schedule_id": STRING, "fires": INTEGER, "started": INTEGER, "buffered": INTEGER,
+    "skipped": INTEGER, "already_fired": INTEGER, "results": array(SCHEDULE_FIRE),
+})
+
+PRUNE = obj({
+    "namespace": STRING, "cutoff": INSTANT, "dry_run": BOOLEAN,
+    "runs": array(obj({"run_id": STRING, "workflow_id": STRING, "status": STATUS,
+                       "closed_at": NULLABLE_INSTANT}, closed=False)),
+    "runs_deleted": INTEGER, "deleted": {"type": "object", "additionalProperties": INTEGER},
+    "runs_expired": INTEGER,
+}, optional=("runs_expired",))
+
 #: The shape each command prints with --json. ``history --follow --json`` and
 #: ``watch --json`` print JSON Lines: one ``history_event`` / ``describe``
 #: object per line.
@@ -179,6 +224,16 @@ SCHEMAS: dict[str, Schema] = {
     "signal": SIGNAL,
     "query": QUERY,
     "update": UPDATE,
+    "schedule create": SCHEDULE_DESCRIBE,
+    "schedule update": SCHEDULE_DESCRIBE,
+    "schedule describe": SCHEDULE_DESCRIBE,
+    "schedule list": SCHEDULE_LIST,
+    "schedule pause": SCHEDULE_ACTION,
+    "schedule resume": SCHEDULE_ACTION,
+    "schedule delete": SCHEDULE_ACTION,
+    "schedule trigger": SCHEDULE_TRIGGER,
+    "schedule backfill": SCHEDULE_BACKFILL,
+    "prune": PRUNE,
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {

@@ -16,7 +16,6 @@ bounded poll), and end as soon as the client disconnects.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -45,7 +44,7 @@ from .metrics import Metrics
 from .openapi import build_spec
 from .routes import Call, Operation, Param, operations
 from .schema import SchemaViolation, validate
-from .wire import dumps
+from .wire import NonFiniteNumber, dumps, loads_finite
 
 log = get_logger("durable.http")
 
@@ -104,8 +103,21 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+def parse_json_body(raw: bytes) -> Any:
+    """A request body's JSON: 400 invalid_json when it is not JSON (NaN and
+    Infinity literals included), 400 payload_error for a number out of a
+    float's range, as a start whose input cannot be encoded is refused."""
+    try:
+        return loads_finite(raw.decode("utf-8"))
+    except NonFiniteNumber as exc:
+        raise HTTPError(
+            400, "payload_error",
+            f"the body holds the number {str(exc)[:40]}, out of the range of a float "
+            "(it would be infinity); JSON values here must be finite numbers") from None
+    except (ValueError, RecursionError) as exc:
+        raise HTTPError(400, "invalid_json",
+                        f"the body is not JSON ({str(exc)[:200]}); send a JSON object "
+                        "with 'Content-Type: application/json'") from None
 
 
 class ControlPlaneServer:
@@ -239,12 +251,7 @@ class ControlPlaneServer:
         if not raw.strip():
             data: Any = {}
         else:
-            try:
-                data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-            except (ValueError, RecursionError) as exc:
-                raise HTTPError(400, "invalid_json",
-                                f"the body is not JSON ({str(exc)[:200]}); send a JSON object "
-                                "with 'Content-Type: application/json'") from None
+            data = parse_json_body(raw)
         return self.check_body(op, data)
 
     def check_body(self, op: Operation, data: Any) -> dict[str, Any]:

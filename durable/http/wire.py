@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from typing import Any
 
 from ..clock import to_iso
 from ..control import RunState
+from ..errors import PayloadRejected
 from ..store.records import HistoryEvent
 
 # Keys of a cancellation request record that are instants (epoch seconds in storage).
@@ -32,8 +34,52 @@ def json_default(value: Any) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    return json.dumps(value, default=json_default, separators=(",", ":"),
-                      allow_nan=False).encode()
+    """A response body: strict JSON (no NaN or Infinity literals).
+
+    The doors refuse non-finite numbers, but a value recorded before they
+    did (a cancellation's ``requester`` holding ``math.inf``) must not make
+    its run unreadable: such a number is served as null, as the CLI shows
+    it, instead of failing the whole answer."""
+    try:
+        text = json.dumps(value, default=json_default, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        text = json.dumps(finite(value), default=json_default, separators=(",", ":"),
+                          allow_nan=False)
+    return text.encode()
+
+
+def finite(value: Any) -> Any:
+    """`value` with every infinite or NaN float (at any depth) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+class NonFiniteNumber(ValueError):
+    """A JSON number too large for a float (``1e400``): valid JSON text that
+    Python would read as infinity, which no payload, record or view can carry."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(text)
+    return value
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_finite(text: str) -> Any:
+    """JSON text from outside (a request body, a form) as a value with finite
+    numbers only: `NonFiniteNumber` for ``1e400``, ValueError for NaN and
+    Infinity literals (not JSON) and anything else that is not JSON."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
 
 
 def parse_payload(text: str | None, what: str) -> Any:
@@ -50,8 +96,14 @@ def parse_payload(text: str | None, what: str) -> Any:
 
 
 def encode_payload(value: Any) -> str:
-    """A JSON value back to the compact text `JSONConverter` writes."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    """A JSON value back to the compact text `JSONConverter` writes (a
+    non-finite number is refused as the converter refuses it)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:
+        raise PayloadRejected(
+            f"the arguments hold a number JSON cannot carry ({exc}); send finite numbers only"
+        ) from None
 
 
 def record_to_wire(record: dict[str, Any]) -> dict[str, Any]:

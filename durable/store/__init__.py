@@ -38,6 +38,7 @@ from .records import (
     ClaimedRun,
     ClientRequest,
     CommitResult,
+    DefinitionClash,
     HeartbeatAck,
     HistoryEvent,
     InboxItem,
@@ -103,16 +104,29 @@ class Store:
     async def claim_runs(
         self, namespace: str, task_queue: str, worker_id: str, workflow_types: tuple[str, ...],
         limit: int, lease_seconds: float, now: float, capabilities: tuple[str, ...] = (),
+        build_id: str | None = None,
     ) -> Claimed[ClaimedRun]:
         """Take runnable runs of these types (epoch bumped), with their recorded ops:
         at most `limit` and at most a fair share of the ready runs (`Claimed.left`
-        says how many ready runs this claim saw left for others)."""
+        says how many ready runs this claim saw left for others). A worker of a
+        build skips the runs that build cannot replay (the upgrade gate)."""
         claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
-            capabilities))
-        if claimed.unread:  # after the claim committed: see claims._claim_runs_in_one
+            capabilities, build_id))
+        if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
+
+    async def take_for_build(self, run_id: str, epoch: int, build_id: str) -> bool:
+        """Record that `build_id` replayed the claimed run and now advances it."""
+        return await self.driver.run(
+            lambda tx: claims.take_for_build(tx, run_id, epoch, build_id))
+
+    async def block_run(self, run_id: str, epoch: int, worker_id: str, build_id: str,
+                        divergence: str) -> bool:
+        """Hand back a claimed run `build_id` cannot replay, saying where it diverges."""
+        return await self.driver.run(
+            lambda tx: claims.block_run(tx, run_id, epoch, worker_id, build_id, divergence))
 
     async def renew_leases(
         self, worker_id: str, run_ids: list[str], lease_seconds: float, now: float
@@ -171,10 +185,11 @@ class Store:
 
     # ---------------------------------------------------------------- the watchdog
 
-    async def next_deadline(self, namespace: str,
-                            now: float) -> tuple[float | None, float | None]:
-        """When something in the namespace is next due: (a deadline, a lease expiry)."""
-        return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now),
+    async def next_deadline(self, namespace: str, now: float, since: float | None = None
+                            ) -> tuple[float | None, float | None]:
+        """When something in the namespace is next due: (a deadline, a lease expiry);
+        an attempt that became available after `since` counts as due."""
+        return await self.driver.run(lambda tx: deadlines.next_deadline(namespace, now, since),
                                      write=False)
 
     async def enforce_expired(
@@ -281,7 +296,7 @@ class Store:
 
     async def take_requests(self, request_ids: list[str], worker_id: str) -> list[ClientRequest]:
         """Take pending requests to answer (each by one worker only)."""
-        return await self.driver.run(lambda tx: interaction.take_requests(request_ids,
+        return await self.driver.run(lambda tx: interaction.take_requests(tx, request_ids,
                                                                           worker_id))
 
     async def purge_requests(self, before: float) -> int:
@@ -329,13 +344,20 @@ class Store:
     # ---------------------------------------------------------------- workers
 
     async def register_worker(self, registration: WorkerRegistration, ttl: float,
-                              now: float) -> None:
-        """Record a live worker until `now + ttl`."""
-        await self.driver.run(lambda tx: workers.register_worker(registration, ttl, now))
+                              now: float) -> list[DefinitionClash]:
+        """Record a live worker until `now + ttl`; the names another live worker
+        of its queue registers with different code."""
+        return await self.driver.run(
+            lambda tx: workers.register_worker(registration, ttl, now))
 
-    async def deregister_worker(self, worker_id: str) -> None:
-        """Forget a stopped worker."""
-        await self.driver.run(lambda tx: workers.deregister_worker(worker_id))
+    async def deregister_worker(self, worker_id: str, now: float) -> None:
+        """Mark a stopped worker gone."""
+        await self.driver.run(lambda tx: workers.deregister_worker(worker_id, now))
+
+    async def list_workers(self, namespace: str, now: float) -> list[dict[str, Any]]:
+        """The namespace's workers, alive and recently gone (`workers.list_workers`)."""
+        return await self.driver.run(lambda tx: workers.list_workers(namespace, now),
+                                     write=False)
 
     async def registered_names(self, namespace: str, now: float) -> tuple[set[str], set[str]]:
         """Workflow types and activity names live workers have registered."""

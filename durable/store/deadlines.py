@@ -17,8 +17,17 @@ from .closing import close_run
 from .records import RUN_COLUMNS, TASK_COLUMNS, RunStatus, earliest, run_from_row
 
 
-def next_deadline(namespace: str, now: float) -> Program[tuple[float | None, float | None]]:
+def next_deadline(namespace: str, now: float,
+                  since: float | None = None) -> Program[tuple[float | None, float | None]]:
     """When something in the namespace is next due: (a deadline, a lease expiry).
+
+    An attempt that becomes available (a retry's backoff ends) counts from
+    `since`, the instant the caller last poked its claim loops (default:
+    `now`): one that became available after that poke is due now, even if
+    the caller slept past it for another reason. Without it a watchdog woken
+    by a wake-up at the very instant a retry became available never poked
+    the claim loops, and on virtual time the clock skipped on to the retry's
+    schedule-to-start deadline (issue 21).
 
     The two are apart because a lease expires only when its worker is gone: a
     virtual clock (durable.testing) must never skip ahead to a lease expiry,
@@ -37,7 +46,8 @@ def next_deadline(namespace: str, now: float) -> Program[tuple[float | None, flo
         " AND status IN ('pending', 'running') AND owner IS NOT NULL) AS run_lease, "
         "(SELECT MIN(lease_expires_at) FROM activity_tasks WHERE namespace = ? "
         " AND status = 'running') AS task_lease",
-        namespace, namespace, namespace, now, namespace, namespace,
+        namespace, namespace, namespace, now if since is None else min(since, now),
+        namespace, namespace,
     )
     if row is None:
         return None, None

@@ -1,34 +1,72 @@
-"""The worker registry: which workers are alive and what they can run.
+"""The worker registry: which workers are alive, what they are and what they run.
 
 Clients use it to accept a workflow or activity by name that no code in their
 own process defines; the cascade uses it to tell a stopping attempt from one
-whose worker is gone.
+whose worker is gone; operators read it (`list_workers`: ``durable workers``,
+``/api/workers``) to see who serves a queue. Each worker describes the code
+behind every name it registers (module, qualified name, signature and their
+fingerprint), so that two live workers serving one name on one queue with
+different code are found at registration (`clashes`) instead of by a
+workflow that fails three attempts later.
+
+A stopped worker's row stays for an hour, marked gone (`stopped_at`), so an
+operator sees it left; a crashed one shows gone once its registration expires.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from ..clock import to_iso
 from ..driver import Program, ex, q
-from .records import WorkerRegistration
+from .records import DefinitionClash, WorkerRegistration
+
+#: how long a gone worker stays listed (seconds)
+KEEP_GONE = 3600.0
+
+_KINDS = (("workflow", "workflows"), ("activity", "activities"))
 
 
-def register_worker(reg: WorkerRegistration, ttl: float, now: float) -> Program[None]:
-    """Record (or refresh) a live worker until `now + ttl`."""
+def register_worker(reg: WorkerRegistration, ttl: float,
+                    now: float) -> Program[list[DefinitionClash]]:
+    """Record (or refresh) a live worker until `now + ttl`; the names other live
+    workers of its namespace and queue register with a different definition."""
     yield ex("DELETE FROM workers WHERE worker_id = ?", reg.worker_id)
     yield ex(
         "INSERT INTO workers (worker_id, namespace, task_queue, workflow_types, activity_names, "
-        "capabilities, heartbeat_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "capabilities, heartbeat_at, expires_at, identity, host, pid, build_id, definitions, "
+        "started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         reg.worker_id, reg.namespace, reg.task_queue, json.dumps(list(reg.workflow_types)),
         json.dumps(list(reg.activity_names)), json.dumps(list(reg.capabilities)), now, now + ttl,
+        reg.identity, reg.host, reg.pid, reg.build_id, json.dumps(reg.definitions, sort_keys=True),
+        reg.started_at if reg.started_at is not None else now,
     )
-    yield ex("DELETE FROM workers WHERE expires_at < ?", now - 3600)
-    return None
+    yield ex("DELETE FROM workers WHERE expires_at < ?", now - KEEP_GONE)
+    if not reg.definitions:
+        return []
+    others = yield q(
+        "SELECT worker_id, host, definitions FROM workers WHERE namespace = ? AND task_queue = ? "
+        "AND worker_id <> ? AND expires_at >= ? AND stopped_at IS NULL ORDER BY worker_id",
+        reg.namespace, reg.task_queue, reg.worker_id, now)
+    found: list[DefinitionClash] = []
+    for other in others:
+        theirs = _definitions(other["definitions"])
+        for kind, plural in _KINDS:
+            mine_by_name = reg.definitions.get(plural, {})
+            theirs_by_name = theirs.get(plural, {})
+            for name in sorted(set(mine_by_name) & set(theirs_by_name)):
+                mine, their = mine_by_name[name], theirs_by_name[name]
+                if mine.get("fingerprint") != their.get("fingerprint"):
+                    found.append(DefinitionClash(kind, name, reg.task_queue, mine,
+                                                 other["worker_id"], other["host"], their))
+    return found
 
 
-def deregister_worker(worker_id: str) -> Program[None]:
-    """Forget a worker that stopped."""
-    yield ex("DELETE FROM workers WHERE worker_id = ?", worker_id)
+def deregister_worker(worker_id: str, now: float) -> Program[None]:
+    """Mark a worker that stopped as gone (listed for `KEEP_GONE` more seconds)."""
+    yield ex("UPDATE workers SET stopped_at = ?, heartbeat_at = ?, expires_at = ? "
+             "WHERE worker_id = ?", now, now, now - 1.0, worker_id)
     return None
 
 
@@ -45,3 +83,58 @@ def registered_names(namespace: str, now: float) -> Program[tuple[set[str], set[
         types.update(json.loads(r["workflow_types"]))
         names.update(json.loads(r["activity_names"]))
     return types, names
+
+
+def list_workers(namespace: str, now: float) -> Program[list[dict[str, Any]]]:
+    """The namespace's workers, alive first, then by last seen (newest first):
+    what each is (identity, host, pid, build), serves (queue, names with their
+    definitions) and holds (open runs it owns, running activity attempts)."""
+    rows = yield q(
+        "SELECT w.worker_id, w.task_queue, w.workflow_types, w.activity_names, w.capabilities, "
+        "w.heartbeat_at, w.expires_at, w.identity, w.host, w.pid, w.build_id, w.definitions, "
+        "w.started_at, w.stopped_at, "
+        "(SELECT count(*) FROM runs r WHERE r.owner = w.worker_id "
+        "AND r.status IN ('pending', 'running')) AS runs_held, "
+        "(SELECT count(*) FROM activity_tasks t WHERE t.owner = w.worker_id "
+        "AND t.status = 'running') AS activities_held "
+        "FROM workers w WHERE w.namespace = ?",
+        namespace,
+    )
+    rows = sorted(rows, key=lambda r: (not _alive(r, now), -r["heartbeat_at"], r["worker_id"]))
+    return [_worker(r, now) for r in rows]
+
+
+def _definitions(text: str | None) -> dict[str, dict[str, dict[str, str]]]:
+    if not text:
+        return {}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def _alive(row: Any, now: float) -> bool:
+    return row["stopped_at"] is None and row["expires_at"] >= now
+
+
+def _worker(row: Any, now: float) -> dict[str, Any]:
+    alive = _alive(row, now)
+    return {
+        "worker_id": row["worker_id"],
+        "identity": row["identity"] or row["worker_id"],
+        "host": row["host"],
+        "pid": row["pid"],
+        "build_id": row["build_id"],
+        "task_queues": [row["task_queue"]],
+        "workflows": json.loads(row["workflow_types"]),
+        "activities": json.loads(row["activity_names"]),
+        "definitions": _definitions(row["definitions"]),
+        "capabilities": json.loads(row["capabilities"]),
+        "started_at": to_iso(row["started_at"]),
+        "last_seen_at": to_iso(row["heartbeat_at"]),
+        "expires_at": to_iso(row["expires_at"]),
+        "stopped_at": to_iso(row["stopped_at"]),
+        "alive": alive,
+        "status": "alive" if alive else "gone",
+        # a crashed worker holds its runs until their leases end
+        "runs_held": int(row["runs_held"]),
+        "activities_held": int(row["activities_held"]),
+    }

@@ -38,6 +38,7 @@ from ...client import WorkflowHandle
 from ..app import HTTPError
 from ..auth import role_allows
 from ..errors import classify
+from ..wire import loads_finite
 from . import views
 from .session import COOKIE_NAME, Session, SessionCodec
 
@@ -334,7 +335,9 @@ class WebUI:
             signal_supported=_signal_supported(),
             **context,
         )
-        return HTMLResponse(html, status_code=status_code)
+        # a stored value may hold a lone surrogate, which UTF-8 cannot encode:
+        # shown escaped, as the CLI shows it (decisions.md (t))
+        return HTMLResponse(_fmt.escape_surrogates(html), status_code=status_code)
 
     def _error(self, request: Request, visitor: Visitor | None, status: int, title: str,
                message: str) -> Response:
@@ -687,7 +690,7 @@ class WebUI:
             raise UIError(422, "Signal name missing", "Give the signal's name.")
         raw = form.get("args", "").strip() or "[]"
         try:
-            args = json.loads(raw)
+            args = loads_finite(raw)
         except ValueError as exc:
             raise UIError(422, "Arguments are not JSON",
                           f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."

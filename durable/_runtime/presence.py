@@ -1,0 +1,66 @@
+"""A worker's presence in the registry: what it records about itself, and the
+clashes it warns about.
+
+Every worker records who it is (identity, host, pid, build), its queue and
+the code behind each name it registers (`_registry.describe_definition`), at
+start and at each lease renewal (its last-seen time); ``durable workers`` and
+``/api/workers`` read it. When another live worker of the same queue
+registers one of its names with different code, both workers log a warning
+naming both definitions (once per name and other worker): the newcomer at
+start, the other at its next renewal. Either may run the name, so the wrong
+code would otherwise run silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from ..store.records import DefinitionClash, WorkerRegistration
+
+if TYPE_CHECKING:
+    from .._registry import Registry
+    from ..store import Store
+
+
+class Presence:
+    """Registers one worker and warns about definition clashes."""
+
+    def __init__(self, store: Store, registry: Registry, *, worker_id: str, identity: str,
+                 namespace: str, task_queue: str, capabilities: tuple[str, ...], log: Any,
+                 build_id: str | None = None) -> None:
+        self.store = store
+        self.log = log
+        self.started_at: float | None = None
+        self._warned: set[tuple[str, str, str]] = set()
+        #: the clashes warned about so far (for tests and describe)
+        self.clashes: list[DefinitionClash] = []
+        self._base = WorkerRegistration(
+            worker_id=worker_id, namespace=namespace, task_queue=task_queue,
+            workflow_types=tuple(sorted(registry.workflows)),
+            activity_names=tuple(sorted(registry.activities)), capabilities=capabilities,
+            identity=identity, host=socket.gethostname(), pid=os.getpid(), build_id=build_id,
+            definitions=registry.describe())
+
+    def registration(self) -> WorkerRegistration:
+        return dataclasses.replace(self._base, started_at=self.started_at)
+
+    async def register(self, ttl: float, now: float) -> None:
+        """Record (or refresh) the worker until `now + ttl`; warn about new clashes."""
+        if self.started_at is None:
+            self.started_at = now
+        self.warn(await self.store.register_worker(self.registration(), ttl, now))
+
+    def warn(self, clashes: list[DefinitionClash]) -> None:
+        for clash in clashes:
+            key = (clash.kind, clash.name, clash.other_worker_id)
+            if key in self._warned:
+                continue
+            self._warned.add(key)
+            self.clashes.append(clash)
+            self.log.warning("definition_clash", kind=clash.kind, name=clash.name,
+                             task_queue=clash.task_queue, other_worker=clash.other_worker_id,
+                             other_definition=clash.other, this_definition=clash.mine,
+                             detail=clash.message())

@@ -1,0 +1,211 @@
+"""``durable schedule ...`` and ``durable prune``, driven through click's CliRunner.
+
+Over an embedded SQLite file served by a real worker thread (test_cli's
+`ThreadWorker`, which registers tests/cli_app.py's workflows). The schedules
+created here fire on 1 January at 02:00 only, so nothing fires by itself while
+a test runs: every fire is a trigger or a backfill the test asks for. Every
+--json output is checked against its shape in `durable.cli.schemas`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import Result
+from test_cli import ThreadWorker, as_json, invoke, ok, one_error_line
+
+import durable.cli._schedules  # noqa: F401  (registers `durable schedule` and `prune`)
+
+NEVER = "0 2 1 1 *"  # 02:00 on 1 January: not while a test runs
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    db = f"sqlite:///{tmp_path_factory.mktemp('cli-schedules') / 'app.db'}"
+    worker = ThreadWorker(db).start()
+    yield db
+    worker.close()
+
+
+def run_json(url: str, *args: str) -> Any:
+    return as_json(ok(url, *args, "--json"), " ".join(args[:2]) if args[0] == "schedule"
+                   else args[0])
+
+
+def create(url: str, schedule_id: str, *extra: str) -> dict[str, Any]:
+    data: dict[str, Any] = run_json(url, "schedule", "create", schedule_id, "cli-greet",
+                                    "--cron", NEVER, "--input", '["sched"]', *extra)
+    return data
+
+
+def usage_error(result: Result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    return one_error_line(result)
+
+
+def test_create_list_describe_show_the_schedule_and_its_next_fires(url: str) -> None:
+    info = create(url, "nightly", "--timezone", "Europe/Amsterdam", "--overlap", "buffer_one",
+                  "--jitter", "1m", "--execution-timeout", "4h", "--note", "the import")
+    assert info["spec"]["cron"] == [NEVER] and info["spec"]["timezone"] == "Europe/Amsterdam"
+    assert info["overlap"] == "buffer_one" and info["jitter"] == 60
+    assert info["execution_timeout"] == 14400 and info["note"] == "the import"
+    assert len(info["next_fires"]) == 5
+    # 02:00 Amsterdam in January is 01:00 UTC
+    assert info["next_fires"][0].endswith("T01:00:00+00:00")
+    listed = run_json(url, "schedule", "list")
+    (row,) = [s for s in listed["schedules"] if s["schedule_id"] == "nightly"]
+    assert row["next_fire_at"] == info["next_fires"][0] and row["last_fire"] is None
+    human = ok(url, "schedule", "list").stdout
+    assert re.search(r"nightly\s+cli-greet\s+0 2 1 1 \* \(Europe/Amsterdam\)\s+buffer_one\s+"
+                     r"active", human), human
+    shown = ok(url, "schedule", "describe", "nightly").stdout
+    for text in ("Schedule nightly (cli-greet) [active]", "time zone        Europe/Amsterdam",
+                 "overlap          buffer_one", "note             the import",
+                 "execution timeout 14400s (4h 00m)", "jitter 60s (1m)",
+                 "next fires " + info["next_fires"][0].replace("T", " ")[:19] + " UTC"):
+        assert " ".join(text.split()) in " ".join(shown.split()), shown
+
+
+def test_trigger_starts_one_run_named_after_the_fire_and_describe_shows_it(url: str) -> None:
+    create(url, "greeter")
+    fired = run_json(url, "schedule", "trigger", "greeter", "--overlap", "allow_all")
+    assert fired["outcome"] == "started"
+    assert re.fullmatch(r"greeter-\d{8}T\d{6}Z", fired["workflow_id"])
+    result = as_json(ok(url, "result", fired["workflow_id"], "--wait", "--json"), "result")
+    assert result["result"] == "hello, sched"
+    info = run_json(url, "schedule", "describe", "greeter")
+    assert info["fires_count"] == 1
+    assert info["recent"][0]["workflow_id"] == fired["workflow_id"]
+    assert info["recent"][0]["status"] == "completed"
+    human = ok(url, "schedule", "describe", "greeter").stdout
+    assert "Recent fires" in human and fired["workflow_id"] in human and "[completed]" in human
+    listed = run_json(url, "schedule", "list")
+    (row,) = [s for s in listed["schedules"] if s["schedule_id"] == "greeter"]
+    assert row["last_fire"]["status"] == "completed"
+
+
+def test_pause_and_resume_with_a_note(url: str) -> None:
+    create(url, "pausable")
+    paused = run_json(url, "schedule", "pause", "pausable", "--note", "db maintenance")
+    assert paused == {"schedule_id": "pausable", "action": "paused"}
+    info = run_json(url, "schedule", "describe", "pausable")
+    assert info["paused"] is True and info["note"] == "db maintenance"
+    assert "[paused]" in ok(url, "schedule", "describe", "pausable").stdout
+    ok(url, "schedule", "resume", "pausable")
+    info = run_json(url, "schedule", "describe", "pausable")
+    assert info["paused"] is False and info["next_fire_at"] is not None
+
+
+def test_backfill_fires_each_past_fire_time_once(url: str) -> None:
+    create(url, "hourly", "--overlap", "allow_all")
+    ok(url, "schedule", "update", "hourly", "--every", "1h")
+    start, end = "2026-01-01T00:00:00Z", "2026-01-01T03:00:00+00:00"
+    done = run_json(url, "schedule", "backfill", "hourly", "--start", start, "--end", end)
+    assert (done["fires"], done["started"], done["already_fired"]) == (3, 3, 0)
+    assert [r["workflow_id"] for r in done["results"]] == [
+        f"hourly-20260101T0{h}0000Z" for h in range(3)]
+    again = run_json(url, "schedule", "backfill", "hourly", "--start", start, "--end", end)
+    assert (again["fires"], again["started"], again["already_fired"]) == (3, 0, 3)
+    human = ok(url, "schedule", "backfill", "hourly", "--start", start, "--end", end).stdout
+    assert "3 fire times, 0 started, 0 buffered, 0 skipped, 3 already fired" in human
+
+
+def test_update_changes_what_is_given_and_keeps_the_rest(url: str) -> None:
+    create(url, "changing", "--timezone", "Asia/Tokyo", "--task-queue", "default",
+           "--run-timeout", "10m", "--max-runs", "3")
+    info = run_json(url, "schedule", "update", "changing", "--execution-timeout", "2h",
+                    "--overlap", "terminate_other")
+    assert info["execution_timeout"] == 7200 and info["run_timeout"] == 600
+    assert info["task_queue"] == "default" and info["overlap"] == "terminate_other"
+    assert info["spec"]["timezone"] == "Asia/Tokyo" and info["remaining_actions"] == 3
+    info = run_json(url, "schedule", "update", "changing", "--every", "30m", "--max-runs",
+                    "none")
+    assert info["spec"]["cron"] == [] and info["spec"]["every"] == 1800
+    assert info["spec"]["timezone"] == "Asia/Tokyo" and info["remaining_actions"] is None
+    assert info["next_fire_at"].endswith((":00:00+00:00", ":30:00+00:00"))
+    error = usage_error(invoke(url, "schedule", "update", "changing"))
+    assert "nothing to change" in error
+
+
+def test_delete_then_describe_is_not_found_and_a_taken_id_is_refused(url: str) -> None:
+    create(url, "doomed")
+    refused = invoke(url, "schedule", "create", "doomed", "cli-greet", "--every", "1h")
+    assert refused.exit_code == 4, refused.stderr
+    assert "durable: refused:" in one_error_line(refused)
+    assert run_json(url, "schedule", "delete", "doomed")["action"] == "deleted"
+    missing = invoke(url, "schedule", "describe", "doomed")
+    assert missing.exit_code == 3
+    line = one_error_line(missing)
+    assert line.startswith("durable: not found:") and "durable schedule list" in line
+    assert invoke(url, "schedule", "pause", "doomed").exit_code == 3
+    assert invoke(url, "schedule", "trigger", "doomed").exit_code == 3
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["create", "x", "cli-greet"], "give --cron EXPR"),
+    (["create", "x", "cli-greet", "--cron", "61 * * * *"], "not a valid cron expression"),
+    (["create", "x", "cli-greet", "--every", "1h", "--timezone", "Mars/Base"],
+     "not a known IANA time zone"),
+    (["create", "x", "cli-greet", "--every", "soon"], "is not a duration"),
+    (["create", "x", "cli-greet", "--every", "1h", "--max-runs", "many"],
+     "is not a whole number"),
+    (["create", "x", "cli-greet", "--every", "1h", "--input", '{"a": 1}'],
+     "must be a JSON array"),
+    (["backfill", "x", "--start", "2026-01-01T00:00:00", "--end", "2026-01-02T00:00:00Z"],
+     "has no UTC offset"),
+    (["backfill", "x", "--start", "2026-01-02T00:00:00Z", "--end", "2026-01-01T00:00:00Z"],
+     "must be after --start"),
+    (["trigger", "x", "--overlap", "sometimes"], "'sometimes' is not one of"),
+])
+def test_bad_input_is_a_usage_error_that_says_what_to_give(
+        url: str, args: list[str], expected: str) -> None:
+    line = usage_error(invoke(url, "schedule", *args))
+    assert expected in line, line
+
+
+def test_create_of_a_type_no_worker_registered_says_how_to_fix_it(url: str) -> None:
+    result = invoke(url, "schedule", "create", "orphan", "no-such-type", "--every", "1h")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "no live worker in namespace 'default' has registered workflow type " \
+           "'no-such-type'" in line and "durable worker" in line
+
+
+def test_prune_dry_run_lists_and_prune_deletes_closed_runs(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'prune.db'}"
+    worker = ThreadWorker(db).start()
+    try:
+        for n in range(2):
+            ok(db, "start", "cli-greet", "--id", f"old-{n}", "--input", '["x"]')
+            ok(db, "result", f"old-{n}", "--wait")
+        ok(db, "start", "cli-count", "--id", "open-one", "--input", "[100, 0.5]")
+        dry = run_json(db, "prune", "--older-than", "0.001", "--dry-run")
+        assert dry["dry_run"] is True and dry["runs_expired"] == 2 and dry["runs_deleted"] == 0
+        assert sorted(r["workflow_id"] for r in dry["runs"]) == ["old-0", "old-1"]
+        human = ok(db, "prune", "--older-than", "0.001", "--dry-run").stdout
+        assert "Dry run: 2 runs closed before" in human and "nothing was deleted" in human
+        assert "old-0" in human and "open-one" not in human
+        assert run_json(db, "describe", "old-0")["status"] == "completed"  # still there
+        done = run_json(db, "prune", "--older-than", "0.001")
+        assert done["runs_deleted"] == 2 and done["deleted"]["runs"] == 2
+        assert done["deleted"]["events"] > 0
+        assert invoke(db, "describe", "old-0").exit_code == 3
+        assert run_json(db, "describe", "open-one")["status"] in ("pending", "running")
+        assert "Pruned 0 runs" in ok(db, "prune", "--older-than", "1d").stdout
+        ok(db, "cancel", "open-one")
+    finally:
+        worker.close()
+    error = usage_error(invoke(db, "prune", "--older-than", "0"))
+    assert "must be greater than 0 seconds" in error
+    assert usage_error(invoke(db, "prune")).count("--older-than")
+
+
+def test_schedule_help_lists_every_subcommand() -> None:
+    out = ok(None, "schedule", "--help").stdout
+    for name in ("create", "list", "describe", "pause", "resume", "trigger", "backfill",
+                 "update", "delete"):
+        assert re.search(rf"^\s+{name}\s", out, flags=re.M), out

@@ -1,0 +1,293 @@
+"""Safe at the edges: hostile input at every door of the control plane, the
+remote client, the CLI and the web UI (issue 20).
+
+Each test is phrased as behaviour seen from a client (raw HTTP, the remote
+client, the CLI, the UI), so it survives changes to how routes are declared.
+Rules of the HTTP layer alone run on SQLite; whatever reads storage back
+runs on both drivers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+from starlette.applications import Starlette
+
+import durable
+from durable import workflow
+from durable.cli._commands import cli
+from durable.http import create_app
+from durable.http.serve import serve_app
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = "edge-operator-token"
+VIEWER = "edge-viewer-token"
+TOKENS = {OPERATOR: "operator", VIEWER: "viewer"}
+SECRET = "an-edges-test-secret-of-enough-bytes-0123"
+VERSION = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+AS_OPERATOR = {**VERSION, "Authorization": f"Bearer {OPERATOR}",
+               "Content-Type": "application/json"}
+HTTP_ONLY = pytest.mark.parametrize("driver_name", ["sqlite"])
+CLEAN_ENV: dict[str, str | None] = {
+    "DURABLE_DB_URL": None, "DURABLE_SERVER_URL": None, "DURABLE_TOKEN": None,
+    "DURABLE_NAMESPACE": None, "DURABLE_DEBUG": None, "NO_COLOR": "1", "FORCE_COLOR": None,
+    "COLUMNS": "200",
+}
+
+
+@workflow.defn(name="edge-sleeper")
+async def sleeper(seconds: float) -> str:
+    await workflow.sleep(seconds)
+    return "rested"
+
+
+def make_app(storage: durable.Client, **kwargs: Any) -> Starlette:
+    kwargs.setdefault("environ", {})
+    return create_app(storage, kwargs.pop("tokens", TOKENS), ui_secret=SECRET, **kwargs)
+
+
+@pytest.fixture
+async def http(storage_client: durable.Client) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=make_app(storage_client), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        yield client
+
+
+@pytest.fixture
+async def live(storage_client: durable.Client) -> AsyncIterator[str]:
+    """The app on a free loopback port (uvicorn on asyncio, hypercorn on trio)."""
+    app = make_app(storage_client)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(serve_app, app, port=0))
+        yield f"http://127.0.0.1:{port}"
+        tg.cancel_scope.cancel()
+
+
+async def run_cli(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    """`durable args...` in a thread (its own event loop), so a server on this
+    test's loop can answer it."""
+    def go() -> Result:
+        result = CliRunner().invoke(cli, list(args), env={**CLEAN_ENV, **(env or {})},
+                                    prog_name="durable")
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        return result
+
+    return await anyio.to_thread.run_sync(go)
+
+
+async def login(http: httpx.AsyncClient, token: str = OPERATOR) -> None:
+    page = await http.get("/ui/login")
+    csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    answer = await http.post("/ui/login", data={"csrf": csrf, "token": token})
+    assert answer.status_code == 303, answer.text
+
+
+# ---------------------------------------------------------------- non-finite numbers
+
+
+HUGE = "1e400"  # valid JSON that Python reads as infinity
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize(("path", "body"), [
+    ("/api/workflows", '{"workflow_type":"edge-sleeper","workflow_id":"n0","input":[%s],'
+                       '"require_registered":false}'),
+    ("/api/workflows/n1/signal", '{"name":"s","args":[{"deep":[%s]}]}'),
+    ("/api/workflows/n1/runs/{run}/signal", '{"name":"s","args":[%s]}'),
+    ("/api/workflows/n1/query", '{"name":"q","args":[%s]}'),
+    ("/api/workflows/n1/update", '{"name":"u","args":[-%s]}'),
+    ("/api/signal-with-start", '{"workflow_type":"edge-sleeper","workflow_id":"n2",'
+                               '"signal":"s","signal_args":[%s],"require_registered":false}'),
+    ("/api/workflows/n1/request-cancellation", '{"requester":{"id":%s}}'),
+    ("/api/workflows/n1/runs/{run}/request-cancellation", '{"requester":{"id":%s}}'),
+])
+async def test_a_number_beyond_a_float_is_the_same_400_at_every_entry_point(
+        http: httpx.AsyncClient, storage_client: durable.Client, path: str, body: str) -> None:
+    handle = await storage_client.start(sleeper, 3600, id="n1")
+    answer = await http.post(path.format(run=handle.run_id), content=body % HUGE,
+                             headers=AS_OPERATOR)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "payload_error"
+    assert "1e400" in error["message"] and "finite" in error["message"]
+    # nothing was recorded: the run's history is what its start wrote
+    types = [e.type for e in await handle.history()]
+    assert "SignalReceived" not in types and "CancellationRequested" not in types
+    assert {r["workflow_id"] for r in await storage_client.list()} == {"n1"}
+
+
+@HTTP_ONLY
+async def test_nan_and_infinity_literals_are_not_json(http: httpx.AsyncClient,
+                                                      storage_client: durable.Client) -> None:
+    await storage_client.start(sleeper, 3600, id="lit")
+    for literal in ("NaN", "Infinity", "-Infinity"):
+        answer = await http.post("/api/workflows/lit/signal",
+                                 content='{"name":"s","args":[' + literal + ']}',
+                                 headers=AS_OPERATOR)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json"
+
+
+async def test_the_embedded_api_refuses_infinity_in_a_requester_and_in_arguments(
+        storage_client: durable.Client) -> None:
+    handle = await storage_client.start(sleeper, 3600, id="emb")
+    for bad in (math.inf, -math.inf, math.nan):
+        with pytest.raises(durable.ConfigurationError, match="finite numbers only"):
+            await handle.request_cancellation(requester={"type": "app", "id": bad})
+        with pytest.raises(durable.PayloadRejected):
+            await handle.signal("s", {"x": bad})
+    with pytest.raises(durable.ConfigurationError, match="must be a dict"):
+        await handle.request_cancellation(requester="me")  # type: ignore[arg-type]
+    assert "CancellationRequested" not in [e.type for e in await handle.history()]
+    accepted = await handle.request_cancellation(requester={"type": "app", "id": 7.5})
+    assert accepted.accepted and accepted.context.requester == {"type": "app", "id": 7.5}
+
+
+async def test_runs_written_with_hostile_values_stay_readable_everywhere(
+        storage_client: durable.Client, live: str, db_url: str) -> None:
+    """Values that got into storage before the doors refused them (written here
+    below the doors) never make a run unreadable: describe, history and
+    cascade answer over HTTP, the remote client, the CLI (--db and --server,
+    --json and tables) and the UI, with the non-finite numbers as null."""
+    handle = await storage_client.start(sleeper, 3600, id="hostile")
+    control = storage_client.control
+    await control.signal("hostile", None, "s", "[1e400,NaN,-Infinity]")
+    await control.request_cancellation(
+        "hostile", None, reason="hostile", cleanup_timeout=30, source="test",
+        requester={"type": "app", "id": math.inf, "label": math.nan, "n": [-math.inf]})
+    async with durable.connect(live, token=OPERATOR) as remote:
+        far = remote.get_handle("hostile")
+        info = await far.describe()
+        assert info["cancellation"]["requester"] == {"type": "app", "id": None, "label": None,
+                                                     "n": [None]}
+        requested = [e for e in await far.history() if e.type == "CancellationRequested"]
+        assert requested[0].data["requester"]["id"] is None
+        assert (await far.cancellation_cascade())["runs"]
+    async with httpx.AsyncClient(base_url=live) as http:
+        for path in ("", "/history", "/cancellation-cascade", f"/runs/{handle.run_id}"):
+            answer = await http.get(f"/api/workflows/hostile{path}",
+                                    headers={**VERSION, "Authorization": f"Bearer {OPERATOR}"})
+            assert answer.status_code == 200, (path, answer.text)
+            assert "Infinity" not in answer.text and "NaN" not in answer.text
+        await login(http)
+        for page in ("/ui/run", "/ui/run/timeline", "/ui/run/cascade"):
+            answer = await http.get(page, params={"wf": "hostile", "run": handle.run_id})
+            assert answer.status_code == 200, (page, answer.text[:500])
+    for where in (("--db", db_url), ("--server", live, "--token", OPERATOR)):
+        for command in ("describe", "history", "cascade"):
+            as_json = await run_cli(*where, command, "hostile", "--json")
+            assert as_json.exit_code == 0, (where, command, as_json.output)
+            json.loads(as_json.stdout, parse_constant=lambda name: pytest.fail(name))
+            table = await run_cli(*where, command, "hostile")
+            assert table.exit_code == 0, (where, command, table.output)
+
+
+# ---------------------------------------------------------------- text UTF-8 cannot encode
+
+
+LONE = "\udcff"  # os.fsdecode(b"\xff"): a lone surrogate
+
+
+@workflow.defn(name="edge-echo")
+async def echo(text: str) -> str:
+    return f"got {text}"
+
+
+async def test_lone_surrogates_are_kept_and_shown_escaped_in_every_view(
+        storage_client: durable.Client, live: str, db_url: str, make_worker: Any) -> None:
+    """Decision (t): stored as given, served by the API as the same JSON escape,
+    shown escaped (never a 500 or a crash) by the UI and the CLI."""
+    async with make_worker(workflows=[echo]):
+        handle = await storage_client.start(
+            echo, LONE, id="sur", options=durable.StartOptions(memo={"file": LONE}))
+        assert await handle.result() == f"got {LONE}"
+    async with durable.connect(live, token=OPERATOR) as remote:
+        far = remote.get_handle("sur")
+        assert await far.result() == f"got {LONE}"
+        assert (await far.describe())["memo"] == {"file": LONE}
+    async with httpx.AsyncClient(base_url=live) as http:
+        answer = await http.get("/api/workflows/sur/result",
+                                headers={**VERSION, "Authorization": f"Bearer {OPERATOR}"})
+        assert answer.status_code == 200 and answer.json()["result"] == f"got {LONE}"
+        await login(http)
+        for page in ("/ui/run", "/ui/run/timeline"):
+            shown = await http.get(page, params={"wf": "sur", "run": handle.run_id})
+            assert shown.status_code == 200, (page, shown.text[:300])
+            assert "\\udcff" in shown.text
+    for where in (("--db", db_url), ("--server", live, "--token", OPERATOR)):
+        for command in ("history", "result", "describe"):
+            as_json = await run_cli(*where, command, "sur", "--json")
+            assert as_json.exit_code == 0, (where, command, as_json.output)
+            assert LONE not in as_json.stdout  # escaped: the bytes are valid UTF-8
+            data = json.loads(as_json.stdout)
+            assert LONE in json.dumps(data, ensure_ascii=False), (command, data)
+            table = await run_cli(*where, command, "sur")
+            assert table.exit_code == 0, (where, command, table.output)
+        result = await run_cli(*where, "result", "sur", "--json")
+        assert json.loads(result.stdout)["result"] == f"got {LONE}"
+
+
+# ---------------------------------------------------------------- a password in a server URL
+
+
+async def test_a_password_in_a_server_url_is_masked_in_errors_and_repr() -> None:
+    url = "http://ann:Hunter2-s3cret@127.0.0.1:9"
+    client = await durable.connect(url, token="x", timeout=2)
+    try:
+        assert "Hunter2" not in repr(client.control)
+        with pytest.raises(durable.StorageUnavailable) as failed:
+            await client.list()
+        assert "Hunter2" not in str(failed.value)
+        assert "http://ann:***@127.0.0.1:9" in str(failed.value)
+    finally:
+        await client.close()
+    for argv in (("--server", url, "list"), ("--server", url, "--debug", "list")):
+        result = await run_cli(*argv)
+        assert result.exit_code != 0
+        assert "Hunter2" not in result.output and "Hunter2" not in result.stderr
+        assert "ann:***@" in result.stderr
+
+
+def test_mask_url_and_mask_password_in() -> None:
+    from durable._log import mask_password_in, mask_url
+
+    assert mask_url("https://u:p%40ss@h:1/x") == "https://u:***@h:1/x"
+    assert mask_url("http://h:1") == "http://h:1"
+    assert mask_url("http://u@h") == "http://u@h"
+    url = "http://u:longpass@h"
+    assert mask_password_in("failed for longpass at http://u:longpass@h", url) == (
+        "failed for *** at http://u:***@h")
+    # a very short password is masked only where it stands in a URL
+    assert mask_password_in("a: http://u:a@h", "http://u:a@h") == "a: http://u:***@h"
+
+
+# ---------------------------------------------------------------- a malformed UI cookie
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize("cookie", ["v1.\u00e9t\u00e9.sig", "\u00ff\u00fe", "v1.a.b.c",
+                                    "v1..", "v1.!!!.???"])
+async def test_a_malformed_ui_cookie_is_no_session_and_login_still_works(
+        storage_client: durable.Client, cookie: str) -> None:
+    app = make_app(storage_client)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    bad = (b"cookie", f"durable_ui={cookie}".encode())
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        page = await http.get("/ui/runs", headers=[bad])
+        assert page.status_code == 303 and "/ui/login" in page.headers["location"]
+        form = await http.get("/ui/login", headers=[bad])
+        assert form.status_code == 200
+        assert "durable_ui=v1." in form.headers.get("set-cookie", "")  # a fresh one
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        signed_in = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
+        assert signed_in.status_code == 303, signed_in.text[:300]
+        assert (await http.get("/ui/runs")).status_code == 200

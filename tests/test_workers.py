@@ -1,0 +1,121 @@
+"""Workers you can see: who serves a namespace, and names served with different code.
+
+The case behind it: a newcomer ran two example workers on one database; both
+registered an activity named ``reserve`` on the default queue with different
+code, the wrong one ran, and nothing warned. Now the second worker warns at
+start, naming both definitions, and ``durable workers`` shows both workers
+and flags the name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+import durable
+from durable import activity, workflow
+from durable.cli._queues import cli
+from durable.testing import isolated_definitions
+
+pytestmark = pytest.mark.anyio
+
+# Example A: reserving stock.
+with isolated_definitions():
+    @activity.defn(name="reserve")
+    async def reserve_stock(sku: str, quantity: int) -> str:
+        return f"{quantity} x {sku}"
+
+    @workflow.defn(name="shop_order")
+    async def shop_order(sku: str) -> str:
+        result: str = await workflow.execute_activity(reserve_stock, sku, 1)
+        return result
+
+# Example B, run on the same database: reserving seats, under the same name.
+with isolated_definitions():
+    @activity.defn(name="reserve")
+    async def reserve_seats(show: str) -> list[str]:
+        return [f"{show}:A1"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Registration is storage work: one host loop is enough."""
+    return "asyncio"
+
+
+def clash_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "durable.worker" and "definition_clash" in r.getMessage()]
+
+
+async def test_two_examples_on_one_database_warn_naming_both_definitions(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    client = storage_client
+    async with durable.Worker(client, workflows=[shop_order], activities=[reserve_stock],
+                              identity="shop", poll_interval=0.1):
+        assert clash_lines(caplog) == []  # alone on the queue
+        async with durable.Worker(client, activities=[reserve_seats], identity="theatre",
+                                  poll_interval=0.1) as theatre:
+            [line] = clash_lines(caplog)
+            assert "reserve" in line
+            assert "test_workers.reserve_stock(sku: 'str', quantity: 'int')" in line
+            assert "test_workers.reserve_seats(show: 'str')" in line
+            assert [c.other_worker_id.split("#")[0] for c in theatre.presence.clashes] == [
+                "shop"]
+            listed = await client.list_workers()
+            assert sorted(w["identity"] for w in listed) == ["shop", "theatre"]
+            assert all(w["alive"] and w["task_queues"] == ["default"] for w in listed)
+            theirs = {w["identity"]: w["definitions"]["activities"]["reserve"] for w in listed}
+            assert theirs["shop"]["qualname"] == "reserve_stock"
+            assert theirs["theatre"]["qualname"] == "reserve_seats"
+            assert theirs["shop"]["fingerprint"] != theirs["theatre"]["fingerprint"]
+        # the one that stopped is listed as gone; the other is still alive
+        listed = {w["identity"]: w for w in await client.list_workers()}
+        assert (listed["shop"]["alive"], listed["theatre"]["alive"]) == (True, False)
+        assert listed["theatre"]["status"] == "gone"
+
+
+async def test_the_same_code_on_two_workers_is_no_clash(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    async with durable.Worker(storage_client, activities=[reserve_stock], poll_interval=0.1), \
+            durable.Worker(storage_client, activities=[reserve_stock], poll_interval=0.1):
+        assert clash_lines(caplog) == []
+        assert len(await storage_client.list_workers()) == 2
+
+
+def run_cli(url: str, *args: str) -> Any:
+    result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1"},
+                                prog_name="durable")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout
+
+
+async def test_durable_workers_lists_them_and_flags_the_clash(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    async with durable.connect(url) as client, \
+            durable.Worker(client, workflows=[shop_order], activities=[reserve_stock],
+                           identity="shop", poll_interval=0.1), \
+            durable.Worker(client, activities=[reserve_seats], identity="theatre",
+                           poll_interval=0.1):
+        human = await anyio.to_thread.run_sync(run_cli, url, "workers")
+        data = json.loads(await anyio.to_thread.run_sync(run_cli, url, "workers", "--json"))
+    assert "Worker shop alive" in human and "Worker theatre alive" in human
+    assert "shop_order" in human
+    assert "warning: activity 'reserve' on queue 'default' has different code" in human
+    assert (data["count"], data["alive"]) == (2, 2)
+    [clash] = data["clashes"]
+    assert (clash["kind"], clash["name"]) == ("activity", "reserve")
+    assert sorted(d["definition"].split("(")[0] for d in clash["definitions"]) == [
+        "test_workers.reserve_seats", "test_workers.reserve_stock"]
+    assert {w["identity"] for w in data["workers"]} == {"shop", "theatre"}
+    assert all(w["last_seen_at"] and w["pid"] for w in data["workers"])
