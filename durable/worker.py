@@ -269,12 +269,7 @@ class Worker:
         await anyio.sleep_forever()
 
     def _crash_now(self, point: str) -> None:
-        """Stop abruptly now, as a SIGKILL would (testing: `crash_point`, and
-        `durable.testing.explore_crashes`, whose storage refuses this worker's
-        writes from then on): every task is cancelled, nothing is released,
-        the ``async with`` block ends at its next await."""
-        if self.crashed_at is not None:
-            return
+        """Stop abruptly now (`crash_point`, `durable.testing.explore_crashes`)."""
         self.crashed_at = point
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):

@@ -24,11 +24,9 @@ the work that precedes it: an activity that ran and whose result was not
 recorded, a timer that fired, a cleanup that started. A last point crashes
 right *after* the close was recorded.
 
-At every point the recovered run is checked: one outcome, equal to the
-uncrashed run's; no step recorded twice; each activity executed at most once
-more than its recorded attempts (the one whose result the crash lost); and
-the user's ``check(result, history)``. A failing point is reported with its
-index; ``explore_crashes(..., points=[i])`` runs that point alone.
+Each recovered run is checked (one outcome, equal to the uncrashed run's; no
+step recorded twice; executions within recorded attempts plus one; the user's
+``check``); ``points=[i]`` runs a failing point alone (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -152,13 +150,11 @@ class CrashReport:
 
 
 class _Refused(Exception):
-    """Raised inside the transaction that would record past the crash point: it
-    rolls the transaction back (nothing of it is recorded)."""
+    """Raised inside the transaction that would record past the point: rolls it back."""
 
 
 def _in_transaction(program: Program[Any]) -> Program[Any]:
-    """`program`, with no statement sent on its own (autocommit): so that the
-    progress check after it decides, by rolling back, whether any of it lands."""
+    """`program` with no statement sent on its own (autocommit): all of it may roll back."""
     try:
         stmt = next(program)
     except StopIteration as done:
@@ -206,6 +202,8 @@ class _KillableDriver:
         """The storage is not this view's to close."""
 
     def _kill(self) -> None:
+        if self.killed.is_set():
+            return
         for worker in self.workers:
             worker._crash_now(_KILLED)
         self.killed.set()
@@ -258,12 +256,6 @@ class _Storage:
     virtual: bool
 
 
-def _own_schema(url: str) -> tuple[str, str | None]:
-    from . import _own_storage  # the time-skipping environment's (a schema of its own)
-
-    return _own_storage(url)
-
-
 @contextlib.asynccontextmanager
 async def _storage(url: str, time_skipping: bool) -> AsyncIterator[_Storage]:
     """Storage for one exploration: SQLite as given (the default: a private
@@ -274,7 +266,9 @@ async def _storage(url: str, time_skipping: bool) -> AsyncIterator[_Storage]:
         async with TimeSkippingEnvironment(url) as env:
             yield _Storage(env.client, cast(Driver, env._counting), env.clock, True)
         return
-    url, schema = _own_schema(url)
+    from . import _own_storage  # the time-skipping environment's (a schema of its own)
+
+    url, schema = _own_storage(url)
     driver = driver_factory(url)(url)
     await driver.open()
     client = Client(driver)
