@@ -22,6 +22,8 @@ from ..errors import (
     QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     StorageUnavailable,
     StructuralLimitExceeded,
     UpdateFailed,
@@ -61,6 +63,8 @@ class PermissionDenied(ControlPlaneError):
 ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
     (WorkflowAlreadyStarted, 409, "already_started"),
     (WorkflowNotFound, 404, "not_found"),
+    (ScheduleNotFound, 404, "schedule_not_found"),
+    (ScheduleAlreadyExists, 409, "schedule_already_exists"),
     (RunNotCurrent, 409, "run_not_current"),
     (RunAlreadyClosed, 409, "run_already_closed"),
     (CapabilityUnsupported, 409, "capability_unsupported"),
@@ -91,6 +95,8 @@ def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
 def _details(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, WorkflowAlreadyStarted):
         return {"workflow_id": exc.workflow_id, "run_id": exc.run_id}
+    if isinstance(exc, ScheduleAlreadyExists):
+        return {"schedule_id": exc.schedule_id}
     if isinstance(exc, StructuralLimitExceeded):
         return {"kind": exc.kind, "value": exc.value, "limit": exc.limit}
     if isinstance(exc, StorageUnavailable):
@@ -118,6 +124,8 @@ def error_from_wire(status: int, body: Any) -> DurableError:
     elif code == "payload_too_large":
         exc = StructuralLimitExceeded("request_body_bytes", int(error.get("value") or 0),
                                       int(error.get("limit") or 0))
+    elif code == "schedule_already_exists":
+        exc = ScheduleAlreadyExists(str(error.get("schedule_id")), str(error.get("namespace")))
     elif code == "storage_unavailable":
         exc = StorageUnavailable(message, outcome_unknown=bool(error.get("outcome_unknown")))
     elif code in _CARRYING:
@@ -137,6 +145,7 @@ def error_from_wire(status: int, body: Any) -> DurableError:
             "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,
             "invalid_argument": ConfigurationError, "invalid_body": ConfigurationError,
             "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
+            "schedule_not_found": ScheduleNotFound,
         }
         cls = simple.get(code)
         if cls is None:

@@ -22,6 +22,7 @@ from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
+from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import (
     encode_payload,
     event_from_wire,
@@ -71,6 +72,16 @@ class RemoteControl:
 
     def __repr__(self) -> str:  # never shows the token
         return f"RemoteControl({self.base_url!r}, namespace={self.namespace!r})"
+
+    @property
+    def schedules(self) -> RemoteSchedules:
+        """This namespace's schedules (`durable.schedules.ScheduleControl`)."""
+        return RemoteSchedules(self)
+
+    @property
+    def retention(self) -> RemoteRetention:
+        """Retention settings and pruning (`durable._retention.RetentionControl`)."""
+        return RemoteRetention(self)
 
     def for_namespace(self, namespace: str) -> RemoteControl:
         return RemoteControl(self.base_url, namespace=namespace, timeout=self.timeout,

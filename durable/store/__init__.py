@@ -365,6 +365,12 @@ class Store:
         fires wait for runs to close."""
         return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
 
+    async def schedule_stats(self, after: float | None,
+                             limit: int) -> schedules.ScheduleStats:
+        """Schedule counts, fires recorded after `after`, retention's deletions
+        (what /metrics exports)."""
+        return await self.driver.run(lambda tx: schedules.stats(after, limit), write=False)
+
     async def create_schedule(self, namespace: str, schedule_id: str,
                               definition: ScheduleDefinition, now: float) -> None:
         """Store a new schedule. Raises `ScheduleAlreadyExists`."""
