@@ -17,7 +17,9 @@ Two kinds of log lines, configured in one place (docs/logging.md):
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import structlog
 
@@ -28,6 +30,35 @@ SECRET_FIELDS: set[str] = {
     "private_key", "credential", "cookie",
 }
 _MASK = "***"
+
+
+def mask_url(url: str) -> str:
+    """`url` with the password of its userinfo (``http://user:PW@host``) masked,
+    for error messages and logs (as the PostgreSQL driver masks its URLs)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        password = None
+    if password:
+        return url.replace(f":{password}@", f":{_MASK}@", 1)
+    return re.sub(r"(//[^:/@\s]*:)[^@/\s]*@", rf"\1{_MASK}@", url)
+
+
+def mask_password_in(text: str, url: str) -> str:
+    """`text` (an error message that may quote `url`, whole or in parts) with the
+    URL's password masked wherever it appears."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if not password:
+        return text
+    text = text.replace(f":{password}@", f":{_MASK}@")
+    if len(password) >= 4:  # a shorter one would mask unrelated text; it is too weak anyway
+        for form in {password, quote(password, safe="")}:
+            text = text.replace(form, _MASK)
+    return text
 
 
 def redact_fields(*names: str) -> None:

@@ -33,13 +33,26 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from .errors import ConfigurationError
-from .program import Program, Row, Stmt, StmtMode, ex, many, placeholders, q, q1
+from .program import (
+    Program,
+    Row,
+    Stmt,
+    StmtMode,
+    drive,
+    drive_sync,
+    ex,
+    many,
+    placeholders,
+    q,
+    q1,
+)
 from .wakes import Wake, WakeHub, WakeKind
 
 #: the face a driver's author reads (docs/api.md, "durable.driver")
 __all__ = [
     "Dialect", "Driver", "Program", "ProgramFactory", "Row", "Stmt", "StmtMode", "Tx", "Wake",
-    "WakeHub", "WakeKind", "ex", "many", "placeholders", "q", "q1", "register_driver",
+    "WakeHub", "WakeKind", "drive", "drive_sync", "ex", "many", "placeholders", "q", "q1",
+    "register_driver",
 ]
 
 if TYPE_CHECKING:
@@ -51,10 +64,15 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 class Dialect:
-    """What differs between SQL databases, as seen by the domain programs.
+    """The SQL vocabulary the store needs, as one database speaks it.
 
-    The defaults are SQLite's: no row locks (``BEGIN IMMEDIATE`` takes the
-    database's write lock up front). A driver subclasses it for its database.
+    The store's programs are written once (`durable.store`); where databases
+    differ they ask the dialect: row locks, what a key column and a text
+    column are, whether ``UPDATE ... RETURNING`` exists, whether an index
+    may be partial, how to quote a column named like a keyword, whether a
+    ``LIMIT`` may be a subquery. The defaults are SQLite's: no row locks
+    (``BEGIN IMMEDIATE`` takes the database's write lock up front). A driver
+    subclasses it for its database; it names no database in the store.
     """
 
     name = "sqlite"
@@ -66,13 +84,40 @@ class Dialect:
     real = "REAL"
     integer = "INTEGER"
     serial = "INTEGER"
-    #: data-modifying statements (UPDATE ... RETURNING) may sit in a WITH clause,
-    #: so a claim and its reads are one statement (PostgreSQL); SQLite: no
+    #: a text column outside keys and indexes (JSON, payloads, messages)
+    text = "TEXT"
+    #: appended to every CREATE TABLE (MariaDB: engine, charset, collation)
+    table_options = ""
+    #: ``UPDATE ... RETURNING`` exists; without it `durable.store.returning`
+    #: locks, updates and reads back (MariaDB 10.11 has INSERT/DELETE
+    #: ... RETURNING only)
+    returning = True
+    #: an index may have a WHERE clause; without it the index covers every row
+    #: (a unique index still admits many NULLs, as a partial one would)
+    partial_indexes = True
+    #: a LIMIT may be a scalar subquery (a claim's fair share computed in the
+    #: statement itself); without it the share is read first, then bound as
+    #: ``LIMIT ?``
+    limit_subquery = True
+    #: PostgreSQL-style data-modifying CTEs with array parameters (``unnest``):
+    #: a claim, a group of runs' events and a group commit are one statement
+    #: each (`durable.store.fastpath`); SQLite, MariaDB: no
     writable_cte = False
     #: a statement that makes the space of deleted rows reusable, run outside a
     #: transaction after retention deleted runs (``{tables}``: a comma-separated
     #: list); None where the database reuses it by itself (SQLite's free pages)
     vacuum: str | None = None
+
+    def key_type(self, length: int) -> str:
+        """The type of a text column in a key or an index, holding up to
+        `length` characters (ids and names: 255, `durable._validate`); TEXT
+        by default. MariaDB cannot index a TEXT: a VARCHAR there."""
+        return "TEXT"
+
+    def quote(self, name: str) -> str:
+        """A column or table name quoted as an identifier (``key`` is a keyword
+        in MariaDB); the SQL standard's double quotes by default."""
+        return f'"{name}"'
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
@@ -80,15 +125,15 @@ class Dialect:
         """A short program recording a batch of one run's successful local
         steps, or None to use the general commit path (the default).
 
-        Called only for batches of successful local steps that need no
-        cancellation bookkeeping; it must store exactly what the general path
-        stores (`durable.store.commit.LOCAL_OP_INSERT` / `local_op_row`,
-        `durable.store.events.local_step_events`) and fence the run exactly
-        as it does (epoch, open status, deadline not passed). When the fence
-        matches no row, the program may return None, having written nothing:
-        the general path then runs in the same transaction to give the
-        precise outcome. A program whose statement is `autocommit` must
-        return a result instead (nothing can follow that statement).
+        The shipped drivers return `durable.store.fastpath.local_steps`,
+        which picks its statements by this dialect's capabilities. Called
+        only for batches of successful local steps that need no cancellation
+        bookkeeping; it must store exactly what the general path stores and
+        fence the run exactly as it does (`durable.store.fastpath.fence`).
+        When the fence matches no row, the program may return None, having
+        written nothing: the general path then runs in the same transaction
+        to give the precise outcome. A program whose statement is
+        `autocommit` must return a result instead (nothing can follow it).
         """
         return None
 

@@ -12,7 +12,7 @@ import it from `durable.driver`.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -65,3 +65,44 @@ def many(sql: str, params_seq: Sequence[Sequence[Any]]) -> Stmt:
 def placeholders(n: int) -> str:
     """``?, ?, ...`` for an IN list of n values."""
     return ",".join("?" * n)
+
+
+def drive_sync(program: Program[T], execute: Callable[[Stmt], Any],
+               first: Stmt | None = None) -> T:
+    """Run a program's statements with `execute`, feeding each result back; its value.
+
+    What every executor does (a driver supplies only how to execute one
+    statement): `first` is a statement already taken from the program. An
+    error raised by `execute` closes the program and propagates unchanged;
+    programs do not handle statement errors (the transaction is rolled back
+    whole), so none is thrown into them.
+    """
+    try:
+        stmt = next(program) if first is None else first
+        while True:
+            try:
+                result = execute(stmt)
+            except BaseException:
+                program.close()
+                raise
+            stmt = program.send(result)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+
+
+async def drive(program: Program[T], execute: Callable[[Stmt], Awaitable[Any]],
+                first: Stmt | None = None) -> T:
+    """`drive_sync` for an executor whose statements are awaited."""
+    try:
+        stmt = next(program) if first is None else first
+        while True:
+            try:
+                result = await execute(stmt)
+            except BaseException:
+                program.close()
+                raise
+            stmt = program.send(result)
+    except StopIteration as done:
+        value: T = done.value
+        return value

@@ -47,6 +47,7 @@ from ._runtime.outage import FIRST_DELAY, Outage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
 from ._runtime.remote import RemoteActivities
+from ._runtime.upgrade import UpgradeGate
 from ._scheduler import Scheduler
 from .errors import (
     ConfigurationError,
@@ -108,6 +109,7 @@ class Worker:
         local_activity_record: str = "step",
         local_activity_batch: int = 64,
         retention: Seconds | None = None,
+        build_id: str | None = None,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -140,6 +142,8 @@ class Worker:
                 f"Worker capabilities {unknown} are not known; choose from {list(CAPABILITIES)}"
             )
         self.capabilities = tuple(capabilities)
+        #: the deploy this worker's code belongs to (the upgrade gate); None: no gate
+        self.build_id = _validate.optional_name(build_id, "Worker build_id")
         # Leases belong to this incarnation: a process restarted with the same
         # identity must not renew (and so keep alive) its dead predecessor's
         # attempts, which then expire and are recovered.
@@ -153,13 +157,12 @@ class Worker:
         self.executors: dict[str, RunExecutor] = {}
         self.committer = Committer(self.store.commit, self.clock)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
-        build_id = getattr(self, "build_id", None)  # when the worker knows its build
         #: its record in the registry (``durable workers``) and clash warnings
         self.presence = Presence(
             self.store, self.registry, worker_id=self.worker_id, identity=self.identity,
             namespace=self.namespace, task_queue=self.task_queue,
             capabilities=self.capabilities, log=self.log,
-            build_id=build_id if isinstance(build_id, str) else None)
+            build_id=self.build_id)
         self.outage = Outage(self.log, lambda: self._stopping)
         self.repairs: dict[str, int] = {}
         #: the error that stopped this worker (a bug in durable), if any
@@ -191,13 +194,15 @@ class Worker:
         self.idle_queries = IdleQueries(self)  # queries of runs no live worker holds
         #: the remote activity attempts this worker claims and runs
         self.remote = RemoteActivities(self, self.activities)
+        #: replays runs another build advanced before taking them (build_id set)
+        self.gate = UpgradeGate(self)
         types = tuple(sorted(self.workflows))
         #: claiming runs: `runs.claim_now()` lets a test see a claim pass through
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
-            room=lambda: self.max_concurrent_runs - len(self.executors),
+            room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
             claim=lambda n: self.store.claim_runs(
                 self.namespace, self.task_queue, self.worker_id, types, n, self.lease_seconds,
-                self.clock.now(), self.capabilities),
+                self.clock.now(), self.capabilities, self.build_id),
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
             poll_interval=self.poll_interval)
         #: fires the namespace's schedules; deletes closed runs past retention
@@ -449,11 +454,15 @@ class Worker:
             self._early = {r: t for r, t in self._early.items() if now - t < EARLY_WINDOW}
         self._early[run_id] = now
 
-    def _start_run(self, claimed: ClaimedRun) -> None:
+    def _start_run(self, claimed: ClaimedRun, checked: bool = False) -> None:
         run = claimed.run
         if self._tg is None or self._stopping:
             # claimed while the worker stops (the claim was in flight): hand it back
             self._to_release.append(run.run_id)
+            return
+        if not checked and self.gate.needs_check(claimed):  # another build advanced it
+            self._tg.start_soon(self.gate.admit, claimed, lambda c: self._start_run(c, True),
+                                self._hand_back, name=f"durable upgrade check {run.run_id}")
             return
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
@@ -471,14 +480,17 @@ class Worker:
         if self.executors.get(executor.run.run_id) is executor:
             del self.executors[executor.run.run_id]
         if executor.needs_release:
-            if self._tg is not None and not self._stopping:
-                self._tg.start_soon(self._release_after_error, executor.run.run_id)
-            else:
-                self._to_release.append(executor.run.run_id)
+            self._hand_back(executor.run.run_id)
         if len(self.executors) + 1 >= self.max_concurrent_runs:
             # it was full: it claims again now (otherwise a notification of new
             # work woke it already; claiming after every run found nothing)
             self.runs.trigger.set()
+
+    def _hand_back(self, run_id: str) -> None:
+        if self._tg is not None and not self._stopping:
+            self._tg.start_soon(self._release_after_error, run_id)
+        else:
+            self._to_release.append(run_id)
 
     async def _release_after_error(self, run_id: str) -> None:
         """Hand a run whose execution hit a storage error back, to be replayed
@@ -506,8 +518,7 @@ class Worker:
             now = self.clock.now()
             sent = dict(self.executors)
             owned = await self.store.renew_leases(
-                self.worker_id, list(sent), self.lease_seconds, now
-            )
+                self.worker_id, [*sent, *self.gate.checking], self.lease_seconds, now)
             self.outage.storage_up()
             for run_id, executor in sent.items():
                 if run_id not in owned and self.executors.get(run_id) is executor:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub
+from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, Wake, WakeHub, drive
 from durable.errors import ConfigurationError, StorageClosed
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
@@ -74,16 +74,12 @@ class StepwiseSQLiteDriver:
     async def _transaction(self, program: Program[T], write: bool) -> T:
         await self._hop("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            stmt = next(program)
-            while True:
-                stmt = program.send(await self._statement(stmt))
-        except StopIteration as done:
-            await self._hop("COMMIT")
-            value: T = done.value
-            return value
+            value = await drive(program, self._statement)
         except BaseException:
             await self._hop("ROLLBACK")
             raise
+        await self._hop("COMMIT")
+        return value
 
     async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
         tx = Tx(self.dialect)

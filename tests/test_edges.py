@@ -189,3 +189,105 @@ async def test_runs_written_with_hostile_values_stay_readable_everywhere(
             json.loads(as_json.stdout, parse_constant=lambda name: pytest.fail(name))
             table = await run_cli(*where, command, "hostile")
             assert table.exit_code == 0, (where, command, table.output)
+
+
+# ---------------------------------------------------------------- text UTF-8 cannot encode
+
+
+LONE = "\udcff"  # os.fsdecode(b"\xff"): a lone surrogate
+
+
+@workflow.defn(name="edge-echo")
+async def echo(text: str) -> str:
+    return f"got {text}"
+
+
+async def test_lone_surrogates_are_kept_and_shown_escaped_in_every_view(
+        storage_client: durable.Client, live: str, db_url: str, make_worker: Any) -> None:
+    """Decision (t): stored as given, served by the API as the same JSON escape,
+    shown escaped (never a 500 or a crash) by the UI and the CLI."""
+    async with make_worker(workflows=[echo]):
+        handle = await storage_client.start(
+            echo, LONE, id="sur", options=durable.StartOptions(memo={"file": LONE}))
+        assert await handle.result() == f"got {LONE}"
+    async with durable.connect(live, token=OPERATOR) as remote:
+        far = remote.get_handle("sur")
+        assert await far.result() == f"got {LONE}"
+        assert (await far.describe())["memo"] == {"file": LONE}
+    async with httpx.AsyncClient(base_url=live) as http:
+        answer = await http.get("/api/workflows/sur/result",
+                                headers={**VERSION, "Authorization": f"Bearer {OPERATOR}"})
+        assert answer.status_code == 200 and answer.json()["result"] == f"got {LONE}"
+        await login(http)
+        for page in ("/ui/run", "/ui/run/timeline"):
+            shown = await http.get(page, params={"wf": "sur", "run": handle.run_id})
+            assert shown.status_code == 200, (page, shown.text[:300])
+            assert "\\udcff" in shown.text
+    for where in (("--db", db_url), ("--server", live, "--token", OPERATOR)):
+        for command in ("history", "result", "describe"):
+            as_json = await run_cli(*where, command, "sur", "--json")
+            assert as_json.exit_code == 0, (where, command, as_json.output)
+            assert LONE not in as_json.stdout  # escaped: the bytes are valid UTF-8
+            data = json.loads(as_json.stdout)
+            assert LONE in json.dumps(data, ensure_ascii=False), (command, data)
+            table = await run_cli(*where, command, "sur")
+            assert table.exit_code == 0, (where, command, table.output)
+        result = await run_cli(*where, "result", "sur", "--json")
+        assert json.loads(result.stdout)["result"] == f"got {LONE}"
+
+
+# ---------------------------------------------------------------- a password in a server URL
+
+
+async def test_a_password_in_a_server_url_is_masked_in_errors_and_repr() -> None:
+    url = "http://ann:Hunter2-s3cret@127.0.0.1:9"
+    client = await durable.connect(url, token="x", timeout=2)
+    try:
+        assert "Hunter2" not in repr(client.control)
+        with pytest.raises(durable.StorageUnavailable) as failed:
+            await client.list()
+        assert "Hunter2" not in str(failed.value)
+        assert "http://ann:***@127.0.0.1:9" in str(failed.value)
+    finally:
+        await client.close()
+    for argv in (("--server", url, "list"), ("--server", url, "--debug", "list")):
+        result = await run_cli(*argv)
+        assert result.exit_code != 0
+        assert "Hunter2" not in result.output and "Hunter2" not in result.stderr
+        assert "ann:***@" in result.stderr
+
+
+def test_mask_url_and_mask_password_in() -> None:
+    from durable._log import mask_password_in, mask_url
+
+    assert mask_url("https://u:p%40ss@h:1/x") == "https://u:***@h:1/x"
+    assert mask_url("http://h:1") == "http://h:1"
+    assert mask_url("http://u@h") == "http://u@h"
+    url = "http://u:longpass@h"
+    assert mask_password_in("failed for longpass at http://u:longpass@h", url) == (
+        "failed for *** at http://u:***@h")
+    # a very short password is masked only where it stands in a URL
+    assert mask_password_in("a: http://u:a@h", "http://u:a@h") == "a: http://u:***@h"
+
+
+# ---------------------------------------------------------------- a malformed UI cookie
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize("cookie", ["v1.\u00e9t\u00e9.sig", "\u00ff\u00fe", "v1.a.b.c",
+                                    "v1..", "v1.!!!.???"])
+async def test_a_malformed_ui_cookie_is_no_session_and_login_still_works(
+        storage_client: durable.Client, cookie: str) -> None:
+    app = make_app(storage_client)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    bad = (b"cookie", f"durable_ui={cookie}".encode())
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        page = await http.get("/ui/runs", headers=[bad])
+        assert page.status_code == 303 and "/ui/login" in page.headers["location"]
+        form = await http.get("/ui/login", headers=[bad])
+        assert form.status_code == 200
+        assert "durable_ui=v1." in form.headers.get("set-cookie", "")  # a fresh one
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        signed_in = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
+        assert signed_in.status_code == 303, signed_in.text[:300]
+        assert (await http.get("/ui/runs")).status_code == 200

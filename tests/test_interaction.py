@@ -726,6 +726,8 @@ def _downgrade(tx: Any) -> Any:
     for column in ("identity", "host", "pid", "build_id", "definitions", "started_at",
                    "stopped_at"):
         yield ex(f"ALTER TABLE workers DROP COLUMN {column}")
+    for column in ("started_build", "last_build", "blocked_build", "blocked_divergence"):
+        yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 5's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 

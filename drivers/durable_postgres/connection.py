@@ -16,6 +16,7 @@ import asyncpg
 import asyncpg.exceptions as pgerr
 
 from durable.driver import Program, Stmt
+from durable.driver import drive as core_drive
 
 T = TypeVar("T")
 if TYPE_CHECKING:  # asyncpg's classes are generic only in its stubs
@@ -84,28 +85,9 @@ async def execute(conn: Connection, stmt: Stmt) -> Any:
 
 
 async def drive(conn: Connection, program: Program[T], first: Stmt | None = None) -> T:
-    """Send a program's statements on `conn`, feeding each result back.
-
-    A statement that fails for its own reasons (a value PostgreSQL rejects, a
-    constraint) is thrown into the program at its ``yield``, so a program may
-    handle it (roll back to a savepoint); a lost connection or a conflict
-    between transactions is not: the driver retries or reports those.
-    """
-    try:
-        stmt = next(program) if first is None else first
-        while True:
-            try:
-                result = await execute(conn, stmt)
-            except (*CONNECTION_LOST, *CONFLICT):
-                raise
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, ValueError, TypeError,
-                    OverflowError) as exc:
-                stmt = program.throw(exc)
-                continue
-            stmt = program.send(result)
-    except StopIteration as done:
-        value: T = done.value
-        return value
+    """Send a program's statements on `conn`, feeding each result back
+    (`durable.driver.drive`); a statement's error propagates unchanged."""
+    return await core_drive(program, functools.partial(execute, conn), first)
 
 
 async def no_reset(conn: Connection) -> None:

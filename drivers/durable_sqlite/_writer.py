@@ -16,8 +16,8 @@ stay on this thread).
 
 Failure rules (a drain's transaction):
 
-- a program that raises (its own exception, or a statement error thrown into
-  it at its ``yield`` that it does not handle) is rolled back to its
+- a program that raises (its own exception, or a statement error, which is
+  never thrown into it: `durable.driver.drive_sync`) is rolled back to its
   savepoint alone, and only its caller gets the exception;
 - a storage failure (`storage_failure`: locked past busy_timeout, disk full,
   I/O error) in any statement rolls the whole transaction back and every
@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx
+from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, drive_sync
 from durable.errors import StorageClosed, StorageUnavailable
 
 from ._checkpoints import Checkpoints
@@ -115,27 +115,20 @@ class _StorageFailed(Exception):
 def _drive(conn: sqlite3.Connection, program: Program[T]) -> T:
     """Run one program's statements (inside a transaction opened by the caller).
 
-    A statement that fails for its own reasons (a value SQLite cannot store,
-    a constraint) is thrown into the program at its ``yield``, so a program
-    may handle it (roll back to a savepoint of its own); storage failures are
-    not: they end the whole transaction (`_StorageFailed`).
+    A storage failure ends the whole transaction (`_StorageFailed`); any other
+    statement error propagates unchanged (`durable.driver.drive_sync`).
     """
-    try:
-        stmt = next(program)
-        while True:
-            try:
-                result = _execute(conn, stmt)
-            except Exception as exc:
-                if storage_failure(exc):
-                    assert isinstance(exc, sqlite3.Error)
-                    program.close()
-                    raise _StorageFailed(exc) from exc
-                stmt = program.throw(exc)
-                continue
-            stmt = program.send(result)
-    except StopIteration as done:
-        value: T = done.value
-        return value
+
+    def execute(stmt: Stmt) -> Any:
+        try:
+            return _execute(conn, stmt)
+        except Exception as exc:
+            if storage_failure(exc):
+                assert isinstance(exc, sqlite3.Error)
+                raise _StorageFailed(exc) from exc
+            raise
+
+    return drive_sync(program, execute)
 
 
 def _run_program(conn: sqlite3.Connection, program: Program[T], write: bool) -> T:

@@ -24,6 +24,7 @@ from rich.console import Console
 
 import durable
 
+from .._log import mask_password_in, mask_url
 from . import _fmt
 
 T = TypeVar("T")
@@ -69,7 +70,7 @@ class CliError(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         stream = file if file is not None else sys.stderr
-        line = self.format_message()
+        line = _fmt.escape_surrogates(self.format_message())
         if _colour_allowed(stream):
             line = click.style(line, fg="red")
         click.echo(line, file=stream)
@@ -84,7 +85,8 @@ class OneLineUsageError(click.UsageError):
     def show(self, file: Any = None) -> None:
         stream = file if file is not None else sys.stderr
         path = self.ctx.command_path if self.ctx is not None else "durable"
-        line = f"{path}: usage error: {_one_line(self.message)} (see: {path} --help)"
+        line = _fmt.escape_surrogates(
+            f"{path}: usage error: {_one_line(self.message)} (see: {path} --help)")
         if _colour_allowed(stream):
             line = click.style(line, fg="red")
         click.echo(line, file=stream)
@@ -219,14 +221,30 @@ class _TrimmedLines:
         self._stream.flush()
 
 
+class _Escaping:
+    """A text stream that writes lone surrogates as escapes (`_fmt.escape_surrogates`),
+    so a stored value no UTF-8 output can encode is shown instead of failing
+    the command. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_fmt.escape_surrogates(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def make_console(stream: Any) -> Console:
     """A console on `stream`; wide and without padding when writing to a pipe."""
     isatty = getattr(stream, "isatty", None)
     tty = bool(isatty and isatty())
     if tty:
-        return Console(file=stream, highlight=False, emoji=False)
+        return Console(file=cast(IO[str], _Escaping(stream)), highlight=False, emoji=False)
     width = None if "COLUMNS" in os.environ else 160
-    trimmed = cast(IO[str], _TrimmedLines(stream))  # write/flush/isatty/encoding suffice
+    trimmed = cast(IO[str], _TrimmedLines(_Escaping(stream)))  # write/flush/isatty/encoding
     return Console(file=trimmed, highlight=False, width=width, emoji=False)
 
 
@@ -268,11 +286,14 @@ class Session:
                       "use --db URL with the database itself")
         else:
             detail = str(exc) or type(exc).__name__
-        return CliError(f"cannot use the control plane at {self.server}: {detail}",
-                        fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
+        server = self.server or ""
+        return CliError(mask_password_in(
+            f"cannot use the control plane at {mask_url(server)}: {detail}", server),
+            fix="check --server / DURABLE_SERVER_URL and --token / DURABLE_TOKEN")
 
     def describe_target(self) -> str:
-        return f"control plane {self.server}" if self.server else f"database {self.db}"
+        return (f"control plane {mask_url(self.server)}" if self.server
+                else f"database {mask_url(self.db or '')}")
 
     async def _connect(self, create_database: bool) -> durable.Client:
         if self.db and self.server:

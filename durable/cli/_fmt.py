@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -120,6 +121,23 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """`text` with each surrogate code point written as its escape ``\\udcff``.
+
+    Python strings may hold lone surrogates (``os.fsdecode(b"\\xff")``), which
+    payloads carry and storage keeps (JSON escapes them), but which no UTF-8
+    output can encode. Every view (the CLI's tables and ``--json``, the web
+    UI) shows them escaped rather than failing: inside a JSON string the
+    escape stands for the very same value, so ``--json`` stays valid JSON
+    (decisions.md (t))."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def dumps(value: Any, *, indent: int | None = 2) -> str:

@@ -236,6 +236,15 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
                                     f"run {run.get('parent_run_id')}"))
     if run.get("continued_run_id"):
         grid.add_row("continued as", Text(str(run.get("continued_run_id"))))
+    if run.get("started_build") or run.get("last_build"):
+        grid.add_row("build", Text(f"started by {run.get('started_build') or 'none'}, last "
+                                   f"taken by {run.get('last_build') or 'none'}"))
+    blocked = info.get("blocked")
+    if isinstance(blocked, Mapping):
+        grid.add_row("blocked", Text(
+            f"build {blocked.get('build_id')} cannot take it: {blocked.get('divergence')}; a "
+            "worker of a build that replays it (the old one, or a patched one) continues it",
+            style="bold yellow"))
     parts: list[RenderableType] = [title, grid]
     pending = info.get("pending_operations") or []
     if pending:

@@ -10,6 +10,8 @@ Gauges, counted in storage at every scrape (one read transaction,
 - ``durable_cancellations_open{namespace,lifecycle}``: open runs under a
   cooperative cancellation request, by lifecycle (requested, delivered,
   cleaning_up).
+- ``durable_runs_blocked{namespace,build_id}``: open runs a build cannot take
+  (its code does not replay their history: the upgrade gate).
 
 Counters, from the history events recorded since this process first served
 /metrics (the scrape reads the event table after the last event it saw, by
@@ -118,6 +120,9 @@ class Metrics:
             "durable_cancellations_open",
             "Open runs under a cooperative cancellation request, by lifecycle.",
             ["namespace", "lifecycle"], registry=r)
+        self.blocked = Gauge("durable_runs_blocked",
+                             "Open runs a build cannot take (its code does not replay them).",
+                             ["namespace", "build_id"], registry=r)
         self.events = Counter("durable_events", "History events recorded, by type.",
                               ["namespace", "type"], registry=r)
         self.attempts = Counter("durable_activity_attempts",
@@ -179,6 +184,9 @@ class Metrics:
                 snapshot = await self.store.observe(self._last_event, _BATCH,
                                                      tuple(self._gaps))
                 self._set_gauges(snapshot.runs, snapshot.open_cancellations)
+                self.blocked.clear()
+                for (namespace, build_id), count in snapshot.blocked.items():
+                    self.blocked.labels(namespace, build_id).set(count)
                 if self._last_event is None:
                     self._last_event = snapshot.last_event_id
                     return

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import anyio
 import httpx
 
+from .._log import mask_password_in, mask_url
 from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
@@ -58,6 +59,8 @@ class RemoteControl:
         if not isinstance(namespace, str) or not namespace:
             raise ConfigurationError("namespace must be a non-empty string")
         self.base_url = base_url.rstrip("/")
+        # what messages and repr show: the URL without its password
+        self.shown_url = mask_url(self.base_url)
         self.namespace = namespace
         self.timeout = timeout
         self._owns_http = http is None
@@ -71,7 +74,7 @@ class RemoteControl:
         self._http = http
 
     def __repr__(self) -> str:  # never shows the token
-        return f"RemoteControl({self.base_url!r}, namespace={self.namespace!r})"
+        return f"RemoteControl({self.shown_url!r}, namespace={self.namespace!r})"
 
     @property
     def schedules(self) -> RemoteSchedules:
@@ -108,15 +111,15 @@ class RemoteControl:
                 method, path, params=query, content=content, headers=headers, timeout=timeout,
             )
         except httpx.ConnectError as exc:
-            raise StorageUnavailable(
-                f"cannot reach the control plane at {self.base_url}: {exc}"
+            raise StorageUnavailable(mask_password_in(
+                f"cannot reach the control plane at {self.shown_url}: {exc}", self.base_url)
             ) from exc
         except httpx.TransportError as exc:
             # The request may have arrived: only the server knows whether it acted.
-            raise StorageUnavailable(
-                f"the connection to the control plane at {self.base_url} failed during "
+            raise StorageUnavailable(mask_password_in(
+                f"the connection to the control plane at {self.shown_url} failed during "
                 f"{method} {path}: {exc!r}; the request may or may not have been carried out",
-                outcome_unknown=method != "GET",
+                self.base_url), outcome_unknown=method != "GET",
             ) from exc
         try:
             data = response.json() if response.content else None

@@ -104,16 +104,29 @@ class Store:
     async def claim_runs(
         self, namespace: str, task_queue: str, worker_id: str, workflow_types: tuple[str, ...],
         limit: int, lease_seconds: float, now: float, capabilities: tuple[str, ...] = (),
+        build_id: str | None = None,
     ) -> Claimed[ClaimedRun]:
         """Take runnable runs of these types (epoch bumped), with their recorded ops:
         at most `limit` and at most a fair share of the ready runs (`Claimed.left`
-        says how many ready runs this claim saw left for others)."""
+        says how many ready runs this claim saw left for others). A worker of a
+        build skips the runs that build cannot replay (the upgrade gate)."""
         claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
-            capabilities))
-        if claimed.unread:  # after the claim committed: see claims._claim_runs_in_one
+            capabilities, build_id))
+        if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
+
+    async def take_for_build(self, run_id: str, epoch: int, build_id: str) -> bool:
+        """Record that `build_id` replayed the claimed run and now advances it."""
+        return await self.driver.run(
+            lambda tx: claims.take_for_build(tx, run_id, epoch, build_id))
+
+    async def block_run(self, run_id: str, epoch: int, worker_id: str, build_id: str,
+                        divergence: str) -> bool:
+        """Hand back a claimed run `build_id` cannot replay, saying where it diverges."""
+        return await self.driver.run(
+            lambda tx: claims.block_run(tx, run_id, epoch, worker_id, build_id, divergence))
 
     async def renew_leases(
         self, worker_id: str, run_ids: list[str], lease_seconds: float, now: float
@@ -283,7 +296,7 @@ class Store:
 
     async def take_requests(self, request_ids: list[str], worker_id: str) -> list[ClientRequest]:
         """Take pending requests to answer (each by one worker only)."""
-        return await self.driver.run(lambda tx: interaction.take_requests(request_ids,
+        return await self.driver.run(lambda tx: interaction.take_requests(tx, request_ids,
                                                                           worker_id))
 
     async def purge_requests(self, before: float) -> int:

@@ -17,8 +17,9 @@ from ..failure import Failure
 from ..options import RetryPolicy
 from ..wakes import Wake
 from . import cancellation
-from .claims import fair_limit, ready_count
-from .events import Event, append_events, append_events_of_runs, record_failure
+from .claims import ready_count, share_limit
+from .events import Event, append_events, record_failure
+from .fastpath import append_events_of_runs
 from .records import (
     TASK_COLUMNS,
     ActivityOutcome,
@@ -55,10 +56,10 @@ def claim_activities(
         "AND available_at <= ? AND (deadline_at IS NULL OR deadline_at > ?) AND activity_name "
         f"IN ({placeholders(len(names))}) ")
     ready_params = (namespace, task_queue, now, now, *names)
-    share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
-                                     "activity_names")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "activity_names")
+    share, share_params = yield from share_limit(
+        tx, ready_sql, ready_params, limit, namespace, task_queue, now, "activity_names")
     rows = yield q(
         "SELECT task_id, run_id, workflow_id, op_id, activity_name, input, attempt, options, "
         f"scheduled_at, schedule_to_close_deadline, heartbeat_details, {counted} "
@@ -149,12 +150,12 @@ def _resolve_op(
         status, result, dump_failure(failure), now, task["run_id"], task["op_id"],
     )
     if not count:
-        yield from append_events(task["run_id"], [("ActivityResultRefused", {
+        yield from append_events(tx, task["run_id"], [("ActivityResultRefused", {
             "op_id": task["op_id"], "task_id": task["task_id"],
             "reason": f"the operation was already closed; this {event[0]} came too late",
         })], now)
         return None
-    yield from append_events(task["run_id"], [event], now)
+    yield from append_events(tx, task["run_id"], [event], now)
     if failure is not None:
         yield from record_failure(task["run_id"], failure, now)
     yield ex(
@@ -228,7 +229,7 @@ def _retry_or_fail(
         }
         if failure.timeout_kind is not None:
             data["timeout_kind"] = failure.timeout_kind
-        yield from append_events(task["run_id"], [("ActivityRetryScheduled", data)], now)
+        yield from append_events(tx, task["run_id"], [("ActivityRetryScheduled", data)], now)
         tx.wake(Wake.activities(task["namespace"], task["task_queue"]))
         _attempt_notice(tx, task, "ActivityRetryScheduled", failure, now)
         return "retry_scheduled"
@@ -295,10 +296,10 @@ def time_out_task(tx: Tx, task: Row, now: float) -> Program[str | None]:
     return kind
 
 
-def _refuse(task: Row | None, task_id: str, attempt: int, worker_id: str,
+def _refuse(tx: Tx, task: Row | None, task_id: str, attempt: int, worker_id: str,
             reason: str, now: float) -> Program[ActivityOutcome]:
     if task is not None:
-        yield from append_events(task["run_id"], [("ActivityResultRefused", {
+        yield from append_events(tx, task["run_id"], [("ActivityResultRefused", {
             "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
             "worker_id": worker_id, "reason": reason,
         })], now)
@@ -332,7 +333,7 @@ def _record_stop(tx: Tx, task: Row, task_id: str, attempt: int, worker_id: str,
             "worker_id": worker_id,
             "reason": "the attempt was fenced before its result arrived",
         }))
-    yield from append_events(task["run_id"], late, now)
+    yield from append_events(tx, task["run_id"], late, now)
     return ActivityOutcome("refused", "stop receipt recorded")
 
 
@@ -349,7 +350,7 @@ def complete_activity(
     task = yield q1(f"SELECT {TASK_COLUMNS} FROM activity_tasks WHERE task_id = ?" + tx.lock,
                     task_id)
     if task is None:
-        return (yield from _refuse(None, task_id, attempt, worker_id, "unknown task", now))
+        return (yield from _refuse(tx, None, task_id, attempt, worker_id, "unknown task", now))
     if (task["stop_requested"] and task["stop_receipt"] is None and task["owner"] == worker_id
             and int(task["attempt"]) == attempt
             and task["status"] in (AttemptStatus.RUNNING, AttemptStatus.CANCELLED)):
@@ -363,11 +364,11 @@ def complete_activity(
             f"attempt {attempt} is no longer current (task is {task['status']}, "
             f"attempt {task['attempt']})"
         )
-        return (yield from _refuse(task, task_id, attempt, worker_id, reason, now))
+        return (yield from _refuse(tx, task, task_id, attempt, worker_id, reason, now))
     kind = yield from time_out_task(tx, task, now)
     if kind is not None:
         reason = f"the attempt's {kind} deadline passed before the result arrived"
-        return (yield from _refuse(task, task_id, attempt, worker_id, reason, now))
+        return (yield from _refuse(tx, task, task_id, attempt, worker_id, reason, now))
     if failure is None:
         yield ex(
             "UPDATE activity_tasks SET status = 'completed', closed_at = ?, deadline_at = NULL "

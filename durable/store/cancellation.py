@@ -96,7 +96,7 @@ def _record_request(tx: Tx, run: RunRecord, ctx: dict[str, Any], now: float) -> 
         dumps(ctx), ctx["deadline_at"], run.deadlines.with_cleanup(ctx["deadline_at"]).earliest,
         now, run.run_id,
     )
-    yield from append_events(run.run_id, [("CancellationRequested", public_context(ctx))],
+    yield from append_events(tx, run.run_id, [("CancellationRequested", public_context(ctx))],
                              now)
     tx.wake(Wake.run(run.run_id))
     return None
@@ -197,7 +197,7 @@ def request_child(
     if child.cancellation is not None:
         return child.cancellation
     if not _claim_supports(child_row, now):
-        yield from append_events(parent.run_id, [("ChildCancellationRefused", {
+        yield from append_events(tx, parent.run_id, [("ChildCancellationRefused", {
             "child_workflow_id": child.workflow_id, "child_run_id": child.run_id,
             "reason": "the worker holding the child does not support cooperative cancellation",
         })], now)

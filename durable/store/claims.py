@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..driver import Program, Stmt, Tx, ex, many, placeholders, q
+from ..driver import Program, Tx, ex, many, placeholders, q, q1
 from ..wakes import Wake
+from . import fastpath
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -24,8 +25,10 @@ from .records import (
     OpRecord,
     earliest,
     op_from_row,
+    open_status_sql,
     run_from_row,
 )
+from .returning import update_one_returning, update_returning
 
 #: a claim counts at most this many times its limit of ready rows (the count
 #: only decides a fair share; a bounded count keeps a deep queue cheap)
@@ -75,6 +78,23 @@ def ready_count(ready_sql: str, ready_params: tuple[Any, ...], limit: int, names
             (*ready_params, limit * COUNT_CAP, namespace, task_queue, now))
 
 
+def share_limit(tx: Tx, ready_sql: str, ready_params: tuple[Any, ...], limit: int,
+                namespace: str, task_queue: str, now: float,
+                registered: str) -> Program[tuple[str, tuple[Any, ...]]]:
+    """A claim's LIMIT as SQL and its parameters: `fair_limit`'s subquery where a
+    LIMIT may be one (`Dialect.limit_subquery`); elsewhere the same share,
+    counted by one read first and bound as ``LIMIT ?``."""
+    if tx.dialect.limit_subquery:
+        return fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
+                          registered)
+    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace,
+                                          task_queue, now, registered)
+    row = yield q1(f"SELECT {counted}", *counted_params)
+    ready, live = int(row["ready"]), int(row["live"])
+    fair = ready if live < 1 else (ready + live - 1) // live
+    return "?", (min(fair, limit),)
+
+
 def claim_runs(
     tx: Tx,
     namespace: str,
@@ -85,9 +105,16 @@ def claim_runs(
     lease_seconds: float,
     now: float,
     capabilities: tuple[str, ...] = (),
+    build_id: str | None = None,
 ) -> Program[Claimed[ClaimedRun]]:
     """Take up to `limit` runnable runs of these types, with their recorded ops;
     at most this worker's fair share of the ready runs (`fair_limit`).
+
+    Builds (the upgrade gate, `durable._runtime.upgrade`): a run's first claim
+    records the claiming worker's build as the one that started it and last
+    took it; a later claim by another build leaves both alone (the worker
+    records itself once the run's history replayed against its code). Runs
+    `build_id` already failed to replay (``blocked_build``) are not taken.
 
     Where the dialect has writable CTEs (PostgreSQL) the claim and the
     workflows' status are ONE self-committing statement, and the ops of runs
@@ -96,32 +123,35 @@ def claim_runs(
     """
     if limit <= 0 or not types:
         return Claimed()
-    ready_sql = f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))})"
-    ready_params = (namespace, task_queue, now, now, *types)
-    share, share_params = fair_limit(ready_sql, ready_params, limit, namespace, task_queue, now,
-                                     "workflow_types")
+    ready_sql = (f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))}) "
+                 "AND (blocked_build IS NULL OR blocked_build <> ?) ")
+    # no build is never a blocked build ('' is refused as a build id)
+    ready_params = (namespace, task_queue, now, now, *types, build_id or "")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "workflow_types")
+    share, share_params = yield from share_limit(
+        tx, ready_sql, ready_params, limit, namespace, task_queue, now, "workflow_types")
     pick = (f"SELECT run_id FROM {ready_sql}ORDER BY ready_at LIMIT {share}"
             + tx.skip_locked)
-    claim = ("UPDATE runs SET owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
+    claim = ("owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
              "status = 'running', started_at = COALESCE(started_at, ?), "
-             "claim_capabilities = ? ")
-    claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)))
+             "claim_capabilities = ?, started_build = CASE WHEN epoch = 0 THEN ? ELSE "
+             "started_build END, last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END")
+    claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)),
+                    build_id, build_id)
     if tx.dialect.writable_cte:
-        return (yield from _claim_runs_in_one(
-            claim, claim_params, pick, (*ready_params, *share_params), counted,
-            counted_params))
+        return (yield from fastpath.claim_runs_in_one(
+            f"UPDATE runs SET {claim} ", claim_params, pick, (*ready_params, *share_params),
+            counted, counted_params))
     rows = yield q(f"{pick.replace('SELECT run_id', f'SELECT run_id, {counted}', 1)}",
                    *counted_params, *ready_params, *share_params)
     if not rows:
         return Claimed()
     ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
     ids = [r["run_id"] for r in rows]
-    claimed = yield q(
-        f"{claim}WHERE run_id IN ({placeholders(len(ids))}) RETURNING {RUN_COLUMNS}",
-        *claim_params, *ids,
-    )
+    claimed = yield from update_returning(
+        tx.dialect, "runs", claim, claim_params, f"run_id IN ({placeholders(len(ids))})", ids,
+        RUN_COLUMNS, key="run_id", locked=ids)
     yield ex(
         "UPDATE workflows SET status = 'running' WHERE status = 'pending' AND current_run_id IN "
         f"({placeholders(len(ids))})",
@@ -136,35 +166,6 @@ def claim_runs(
         ops[row["run_id"]][row["op_id"]] = op_from_row(row)
     return Claimed.of([ClaimedRun(run_from_row(r), ops[r["run_id"]]) for r in claimed], ready,
                        live)
-
-
-def _claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
-                       pick_params: tuple[Any, ...], counted: str,
-                       counted_params: tuple[Any, ...]) -> Program[Claimed[ClaimedRun]]:
-    """The claim as one self-committing data-modifying CTE: lock (SKIP LOCKED),
-    bump the epochs, mark the workflows running, in one round trip.
-
-    The claimed runs' ops are NOT read here: this statement's snapshot
-    predates its own locks, so it could miss an op that the run's previous
-    owner (its lease expired) committed a moment before the claim. A run
-    claimed for the first time (epoch 1 now) has no ops (only an owner
-    writes them); the others are listed in `Claimed.unread`, and
-    `read_claimed_ops` reads them after the claim has committed, when every
-    later write of the previous owner is refused by its stale epoch.
-    """
-    rows = yield Stmt(
-        f"WITH claimed AS ({claim}WHERE run_id IN ({pick}) RETURNING {RUN_COLUMNS}), "
-        "started AS (UPDATE workflows SET status = 'running' WHERE status = 'pending' "
-        "AND current_run_id IN (SELECT run_id FROM claimed)) "
-        f"SELECT claimed.*, {counted} FROM claimed",
-        (*claim_params, *pick_params, *counted_params), "all", autocommit=True,
-    )
-    if not rows:
-        return Claimed()
-    claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]),
-                         int(rows[0]["live"]))
-    claimed.unread = [c.run.run_id for c in claimed if c.run.epoch > 1]
-    return claimed
 
 
 def read_claimed_ops(claimed: Claimed[ClaimedRun]) -> Program[None]:
@@ -210,13 +211,10 @@ def renew_leases(
     ordered = sorted(run_ids)
     for start in range(0, len(ordered), 400):
         chunk = ordered[start:start + 400]
-        rows = yield q(
-            "UPDATE runs SET lease_expires_at = ? WHERE run_id IN (SELECT run_id FROM runs "
-            f"WHERE owner = ? AND run_id IN ({placeholders(len(chunk))}) "
-            "AND status IN ('pending', 'running') ORDER BY run_id" + tx.lock
-            + ") RETURNING run_id",
-            now + lease_seconds, worker_id, *chunk,
-        )
+        rows = yield from update_returning(
+            tx.dialect, "runs", "lease_expires_at = ?", (now + lease_seconds,),
+            f"owner = ? AND run_id IN ({placeholders(len(chunk))}) AND {open_status_sql()}",
+            (worker_id, *chunk), "run_id", key="run_id", ordered=True)
         owned.update(r["run_id"] for r in rows)
     return owned
 
@@ -237,16 +235,15 @@ def release_runs(
         )
     if not attempts:
         return None
-    tasks = yield q(
-        "UPDATE activity_tasks SET status = 'pending', owner = NULL, available_at = ?, "
-        "claimed_at = NULL, start_to_close_deadline = NULL, heartbeat_deadline = NULL, "
-        "lease_expires_at = NULL, deadline_at = schedule_to_close_deadline "
-        "WHERE owner = ? AND status = 'running' "
-        "RETURNING task_id, run_id, op_id, attempt, namespace, task_queue",
-        now, worker_id,
-    )
+    tasks = yield from update_returning(
+        tx.dialect, "activity_tasks",
+        "status = 'pending', owner = NULL, available_at = ?, claimed_at = NULL, "
+        "start_to_close_deadline = NULL, heartbeat_deadline = NULL, lease_expires_at = NULL, "
+        "deadline_at = schedule_to_close_deadline", (now,),
+        "owner = ? AND status = 'running'", (worker_id,),
+        "task_id, run_id, op_id, attempt, namespace, task_queue", key="task_id", ordered=True)
     for task in tasks:
-        yield from append_events(task["run_id"], [("ActivityAttemptReleased", {
+        yield from append_events(tx, task["run_id"], [("ActivityAttemptReleased", {
             "op_id": task["op_id"], "task_id": task["task_id"], "attempt": task["attempt"],
             "worker_id": worker_id, "reason": "worker shutdown",
         })], now)
@@ -258,14 +255,44 @@ def expire_leases(tx: Tx, worker_id: str, now: float) -> Program[int]:
     """Declare a worker gone now: its runs may be claimed and its running
     attempts are timed out (worker_lost) at once, instead of when their leases
     would have expired. What a lease expiry does, brought forward."""
-    runs = yield q(
-        "UPDATE runs SET lease_expires_at = ? WHERE owner = ? AND status IN "
-        "('pending', 'running') RETURNING namespace, task_queue", now, worker_id)
-    tasks = yield q(
-        "UPDATE activity_tasks SET lease_expires_at = ?, deadline_at = ? WHERE owner = ? "
-        "AND status = 'running' RETURNING namespace, task_queue", now, now, worker_id)
+    tasks = yield from update_returning(
+        tx.dialect, "activity_tasks", "lease_expires_at = ?, deadline_at = ?", (now, now),
+        "owner = ? AND status = 'running'", (worker_id,), "namespace, task_queue",
+        key="task_id", ordered=True)
+    runs = yield from update_returning(
+        tx.dialect, "runs", "lease_expires_at = ?", (now,),
+        f"owner = ? AND {open_status_sql()}", (worker_id,), "namespace, task_queue",
+        key="run_id", ordered=True)
     for row in [*runs, *tasks]:
         tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
         tx.wake(Wake.activities(row["namespace"], row["task_queue"]))
     return len(runs) + len(tasks)
 
+
+def take_for_build(tx: Tx, run_id: str, epoch: int, build_id: str) -> Program[bool]:
+    """A worker of `build_id` replayed the run it claimed against its code: it
+    is now the build that last took the run, and no build is refused any more
+    (a compatible worker took it). False: the claim was lost meanwhile."""
+    row = yield from update_one_returning(
+        tx.dialect, "runs", "last_build = ?, started_build = COALESCE(started_build, ?), "
+        "blocked_build = NULL, blocked_divergence = NULL", (build_id, build_id),
+        f"run_id = ? AND epoch = ? AND {open_status_sql()}", (run_id, epoch), "run_id",
+        key="run_id", value=run_id)
+    return row is not None
+
+
+def block_run(tx: Tx, run_id: str, epoch: int, worker_id: str, build_id: str,
+              divergence: str) -> Program[bool]:
+    """A worker of `build_id` claimed a run its code does not replay: record why
+    (describe()["blocked"]) and hand the run back untouched, so a worker of a
+    build that replays it takes it; workers of `build_id` no longer claim it.
+    Nothing else changes: the run is not failed, its history gets nothing."""
+    row = yield from update_one_returning(
+        tx.dialect, "runs", "blocked_build = ?, blocked_divergence = ?, owner = NULL, "
+        "lease_expires_at = NULL", (build_id, divergence),
+        "run_id = ? AND epoch = ? AND owner = ?", (run_id, epoch, worker_id),
+        "namespace, task_queue", key="run_id", value=run_id)
+    if row is None:
+        return False
+    tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
+    return True

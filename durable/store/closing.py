@@ -89,7 +89,7 @@ def close_run(
             dump_failure(failure), run_id,
         )
         yield from append_events(
-            run_id, [("WorkflowNeedsReview", failure.to_dict() if failure else {})], now)
+            tx, run_id, [("WorkflowNeedsReview", failure.to_dict() if failure else {})], now)
         if failure is not None:
             yield from record_failure(run_id, failure, now)
         return None
@@ -120,7 +120,7 @@ def close_run(
         next_run_id = new_id()
         data["new_run_id"] = next_run_id
     events.append((_CLOSE_EVENT[RunStatus(status)], data))
-    yield from append_events(run_id, events, now)
+    yield from append_events(tx, run_id, events, now)
     if failure is not None and status != RunStatus.CONTINUED:
         yield from record_failure(run_id, failure, now)
 
@@ -252,7 +252,7 @@ def apply_parent_close_policy(tx: Tx, parent: RunRecord, child_row: Row,
     """What happens to an open child when its parent closes."""
     child = run_from_row(child_row)
     policy = child.parent_close_policy or "terminate"
-    yield from append_events(parent.run_id, [("ParentClosePolicyApplied", {
+    yield from append_events(tx, parent.run_id, [("ParentClosePolicyApplied", {
         "child_workflow_id": child.workflow_id, "child_run_id": child.run_id, "policy": policy,
     })], now)
     reason = f"parent {parent.workflow_id} closed"
@@ -310,7 +310,7 @@ def notify_parent(
         data["failure"] = op_failure.to_dict()
     elif result is not None:
         data["result"] = loads(result)  # so a history alone replays (durable.testing.Replayer)
-    yield from append_events(child.parent_run_id, [(etype, data)], now)
+    yield from append_events(tx, child.parent_run_id, [(etype, data)], now)
     yield ex(
         "UPDATE runs SET ready_at = ? WHERE run_id = ? AND ready_at IS NULL",
         now, child.parent_run_id,

@@ -21,6 +21,7 @@ from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
 from .events import Event, append_events, local_step_events, record_failure
+from .fastpath import LOCAL_OP_INSERT, local_op_row
 from .records import (
     OPEN_STATUSES,
     RUN_COLUMNS,
@@ -72,7 +73,7 @@ class _RunCommit:
 
     def flush(self) -> Program[None]:
         events, self.events = self.events, []
-        yield from append_events(self.run.run_id, events, self.now)
+        yield from append_events(self.tx, self.run.run_id, events, self.now)
         return None
 
 
@@ -103,21 +104,6 @@ def _record_local_activity(c: _RunCommit, w: RecordLocalActivity) -> Program[Non
     ))
     yield from record_failure(c.run.run_id, w.failure, c.now)
     return None
-
-
-#: a local activity's op row; `local_op_row` gives its parameters (shared with
-#: dialects' fast paths, so both paths store the same row)
-LOCAL_OP_INSERT = (
-    "INSERT INTO ops (run_id, op_id, kind, name, status, result, failure, scheduled_at, "
-    "closed_at, interrupted) VALUES (?, ?, 'local_activity', ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-def local_op_row(run_id: str, w: RecordLocalActivity, status: str,
-                 now: float) -> tuple[Any, ...]:
-    """The parameters of `LOCAL_OP_INSERT` for one local activity's outcome."""
-    return (run_id, w.op_id, w.name, status, w.result, dump_failure(w.failure), w.started_at,
-            now, int(w.interrupted))
 
 
 def _schedule_activity(c: _RunCommit, w: ScheduleActivity) -> Program[None]:

@@ -98,7 +98,10 @@ def describe(
             "parent_workflow_id": run.parent_workflow_id,
             "parent_run_id": run.parent_run_id,
             "continued_run_id": run.continued_run_id,
+            "started_build": run.started_build,
+            "last_build": run.last_build,
         },
+        "blocked": blocked(run),
         "pending_operations": [
             {
                 "op_id": p["op_id"], "kind": p["kind"], "name": p["name"],
@@ -112,6 +115,15 @@ def describe(
         "failures": [json.loads(r["data"]) for r in failure_rows],
         "cancellation": describe_cancellation(run.cancellation),
     }
+
+
+def blocked(run: RunRecord) -> dict[str, str] | None:
+    """describe()["blocked"]: the build that cannot take this open run (its code
+    does not replay the run's history) and the first diverging op; None when no
+    build was refused, or the run closed (nothing is left to take)."""
+    if run.blocked_build is None or not run.is_open:
+        return None
+    return {"build_id": run.blocked_build, "divergence": run.blocked_divergence or ""}
 
 
 def _reason(run: RunRecord, status: str) -> str | None:
@@ -375,10 +387,15 @@ def observe(
                       "('pending', 'running') AND cancellation IS NOT NULL")):
         key = (str(r["namespace"]), str(loads(r["cancellation"]).get("lifecycle")))
         cancellations[key] = cancellations.get(key, 0) + 1
+    blocked: dict[tuple[str, str], int] = {}
+    for r in (yield q("SELECT namespace, blocked_build, COUNT(*) AS n FROM runs WHERE status "
+                      "IN ('pending', 'running') AND blocked_build IS NOT NULL "
+                      "GROUP BY namespace, blocked_build")):
+        blocked[(str(r["namespace"]), str(r["blocked_build"]))] = int(r["n"])
     if after_event_id is None:
         row = yield q1("SELECT MAX(id) AS last FROM events")
         last = int(row["last"] or 0) if row is not None else 0
-        return StorageSnapshot(runs, cancellations, [], last)
+        return StorageSnapshot(runs, cancellations, [], last, blocked)
     sql = ("SELECT e.id, e.run_id, e.type, e.recorded_at, e.data, r.namespace FROM events e "
            "JOIN runs r ON r.run_id = e.run_id WHERE e.id > ?")
     params: list[Any] = [after_event_id]
@@ -392,4 +409,4 @@ def observe(
         for r in rows
     ]
     last = max([after_event_id, *(e.event_id for e in events)])
-    return StorageSnapshot(runs, cancellations, events, last)
+    return StorageSnapshot(runs, cancellations, events, last, blocked)

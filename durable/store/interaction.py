@@ -58,6 +58,7 @@ from .records import (
     request_from_row,
     run_from_row,
 )
+from .returning import update_one_returning
 from .runs import start_workflow
 from .writes import (
     AcceptUpdate,
@@ -125,11 +126,10 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
                   sender: dict[str, Any] | None = None) -> Program[InboxItem]:
     """Record a received signal on an open run (``SignalReceived``) and wake its owner."""
     run_id = row["run_id"]
-    counter = yield q1(
-        "UPDATE runs SET inbox_seq = inbox_seq + 1, ready_at = COALESCE(ready_at, ?) "
-        "WHERE run_id = ? RETURNING inbox_seq",
-        now, run_id,
-    )
+    counter = yield from update_one_returning(
+        tx.dialect, "runs", "inbox_seq = inbox_seq + 1, ready_at = COALESCE(ready_at, ?)",
+        (now,), "run_id = ?", (run_id,), "inbox_seq", key="run_id", value=run_id)
+    assert counter is not None  # the run is locked: it exists
     seq = int(counter["inbox_seq"])
     yield ex(
         "INSERT INTO inbox (run_id, seq, kind, name, input, sender, received_at, status) "
@@ -139,7 +139,7 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
     data: dict[str, Any] = {"seq": seq, "name": name, "args": loads(payload)}
     if sender is not None:
         data["sender"] = sender
-    yield from append_events(run_id, [("SignalReceived", data)], now)
+    yield from append_events(tx, run_id, [("SignalReceived", data)], now)
     item = InboxItem(run_id, seq, "signal", name, payload, now, "received")
     tx.wake(Wake.run(run_id, item))
     if not _live_owner(row, now):
@@ -332,16 +332,16 @@ def idle_requests(namespace: str, task_queue: str, types: tuple[str, ...], limit
     return [r["request_id"] for r in rows]
 
 
-def take_requests(request_ids: list[str], worker_id: str) -> Program[list[ClientRequest]]:
+def take_requests(tx: Tx, request_ids: list[str],
+                  worker_id: str) -> Program[list[ClientRequest]]:
     """Take pending requests for this worker to answer; each is taken once (a
     row another worker took meanwhile is skipped)."""
     taken: list[ClientRequest] = []
     for request_id in request_ids:
-        row = yield q1(
-            "UPDATE requests SET status = 'taken', taken_by = ? WHERE request_id = ? "
-            f"AND status = 'pending' RETURNING {REQUEST_COLUMNS}",
-            worker_id, request_id,
-        )
+        row = yield from update_one_returning(
+            tx.dialect, "requests", "status = 'taken', taken_by = ?", (worker_id,),
+            "request_id = ? AND status = 'pending'", (request_id,), REQUEST_COLUMNS,
+            key="request_id", value=request_id)
         if row is not None:
             taken.append(request_from_row(row))
     return taken
@@ -387,10 +387,10 @@ def accept_update(c: RunCommitState, w: AcceptUpdate) -> Program[None]:
     existing = yield q1("SELECT seq FROM inbox WHERE run_id = ? AND update_id = ?",
                         run_id, w.update_id)
     if existing is None:
-        counter = yield q1(
-            "UPDATE runs SET inbox_seq = inbox_seq + 1 WHERE run_id = ? RETURNING inbox_seq",
-            run_id,
-        )
+        counter = yield from update_one_returning(
+            c.tx.dialect, "runs", "inbox_seq = inbox_seq + 1", (), "run_id = ?", (run_id,),
+            "inbox_seq", key="run_id", value=run_id)
+        assert counter is not None  # the run is locked: it exists
         seq = int(counter["inbox_seq"])
         yield ex(
             "INSERT INTO inbox (run_id, seq, kind, name, input, update_id, received_at, status, "

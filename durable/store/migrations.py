@@ -8,11 +8,11 @@ migration only has to change existing tables, guarded by the recorded version.
 
 from __future__ import annotations
 
-from ..driver import Program, ex, q1
+from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
-from .schema import LATE_INDEXES
+from .schema import late_indexes
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -43,17 +43,28 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE workers ADD COLUMN started_at DOUBLE PRECISION",
         "ALTER TABLE workers ADD COLUMN stopped_at DOUBLE PRECISION",
     ),
+    # 5: builds and the upgrade gate: the build that started a run, the one that
+    # last took it, and the build that cannot replay it (with the first diverging op)
+    5: (
+        "ALTER TABLE runs ADD COLUMN started_build TEXT",
+        "ALTER TABLE runs ADD COLUMN last_build TEXT",
+        "ALTER TABLE runs ADD COLUMN blocked_build TEXT",
+        "ALTER TABLE runs ADD COLUMN blocked_divergence TEXT",
+    ),
 }
 
 
-def migrate() -> Program[int]:
+def migrate(dialect: Dialect | None = None) -> Program[int]:
     """Record the version of a fresh schema, or check an existing one and upgrade
-    it in place; the version."""
-    row = yield q1("SELECT value FROM durable_meta WHERE key = 'schema_version'")
+    it in place; the version. (`dialect` quotes the column ``key``, a keyword
+    in MariaDB, and shapes the late indexes; SQLite's by default.)"""
+    dialect = dialect or Dialect()
+    key = dialect.quote("key")
+    row = yield q1(f"SELECT value FROM durable_meta WHERE {key} = 'schema_version'")
     if row is None:
-        yield ex("INSERT INTO durable_meta (key, value) VALUES ('schema_version', ?)",
+        yield ex(f"INSERT INTO durable_meta ({key}, value) VALUES ('schema_version', ?)",
                  str(SCHEMA_VERSION))
-        for statement in LATE_INDEXES:
+        for statement in late_indexes(dialect):
             yield ex(statement)
         return SCHEMA_VERSION
     found = int(row["value"])
@@ -65,8 +76,9 @@ def migrate() -> Program[int]:
     for version in range(found + 1, SCHEMA_VERSION + 1):
         for statement in UPGRADES.get(version, ()):
             yield ex(statement)
-        yield ex("UPDATE durable_meta SET value = ? WHERE key = 'schema_version'", str(version))
+        yield ex(f"UPDATE durable_meta SET value = ? WHERE {key} = 'schema_version'",
+                 str(version))
     if found < SCHEMA_VERSION:
-        for statement in LATE_INDEXES:
+        for statement in late_indexes(dialect):
             yield ex(statement)
     return SCHEMA_VERSION

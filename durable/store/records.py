@@ -166,6 +166,10 @@ class RunRecord:
     request_seq: int = 0  # queries and updates ever asked of the run (a change wakes its owner)
     schedule_id: str | None = None  # the schedule whose fire started the instance
     scheduled_at: float | None = None  # that fire's time (durable.schedules)
+    started_build: str | None = None  # the build of the worker that first took the run
+    last_build: str | None = None  # the build of the worker that last took (advanced) it
+    blocked_build: str | None = None  # a build whose code does not replay the run ...
+    blocked_divergence: str | None = None  # ... and the first op where it diverges
 
     @property
     def is_open(self) -> bool:
@@ -377,13 +381,15 @@ class StorageSnapshot:
     runs under a cooperative request by (namespace, lifecycle); `events` are
     the events after the id the caller passed (oldest first, at most its
     limit) plus any of the ids it asked to re-check; `last_event_id` is the
-    highest event id stored when no id was passed (where a tail starts).
+    highest event id stored when no id was passed (where a tail starts);
+    `blocked` counts open runs a build cannot take by (namespace, build id).
     """
 
     runs: dict[tuple[str, str], int]
     open_cancellations: dict[tuple[str, str], int]
     events: list[RecordedEvent]
     last_event_id: int
+    blocked: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -441,7 +447,8 @@ RUN_COLUMNS = (
     "run_timeout, execution_timeout, execution_deadline_at, run_deadline_at, "
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
-    "inbox_seq, request_seq, schedule_id, scheduled_at"
+    "inbox_seq, request_seq, schedule_id, scheduled_at, started_build, last_build, blocked_build, "
+    "blocked_divergence"
 )
 
 OP_COLUMNS = (
@@ -492,6 +499,10 @@ def run_from_row(row: Row) -> RunRecord:
         request_seq=int(row["request_seq"]),
         schedule_id=row["schedule_id"],
         scheduled_at=row["scheduled_at"],
+        started_build=row["started_build"],
+        last_build=row["last_build"],
+        blocked_build=row["blocked_build"],
+        blocked_divergence=row["blocked_divergence"],
     )
 
 

@@ -116,7 +116,7 @@ def insert_run(
     if req.schedule_id is not None:
         data["schedule_id"] = req.schedule_id
         data["scheduled_at"] = to_iso(req.scheduled_at)
-    yield from append_events(run_id, [("WorkflowStarted", data)], now)
+    yield from append_events(tx, run_id, [("WorkflowStarted", data)], now)
     tx.wake(Wake.runs(req.namespace, req.task_queue))
     return None
 
@@ -183,17 +183,17 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
             "is unknown: retry_after_review(units='rerun') runs them again, "
             "units='confirm' records them done")
     if unknown:
-        yield from _decide_units(run.run_id, units == "rerun", now)
+        yield from _decide_units(tx, run.run_id, units == "rerun", now)
     yield ex(
         "UPDATE runs SET needs_review = 0, ready_at = ?, owner = NULL WHERE run_id = ?",
         now, run.run_id,
     )
-    yield from append_events(run.run_id, [("WorkflowReviewCleared", {})], now)
+    yield from append_events(tx, run.run_id, [("WorkflowReviewCleared", {})], now)
     tx.wake(Wake.runs(run.namespace, run.task_queue))
     return True
 
 
-def _decide_units(run_id: str, rerun: bool, now: float) -> Program[None]:
+def _decide_units(tx: Tx, run_id: str, rerun: bool, now: float) -> Program[None]:
     """Apply an operator's decision to the units whose outcome is unknown."""
     rows = yield q(
         f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND kind = 'activity' AND status = "
@@ -212,6 +212,6 @@ def _decide_units(run_id: str, rerun: bool, now: float) -> Program[None]:
             yield ex("UPDATE ops SET status = 'completed', result = NULL, failure = NULL, "
                      "closed_at = ? WHERE run_id = ? AND op_id = ?", now, run_id, op.op_id)
             events.append(("UnitConfirmed", {"op_id": op.op_id, "unit": unit}))
-    yield from append_events(run_id, events, now)
+    yield from append_events(tx, run_id, events, now)
     return None
 

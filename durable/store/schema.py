@@ -8,44 +8,49 @@ driver's `Dialect`; the statements are idempotent (IF NOT EXISTS), and
 
 from __future__ import annotations
 
+import re
+
 from ..driver import Dialect
+
+#: an index's WHERE clause (to the end of its statement)
+_PARTIAL = re.compile(r"\s+WHERE\s.*\Z", re.S)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS durable_meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
+    {quoted_key} {key} PRIMARY KEY,
+    value {text} NOT NULL
+){options};
 CREATE TABLE IF NOT EXISTS workflows (
-    namespace TEXT NOT NULL,
-    workflow_id TEXT NOT NULL,
-    workflow_type TEXT NOT NULL,
-    current_run_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    closed_reason TEXT,
+    namespace {key} NOT NULL,
+    workflow_id {key} NOT NULL,
+    workflow_type {text} NOT NULL,
+    current_run_id {text} NOT NULL,
+    status {text} NOT NULL,
+    closed_reason {text},
     execution_timeout {real},
     execution_deadline_at {real},
     run_count {int} NOT NULL,
-    memo TEXT,
+    memo {text},
     created_at {real} NOT NULL,
     closed_at {real},
     PRIMARY KEY (namespace, workflow_id)
-);
+){options};
 CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    workflow_id TEXT NOT NULL,
-    workflow_type TEXT NOT NULL,
+    run_id {key} PRIMARY KEY,
+    namespace {key} NOT NULL,
+    workflow_id {key} NOT NULL,
+    workflow_type {text} NOT NULL,
     run_number {int} NOT NULL,
-    task_queue TEXT NOT NULL,
-    status TEXT NOT NULL,
-    closed_reason TEXT,
-    input TEXT NOT NULL,
-    result TEXT,
-    failure TEXT,
-    parent_run_id TEXT,
-    parent_workflow_id TEXT,
-    parent_op_id TEXT,
-    parent_close_policy TEXT,
+    task_queue {key} NOT NULL,
+    status {key} NOT NULL,
+    closed_reason {text},
+    input {text} NOT NULL,
+    result {text},
+    failure {text},
+    parent_run_id {key},
+    parent_workflow_id {text},
+    parent_op_id {text},
+    parent_close_policy {text},
     cleanup_timeout {real},
     run_timeout {real},
     execution_timeout {real},
@@ -56,22 +61,26 @@ CREATE TABLE IF NOT EXISTS runs (
     created_at {real} NOT NULL,
     started_at {real},
     closed_at {real},
-    owner TEXT,
+    owner {key},
     epoch {int} NOT NULL DEFAULT 0,
     lease_expires_at {real},
     ready_at {real},
     event_seq {int} NOT NULL DEFAULT 0,
-    cancellation TEXT,
-    claim_capabilities TEXT,
-    continued_run_id TEXT,
+    cancellation {text},
+    claim_capabilities {text},
+    continued_run_id {text},
     needs_review {int} NOT NULL DEFAULT 0,
     inbox_seq {int} NOT NULL DEFAULT 0,
     request_seq {int} NOT NULL DEFAULT 0,
-    schedule_id TEXT,
+    schedule_id {text},
     scheduled_at {real},
     priority {int} NOT NULL DEFAULT 5,
-    concurrency_key TEXT
-);
+    concurrency_key {text},
+    started_build {text},
+    last_build {text},
+    blocked_build {text},
+    blocked_divergence {text}
+){options};
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS runs_owner ON runs (owner) WHERE owner IS NOT NULL;
@@ -80,34 +89,34 @@ CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id) WHERE parent_run_
 CREATE INDEX IF NOT EXISTS runs_status ON runs (namespace, status, created_at);
 CREATE INDEX IF NOT EXISTS runs_closed ON runs (namespace, closed_at);
 CREATE TABLE IF NOT EXISTS ops (
-    run_id TEXT NOT NULL,
-    op_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    status TEXT NOT NULL,
-    result TEXT,
-    failure TEXT,
+    run_id {key} NOT NULL,
+    op_id {long_key} NOT NULL,
+    kind {text} NOT NULL,
+    name {text} NOT NULL,
+    status {text} NOT NULL,
+    result {text},
+    failure {text},
     scheduled_at {real},
     closed_at {real},
     fire_at {real},
-    child_workflow_id TEXT,
-    child_run_id TEXT,
-    task_id TEXT,
+    child_workflow_id {text},
+    child_run_id {text},
+    task_id {text},
     interrupted {int} NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, op_id)
-);
+){options};
 CREATE TABLE IF NOT EXISTS activity_tasks (
-    task_id TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    task_queue TEXT NOT NULL,
-    activity_name TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    workflow_id TEXT NOT NULL,
-    op_id TEXT NOT NULL,
-    input TEXT NOT NULL,
-    status TEXT NOT NULL,
+    task_id {key} PRIMARY KEY,
+    namespace {key} NOT NULL,
+    task_queue {key} NOT NULL,
+    activity_name {text} NOT NULL,
+    run_id {key} NOT NULL,
+    workflow_id {text} NOT NULL,
+    op_id {text} NOT NULL,
+    input {text} NOT NULL,
+    status {key} NOT NULL,
     attempt {int} NOT NULL,
-    options TEXT NOT NULL,
+    options {text} NOT NULL,
     scheduled_at {real} NOT NULL,
     available_at {real} NOT NULL,
     schedule_to_start_deadline {real},
@@ -116,16 +125,16 @@ CREATE TABLE IF NOT EXISTS activity_tasks (
     heartbeat_deadline {real},
     lease_expires_at {real},
     deadline_at {real},
-    owner TEXT,
+    owner {text},
     claimed_at {real},
-    heartbeat_details TEXT,
-    last_failure TEXT,
+    heartbeat_details {text},
+    last_failure {text},
     stop_requested {int} NOT NULL DEFAULT 0,
     stop_requested_at {real},
-    stop_receipt TEXT,
+    stop_receipt {text},
     closed_at {real},
     priority {int} NOT NULL DEFAULT 5
-);
+){options};
 CREATE INDEX IF NOT EXISTS activity_claim ON activity_tasks (namespace, task_queue, available_at)
     WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS activity_deadline ON activity_tasks (namespace, deadline_at)
@@ -133,80 +142,80 @@ CREATE INDEX IF NOT EXISTS activity_deadline ON activity_tasks (namespace, deadl
 CREATE INDEX IF NOT EXISTS activity_run ON activity_tasks (run_id);
 CREATE TABLE IF NOT EXISTS events (
     id {serial} PRIMARY KEY,
-    run_id TEXT NOT NULL,
+    run_id {key} NOT NULL,
     seq {int} NOT NULL,
-    type TEXT NOT NULL,
+    type {text} NOT NULL,
     recorded_at {real} NOT NULL,
-    data TEXT NOT NULL
-);
+    data {text} NOT NULL
+){options};
 CREATE UNIQUE INDEX IF NOT EXISTS events_run_seq ON events (run_id, seq);
 CREATE TABLE IF NOT EXISTS failures (
     id {serial} PRIMARY KEY,
-    run_id TEXT NOT NULL,
+    run_id {key} NOT NULL,
     recorded_at {real} NOT NULL,
-    data TEXT NOT NULL
-);
+    data {text} NOT NULL
+){options};
 CREATE INDEX IF NOT EXISTS failures_run ON failures (run_id);
 CREATE TABLE IF NOT EXISTS inbox (
-    run_id TEXT NOT NULL,
+    run_id {key} NOT NULL,
     seq {int} NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    input TEXT NOT NULL,
-    update_id TEXT,
-    sender TEXT,
+    kind {text} NOT NULL,
+    name {text} NOT NULL,
+    input {text} NOT NULL,
+    update_id {key},
+    sender {text},
     received_at {real} NOT NULL,
-    status TEXT NOT NULL,
+    status {text} NOT NULL,
     delivery {int},
-    frontier TEXT,
+    frontier {text},
     delivered_at {real},
-    result TEXT,
-    failure TEXT,
+    result {text},
+    failure {text},
     completed_at {real},
     PRIMARY KEY (run_id, seq)
-);
+){options};
 CREATE UNIQUE INDEX IF NOT EXISTS inbox_update ON inbox (run_id, update_id)
     WHERE update_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS requests (
-    request_id TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    workflow_id TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    workflow_type TEXT NOT NULL,
-    task_queue TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    name TEXT NOT NULL,
-    input TEXT NOT NULL,
-    update_id TEXT,
-    status TEXT NOT NULL,
-    answer TEXT,
-    taken_by TEXT,
+    request_id {key} PRIMARY KEY,
+    namespace {key} NOT NULL,
+    workflow_id {text} NOT NULL,
+    run_id {key} NOT NULL,
+    workflow_type {text} NOT NULL,
+    task_queue {key} NOT NULL,
+    kind {text} NOT NULL,
+    name {text} NOT NULL,
+    input {text} NOT NULL,
+    update_id {text},
+    status {key} NOT NULL,
+    answer {text},
+    taken_by {text},
     created_at {real} NOT NULL,
     answered_at {real}
-);
+){options};
 CREATE INDEX IF NOT EXISTS requests_run ON requests (run_id, status);
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (namespace, task_queue, status, created_at);
 CREATE TABLE IF NOT EXISTS workers (
-    worker_id TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    task_queue TEXT NOT NULL,
-    workflow_types TEXT NOT NULL,
-    activity_names TEXT NOT NULL,
-    capabilities TEXT NOT NULL,
+    worker_id {key} PRIMARY KEY,
+    namespace {text} NOT NULL,
+    task_queue {text} NOT NULL,
+    workflow_types {text} NOT NULL,
+    activity_names {text} NOT NULL,
+    capabilities {text} NOT NULL,
     heartbeat_at {real} NOT NULL,
     expires_at {real} NOT NULL,
-    identity TEXT,
-    host TEXT,
+    identity {text},
+    host {text},
     pid {int},
-    build_id TEXT,
-    definitions TEXT,
+    build_id {text},
+    definitions {text},
     started_at {real},
     stopped_at {real}
-);
+){options};
 CREATE TABLE IF NOT EXISTS task_queues (
-    namespace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    limits TEXT NOT NULL,
+    namespace {key} NOT NULL,
+    name {key} NOT NULL,
+    limits {text} NOT NULL,
     runs_limited {int} NOT NULL DEFAULT 0,
     activities_limited {int} NOT NULL DEFAULT 0,
     run_tokens {real},
@@ -215,20 +224,20 @@ CREATE TABLE IF NOT EXISTS task_queues (
     activity_refilled_at {real},
     updated_at {real} NOT NULL,
     PRIMARY KEY (namespace, name)
-);
+){options};
 CREATE TABLE IF NOT EXISTS schedules (
-    namespace TEXT NOT NULL,
-    schedule_id TEXT NOT NULL,
-    workflow_type TEXT NOT NULL,
-    task_queue TEXT NOT NULL,
-    input TEXT NOT NULL,
-    start_options TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    overlap TEXT NOT NULL,
+    namespace {key} NOT NULL,
+    schedule_id {key} NOT NULL,
+    workflow_type {text} NOT NULL,
+    task_queue {text} NOT NULL,
+    input {text} NOT NULL,
+    start_options {text} NOT NULL,
+    spec {text} NOT NULL,
+    overlap {text} NOT NULL,
     jitter {real} NOT NULL,
     catchup_window {real} NOT NULL,
     paused {int} NOT NULL,
-    note TEXT,
+    note {text},
     max_runs {int},
     remaining_actions {int},
     next_fire_at {real},
@@ -238,37 +247,37 @@ CREATE TABLE IF NOT EXISTS schedules (
     skipped_count {int} NOT NULL,
     buffered {int} NOT NULL,
     fire_seq {int} NOT NULL,
-    last_skip_reason TEXT,
+    last_skip_reason {text},
     last_skipped_at {real},
     created_at {real} NOT NULL,
     updated_at {real} NOT NULL,
     PRIMARY KEY (namespace, schedule_id)
-);
+){options};
 CREATE INDEX IF NOT EXISTS schedules_due ON schedules (namespace, due_at);
 CREATE INDEX IF NOT EXISTS schedules_buffered ON schedules (namespace, buffered);
 CREATE TABLE IF NOT EXISTS schedule_fires (
-    namespace TEXT NOT NULL,
-    schedule_id TEXT NOT NULL,
+    namespace {key} NOT NULL,
+    schedule_id {key} NOT NULL,
     scheduled_at {real} NOT NULL,
     seq {int} NOT NULL,
-    origin TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    reason TEXT,
-    workflow_id TEXT,
-    run_id TEXT,
+    origin {text} NOT NULL,
+    outcome {text} NOT NULL,
+    reason {text},
+    workflow_id {text},
+    run_id {text},
     due_at {real} NOT NULL,
     fired_at {real} NOT NULL,
     started_at {real},
     run_open {int} NOT NULL,
     PRIMARY KEY (namespace, schedule_id, scheduled_at)
-);
+){options};
 CREATE TABLE IF NOT EXISTS namespace_settings (
-    namespace TEXT PRIMARY KEY,
+    namespace {key} PRIMARY KEY,
     retention_seconds {real},
-    pruned TEXT NOT NULL,
+    pruned {text} NOT NULL,
     last_pruned_at {real},
     updated_at {real} NOT NULL
-);
+){options};
 """
 
 #: Indexes on columns that a migration adds: created by `migrate()` (for a new
@@ -282,9 +291,30 @@ LATE_INDEXES = (
 
 
 def schema_statements(dialect: Dialect) -> list[str]:
-    """The DDL for a dialect, one statement per entry."""
-    text = _SCHEMA.format(real=dialect.real, int=dialect.integer, serial=dialect.serial)
-    return [s.strip() for s in text.split(";") if s.strip()]
+    """The DDL for a dialect, one statement per entry.
+
+    Key columns (in a primary key or an index) take the dialect's key type,
+    the others its text type; without partial indexes an index covers every
+    row (the store's queries name the same conditions either way).
+    """
+    text = _SCHEMA.format(
+        real=dialect.real, int=dialect.integer, serial=dialect.serial,
+        key=dialect.key_type(255), long_key=dialect.key_type(512), text=dialect.text,
+        options=dialect.table_options, quoted_key=dialect.quote("key"))
+    return [for_dialect(dialect, s.strip()) for s in text.split(";") if s.strip()]
+
+
+def for_dialect(dialect: Dialect, statement: str) -> str:
+    """A schema statement as the dialect takes it: an index without its WHERE
+    clause where indexes cannot be partial."""
+    if not dialect.partial_indexes and statement.startswith("CREATE ") and " INDEX " in statement:
+        return _PARTIAL.sub("", statement)
+    return statement
+
+
+def late_indexes(dialect: Dialect) -> list[str]:
+    """`LATE_INDEXES` as the dialect takes them."""
+    return [for_dialect(dialect, s) for s in LATE_INDEXES]
 
 
 def table_names() -> list[str]:

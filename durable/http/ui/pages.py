@@ -335,7 +335,9 @@ class WebUI:
             signal_supported=_signal_supported(),
             **context,
         )
-        return HTMLResponse(html, status_code=status_code)
+        # a stored value may hold a lone surrogate, which UTF-8 cannot encode:
+        # shown escaped, as the CLI shows it (decisions.md (t))
+        return HTMLResponse(_fmt.escape_surrogates(html), status_code=status_code)
 
     def _error(self, request: Request, visitor: Visitor | None, status: int, title: str,
                message: str) -> Response:

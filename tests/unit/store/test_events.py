@@ -11,11 +11,11 @@ from durable.failure import Failure
 from durable.store import Store
 from durable.store.events import (
     append_events,
-    append_events_of_runs,
     event_text,
     local_step_events,
     record_failure,
 )
+from durable.store.fastpath import append_events_of_runs
 from durable.store.writes import RecordLocalActivity
 
 from ._support import NS, T0, rows, started_and_claimed
@@ -34,8 +34,8 @@ async def test_events_are_numbered_by_the_runs_own_counter_across_transactions(
     run = await started_and_claimed(store, "numbered")
     before = await events(store, run.run_id)
     await store.driver.run(lambda tx: append_events(
-        run.run_id, [("Marked", {"n": 1}), ("Marked", {"n": 2})], T0))
-    await store.driver.run(lambda tx: append_events(run.run_id, [("Marked", {"n": 3})], T0))
+        tx, run.run_id, [("Marked", {"n": 1}), ("Marked", {"n": 2})], T0))
+    await store.driver.run(lambda tx: append_events(tx, run.run_id, [("Marked", {"n": 3})], T0))
     after = (await events(store, run.run_id))[len(before):]
     last = before[-1][0]
     assert [(seq, data) for seq, _, data in after] == [
@@ -43,7 +43,7 @@ async def test_events_are_numbered_by_the_runs_own_counter_across_transactions(
 
 
 async def test_events_for_a_run_that_does_not_exist_are_not_written(store: Store) -> None:
-    await store.driver.run(lambda tx: append_events("no-such-run", [("Marked", {})], T0))
+    await store.driver.run(lambda tx: append_events(tx, "no-such-run", [("Marked", {})], T0))
     assert await rows(store, "SELECT * FROM events WHERE run_id = 'no-such-run'") == []
 
 

@@ -1,0 +1,230 @@
+"""Builds and the upgrade gate: a deploy never fails or silently strands a run.
+
+A worker with a ``build_id`` takes a run another build advanced only after
+the run's history replays against its own code; a run it cannot replay is
+handed back, shown blocked (with the first diverging op) and left to a
+worker of a build that replays it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+import durable
+from durable import activity, workflow
+from durable.testing import isolated_definitions
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # claims and replays are loop-independent; the loops are covered elsewhere
+
+
+@pytest.fixture(params=[pytest.param("sqlite"),
+                        pytest.param("postgres", marks=[pytest.mark.postgres])])
+def driver_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@activity.defn(name="bd_a")
+async def step_a(x: str) -> str:
+    return f"a:{x}"
+
+
+@activity.defn(name="bd_b")
+async def step_b(x: str) -> str:
+    return f"b:{x}"
+
+
+@activity.defn(name="bd_c")
+async def step_c(x: str) -> str:
+    return f"c:{x}"
+
+
+ACTIVITIES = [step_a, step_b, step_c]
+
+
+@workflow.defn(name="bd_order")
+class OrderV1:
+    """v1: a, then b, then wait for 'go'."""
+
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.run
+    async def run(self, x: str) -> list[str]:
+        done = [await workflow.execute_activity(step_a, x),
+                await workflow.execute_activity(step_b, x)]
+        await workflow.wait_condition(lambda: self.go)
+        return done
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+
+@workflow.defn(name="bd_patched")
+class PatchedV1:
+    """v1: a, wait for 'go', b."""
+
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.run
+    async def run(self, x: str) -> list[str]:
+        done = [await workflow.execute_activity(step_a, x)]
+        await workflow.wait_condition(lambda: self.go)
+        done.append(await workflow.execute_activity(step_b, x))
+        return done
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+
+with isolated_definitions():  # v2 changes the order of two ops runs in flight recorded
+
+    @workflow.defn(name="bd_order")
+    class OrderV2(OrderV1):
+        @workflow.run
+        async def run(self, x: str) -> list[str]:
+            done = [await workflow.execute_activity(step_b, x),
+                    await workflow.execute_activity(step_a, x)]
+            await workflow.wait_condition(lambda: self.go)
+            return done
+
+    @workflow.defn(name="bd_patched")
+    class PatchedV2(PatchedV1):
+        """v2 adds step c, behind a patch: runs in flight replay."""
+
+        @workflow.run
+        async def run(self, x: str) -> list[str]:
+            done = [await workflow.execute_activity(step_a, x)]
+            await workflow.wait_condition(lambda: self.go)
+            if workflow.patched("add-c"):
+                done.append(await workflow.execute_activity(step_c, x))
+            done.append(await workflow.execute_activity(step_b, x))
+            return done
+
+
+V1 = [OrderV1, PatchedV1]
+V2 = [OrderV2, PatchedV2]
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll a condition read from storage (no fixed sleep decides the outcome)."""
+    with anyio.move_on_after(20):
+        while not await check():
+            await anyio.sleep(0.05)
+        return
+    raise AssertionError(f"not within 20 s: {what}")
+
+
+async def waiting(handle: durable.WorkflowHandle[Any]) -> bool:
+    info = await handle.describe()
+    return any(p["kind"] == "condition" for p in info["pending_operations"])
+
+
+@pytest.fixture
+async def storage(db_url: str) -> AsyncIterator[durable.Client]:
+    async with durable.connect(db_url) as c:
+        yield c
+        drop = getattr(c.driver, "drop_schema", None)
+        if drop is not None:
+            await drop()
+
+
+def worker(c: durable.Client, workflows: list[Any], build: str | None) -> durable.Worker:
+    return durable.Worker(c, workflows=workflows, activities=ACTIVITIES, build_id=build,
+                          poll_interval=0.1, lease_seconds=5.0)
+
+
+async def test_runs_record_the_build_that_started_and_last_took_them(
+        storage: durable.Client) -> None:
+    async with worker(storage, V1, "v1"):
+        handle = await storage.start(OrderV1, "x", id="bd-record")
+        await until(lambda: waiting(handle), "the run waits")
+        run = (await handle.describe())["run"]
+        assert (run["started_build"], run["last_build"]) == ("v1", "v1")
+        assert (await handle.describe())["blocked"] is None
+        await handle.signal("proceed")
+        assert await handle.result() == ["a:x", "b:x"]
+    async with worker(storage, V1, None):  # no build: no gate, nothing recorded
+        other = await storage.start(OrderV1, "y", id="bd-no-build")
+        await until(lambda: waiting(other), "the run waits")
+        run = (await other.describe())["run"]
+        assert (run["started_build"], run["last_build"]) == (None, None)
+
+
+async def test_a_build_id_must_be_a_name(storage: durable.Client) -> None:
+    with pytest.raises(durable.ConfigurationError, match="Worker build_id must not be empty"):
+        worker(storage, V1, "")
+    with pytest.raises(durable.ConfigurationError, match="Worker build_id must be a string"):
+        worker(storage, V1, 2)  # type: ignore[arg-type]
+
+
+async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails_none(
+        storage: durable.Client) -> None:
+    # v1 starts three runs of the changed workflow and one of the patched one
+    async with worker(storage, V1, "v1"):
+        changed = [await storage.start(OrderV1, f"o{i}", id=f"bd-o{i}") for i in range(3)]
+        patched = await storage.start(PatchedV1, "p", id="bd-p")
+        for handle in [*changed, patched]:
+            await until(lambda h=handle: waiting(h), "v1 ran the run to its wait")
+    # the old worker restarts (a rolling deploy): v2 comes up first and claims them
+    async with worker(storage, V2, "v2") as new:
+
+        async def blocked_for_v2() -> bool:
+            infos = [await h.describe() for h in changed]
+            return all(i["blocked"] is not None for i in infos)
+
+        await until(blocked_for_v2, "v2 refused the runs it cannot replay")
+        for handle in changed:
+            info = await handle.describe()
+            assert info["blocked"]["build_id"] == "v2"
+            assert ("asked for activity 'bd_b' at 0:1, but history recorded activity 'bd_a' "
+                    "there") in info["blocked"]["divergence"]
+            assert info["status"] == "running" and info["run"]["last_build"] == "v1"
+            assert not info["run"]["needs_review"]
+        # the patched change replays: v2 took that run and continues it
+        await until(lambda: _last_build(patched, "v2"), "v2 took the patched run")
+        assert (await patched.describe())["blocked"] is None
+        await patched.signal("proceed")
+        assert await patched.result() == ["a:p", "c:p", "b:p"]
+        assert new.gate.blocked == 3 and new.gate.checks == 4
+
+        # an old worker comes back: the blocked runs stay with it
+        async with worker(storage, V1, "v1") as old:
+            await until(lambda: _owned_by(changed, old.worker_id), "v1 took the blocked runs")
+            await changed[0].signal("proceed")
+            assert await changed[0].result() == ["a:o0", "b:o0"]
+            info = await changed[1].describe()
+            assert info["blocked"]["build_id"] == "v2" and info["run"]["last_build"] == "v1"
+        # the old worker stopped: v2 still does not take (or fail) what it cannot replay
+        await new.runs.claim_now()
+        for handle in changed[1:]:
+            info = await handle.describe()
+            assert info["status"] == "running" and info["run"]["owner"] is None
+            assert info["blocked"]["build_id"] == "v2"
+        # a run started after the deploy is v2's own
+        fresh = await storage.start(OrderV2, "n", id="bd-new")
+        await until(lambda: waiting(fresh), "v2 ran the new run")
+        await fresh.signal("proceed")
+        assert await fresh.result() == ["b:n", "a:n"]
+    statuses = [(await h.describe())["status"] for h in [*changed, patched]]
+    assert statuses == ["completed", "running", "running", "completed"]  # none failed
+
+
+async def _last_build(handle: durable.WorkflowHandle[Any], build: str) -> bool:
+    return bool((await handle.describe())["run"]["last_build"] == build)
+
+
+async def _owned_by(handles: list[durable.WorkflowHandle[Any]], worker_id: str) -> bool:
+    owners = [(await h.describe())["run"]["owner"] for h in handles]
+    return owners == [worker_id] * len(handles)
