@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from ..errors import ConfigurationError, ScheduleAlreadyExists, ScheduleNotFound
@@ -25,7 +25,19 @@ from .errors import ControlPlaneError
 
 if TYPE_CHECKING:
     from ..schedules import ScheduleDefinition
-    from .remote import RemoteControl
+
+
+class RemoteControl(Protocol):
+    """What the planes here use of `durable.http.remote.RemoteControl` (named by
+    a protocol, so that this module and remote.py do not import each other)."""
+
+    namespace: str
+
+    async def _call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                    body: dict[str, Any] | None = None,
+                    read_timeout: float | None = None) -> tuple[int, Any]: ...
+
+    def for_namespace(self, namespace: str) -> RemoteControl: ...
 
 #: the keys of our spec (`ScheduleSpec.to_dict()`)
 SPEC_KEYS = ("cron", "every", "offset", "timezone", "start_at", "end_at")

@@ -27,6 +27,7 @@ from . import (
     interaction,
     retention,
     runs,
+    schedule_stats,
     schedules,
     workers,
 )
@@ -379,10 +380,11 @@ class Store:
         return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
 
     async def schedule_stats(self, after: float | None,
-                             limit: int) -> schedules.ScheduleStats:
+                             limit: int) -> schedule_stats.ScheduleStats:
         """Schedule counts, fires recorded after `after`, retention's deletions
         (what /metrics exports)."""
-        return await self.driver.run(lambda tx: schedules.stats(after, limit), write=False)
+        return await self.driver.run(lambda tx: schedule_stats.stats(after, limit),
+                                     write=False)
 
     async def create_schedule(self, namespace: str, schedule_id: str,
                               definition: ScheduleDefinition, now: float) -> None:
