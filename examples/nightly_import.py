@@ -117,6 +117,9 @@ async def nightly_import(night: str, source: str, pause: float) -> dict[str, Any
         async with workflow.phase("transform", limit=120):
             rows = await workflow.execute_activity(normalise, rows, options=quick)
         async with workflow.phase("load", limit=1800):
+            # a cancellation waits for the row in flight (the units' default,
+            # WAIT_CANCELLATION_COMPLETED): the cleanup below counts every row
+            # written, and a row that finished is recorded completed
             loaded = await workflow.units(
                 [{**row, "night": night, "pause": pause} for row in rows],
                 key=lambda row: row["id"], handler=load_row,

@@ -85,6 +85,19 @@ async def run_cli(*args: str, env: dict[str, str | None] | None = None) -> Resul
     return await anyio.to_thread.run_sync(go)
 
 
+def error_code(response: httpx.Response) -> str:
+    """The error's code in either body shape ({"error": {"code"}} or the
+    reference engine's flat {"reason"})."""
+    body = response.json()
+    inner = body.get("error", body)
+    return str(inner.get("code") or inner.get("reason"))
+
+
+def error_message(response: httpx.Response) -> str:
+    body = response.json()
+    return str(body.get("error", body)["message"])
+
+
 async def login(http: httpx.AsyncClient, token: str = OPERATOR) -> None:
     page = await http.get("/ui/login")
     csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
@@ -117,9 +130,8 @@ async def test_a_number_beyond_a_float_is_the_same_400_at_every_entry_point(
     answer = await http.post(path.format(run=handle.run_id), content=body % HUGE,
                              headers=AS_OPERATOR)
     assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == "payload_error"
-    assert "1e400" in error["message"] and "finite" in error["message"]
+    assert error_code(answer) == "payload_error"
+    assert "1e400" in error_message(answer) and "finite" in error_message(answer)
     # nothing was recorded: the run's history is what its start wrote
     types = [e.type for e in await handle.history()]
     assert "SignalReceived" not in types and "CancellationRequested" not in types
@@ -134,7 +146,7 @@ async def test_nan_and_infinity_literals_are_not_json(http: httpx.AsyncClient,
         answer = await http.post("/api/workflows/lit/signal",
                                  content='{"name":"s","args":[' + literal + ']}',
                                  headers=AS_OPERATOR)
-        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json"
+        assert answer.status_code == 400 and error_code(answer) == "invalid_json"
 
 
 async def test_the_embedded_api_refuses_infinity_in_a_requester_and_in_arguments(
@@ -291,3 +303,104 @@ async def test_a_malformed_ui_cookie_is_no_session_and_login_still_works(
         signed_in = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
         assert signed_in.status_code == 303, signed_in.text[:300]
         assert (await http.get("/ui/runs")).status_code == 200
+
+
+# ---------------------------------------------------------------- Host check (DNS rebinding)
+
+
+async def _asgi(app: Starlette) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8233")
+
+
+@HTTP_ONLY
+async def test_a_token_less_server_answers_only_requests_naming_a_loopback_host(
+        storage_client: durable.Client) -> None:
+    """DNS rebinding: a page at attacker.example whose name now resolves to
+    127.0.0.1 reaches the server, but its requests name attacker.example."""
+    app = create_app(storage_client, anonymous_role="operator", environ={}, ui_secret=SECRET)
+    start = {"workflow_type": "edge-sleeper", "workflow_id": "rebound", "input": [1],
+             "require_registered": False}
+    async with await _asgi(app) as http:
+        for host in ("attacker.example", "attacker.example:8233", "127.0.0.1.nip.io:8233",
+                     "localhost.attacker.example", ""):
+            headers = {**VERSION, "Host": host}
+            refused = [await http.get("/api/workflows", headers=headers),
+                       await http.post("/api/workflows", json=start, headers=headers),
+                       await http.post("/api/workflows/x/terminate", json={}, headers=headers),
+                       await http.get("/ui/runs", headers=headers),
+                       await http.get("/metrics", headers=headers)]
+            for answer in refused:
+                assert answer.status_code == 400, (host, answer.request.url, answer.text)
+                assert error_code(answer) == "host_not_allowed"
+                assert "--allowed-host" in error_message(answer)
+        assert await storage_client.list() == []
+        for host in ("127.0.0.1:8233", "localhost:8233", "LOCALHOST", "[::1]:8233",
+                     "127.0.0.2", "localhost."):
+            answer = await http.get("/api/workflows", headers={**VERSION, "Host": host})
+            assert answer.status_code == 200, (host, answer.text)
+        page = await http.get("/ui/runs")
+        assert page.status_code == 200
+        assert 'data-mode="no-token"' in page.text and "development mode" in page.text
+
+
+@HTTP_ONLY
+async def test_allowed_hosts_name_the_server_and_tokens_alone_allow_any_host(
+        storage_client: durable.Client) -> None:
+    auth = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
+    async with await _asgi(make_app(storage_client)) as http:  # tokens, no list: any host
+        answer = await http.get("/api/workflows", headers={**auth, "Host": "anything.example"})
+        assert answer.status_code == 200
+    app = make_app(storage_client, allowed_hosts=["durable.example.com", "*.corp.example"])
+    async with await _asgi(app) as http:
+        for host, status in (("durable.example.com", 200), ("DURABLE.example.com:443", 200),
+                             ("a.corp.example", 200), ("b.a.corp.example:80", 200),
+                             ("corp.example", 400), ("durable.example.com.evil", 400),
+                             ("127.0.0.1", 400)):
+            answer = await http.get("/api/workflows", headers={**auth, "Host": host})
+            assert answer.status_code == status, (host, answer.text)
+        page = await http.get("/ui/runs", headers={"Host": "a.corp.example"})
+        assert page.status_code == 303  # the login form: signed-in mode, no banner
+    with pytest.raises(durable.ConfigurationError, match="allowed_hosts"):
+        make_app(storage_client, allowed_hosts=[""])
+    async with await _asgi(make_app(storage_client, allowed_hosts=["*"])) as http:
+        answer = await http.get("/api/workflows", headers={**auth, "Host": "x.example"})
+        assert answer.status_code == 200
+
+
+async def test_serve_without_tokens_says_so_and_checks_the_host_on_a_real_server(
+        db_url: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from durable.http.serve import serve_async
+
+    monkeypatch.delenv("DURABLE_TOKENS", raising=False)
+    monkeypatch.delenv("DURABLE_TOKENS_FILE", raising=False)
+    caplog.set_level("WARNING", logger="durable.http")
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(
+            serve_async, db_url, "127.0.0.1", 0, allowed_hosts=["devbox.test"], ui=False))
+        assert "NO TOKENS" in caplog.text and "OPERATOR" in caplog.text
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            for host, status in (("attacker.example", 400), (f"devbox.test:{port}", 200),
+                                 (f"127.0.0.1:{port}", 200), (f"localhost:{port}", 200)):
+                answer = await http.get("/api/workflows", headers={**VERSION, "Host": host})
+                assert answer.status_code == status, (host, answer.text)
+        async with durable.connect(f"http://127.0.0.1:{port}") as remote:
+            assert await remote.list() == []
+        tg.cancel_scope.cancel()
+
+
+@HTTP_ONLY
+async def test_durable_serve_takes_allowed_host_options(monkeypatch: pytest.MonkeyPatch,
+                                                        db_url: str) -> None:
+    import durable.http.serve
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(durable.http.serve, "serve",
+                        lambda *args, **kwargs: seen.update(kwargs))
+    result = await run_cli("--db", db_url, "serve", "--allowed-host", "a.test",
+                           "--allowed-host", "*.b.test")
+    assert result.exit_code == 0, result.output
+    assert seen["allowed_hosts"] == ["a.test", "*.b.test"]
+    await run_cli("--db", db_url, "serve")
+    assert seen["allowed_hosts"] is None

@@ -743,7 +743,7 @@ async def test_anonymous_role_applies_to_requests_without_a_token(
 ) -> None:
     app = create_app(storage_client, environ={}, anonymous_role="viewer")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://plane") as http:
+                                 base_url="http://127.0.0.1") as http:
         assert (await http.get("/api/workflows", headers=VERSION)).status_code == 200
         write = await http.post("/api/repair-pass", headers=VERSION)
         assert write.status_code == 403

@@ -190,7 +190,7 @@ async def test_logout_ends_the_session(ui: Browserless) -> None:
 async def test_anonymous_role_reads_without_signing_in(storage_client: durable.Client) -> None:
     app = create_app(storage_client, anonymous_role="viewer", environ={}, ui_secret=SECRET)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         page = await http.get("/ui/runs")
         assert page.status_code == 200
         assert "Not signed in: acting as" in page.text

@@ -632,11 +632,16 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 @click.option("--max-wait", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
               help="The longest long poll a request may ask for, in seconds.")
 @click.option("--public-metrics", is_flag=True, help="Serve /metrics without a token.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A name clients reach the server by (the Host header; *.example.com for "
+                   "subdomains, * for any); repeat for several. Others are refused (DNS "
+                   "rebinding). Default: loopback names without tokens, any host with them.")
 @click.option("--ui/--no-ui", default=True, show_default=True,
               help="Serve the web UI at /ui (the API is the same either way).")
 @pass_session
 def serve(session: Session, host: str, port: int, worker_target: str | None, loop: str,
-          tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool) -> None:
+          tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool,
+          allowed_hosts: tuple[str, ...]) -> None:
     """Serve the control plane for the database of --db (DURABLE_DB_URL).
 
     Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
@@ -663,6 +668,7 @@ def serve(session: Session, host: str, port: int, worker_target: str | None, loo
     _worker.configure_logging("INFO")
     try:
         serve_http(session.db, host, port, tokens_file=tokens_file, worker=spec,
-                   loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui)
+                   loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
+                   allowed_hosts=list(allowed_hosts) or None)
     except KeyboardInterrupt:
         session.out.note("durable serve stopped")

@@ -650,7 +650,10 @@ def _stop_text(out: Output, stop: Mapping[str, Any], now: datetime) -> Text:
         "activity ", (str(stop.get("activity_type")), "bold"),
         f" op {stop.get('op_id')} attempt {fence.get('attempt', '-')}"
         f"  policy {stop.get('policy') or '-'}  ")
-    if state == "stopped":
+    if state == "completed":
+        text.append(f"{out.glyph('✓', 'OK')} completed before the stop landed "
+                    "(its effect happened)", style="bold green")
+    elif state == "stopped":
         text.append(f"{out.glyph('✓', 'OK')} stopped", style="bold green")
     elif state == "signalled":
         text.append(f"{out.glyph('⚠', '!')} SIGNALLED, NOT CONFIRMED", style="bold yellow")

@@ -21,7 +21,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,6 +38,7 @@ from .._log import get_logger
 from ..client import Client
 from ..errors import ConfigurationError
 from ..wakes import Wake
+from . import hosts
 from .auth import ROLES, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
@@ -499,6 +500,7 @@ def create_app(
     environ: Mapping[str, str] | None = None,
     ui: bool = True,
     ui_secret: str | bytes | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The control plane for the storage `client` opened, as an ASGI app.
 
@@ -515,6 +517,12 @@ def create_app(
     Jinja2, the ``ui`` extra): a browser signs in with the same tokens and
     gets a session cookie signed with `ui_secret` (else ``DURABLE_UI_SECRET``,
     else a random key per process, so sessions end when it restarts).
+
+    `allowed_hosts` are the names the server is reached by (``"*.example.com"``
+    for subdomains, ``"*"`` for any): a request naming another ``Host`` is
+    refused (400 host_not_allowed), which stops DNS rebinding. Default: the
+    loopback names when `anonymous_role` is set, any host otherwise
+    (`durable.http.hosts`).
 
     The client's namespace does not matter: each request acts in the
     namespace of its ``X-Namespace`` header through `Client.with_namespace`.
@@ -596,5 +604,12 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.durable = plane
+    try:
+        host_check = hosts.plan(allowed_hosts, anonymous=anonymous_role is not None)
+    except ValueError as exc:
+        raise ConfigurationError(f"allowed_hosts: {exc}") from None
+    if host_check is not None:  # inside the access log, so refusals are logged
+        app.add_middleware(hosts.HostCheck, patterns=host_check[0], loopback=host_check[1],
+                           error=error_response)
     app.add_middleware(AccessLog, plane=plane)
     return app

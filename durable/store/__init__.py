@@ -118,6 +118,12 @@ class Store:
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
 
+    async def open_runs(self, namespace: str, task_queue: str, after_run_id: str = "",
+                        limit: int = 500) -> list[dict[str, Any]]:
+        """A page of a task queue's open runs by run id (id, type, builds)."""
+        return await self.driver.run(
+            lambda tx: runs.open_runs(namespace, task_queue, after_run_id, limit), write=False)
+
     async def take_for_build(self, run_id: str, epoch: int, build_id: str) -> bool:
         """Record that `build_id` replayed the claimed run and now advances it."""
         return await self.driver.run(

@@ -330,8 +330,9 @@ def _record_stop(tx: Tx, task: Row, task_id: str, attempt: int, worker_id: str,
     if failure is None:
         late.append(("ActivityResultRefused", {
             "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
-            "worker_id": worker_id,
-            "reason": "the attempt was fenced before its result arrived",
+            "worker_id": worker_id, "completed_after_stop": True,
+            "reason": "the attempt completed its work (its effect happened) after the "
+                      "workflow had stopped waiting for it; its result is not delivered",
         }))
     yield from append_events(tx, task["run_id"], late, now)
     return ActivityOutcome("refused", "stop receipt recorded")

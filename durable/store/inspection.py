@@ -296,7 +296,11 @@ def _cascade_run(
     for t in tasks:
         receipt = loads(t["stop_receipt"])
         policy = (loads(t["options"]) or {}).get("cancellation")
-        if receipt is not None:
+        if receipt is not None and receipt.get("kind") == "completed":
+            # it finished its work before the stop landed: its effect happened,
+            # and calling it stopped would tell the cleanup a lie (issue 21)
+            state = "completed"
+        elif receipt is not None:
             state = "stopped" if receipt.get("confirmed", True) else "signalled"
         elif t["status"] == "running" and t["owner"] in alive:
             state = "stopping"

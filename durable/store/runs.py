@@ -215,3 +215,15 @@ def _decide_units(tx: Tx, run_id: str, rerun: bool, now: float) -> Program[None]
     yield from append_events(tx, run_id, events, now)
     return None
 
+
+
+def open_runs(namespace: str, task_queue: str, after_run_id: str,
+              limit: int) -> Program[list[dict[str, Any]]]:
+    """Open runs of a task queue, by run id after `after_run_id` (a page): what
+    `durable check-upgrade` replays."""
+    rows = yield q(
+        "SELECT run_id, workflow_id, workflow_type, last_build, blocked_build FROM runs "
+        "WHERE namespace = ? AND task_queue = ? AND status IN ('pending', 'running') "
+        "AND run_id > ? ORDER BY run_id LIMIT ?",
+        namespace, task_queue, after_run_id, limit)
+    return [dict(r) for r in rows]

@@ -487,6 +487,8 @@ def timeline(events: Sequence[Mapping[str, Any]], started: Any) -> list[dict[str
 # ---------------------------------------------------------------- cascade
 
 STOP_STATES = {
+    "completed": ("✓", "completed before the stop landed",
+                  "the attempt finished its work: its effect happened"),
     "stopped": ("✓", "stopped", "confirmed by a stop receipt"),
     "signalled": ("⚠", "SIGNALLED, NOT CONFIRMED", "a receipt exists but does not confirm "
                                                    "the stop"),

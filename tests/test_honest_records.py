@@ -1,0 +1,131 @@
+"""Honest records (issue 21): what the history and the views say about a
+stop is what happened. The nightly import cancelled mid-batch: the cleanup's
+count, the history, the cascade and the rows written agree."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import durable
+from durable import activity, workflow
+
+pytestmark = pytest.mark.anyio
+
+#: per test: the warehouse file, and the gate the in-flight row waits at
+WAREHOUSES: dict[str, Path] = {}
+IN_FLIGHT: dict[str, threading.Event] = {}
+RELEASE: dict[str, threading.Event] = {}
+
+
+@activity.defn(name="hr-load-row")
+def load_row(row: dict[str, Any]) -> str:
+    """Write one row; the gated row waits until the test has cancelled the run."""
+    night = row["night"]
+    if row["id"] == row["gate"]:
+        IN_FLIGHT[night].set()
+        if not RELEASE[night].wait(30):
+            raise RuntimeError("the test never released the gated row")
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        db.execute("INSERT INTO sales (night, id) VALUES (?, ?)", (night, row["id"]))
+    return row["id"]
+
+
+@activity.defn(name="hr-count-rows")
+def count_rows(night: str) -> int:
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        (n,) = db.execute("SELECT COUNT(*) FROM sales WHERE night = ?", (night,)).fetchone()
+    return int(n)
+
+
+@workflow.defn(name="hr-import")
+async def nightly(night: str, rows: int, gate: str, policy: str | None = None) -> dict[str, Any]:
+    try:
+        loaded = await workflow.units(
+            [{"id": f"r{n}", "night": night, "gate": gate} for n in range(rows)],
+            key=lambda row: row["id"], handler=load_row,
+            options=durable.ActivityOptions(start_to_close_timeout=60, max_attempts=1),
+            cancellation=None if policy is None else durable.CancellationPolicy(policy))
+        return {"loaded": len(loaded.done)}
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                counted = await workflow.execute_activity(
+                    count_rows, night,
+                    options=durable.ActivityOptions(start_to_close_timeout=30))
+                COUNTED[night] = counted
+
+
+COUNTED: dict[str, int] = {}
+
+
+async def test_the_nightly_import_cancelled_mid_batch_agrees_everywhere(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """Row r3 is being written when the operator cancels: with the units'
+    default policy (WAIT_CANCELLATION_COMPLETED) the batch waits for it, the
+    cleanup counts 4 rows, the warehouse holds 4, the history says r3
+    completed (never cancelled) and the cascade says so too."""
+    night = f"n-{tmp_path.name}"
+    WAREHOUSES[night] = tmp_path / "warehouse.db"
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        db.execute("CREATE TABLE sales (night TEXT, id TEXT PRIMARY KEY)")
+    IN_FLIGHT[night], RELEASE[night] = threading.Event(), threading.Event()
+    async with make_worker(workflows=[nightly], activities=[load_row, count_rows]):
+        handle = await client.start(nightly, night, 8, "r3", id=f"import-{night}")
+        assert await anyio.to_thread.run_sync(IN_FLIGHT[night].wait, 30)
+        await handle.request_cancellation("operator: wrong file", cleanup_timeout=30)
+        with anyio.fail_after(30):  # the stop is recorded before the row finishes
+            while "ActivityCancelRequested" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
+        RELEASE[night].set()
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        (written,) = db.execute("SELECT COUNT(*) FROM sales").fetchone()
+    assert written == 4
+    assert COUNTED[night] == 4
+    events = await handle.history()
+    r3 = [e for e in events if str(e.data.get("op_id", "")).endswith("/r3")]
+    kinds = [e.type for e in r3]
+    assert "ActivityCompleted" in kinds and "ActivityCancelled" not in kinds, kinds
+    cascade = await handle.cancellation_cascade()
+    stops = cascade["runs"][0]["activity_stops"]
+    assert [(s["op_id"].rsplit("/", 1)[1], s["state"]) for s in stops] == [("r3", "completed")]
+    assert cascade["inspection_complete"]
+    info = await handle.describe()
+    assert info["progress"] is None or info["progress"]["done"] == 4
+
+
+async def test_try_cancel_on_units_records_a_late_completion_as_completed(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """TRY_CANCEL chosen explicitly: the workflow stops waiting at once, so the
+    row in flight finishes after the run closed. Its receipt, the history
+    and the cascade say it completed (its effect happened), not stopped."""
+    night = f"t-{tmp_path.name}"
+    WAREHOUSES[night] = tmp_path / "warehouse.db"
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        db.execute("CREATE TABLE sales (night TEXT, id TEXT PRIMARY KEY)")
+    IN_FLIGHT[night], RELEASE[night] = threading.Event(), threading.Event()
+    async with make_worker(workflows=[nightly], activities=[load_row, count_rows]):
+        handle = await client.start(nightly, night, 8, "r3", "try_cancel", id=f"import-{night}")
+        assert await anyio.to_thread.run_sync(IN_FLIGHT[night].wait, 30)
+        await handle.request_cancellation("operator: wrong file", cleanup_timeout=30)
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+        RELEASE[night].set()
+        with anyio.fail_after(30):
+            while "ActivityStopReceipt" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
+    refused = [e for e in await handle.history() if e.type == "ActivityResultRefused"]
+    assert len(refused) == 1 and refused[0].data["completed_after_stop"] is True
+    assert "its effect happened" in refused[0].data["reason"]
+    cascade = await handle.cancellation_cascade()
+    assert [s["state"] for s in cascade["runs"][0]["activity_stops"]] == ["completed"]
