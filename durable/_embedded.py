@@ -128,7 +128,8 @@ class EmbeddedControl:
         return _state(run)
 
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
-        return await self.store.describe(self.namespace, workflow_id, run_id)
+        return await self.store.describe(self.namespace, workflow_id, run_id,
+                                         self.clock.now())
 
     async def history(
         self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,

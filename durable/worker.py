@@ -204,7 +204,7 @@ class Worker:
                 self.namespace, self.task_queue, self.worker_id, types, n, self.lease_seconds,
                 self.clock.now(), self.capabilities, self.build_id),
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
-            poll_interval=self.poll_interval)
+            poll_interval=self.poll_interval, now=self.clock.now)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)

@@ -38,7 +38,7 @@ from .._log import get_logger
 from ..client import Client
 from ..errors import ConfigurationError
 from ..wakes import Wake
-from . import hosts
+from . import hosts, paths
 from .auth import ROLES, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
@@ -199,6 +199,8 @@ class ControlPlaneServer:
         def lookup(param: Param) -> str | None:
             if param.location == "path":
                 value: str | None = request.path_params.get(param.name)
+                if value is not None:  # the id as the client encoded it (paths.py)
+                    value = paths.segment_value(request.scope, value)
             elif param.location == "query":
                 value = request.query_params.get(param.name)
             else:
@@ -604,6 +606,7 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.durable = plane
+    app.add_middleware(paths.SegmentPaths)  # an id's "/" never splits it (paths.py)
     try:
         host_check = hosts.plan(allowed_hosts, anonymous=anonymous_role is not None)
     except ValueError as exc:

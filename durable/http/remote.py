@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 import httpx
@@ -23,6 +22,7 @@ from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
+from .paths import quote_segment
 from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import (
     encode_payload,
@@ -39,7 +39,7 @@ _HISTORY_PAGE = 1000
 
 
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    return quote_segment(value)
 
 
 class RemoteControl:

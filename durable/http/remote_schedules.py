@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import re
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote
 
 from ..errors import ConfigurationError, ScheduleAlreadyExists, ScheduleNotFound
 from .errors import ControlPlaneError
+from .paths import quote_segment
 
 if TYPE_CHECKING:
     from ..schedules import ScheduleDefinition
@@ -140,7 +140,7 @@ def schedule_from_wire(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    return quote_segment(value)
 
 
 def _translate(exc: ControlPlaneError, schedule_id: str, namespace: str) -> Exception:

@@ -8,6 +8,7 @@ from typing import Any
 from ..clock import to_datetime, to_iso
 from ..driver import Program, placeholders, q, q1
 from ..errors import WorkflowNotFound
+from . import queues
 from .cancellation import describe_cancellation, public_context
 from .records import (
     RUN_COLUMNS,
@@ -22,9 +23,13 @@ from .runs import get_run
 
 
 def describe(
-    namespace: str, workflow_id: str, run_id: str | None
+    namespace: str, workflow_id: str, run_id: str | None, now: float | None = None
 ) -> Program[dict[str, Any] | None]:
-    """The instance and one run (the current one by default), as describe() shows them."""
+    """The instance and one run (the current one by default), as describe() shows them.
+
+    With `now`, an open run no worker holds says what it waits for
+    (``waiting_for``): a queue slot, a key slot or the rate (`queues.waiting_for`),
+    or a worker, when no live worker of its queue registers its type."""
     wf = yield q1(
         "SELECT workflow_id, workflow_type, namespace, current_run_id, status, closed_reason, "
         "execution_timeout, execution_deadline_at, run_count, memo, created_at, closed_at "
@@ -65,9 +70,13 @@ def describe(
         # or the code does not replay its history: either way a person decides
         unknown = run.failure is not None and run.failure.category == "unknown"
         status = "unknown" if unknown else "needs_review"
+    waiting = None
+    if now is not None and run.is_open and not run.needs_review:
+        waiting = yield from _waiting_for(run, now)
     return {
         "workflow_id": wf["workflow_id"],
         "workflow_type": wf["workflow_type"],
+        "waiting_for": waiting,
         "namespace": wf["namespace"],
         "status": status,
         "reason": _reason(run, status),
@@ -92,6 +101,8 @@ def describe(
             "started_at": to_iso(run.started_at),
             "closed_at": to_iso(run.closed_at),
             "task_queue": run.task_queue,
+            "priority": run.priority,
+            "concurrency_key": run.concurrency_key,
             "owner": run.owner,
             "epoch": run.epoch,
             "needs_review": run.needs_review,
@@ -115,6 +126,24 @@ def describe(
         "failures": [json.loads(r["data"]) for r in failure_rows],
         "cancellation": describe_cancellation(run.cancellation),
     }
+
+
+def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
+    """Why an open run is not held by a worker, when none holds it."""
+    held = yield q1("SELECT 1 AS held FROM runs WHERE run_id = ? AND owner IS NOT NULL "
+                    "AND lease_expires_at > ?", run.run_id, now)
+    if held is not None:
+        return None
+    waiting = yield from queues.waiting_for(run.namespace, run.task_queue, run.concurrency_key,
+                                            now)
+    if waiting is not None:
+        return waiting
+    serving = yield q("SELECT workflow_types FROM workers WHERE namespace = ? AND task_queue = ? "
+                      "AND expires_at >= ?", run.namespace, run.task_queue, now)
+    if not any(run.workflow_type in json.loads(w["workflow_types"]) for w in serving):
+        return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
+                "live_workers": len(serving)}
+    return None
 
 
 def blocked(run: RunRecord) -> dict[str, str] | None:
