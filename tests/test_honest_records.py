@@ -4,6 +4,7 @@ count, the history, the cascade and the rows written agree."""
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -12,9 +13,11 @@ from typing import Any
 
 import anyio
 import pytest
+from rich.console import Console
 
 import durable
 from durable import activity, workflow
+from durable.cli import _fmt, _views
 
 pytestmark = pytest.mark.anyio
 
@@ -101,6 +104,17 @@ async def test_the_nightly_import_cancelled_mid_batch_agrees_everywhere(
     assert cascade["inspection_complete"]
     info = await handle.describe()
     assert info["progress"] is None or info["progress"]["done"] == 4
+    # the closed run's cleanup deadline was met; the view says so, and when
+    # the cleanup finished (not "passed N ago", which reads as an overrun)
+    shown = rendered(_views.cancellation_grid(info["cancellation"], _fmt.utcnow(), False))
+    assert "met, " in shown and "to spare" in shown and "cleanup finished" in shown, shown
+    assert "passed" not in shown
+
+
+def rendered(renderable: Any) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
 
 
 async def test_try_cancel_on_units_records_a_late_completion_as_completed(

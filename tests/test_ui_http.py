@@ -520,6 +520,11 @@ def test_a_deadline_says_late_in_words_not_only_colour() -> None:
     assert "in 4m 12s" in ahead
     closed = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False))
     assert "passed 2m ago" in closed and "late" not in closed
+    met = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False,
+                             "2026-04-12T11:57:59.9+00:00"))
+    assert "met, 100ms to spare" in met and "data-deadline" not in met  # the script leaves it
+    missed = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False, NOW))
+    assert "missed by 2m" in missed and "⚠" in missed
 
 
 def _event(sequence: int, kind: str, **data: Any) -> dict[str, Any]:

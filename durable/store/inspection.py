@@ -396,6 +396,7 @@ def _cascade_run(
                      "boundary": ctx.get("boundary")} if ctx.get("delivered_at") else delivery,
         "cleanup_outcome": ctx.get("cleanup_outcome"),
         "deadline_at": to_iso(ctx.get("deadline_at")) if ctx else None,
+        "cleanup_closed_at": to_iso(ctx.get("closed_at")) if ctx else None,
         "activity_stops": stops,
         "child_propagation": propagation,
     }
