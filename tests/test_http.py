@@ -768,6 +768,7 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
                                            "cause_type": "ValueError", "message": "v"}),
         durable.UpdateFailed("it broke", {"failure_category": "application",
                                           "cause_type": "RuntimeError", "message": "r"}),
+        durable.ScheduleNotFound("no s"), durable.ScheduleAlreadyExists("s", "default"),
     ]
     assert {type(e) for e in samples} == {cls for cls, _, _ in ERROR_TABLE}
     for exc in samples:

@@ -28,6 +28,8 @@ from ..errors import (
     QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     StorageUnavailable,
     StructuralLimitExceeded,
     UpdateFailed,
@@ -70,8 +72,15 @@ class PermissionDenied(ControlPlaneError):
 
 # Most specific first: the first class an exception is an instance of decides.
 ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
+<<<<<<< HEAD
     (WorkflowAlreadyStarted, 409, "instance_already_started"),
     (WorkflowNotFound, 404, "instance_not_found"),
+=======
+    (WorkflowAlreadyStarted, 409, "already_started"),
+    (WorkflowNotFound, 404, "not_found"),
+    (ScheduleNotFound, 404, "schedule_not_found"),
+    (ScheduleAlreadyExists, 409, "schedule_already_exists"),
+>>>>>>> main
     (RunNotCurrent, 409, "run_not_current"),
     (RunAlreadyClosed, 409, "run_not_active"),
     (CapabilityUnsupported, 409, "capability_unsupported"),
@@ -121,6 +130,8 @@ def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
 def _details(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, WorkflowAlreadyStarted):
         return {"workflow_id": exc.workflow_id, "run_id": exc.run_id}
+    if isinstance(exc, ScheduleAlreadyExists):
+        return {"schedule_id": exc.schedule_id}
     if isinstance(exc, StructuralLimitExceeded):
         return {"kind": exc.kind, "value": exc.value, "limit": exc.limit}
     if isinstance(exc, StorageUnavailable):
@@ -145,8 +156,15 @@ def error_from_wire(status: int, body: Any) -> DurableError:
         exc = StructuralLimitExceeded(str(body.get("kind")), int(body.get("value") or 0),
                                       int(body.get("limit") or 0))
     elif code == "payload_too_large":
+<<<<<<< HEAD
         exc = StructuralLimitExceeded("request_body_bytes", int(body.get("value") or 0),
                                       int(body.get("limit") or 0))
+=======
+        exc = StructuralLimitExceeded("request_body_bytes", int(error.get("value") or 0),
+                                      int(error.get("limit") or 0))
+    elif code == "schedule_already_exists":
+        exc = ScheduleAlreadyExists(str(error.get("schedule_id")), str(error.get("namespace")))
+>>>>>>> main
     elif code == "storage_unavailable":
         exc = StorageUnavailable(message, outcome_unknown=bool(body.get("outcome_unknown")))
     elif code in _CARRYING:
@@ -159,7 +177,20 @@ def error_from_wire(status: int, body: Any) -> DurableError:
     elif status == 403:
         exc = PermissionDenied(message, status=status, code=code, details=details)
     else:
+<<<<<<< HEAD
         cls = _SIMPLE.get(code)
+=======
+        simple: dict[str, type[DurableError]] = {
+            "not_found": WorkflowNotFound, "run_not_current": RunNotCurrent,
+            "run_already_closed": RunAlreadyClosed,
+            "capability_unsupported": CapabilityUnsupported, "not_registered": NameNotRegistered,
+            "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,
+            "invalid_argument": ConfigurationError, "invalid_body": ConfigurationError,
+            "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
+            "schedule_not_found": ScheduleNotFound,
+        }
+        cls = simple.get(code)
+>>>>>>> main
         if cls is None:
             return ControlPlaneError(message, status=status, code=code, details=details)
         exc = cls(message)
