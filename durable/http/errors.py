@@ -72,15 +72,10 @@ class PermissionDenied(ControlPlaneError):
 
 # Most specific first: the first class an exception is an instance of decides.
 ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
-<<<<<<< HEAD
     (WorkflowAlreadyStarted, 409, "instance_already_started"),
     (WorkflowNotFound, 404, "instance_not_found"),
-=======
-    (WorkflowAlreadyStarted, 409, "already_started"),
-    (WorkflowNotFound, 404, "not_found"),
     (ScheduleNotFound, 404, "schedule_not_found"),
     (ScheduleAlreadyExists, 409, "schedule_already_exists"),
->>>>>>> main
     (RunNotCurrent, 409, "run_not_current"),
     (RunAlreadyClosed, 409, "run_not_active"),
     (CapabilityUnsupported, 409, "capability_unsupported"),
@@ -110,7 +105,7 @@ _SIMPLE: dict[str, type[DurableError]] = {
     "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,
     "invalid_argument": ConfigurationError, "validation_failed": ConfigurationError,
     "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
-    "invalid_payload_framing": ConfigurationError,
+    "invalid_payload_framing": ConfigurationError, "schedule_not_found": ScheduleNotFound,
 }
 
 
@@ -156,15 +151,10 @@ def error_from_wire(status: int, body: Any) -> DurableError:
         exc = StructuralLimitExceeded(str(body.get("kind")), int(body.get("value") or 0),
                                       int(body.get("limit") or 0))
     elif code == "payload_too_large":
-<<<<<<< HEAD
         exc = StructuralLimitExceeded("request_body_bytes", int(body.get("value") or 0),
                                       int(body.get("limit") or 0))
-=======
-        exc = StructuralLimitExceeded("request_body_bytes", int(error.get("value") or 0),
-                                      int(error.get("limit") or 0))
     elif code == "schedule_already_exists":
-        exc = ScheduleAlreadyExists(str(error.get("schedule_id")), str(error.get("namespace")))
->>>>>>> main
+        exc = ScheduleAlreadyExists(str(body.get("schedule_id")), str(body.get("namespace")))
     elif code == "storage_unavailable":
         exc = StorageUnavailable(message, outcome_unknown=bool(body.get("outcome_unknown")))
     elif code in _CARRYING:
@@ -177,20 +167,7 @@ def error_from_wire(status: int, body: Any) -> DurableError:
     elif status == 403:
         exc = PermissionDenied(message, status=status, code=code, details=details)
     else:
-<<<<<<< HEAD
         cls = _SIMPLE.get(code)
-=======
-        simple: dict[str, type[DurableError]] = {
-            "not_found": WorkflowNotFound, "run_not_current": RunNotCurrent,
-            "run_already_closed": RunAlreadyClosed,
-            "capability_unsupported": CapabilityUnsupported, "not_registered": NameNotRegistered,
-            "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,
-            "invalid_argument": ConfigurationError, "invalid_body": ConfigurationError,
-            "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
-            "schedule_not_found": ScheduleNotFound,
-        }
-        cls = simple.get(code)
->>>>>>> main
         if cls is None:
             return ControlPlaneError(message, status=status, code=code, details=details)
         exc = cls(message)
