@@ -57,6 +57,17 @@ its optional ``gauges()`` (name -> (help, value)); SQLite:
 ``durable_sqlite_last_checkpoint_timestamp_seconds`` and
 ``durable_sqlite_last_wal_reset_timestamp_seconds`` (each once it happened).
 
+Schedules and retention, read at each scrape (`Store.schedule_stats`):
+``durable_schedules{namespace,state}`` (active, paused),
+``durable_schedule_fires{namespace,kind}`` (kind fired / skipped: the sums of
+the schedules' counters, which lose a deleted schedule's share),
+``durable_schedule_fires_recorded_total{namespace,origin,outcome}`` and the
+histogram ``durable_schedule_fire_lateness_seconds{namespace}`` (fired_at -
+due_at of scheduled fires, jitter excluded: due_at includes it), both from
+the fires recorded since this process first served /metrics, and
+``durable_retention_deleted_rows{namespace,table}``: rows retention deleted
+(stored per namespace, so it survives restarts).
+
 And the control plane's own traffic: ``durable_http_requests_total{method,
 route,status}`` and ``durable_http_request_duration_seconds{method,route}``
 (route is the template, e.g. ``/api/workflows/{workflowId}``).
@@ -153,6 +164,24 @@ class Metrics:
             "durable_deadline_lateness_seconds",
             "Seconds between a deadline (or a timer's fire time) and when it was recorded.",
             ["scope"], buckets=_LATENESS_BUCKETS, registry=r)
+        self.schedules = Gauge("durable_schedules", "Schedules by state.",
+                               ["namespace", "state"], registry=r)
+        self.schedule_fires = Gauge(
+            "durable_schedule_fires",
+            "Fires of the existing schedules: fired (a run started or buffered) or skipped.",
+            ["namespace", "kind"], registry=r)
+        self.fires_recorded = Counter(
+            "durable_schedule_fires_recorded", "Schedule fires recorded, by origin and outcome.",
+            ["namespace", "origin", "outcome"], registry=r)
+        self.fire_lateness = Histogram(
+            "durable_schedule_fire_lateness_seconds",
+            "Seconds between a scheduled fire's due time (jitter included) and its firing.",
+            ["namespace"], buckets=_LATENESS_BUCKETS, registry=r)
+        self.retention_deleted = Gauge(
+            "durable_retention_deleted_rows", "Rows retention deleted, by table.",
+            ["namespace", "table"], registry=r)
+        # fired_at of the newest fire counted (None: the first scrape starts the tail)
+        self._fire_mark: float | None = None
         self.http_requests = Counter("durable_http_requests", "Control-plane HTTP requests.",
                                      ["method", "route", "status"], registry=r)
         self.http_duration = Histogram("durable_http_request_duration_seconds",
@@ -173,6 +202,7 @@ class Metrics:
         async with self._lock:
             self._set_driver_gauges()
             self._set_queue_gauges(await self.store.queue_gauges(time.time()))
+            await self._refresh_schedules()
             for _ in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
                 for event_id, since in list(self._gaps.items()):
@@ -201,6 +231,29 @@ class Metrics:
                 self._last_event = snapshot.last_event_id
                 if len(snapshot.events) < _BATCH:
                     return
+
+    async def _refresh_schedules(self) -> None:
+        stats = await self.store.schedule_stats(self._fire_mark, _BATCH)
+        self.schedules.clear()
+        self.schedule_fires.clear()
+        fired: dict[str, list[int]] = {}
+        for (namespace, state), (count, fires, skipped) in stats.schedules.items():
+            self.schedules.labels(namespace, state).set(count)
+            totals = fired.setdefault(namespace, [0, 0])
+            totals[0] += fires
+            totals[1] += skipped
+        for namespace, (fires, skipped) in fired.items():
+            self.schedule_fires.labels(namespace, "fired").set(fires)
+            self.schedule_fires.labels(namespace, "skipped").set(skipped)
+        for namespace, origin, outcome, due_at, fired_at in stats.fires:
+            self.fires_recorded.labels(namespace, origin, outcome).inc()
+            if origin == "schedule":
+                self.fire_lateness.labels(namespace).observe(max(fired_at - due_at, 0.0))
+        self._fire_mark = stats.mark
+        self.retention_deleted.clear()
+        for namespace, tables in stats.pruned.items():
+            for table, rows in tables.items():
+                self.retention_deleted.labels(namespace, table).set(rows)
 
     def _set_gauges(self, runs: dict[tuple[str, str], int],
                     open_cancellations: dict[tuple[str, str], int]) -> None:

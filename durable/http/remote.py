@@ -23,6 +23,7 @@ from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, Workf
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
 from .paths import quote_segment
+from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import (
     encode_payload,
     event_from_wire,
@@ -74,6 +75,16 @@ class RemoteControl:
 
     def __repr__(self) -> str:  # never shows the token
         return f"RemoteControl({self.shown_url!r}, namespace={self.namespace!r})"
+
+    @property
+    def schedules(self) -> RemoteSchedules:
+        """This namespace's schedules (`durable.schedules.ScheduleControl`)."""
+        return RemoteSchedules(self)
+
+    @property
+    def retention(self) -> RemoteRetention:
+        """Retention settings and pruning (`durable._retention.RetentionControl`)."""
+        return RemoteRetention(self)
 
     def for_namespace(self, namespace: str) -> RemoteControl:
         return RemoteControl(self.base_url, namespace=namespace, timeout=self.timeout,

@@ -28,6 +28,7 @@ from . import (
     queues,
     retention,
     runs,
+    schedule_stats,
     schedules,
     workers,
 )
@@ -426,6 +427,13 @@ class Store:
         """When the namespace's next fire is due (None: none will), and whether
         fires wait for runs to close."""
         return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+
+    async def schedule_stats(self, after: float | None,
+                             limit: int) -> schedule_stats.ScheduleStats:
+        """Schedule counts, fires recorded after `after`, retention's deletions
+        (what /metrics exports)."""
+        return await self.driver.run(lambda tx: schedule_stats.stats(after, limit),
+                                     write=False)
 
     async def create_schedule(self, namespace: str, schedule_id: str,
                               definition: ScheduleDefinition, now: float) -> None:
