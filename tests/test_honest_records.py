@@ -240,7 +240,7 @@ async def test_a_signal_without_a_requester_says_the_client_sent_it(
         client: durable.Client, tmp_path: Path) -> None:
     handle = await client.start(Approval, id=f"approval-anon-{tmp_path.name}")
     await handle.signal("approve", "bo")
-    data = [e.data for e in await handle.history() if e.type == "SignalReceived"][0]
+    data = next(e.data for e in await handle.history() if e.type == "SignalReceived")
     assert data["sender"] == {"requester": {"type": "client", "id": None, "label": None},
                               "source": "client"}
     with pytest.raises(durable.ConfigurationError, match="source"):
