@@ -209,7 +209,8 @@ class EmbeddedControl:
                     f"no worker answered query {name!r} of workflow {workflow_id!r} "
                     f"within {wait:g} s; is a worker for workflow type "
                     f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                    "running? (nothing was recorded)"
+                    "running? (nothing was recorded)",
+                    {"failure_category": "timeout", "timeout_kind": "query_wait"},
                 )
         if "error" in answer:
             raise _error(QueryFailed, answer["error"])

@@ -252,8 +252,8 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     parts: list[RenderableType] = [title, grid]
     pending = info.get("pending_operations") or []
     if pending:
-        parts += [Text(""), Text("Pending operations", style="bold"),
-                  pending_table(out, pending, now)]
+        heading = "Pending operations" if open_ else "Operations open when the run closed"
+        parts += [Text(""), Text(heading, style="bold"), pending_table(out, pending, now)]
     failures = info.get("failures") or []
     if failures:
         parts += [Text(""), Text("Failures", style="bold")]
@@ -290,6 +290,11 @@ def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: dateti
             details = Text.assemble("fires ", when(op.get("fire_at"), now))
         elif op.get("child_workflow_id"):
             details = Text(f"child {op.get('child_workflow_id')}")
+            if op.get("child_closed_at"):
+                details.append(f"  ended {op.get('child_status')} ")
+                details.append_text(when(op.get("child_closed_at"), now))
+            elif op.get("child_status"):
+                details.append(f"  {op.get('child_status')}")
         else:
             details = Text("")
         if op.get("last_failure"):

@@ -400,6 +400,10 @@ class Store:
         return await self.driver.run(lambda tx: queues.describe_queue(namespace, name, now),
                                      write=False)
 
+    async def queue_gauges(self, now: float) -> list[dict[str, Any]]:
+        """Every queue's running, waiting, limits and rate left (for /metrics)."""
+        return await self.driver.run(lambda tx: queues.gauges(now), write=False)
+
     async def list_queues(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """`describe_queue` of every queue known in the namespace."""
         def program(tx: Any) -> Any:

@@ -508,7 +508,7 @@ class WebUI:
         return self.render(
             request, visitor, "run.html", info=info, run=run, tab="overview",
             timeouts=views.run_timeouts(info), pending=pending,
-            children=views.children(events),
+            children=views.children(events, pending),
             activities=views.activities(events, pending),
             failures=[f for f in info.get("failures") or [] if isinstance(f, dict)],
             input=started.get("input"), result=result, has_result=has_result,
