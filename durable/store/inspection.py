@@ -44,6 +44,10 @@ def describe(
     failure_rows = yield q(
         "SELECT data FROM failures WHERE run_id = ? ORDER BY id", run.run_id
     )
+    # the latest signals and updates, with who sent them ("who approved this?")
+    received = yield q(
+        "SELECT seq, kind, name, update_id, sender, received_at, status, delivered_at "
+        "FROM inbox WHERE run_id = ? ORDER BY seq DESC LIMIT 20", run.run_id)
     open_ops = yield q(
         "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
         "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
@@ -136,6 +140,12 @@ def describe(
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
+        "received": [
+            {"seq": r["seq"], "kind": r["kind"], "name": r["name"], "update_id": r["update_id"],
+             "sender": loads(r["sender"]), "received_at": to_iso(r["received_at"]),
+             "status": r["status"], "delivered_at": to_iso(r["delivered_at"])}
+            for r in reversed(received)
+        ],
         "cancellation": describe_cancellation(run.cancellation),
     }
 
