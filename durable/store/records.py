@@ -170,6 +170,9 @@ class RunRecord:
     last_build: str | None = None  # the build of the worker that last took (advanced) it
     blocked_build: str | None = None  # a build whose code does not replay the run ...
     blocked_divergence: str | None = None  # ... and the first op where it diverges
+    reset_from_run_id: str | None = None  # the run this one continues after a reset ...
+    reset_from_op: str | None = None  # ... from this op on (durable.store.reset)
+    reset_run_id: str | None = None  # the run a reset of this one started
 
     @property
     def is_open(self) -> bool:
@@ -448,7 +451,7 @@ RUN_COLUMNS = (
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
     "inbox_seq, request_seq, schedule_id, scheduled_at, started_build, last_build, blocked_build, "
-    "blocked_divergence"
+    "blocked_divergence, reset_from_run_id, reset_from_op, reset_run_id"
 )
 
 OP_COLUMNS = (
@@ -503,6 +506,9 @@ def run_from_row(row: Row) -> RunRecord:
         last_build=row["last_build"],
         blocked_build=row["blocked_build"],
         blocked_divergence=row["blocked_divergence"],
+        reset_from_run_id=row["reset_from_run_id"],
+        reset_from_op=row["reset_from_op"],
+        reset_run_id=row["reset_run_id"],
     )
 
 
