@@ -128,7 +128,8 @@ class EmbeddedControl:
         return _state(run)
 
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
-        return await self.store.describe(self.namespace, workflow_id, run_id)
+        return await self.store.describe(self.namespace, workflow_id, run_id,
+                                         self.clock.now())
 
     async def history(
         self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,
@@ -213,7 +214,8 @@ class EmbeddedControl:
                     f"no worker answered query {name!r} of workflow {workflow_id!r} "
                     f"within {wait:g} s; is a worker for workflow type "
                     f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                    "running? (nothing was recorded)"
+                    "running? (nothing was recorded)",
+                    {"failure_category": "timeout", "timeout_kind": "query_wait"},
                 )
         if "error" in answer:
             raise _error(QueryFailed, answer["error"])

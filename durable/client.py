@@ -26,7 +26,7 @@ from typing import Any
 
 from . import _validate, observe
 from ._embedded import EmbeddedControl
-from ._queues import EmbeddedQueues, QueueControl
+from ._queues import EmbeddedQueues, QueueControl, QueueLimits
 from ._registry import workflow_defn_of, workflow_name
 from ._retention import EmbeddedRetention, RetentionControl
 from ._schedule_plane import EmbeddedSchedules
@@ -395,7 +395,8 @@ class Client:
             namespace=self.namespace, workflow_id=id, workflow_type=wf_type,
             task_queue=task_queue or options.task_queue or "default", input=payload,
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
-            run_timeout=options.run_timeout, memo=memo,
+            run_timeout=options.run_timeout, memo=memo, priority=options.priority,
+            concurrency_key=options.concurrency_key,
         )
 
     def _payload(self, args: tuple[Any, ...], what: str) -> str:
@@ -607,6 +608,25 @@ class Client:
         ``{worker_id, identity, host, pid, build_id, task_queues, workflows,
         activities, definitions, last_seen_at, alive, status, runs_held, ...}``."""
         return await self.queue_control.list_workers()
+
+    async def set_queue_limits(self, task_queue: str, limits: QueueLimits) -> None:
+        """Limit how much of `task_queue` runs at once across every worker
+        (`QueueLimits()`: no limits). Takes effect at the workers' next claim."""
+        if not isinstance(limits, QueueLimits):
+            raise ConfigurationError(
+                f"limits must be a durable.QueueLimits, got {limits!r}")
+        await self.queue_control.set_limits(_validate.name(task_queue, "task_queue"),
+                                            limits.to_dict())
+
+    async def describe_queue(self, task_queue: str) -> dict[str, Any]:
+        """``{name, limits, runs: {running, waiting, oldest_waiting_seconds,
+        rate_left, running_by_key}, activities: {...}, workers}``."""
+        return await self.queue_control.describe(_validate.name(task_queue, "task_queue"))
+
+    async def list_queues(self) -> builtins.list[dict[str, Any]]:
+        """`describe_queue` of every queue that is limited, served by a live
+        worker, or holds open work."""
+        return await self.queue_control.list()
 
     # ---------------------------------------------------------------- maintenance
 

@@ -204,7 +204,7 @@ class Worker:
                 self.namespace, self.task_queue, self.worker_id, types, n, self.lease_seconds,
                 self.clock.now(), self.capabilities, self.build_id),
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
-            poll_interval=self.poll_interval)
+            poll_interval=self.poll_interval, now=self.clock.now)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)
@@ -265,6 +265,11 @@ class Worker:
         is recorded, nothing is released, and the caller never returns."""
         if point not in self._crash_at or self.crashed_at is not None:
             return
+        self._crash_now(point)
+        await anyio.sleep_forever()
+
+    def _crash_now(self, point: str) -> None:
+        """Stop abruptly now (`crash_point`, `durable.testing.explore_crashes`)."""
         self.crashed_at = point
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):
@@ -273,7 +278,6 @@ class Worker:
         self._crashed.set()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()  # the `async with` block ends at once
-        await anyio.sleep_forever()
 
     async def _abandon(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                        tb: TracebackType | None) -> bool:

@@ -404,3 +404,84 @@ async def test_durable_serve_takes_allowed_host_options(monkeypatch: pytest.Monk
     assert seen["allowed_hosts"] == ["a.test", "*.b.test"]
     await run_cli("--db", db_url, "serve")
     assert seen["allowed_hosts"] is None
+
+
+# ---------------------------------------------------------------- ids with / . .. ? # and more
+
+
+STRANGE_IDS = ["a/b", "a%2Fb", "%", "%25", ".", "..", "../victim", "a?b=c", "a#frag",
+               "with space", "ünï/cødé ☃", "victim/", "/victim", "x/history", "runs"]
+
+
+async def test_every_id_addresses_exactly_its_own_run_over_http(
+        storage_client: durable.Client, live: str, make_worker: Any) -> None:
+    """The remote client, the CLI --server and the UI reach each run by its own
+    id; an id that spells another run's path never touches that run."""
+    victim = await storage_client.start(sleeper, 3600, id="victim")
+    runs = {wid: (await storage_client.start(sleeper, 3600, id=wid)).run_id
+            for wid in STRANGE_IDS}
+    async with durable.connect(live, token=OPERATOR) as remote:
+        for wid, run_id in runs.items():
+            handle = remote.get_handle(wid)
+            info = await handle.describe()
+            assert (info["workflow_id"], info["run"]["run_id"]) == (wid, run_id), wid
+            pinned = await remote.get_handle(wid, run_id=run_id).describe()
+            assert pinned["workflow_id"] == wid
+            assert (await handle.history())[0].type == "WorkflowStarted"
+            assert (await remote.control.run_state(wid, run_id)).run_id == run_id  # type: ignore[union-attr]
+            await handle.signal("poke", wid)
+        # the path of the victim's run, as an id: no such workflow, the victim untouched
+        forged = remote.get_handle(f"victim/runs/{victim.run_id}")
+        with pytest.raises(durable.WorkflowNotFound):
+            await forged.terminate()
+        with pytest.raises(durable.WorkflowNotFound):
+            await forged.describe()
+        # started under that id, it is a run of its own; terminating it spares the victim
+        own = await remote.start(sleeper, 3600, id=f"victim/runs/{victim.run_id}")
+        await remote.get_handle(f"victim/runs/{victim.run_id}").terminate()
+        assert (await own.describe())["status"] == "terminated"
+        await remote.get_handle("../victim").request_cancellation()
+        await remote.get_handle("victim/").cancel()
+        assert (await victim.describe())["status"] == "running" or (
+            await victim.describe())["status"] == "pending"
+        assert "CancellationRequested" not in [e.type for e in await victim.history()]
+        signals = [e.data for e in await storage_client.get_handle("a/b").history()
+                   if e.type == "SignalReceived"]
+        assert len(signals) == 1
+    for wid in ("a/b", "..", "a?b=c", "ünï/cødé ☃", "%25"):
+        shown = await run_cli("--server", live, "--token", OPERATOR, "describe", wid, "--json")
+        assert shown.exit_code == 0, (wid, shown.output)
+        assert json.loads(shown.stdout)["workflow_id"] == wid
+    async with httpx.AsyncClient(base_url=live) as http:
+        await login(http)
+        for wid in ("a/b", "..", "a#frag"):
+            page = await http.get("/ui/run", params={"wf": wid, "run": runs[wid]})
+            assert page.status_code == 200 and runs[wid] in page.text, wid
+        form = await http.get("/ui/run/terminate", params={"wf": "x/history",
+                                                          "run": runs["x/history"]})
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        done = await http.post("/ui/run/terminate", params={"wf": "x/history",
+                                                           "run": runs["x/history"]},
+                               data={"csrf": csrf, "reason": "ui"})
+        assert done.status_code == 303, done.text[:300]
+    assert (await storage_client.get_handle("x/history").describe())["status"] == "terminated"
+    assert (await victim.describe())["status"] in ("pending", "running")
+
+
+@HTTP_ONLY
+async def test_raw_api_paths_route_on_the_encoded_segments(
+        http: httpx.AsyncClient, storage_client: durable.Client) -> None:
+    victim = await storage_client.start(sleeper, 3600, id="victim")
+    await storage_client.start(sleeper, 3600, id="a/b")
+    auth = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
+    answer = await http.get("/api/workflows/a%2Fb", headers=auth)
+    assert answer.status_code == 200 and answer.json()["workflow_id"] == "a/b"
+    answer = await http.get("/api/workflows/a%2fb/history", headers=auth)
+    assert answer.status_code == 200 and answer.json()["workflow_id"] == "a/b"
+    forged = await http.post(f"/api/workflows/victim%2Fruns%2F{victim.run_id}/terminate",
+                             json={}, headers=auth)
+    assert forged.status_code == 404
+    assert (await victim.describe())["status"] in ("pending", "running")
+    # an unencoded "/" is a path separator, as always
+    assert (await http.get(f"/api/workflows/victim/runs/{victim.run_id}",
+                           headers=auth)).status_code == 200

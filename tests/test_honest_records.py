@@ -4,6 +4,7 @@ count, the history, the cascade and the rows written agree."""
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -12,9 +13,12 @@ from typing import Any
 
 import anyio
 import pytest
+from rich.console import Console
 
 import durable
 from durable import activity, workflow
+from durable.cli import _fmt, _views
+from durable.cli._app import Output
 
 pytestmark = pytest.mark.anyio
 
@@ -101,6 +105,17 @@ async def test_the_nightly_import_cancelled_mid_batch_agrees_everywhere(
     assert cascade["inspection_complete"]
     info = await handle.describe()
     assert info["progress"] is None or info["progress"]["done"] == 4
+    # the closed run's cleanup deadline was met; the view says so, and when
+    # the cleanup finished (not "passed N ago", which reads as an overrun)
+    shown = rendered(_views.cancellation_grid(info["cancellation"], _fmt.utcnow(), False))
+    assert "met, " in shown and "to spare" in shown and "cleanup finished" in shown, shown
+    assert "passed" not in shown
+
+
+def rendered(renderable: Any) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
 
 
 async def test_try_cancel_on_units_records_a_late_completion_as_completed(
@@ -129,3 +144,54 @@ async def test_try_cancel_on_units_records_a_late_completion_as_completed(
     assert "its effect happened" in refused[0].data["reason"]
     cascade = await handle.cancellation_cascade()
     assert [s["state"] for s in cascade["runs"][0]["activity_stops"]] == ["completed"]
+
+
+@workflow.defn(name="hr-child")
+async def sleepy_child() -> str:
+    await workflow.sleep(3600)
+    return "woke"
+
+
+@workflow.defn(name="hr-parent")
+async def parent_of_sleepy() -> str:
+    return await workflow.execute_child(sleepy_child, id=f"{workflow.info().workflow_id}-child")
+
+
+async def test_a_terminated_parent_shows_its_cancelled_childs_real_end(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """The parent is terminated; its parent-close policy cancels the child.
+    The parent's describe and CLI show the child's end, not an open op."""
+    parent_id = f"parent-{tmp_path.name}"
+    async with make_worker(workflows=[parent_of_sleepy, sleepy_child]):
+        handle = await client.start(parent_of_sleepy, id=parent_id)
+        child = client.get_handle(f"{parent_id}-child")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    if any(p["kind"] == "timer" for p in
+                           (await child.describe())["pending_operations"]):
+                        break
+                except durable.WorkflowNotFound:
+                    pass
+                await anyio.sleep(0.02)
+        await handle.terminate("operator: stop the tree")
+        with pytest.raises(durable.WorkflowCancelled):
+            await child.result()
+    info = await handle.describe()
+    ops = [op for op in info["pending_operations"] if op["kind"] == "child"]
+    assert len(ops) == 1
+    assert ops[0]["child_status"] == "cancelled" and ops[0]["child_closed_at"] is not None
+    shown = rendered(_views.describe_renderable(Output(), info,
+                                                _fmt.utcnow()))
+    assert "Operations open when the run closed" in shown and "ended cancelled" in shown, shown
+
+
+def test_the_ui_shows_the_end_of_a_child_the_closed_parent_never_heard_of() -> None:
+    from durable.http.ui import views
+    events = [{"type": "ChildWorkflowScheduled", "recorded_at": "2026-04-12T12:00:00+00:00",
+               "data": {"child_workflow_id": "c1", "workflow_type": "child"}}]
+    pending = [{"kind": "child", "child_workflow_id": "c1", "child_status": "cancelled",
+                "child_closed_at": "2026-04-12T12:00:01+00:00"}]
+    assert views.children(events)[0]["outcome"] is None
+    assert views.children(events, pending)[0]["outcome"] == "cancelled"

@@ -80,13 +80,15 @@ def when(value: Any, now: datetime) -> Text:
     return Text.assemble(_fmt.absolute(moment), (f" ({_fmt.relative(moment, now)})", "dim"))
 
 
-def deadline(value: Any, now: datetime, open_: bool) -> Text:
-    """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red), ``passed 2m ago``."""
+def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Text:
+    """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red); once
+    closed, ``met, 29s to spare`` or ``missed by 3s`` (red) by `ended`."""
     moment = _fmt.instant(value)
     if moment is None:
         return Text("none", style="dim")
-    text, state = _fmt.deadline_state(moment, now, open_)
-    style = {"ahead": "green", "late": "bold red", "passed": "dim"}[state]
+    text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+    style = {"ahead": "green", "late": "bold red", "passed": "dim", "met": "green",
+             "missed": "bold red"}[state]
     return Text.assemble(_fmt.absolute(moment), " ", (f"({text})", style))
 
 
@@ -130,11 +132,11 @@ def started(out: Output, data: Mapping[str, Any]) -> None:
     open_ = data.get("status") in _fmt.OPEN_STATUSES
     if data.get("execution_timeout_seconds") is not None:
         grid.add_row("execution deadline", Text.assemble(
-            deadline(data.get("execution_deadline_at"), now, open_),
+            deadline(data.get("execution_deadline_at"), now, open_, data.get("closed_at")),
             f"  timeout {_fmt.seconds_text(data['execution_timeout_seconds'])}"))
     if data.get("run_timeout_seconds") is not None:
         grid.add_row("run deadline", Text.assemble(
-            deadline(data.get("run_deadline_at"), now, open_),
+            deadline(data.get("run_deadline_at"), now, open_, data.get("closed_at")),
             f"  timeout {_fmt.seconds_text(data['run_timeout_seconds'])}"))
     out.console.print(grid)
 
@@ -214,9 +216,11 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
         grid.add_row("running for", Text(_fmt.duration((now - started_at).total_seconds())))
     grid.add_row("execution timeout",
                  Text(_fmt.seconds_text(info.get("execution_timeout_seconds"))))
-    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
+    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_,
+                                                run.get("closed_at")))
     grid.add_row("run timeout", Text(_fmt.seconds_text(run.get("run_timeout_seconds"))))
-    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
+    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,
+                                          run.get("closed_at")))
     if info.get("status") == "unknown":
         grid.add_row("needs review", Text(
             "yes: units whose effect could not be confirmed; check them, then `durable "
@@ -248,8 +252,8 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     parts: list[RenderableType] = [title, grid]
     pending = info.get("pending_operations") or []
     if pending:
-        parts += [Text(""), Text("Pending operations", style="bold"),
-                  pending_table(out, pending, now)]
+        heading = "Pending operations" if open_ else "Operations open when the run closed"
+        parts += [Text(""), Text(heading, style="bold"), pending_table(out, pending, now)]
     failures = info.get("failures") or []
     if failures:
         parts += [Text(""), Text("Failures", style="bold")]
@@ -286,6 +290,11 @@ def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: dateti
             details = Text.assemble("fires ", when(op.get("fire_at"), now))
         elif op.get("child_workflow_id"):
             details = Text(f"child {op.get('child_workflow_id')}")
+            if op.get("child_closed_at"):
+                details.append(f"  ended {op.get('child_status')} ")
+                details.append_text(when(op.get("child_closed_at"), now))
+            elif op.get("child_status"):
+                details.append(f"  {op.get('child_status')}")
         else:
             details = Text("")
         if op.get("last_failure"):
@@ -325,12 +334,14 @@ def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table
     grid.add_row("requested", when(c.get("requested_at"), now))
     cleanup_open = open_ and c.get("lifecycle") in ("requested", "delivered", "cleaning_up")
     grid.add_row("cleanup deadline", Text.assemble(
-        deadline(c.get("deadline_at"), now, cleanup_open),
+        deadline(c.get("deadline_at"), now, cleanup_open, c.get("closed_at")),
         f"  cleanup timeout {_fmt.seconds_text(c.get('cleanup_timeout_seconds'))}"
         if c.get("cleanup_timeout_seconds") is not None else ""))
     if c.get("delivered_at"):
         grid.add_row("delivered", Text.assemble(when(c.get("delivered_at"), now),
                                                 f"  at {_boundary(c.get('boundary'))}"))
+    if c.get("closed_at") and not cleanup_open:
+        grid.add_row("cleanup finished", when(c.get("closed_at"), now))
     if c.get("cleanup_outcome"):
         grid.add_row("cleanup outcome", Text(str(c.get("cleanup_outcome")),
                                              style=_outcome_style(c.get("cleanup_outcome"))))
@@ -549,7 +560,8 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
     runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
     any_open = any(r.get("status") in _fmt.OPEN_STATUSES for r in runs)
     tree.add(Text.assemble(
-        "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open),
+        "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open,
+                                      runs[0].get("cleanup_closed_at") if runs else None),
         f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
         if root.get("cleanup_timeout_seconds") is not None else ""))
     findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
@@ -603,7 +615,8 @@ def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping
     if run.get("deadline_at"):
         cleanup_open = open_ and run.get("lifecycle") in ("requested", "delivered", "cleaning_up")
         node.add(Text.assemble("cleanup deadline ",
-                               deadline(run.get("deadline_at"), now, cleanup_open)))
+                               deadline(run.get("deadline_at"), now, cleanup_open,
+                                        run.get("cleanup_closed_at"))))
     delivery = run.get("delivery")
     if isinstance(delivery, Mapping) and delivery.get("delivered_at"):
         node.add(Text.assemble("delivered ", when(delivery.get("delivered_at"), now),
@@ -731,15 +744,18 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
             detail.append("  fires ")
             detail.append_text(deadline(op.get("fire_at"), now, open_))
         grid.add_row(label, detail)
-    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
-    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
+    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,
+                                          run.get("closed_at")))
+    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_,
+                                                run.get("closed_at")))
     cancellation = info.get("cancellation")
     if isinstance(cancellation, Mapping):
         cleanup_open = open_ and cancellation.get("lifecycle") in (
             "requested", "delivered", "cleaning_up")
         grid.add_row("cancellation", Text.assemble(
             lifecycle_badge(cancellation.get("lifecycle")), f" \"{cancellation.get('reason')}\""
-            "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open)))
+            "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open,
+                                            cancellation.get("closed_at"))))
     for failure in (info.get("failures") or [])[-1:]:
         if isinstance(failure, Mapping):
             grid.add_row("last failure", failure_text(failure, now))

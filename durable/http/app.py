@@ -12,6 +12,10 @@ a 4xx, never a 500.
 Long polls (`wait=N` on result and history) hold no database connection
 while they wait: they listen to the driver's wake-ups (and re-read on a
 bounded poll), and end as soon as the client disconnects.
+
+Kept whole: it is the one path every request takes (the checks in their
+order, the handler, the error body), and the web UI's `perform` goes
+through the same checks; split, that order would live in two places.
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ from .._log import get_logger
 from ..client import Client
 from ..errors import ConfigurationError
 from ..wakes import Wake
-from . import hosts
+from . import hosts, paths
 from .auth import ROLES, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
 from .openapi import build_spec
 from .routes import Call, Operation, Param, operations
+from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
 from .wire import NonFiniteNumber, dumps, loads_finite
 
@@ -72,11 +77,20 @@ class HTTPError(Exception):
         self.extra = extra
 
 
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The reference engine's flat error body: ``{message, reason, ...}``; a
+    body that did not fit its schema (422) also names the field in ``errors``
+    (``{field: [messages]}``, Laravel's validation shape)."""
+    body: dict[str, Any] = {"message": message, "reason": code, **extra}
+    if code == "validation_failed" and "errors" not in body:
+        body["errors"] = {str(extra.get("field") or "body"): [message]}
+    return body
+
+
 def error_response(status: int, code: str, message: str, *,
                    headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
-    body = {"error": {"code": code, "message": message, **extra}}
-    return Response(dumps(body), status_code=status, media_type="application/json",
-                    headers=dict(headers or {}))
+    return Response(dumps(error_body(code, message, **extra)), status_code=status,
+                    media_type="application/json", headers=dict(headers or {}))
 
 
 def response_for_exception(exc: Exception, request_id: str) -> Response:
@@ -132,7 +146,7 @@ class ControlPlaneServer:
         self.max_body_bytes = max_body_bytes
         self.max_wait = max_wait
         self.public_metrics = public_metrics
-        self.operations = operations()
+        self.operations = operations() + schedule_operations()
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
@@ -144,10 +158,14 @@ class ControlPlaneServer:
         value = request.headers.get(VERSION_HEADER)
         if value is None or value.strip() != VERSION:
             got = "is missing" if value is None else f"is {value!r}"
-            raise HTTPError(400, "unsupported_version",
+            code = ("missing_control_plane_version" if value is None
+                    else "unsupported_control_plane_version")
+            raise HTTPError(400, code,
                             f"the {VERSION_HEADER} header {got}; this server speaks version "
                             f"{VERSION}: send '{VERSION_HEADER}: {VERSION}'",
-                            header=VERSION_HEADER, supported=[VERSION])
+                            header=VERSION_HEADER, supported_version=VERSION,
+                            requested_version=value,
+                            remediation=f"send '{VERSION_HEADER}: {VERSION}'")
 
     def _authenticate(self, request: Request, required: str) -> str:
         header = request.headers.get("authorization")
@@ -198,6 +216,8 @@ class ControlPlaneServer:
         def lookup(param: Param) -> str | None:
             if param.location == "path":
                 value: str | None = request.path_params.get(param.name)
+                if value is not None:  # the id as the client encoded it (paths.py)
+                    value = paths.segment_value(request.scope, value)
             elif param.location == "query":
                 value = request.query_params.get(param.name)
             else:
@@ -260,12 +280,13 @@ class ControlPlaneServer:
         if op.body is None:
             return {}
         if _depth_exceeds(data, MAX_DEPTH):
-            raise HTTPError(422, "invalid_body",
+            raise HTTPError(422, "validation_failed",
                             f"body: JSON nested deeper than {MAX_DEPTH} levels", field="body")
         try:
             validate(data, op.body, "body")
         except SchemaViolation as exc:
-            raise HTTPError(422, "invalid_body", str(exc), field=exc.where) from None
+            raise HTTPError(422, "validation_failed", str(exc), field=exc.where,
+                            errors={_field_name(exc.where): [exc.message]}) from None
         assert isinstance(data, dict)
         return data
 
@@ -411,6 +432,12 @@ class ControlPlaneServer:
             except Exception:
                 log.exception("watching storage for wake-ups failed; retrying in 1 s")
             await anyio.sleep(1)
+
+
+def _field_name(where: str) -> str:
+    """``body.input[2]`` as Laravel names a field: ``input.2``."""
+    name = where.removeprefix("body").lstrip(".")
+    return name.replace("[", ".").replace("]", "") or "body"
 
 
 def _parse_scalar(raw: str, schema: Mapping[str, Any], where: str) -> Any:
@@ -603,6 +630,7 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.durable = plane
+    app.add_middleware(paths.SegmentPaths)  # an id's "/" never splits it (paths.py)
     try:
         host_check = hosts.plan(allowed_hosts, anonymous=anonymous_role is not None)
     except ValueError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 import httpx
@@ -23,6 +22,8 @@ from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
+from .paths import quote_segment
+from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import (
     encode_payload,
     event_from_wire,
@@ -38,7 +39,7 @@ _HISTORY_PAGE = 1000
 
 
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    return quote_segment(value)
 
 
 class RemoteControl:
@@ -74,6 +75,16 @@ class RemoteControl:
 
     def __repr__(self) -> str:  # never shows the token
         return f"RemoteControl({self.shown_url!r}, namespace={self.namespace!r})"
+
+    @property
+    def schedules(self) -> RemoteSchedules:
+        """This namespace's schedules (`durable.schedules.ScheduleControl`)."""
+        return RemoteSchedules(self)
+
+    @property
+    def retention(self) -> RemoteRetention:
+        """Retention settings and pruning (`durable._retention.RetentionControl`)."""
+        return RemoteRetention(self)
 
     def for_namespace(self, namespace: str) -> RemoteControl:
         return RemoteControl(self.base_url, namespace=namespace, timeout=self.timeout,

@@ -8,6 +8,7 @@ from typing import Any
 from ..clock import to_datetime, to_iso
 from ..driver import Program, placeholders, q, q1
 from ..errors import WorkflowNotFound
+from . import queues
 from .cancellation import describe_cancellation, public_context
 from .records import (
     RUN_COLUMNS,
@@ -22,9 +23,13 @@ from .runs import get_run
 
 
 def describe(
-    namespace: str, workflow_id: str, run_id: str | None
+    namespace: str, workflow_id: str, run_id: str | None, now: float | None = None
 ) -> Program[dict[str, Any] | None]:
-    """The instance and one run (the current one by default), as describe() shows them."""
+    """The instance and one run (the current one by default), as describe() shows them.
+
+    With `now`, an open run no worker holds says what it waits for
+    (``waiting_for``): a queue slot, a key slot or the rate (`queues.waiting_for`),
+    or a worker, when no live worker of its queue registers its type."""
     wf = yield q1(
         "SELECT workflow_id, workflow_type, namespace, current_run_id, status, closed_reason, "
         "execution_timeout, execution_deadline_at, run_count, memo, created_at, closed_at "
@@ -46,7 +51,18 @@ def describe(
         "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at, o.op_id",
         run.run_id,
     )
-    pending = [p for p in open_ops if p["kind"] not in ("phase", "units")]
+    pending = [dict(p) for p in open_ops if p["kind"] not in ("phase", "units")]
+    for p in pending:
+        if p["kind"] == "child" and p["child_workflow_id"]:
+            # the child's own record: a closed parent hears nothing more from
+            # it, so the op stays open here while the child may have ended
+            # (a terminated parent's cancelled child is not "still open")
+            child = yield q1(
+                "SELECT status, closed_at FROM runs WHERE namespace = ? AND workflow_id = ? "
+                "AND parent_run_id = ? ORDER BY run_number DESC LIMIT 1",
+                namespace, p["child_workflow_id"], run.run_id)
+            p["child_status"] = child["status"] if child is not None else None
+            p["child_closed_at"] = child["closed_at"] if child is not None else None
     phases = [p for p in open_ops if p["kind"] == "phase"]
     batches = [p for p in open_ops if p["kind"] == "units"]
     progress = None
@@ -65,9 +81,13 @@ def describe(
         # or the code does not replay its history: either way a person decides
         unknown = run.failure is not None and run.failure.category == "unknown"
         status = "unknown" if unknown else "needs_review"
+    waiting = None
+    if now is not None and run.is_open and not run.needs_review:
+        waiting = yield from _waiting_for(run, now)
     return {
         "workflow_id": wf["workflow_id"],
         "workflow_type": wf["workflow_type"],
+        "waiting_for": waiting,
         "namespace": wf["namespace"],
         "status": status,
         "reason": _reason(run, status),
@@ -92,6 +112,8 @@ def describe(
             "started_at": to_iso(run.started_at),
             "closed_at": to_iso(run.closed_at),
             "task_queue": run.task_queue,
+            "priority": run.priority,
+            "concurrency_key": run.concurrency_key,
             "owner": run.owner,
             "epoch": run.epoch,
             "needs_review": run.needs_review,
@@ -112,12 +134,31 @@ def describe(
                 "child_workflow_id": p["child_workflow_id"], "task_status": p["task_status"],
                 "attempt": p["attempt"], "heartbeat_details": loads(p["heartbeat_details"]),
                 "last_failure": loads(p["last_failure"]),
-            }
+            } | ({"child_status": p["child_status"],
+                  "child_closed_at": to_iso(p["child_closed_at"])} if "child_status" in p else {})
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
         "cancellation": describe_cancellation(run.cancellation),
     }
+
+
+def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
+    """Why an open run is not held by a worker, when none holds it."""
+    held = yield q1("SELECT 1 AS held FROM runs WHERE run_id = ? AND owner IS NOT NULL "
+                    "AND lease_expires_at > ?", run.run_id, now)
+    if held is not None:
+        return None
+    waiting = yield from queues.waiting_for(run.namespace, run.task_queue, run.concurrency_key,
+                                            now)
+    if waiting is not None:
+        return waiting
+    serving = yield q("SELECT workflow_types FROM workers WHERE namespace = ? AND task_queue = ? "
+                      "AND expires_at >= ?", run.namespace, run.task_queue, now)
+    if not any(run.workflow_type in json.loads(w["workflow_types"]) for w in serving):
+        return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
+                "live_workers": len(serving)}
+    return None
 
 
 def blocked(run: RunRecord) -> dict[str, str] | None:
@@ -370,6 +411,7 @@ def _cascade_run(
                      "boundary": ctx.get("boundary")} if ctx.get("delivered_at") else delivery,
         "cleanup_outcome": ctx.get("cleanup_outcome"),
         "deadline_at": to_iso(ctx.get("deadline_at")) if ctx else None,
+        "cleanup_closed_at": to_iso(ctx.get("closed_at")) if ctx else None,
         "activity_stops": stops,
         "child_propagation": propagation,
     }

@@ -90,13 +90,15 @@ def insert_run(
         "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
         "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
         "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
-        "ready_at, cancellation, schedule_id, scheduled_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "ready_at, cancellation, schedule_id, scheduled_at, priority, concurrency_key) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?)",
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
         req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
         req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
         execution_deadline, run_deadline, cleanup_deadline, deadlines.earliest,
-        now, now, dumps(req.cancellation), req.schedule_id, req.scheduled_at,
+        now, now, dumps(req.cancellation), req.schedule_id, req.scheduled_at, req.priority,
+        req.concurrency_key,
     )
     data: dict[str, Any] = {
         "workflow_type": req.workflow_type,

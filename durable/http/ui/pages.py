@@ -329,7 +329,7 @@ class WebUI:
             v=visitor, now=now, request_path=request.url.path,
             current_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             when=lambda value: views.when(value, now),
-            deadline=lambda value, open_: views.deadline(value, now, open_),
+            deadline=lambda value, open_, ended=None: views.deadline(value, now, open_, ended),
             took=lambda a, b: views.took(a, b, now),
             notice=NOTICES.get(request.query_params.get("notice") or ""),
             signal_supported=_signal_supported(),
@@ -508,7 +508,7 @@ class WebUI:
         return self.render(
             request, visitor, "run.html", info=info, run=run, tab="overview",
             timeouts=views.run_timeouts(info), pending=pending,
-            children=views.children(events),
+            children=views.children(events, pending),
             activities=views.activities(events, pending),
             failures=[f for f in info.get("failures") or [] if isinstance(f, dict)],
             input=started.get("input"), result=result, has_result=has_result,
