@@ -190,9 +190,10 @@ class EmbeddedControl:
 
     # ---------------------------------------------------------------- interaction
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
         await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
-                                     self.clock.now())
+                                     self.clock.now(), sender)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

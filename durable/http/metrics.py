@@ -342,7 +342,29 @@ class Metrics:
         elif kind == "WorkflowTerminated":
             self.cancellations.labels(ns, "terminated").inc()
 
-    async def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition after reading storage."""
+    async def render(self, namespaces: frozenset[str] | None = None) -> tuple[bytes, str]:
+        """The Prometheus text exposition after reading storage; with `namespaces`
+        (a token limited to them) only their samples of the per-namespace
+        metrics, and the server-wide ones (HTTP traffic, lateness, driver gauges)."""
         await self.refresh()
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        if namespaces is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(_OnlyNamespaces(self.registry, namespaces)), CONTENT_TYPE_LATEST
+
+
+class _OnlyNamespaces:
+    """A registry view holding the samples of these namespaces only (and
+    samples without a namespace label)."""
+
+    def __init__(self, registry: CollectorRegistry, namespaces: frozenset[str]) -> None:
+        self.registry = registry
+        self.namespaces = namespaces
+
+    def collect(self) -> Any:
+        for family in self.registry.collect():
+            family.samples = [
+                sample for sample in family.samples
+                if "namespace" not in sample.labels
+                or sample.labels["namespace"] in self.namespaces
+            ]
+            yield family

@@ -247,9 +247,12 @@ class RemoteControl:
         _, data = await self._call("POST", "/api/repair-pass")
         return {str(k): int(v) for k, v in data["counts"].items()}
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
-        await self._call("POST", self._run_path(workflow_id, run_id, "signal"),
-                         body={"name": name, "args": json.loads(args)})
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"name": name, "args": json.loads(args)}
+        if sender is not None:  # the server records who its caller says asked
+            body.update(requester=sender.get("requester"), source=sender.get("source"))
+        await self._call("POST", self._run_path(workflow_id, run_id, "signal"), body=body)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

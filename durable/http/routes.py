@@ -215,7 +215,12 @@ SIGNAL_BODY = check_schema({
     "type": "object",
     "required": ["name"],
     "additionalProperties": False,
-    "properties": {"name": HANDLER_NAME, "args": ARGS},
+    "properties": {
+        "name": HANDLER_NAME, "args": ARGS,
+        "requester": {"type": ["object", "null"],
+                      "description": "Who sends it (recorded as given); by default the role."},
+        "source": {**text(200, "Where the signal came from."), "default": "http"},
+    },
 })
 
 QUERY_BODY = check_schema({
@@ -507,8 +512,12 @@ async def reset(call: Call) -> tuple[int, Any]:
 
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
+    sender = {"requester": body.get("requester") or {"type": "http", "id": None,
+                                                     "label": call.role},
+              "source": body.get("source") or "http"}
     await call.client.control.signal(p["workflowId"], p.get("runId"), body["name"],
-                                     encode_payload(list(body.get("args") or [])))
+                                     encode_payload(list(body.get("args") or [])),
+                                     sender=sender)
     return 202, {"workflow_id": p["workflowId"], "recorded": True}
 
 

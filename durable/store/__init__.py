@@ -263,10 +263,12 @@ class Store:
     # ---------------------------------------------------------------- interaction
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
-                          name: str, payload: str, now: float) -> InboxItem:
-        """Record a received signal. Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
+                          name: str, payload: str, now: float,
+                          sender: dict[str, Any] | None = None) -> InboxItem:
+        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
+        `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
