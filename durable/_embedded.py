@@ -185,9 +185,10 @@ class EmbeddedControl:
 
     # ---------------------------------------------------------------- interaction
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
         await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
-                                     self.clock.now())
+                                     self.clock.now(), sender)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:
@@ -209,7 +210,8 @@ class EmbeddedControl:
                     f"no worker answered query {name!r} of workflow {workflow_id!r} "
                     f"within {wait:g} s; is a worker for workflow type "
                     f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                    "running? (nothing was recorded)"
+                    "running? (nothing was recorded)",
+                    {"failure_category": "timeout", "timeout_kind": "query_wait"},
                 )
         if "error" in answer:
             raise _error(QueryFailed, answer["error"])

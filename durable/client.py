@@ -197,17 +197,28 @@ class WorkflowHandle:
         await self.client.control.close_run(self.workflow_id, await self._target(),
                                             status="terminated", reason=reason)
 
-    async def signal(self, name: str, *args: Any) -> None:
+    async def signal(self, name: str, *args: Any, requester: dict[str, Any] | None = None,
+                     source: str = "client") -> None:
         """Send the run a signal; returns once it is recorded (``SignalReceived``).
 
         Signals are delivered to the workflow's handler for `name` in the order
         received, exactly once; one sent before a handler exists is kept until
-        the workflow registers one. Raises `RunAlreadyClosed` for a closed run
-        and `WorkflowNotFound` (nothing recorded).
+        the workflow registers one. `requester` (who sends it, a JSON object
+        such as ``{"type": "user", "id": "ana"}``) and `source` are recorded
+        with it, as a cancellation request's are: the history, ``durable
+        describe`` and the UI answer "who approved this". Raises
+        `RunAlreadyClosed` for a closed run and `WorkflowNotFound` (nothing
+        recorded).
         """
         payload = self.client._payload(args, f"the arguments of signal {name!r}")
-        await self.client.control.signal(self.workflow_id, await self._target(),
-                                         _validate.name(name, "signal name"), payload)
+        requester = _validate.json_object(requester, "requester")
+        if not isinstance(source, str) or not source:
+            raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
+        await self.client.control.signal(
+            self.workflow_id, await self._target(), _validate.name(name, "signal name"),
+            payload, sender={"requester": requester or {"type": "client", "id": None,
+                                                        "label": None},
+                             "source": source})
 
     async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
                     result_type: Any = None) -> Any:

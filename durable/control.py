@@ -105,10 +105,12 @@ class ControlPlane(Protocol):
         """Enforce every deadline due now, once; counts by kind."""
         ...
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
         """Record a signal for the run (the current one when `run_id` is None);
-        `args` is the encoded argument list. Raises `WorkflowNotFound`,
-        `RunAlreadyClosed` (nothing recorded)."""
+        `args` is the encoded argument list, `sender` who sent it
+        (``{"requester": {...}, "source": "..."}``, recorded with it). Raises
+        `WorkflowNotFound`, `RunAlreadyClosed` (nothing recorded)."""
         ...
 
     async def signal_with_start(self, request: StartRequest, name: str,

@@ -18,6 +18,7 @@ from rich.console import Console
 import durable
 from durable import activity, workflow
 from durable.cli import _fmt, _views
+from durable.cli._app import Output
 
 pytestmark = pytest.mark.anyio
 
@@ -143,3 +144,104 @@ async def test_try_cancel_on_units_records_a_late_completion_as_completed(
     assert "its effect happened" in refused[0].data["reason"]
     cascade = await handle.cancellation_cascade()
     assert [s["state"] for s in cascade["runs"][0]["activity_stops"]] == ["completed"]
+
+
+@workflow.defn(name="hr-child")
+async def sleepy_child() -> str:
+    await workflow.sleep(3600)
+    return "woke"
+
+
+@workflow.defn(name="hr-parent")
+async def parent_of_sleepy() -> str:
+    return await workflow.execute_child(sleepy_child, id=f"{workflow.info().workflow_id}-child")
+
+
+async def test_a_terminated_parent_shows_its_cancelled_childs_real_end(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """The parent is terminated; its parent-close policy cancels the child.
+    The parent's describe and CLI show the child's end, not an open op."""
+    parent_id = f"parent-{tmp_path.name}"
+    async with make_worker(workflows=[parent_of_sleepy, sleepy_child]):
+        handle = await client.start(parent_of_sleepy, id=parent_id)
+        child = client.get_handle(f"{parent_id}-child")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    if any(p["kind"] == "timer" for p in
+                           (await child.describe())["pending_operations"]):
+                        break
+                except durable.WorkflowNotFound:
+                    pass
+                await anyio.sleep(0.02)
+        await handle.terminate("operator: stop the tree")
+        with pytest.raises(durable.WorkflowCancelled):
+            await child.result()
+    info = await handle.describe()
+    ops = [op for op in info["pending_operations"] if op["kind"] == "child"]
+    assert len(ops) == 1
+    assert ops[0]["child_status"] == "cancelled" and ops[0]["child_closed_at"] is not None
+    shown = rendered(_views.describe_renderable(Output(), info,
+                                                _fmt.utcnow()))
+    assert "Operations open when the run closed" in shown and "ended cancelled" in shown, shown
+
+
+def test_the_ui_shows_the_end_of_a_child_the_closed_parent_never_heard_of() -> None:
+    from durable.http.ui import views
+    events = [{"type": "ChildWorkflowScheduled", "recorded_at": "2026-04-12T12:00:00+00:00",
+               "data": {"child_workflow_id": "c1", "workflow_type": "child"}}]
+    pending = [{"kind": "child", "child_workflow_id": "c1", "child_status": "cancelled",
+                "child_closed_at": "2026-04-12T12:00:01+00:00"}]
+    assert views.children(events)[0]["outcome"] is None
+    assert views.children(events, pending)[0]["outcome"] == "cancelled"
+
+
+@workflow.defn(name="hr-approval")
+class Approval:
+    def __init__(self) -> None:
+        self.by: str | None = None
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.by is not None)
+        return f"approved by {self.by}"
+
+    @workflow.signal
+    def approve(self, by: str) -> None:
+        self.by = by
+
+
+@pytest.mark.remote_client
+async def test_a_signal_records_who_sent_it(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """"Who approved this order" has an answer: the requester and source go
+    with the signal into the history, describe() and the CLI's describe."""
+    handle = await client.start(Approval, id=f"approval-{tmp_path.name}")
+    await handle.signal("approve", "ana", requester={"type": "user", "id": "ana"},
+                        source="ops-portal")
+    async with make_worker(workflows=[Approval]):
+        assert await handle.result() == "approved by ana"
+    sender = {"requester": {"type": "user", "id": "ana"}, "source": "ops-portal"}
+    received = [e.data for e in await handle.history() if e.type == "SignalReceived"]
+    assert received[0]["sender"] == sender
+    info = await handle.describe()
+    assert [(r["name"], r["sender"]) for r in info["received"]] == [("approve", sender)]
+    shown = rendered(_views.describe_renderable(Output(), info, _fmt.utcnow()))
+    assert "by user ana via ops-portal" in shown, shown
+    history = rendered(_views.history_table(
+        [{"sequence": 1, "type": "SignalReceived", "recorded_at": None, "data": received[0]}],
+        None))
+    assert "sent by user ana via ops-portal" in history
+
+
+async def test_a_signal_without_a_requester_says_the_client_sent_it(
+        client: durable.Client, tmp_path: Path) -> None:
+    handle = await client.start(Approval, id=f"approval-anon-{tmp_path.name}")
+    await handle.signal("approve", "bo")
+    data = next(e.data for e in await handle.history() if e.type == "SignalReceived")
+    assert data["sender"] == {"requester": {"type": "client", "id": None, "label": None},
+                              "source": "client"}
+    with pytest.raises(durable.ConfigurationError, match="source"):
+        await handle.signal("approve", "bo", source="")

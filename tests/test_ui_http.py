@@ -143,7 +143,7 @@ async def test_the_session_cookie_is_not_a_bearer_token(ui: Browserless) -> None
     await ui.login(OPERATOR)
     response = await ui.http.get("/api/workflows", headers=API)
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
+    assert response.json()["reason"] == "unauthenticated"
 
 
 @SQLITE_ONLY
@@ -484,7 +484,7 @@ async def test_ui_false_leaves_the_ui_out(storage_client: durable.Client) -> Non
     async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
         response = await http.get("/ui/runs")
         assert response.status_code == 404
-        assert response.json()["error"]["code"] == "route_not_found"
+        assert response.json()["reason"] == "route_not_found"
 
 
 @SQLITE_ONLY

@@ -425,6 +425,6 @@ def cli(ctx: click.Context, db: str | None, server: str | None, token: str | Non
 
 def run(argv: Sequence[str] | None = None) -> None:
     """Run the command line (imports the commands, then hands over to click)."""
-    from . import _commands, _queues  # noqa: F401  (register the commands on `cli`)
+    from . import _commands  # noqa: F401  (registers the commands on `cli`)
 
     cli.main(args=list(argv) if argv is not None else None, prog_name="durable")

@@ -361,7 +361,8 @@ def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
     args = parse_args_json(args_json, "--args", "handler's")
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        await client.get_handle(workflow_id, run_id=run_id).signal(name, *args)
+        await client.get_handle(workflow_id, run_id=run_id).signal(
+            name, *args, requester=_requester(), source="cli")
         return {"workflow_id": workflow_id, "run_id": run_id, "signal": name,
                 "recorded": True}
 

@@ -252,8 +252,17 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     parts: list[RenderableType] = [title, grid]
     pending = info.get("pending_operations") or []
     if pending:
-        parts += [Text(""), Text("Pending operations", style="bold"),
-                  pending_table(out, pending, now)]
+        heading = "Pending operations" if open_ else "Operations open when the run closed"
+        parts += [Text(""), Text(heading, style="bold"), pending_table(out, pending, now)]
+    received = [r for r in info.get("received") or [] if isinstance(r, Mapping)]
+    if received:
+        parts += [Text(""), Text("Signals and updates received (latest)", style="bold")]
+        for r in received:
+            line = Text.assemble(f"  #{r.get('seq')} {r.get('kind')} ",
+                                 (str(r.get("name")), "bold"), f"  {r.get('status')}  received ")
+            line.append_text(when(r.get("received_at"), now))
+            line.append(f"  by {sender_text(r.get('sender'))}")
+            parts.append(line)
     failures = info.get("failures") or []
     if failures:
         parts += [Text(""), Text("Failures", style="bold")]
@@ -290,6 +299,11 @@ def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: dateti
             details = Text.assemble("fires ", when(op.get("fire_at"), now))
         elif op.get("child_workflow_id"):
             details = Text(f"child {op.get('child_workflow_id')}")
+            if op.get("child_closed_at"):
+                details.append(f"  ended {op.get('child_status')} ")
+                details.append_text(when(op.get("child_closed_at"), now))
+            elif op.get("child_status"):
+                details.append(f"  {op.get('child_status')}")
         else:
             details = Text("")
         if op.get("last_failure"):
@@ -358,6 +372,16 @@ def _requester(requester: Any) -> str:
     return str(requester or "-")
 
 
+def sender_text(sender: Any) -> str:
+    """Who sent a signal or update: ``user ana (durable CLI on h) via cli``, or
+    the workflow whose code signalled (an external signal)."""
+    if not isinstance(sender, Mapping):
+        return "unknown (not recorded)"
+    if sender.get("workflow_id"):
+        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
+    return f"{_requester(sender.get('requester'))} via {sender.get('source') or '-'}"
+
+
 def _boundary(boundary: Any) -> str:
     if not boundary:
         return "no pending op"
@@ -400,6 +424,8 @@ def event_summary(data: Mapping[str, Any], limit: int = 200,
             continue
         if key == "failure" and isinstance(value, Mapping):
             parts.append(f"failure={_fmt.compact(_failure_message(value), 50)}")
+        elif key == "sender":
+            parts.append(f"sent by {sender_text(value)}")
         elif key == "stop_receipt" and isinstance(value, Mapping):
             parts.append(f"stop_receipt={value.get('kind')}"
                          f"{'' if value.get('confirmed', True) else ' (NOT confirmed)'}")

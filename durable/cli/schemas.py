@@ -127,7 +127,8 @@ STOP = obj({
     "fence": {"type": "object"}, "stop_requested_at": NULLABLE_INSTANT,
     "stop_receipt": NULLABLE_OBJECT, "acknowledged_at": NULLABLE_INSTANT,
     "received_after_deadline": {"type": ["boolean", "null"]},
-    "state": {"type": "string", "enum": ["stopped", "signalled", "stopping", "unverified"]},
+    "state": {"type": "string", "enum": ["completed", "stopped", "signalled", "stopping",
+                                                "unverified"]},
 }, closed=False)
 
 CASCADE_RUN = obj({

@@ -23,6 +23,7 @@ from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, Workf
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
 from .paths import quote_segment
+from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import (
     encode_payload,
     event_from_wire,
@@ -74,6 +75,16 @@ class RemoteControl:
 
     def __repr__(self) -> str:  # never shows the token
         return f"RemoteControl({self.shown_url!r}, namespace={self.namespace!r})"
+
+    @property
+    def schedules(self) -> RemoteSchedules:
+        """This namespace's schedules (`durable.schedules.ScheduleControl`)."""
+        return RemoteSchedules(self)
+
+    @property
+    def retention(self) -> RemoteRetention:
+        """Retention settings and pruning (`durable._retention.RetentionControl`)."""
+        return RemoteRetention(self)
 
     def for_namespace(self, namespace: str) -> RemoteControl:
         return RemoteControl(self.base_url, namespace=namespace, timeout=self.timeout,
@@ -227,9 +238,12 @@ class RemoteControl:
         _, data = await self._call("POST", "/api/repair-pass")
         return {str(k): int(v) for k, v in data["counts"].items()}
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
-        await self._call("POST", self._run_path(workflow_id, run_id, "signal"),
-                         body={"name": name, "args": json.loads(args)})
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"name": name, "args": json.loads(args)}
+        if sender is not None:  # the server records who its caller says asked
+            body.update(requester=sender.get("requester"), source=sender.get("source"))
+        await self._call("POST", self._run_path(workflow_id, run_id, "signal"), body=body)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

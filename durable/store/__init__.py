@@ -28,6 +28,7 @@ from . import (
     queues,
     retention,
     runs,
+    schedule_stats,
     schedules,
     workers,
 )
@@ -255,10 +256,12 @@ class Store:
     # ---------------------------------------------------------------- interaction
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
-                          name: str, payload: str, now: float) -> InboxItem:
-        """Record a received signal. Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
+                          name: str, payload: str, now: float,
+                          sender: dict[str, Any] | None = None) -> InboxItem:
+        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
+        `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
@@ -399,6 +402,10 @@ class Store:
         return await self.driver.run(lambda tx: queues.describe_queue(namespace, name, now),
                                      write=False)
 
+    async def queue_gauges(self, now: float) -> list[dict[str, Any]]:
+        """Every queue's running, waiting, limits and rate left (for /metrics)."""
+        return await self.driver.run(lambda tx: queues.gauges(now), write=False)
+
     async def list_queues(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """`describe_queue` of every queue known in the namespace."""
         def program(tx: Any) -> Any:
@@ -422,6 +429,13 @@ class Store:
         """When the namespace's next fire is due (None: none will), and whether
         fires wait for runs to close."""
         return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+
+    async def schedule_stats(self, after: float | None,
+                             limit: int) -> schedule_stats.ScheduleStats:
+        """Schedule counts, fires recorded after `after`, retention's deletions
+        (what /metrics exports)."""
+        return await self.driver.run(lambda tx: schedule_stats.stats(after, limit),
+                                     write=False)
 
     async def create_schedule(self, namespace: str, schedule_id: str,
                               definition: ScheduleDefinition, now: float) -> None:

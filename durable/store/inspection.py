@@ -44,6 +44,10 @@ def describe(
     failure_rows = yield q(
         "SELECT data FROM failures WHERE run_id = ? ORDER BY id", run.run_id
     )
+    # the latest signals and updates, with who sent them ("who approved this?")
+    received = yield q(
+        "SELECT seq, kind, name, update_id, sender, received_at, status, delivered_at "
+        "FROM inbox WHERE run_id = ? ORDER BY seq DESC LIMIT 20", run.run_id)
     open_ops = yield q(
         "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
         "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
@@ -51,7 +55,18 @@ def describe(
         "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at, o.op_id",
         run.run_id,
     )
-    pending = [p for p in open_ops if p["kind"] not in ("phase", "units")]
+    pending = [dict(p) for p in open_ops if p["kind"] not in ("phase", "units")]
+    for p in pending:
+        if p["kind"] == "child" and p["child_workflow_id"]:
+            # the child's own record: a closed parent hears nothing more from
+            # it, so the op stays open here while the child may have ended
+            # (a terminated parent's cancelled child is not "still open")
+            child = yield q1(
+                "SELECT status, closed_at FROM runs WHERE namespace = ? AND workflow_id = ? "
+                "AND parent_run_id = ? ORDER BY run_number DESC LIMIT 1",
+                namespace, p["child_workflow_id"], run.run_id)
+            p["child_status"] = child["status"] if child is not None else None
+            p["child_closed_at"] = child["closed_at"] if child is not None else None
     phases = [p for p in open_ops if p["kind"] == "phase"]
     batches = [p for p in open_ops if p["kind"] == "units"]
     progress = None
@@ -120,10 +135,17 @@ def describe(
                 "child_workflow_id": p["child_workflow_id"], "task_status": p["task_status"],
                 "attempt": p["attempt"], "heartbeat_details": loads(p["heartbeat_details"]),
                 "last_failure": loads(p["last_failure"]),
-            }
+            } | ({"child_status": p["child_status"],
+                  "child_closed_at": to_iso(p["child_closed_at"])} if "child_status" in p else {})
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
+        "received": [
+            {"seq": r["seq"], "kind": r["kind"], "name": r["name"], "update_id": r["update_id"],
+             "sender": loads(r["sender"]), "received_at": to_iso(r["received_at"]),
+             "status": r["status"], "delivered_at": to_iso(r["delivered_at"])}
+            for r in reversed(received)
+        ],
         "cancellation": describe_cancellation(run.cancellation),
     }
 

@@ -773,3 +773,4 @@ def list_schedules(namespace: str, limit: int,
                     if row["last_outcome"] == "started" else None}
         out.append(dict(_summary(s), last_fire=last))
     return out
+

@@ -70,7 +70,8 @@ _REQUEST_KEYS = ("request_id", "root_request_id", "parent_request_id", "root_wor
 _INFO_KEYS = ("workflow_id", "workflow_type", "namespace", "status", "reason", "closed_reason",
               "execution_timeout_seconds", "run_count", "memo")
 _OP_KEYS = ("op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
-            "task_status", "attempt", "heartbeat_details", "last_failure")
+            "task_status", "attempt", "heartbeat_details", "last_failure", "child_status",
+            "child_closed_at")
 _RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed", "exit_code",
                  "received_after_deadline", "at")
 
@@ -219,8 +220,11 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def children(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Child workflows the run started (ChildWorkflowScheduled) and how they ended."""
+def children(events: Iterable[Mapping[str, Any]],
+             pending: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Child workflows the run started (ChildWorkflowScheduled) and how they ended:
+    from the history, or, for a child whose end the parent never heard (the
+    parent closed first), from the child's own record (`pending`)."""
     found: dict[str, dict[str, Any]] = {}
     for event in events:
         data = event.get("data") or {}
@@ -241,6 +245,10 @@ def children(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "completed" if kind == "ChildWorkflowCompleted" else "failed")
             if data.get("child_run_id"):
                 found[child_id]["run_id"] = data.get("child_run_id")
+    for op in pending:
+        child = found.get(str(op.get("child_workflow_id")))
+        if child is not None and child["outcome"] is None and op.get("child_closed_at"):
+            child["outcome"] = op.get("child_status")
     return list(found.values())
 
 

@@ -51,7 +51,8 @@ async def test_describe_shows_the_instance_its_run_and_pending_operations(store:
     assert set(info) == {"workflow_id", "workflow_type", "namespace", "status", "closed_reason",
                          "execution_timeout_seconds", "run_count", "memo", "run",
                          "pending_operations", "failures", "cancellation", "reason",
-                         "phase", "progress", "schedule", "blocked", "waiting_for"}
+                         "phase", "progress", "schedule", "blocked", "waiting_for",
+                         "received"}
     assert (info["workflow_id"], info["workflow_type"], info["status"], info["run_count"]) == (
         "wf", WF, RunStatus.RUNNING, 1)
     assert (info["memo"], info["execution_timeout_seconds"]) == ({"customer": "c-9"}, 7200.0)
