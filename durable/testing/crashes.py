@@ -27,6 +27,9 @@ right *after* the close was recorded.
 Each recovered run is checked (one outcome, equal to the uncrashed run's; no
 step recorded twice; executions within recorded attempts plus one; the user's
 ``check``); ``points=[i]`` runs a failing point alone (docs/testing.md).
+
+Kept whole: the killable storage, one run, the checks and the report are one
+procedure read top to bottom, and none is used elsewhere.
 """
 
 from __future__ import annotations
