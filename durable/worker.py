@@ -471,6 +471,13 @@ class Worker:
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
         self.executors[run.run_id] = executor
+        if claimed.ops:
+            # a run with recorded ops was started before (by this process before
+            # a restart, or by a worker that is gone): say so, once per claim,
+            # so that an application restarted under uvicorn shows it took up
+            # its unfinished work (a run held while it waits is not re-claimed)
+            self.log.info("run_resumed", workflow_id=run.workflow_id, run_id=run.run_id,
+                          workflow_type=run.workflow_type, recorded_ops=len(claimed.ops))
         noticed = self._early.pop(run.run_id, None)
         if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:
             # an interaction was recorded after the claim read the run's counters
