@@ -19,6 +19,7 @@ from typing import Any
 from . import activity, errors, observe, workflow
 from . import subprocess as subprocess  # `durable.subprocess.run` after `import durable`
 from ._log import redact_fields
+from ._queues import QueueLimits, Rate
 from .budget import Budget
 from .cancellation import CancellationContext, CancellationRequestResult
 from .client import Client, WorkflowHandle, connect
@@ -121,6 +122,8 @@ __all__ = [
     "PhaseTimedOut",
     "PolicyRejected",
     "QueryFailed",
+    "QueueLimits",
+    "Rate",
     "RetryPolicy",
     "RunAlreadyClosed",
     "RunNotCurrent",

@@ -128,7 +128,8 @@ class EmbeddedControl:
         return _state(run)
 
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
-        return await self.store.describe(self.namespace, workflow_id, run_id)
+        return await self.store.describe(self.namespace, workflow_id, run_id,
+                                         self.clock.now())
 
     async def history(
         self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,
@@ -163,6 +164,11 @@ class EmbeddedControl:
         return await self.store.clear_review(self.namespace, workflow_id, self.clock.now(),
                                              units)
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        return await self.store.reset_run(self.namespace, workflow_id, run_id, to_op, reason,
+                                          self.clock.now())
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         before = decode_cursor(cursor) if cursor else None
@@ -184,9 +190,10 @@ class EmbeddedControl:
 
     # ---------------------------------------------------------------- interaction
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
         await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
-                                     self.clock.now())
+                                     self.clock.now(), sender)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:
@@ -208,7 +215,8 @@ class EmbeddedControl:
                     f"no worker answered query {name!r} of workflow {workflow_id!r} "
                     f"within {wait:g} s; is a worker for workflow type "
                     f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                    "running? (nothing was recorded)"
+                    "running? (nothing was recorded)",
+                    {"failure_category": "timeout", "timeout_kind": "query_wait"},
                 )
         if "error" in answer:
             raise _error(QueryFailed, answer["error"])

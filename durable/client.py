@@ -26,7 +26,7 @@ from typing import Any
 
 from . import _validate, observe
 from ._embedded import EmbeddedControl
-from ._queues import EmbeddedQueues, QueueControl
+from ._queues import EmbeddedQueues, QueueControl, QueueLimits
 from ._registry import workflow_defn_of, workflow_name
 from ._retention import EmbeddedRetention, RetentionControl
 from ._schedule_plane import EmbeddedSchedules
@@ -182,6 +182,22 @@ class WorkflowHandle:
             raise ConfigurationError(f"units must be 'rerun' or 'confirm', got {units!r}")
         return await self.client.control.clear_review(self.workflow_id, units=units)
 
+    async def reset(self, *, to_op: str, reason: str) -> WorkflowHandle:
+        """Repair a failed, timed-out, terminated, cancelled or stuck run after a
+        fix: it continues as a new run of the same workflow id that keeps the
+        results recorded before op `to_op` (nothing before it runs again) and
+        runs the rest with the code deployed now. A stuck (open) run is
+        terminated first. The old run and the new one name each other
+        (describe()["run"]["reset_run_id"] / ["reset_from_run_id"]). Returns
+        a handle bound to the new run. ``durable history ID`` shows op ids.
+        """
+        to_op = _validate.name(to_op, "to_op")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigurationError(f"reason must say why the run is reset, got {reason!r}")
+        info = await self.client.control.reset(self.workflow_id, self.run_id, to_op=to_op,
+                                               reason=reason)
+        return WorkflowHandle(self.client, self.workflow_id, info["run_id"])
+
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
         return await self.client.control.cancellation_cascade(self.workflow_id,
@@ -197,17 +213,28 @@ class WorkflowHandle:
         await self.client.control.close_run(self.workflow_id, await self._target(),
                                             status="terminated", reason=reason)
 
-    async def signal(self, name: str, *args: Any) -> None:
+    async def signal(self, name: str, *args: Any, requester: dict[str, Any] | None = None,
+                     source: str = "client") -> None:
         """Send the run a signal; returns once it is recorded (``SignalReceived``).
 
         Signals are delivered to the workflow's handler for `name` in the order
         received, exactly once; one sent before a handler exists is kept until
-        the workflow registers one. Raises `RunAlreadyClosed` for a closed run
-        and `WorkflowNotFound` (nothing recorded).
+        the workflow registers one. `requester` (who sends it, a JSON object
+        such as ``{"type": "user", "id": "ana"}``) and `source` are recorded
+        with it, as a cancellation request's are: the history, ``durable
+        describe`` and the UI answer "who approved this". Raises
+        `RunAlreadyClosed` for a closed run and `WorkflowNotFound` (nothing
+        recorded).
         """
         payload = self.client._payload(args, f"the arguments of signal {name!r}")
-        await self.client.control.signal(self.workflow_id, await self._target(),
-                                         _validate.name(name, "signal name"), payload)
+        requester = _validate.json_object(requester, "requester")
+        if not isinstance(source, str) or not source:
+            raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
+        await self.client.control.signal(
+            self.workflow_id, await self._target(), _validate.name(name, "signal name"),
+            payload, sender={"requester": requester or {"type": "client", "id": None,
+                                                        "label": None},
+                             "source": source})
 
     async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
                     result_type: Any = None) -> Any:
@@ -379,7 +406,8 @@ class Client:
             namespace=self.namespace, workflow_id=id, workflow_type=wf_type,
             task_queue=task_queue or options.task_queue or "default", input=payload,
             id_reuse=options.id_reuse.value, execution_timeout=options.execution_timeout,
-            run_timeout=options.run_timeout, memo=memo,
+            run_timeout=options.run_timeout, memo=memo, priority=options.priority,
+            concurrency_key=options.concurrency_key,
         )
 
     def _payload(self, args: tuple[Any, ...], what: str) -> str:
@@ -591,6 +619,25 @@ class Client:
         ``{worker_id, identity, host, pid, build_id, task_queues, workflows,
         activities, definitions, last_seen_at, alive, status, runs_held, ...}``."""
         return await self.queue_control.list_workers()
+
+    async def set_queue_limits(self, task_queue: str, limits: QueueLimits) -> None:
+        """Limit how much of `task_queue` runs at once across every worker
+        (`QueueLimits()`: no limits). Takes effect at the workers' next claim."""
+        if not isinstance(limits, QueueLimits):
+            raise ConfigurationError(
+                f"limits must be a durable.QueueLimits, got {limits!r}")
+        await self.queue_control.set_limits(_validate.name(task_queue, "task_queue"),
+                                            limits.to_dict())
+
+    async def describe_queue(self, task_queue: str) -> dict[str, Any]:
+        """``{name, limits, runs: {running, waiting, oldest_waiting_seconds,
+        rate_left, running_by_key}, activities: {...}, workers}``."""
+        return await self.queue_control.describe(_validate.name(task_queue, "task_queue"))
+
+    async def list_queues(self) -> builtins.list[dict[str, Any]]:
+        """`describe_queue` of every queue that is limited, served by a live
+        worker, or holds open work."""
+        return await self.queue_control.list()
 
     # ---------------------------------------------------------------- maintenance
 

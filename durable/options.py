@@ -169,6 +169,9 @@ class ActivityOptions:
     cancellation: CancellationPolicy = CancellationPolicy.TRY_CANCEL
     task_queue: str | None = None
     record: str | None = None
+    #: claims of remote attempts go by priority, 0 (first) .. 9, then age;
+    #: None: the run's priority (docs/queues.md)
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         if self.record is not None:
@@ -191,6 +194,8 @@ class ActivityOptions:
         object.__setattr__(self, "cancellation", _validate.choice(
             self.cancellation, CancellationPolicy, "ActivityOptions.cancellation"))
         _validate.optional_name(self.task_queue, "ActivityOptions.task_queue")
+        if self.priority is not None:
+            _validate.integer(self.priority, "ActivityOptions.priority", minimum=0, maximum=9)
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -211,7 +216,7 @@ class ActivityOptions:
             "heartbeat_timeout": self.heartbeat_timeout,
             "retry": self.retry_policy.to_dict(),
             "cancellation": self.cancellation.value,
-        }
+        } | ({} if self.priority is None else {"priority": self.priority})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,9 +266,16 @@ class StartOptions:
     run_timeout: float | None = None
     task_queue: str | None = None
     memo: dict[str, Any] = field(default_factory=dict)
+    #: claims go by priority, 0 (first) .. 9, then age (docs/queues.md)
+    priority: int = 5
+    #: runs of one key count against the queue's ``max_running_per_key``
+    concurrency_key: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        set_(self, "priority", _validate.integer(self.priority, "StartOptions.priority",
+                                                 minimum=0, maximum=9))
+        _validate.optional_name(self.concurrency_key, "StartOptions.concurrency_key")
         set_(self, "id_reuse", _validate.choice(self.id_reuse, IdReusePolicy,
                                                 "StartOptions.id_reuse"))
         set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution",

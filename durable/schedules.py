@@ -370,7 +370,9 @@ def schedule_fields(start_request: Callable[..., StartRequest], *, unset: Any = 
         if "options" in given or "task_queue" in given:
             out["task_queue"] = request.task_queue
             out["start_options"] = {"execution_timeout": request.execution_timeout,
-                                    "run_timeout": request.run_timeout, "memo": request.memo}
+                                    "run_timeout": request.run_timeout, "memo": request.memo,
+                                    "priority": request.priority,
+                                    "concurrency_key": request.concurrency_key}
     return out
 
 

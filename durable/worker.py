@@ -204,7 +204,7 @@ class Worker:
                 self.namespace, self.task_queue, self.worker_id, types, n, self.lease_seconds,
                 self.clock.now(), self.capabilities, self.build_id),
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
-            poll_interval=self.poll_interval)
+            poll_interval=self.poll_interval, now=self.clock.now)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)
@@ -265,6 +265,11 @@ class Worker:
         is recorded, nothing is released, and the caller never returns."""
         if point not in self._crash_at or self.crashed_at is not None:
             return
+        self._crash_now(point)
+        await anyio.sleep_forever()
+
+    def _crash_now(self, point: str) -> None:
+        """Stop abruptly now (`crash_point`, `durable.testing.explore_crashes`)."""
         self.crashed_at = point
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):
@@ -273,7 +278,6 @@ class Worker:
         self._crashed.set()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()  # the `async with` block ends at once
-        await anyio.sleep_forever()
 
     async def _abandon(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                        tb: TracebackType | None) -> bool:
@@ -467,6 +471,9 @@ class Worker:
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
         self.executors[run.run_id] = executor
+        if claimed.ops:  # started before (a restart, a lost worker): say it was taken up
+            self.log.info("run_resumed", workflow_id=run.workflow_id, run_id=run.run_id,
+                          workflow_type=run.workflow_type, recorded_ops=len(claimed.ops))
         noticed = self._early.pop(run.run_id, None)
         if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:
             # an interaction was recorded after the claim read the run's counters
@@ -559,8 +566,7 @@ class Worker:
                     self.log.info("deadlines_enforced", **counts)
                 self._claim_all()
                 poked = now
-            # a retry that became available since the last poke is due now,
-            # whatever woke this loop (see deadlines.next_deadline)
+            # a retry available since the last poke is due now (deadlines.next_deadline)
             next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
             if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
                 enforce = True  # already due: enforce at once

@@ -10,6 +10,7 @@ replayed after a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as _uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -27,7 +28,7 @@ from ._runtime.runtime import TaskGroup, WorkflowInfo, current
 from ._runtime.units import UnitsResult
 from .cancellation import CancellationContext
 from .clock import to_datetime
-from .options import ActivityOptions, ChildOptions, Seconds
+from .options import ActivityOptions, CancellationPolicy, ChildOptions, Seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
@@ -335,6 +336,7 @@ async def units(
     handler: Callable[..., Any] | str,
     options: ActivityOptions | None = None,
     concurrency: int = 1,
+    cancellation: CancellationPolicy | None = None,
 ) -> UnitsResult:
     """Run the activity `handler` once per item, each recorded by ``key(item)``.
 
@@ -345,9 +347,22 @@ async def units(
     operator decides with ``handle.retry_after_review(units="rerun" or
     "confirm")``. Returns the results (and clean failures) by key;
     `describe()["progress"]` is ``{"done", "total"}`` while units run.
+
+    When the run is cancelled, the units in flight are asked to stop and,
+    by default, waited for (`CancellationPolicy.WAIT_CANCELLATION_COMPLETED`):
+    a unit is an external effect, so the cleanup that runs next must see
+    every unit either finished (recorded completed) or stopped, never one
+    still writing. `cancellation` (or an `options.cancellation` other than
+    the activity default, TRY_CANCEL) chooses otherwise; TRY_CANCEL stops
+    waiting at once and the cleanup may race the unit in flight.
     """
-    return await current().units(items, key, handler, options or _DEFAULT_ACTIVITY_OPTIONS,
-                                 concurrency)
+    opts = options or _DEFAULT_ACTIVITY_OPTIONS
+    policy = cancellation if cancellation is not None else (
+        opts.cancellation if opts.cancellation is not CancellationPolicy.TRY_CANCEL
+        else CancellationPolicy.WAIT_CANCELLATION_COMPLETED)
+    if policy is not opts.cancellation:
+        opts = dataclasses.replace(opts, cancellation=policy)
+    return await current().units(items, key, handler, opts, concurrency)
 
 
 def continue_as_new(*args: Any) -> None:

@@ -117,6 +117,9 @@ async def nightly_import(night: str, source: str, pause: float) -> dict[str, Any
         async with workflow.phase("transform", limit=120):
             rows = await workflow.execute_activity(normalise, rows, options=quick)
         async with workflow.phase("load", limit=1800):
+            # a cancellation waits for the row in flight (the units' default,
+            # WAIT_CANCELLATION_COMPLETED): the cleanup below counts every row
+            # written, and a row that finished is recorded completed
             loaded = await workflow.units(
                 [{**row, "night": night, "pause": pause} for row in rows],
                 key=lambda row: row["id"], handler=load_row,
@@ -232,6 +235,14 @@ async def main(db_url: str) -> None:
                 with sqlite3.connect(WAREHOUSE) as db:
                     (note,) = db.execute("SELECT note FROM notes WHERE night = 'n2'").fetchone()
                 print(f"   cleanup noted: {note}")
+                # the row in flight when the stop came was waited for (the units'
+                # default policy): the cleanup's count, the history and the
+                # warehouse agree
+                completed = sum(e.type == "ActivityCompleted"
+                                and str(e.data.get("activity_type")) == "load-row"
+                                for e in await handle.history())
+                print(f"   units completed in history: {completed}, rows in the warehouse: "
+                      f"{warehouse_rows('n2')}")
 
                 print("3. the warehouse loader dies after writing a row, before reporting it")
                 loader = crash_at(durable.Worker(client, activities=[load_row],

@@ -33,6 +33,9 @@ import durable.driver
 
 durable.driver.register_driver(STEPWISE_SCHEME, StepwiseSQLiteDriver)
 
+# the `durable_crash_explorer` fixture, named as a user names it (docs/testing.md)
+pytest_plugins = ["durable.testing.pytest_plugin"]
+
 POSTGRES_URL = os.environ.get(
     "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )

@@ -8,6 +8,7 @@ worker of a build that replays it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -115,6 +116,26 @@ with isolated_definitions():  # v2 changes the order of two ops runs in flight r
 
 V1 = [OrderV1, PatchedV1]
 V2 = [OrderV2, PatchedV2]
+#: what `durable check-upgrade --worker test_builds:V2_WORKER` loads
+V1_WORKER = {"workflows": V1, "activities": ACTIVITIES, "build_id": "v1"}
+V2_WORKER = {"workflows": V2, "activities": ACTIVITIES, "build_id": "v2"}
+
+
+async def check_upgrade(url: str, spec: str) -> tuple[int, dict[str, Any]]:
+    """`durable check-upgrade --db URL --worker test_builds:SPEC --json` (in a
+    thread: the command runs its own event loop); its exit code and output."""
+    from click.testing import CliRunner
+
+    from durable.cli import _upgrade  # noqa: F401  (registers the command)
+    from durable.cli._commands import cli
+
+    def invoke() -> Any:
+        return CliRunner().invoke(cli, ["check-upgrade", "--db", url, "--worker",
+                                        f"test_builds:{spec}", "--json"])
+
+    result = await anyio.to_thread.run_sync(invoke)
+    assert result.output.startswith("{"), (result.output, result.exception)
+    return result.exit_code, json.loads(result.output)
 
 
 async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -170,7 +191,7 @@ async def test_a_build_id_must_be_a_name(storage: durable.Client) -> None:
 
 
 async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails_none(
-        storage: durable.Client) -> None:
+        storage: durable.Client, db_url: str) -> None:
     # v1 starts three runs of the changed workflow and one of the patched one
     async with worker(storage, V1, "v1"):
         changed = [await storage.start(OrderV1, f"o{i}", id=f"bd-o{i}") for i in range(3)]
@@ -206,12 +227,29 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
             assert await changed[0].result() == ["a:o0", "b:o0"]
             info = await changed[1].describe()
             assert info["blocked"]["build_id"] == "v2" and info["run"]["last_build"] == "v1"
+            assert old.presence.clashes == []  # two builds: a deploy, not a clash
         # the old worker stopped: v2 still does not take (or fail) what it cannot replay
         await new.runs.claim_now()
         for handle in changed[1:]:
             info = await handle.describe()
             assert info["status"] == "running" and info["run"]["owner"] is None
             assert info["blocked"]["build_id"] == "v2"
+        # an operator's dashboard counts them
+        from durable.http.metrics import Metrics
+
+        text, _ = await Metrics(storage.store).render()
+        lines = [x for x in text.decode().splitlines() if x.startswith("durable_runs")]
+        assert "durable_runs_blocked{build_id=\"v2\",namespace=\"default\"} 2.0" in lines, lines
+        # the deploy gate lists them, with where each diverges (and reads only)
+        code, report = await check_upgrade(db_url, "V2_WORKER")
+        assert code == 1 and report["ok"] is False and report["build_id"] == "v2"
+        assert report["checked"] == 2
+        assert sorted(r["workflow_id"] for r in report["cannot_take"]) == ["bd-o1", "bd-o2"]
+        assert all("asked for activity 'bd_b' at 0:1" in r["divergence"]
+                   for r in report["cannot_take"])
+        assert {r["last_build"] for r in report["cannot_take"]} == {"v1"}
+        code, report = await check_upgrade(db_url, "V1_WORKER")
+        assert (code, report["ok"], report["checked"], report["cannot_take"]) == (0, True, 2, [])
         # a run started after the deploy is v2's own
         fresh = await storage.start(OrderV2, "n", id="bd-new")
         await until(lambda: waiting(fresh), "v2 ran the new run")

@@ -330,7 +330,8 @@ def test_describe_shows_status_deadlines_and_pending_activity(url: str) -> None:
     assert "Pending operations" in out and "cli-hang" in out
     ok(url, "terminate", "desc-1")
     closed = ok(url, "describe", "desc-1").stdout
-    assert "[terminated]" in closed and "(not reached)" in closed
+    # a closed run's deadline was met (by its close), not "not reached" or "passed"
+    assert "[terminated]" in closed and re.search(r"run deadline .*\(met, \S+", closed), closed
 
 
 def test_describe_of_an_unknown_id_exits_3_on_one_line(url: str) -> None:
@@ -900,6 +901,10 @@ def test_times_are_shown_absolute_and_relative() -> None:
     assert _fmt.deadline_state(earlier, now, True) == ("3s late", "late")
     assert _fmt.deadline_state(earlier, now, False) == ("passed 3s ago", "passed")
     assert _fmt.deadline_state(later, now, False) == ("not reached", "passed")
+    # closed: met or missed by when it ended, never "passed N ago" (issue 21)
+    assert _fmt.deadline_state(earlier, now, False, earlier.replace(second=50)) == (
+        "met, 7s to spare", "met")
+    assert _fmt.deadline_state(earlier, now, False, now) == ("missed by 3s", "missed")
     assert _fmt.absolute(later) == "2026-04-12 12:04:12 UTC"
     assert _fmt.relative(earlier, now) == "3s ago"
     assert [_fmt.duration(s) for s in (0.25, 12, 252, 7500, 90000)] == [

@@ -85,6 +85,19 @@ async def run_cli(*args: str, env: dict[str, str | None] | None = None) -> Resul
     return await anyio.to_thread.run_sync(go)
 
 
+def error_code(response: httpx.Response) -> str:
+    """The error's code in either body shape ({"error": {"code"}} or the
+    reference engine's flat {"reason"})."""
+    body = response.json()
+    inner = body.get("error", body)
+    return str(inner.get("code") or inner.get("reason"))
+
+
+def error_message(response: httpx.Response) -> str:
+    body = response.json()
+    return str(body.get("error", body)["message"])
+
+
 async def login(http: httpx.AsyncClient, token: str = OPERATOR) -> None:
     page = await http.get("/ui/login")
     csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
@@ -117,9 +130,8 @@ async def test_a_number_beyond_a_float_is_the_same_400_at_every_entry_point(
     answer = await http.post(path.format(run=handle.run_id), content=body % HUGE,
                              headers=AS_OPERATOR)
     assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == "payload_error"
-    assert "1e400" in error["message"] and "finite" in error["message"]
+    assert error_code(answer) == "payload_error"
+    assert "1e400" in error_message(answer) and "finite" in error_message(answer)
     # nothing was recorded: the run's history is what its start wrote
     types = [e.type for e in await handle.history()]
     assert "SignalReceived" not in types and "CancellationRequested" not in types
@@ -134,7 +146,7 @@ async def test_nan_and_infinity_literals_are_not_json(http: httpx.AsyncClient,
         answer = await http.post("/api/workflows/lit/signal",
                                  content='{"name":"s","args":[' + literal + ']}',
                                  headers=AS_OPERATOR)
-        assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_json"
+        assert answer.status_code == 400 and error_code(answer) == "invalid_json"
 
 
 async def test_the_embedded_api_refuses_infinity_in_a_requester_and_in_arguments(
@@ -268,3 +280,350 @@ def test_mask_url_and_mask_password_in() -> None:
         "failed for *** at http://u:***@h")
     # a very short password is masked only where it stands in a URL
     assert mask_password_in("a: http://u:a@h", "http://u:a@h") == "a: http://u:***@h"
+
+
+# ---------------------------------------------------------------- a malformed UI cookie
+
+
+@HTTP_ONLY
+@pytest.mark.parametrize("cookie", ["v1.\u00e9t\u00e9.sig", "\u00ff\u00fe", "v1.a.b.c",
+                                    "v1..", "v1.!!!.???"])
+async def test_a_malformed_ui_cookie_is_no_session_and_login_still_works(
+        storage_client: durable.Client, cookie: str) -> None:
+    app = make_app(storage_client)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    bad = (b"cookie", f"durable_ui={cookie}".encode())
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        page = await http.get("/ui/runs", headers=[bad])
+        assert page.status_code == 303 and "/ui/login" in page.headers["location"]
+        form = await http.get("/ui/login", headers=[bad])
+        assert form.status_code == 200
+        assert "durable_ui=v1." in form.headers.get("set-cookie", "")  # a fresh one
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        signed_in = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
+        assert signed_in.status_code == 303, signed_in.text[:300]
+        assert (await http.get("/ui/runs")).status_code == 200
+
+
+# ---------------------------------------------------------------- Host check (DNS rebinding)
+
+
+async def _asgi(app: Starlette) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8233")
+
+
+@HTTP_ONLY
+async def test_a_token_less_server_answers_only_requests_naming_a_loopback_host(
+        storage_client: durable.Client) -> None:
+    """DNS rebinding: a page at attacker.example whose name now resolves to
+    127.0.0.1 reaches the server, but its requests name attacker.example."""
+    app = create_app(storage_client, anonymous_role="operator", environ={}, ui_secret=SECRET)
+    start = {"workflow_type": "edge-sleeper", "workflow_id": "rebound", "input": [1],
+             "require_registered": False}
+    async with await _asgi(app) as http:
+        for host in ("attacker.example", "attacker.example:8233", "127.0.0.1.nip.io:8233",
+                     "localhost.attacker.example", ""):
+            headers = {**VERSION, "Host": host}
+            refused = [await http.get("/api/workflows", headers=headers),
+                       await http.post("/api/workflows", json=start, headers=headers),
+                       await http.post("/api/workflows/x/terminate", json={}, headers=headers),
+                       await http.get("/ui/runs", headers=headers),
+                       await http.get("/metrics", headers=headers)]
+            for answer in refused:
+                assert answer.status_code == 400, (host, answer.request.url, answer.text)
+                assert error_code(answer) == "host_not_allowed"
+                assert "--allowed-host" in error_message(answer)
+        assert await storage_client.list() == []
+        for host in ("127.0.0.1:8233", "localhost:8233", "LOCALHOST", "[::1]:8233",
+                     "127.0.0.2", "localhost."):
+            answer = await http.get("/api/workflows", headers={**VERSION, "Host": host})
+            assert answer.status_code == 200, (host, answer.text)
+        page = await http.get("/ui/runs")
+        assert page.status_code == 200
+        assert 'data-mode="no-token"' in page.text and "development mode" in page.text
+
+
+@HTTP_ONLY
+async def test_allowed_hosts_name_the_server_and_tokens_alone_allow_any_host(
+        storage_client: durable.Client) -> None:
+    auth = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
+    async with await _asgi(make_app(storage_client)) as http:  # tokens, no list: any host
+        answer = await http.get("/api/workflows", headers={**auth, "Host": "anything.example"})
+        assert answer.status_code == 200
+    app = make_app(storage_client, allowed_hosts=["durable.example.com", "*.corp.example"])
+    async with await _asgi(app) as http:
+        for host, status in (("durable.example.com", 200), ("DURABLE.example.com:443", 200),
+                             ("a.corp.example", 200), ("b.a.corp.example:80", 200),
+                             ("corp.example", 400), ("durable.example.com.evil", 400),
+                             ("127.0.0.1", 400)):
+            answer = await http.get("/api/workflows", headers={**auth, "Host": host})
+            assert answer.status_code == status, (host, answer.text)
+        page = await http.get("/ui/runs", headers={"Host": "a.corp.example"})
+        assert page.status_code == 303  # the login form: signed-in mode, no banner
+    with pytest.raises(durable.ConfigurationError, match="allowed_hosts"):
+        make_app(storage_client, allowed_hosts=[""])
+    async with await _asgi(make_app(storage_client, allowed_hosts=["*"])) as http:
+        answer = await http.get("/api/workflows", headers={**auth, "Host": "x.example"})
+        assert answer.status_code == 200
+
+
+async def test_serve_without_tokens_says_so_and_checks_the_host_on_a_real_server(
+        db_url: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from durable.http.serve import serve_async
+
+    monkeypatch.delenv("DURABLE_TOKENS", raising=False)
+    monkeypatch.delenv("DURABLE_TOKENS_FILE", raising=False)
+    caplog.set_level("WARNING", logger="durable.http")
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(functools.partial(
+            serve_async, db_url, "127.0.0.1", 0, allowed_hosts=["devbox.test"], ui=False))
+        assert "NO TOKENS" in caplog.text and "OPERATOR" in caplog.text
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            for host, status in (("attacker.example", 400), (f"devbox.test:{port}", 200),
+                                 (f"127.0.0.1:{port}", 200), (f"localhost:{port}", 200)):
+                answer = await http.get("/api/workflows", headers={**VERSION, "Host": host})
+                assert answer.status_code == status, (host, answer.text)
+        async with durable.connect(f"http://127.0.0.1:{port}") as remote:
+            assert await remote.list() == []
+        tg.cancel_scope.cancel()
+
+
+@HTTP_ONLY
+async def test_durable_serve_takes_allowed_host_options(monkeypatch: pytest.MonkeyPatch,
+                                                        db_url: str) -> None:
+    import durable.http.serve
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(durable.http.serve, "serve",
+                        lambda *args, **kwargs: seen.update(kwargs))
+    result = await run_cli("--db", db_url, "serve", "--allowed-host", "a.test",
+                           "--allowed-host", "*.b.test")
+    assert result.exit_code == 0, result.output
+    assert seen["allowed_hosts"] == ["a.test", "*.b.test"]
+    await run_cli("--db", db_url, "serve")
+    assert seen["allowed_hosts"] is None
+
+
+# ---------------------------------------------------------------- ids with / . .. ? # and more
+
+
+STRANGE_IDS = ["a/b", "a%2Fb", "%", "%25", ".", "..", "../victim", "a?b=c", "a#frag",
+               "with space", "ünï/cødé ☃", "victim/", "/victim", "x/history", "runs"]
+
+
+async def test_every_id_addresses_exactly_its_own_run_over_http(
+        storage_client: durable.Client, live: str, make_worker: Any) -> None:
+    """The remote client, the CLI --server and the UI reach each run by its own
+    id; an id that spells another run's path never touches that run."""
+    victim = await storage_client.start(sleeper, 3600, id="victim")
+    runs = {wid: (await storage_client.start(sleeper, 3600, id=wid)).run_id
+            for wid in STRANGE_IDS}
+    async with durable.connect(live, token=OPERATOR) as remote:
+        for wid, run_id in runs.items():
+            handle = remote.get_handle(wid)
+            info = await handle.describe()
+            assert (info["workflow_id"], info["run"]["run_id"]) == (wid, run_id), wid
+            pinned = await remote.get_handle(wid, run_id=run_id).describe()
+            assert pinned["workflow_id"] == wid
+            assert (await handle.history())[0].type == "WorkflowStarted"
+            assert (await remote.control.run_state(wid, run_id)).run_id == run_id  # type: ignore[union-attr]
+            await handle.signal("poke", wid)
+        # the path of the victim's run, as an id: no such workflow, the victim untouched
+        forged = remote.get_handle(f"victim/runs/{victim.run_id}")
+        with pytest.raises(durable.WorkflowNotFound):
+            await forged.terminate()
+        with pytest.raises(durable.WorkflowNotFound):
+            await forged.describe()
+        # started under that id, it is a run of its own; terminating it spares the victim
+        own = await remote.start(sleeper, 3600, id=f"victim/runs/{victim.run_id}")
+        await remote.get_handle(f"victim/runs/{victim.run_id}").terminate()
+        assert (await own.describe())["status"] == "terminated"
+        await remote.get_handle("../victim").request_cancellation()
+        await remote.get_handle("victim/").cancel()
+        assert (await victim.describe())["status"] == "running" or (
+            await victim.describe())["status"] == "pending"
+        assert "CancellationRequested" not in [e.type for e in await victim.history()]
+        signals = [e.data for e in await storage_client.get_handle("a/b").history()
+                   if e.type == "SignalReceived"]
+        assert len(signals) == 1
+    for wid in ("a/b", "..", "a?b=c", "ünï/cødé ☃", "%25"):
+        shown = await run_cli("--server", live, "--token", OPERATOR, "describe", wid, "--json")
+        assert shown.exit_code == 0, (wid, shown.output)
+        assert json.loads(shown.stdout)["workflow_id"] == wid
+    async with httpx.AsyncClient(base_url=live) as http:
+        await login(http)
+        for wid in ("a/b", "..", "a#frag"):
+            page = await http.get("/ui/run", params={"wf": wid, "run": runs[wid]})
+            assert page.status_code == 200 and runs[wid] in page.text, wid
+        form = await http.get("/ui/run/terminate", params={"wf": "x/history",
+                                                          "run": runs["x/history"]})
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        done = await http.post("/ui/run/terminate", params={"wf": "x/history",
+                                                           "run": runs["x/history"]},
+                               data={"csrf": csrf, "reason": "ui"})
+        assert done.status_code == 303, done.text[:300]
+    assert (await storage_client.get_handle("x/history").describe())["status"] == "terminated"
+    assert (await victim.describe())["status"] in ("pending", "running")
+
+
+@HTTP_ONLY
+async def test_raw_api_paths_route_on_the_encoded_segments(
+        http: httpx.AsyncClient, storage_client: durable.Client) -> None:
+    victim = await storage_client.start(sleeper, 3600, id="victim")
+    await storage_client.start(sleeper, 3600, id="a/b")
+    auth = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
+    answer = await http.get("/api/workflows/a%2Fb", headers=auth)
+    assert answer.status_code == 200 and answer.json()["workflow_id"] == "a/b"
+    answer = await http.get("/api/workflows/a%2fb/history", headers=auth)
+    assert answer.status_code == 200 and answer.json()["workflow_id"] == "a/b"
+    forged = await http.post(f"/api/workflows/victim%2Fruns%2F{victim.run_id}/terminate",
+                             json={}, headers=auth)
+    assert forged.status_code == 404
+    assert (await victim.describe())["status"] in ("pending", "running")
+    # an unencoded "/" is a path separator, as always
+    assert (await http.get(f"/api/workflows/victim/runs/{victim.run_id}",
+                           headers=auth)).status_code == 200
+
+
+# ---------------------------------------------------------------- throttling, namespaced tokens
+
+
+def test_the_throttle_counts_failures_per_client_in_a_sliding_window() -> None:
+    from durable.http.throttle import AuthThrottle
+
+    now = [100.0]
+    throttle = AuthThrottle(3, 10.0, max_clients=2, clock=lambda: now[0])
+    for _ in range(2):
+        throttle.failed("a")
+    assert throttle.retry_after("a") is None
+    now[0] += 4
+    throttle.failed("a")
+    assert throttle.retry_after("a") == 6  # until the first failure is 10 s old
+    assert throttle.retry_after("b") is None
+    now[0] += 6
+    assert throttle.retry_after("a") is None  # the two at 100 left the window
+    throttle.failed("a")
+    throttle.failed("a")
+    assert throttle.retry_after("a") == 4  # 104, 110, 110: until 104 is 10 s old
+    throttle.failed("b")
+    throttle.failed("c")  # over max_clients: the oldest ("a") is forgotten
+    assert throttle.retry_after("a") is None
+    assert AuthThrottle(0).retry_after("x") is None
+
+
+@HTTP_ONLY
+async def test_failed_authentications_lock_a_client_out_for_a_while(
+        storage_client: durable.Client) -> None:
+    app = make_app(storage_client, max_auth_failures=5, auth_failure_window=30)
+    now = [1000.0]
+    app.state.durable.throttle.clock = lambda: now[0]
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False,
+                                    client=("203.0.113.7", 5000))
+    neighbour = httpx.ASGITransport(app=app, raise_app_exceptions=False,
+                                    client=("203.0.113.8", 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http, \
+            httpx.AsyncClient(transport=neighbour, base_url="http://127.0.0.1") as other:
+        def auth(token: str) -> dict[str, str]:
+            return {**VERSION, "Authorization": f"Bearer {token}"}
+
+        for attempt in range(5):
+            answer = await http.get("/api/workflows", headers=auth(f"guess-{attempt}"))
+            assert answer.status_code == 401
+        for token in ("guess-6", OPERATOR):  # refused before the token is looked at
+            answer = await http.get("/api/workflows", headers=auth(token))
+            assert answer.status_code == 429, answer.text
+            assert error_code(answer) == "too_many_failed_authentications"
+            assert answer.headers["retry-after"] == "30"
+        assert (await http.get("/metrics", headers=auth(OPERATOR))).status_code == 429
+        assert (await http.get("/healthz")).status_code == 200  # no token: not throttled
+        assert (await other.get("/api/workflows", headers=auth(OPERATOR))).status_code == 200
+        # the UI's login is the same door
+        page = await http.get("/ui/login")
+        csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        refused = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
+        assert refused.status_code == 429 and "Too many" in refused.text
+        now[0] += 29
+        assert (await http.get("/api/workflows", headers=auth(OPERATOR))).status_code == 429
+        now[0] += 1
+        assert (await http.get("/api/workflows", headers=auth(OPERATOR))).status_code == 200
+        # wrong tokens at the UI's login count too
+        for attempt in range(5):
+            page = await other.get("/ui/login")
+            csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            wrong = await other.post("/ui/login", data={"csrf": csrf, "token": f"g{attempt}"})
+            assert wrong.status_code == 401
+        assert (await other.get("/api/workflows", headers=auth(OPERATOR))).status_code == 429
+
+
+async def test_a_remote_client_guessing_tokens_is_throttled(
+        storage_client: durable.Client, live: str) -> None:
+    async with durable.connect(live, token="not-a-token") as guesser:
+        codes = []
+        for _ in range(12):
+            with pytest.raises(durable.http.AuthenticationFailed) as failed:
+                await guesser.list()
+            codes.append(failed.value.code)  # type: ignore[attr-defined]
+    assert codes[:10] == ["unauthenticated"] * 10
+    assert codes[10:] == ["too_many_failed_authentications"] * 2
+
+
+@HTTP_ONLY
+async def test_a_token_limited_to_namespaces_acts_and_sees_metrics_only_there(
+        storage_client: durable.Client) -> None:
+    tokens = {OPERATOR: "operator", "billing-op": "operator@billing|billing-eu",
+              "billing-view": "viewer@billing"}
+    app = make_app(storage_client, tokens=tokens)
+    await storage_client.with_namespace("billing").start(sleeper, 3600, id="invoice")
+    await storage_client.with_namespace("shipping").start(sleeper, 3600, id="parcel")
+    async with await _asgi(app) as http:
+        def as_(token: str, namespace: str) -> dict[str, str]:
+            return {**VERSION, "Authorization": f"Bearer {token}", "X-Namespace": namespace}
+
+        answer = await http.get("/api/workflows", headers=as_("billing-op", "billing"))
+        assert [r["workflow_id"] for r in answer.json()["items"]] == ["invoice"]
+        for namespace in ("shipping", "default"):
+            refused = await http.get("/api/workflows/parcel",
+                                     headers=as_("billing-op", namespace))
+            assert refused.status_code == 403, refused.text
+            assert "billing, billing-eu" in error_message(refused)
+            terminate = await http.post("/api/workflows/parcel/terminate", json={},
+                                        headers=as_("billing-op", namespace))
+            assert terminate.status_code == 403
+        assert (await storage_client.with_namespace("shipping").get_handle(
+            "parcel").describe())["status"] in ("pending", "running")
+        assert (await http.post("/api/workflows/invoice/terminate", json={},
+                                headers=as_("billing-view", "billing"))).status_code == 403
+        metrics = await http.get("/metrics", headers=as_("billing-view", "billing"))
+        assert metrics.status_code == 200
+        assert 'namespace="billing"' in metrics.text
+        assert 'namespace="shipping"' not in metrics.text
+        assert "durable_http_requests_total" in metrics.text  # server-wide, kept
+        everything = await http.get("/metrics", headers=as_(OPERATOR, "default"))
+        assert 'namespace="shipping"' in everything.text
+        # the UI: a session of that token lands in its namespace, and stays there
+        page = await http.get("/ui/login")
+        csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        await http.post("/ui/login", data={"csrf": csrf, "token": "billing-op"})
+        runs = await http.get("/ui/runs")
+        assert runs.status_code == 200 and "invoice" in runs.text
+        assert (await http.get("/ui/runs", params={"ns": "shipping"})).status_code == 403
+        assert (await http.get("/ui/run", params={"ns": "shipping", "wf": "parcel",
+                                                  "run": "x"})).status_code == 403
+
+
+def test_namespaced_token_lists_parse_and_refuse_bad_entries() -> None:
+    from durable.http.auth import Grant, parse_token_list
+
+    tokens = parse_token_list("a:operator, b:c:viewer@x|y.z , d@e:operator@ns:1",
+                              "DURABLE_TOKENS")
+    assert tokens == {"a": "operator", "b:c": "viewer@x|y.z", "d@e": "operator@ns:1"}
+    assert Grant.parse("viewer@x|y.z") == Grant("viewer", frozenset({"x", "y.z"}))
+    for bad in ("t:operator@", "t:operator@bad ns", "t:admin", "t:viewer@|"):
+        with pytest.raises(durable.ConfigurationError):
+            parse_token_list(bad, "DURABLE_TOKENS")
+    with pytest.raises(durable.ConfigurationError, match="namespaces"):
+        create_app_tokens = {"t": "operator@"}
+        from durable.http.auth import TokenSet
+        TokenSet(create_app_tokens)

@@ -108,11 +108,10 @@ HTTP_ONLY = pytest.mark.parametrize("driver_name", ["sqlite"])
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
-    body = response.json()
-    assert set(body) == {"error"}, body
-    error: dict[str, Any] = body["error"]
-    assert isinstance(error["code"], str) and isinstance(error["message"], str)
-    return error
+    """The flat error body, with its reason also as "code" (as these tests read it)."""
+    error: dict[str, Any] = response.json()
+    assert isinstance(error["reason"], str) and isinstance(error["message"], str), error
+    return {**error, "code": error["reason"]}
 
 
 # ---------------------------------------------------------------- header rules
@@ -129,10 +128,11 @@ async def test_missing_or_other_version_header_is_400_naming_the_header(
     response = await plane.http.get("/api/workflows", headers=headers)
     assert response.status_code == 400
     error = error_of(response)
-    assert error["code"] == "unsupported_version"
+    assert error["code"] == ("missing_control_plane_version" if value is None
+                             else "unsupported_control_plane_version")
     assert "X-Durable-Workflow-Control-Plane-Version" in error["message"]
     assert error["header"] == "X-Durable-Workflow-Control-Plane-Version"
-    assert error["supported"] == ["2"]
+    assert error["supported_version"] == "2" and error["requested_version"] == value
 
 
 @HTTP_ONLY
@@ -188,7 +188,7 @@ async def test_a_run_of_another_namespace_is_404_never_403(plane: Plane) -> None
                  "/api/workflows/shared-id/cancellation-cascade"):
         response = await plane.http.get(path, headers=in_b)
         assert response.status_code == 404, path
-        assert error_of(response)["code"] == "not_found"
+        assert error_of(response)["code"] == "instance_not_found"
         assert "team-b" in error_of(response)["message"]
     for action in ("request-cancellation", "cancel", "terminate"):
         response = await plane.http.post(f"/api/workflows/shared-id/{action}", json={},
@@ -253,7 +253,7 @@ async def test_start_is_201_with_ids_409_when_taken_200_when_returning_existing(
     again = await plane.start("order-1")
     assert again.status_code == 409
     error = error_of(again)
-    assert error["code"] == "already_started"
+    assert error["code"] == "instance_already_started"
     assert (error["workflow_id"], error["run_id"]) == ("order-1", body["run_id"])
     existing = await plane.start("order-1", id_reuse_policy="return_existing_active")
     assert existing.status_code == 200
@@ -302,8 +302,10 @@ async def test_invalid_body_is_422_naming_the_field(plane: Plane, body: Any,
     response = await plane.http.post("/api/workflows", json=body, headers=AS_OPERATOR)
     assert response.status_code == 422
     error = error_of(response)
-    assert error["code"] == "invalid_body" and error["field"] == field
+    assert error["code"] == "validation_failed" and error["field"] == field
     assert field in error["message"]
+    laravel_name = field.removeprefix("body").lstrip(".") or "body"
+    assert list(error["errors"]) == [laravel_name] and error["errors"][laravel_name]
     assert await plane.storage.list() == []
 
 
@@ -314,7 +316,7 @@ async def test_body_that_is_not_json_is_400(plane: Plane) -> None:
                                          headers={**AS_OPERATOR,
                                                   "Content-Type": "application/json"})
         assert response.status_code in (400, 422), raw[:10]
-        assert error_of(response)["code"] in ("invalid_json", "invalid_body")
+        assert error_of(response)["code"] in ("invalid_json", "validation_failed")
 
 
 @HTTP_ONLY
@@ -537,7 +539,7 @@ async def test_request_cancellation_of_an_old_or_closed_run_is_409(
                               headers=AS_OPERATOR)
         closed = await plane.http.post("/api/workflows/to-close/request-cancellation",
                                        json={}, headers=AS_OPERATOR)
-    assert closed.status_code == 409 and error_of(closed)["code"] == "run_already_closed"
+    assert closed.status_code == 409 and error_of(closed)["code"] == "run_not_active"
 
 
 async def test_cancel_and_terminate_close_the_run_at_once(plane: Plane) -> None:
@@ -743,7 +745,7 @@ async def test_anonymous_role_applies_to_requests_without_a_token(
 ) -> None:
     app = create_app(storage_client, environ={}, anonymous_role="viewer")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                 base_url="http://plane") as http:
+                                 base_url="http://127.0.0.1") as http:
         assert (await http.get("/api/workflows", headers=VERSION)).status_code == 200
         write = await http.post("/api/repair-pass", headers=VERSION)
         assert write.status_code == 403
@@ -766,6 +768,7 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
                                            "cause_type": "ValueError", "message": "v"}),
         durable.UpdateFailed("it broke", {"failure_category": "application",
                                           "cause_type": "RuntimeError", "message": "r"}),
+        durable.ScheduleNotFound("no s"), durable.ScheduleAlreadyExists("s", "default"),
     ]
     assert {type(e) for e in samples} == {cls for cls, _, _ in ERROR_TABLE}
     for exc in samples:
@@ -780,8 +783,8 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
         if isinstance(exc, durable.errors.FailureCarrying):
             assert isinstance(rebuilt, durable.errors.FailureCarrying)
             assert rebuilt.failure == exc.failure and rebuilt.__cause__ is not None
-    storage = error_from_wire(503, {"error": {"code": "storage_unavailable", "message": "m",
-                                              "outcome_unknown": True}})
+    storage = error_from_wire(503, {"reason": "storage_unavailable", "message": "m",
+                                    "outcome_unknown": True})
     assert isinstance(storage, durable.StorageUnavailable) and storage.outcome_unknown
 
 
@@ -845,11 +848,11 @@ async def test_signal_query_and_update_over_http_with_their_roles_and_errors(
                                 "result": {"opened_by": None, "value": 1}}
         missing = await plane.http.post("/api/workflows/g1/query", json={"name": "nope"},
                                         headers=AS_VIEWER)
-        assert missing.status_code == 422 and error_of(missing)["code"] == "query_failed"
+        assert missing.status_code == 409 and error_of(missing)["code"] == "query_rejected"
         rejected = await plane.http.post(
             "/api/workflows/g1/update", json={"name": "slow_set", "args": [-1, 0]},
             headers=AS_OPERATOR)
-        assert rejected.status_code == 422, rejected.text
+        assert rejected.status_code == 409, rejected.text
         error = error_of(rejected)
         assert error["code"] == "update_rejected" and "at least 0" in error["message"]
         assert error["failure"]["cause_type"] == "ValueError"
@@ -868,7 +871,7 @@ async def test_signal_query_and_update_over_http_with_their_roles_and_errors(
         assert result.json()["result"] == {"opened_by": "ann", "value": 5}
     closed = await plane.http.post("/api/workflows/g1/signal", json={"name": "open"},
                                    headers=AS_OPERATOR)
-    assert closed.status_code == 409 and error_of(closed)["code"] == "run_already_closed"
+    assert closed.status_code == 409 and error_of(closed)["code"] == "run_not_active"
     unknown = await plane.http.post("/api/workflows/nobody/signal", json={"name": "open"},
                                     headers=AS_OPERATOR)
     assert unknown.status_code == 404
@@ -1028,3 +1031,38 @@ async def test_worker_spec_errors_are_clear(storage_client: durable.Client) -> N
         load_worker("test_http:NOTHING", storage)
     with pytest.raises(durable.ConfigurationError, match=r"not a durable\.Worker"):
         load_worker("test_http:not_a_worker", storage)
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@HTTP_ONLY
+async def test_health_needs_neither_token_nor_version_header(plane: Plane) -> None:
+    response = await plane.http.get("/api/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "serving" and body["checks"] == {"database": "ok"}
+    assert body["timestamp"].endswith("+00:00")
+
+
+@HTTP_ONLY
+async def test_cluster_info_advertises_what_the_reference_client_checks(plane: Plane) -> None:
+    """The reference client reads these before a query, a cancellation request
+    and an update; cluster info needs a token but not the version header."""
+    anonymous = await plane.http.get("/api/cluster/info")
+    assert anonymous.status_code == 401 and error_of(anonymous)["code"] == "unauthenticated"
+    response = await plane.http.get("/api/cluster/info",
+                                    headers={"Authorization": f"Bearer {VIEWER}"})
+    assert response.status_code == 200
+    info = response.json()
+    capabilities = info["worker_protocol"]["server_capabilities"]
+    assert capabilities["query_tasks"] is True
+    assert capabilities["cooperative_cancellation"] is True
+    major, minor = info["worker_protocol"]["version"].split(".")
+    assert major == "1" and int(minor) >= 20
+    wait_for = (info["control_plane"]["request_contract"]["operations"]["update"]["fields"]
+                ["wait_for"]["canonical_values"])
+    assert wait_for == ["accepted", "completed"]
+    assert info["control_plane"]["version"] == "2"
+    assert info["capabilities"]["payload_codecs"] == ["avro"]
+    assert info["limits"]["max_payload_bytes"] == plane.storage.limits.payload_bytes

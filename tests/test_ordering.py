@@ -143,3 +143,58 @@ async def test_a_signal_received_while_no_worker_ran_beats_a_timer_due_later(
     assert order[:2] == ["SignalReceived", "SignalDelivered"], order
     result2 = await durable.testing.Replayer(workflows=[Napper]).replay(await handle.history())
     assert result2.finished
+
+
+@workflow.defn
+class Ledger:
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        return self.log  # no waiting point: what was sent before the start is seen here
+
+    @workflow.signal
+    def add(self, text: str) -> None:
+        self.log.append(f"signal {text}")
+
+    @workflow.update
+    def put(self, text: str) -> int:
+        self.log.append(f"update {text}")
+        return len(self.log)
+
+
+async def test_an_update_sent_before_any_worker_is_delivered_at_the_start_in_order(
+        env: TimeSkippingEnvironment) -> None:
+    """Signal a, update b, signal c, all before a worker: delivered before the
+    code starts, in the order sent, and the update gets its result. (Order is
+    the instant storage received each; virtual time moves between them here,
+    as real time always does.)"""
+    import anyio
+    env.auto_skip = False
+    handle = await env.client.start(Ledger, id=f"ledger-{id(env)}")
+    run_id = handle.run_id
+    assert run_id is not None
+    answers: list[int] = []
+    async with anyio.create_task_group() as tg:
+        await handle.signal("add", "a")
+        await env.sleep(1)
+
+        async def put() -> None:
+            answers.append(await handle.update("put", "b"))
+
+        tg.start_soon(put)
+        with anyio.fail_after(10):
+            while not (await env.client.store.load_inbox(run_id))[1]:
+                await anyio.sleep(0.01)
+        await env.sleep(1)
+        await handle.signal("add", "c")
+        async with env.worker(workflows=[Ledger]):
+            result = await env.run(handle.result)
+    assert result == ["signal a", "update b", "signal c"]
+    assert answers == [2]
+    order = [(e.type, e.data.get("delivery")) for e in await handle.history()
+             if e.type in ("SignalDelivered", "UpdateAccepted")]
+    assert order == [("SignalDelivered", 1), ("UpdateAccepted", 2), ("SignalDelivered", 3)]
+    replayed = await durable.testing.Replayer(workflows=[Ledger]).replay(await handle.history())
+    assert replayed.finished

@@ -143,7 +143,7 @@ async def test_the_session_cookie_is_not_a_bearer_token(ui: Browserless) -> None
     await ui.login(OPERATOR)
     response = await ui.http.get("/api/workflows", headers=API)
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
+    assert response.json()["reason"] == "unauthenticated"
 
 
 @SQLITE_ONLY
@@ -190,7 +190,7 @@ async def test_logout_ends_the_session(ui: Browserless) -> None:
 async def test_anonymous_role_reads_without_signing_in(storage_client: durable.Client) -> None:
     app = create_app(storage_client, anonymous_role="viewer", environ={}, ui_secret=SECRET)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         page = await http.get("/ui/runs")
         assert page.status_code == 200
         assert "Not signed in: acting as" in page.text
@@ -484,7 +484,7 @@ async def test_ui_false_leaves_the_ui_out(storage_client: durable.Client) -> Non
     async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
         response = await http.get("/ui/runs")
         assert response.status_code == 404
-        assert response.json()["error"]["code"] == "route_not_found"
+        assert response.json()["reason"] == "route_not_found"
 
 
 @SQLITE_ONLY
@@ -520,6 +520,11 @@ def test_a_deadline_says_late_in_words_not_only_colour() -> None:
     assert "in 4m 12s" in ahead
     closed = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False))
     assert "passed 2m ago" in closed and "late" not in closed
+    met = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False,
+                             "2026-04-12T11:57:59.9+00:00"))
+    assert "met, 100ms to spare" in met and "data-deadline" not in met  # the script leaves it
+    missed = str(views.deadline("2026-04-12T11:58:00+00:00", NOW, False, NOW))
+    assert "missed by 2m" in missed and "⚠" in missed
 
 
 def _event(sequence: int, kind: str, **data: Any) -> dict[str, Any]:

@@ -64,6 +64,14 @@ class ActivityInfo:
     heartbeat_details: Any
 
 
+#: Told of every activity execution about to start (remote or local, any
+#: attempt), when set: `durable.testing.explore_crashes` counts executions
+#: with it to check that a crash re-ran each activity at most once more than
+#: its recorded attempts. A context variable: only the tasks of the exploring
+#: test see it; unset (the default), an execution costs one lookup.
+EXECUTIONS: contextvars.ContextVar[Callable[[ActivityInfo], None] | None] = (
+    contextvars.ContextVar("durable_activity_executions", default=None))
+
 #: How long a stopped sync activity's thread gets to notice the stop (its next
 #: heartbeat() or check_cancelled() raises) before it is abandoned.
 DEFAULT_STOP_GRACE = 10.0
@@ -288,6 +296,9 @@ async def call_activity(
     `ctx.stop_grace` seconds, then abandons the thread (`ctx.abandoned`);
     with `abandon_on_cancel` it is abandoned at once.
     """
+    observer = EXECUTIONS.get()
+    if observer is not None:
+        observer(ctx.info)
     token = _current.set(ctx)
     budget_token = _current_budget.set(ctx.budget)
     try:

@@ -78,8 +78,10 @@ class ClaimLoop(Generic[T]):
     """
 
     def __init__(self, *, room: Callable[[], int], claim: Callable[[int], Awaitable[Claimed[T]]],
-                 start: Callable[[T], None], poll_interval: float) -> None:
+                 start: Callable[[T], None], poll_interval: float,
+                 now: Callable[[], float] | None = None) -> None:
         self._room = room
+        self._now = now
         self._claim = claim
         self._start = start
         self._poll_interval = poll_interval
@@ -106,7 +108,14 @@ class ClaimLoop(Generic[T]):
             # Lost the race for what a notification announced (every worker of
             # every process heard it): gather the next ones before claiming.
             lost = woken == "remote" and room > 0 and not claimed
-            woken = await self.trigger.wait(self._poll_interval, CLAIM_GATHER if lost else 0.0)
+            woken = await self.trigger.wait(self._wait(claimed), CLAIM_GATHER if lost else 0.0)
+
+    def _wait(self, claimed: Claimed[T]) -> float:
+        """The fallback poll, or less when a queue's rate lets work start sooner
+        (nothing announces that moment)."""
+        if claimed.next_at is None or self._now is None:
+            return self._poll_interval
+        return min(self._poll_interval, max(0.0, claimed.next_at - self._now()) + 0.001)
 
     def _pass_done(self) -> None:
         self.passes += 1

@@ -23,6 +23,11 @@ instance as it is (after replay), with a read-only runtime: nothing they do
 is recorded, and a durable op in them fails with `QueryFailed`. A query is
 answered only after the run's batched local-activity outcomes are recorded,
 so an answer never reflects work a crash could still undo.
+
+Kept whole: deliveries made live, deliveries made again on replay, the
+early ones made before the code starts and the ones a due timer waits for
+all number and order the same deliveries (one counter, one gate, one
+frontier); split apart, each half would have to re-derive the other's order.
 """
 
 from __future__ import annotations
@@ -286,9 +291,10 @@ class Inbox:
         try:
             while self.replay and not self.replay[0].frontier:
                 await self._replay_next()
-            if not self.replay and not ctx.recorded and not ctx.scratch and self.signals:
+            if not self.replay and not ctx.recorded and not ctx.scratch and (
+                    self.signals or self._early_updates()):
                 async with self.executor.delivery_lock:
-                    await self._serve_live(requests=False)
+                    await self._serve_start()
         finally:
             ctx.parking.unblock()
 
@@ -321,13 +327,54 @@ class Inbox:
 
     # ---------------------------------------------------------------- live deliveries
 
-    async def _serve_live(self, *, requests: bool = True) -> None:
+    def _early_updates(self) -> list[ClientRequest]:
+        """The update requests waiting whose handler exists now (before the
+        code starts: a class-based workflow's), in the order asked."""
+        handlers = self.ctx.handlers
+        return sorted((r for r in self.requests if r.kind == "update"
+                       and handlers.get("update", r.name) is not None),
+                      key=lambda r: r.created_at)
+
+    async def _serve_start(self) -> None:
+        """Before a fresh run's code starts: the signals and the updates sent
+        before any worker picked the run up, in the order they were sent
+        (by the instant storage received each; at the same instant, signals
+        first). Without this an update waited for the code's first waiting
+        point, so a run with none closed first and an update sent before a
+        signal was overtaken by it (issue 21). Queries, and updates whose
+        handler the code registers as it runs, wait for the code."""
+        ctx = self.ctx
+        for request in self._early_updates():
+            if ctx.broken:
+                return
+            await self._deliver_signals({seq for seq, item in self.signals.items()
+                                         if item.received_at <= request.created_at})
+            self.requests.remove(request)
+            await self._offer_update(request)
+        await self._deliver_signals(set(self.signals))
+
+    async def _serve_live(self) -> None:
         """Deliver the waiting signals (in the order received), then answer the
         requests (in the order asked). Called at a scheduling point."""
         ctx = self.ctx
-        while self.signals and not ctx.broken:
+        await self._deliver_signals(None)
+        while self.requests and not ctx.broken:
+            request = self.requests.popleft()
+            if request.kind == "query":
+                await self._answer_query(request)
+            else:
+                await self._offer_update(request)
+
+    async def _deliver_signals(self, seqs: set[int] | None) -> None:
+        """Deliver the waiting signals numbered `seqs` (None: all), in the order
+        received."""
+        ctx = self.ctx
+        while not ctx.broken:
+            waiting = sorted(seq for seq in self.signals if seqs is None or seq in seqs)
+            if not waiting:
+                return
             batch: list[InboxItem] = []
-            for seq in sorted(self.signals):
+            for seq in waiting:
                 item = self.signals[seq]
                 batch.append(item)
                 handler = ctx.handlers.get("signal", item.name)
@@ -351,12 +398,6 @@ class Inbox:
                     await self._run(d, live=True)
             finally:
                 ctx.parking.open_gate()
-        while requests and self.requests and not ctx.broken:
-            request = self.requests.popleft()
-            if request.kind == "query":
-                await self._answer_query(request)
-            else:
-                await self._offer_update(request)
 
     async def _run(self, d: Delivery, *, live: bool) -> None:
         """Hand a delivery to its handler (gate closed); return once the handler

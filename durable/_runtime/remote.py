@@ -77,7 +77,7 @@ class RemoteActivities:
             room=lambda: worker.max_concurrent_activities - len(self.running),
             claim=lambda n: self._claim(names, n),
             start=lambda task: self.start(task),  # looked up at each call (tests wrap it)
-            poll_interval=worker.poll_interval)
+            poll_interval=worker.poll_interval, now=worker.run_setup.clock.now)
 
     async def _claim(self, names: tuple[str, ...], n: int) -> Claimed[ActivityTask]:
         worker = self.worker

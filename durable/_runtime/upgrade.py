@@ -27,7 +27,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -37,6 +38,9 @@ from ..options import Limits
 from ..store.records import ClaimedRun, InboxItem, OpRecord, RunRecord
 from .replay import NoStorage, replay_run
 from .serving import ServingWorker
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 #: A replay check that has not settled after this long counts as diverging
 #: (the run is handed back, shown blocked with this reason; never failed).
@@ -82,6 +86,59 @@ async def replay_check(
         return (message or "the code closed the run without replaying its history").split(
             _ADVICE, 1)[0]
     return None
+
+
+@dataclass
+class UpgradeReport:
+    """What `check_open_runs` found: how many open runs it replayed, and those
+    the code cannot take (run id, workflow id and type, last build, divergence)."""
+
+    checked: int = 0
+    cannot_take: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self, build_id: str | None) -> dict[str, Any]:
+        return {"build_id": build_id, "checked": self.checked, "ok": not self.cannot_take,
+                "cannot_take": self.cannot_take, "seconds": round(self.seconds, 3)}
+
+
+async def check_open_runs(
+    store: Store, namespace: str, task_queue: str, workflows: Mapping[str, WorkflowDefn], *,
+    activity_names: set[str], converter: PayloadConverter, limits: Limits,
+) -> UpgradeReport:
+    """Replay every open run of a task queue against `workflows` (read-only, no
+    claim): `durable check-upgrade`, a deploy pipeline's gate. A run of a
+    workflow type the code does not define cannot be taken either."""
+    report = UpgradeReport()
+    began = time.perf_counter()
+    after = ""
+    while True:
+        page = await store.open_runs(namespace, task_queue, after)
+        if not page:
+            break
+        after = page[-1]["run_id"]
+        for row in page:
+            defn = workflows.get(row["workflow_type"])
+            divergence: str | None
+            if defn is None:
+                divergence = (f"workflow type {row['workflow_type']!r} is not defined by this "
+                              "code")
+            else:
+                loaded = await store.load_for_replay(row["run_id"])
+                if loaded is None or not loaded[0].is_open:
+                    continue  # closed (or deleted) meanwhile
+                run, ops, inbox = loaded
+                divergence = await replay_check(defn, run, ops, inbox,
+                                                activity_names=activity_names,
+                                                converter=converter, limits=limits)
+            report.checked += 1
+            if divergence is not None:
+                report.cannot_take.append({
+                    "workflow_id": row["workflow_id"], "run_id": row["run_id"],
+                    "workflow_type": row["workflow_type"], "last_build": row["last_build"],
+                    "divergence": divergence})
+    report.seconds = time.perf_counter() - began
+    return report
 
 
 class GateWorker(ServingWorker, Protocol):

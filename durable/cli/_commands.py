@@ -143,7 +143,7 @@ def list_(session: Session, status: str | None, workflow_type: str | None, limit
     async def body(client: durable.Client) -> dict[str, Any]:
         runs = await client.list(status=status, workflow_type=workflow_type, limit=limit + 1)
         keys = ("workflow_id", "run_id", "workflow_type", "status", "run_number",
-                "task_queue", "created_at", "started_at", "closed_at", "closed_reason")
+                "task_queue", "created_at", "started_at", "closed_at", "closed_reason", "waiting")
         shaped = [{k: _fmt.jsonable(r.get(k)) for k in keys} for r in runs[:limit]]
         return {"runs": shaped, "count": len(shaped), "truncated": len(runs) > limit}
 
@@ -361,7 +361,8 @@ def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
     args = parse_args_json(args_json, "--args", "handler's")
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        await client.get_handle(workflow_id, run_id=run_id).signal(name, *args)
+        await client.get_handle(workflow_id, run_id=run_id).signal(
+            name, *args, requester=_requester(), source="cli")
         return {"workflow_id": workflow_id, "run_id": run_id, "signal": name,
                 "recorded": True}
 
@@ -632,11 +633,16 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 @click.option("--max-wait", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
               help="The longest long poll a request may ask for, in seconds.")
 @click.option("--public-metrics", is_flag=True, help="Serve /metrics without a token.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A name clients reach the server by (the Host header; *.example.com for "
+                   "subdomains, * for any); repeat for several. Others are refused (DNS "
+                   "rebinding). Default: loopback names without tokens, any host with them.")
 @click.option("--ui/--no-ui", default=True, show_default=True,
               help="Serve the web UI at /ui (the API is the same either way).")
 @pass_session
 def serve(session: Session, host: str, port: int, worker_target: str | None, loop: str,
-          tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool) -> None:
+          tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool,
+          allowed_hosts: tuple[str, ...]) -> None:
     """Serve the control plane for the database of --db (DURABLE_DB_URL).
 
     Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
@@ -663,6 +669,7 @@ def serve(session: Session, host: str, port: int, worker_target: str | None, loo
     _worker.configure_logging("INFO")
     try:
         serve_http(session.db, host, port, tokens_file=tokens_file, worker=spec,
-                   loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui)
+                   loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
+                   allowed_hosts=list(allowed_hosts) or None)
     except KeyboardInterrupt:
         session.out.note("durable serve stopped")

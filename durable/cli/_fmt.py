@@ -78,14 +78,23 @@ def relative(value: datetime, now: datetime) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-def deadline_state(value: datetime, now: datetime, open_: bool) -> tuple[str, str]:
-    """(text, state) for a deadline; state is ``ahead``, ``late`` or ``passed``.
+def deadline_state(value: datetime, now: datetime, open_: bool,
+                   ended: datetime | None = None) -> tuple[str, str]:
+    """(text, state) for a deadline; state is ``ahead``, ``late``, ``met``,
+    ``missed`` or ``passed``.
 
     A deadline behind us is "late" only while the thing it bounds is still
-    open: for a closed run it merely passed, and calling that late would
-    send an operator looking for a problem that does not exist. Likewise a
-    deadline of something already closed does not count down: "not reached".
+    open. Once it is closed, `ended` (when it ended: the run's close, the
+    cleanup's end) says whether the deadline was met, and by how much:
+    "passed 3m ago" read as an overrun when the cleanup had finished in
+    milliseconds (issue 21). Without `ended`, a closed thing's deadline
+    "passed" or was "not reached".
     """
+    if not open_ and ended is not None:
+        margin = (value - ended).total_seconds()
+        if margin >= 0:
+            return f"met, {duration(margin)} to spare", "met"
+        return f"missed by {duration(margin)}", "missed"
     delta = (value - now).total_seconds()
     if delta >= 0:
         return (f"in {duration(delta)}", "ahead") if open_ else ("not reached", "passed")

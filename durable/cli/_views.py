@@ -10,6 +10,7 @@ NO_COLOR and pipes lose nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -80,25 +81,30 @@ def when(value: Any, now: datetime) -> Text:
     return Text.assemble(_fmt.absolute(moment), (f" ({_fmt.relative(moment, now)})", "dim"))
 
 
-def deadline(value: Any, now: datetime, open_: bool) -> Text:
-    """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red), ``passed 2m ago``."""
+def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Text:
+    """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red); once
+    closed, ``met, 29s to spare`` or ``missed by 3s`` (red) by `ended`."""
     moment = _fmt.instant(value)
     if moment is None:
         return Text("none", style="dim")
-    text, state = _fmt.deadline_state(moment, now, open_)
-    style = {"ahead": "green", "late": "bold red", "passed": "dim"}[state]
+    text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+    style = {"ahead": "green", "late": "bold red", "passed": "dim", "met": "green",
+             "missed": "bold red"}[state]
     return Text.assemble(_fmt.absolute(moment), " ", (f"({text})", style))
 
 
 def progress_bar(out: Output, done: float, total: float, width: int = 30) -> Text:
-    """``████████░░░░ 412/1000 (41%)``: the fill is in the glyphs, not only the colour."""
+    """``████████░░░░ 412/1000 (41%)``: the fill is in the glyphs, not only the colour.
+
+    Both round down: 199/200 is 99% with one cell empty, never a full bar
+    and 100% while work is left (issue 21)."""
     fraction = max(0.0, min(1.0, done / total))
-    filled = round(fraction * width)
+    filled = math.floor(fraction * width)
     full, empty = (("█", "░") if out.unicode else ("#", "-"))
     number = f"{done:g}/{total:g}"
     return Text.assemble(
         (full * filled, "green"), (empty * (width - filled), "dim"),
-        f" {number} ({fraction * 100:.0f}%)",
+        f" {number} ({math.floor(fraction * 100)}%)",
     )
 
 
@@ -130,11 +136,11 @@ def started(out: Output, data: Mapping[str, Any]) -> None:
     open_ = data.get("status") in _fmt.OPEN_STATUSES
     if data.get("execution_timeout_seconds") is not None:
         grid.add_row("execution deadline", Text.assemble(
-            deadline(data.get("execution_deadline_at"), now, open_),
+            deadline(data.get("execution_deadline_at"), now, open_, data.get("closed_at")),
             f"  timeout {_fmt.seconds_text(data['execution_timeout_seconds'])}"))
     if data.get("run_timeout_seconds") is not None:
         grid.add_row("run deadline", Text.assemble(
-            deadline(data.get("run_deadline_at"), now, open_),
+            deadline(data.get("run_deadline_at"), now, open_, data.get("closed_at")),
             f"  timeout {_fmt.seconds_text(data['run_timeout_seconds'])}"))
     out.console.print(grid)
 
@@ -167,7 +173,9 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
                         style="dim")
         table.add_row(
             Text(str(run.get("workflow_id"))), Text(str(run.get("workflow_type"))),
-            status_badge(run.get("status")),
+            Text.assemble(status_badge(run.get("status")), (
+                "" if run.get("waiting") is None else
+                " waiting" if run.get("waiting") else " busy", "dim")),
             Text(f"{run.get('run_number') or '-'} {_short(run.get('run_id'), 8)}"),
             when(started_at, now), took,
         )
@@ -205,6 +213,8 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     if "owner" in run:
         grid.add_row("owner", Text(str(run.get("owner") or "none (no worker holds it)")))
     grid.add_row("started", when(run.get("started_at"), now))
+    if open_ and "waiting_for" in info:
+        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now))
     started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
     if closed_at is not None:
         took = f" after {_fmt.duration((closed_at - started_at).total_seconds())}" \
@@ -214,9 +224,11 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
         grid.add_row("running for", Text(_fmt.duration((now - started_at).total_seconds())))
     grid.add_row("execution timeout",
                  Text(_fmt.seconds_text(info.get("execution_timeout_seconds"))))
-    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
+    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_,
+                                                run.get("closed_at")))
     grid.add_row("run timeout", Text(_fmt.seconds_text(run.get("run_timeout_seconds"))))
-    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
+    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,
+                                          run.get("closed_at")))
     if info.get("status") == "unknown":
         grid.add_row("needs review", Text(
             "yes: units whose effect could not be confirmed; check them, then `durable "
@@ -248,8 +260,17 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     parts: list[RenderableType] = [title, grid]
     pending = info.get("pending_operations") or []
     if pending:
-        parts += [Text(""), Text("Pending operations", style="bold"),
-                  pending_table(out, pending, now)]
+        heading = "Pending operations" if open_ else "Operations open when the run closed"
+        parts += [Text(""), Text(heading, style="bold"), pending_table(out, pending, now)]
+    received = [r for r in info.get("received") or [] if isinstance(r, Mapping)]
+    if received:
+        parts += [Text(""), Text("Signals and updates received (latest)", style="bold")]
+        for r in received:
+            line = Text.assemble(f"  #{r.get('seq')} {r.get('kind')} ",
+                                 (str(r.get("name")), "bold"), f"  {r.get('status')}  received ")
+            line.append_text(when(r.get("received_at"), now))
+            line.append(f"  by {sender_text(r.get('sender'))}")
+            parts.append(line)
     failures = info.get("failures") or []
     if failures:
         parts += [Text(""), Text("Failures", style="bold")]
@@ -282,10 +303,17 @@ def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: dateti
             details = progress_bar(out, *progress, width=20)
         elif op.get("heartbeat_details") is not None:
             details = Text("heartbeat " + _fmt.compact(op.get("heartbeat_details"), 60))
+        elif op.get("fire_at") and op.get("kind") == "condition":
+            details = Text.assemble("times out ", when(op.get("fire_at"), now))
         elif op.get("fire_at"):
             details = Text.assemble("fires ", when(op.get("fire_at"), now))
         elif op.get("child_workflow_id"):
             details = Text(f"child {op.get('child_workflow_id')}")
+            if op.get("child_closed_at"):
+                details.append(f"  ended {op.get('child_status')} ")
+                details.append_text(when(op.get("child_closed_at"), now))
+            elif op.get("child_status"):
+                details.append(f"  {op.get('child_status')}")
         else:
             details = Text("")
         if op.get("last_failure"):
@@ -325,12 +353,14 @@ def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table
     grid.add_row("requested", when(c.get("requested_at"), now))
     cleanup_open = open_ and c.get("lifecycle") in ("requested", "delivered", "cleaning_up")
     grid.add_row("cleanup deadline", Text.assemble(
-        deadline(c.get("deadline_at"), now, cleanup_open),
+        deadline(c.get("deadline_at"), now, cleanup_open, c.get("closed_at")),
         f"  cleanup timeout {_fmt.seconds_text(c.get('cleanup_timeout_seconds'))}"
         if c.get("cleanup_timeout_seconds") is not None else ""))
     if c.get("delivered_at"):
         grid.add_row("delivered", Text.assemble(when(c.get("delivered_at"), now),
                                                 f"  at {_boundary(c.get('boundary'))}"))
+    if c.get("closed_at") and not cleanup_open:
+        grid.add_row("cleanup finished", when(c.get("closed_at"), now))
     if c.get("cleanup_outcome"):
         grid.add_row("cleanup outcome", Text(str(c.get("cleanup_outcome")),
                                              style=_outcome_style(c.get("cleanup_outcome"))))
@@ -350,6 +380,64 @@ def _requester(requester: Any) -> str:
             text += f" ({requester.get('label')})"
         return text
     return str(requester or "-")
+
+
+def waiting_text(waiting: Any, now: datetime) -> Text:
+    """What an open run waits for (describe()["waiting_for"]), in words."""
+    if not isinstance(waiting, Mapping):
+        return Text("nothing: it is busy (its code or an activity runs)", style="green")
+    kind = waiting.get("kind")
+    text = Text()
+    if kind == "timer":
+        text.append("a timer, which fires ")
+        text.append_text(when(waiting.get("fire_at"), now))
+    elif kind == "condition":
+        text.append("a condition (a signal or an update that makes it true)")
+        if waiting.get("timeout_at"):
+            text.append(", or its timeout ")
+            text.append_text(when(waiting.get("timeout_at"), now))
+        else:
+            text.append(", with no timeout")
+    elif kind == "child":
+        text.append(f"child workflow {waiting.get('child_workflow_id')} "
+                    f"({waiting.get('child_status') or 'not started'})")
+    elif kind == "activity":
+        text.append(f"activity {waiting.get('activity')} to be picked up on queue "
+                    f"{waiting.get('queue')} (attempt {waiting.get('attempt')}, available ")
+        text.append_text(when(waiting.get("available_at"), now))
+        text.append(")")
+    elif kind == "activity_worker":
+        text.append(f"activity {waiting.get('activity')} on queue {waiting.get('queue')}, "
+                    f"which no live worker serves ({waiting.get('live_workers')} live "
+                    "worker(s) on it): start one that registers it", style="bold yellow")
+    elif kind == "worker":
+        text.append(f"a worker: none of the {waiting.get('live_workers')} live worker(s) of "
+                    f"queue {waiting.get('queue')} registers {waiting.get('workflow_type')}",
+                    style="bold yellow")
+    elif kind in ("queue_slot", "key_slot"):
+        text.append(f"a {'slot' if kind == 'queue_slot' else 'slot of its key'} on queue "
+                    f"{waiting.get('queue')} ({waiting.get('running')} of "
+                    f"{waiting.get('limit')} running)", style="yellow")
+    elif kind == "rate":
+        text.append(f"the rate limit of queue {waiting.get('queue')} (next start ",
+                    style="yellow")
+        text.append_text(when(waiting.get("next_start_at"), now))
+        text.append(")")
+    elif kind == "review":
+        text.append(f"a person to review it: {waiting.get('hint')}", style="bold red")
+    else:
+        text.append(_fmt.compact(dict(waiting), 120))
+    return text
+
+
+def sender_text(sender: Any) -> str:
+    """Who sent a signal or update: ``user ana (durable CLI on h) via cli``, or
+    the workflow whose code signalled (an external signal)."""
+    if not isinstance(sender, Mapping):
+        return "unknown (not recorded)"
+    if sender.get("workflow_id"):
+        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
+    return f"{_requester(sender.get('requester'))} via {sender.get('source') or '-'}"
 
 
 def _boundary(boundary: Any) -> str:
@@ -394,6 +482,8 @@ def event_summary(data: Mapping[str, Any], limit: int = 200,
             continue
         if key == "failure" and isinstance(value, Mapping):
             parts.append(f"failure={_fmt.compact(_failure_message(value), 50)}")
+        elif key == "sender":
+            parts.append(f"sent by {sender_text(value)}")
         elif key == "stop_receipt" and isinstance(value, Mapping):
             parts.append(f"stop_receipt={value.get('kind')}"
                          f"{'' if value.get('confirmed', True) else ' (NOT confirmed)'}")
@@ -549,7 +639,8 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
     runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
     any_open = any(r.get("status") in _fmt.OPEN_STATUSES for r in runs)
     tree.add(Text.assemble(
-        "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open),
+        "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open,
+                                      runs[0].get("cleanup_closed_at") if runs else None),
         f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
         if root.get("cleanup_timeout_seconds") is not None else ""))
     findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
@@ -603,7 +694,8 @@ def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping
     if run.get("deadline_at"):
         cleanup_open = open_ and run.get("lifecycle") in ("requested", "delivered", "cleaning_up")
         node.add(Text.assemble("cleanup deadline ",
-                               deadline(run.get("deadline_at"), now, cleanup_open)))
+                               deadline(run.get("deadline_at"), now, cleanup_open,
+                                        run.get("cleanup_closed_at"))))
     delivery = run.get("delivery")
     if isinstance(delivery, Mapping) and delivery.get("delivered_at"):
         node.add(Text.assemble("delivered ", when(delivery.get("delivered_at"), now),
@@ -650,7 +742,10 @@ def _stop_text(out: Output, stop: Mapping[str, Any], now: datetime) -> Text:
         "activity ", (str(stop.get("activity_type")), "bold"),
         f" op {stop.get('op_id')} attempt {fence.get('attempt', '-')}"
         f"  policy {stop.get('policy') or '-'}  ")
-    if state == "stopped":
+    if state == "completed":
+        text.append(f"{out.glyph('✓', 'OK')} completed before the stop landed "
+                    "(its effect happened)", style="bold green")
+    elif state == "stopped":
         text.append(f"{out.glyph('✓', 'OK')} stopped", style="bold green")
     elif state == "signalled":
         text.append(f"{out.glyph('⚠', '!')} SIGNALLED, NOT CONFIRMED", style="bold yellow")
@@ -705,6 +800,8 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
     progress = _fmt.progress_of(info.get("progress"))
     if progress is not None:
         grid.add_row("units", progress_bar(out, *progress))
+    if open_ and "waiting_for" in info:
+        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now))
     pending = [op for op in info.get("pending_operations") or [] if isinstance(op, Mapping)]
     activities = [op for op in pending if op.get("kind") in ("activity", "local_activity")]
     if not pending:
@@ -725,18 +822,21 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
         name = op.get("name") or op.get("child_workflow_id") or ""
         detail = Text(f"{name} (op {op.get('op_id')})")
         if op.get("fire_at"):
-            detail.append("  fires ")
+            detail.append("  times out " if op.get("kind") == "condition" else "  fires ")
             detail.append_text(deadline(op.get("fire_at"), now, open_))
         grid.add_row(label, detail)
-    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_))
-    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_))
+    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,
+                                          run.get("closed_at")))
+    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_,
+                                                run.get("closed_at")))
     cancellation = info.get("cancellation")
     if isinstance(cancellation, Mapping):
         cleanup_open = open_ and cancellation.get("lifecycle") in (
             "requested", "delivered", "cleaning_up")
         grid.add_row("cancellation", Text.assemble(
             lifecycle_badge(cancellation.get("lifecycle")), f" \"{cancellation.get('reason')}\""
-            "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open)))
+            "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open,
+                                            cancellation.get("closed_at"))))
     for failure in (info.get("failures") or [])[-1:]:
         if isinstance(failure, Mapping):
             grid.add_row("last failure", failure_text(failure, now))

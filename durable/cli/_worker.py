@@ -10,7 +10,8 @@
 
   Its keys are passed to `durable.Worker` (``workflows``, ``activities``,
   ``task_queue``, ``max_concurrent_runs``, ``max_concurrent_activities``,
-  ``lease_seconds``, ``poll_interval``, ``identity``, ``capabilities``);
+  ``lease_seconds``, ``poll_interval``, ``identity``, ``capabilities``,
+  ``build_id``);
 * **a factory**: a callable taking the connected `durable.Client` and
   returning a `durable.Worker` (or an awaitable of one), for workers that need
   code to build, e.g. ``def make_worker(client): return durable.Worker(client, ...)``.
@@ -39,7 +40,7 @@ from ._app import CliError, Output
 
 SPEC_KEYS = ("workflows", "activities", "task_queue", "max_concurrent_runs",
              "max_concurrent_activities", "lease_seconds", "poll_interval", "identity",
-             "capabilities")
+             "capabilities", "build_id")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

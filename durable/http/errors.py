@@ -1,10 +1,16 @@
-"""Errors on the wire: one table from `durable` error classes to HTTP status and code.
+"""Errors on the wire: one table from `durable` error classes to HTTP status and reason.
 
-The server turns an exception into ``{"error": {"code", "message", ...}}`` with
-the status of this table; the remote client turns the code back into the
-same class, so code written against an embedded client catches the same
-errors from a remote one. Nothing here imports a web framework: the remote
-client (httpx only) uses it too.
+The server answers a refusal with the reference engine's flat error body,
+``{"message": ..., "reason": ..., <details>}`` (a body that does not fit a
+route's schema: 422 ``{"message", "reason": "validation_failed", "errors":
+{field: [messages]}}``), with the status of this table; the reasons are the
+reference engine's where it has one (``instance_not_found``,
+``instance_already_started``, ``run_not_active``, ``update_rejected``,
+``query_rejected``, ...), so its own client maps them to its own errors. Our
+remote client turns the reason back into the same `durable` class, so code
+written against an embedded client catches the same errors from a remote
+one. Nothing here imports a web framework: the remote client (httpx only)
+uses it too.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from ..errors import (
     QueryFailed,
     RunAlreadyClosed,
     RunNotCurrent,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
     StorageUnavailable,
     StructuralLimitExceeded,
     UpdateFailed,
@@ -39,7 +47,7 @@ VERSION = "2"
 class ControlPlaneError(DurableError):
     """An HTTP control plane refused a request for a reason no other `durable`
     error names (authentication, authorisation, protocol version, a route it
-    does not have); `status` and `code` are the server's."""
+    does not have); `status` and `code` (the body's ``reason``) are the server's."""
 
     def __init__(self, message: str, *, status: int, code: str,
                  details: dict[str, Any] | None = None) -> None:
@@ -47,6 +55,11 @@ class ControlPlaneError(DurableError):
         self.status = status
         self.code = code
         self.details: dict[str, Any] = dict(details or {})
+
+    @property
+    def reason(self) -> str:
+        """The reference engine's name for `code`."""
+        return self.code
 
 
 class AuthenticationFailed(ControlPlaneError):
@@ -59,10 +72,12 @@ class PermissionDenied(ControlPlaneError):
 
 # Most specific first: the first class an exception is an instance of decides.
 ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
-    (WorkflowAlreadyStarted, 409, "already_started"),
-    (WorkflowNotFound, 404, "not_found"),
+    (WorkflowAlreadyStarted, 409, "instance_already_started"),
+    (WorkflowNotFound, 404, "instance_not_found"),
+    (ScheduleNotFound, 404, "schedule_not_found"),
+    (ScheduleAlreadyExists, 409, "schedule_already_exists"),
     (RunNotCurrent, 409, "run_not_current"),
-    (RunAlreadyClosed, 409, "run_already_closed"),
+    (RunAlreadyClosed, 409, "run_not_active"),
     (CapabilityUnsupported, 409, "capability_unsupported"),
     (StructuralLimitExceeded, 413, "structural_limit_exceeded"),
     (NameNotRegistered, 400, "not_registered"),
@@ -70,27 +85,48 @@ ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
     (PayloadRejected, 400, "payload_error"),
     (ConfigurationError, 400, "invalid_argument"),
     (StorageUnavailable, 503, "storage_unavailable"),
-    (QueryFailed, 422, "query_failed"),
-    (UpdateRejected, 422, "update_rejected"),
-    (UpdateFailed, 409, "update_failed"),
+    (QueryFailed, 409, "query_rejected"),
+    (UpdateRejected, 409, "update_rejected"),
+    # the reference's client reads a 422 whose update_status is "failed" as its UpdateFailed
+    (UpdateFailed, 422, "update_failed"),
 )
 # Errors that carry a failure dictionary, rebuilt with it (and its cause).
 _CARRYING: dict[str, type[FailureCarrying]] = {
-    "query_failed": QueryFailed, "update_rejected": UpdateRejected,
+    "query_rejected": QueryFailed, "query_worker_timeout": QueryFailed,
+    "query_not_found": QueryFailed, "update_rejected": UpdateRejected,
     "update_failed": UpdateFailed,
 }
+# Our earlier reasons, still understood from an older server.
+_SIMPLE: dict[str, type[DurableError]] = {
+    "instance_not_found": WorkflowNotFound, "workflow_not_found": WorkflowNotFound,
+    "run_not_found": WorkflowNotFound, "namespace_not_found": WorkflowNotFound,
+    "run_not_current": RunNotCurrent, "run_not_active": RunAlreadyClosed,
+    "capability_unsupported": CapabilityUnsupported, "not_registered": NameNotRegistered,
+    "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,
+    "invalid_argument": ConfigurationError, "validation_failed": ConfigurationError,
+    "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
+    "invalid_payload_framing": ConfigurationError, "schedule_not_found": ScheduleNotFound,
+}
+
 
 def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
-    """(status, code, extra fields) for a durable error, or None for anything else."""
-    for cls, status, code in ERROR_TABLE:
+    """(status, reason, extra fields) for a durable error, or None for anything else."""
+    for cls, status, reason in ERROR_TABLE:
         if isinstance(exc, cls):
-            return status, code, _details(exc)
+            details = _details(exc)
+            if isinstance(exc, QueryFailed) and exc.failure.get("timeout_kind") == "query_wait":
+                return 504, "query_worker_timeout", details
+            if isinstance(exc, UpdateFailed):
+                details.update(update_status="failed", failure_message=str(exc))
+            return status, reason, details
     return None
 
 
 def _details(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, WorkflowAlreadyStarted):
         return {"workflow_id": exc.workflow_id, "run_id": exc.run_id}
+    if isinstance(exc, ScheduleAlreadyExists):
+        return {"schedule_id": exc.schedule_id}
     if isinstance(exc, StructuralLimitExceeded):
         return {"kind": exc.kind, "value": exc.value, "limit": exc.limit}
     if isinstance(exc, StorageUnavailable):
@@ -101,44 +137,37 @@ def _details(exc: BaseException) -> dict[str, Any]:
 
 
 def error_from_wire(status: int, body: Any) -> DurableError:
-    """The `durable` error a JSON error response stands for."""
-    error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict):
+    """The `durable` error a flat JSON error body (``{message, reason, ...}``) stands for."""
+    if not isinstance(body, dict) or not isinstance(body.get("message"), str):
         return ControlPlaneError(f"HTTP {status} without a JSON error body", status=status,
                                  code="unknown")
-    code = str(error.get("code", "unknown"))
-    message = str(error.get("message", f"HTTP {status}"))
-    details = {k: v for k, v in error.items() if k not in ("code", "message")}
+    message = str(body["message"])
+    code = str(body.get("reason") or ("validation_failed" if status == 422 else "unknown"))
+    details = {k: v for k, v in body.items() if k not in ("reason", "message")}
     exc: DurableError
-    if code == "already_started":
-        exc = WorkflowAlreadyStarted(str(error.get("workflow_id")), error.get("run_id"))
+    if code in ("instance_already_started", "duplicate_not_allowed"):
+        exc = WorkflowAlreadyStarted(str(body.get("workflow_id")), body.get("run_id"))
     elif code == "structural_limit_exceeded":
-        exc = StructuralLimitExceeded(str(error.get("kind")), int(error.get("value") or 0),
-                                      int(error.get("limit") or 0))
+        exc = StructuralLimitExceeded(str(body.get("kind")), int(body.get("value") or 0),
+                                      int(body.get("limit") or 0))
     elif code == "payload_too_large":
-        exc = StructuralLimitExceeded("request_body_bytes", int(error.get("value") or 0),
-                                      int(error.get("limit") or 0))
+        exc = StructuralLimitExceeded("request_body_bytes", int(body.get("value") or 0),
+                                      int(body.get("limit") or 0))
+    elif code == "schedule_already_exists":
+        exc = ScheduleAlreadyExists(str(body.get("schedule_id")), str(body.get("namespace")))
     elif code == "storage_unavailable":
-        exc = StorageUnavailable(message, outcome_unknown=bool(error.get("outcome_unknown")))
+        exc = StorageUnavailable(message, outcome_unknown=bool(body.get("outcome_unknown")))
     elif code in _CARRYING:
-        failure = error.get("failure") if isinstance(error.get("failure"), dict) else {}
+        failure = body.get("failure") if isinstance(body.get("failure"), dict) else {}
         exc = _CARRYING[code](message, failure)
         if failure:
             exc.__cause__ = Failure.from_dict(failure).to_error()
-    elif code in ("unauthenticated",):
+    elif status == 401 or code == "too_many_failed_authentications":
         exc = AuthenticationFailed(message, status=status, code=code, details=details)
-    elif code == "forbidden":
+    elif status == 403:
         exc = PermissionDenied(message, status=status, code=code, details=details)
     else:
-        simple: dict[str, type[DurableError]] = {
-            "not_found": WorkflowNotFound, "run_not_current": RunNotCurrent,
-            "run_already_closed": RunAlreadyClosed,
-            "capability_unsupported": CapabilityUnsupported, "not_registered": NameNotRegistered,
-            "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,
-            "invalid_argument": ConfigurationError, "invalid_body": ConfigurationError,
-            "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
-        }
-        cls = simple.get(code)
+        cls = _SIMPLE.get(code)
         if cls is None:
             return ControlPlaneError(message, status=status, code=code, details=details)
         exc = cls(message)

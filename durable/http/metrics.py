@@ -13,6 +13,19 @@ Gauges, counted in storage at every scrape (one read transaction,
 - ``durable_runs_blocked{namespace,build_id}``: open runs a build cannot take
   (its code does not replay their history: the upgrade gate).
 
+Queue gauges, counted at every scrape (`Store.queue_gauges`; docs/queues.md):
+
+- ``durable_queue_runs{namespace,queue,state}``: runs running (held under a
+  live lease) and waiting (ready, no live owner): the queue's depth.
+- ``durable_queue_activities{namespace,queue,state}``: the same for remote
+  activity attempts.
+- ``durable_queue_limit{namespace,queue,limit}``: each limit that is set
+  (max_running, max_running_activities, max_running_per_key, rate,
+  activity_rate: the count per ``rate_period``).
+- ``durable_queue_rate_period_seconds{namespace,queue,limit}`` and
+  ``durable_queue_rate_left{namespace,queue,kind}``: a rate's period, and the
+  starts it allows now (runs, activities).
+
 Counters, from the history events recorded since this process first served
 /metrics (the scrape reads the event table after the last event it saw, by
 primary key; a restart starts again from the newest event, which Prometheus
@@ -43,6 +56,17 @@ its optional ``gauges()`` (name -> (help, value)); SQLite:
 ``durable_sqlite_wal_bytes`` (the ``-wal`` file's size),
 ``durable_sqlite_last_checkpoint_timestamp_seconds`` and
 ``durable_sqlite_last_wal_reset_timestamp_seconds`` (each once it happened).
+
+Schedules and retention, read at each scrape (`Store.schedule_stats`):
+``durable_schedules{namespace,state}`` (active, paused),
+``durable_schedule_fires{namespace,kind}`` (kind fired / skipped: the sums of
+the schedules' counters, which lose a deleted schedule's share),
+``durable_schedule_fires_recorded_total{namespace,origin,outcome}`` and the
+histogram ``durable_schedule_fire_lateness_seconds{namespace}`` (fired_at -
+due_at of scheduled fires, jitter excluded: due_at includes it), both from
+the fires recorded since this process first served /metrics, and
+``durable_retention_deleted_rows{namespace,table}``: rows retention deleted
+(stored per namespace, so it survives restarts).
 
 And the control plane's own traffic: ``durable_http_requests_total{method,
 route,status}`` and ``durable_http_request_duration_seconds{method,route}``
@@ -112,6 +136,19 @@ class Metrics:
         self.blocked = Gauge("durable_runs_blocked",
                              "Open runs a build cannot take (its code does not replay them).",
                              ["namespace", "build_id"], registry=r)
+        self.queue_runs = Gauge("durable_queue_runs", "Runs of a task queue running or waiting.",
+                                ["namespace", "queue", "state"], registry=r)
+        self.queue_activities = Gauge(
+            "durable_queue_activities", "Activity attempts of a task queue running or waiting.",
+            ["namespace", "queue", "state"], registry=r)
+        self.queue_limit = Gauge("durable_queue_limit", "A task queue's limits that are set.",
+                                 ["namespace", "queue", "limit"], registry=r)
+        self.queue_rate_period = Gauge("durable_queue_rate_period_seconds",
+                                       "The period of a task queue's rate limit.",
+                                       ["namespace", "queue", "limit"], registry=r)
+        self.queue_rate_left = Gauge("durable_queue_rate_left",
+                                     "Starts a task queue's rate allows now.",
+                                     ["namespace", "queue", "kind"], registry=r)
         self.events = Counter("durable_events", "History events recorded, by type.",
                               ["namespace", "type"], registry=r)
         self.attempts = Counter("durable_activity_attempts",
@@ -127,6 +164,24 @@ class Metrics:
             "durable_deadline_lateness_seconds",
             "Seconds between a deadline (or a timer's fire time) and when it was recorded.",
             ["scope"], buckets=_LATENESS_BUCKETS, registry=r)
+        self.schedules = Gauge("durable_schedules", "Schedules by state.",
+                               ["namespace", "state"], registry=r)
+        self.schedule_fires = Gauge(
+            "durable_schedule_fires",
+            "Fires of the existing schedules: fired (a run started or buffered) or skipped.",
+            ["namespace", "kind"], registry=r)
+        self.fires_recorded = Counter(
+            "durable_schedule_fires_recorded", "Schedule fires recorded, by origin and outcome.",
+            ["namespace", "origin", "outcome"], registry=r)
+        self.fire_lateness = Histogram(
+            "durable_schedule_fire_lateness_seconds",
+            "Seconds between a scheduled fire's due time (jitter included) and its firing.",
+            ["namespace"], buckets=_LATENESS_BUCKETS, registry=r)
+        self.retention_deleted = Gauge(
+            "durable_retention_deleted_rows", "Rows retention deleted, by table.",
+            ["namespace", "table"], registry=r)
+        # fired_at of the newest fire counted (None: the first scrape starts the tail)
+        self._fire_mark: float | None = None
         self.http_requests = Counter("durable_http_requests", "Control-plane HTTP requests.",
                                      ["method", "route", "status"], registry=r)
         self.http_duration = Histogram("durable_http_request_duration_seconds",
@@ -146,6 +201,8 @@ class Metrics:
         """Read counts and new events from storage (one scrape at a time)."""
         async with self._lock:
             self._set_driver_gauges()
+            self._set_queue_gauges(await self.store.queue_gauges(time.time()))
+            await self._refresh_schedules()
             for _ in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
                 for event_id, since in list(self._gaps.items()):
@@ -175,6 +232,29 @@ class Metrics:
                 if len(snapshot.events) < _BATCH:
                     return
 
+    async def _refresh_schedules(self) -> None:
+        stats = await self.store.schedule_stats(self._fire_mark, _BATCH)
+        self.schedules.clear()
+        self.schedule_fires.clear()
+        fired: dict[str, list[int]] = {}
+        for (namespace, state), (count, fires, skipped) in stats.schedules.items():
+            self.schedules.labels(namespace, state).set(count)
+            totals = fired.setdefault(namespace, [0, 0])
+            totals[0] += fires
+            totals[1] += skipped
+        for namespace, (fires, skipped) in fired.items():
+            self.schedule_fires.labels(namespace, "fired").set(fires)
+            self.schedule_fires.labels(namespace, "skipped").set(skipped)
+        for namespace, origin, outcome, due_at, fired_at in stats.fires:
+            self.fires_recorded.labels(namespace, origin, outcome).inc()
+            if origin == "schedule":
+                self.fire_lateness.labels(namespace).observe(max(fired_at - due_at, 0.0))
+        self._fire_mark = stats.mark
+        self.retention_deleted.clear()
+        for namespace, tables in stats.pruned.items():
+            for table, rows in tables.items():
+                self.retention_deleted.labels(namespace, table).set(rows)
+
     def _set_gauges(self, runs: dict[tuple[str, str], int],
                     open_cancellations: dict[tuple[str, str], int]) -> None:
         self.runs.clear()
@@ -183,6 +263,24 @@ class Metrics:
         self.open_cancellations.clear()
         for (namespace, lifecycle), count in open_cancellations.items():
             self.open_cancellations.labels(namespace, lifecycle).set(count)
+
+    def _set_queue_gauges(self, found: list[dict[str, Any]]) -> None:
+        for gauge in (self.queue_runs, self.queue_activities, self.queue_limit,
+                      self.queue_rate_period, self.queue_rate_left):
+            gauge.clear()
+        for q in found:
+            ns, name = q["namespace"], q["queue"]
+            for state in ("running", "waiting"):
+                self.queue_runs.labels(ns, name, state).set(q[f"runs_{state}"])
+                self.queue_activities.labels(ns, name, state).set(q[f"activities_{state}"])
+            for limit, value in q["limits"].items():
+                if isinstance(value, dict):
+                    self.queue_limit.labels(ns, name, limit).set(value["count"])
+                    self.queue_rate_period.labels(ns, name, limit).set(value["per"])
+                elif value is not None:
+                    self.queue_limit.labels(ns, name, limit).set(value)
+            for kind, left in q["rate_left"].items():
+                self.queue_rate_left.labels(ns, name, kind).set(left)
 
     def _set_driver_gauges(self) -> None:
         gauges = getattr(self.store.driver, "gauges", None)
@@ -244,7 +342,29 @@ class Metrics:
         elif kind == "WorkflowTerminated":
             self.cancellations.labels(ns, "terminated").inc()
 
-    async def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition after reading storage."""
+    async def render(self, namespaces: frozenset[str] | None = None) -> tuple[bytes, str]:
+        """The Prometheus text exposition after reading storage; with `namespaces`
+        (a token limited to them) only their samples of the per-namespace
+        metrics, and the server-wide ones (HTTP traffic, lateness, driver gauges)."""
         await self.refresh()
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        if namespaces is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(_OnlyNamespaces(self.registry, namespaces)), CONTENT_TYPE_LATEST
+
+
+class _OnlyNamespaces:
+    """A registry view holding the samples of these namespaces only (and
+    samples without a namespace label)."""
+
+    def __init__(self, registry: CollectorRegistry, namespaces: frozenset[str]) -> None:
+        self.registry = registry
+        self.namespaces = namespaces
+
+    def collect(self) -> Any:
+        for family in self.registry.collect():
+            family.samples = [
+                sample for sample in family.samples
+                if "namespace" not in sample.labels
+                or sample.labels["namespace"] in self.namespaces
+            ]
+            yield family

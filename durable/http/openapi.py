@@ -41,7 +41,8 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
         params.append({
             "name": VERSION_HEADER, "in": "header", "required": True,
             "description": "The control-plane protocol version; a missing or other value "
-                           "is refused with 400 unsupported_version.",
+                           "is refused with 400 missing_control_plane_version or "
+                           "unsupported_control_plane_version.",
             "schema": {"type": "string", "enum": [VERSION]},
         })
         params.append({
@@ -64,20 +65,22 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
             }
     errors: dict[int, str] = {}
     if op.versioned or op.params:
-        errors[400] = ("unsupported_version (the version header), invalid_parameter (a path, "
+        errors[400] = ("missing_control_plane_version / unsupported_control_plane_version (the "
+                       "version header), invalid_parameter (a path, "
                        "query or header parameter), invalid_json, invalid_argument, "
                        "not_registered.")
     if op.role is not None:
         errors[401] = "unauthenticated: no bearer token, or an unknown one."
         errors[403] = "forbidden: the token's role may not do this."
     if any(p.location == "path" for p in op.params):
-        errors[404] = ("not_found: no such workflow or run in this namespace (a run of "
+        errors[404] = ("instance_not_found: no such workflow or run in this namespace (a run of "
                        "another namespace is 404 too).")
     if op.body is not None:
         errors[413] = ("payload_too_large: the body is over the server's limit (checked "
                        "before parsing); structural_limit_exceeded: a payload is over its "
                        "limit.")
-        errors[422] = "invalid_body: the body does not fit the schema (error.field says where)."
+        errors[422] = ("validation_failed: the body does not fit the schema (errors names "
+                       "the field).")
     if op.path.startswith("/api/"):
         errors[503] = "storage_unavailable: storage could not be reached; retry."
     for status, description in errors.items():

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 import httpx
@@ -23,6 +22,8 @@ from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
+from .paths import quote_segment
+from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import (
     encode_payload,
     event_from_wire,
@@ -38,7 +39,7 @@ _HISTORY_PAGE = 1000
 
 
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    return quote_segment(value)
 
 
 class RemoteControl:
@@ -74,6 +75,16 @@ class RemoteControl:
 
     def __repr__(self) -> str:  # never shows the token
         return f"RemoteControl({self.shown_url!r}, namespace={self.namespace!r})"
+
+    @property
+    def schedules(self) -> RemoteSchedules:
+        """This namespace's schedules (`durable.schedules.ScheduleControl`)."""
+        return RemoteSchedules(self)
+
+    @property
+    def retention(self) -> RemoteRetention:
+        """Retention settings and pruning (`durable._retention.RetentionControl`)."""
+        return RemoteRetention(self)
 
     def for_namespace(self, namespace: str) -> RemoteControl:
         return RemoteControl(self.base_url, namespace=namespace, timeout=self.timeout,
@@ -217,6 +228,15 @@ class RemoteControl:
             body={"units": units} if units is not None else {})
         return bool(data["cleared"])
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"to_op": to_op, "reason": reason}
+        if run_id is not None:
+            body["run_id"] = run_id
+        _, data = await self._call("POST", f"/api/workflows/{_segment(workflow_id)}/reset",
+                                   body=body)
+        return dict(data)
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         _, data = await self._call("GET", "/api/workflows", params={
@@ -227,9 +247,12 @@ class RemoteControl:
         _, data = await self._call("POST", "/api/repair-pass")
         return {str(k): int(v) for k, v in data["counts"].items()}
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
-        await self._call("POST", self._run_path(workflow_id, run_id, "signal"),
-                         body={"name": name, "args": json.loads(args)})
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"name": name, "args": json.loads(args)}
+        if sender is not None:  # the server records who its caller says asked
+            body.update(requester=sender.get("requester"), source=sender.get("source"))
+        await self._call("POST", self._run_path(workflow_id, run_id, "signal"), body=body)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

@@ -11,13 +11,17 @@ for instance), append `Operation`s to the list that
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..clock import to_iso
 from ..errors import NameNotRegistered, WorkflowNotFound
 from ..options import IdReusePolicy, StartOptions
+from .avro import CODEC
+from .errors import VERSION, VERSION_HEADER
 from .schema import TEXT_PATTERN, Schema, check_schema
 from .wire import encode_payload, event_to_wire, parse_payload, record_to_wire, state_to_wire
 
@@ -31,6 +35,11 @@ STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out
 # What a run summary (and the list filter) may say: open runs marked for review
 # are listed as needs_review or unknown, as describe() shows them.
 LISTED_STATUSES = [*STATUSES, "needs_review", "unknown"]
+# The worker protocol version we advertise: the reference client asks for at
+# least 1.20 before it sends a cooperative cancellation request.
+WORKER_PROTOCOL_VERSION = "1.20"
+# The update wait stages an update may ask for (`wait_for`).
+UPDATE_WAIT_STAGES = ("accepted", "completed")
 # Ten years: a longer timeout has no date storage or ISO 8601 can show.
 MAX_SECONDS = 315_360_000
 # PostgreSQL stores a sequence number in a 32-bit integer.
@@ -186,6 +195,18 @@ REVIEW_BODY = check_schema({
     }},
 })
 
+RESET_BODY = check_schema({
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["to_op", "reason"],
+    "properties": {
+        "to_op": text(255, "The op id to continue from (history shows each op's id); "
+                           "results recorded before it are kept."),
+        "reason": text(10_000, "Why the run is reset (recorded in both runs' history)."),
+        "run_id": text(200, "The run to reset (default: the current run)."),
+    },
+})
+
 ARGS = {"type": "array", "maxItems": 10_000,
         "description": "The handler's positional arguments, as JSON values."}
 HANDLER_NAME = text(255, "The handler's name (as the workflow declares it).")
@@ -194,7 +215,12 @@ SIGNAL_BODY = check_schema({
     "type": "object",
     "required": ["name"],
     "additionalProperties": False,
-    "properties": {"name": HANDLER_NAME, "args": ARGS},
+    "properties": {
+        "name": HANDLER_NAME, "args": ARGS,
+        "requester": {"type": ["object", "null"],
+                      "description": "Who sends it (recorded as given); by default the role."},
+        "source": {**text(200, "Where the signal came from."), "default": "http"},
+    },
 })
 
 QUERY_BODY = check_schema({
@@ -239,11 +265,12 @@ SIGNAL_WITH_START_BODY = check_schema({
 
 ERROR_SCHEMA: Schema = {
     "type": "object",
-    "required": ["error"],
-    "properties": {"error": {
-        "type": "object", "required": ["code", "message"],
-        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
-    }},
+    "required": ["message", "reason"],
+    "description": "The reference engine's flat error body; 422 adds errors {field: [...]}.",
+    "properties": {"message": {"type": "string"}, "reason": {"type": "string"},
+                   "errors": {"type": "object",
+                              "additionalProperties": {"type": "array",
+                                                       "items": {"type": "string"}}}},
 }
 SUMMARY: Schema = {
     "type": "object",
@@ -332,6 +359,17 @@ UPDATE_REPLY: Schema = {
     "type": "object", "required": ["workflow_id", "update_id", "result"],
     "properties": {"workflow_id": ID_FIELD, "update_id": ID_FIELD,
                    "result": {"description": "The update handler's return value."}},
+}
+HEALTH_REPLY: Schema = {
+    "type": "object", "required": ["status", "timestamp", "checks"],
+    "properties": {"status": {"type": "string", "enum": ["serving", "degraded"]},
+                   "timestamp": {"type": "string"}, "checks": {"type": "object"}},
+}
+CLUSTER_INFO_REPLY: Schema = {
+    "type": "object", "required": ["version", "capabilities", "control_plane", "worker_protocol"],
+    "properties": {"version": {"type": "string"}, "capabilities": {"type": "object"},
+                   "control_plane": {"type": "object"}, "worker_protocol": {"type": "object"},
+                   "limits": {"type": "object"}},
 }
 CASCADE_REPLY: Schema = {"type": "object", "required": ["runs"],
                          "properties": {"runs": {"type": "array"}}}
@@ -465,10 +503,21 @@ async def retry_after_review(call: Call) -> tuple[int, Any]:
         call.params["workflowId"], units=call.body.get("units"))}
 
 
+async def reset(call: Call) -> tuple[int, Any]:
+    body = call.body
+    return 200, await call.client.control.reset(
+        call.params["workflowId"], body.get("run_id"), to_op=body["to_op"],
+        reason=body["reason"])
+
+
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
+    sender = {"requester": body.get("requester") or {"type": "http", "id": None,
+                                                     "label": call.role},
+              "source": body.get("source") or "http"}
     await call.client.control.signal(p["workflowId"], p.get("runId"), body["name"],
-                                     encode_payload(list(body.get("args") or [])))
+                                     encode_payload(list(body.get("args") or [])),
+                                     sender=sender)
     return 202, {"workflow_id": p["workflowId"], "recorded": True}
 
 
@@ -510,6 +559,65 @@ async def repair_pass(call: Call) -> tuple[int, Any]:
     return 200, {"counts": await call.client.control.repair_pass()}
 
 
+async def health(call: Call) -> tuple[int, Any]:
+    """The reference's health answer: 200 serving, or 503 degraded when storage fails."""
+    try:
+        await call.client.control.list_runs(status=None, workflow_type=None, limit=1,
+                                            cursor=None)
+        healthy = True
+    except Exception:
+        healthy = False
+    return (200 if healthy else 503), {
+        "status": "serving" if healthy else "degraded",
+        "timestamp": to_iso(time.time()),
+        "checks": {"database": "ok" if healthy else "unavailable"},
+    }
+
+
+async def cluster_info(call: Call) -> tuple[int, Any]:
+    return 200, cluster_info_body(call.client)
+
+
+def cluster_info_body(client: Client) -> dict[str, Any]:
+    """What this server supports, in the reference's discovery shape: the
+    reference client reads `worker_protocol.server_capabilities.query_tasks`
+    before a query, `.cooperative_cancellation` and `worker_protocol.version`
+    (>= 1.20) before a cancellation request, and
+    `control_plane.request_contract.operations.update.fields.wait_for` before
+    an update."""
+    from .. import __version__
+
+    return {
+        "server_id": "durable",
+        "engine": "durable",
+        "version": __version__,
+        "default_namespace": "default",
+        "capabilities": {
+            "signals": True, "queries": True, "updates": True, "continue_as_new": True,
+            "child_workflows": True, "schedules": True, "payload_codec_envelope": True,
+            "payload_codec_envelope_responses": True, "payload_codecs": [CODEC],
+            "cooperative_cancellation": True, "history_export": False,
+            "search_attributes": False,
+        },
+        "limits": {"max_payload_bytes": client.limits.payload_bytes,
+                   "max_memo_bytes": client.limits.memo_bytes},
+        "control_plane": {
+            "version": VERSION,
+            "header": VERSION_HEADER,
+            "request_contract": {
+                "schema": "durable-workflow.v2.control-plane-request.contract",
+                "version": 1,
+                "operations": {"update": {"fields": {"wait_for": {
+                    "canonical_values": list(UPDATE_WAIT_STAGES)}}}},
+            },
+        },
+        "worker_protocol": {
+            "version": WORKER_PROTOCOL_VERSION,
+            "server_capabilities": {"query_tasks": True, "cooperative_cancellation": True},
+        },
+    }
+
+
 async def workflow_types(call: Call) -> tuple[int, Any]:
     return 200, {"workflow_types": sorted(await call.client.control.registered_types())}
 
@@ -543,6 +651,18 @@ _RUN_ACTIONS = ("describeWorkflow", "getHistory", "getResult", "requestCancellat
 def operations() -> list[Operation]:
     """Every route of the control plane (the OpenAPI document is written from these)."""
     ops = [
+        Operation(
+            "GET", "/api/health", "health", "Is the server up and its storage reachable",
+            health, role=None, versioned=False, tags=("system",),
+            replies=(Reply(200, "Serving.", HEALTH_REPLY),
+                     Reply(503, "Degraded: storage is unreachable.", HEALTH_REPLY)),
+        ),
+        Operation(
+            "GET", "/api/cluster/info", "clusterInfo",
+            "What this server supports (the reference engine's discovery document)",
+            cluster_info, versioned=False, tags=("system",),
+            replies=(Reply(200, "Versions, capabilities and limits.", CLUSTER_INFO_REPLY),),
+        ),
         Operation(
             "POST", "/api/workflows", "startWorkflow", "Start a workflow", start_workflow,
             "operator", body=START_BODY, body_required=True,
@@ -609,6 +729,19 @@ def operations() -> list[Operation]:
             replies=(Reply(200, "cleared is false when the run was not marked.", {
                 "type": "object", "required": ["cleared"],
                 "properties": {"cleared": {"type": "boolean"}}}),),
+        ),
+        Operation(
+            "POST", "/api/workflows/{workflowId}/reset", "resetWorkflow",
+            "Continue a failed or stuck run as a new run from an op, keeping the results "
+            "recorded before it", reset,
+            "operator", params=(WORKFLOW_ID,), body=RESET_BODY,
+            replies=(Reply(200, "The new run, and the run and op it continues from.", {
+                "type": "object",
+                "required": ["workflow_id", "run_id", "reset_from_run_id", "to_op", "kept_ops"],
+                "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
+                               "reset_from_run_id": ID_FIELD, "to_op": {"type": "string"},
+                               "kept_ops": {"type": "integer"},
+                               "reason": {"type": "string"}}}),),
         ),
     ]
     ops += _run_scoped("GET", "", "describeWorkflow", "Describe", describe,

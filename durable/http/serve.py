@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
@@ -33,6 +33,13 @@ from .auth import load_tokens
 log = get_logger("durable.http")
 
 LOOPS = ("asyncio", "trio")
+#: What a token-less server logs when it starts (and the UI shows on every page).
+NO_TOKEN_BANNER = (
+    "NO TOKENS: this control plane is in development mode. Every request acts as "
+    "OPERATOR (list, start, signal, cancel, terminate) without a token; it answers only "
+    "on loopback and only to requests naming a loopback host (localhost, 127.0.0.1, ::1) "
+    "or an --allowed-host. Set DURABLE_TOKENS or --tokens-file for anything else."
+)
 #: What `serve(worker=...)` takes: "module:attr", a factory or a dict of Worker arguments.
 WorkerSpec = str | Callable[[Client], Worker] | Mapping[str, Any]
 
@@ -190,6 +197,7 @@ async def serve_async(
     public_metrics: bool = False,
     ui: bool = True,
     ui_secret: str | bytes | None = None,
+    allowed_hosts: Sequence[str] | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """`serve` inside a running event loop (asyncio or trio); see `serve`."""
@@ -203,16 +211,29 @@ async def serve_async(
                 "DURABLE_TOKENS_FILE or tokens=, or bind 127.0.0.1"
             )
         anonymous = "operator"
-        log.warning("serving the control plane without tokens: every request on loopback "
-                    "acts as operator", host=host)
+        log.warning(NO_TOKEN_BANNER, host=host,
+                    allowed_hosts=["localhost", "127.0.0.1", "::1", *(allowed_hosts or ())])
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(connect(db_url))
         if worker is not None:
             await stack.enter_async_context(load_worker(worker, client))
         app = create_app(client, tokens, tokens_file=tokens_file, anonymous_role=anonymous,
                          max_wait=max_wait, public_metrics=public_metrics, ui=ui,
-                         ui_secret=ui_secret)
+                         ui_secret=ui_secret, allowed_hosts=_hosts_for(host, allowed_hosts))
         await serve_app(app, host=host, port=port, task_status=task_status)
+
+
+def _hosts_for(host: str, allowed_hosts: Sequence[str] | None) -> list[str] | None:
+    """The names a served app answers to: those given plus the address it
+    listens on (unless a wildcard address); None (the app's default) when
+    none are given."""
+    if allowed_hosts is None:
+        return None
+    names = list(allowed_hosts)
+    bare = host.strip("[]")
+    if bare not in ("0.0.0.0", "::", ""):
+        names.append(bare)
+    return names
 
 
 def serve(
@@ -229,6 +250,7 @@ def serve(
     on_ready: Callable[[int], Any] | None = None,
     ui: bool = True,
     ui_secret: str | bytes | None = None,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> None:
     """Serve the control plane for the storage at `db_url` until interrupted.
 
@@ -243,6 +265,11 @@ def serve(
     - `max_wait`: the longest long poll; `public_metrics`: /metrics without a token.
     - `ui`: serve the web UI at /ui (docs/ui.md); `ui_secret` signs its session
       cookies (else ``DURABLE_UI_SECRET``, else a random key per process).
+    - `allowed_hosts`: the names clients reach the server by (``Host``
+      header; ``*.example.com``, ``*`` for any), besides the address it
+      listens on. Without tokens the loopback names are always allowed and
+      nothing else by default (DNS rebinding); with tokens, any host by
+      default (`durable.http.hosts`).
     """
     if loop not in LOOPS:
         raise ConfigurationError(f"loop must be one of {', '.join(LOOPS)}, got {loop!r}")
@@ -254,7 +281,7 @@ def serve(
             bound = await tg.start(partial(
                 serve_async, db_url, host, port, tokens=tokens, tokens_file=tokens_file,
                 worker=worker, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
-                ui_secret=ui_secret))
+                ui_secret=ui_secret, allowed_hosts=allowed_hosts))
             log.info("control plane listening", url=f"http://{host}:{bound}", loop=loop)
             if on_ready is not None:
                 result = on_ready(bound)

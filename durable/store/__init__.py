@@ -25,8 +25,11 @@ from . import (
     deadlines,
     inspection,
     interaction,
+    queues,
+    reset,
     retention,
     runs,
+    schedule_stats,
     schedules,
     workers,
 )
@@ -62,6 +65,9 @@ class Store:
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
+        #: queues (kind, namespace, name) last seen with limits: their claims go
+        #: straight to the limited path (`durable.store.queues`)
+        self._limited: set[tuple[str, str, str]] = set()
 
     @property
     def hub(self) -> WakeHub:
@@ -90,6 +96,12 @@ class Store:
         """Many owned runs' state and the closed ops they wait on, in one read."""
         return await self.driver.run(lambda tx: runs.resync(run_ids, waiting), write=False)
 
+    async def reset_run(self, namespace: str, workflow_id: str, run_id: str | None, to_op: str,
+                        reason: str, now: float) -> dict[str, Any]:
+        """Continue a failed or stuck run as a new run from `to_op` (`store.reset`)."""
+        return await self.driver.run(lambda tx: reset.reset_run(
+            tx, namespace, workflow_id, run_id, to_op, reason, now))
+
     async def clear_review(self, namespace: str, workflow_id: str, now: float,
                            units: str | None = None) -> bool:
         """Let a run marked for review be replayed again; False if it was not marked.
@@ -109,13 +121,31 @@ class Store:
         """Take runnable runs of these types (epoch bumped), with their recorded ops:
         at most `limit` and at most a fair share of the ready runs (`Claimed.left`
         says how many ready runs this claim saw left for others). A worker of a
-        build skips the runs that build cannot replay (the upgrade gate)."""
+        build skips the runs that build cannot replay (the upgrade gate); a
+        limited queue is claimed within its limits (`durable.store.queues`)."""
+        queue = ("runs", namespace, task_queue)
+        limited = queue in self._limited
         claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
-            capabilities, build_id))
+            capabilities, build_id, limited))
+        if claimed.limited and not limited and not claimed:
+            # the one-statement claim found the queue limited: claim within its limits
+            claimed = await self.driver.run(lambda tx: claims.claim_runs(
+                tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds,
+                now, capabilities, build_id, True))
+        if claimed.limited:
+            self._limited.add(queue)
+        else:
+            self._limited.discard(queue)
         if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
+
+    async def open_runs(self, namespace: str, task_queue: str, after_run_id: str = "",
+                        limit: int = 500) -> list[dict[str, Any]]:
+        """A page of a task queue's open runs by run id (id, type, builds)."""
+        return await self.driver.run(
+            lambda tx: runs.open_runs(namespace, task_queue, after_run_id, limit), write=False)
 
     async def take_for_build(self, run_id: str, epoch: int, build_id: str) -> bool:
         """Record that `build_id` replayed the claimed run and now advances it."""
@@ -233,10 +263,12 @@ class Store:
     # ---------------------------------------------------------------- interaction
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
-                          name: str, payload: str, now: float) -> InboxItem:
-        """Record a received signal. Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
+                          name: str, payload: str, now: float,
+                          sender: dict[str, Any] | None = None) -> InboxItem:
+        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
+        `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
@@ -306,11 +338,12 @@ class Store:
     # ---------------------------------------------------------------- inspection
 
     async def describe(
-        self, namespace: str, workflow_id: str, run_id: str | None
+        self, namespace: str, workflow_id: str, run_id: str | None, now: float | None = None
     ) -> dict[str, Any] | None:
-        """The instance and a run as describe() documents them, or None."""
+        """The instance and a run as describe() documents them, or None (with
+        `now`: what an open run no worker holds waits for)."""
         return await self.driver.run(
-            lambda tx: inspection.describe(namespace, workflow_id, run_id), write=False)
+            lambda tx: inspection.describe(namespace, workflow_id, run_id, now), write=False)
 
     async def history(
         self, run_id: str, after_sequence: int = 0, limit: int | None = None
@@ -364,6 +397,32 @@ class Store:
         return await self.driver.run(lambda tx: workers.registered_names(namespace, now),
                                      write=False)
 
+    # ---------------------------------------------------------------- queue limits
+
+    async def set_queue_limits(self, namespace: str, name: str, limits: dict[str, Any],
+                               now: float) -> None:
+        """Store a queue's limits (`durable.store.queues`; empty: none)."""
+        await self.driver.run(lambda tx: queues.set_limits(tx, namespace, name, limits, now))
+
+    async def describe_queue(self, namespace: str, name: str, now: float) -> dict[str, Any]:
+        """A queue's limits, what runs and waits, and the rate left."""
+        return await self.driver.run(lambda tx: queues.describe_queue(namespace, name, now),
+                                     write=False)
+
+    async def queue_gauges(self, now: float) -> list[dict[str, Any]]:
+        """Every queue's running, waiting, limits and rate left (for /metrics)."""
+        return await self.driver.run(lambda tx: queues.gauges(now), write=False)
+
+    async def list_queues(self, namespace: str, now: float) -> list[dict[str, Any]]:
+        """`describe_queue` of every queue known in the namespace."""
+        def program(tx: Any) -> Any:
+            names = yield from queues.queue_names(namespace, now)
+            out = []
+            for name in names:
+                out.append((yield from queues.describe_queue(namespace, name, now)))
+            return out
+        return await self.driver.run(program, write=False)
+
     # ---------------------------------------------------------------- schedules
 
     async def fire_schedules(self, namespace: str, now: float, limit: int,
@@ -377,6 +436,13 @@ class Store:
         """When the namespace's next fire is due (None: none will), and whether
         fires wait for runs to close."""
         return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+
+    async def schedule_stats(self, after: float | None,
+                             limit: int) -> schedule_stats.ScheduleStats:
+        """Schedule counts, fires recorded after `after`, retention's deletions
+        (what /metrics exports)."""
+        return await self.driver.run(lambda tx: schedule_stats.stats(after, limit),
+                                     write=False)
 
     async def create_schedule(self, namespace: str, schedule_id: str,
                               definition: ScheduleDefinition, now: float) -> None:

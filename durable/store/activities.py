@@ -16,7 +16,7 @@ from ..errors import ConfigurationError
 from ..failure import Failure
 from ..options import RetryPolicy
 from ..wakes import Wake
-from . import cancellation
+from . import cancellation, queues
 from .claims import ready_count, share_limit
 from .events import Event, append_events, record_failure
 from .fastpath import append_events_of_runs
@@ -48,9 +48,22 @@ def claim_activities(
     now: float,
 ) -> Program[Claimed[ActivityTask]]:
     """Start up to `limit` pending attempts of these activities on this worker,
-    and at most its fair share of the ready ones (`claims.fair_limit`)."""
+    by priority then age, at most its fair share of the ready ones
+    (`claims.fair_limit`) and within the queue's limits (`durable.store.queues`)."""
     if limit <= 0 or not names:
         return Claimed()
+    queue = yield from queues.read_limits(tx, namespace, task_queue, "activities")
+    bucket = None
+    if queue is not None:
+        room, bucket = yield from queues.activity_room(tx, queue, namespace, task_queue, limit,
+                                                       now)
+        limit = min(limit, room)
+        if limit <= 0:
+            held: Claimed[ActivityTask] = Claimed()
+            held.limited = True
+            held.next_at = None if bucket is None or bucket.tokens >= 1 else (
+                bucket.next_token_at())
+            return held
     ready_sql = (
         "activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'pending' "
         "AND available_at <= ? AND (deadline_at IS NULL OR deadline_at > ?) AND activity_name "
@@ -63,7 +76,7 @@ def claim_activities(
     rows = yield q(
         "SELECT task_id, run_id, workflow_id, op_id, activity_name, input, attempt, options, "
         f"scheduled_at, schedule_to_close_deadline, heartbeat_details, {counted} "
-        f"FROM {ready_sql}ORDER BY available_at LIMIT {share}" + tx.skip_locked,
+        f"FROM {ready_sql}ORDER BY priority, available_at LIMIT {share}" + tx.skip_locked,
         *counted_params, *ready_params, *share_params,
     )
     tasks: Claimed[ActivityTask] = Claimed()
@@ -110,6 +123,9 @@ def claim_activities(
     if rows:
         tasks.left = max(0, int(rows[0]["ready"]) - len(rows))
         tasks.live = int(rows[0]["live"])
+    if queue is not None:
+        yield from queues.spend_activity_tokens(namespace, task_queue, bucket, len(updates))
+        tasks.limited = True
     return tasks
 
 
@@ -330,8 +346,9 @@ def _record_stop(tx: Tx, task: Row, task_id: str, attempt: int, worker_id: str,
     if failure is None:
         late.append(("ActivityResultRefused", {
             "op_id": task["op_id"], "task_id": task_id, "attempt": attempt,
-            "worker_id": worker_id,
-            "reason": "the attempt was fenced before its result arrived",
+            "worker_id": worker_id, "completed_after_stop": True,
+            "reason": "the attempt completed its work (its effect happened) after the "
+                      "workflow had stopped waiting for it; its result is not delivered",
         }))
     yield from append_events(tx, task["run_id"], late, now)
     return ActivityOutcome("refused", "stop receipt recorded")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..driver import Program, Tx, ex, many, placeholders, q, q1
 from ..wakes import Wake
-from . import fastpath
+from . import fastpath, queues
 from .events import append_events
 from .records import (
     OP_COLUMNS,
@@ -106,9 +106,11 @@ def claim_runs(
     now: float,
     capabilities: tuple[str, ...] = (),
     build_id: str | None = None,
+    limited: bool = False,
 ) -> Program[Claimed[ClaimedRun]]:
-    """Take up to `limit` runnable runs of these types, with their recorded ops;
-    at most this worker's fair share of the ready runs (`fair_limit`).
+    """Take up to `limit` runnable runs of these types, with their recorded ops,
+    by priority then age; at most this worker's fair share of the ready runs
+    (`fair_limit`), and within the queue's limits (`durable.store.queues`).
 
     Builds (the upgrade gate, `durable._runtime.upgrade`): a run's first claim
     records the claiming worker's build as the one that started it and last
@@ -116,10 +118,13 @@ def claim_runs(
     records itself once the run's history replayed against its code). Runs
     `build_id` already failed to replay (``blocked_build``) are not taken.
 
-    Where the dialect has writable CTEs (PostgreSQL) the claim and the
-    workflows' status are ONE self-committing statement, and the ops of runs
-    that had an owner before are read after it (`read_claimed_ops`);
-    elsewhere four statements in one transaction.
+    Where the dialect has writable CTEs (PostgreSQL) and the queue is not
+    known to be `limited`, the claim and the workflows' status are ONE
+    self-committing statement, and the ops of runs that had an owner before
+    are read after it (`read_claimed_ops`); if the queue turns out limited it
+    claims nothing and says so (`Claimed.limited`), and the caller claims
+    again with `limited=True`. Elsewhere a transaction that first reads the
+    queue's limits (locking its row when it has some).
     """
     if limit <= 0 or not types:
         return Claimed()
@@ -129,29 +134,63 @@ def claim_runs(
     ready_params = (namespace, task_queue, now, now, *types, build_id or "")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "workflow_types")
-    share, share_params = yield from share_limit(
-        tx, ready_sql, ready_params, limit, namespace, task_queue, now, "workflow_types")
-    pick = (f"SELECT run_id FROM {ready_sql}ORDER BY ready_at LIMIT {share}"
-            + tx.skip_locked)
     claim = ("owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
              "status = 'running', started_at = COALESCE(started_at, ?), "
              "claim_capabilities = ?, started_build = CASE WHEN epoch = 0 THEN ? ELSE "
              "started_build END, last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END")
     claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)),
                     build_id, build_id)
-    if tx.dialect.writable_cte:
+    order = "ORDER BY priority, ready_at"
+    if tx.dialect.writable_cte and not limited:
+        share, share_params = yield from share_limit(
+            tx, ready_sql, ready_params, limit, namespace, task_queue, now, "workflow_types")
+        guard, guard_params = queues.limited_guard(namespace, task_queue, "runs")
+        pick = (f"SELECT run_id FROM {ready_sql}AND {guard} = 0 {order} LIMIT {share}"
+                + tx.skip_locked)
         return (yield from fastpath.claim_runs_in_one(
-            f"UPDATE runs SET {claim} ", claim_params, pick, (*ready_params, *share_params),
-            counted, counted_params))
-    rows = yield q(f"{pick.replace('SELECT run_id', f'SELECT run_id, {counted}', 1)}",
-                   *counted_params, *ready_params, *share_params)
-    if not rows:
+            f"UPDATE runs SET {claim} ", claim_params, pick,
+            (*ready_params, *guard_params, *share_params), counted, counted_params,
+            (guard, guard_params)))
+    queue = yield from queues.read_limits(tx, namespace, task_queue, "runs")
+    next_at = None
+    if queue is not None:
+        chosen = yield from queues.pick_runs(tx, queue, namespace, task_queue, ready_sql,
+                                             ready_params, counted, counted_params, limit, now)
+        ids, ready, live, next_at = chosen.ids, chosen.ready, chosen.live, chosen.next_at
+    else:
+        share, share_params = yield from share_limit(
+            tx, ready_sql, ready_params, limit, namespace, task_queue, now, "workflow_types")
+        rows = yield q(f"SELECT run_id, {counted} FROM {ready_sql}{order} LIMIT {share}"
+                       + tx.skip_locked, *counted_params, *ready_params, *share_params)
+        ids = [r["run_id"] for r in rows]
+        ready, live = (int(rows[0]["ready"]), int(rows[0]["live"])) if rows else (0, 0)
+    claimed = yield from _claim_ids(tx, claim, claim_params, ids, ready, live,
+                                    recheck=None if queue is None else now)
+    claimed.limited = queue is not None
+    claimed.next_at = next_at
+    return claimed
+
+
+def _claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str], ready: int,
+               live: int, recheck: float | None = None) -> Program[Claimed[ClaimedRun]]:
+    """Claim the chosen runs (epochs bumped, workflows running) with their ops.
+
+    `recheck` (now): the runs were chosen without locking them (a limited
+    claim's window query cannot lock), so the claim takes only those still
+    without a live owner."""
+    if not ids:
         return Claimed()
-    ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
-    ids = [r["run_id"] for r in rows]
+    where = f"run_id IN ({placeholders(len(ids))})"
+    params: tuple[Any, ...] = tuple(ids)
+    if recheck is not None:
+        where += " AND (owner IS NULL OR lease_expires_at <= ?)"
+        params += (recheck,)
     claimed = yield from update_returning(
-        tx.dialect, "runs", claim, claim_params, f"run_id IN ({placeholders(len(ids))})", ids,
-        RUN_COLUMNS, key="run_id", locked=ids)
+        tx.dialect, "runs", claim, claim_params, where, params, RUN_COLUMNS, key="run_id",
+        locked=ids if recheck is None else None)
+    ids = [r["run_id"] for r in claimed]
+    if not ids:
+        return Claimed()
     yield ex(
         "UPDATE workflows SET status = 'running' WHERE status = 'pending' AND current_run_id IN "
         f"({placeholders(len(ids))})",

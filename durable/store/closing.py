@@ -233,6 +233,7 @@ def _continue(tx: Tx, run: RunRecord, next_run_id: str, continue_input: str | No
             run.cancellation, lifecycle="requested", delivered_at=None, boundary=None,
             cleanup_outcome=None),
         schedule_id=run.schedule_id, scheduled_at=run.scheduled_at,
+        priority=run.priority, concurrency_key=run.concurrency_key,
     )
     yield ex("UPDATE runs SET continued_run_id = ? WHERE run_id = ?", next_run_id, run.run_id)
     yield from insert_run(

@@ -119,11 +119,11 @@ def _schedule_activity(c: _RunCommit, w: ScheduleActivity) -> Program[None]:
     yield ex(
         "INSERT INTO activity_tasks (task_id, namespace, task_queue, activity_name, run_id, "
         "workflow_id, op_id, input, status, attempt, options, scheduled_at, available_at, "
-        "schedule_to_start_deadline, schedule_to_close_deadline, deadline_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, ?)",
+        "schedule_to_start_deadline, schedule_to_close_deadline, deadline_at, priority) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', 1, ?, ?, ?, ?, ?, ?, ?)",
         w.task_id, run.namespace, w.task_queue, w.name, run.run_id,
         run.workflow_id, w.op_id, w.input, dumps(opts), now, now, s2s, s2c,
-        earliest(s2s, s2c),
+        earliest(s2s, s2c), opts.get("priority", run.priority),
     )
     c.events.append(("ActivityScheduled", {
         "op_id": w.op_id, "activity_type": w.name, "task_id": w.task_id,

@@ -293,9 +293,16 @@ def append_events_of_runs(tx: Tx, items: list[tuple[str, Event]], now: float
 
 def claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
                       pick_params: tuple[Any, ...], counted: str,
-                      counted_params: tuple[Any, ...]) -> Program[Claimed[ClaimedRun]]:
+                      counted_params: tuple[Any, ...],
+                      guard: tuple[str, tuple[Any, ...]] | None = None,
+                      ) -> Program[Claimed[ClaimedRun]]:
     """A claim as one self-committing data-modifying CTE: lock (SKIP LOCKED),
     bump the epochs, mark the workflows running, in one round trip.
+
+    `guard`: an SQL expression (and its parameters) that is 1 when the queue
+    has limits; `pick` claims nothing then, and the statement still returns a
+    row saying so (`Claimed.limited`: claim again within the limits,
+    `durable.store.queues`).
 
     The claimed runs' ops are NOT read here: this statement's snapshot
     predates its own locks, so it could miss an op that the run's previous
@@ -306,17 +313,24 @@ def claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
     committed, when every later write of the previous owner is refused by
     its stale epoch.
     """
+    guard_sql, guard_params = guard if guard is not None else ("0", ())
     rows = yield Stmt(
         f"WITH claimed AS ({claim}WHERE run_id IN ({pick}) RETURNING {RUN_COLUMNS}), "
         "started AS (UPDATE workflows SET status = 'running' WHERE status = 'pending' "
         "AND current_run_id IN (SELECT run_id FROM claimed)) "
-        f"SELECT claimed.*, {counted} FROM claimed",
-        (*claim_params, *pick_params, *counted_params), "all", autocommit=True,
+        f"SELECT claimed.*, {counted}, g.limited FROM (SELECT {guard_sql} AS limited) AS g "
+        "LEFT JOIN claimed ON TRUE",
+        (*claim_params, *pick_params, *counted_params, *guard_params), "all", autocommit=True,
     )
+    limited = bool(rows and int(rows[0]["limited"]))
+    rows = [r for r in rows if r["run_id"] is not None]
     if not rows:
-        return Claimed()
+        empty: Claimed[ClaimedRun] = Claimed()
+        empty.limited = limited
+        return empty
     claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]),
                          int(rows[0]["live"]))
+    claimed.limited = limited
     claimed.unread = [c.run.run_id for c in claimed if c.run.epoch > 1]
     return claimed
 

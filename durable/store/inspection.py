@@ -8,6 +8,7 @@ from typing import Any
 from ..clock import to_datetime, to_iso
 from ..driver import Program, placeholders, q, q1
 from ..errors import WorkflowNotFound
+from . import queues
 from .cancellation import describe_cancellation, public_context
 from .records import (
     RUN_COLUMNS,
@@ -22,9 +23,13 @@ from .runs import get_run
 
 
 def describe(
-    namespace: str, workflow_id: str, run_id: str | None
+    namespace: str, workflow_id: str, run_id: str | None, now: float | None = None
 ) -> Program[dict[str, Any] | None]:
-    """The instance and one run (the current one by default), as describe() shows them."""
+    """The instance and one run (the current one by default), as describe() shows them.
+
+    With `now`, an open run no worker holds says what it waits for
+    (``waiting_for``): a queue slot, a key slot or the rate (`queues.waiting_for`),
+    or a worker, when no live worker of its queue registers its type."""
     wf = yield q1(
         "SELECT workflow_id, workflow_type, namespace, current_run_id, status, closed_reason, "
         "execution_timeout, execution_deadline_at, run_count, memo, created_at, closed_at "
@@ -39,14 +44,30 @@ def describe(
     failure_rows = yield q(
         "SELECT data FROM failures WHERE run_id = ? ORDER BY id", run.run_id
     )
+    # the latest signals and updates, with who sent them ("who approved this?")
+    received = yield q(
+        "SELECT seq, kind, name, update_id, sender, received_at, status, delivered_at "
+        "FROM inbox WHERE run_id = ? ORDER BY seq DESC LIMIT 20", run.run_id)
     open_ops = yield q(
         "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
-        "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
+        "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure, "
+        "t.task_queue AS task_queue, t.available_at AS available_at "
         "FROM ops o LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
         "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at, o.op_id",
         run.run_id,
     )
-    pending = [p for p in open_ops if p["kind"] not in ("phase", "units")]
+    pending = [dict(p) for p in open_ops if p["kind"] not in ("phase", "units")]
+    for p in pending:
+        if p["kind"] == "child" and p["child_workflow_id"]:
+            # the child's own record: a closed parent hears nothing more from
+            # it, so the op stays open here while the child may have ended
+            # (a terminated parent's cancelled child is not "still open")
+            child = yield q1(
+                "SELECT status, closed_at FROM runs WHERE namespace = ? AND workflow_id = ? "
+                "AND parent_run_id = ? ORDER BY run_number DESC LIMIT 1",
+                namespace, p["child_workflow_id"], run.run_id)
+            p["child_status"] = child["status"] if child is not None else None
+            p["child_closed_at"] = child["closed_at"] if child is not None else None
     phases = [p for p in open_ops if p["kind"] == "phase"]
     batches = [p for p in open_ops if p["kind"] == "units"]
     progress = None
@@ -65,9 +86,19 @@ def describe(
         # or the code does not replay its history: either way a person decides
         unknown = run.failure is not None and run.failure.category == "unknown"
         status = "unknown" if unknown else "needs_review"
+    waiting = None
+    if now is not None and run.is_open and run.needs_review:
+        waiting = {"kind": "review", "status": status,
+                   "hint": f"durable retry-after-review {run.workflow_id}"
+                           + (" --units rerun|confirm" if status == "unknown" else "")}
+    elif now is not None and run.is_open:
+        waiting = yield from _waiting_for(run, now)
+        if waiting is None:
+            waiting = yield from _waiting_on(run, pending, now)
     return {
         "workflow_id": wf["workflow_id"],
         "workflow_type": wf["workflow_type"],
+        "waiting_for": waiting,
         "namespace": wf["namespace"],
         "status": status,
         "reason": _reason(run, status),
@@ -92,6 +123,8 @@ def describe(
             "started_at": to_iso(run.started_at),
             "closed_at": to_iso(run.closed_at),
             "task_queue": run.task_queue,
+            "priority": run.priority,
+            "concurrency_key": run.concurrency_key,
             "owner": run.owner,
             "epoch": run.epoch,
             "needs_review": run.needs_review,
@@ -100,6 +133,9 @@ def describe(
             "continued_run_id": run.continued_run_id,
             "started_build": run.started_build,
             "last_build": run.last_build,
+            "reset_from_run_id": run.reset_from_run_id,
+            "reset_from_op": run.reset_from_op,
+            "reset_run_id": run.reset_run_id,
         },
         "blocked": blocked(run),
         "pending_operations": [
@@ -109,12 +145,76 @@ def describe(
                 "child_workflow_id": p["child_workflow_id"], "task_status": p["task_status"],
                 "attempt": p["attempt"], "heartbeat_details": loads(p["heartbeat_details"]),
                 "last_failure": loads(p["last_failure"]),
-            }
+            } | ({"child_status": p["child_status"],
+                  "child_closed_at": to_iso(p["child_closed_at"])} if "child_status" in p else {})
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
+        "received": [
+            {"seq": r["seq"], "kind": r["kind"], "name": r["name"], "update_id": r["update_id"],
+             "sender": loads(r["sender"]), "received_at": to_iso(r["received_at"]),
+             "status": r["status"], "delivered_at": to_iso(r["delivered_at"])}
+            for r in reversed(received)
+        ],
         "cancellation": describe_cancellation(run.cancellation),
     }
+
+
+def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
+    """Why an open run is not held by a worker, when none holds it."""
+    held = yield q1("SELECT 1 AS held FROM runs WHERE run_id = ? AND owner IS NOT NULL "
+                    "AND lease_expires_at > ?", run.run_id, now)
+    if held is not None:
+        return None
+    waiting = yield from queues.waiting_for(run.namespace, run.task_queue, run.concurrency_key,
+                                            now)
+    if waiting is not None:
+        return waiting
+    serving = yield q("SELECT workflow_types FROM workers WHERE namespace = ? AND task_queue = ? "
+                      "AND expires_at >= ?", run.namespace, run.task_queue, now)
+    if not any(run.workflow_type in json.loads(w["workflow_types"]) for w in serving):
+        return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
+                "live_workers": len(serving)}
+    return None
+
+
+def _waiting_on(run: RunRecord, pending: list[dict[str, Any]],
+               now: float) -> Program[dict[str, Any] | None]:
+    """What the run's code waits for, from its open ops; None while it is busy
+    (an activity attempt runs, or nothing is open: the code runs).
+
+    An activity no live worker of its queue registers comes first (it would
+    wait forever), then a running attempt (busy), then the first open op: a
+    timer (``fire_at``), a condition (``timeout_at``, None: only a signal or
+    an update can end it), a child, an activity waiting to be picked up.
+    """
+    activities = [p for p in pending if p["kind"] == "activity"]
+    for p in activities:
+        if p["task_status"] != "pending" or not p["task_queue"]:
+            continue
+        serving = yield q("SELECT activity_names FROM workers WHERE namespace = ? AND "
+                          "task_queue = ? AND expires_at >= ?", run.namespace,
+                          p["task_queue"], now)
+        if not any(p["name"] in json.loads(w["activity_names"]) for w in serving):
+            return {"kind": "activity_worker", "op_id": p["op_id"], "activity": p["name"],
+                    "queue": p["task_queue"], "live_workers": len(serving)}
+    if any(p["task_status"] == "running" for p in activities):
+        return None
+    for p in pending:
+        if p["kind"] == "timer":
+            return {"kind": "timer", "op_id": p["op_id"], "fire_at": to_iso(p["fire_at"])}
+        if p["kind"] == "condition":
+            return {"kind": "condition", "op_id": p["op_id"],
+                    "timeout_at": to_iso(p["fire_at"])}
+        if p["kind"] == "child":
+            return {"kind": "child", "op_id": p["op_id"],
+                    "child_workflow_id": p["child_workflow_id"],
+                    "child_status": p.get("child_status")}
+        if p["kind"] == "activity" and p["task_status"] == "pending":
+            return {"kind": "activity", "op_id": p["op_id"], "activity": p["name"],
+                    "queue": p["task_queue"], "attempt": p["attempt"],
+                    "available_at": to_iso(p["available_at"])}
+    return None
 
 
 def blocked(run: RunRecord) -> dict[str, str] | None:
@@ -223,7 +323,31 @@ def list_runs(
     ]
     if status in REVIEW_STATUSES:  # the two share a column: told apart by the failure
         summaries = [r for r in summaries if r["status"] == status]
+    busy = yield from _busy_runs([r["run_id"] for r in rows if r["status"] == "running"
+                                  and not r["needs_review"]])
+    for summary in summaries:
+        open_ = summary["status"] in ("pending", "running", *REVIEW_STATUSES)
+        summary["waiting"] = (summary["run_id"] not in busy) if open_ else None
     return summaries, next_key
+
+
+def _busy_runs(run_ids: list[str]) -> Program[set[str]]:
+    """Of these open runs, those at work: an activity attempt (or a local
+    activity) runs, or no op is open (the code runs, or waits to be taken:
+    told apart by describe's waiting_for). The rest wait (a timer, a
+    condition, a child, an attempt not yet picked up). One read per page."""
+    if not run_ids:
+        return set()
+    rows = yield q(
+        "SELECT o.run_id, o.kind, t.status AS task_status FROM ops o "
+        "LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
+        f"WHERE o.run_id IN ({placeholders(len(run_ids))}) AND o.status = 'scheduled' "
+        "AND o.kind NOT IN ('phase', 'units')", *run_ids)
+    waiting_on: dict[str, bool] = {}
+    for r in rows:
+        working = r["kind"] == "local_activity" or r["task_status"] == "running"
+        waiting_on[r["run_id"]] = waiting_on.get(r["run_id"], True) and not working
+    return {run_id for run_id in run_ids if not waiting_on.get(run_id, False)}
 
 
 def cascade(
@@ -296,7 +420,11 @@ def _cascade_run(
     for t in tasks:
         receipt = loads(t["stop_receipt"])
         policy = (loads(t["options"]) or {}).get("cancellation")
-        if receipt is not None:
+        if receipt is not None and receipt.get("kind") == "completed":
+            # it finished its work before the stop landed: its effect happened,
+            # and calling it stopped would tell the cleanup a lie (issue 21)
+            state = "completed"
+        elif receipt is not None:
             state = "stopped" if receipt.get("confirmed", True) else "signalled"
         elif t["status"] == "running" and t["owner"] in alive:
             state = "stopping"
@@ -363,6 +491,7 @@ def _cascade_run(
                      "boundary": ctx.get("boundary")} if ctx.get("delivered_at") else delivery,
         "cleanup_outcome": ctx.get("cleanup_outcome"),
         "deadline_at": to_iso(ctx.get("deadline_at")) if ctx else None,
+        "cleanup_closed_at": to_iso(ctx.get("closed_at")) if ctx else None,
         "activity_stops": stops,
         "child_propagation": propagation,
     }

@@ -170,6 +170,11 @@ class RunRecord:
     last_build: str | None = None  # the build of the worker that last took (advanced) it
     blocked_build: str | None = None  # a build whose code does not replay the run ...
     blocked_divergence: str | None = None  # ... and the first op where it diverges
+    priority: int = 5  # claims go by priority (0 first .. 9), then age (docs/queues.md)
+    concurrency_key: str | None = None  # max_running_per_key counts runs by this key
+    reset_from_run_id: str | None = None  # the run this one continues after a reset ...
+    reset_from_op: str | None = None  # ... from this op on (durable.store.reset)
+    reset_run_id: str | None = None  # the run a reset of this one started
 
     @property
     def is_open(self) -> bool:
@@ -199,6 +204,10 @@ class Claimed(list[T]):
     #: claimed runs whose recorded ops are still to be read
     #: (`durable.store.claims.read_claimed_ops`)
     unread: list[str]
+    #: whether the queue has limits for this kind of work (`durable.store.queues`)
+    limited: bool = False
+    #: when a queue's rate lets the next held-back item start (None: not held by a rate)
+    next_at: float | None = None
 
     def __init__(self, items: Any = ()) -> None:
         super().__init__(items)
@@ -268,6 +277,8 @@ class StartRequest:
     cleanup_timeout: float | None = None  # a child's budget for a parent's cooperative request
     schedule_id: str | None = None  # started by a fire of this schedule
     scheduled_at: float | None = None  # at this fire time
+    priority: int = 5  # 0 (claimed first) .. 9
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -448,7 +459,8 @@ RUN_COLUMNS = (
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
     "inbox_seq, request_seq, schedule_id, scheduled_at, started_build, last_build, blocked_build, "
-    "blocked_divergence"
+    "blocked_divergence, priority, concurrency_key, reset_from_run_id, reset_from_op, "
+    "reset_run_id"
 )
 
 OP_COLUMNS = (
@@ -503,6 +515,11 @@ def run_from_row(row: Row) -> RunRecord:
         last_build=row["last_build"],
         blocked_build=row["blocked_build"],
         blocked_divergence=row["blocked_divergence"],
+        priority=int(row["priority"]),
+        concurrency_key=row["concurrency_key"],
+        reset_from_run_id=row["reset_from_run_id"],
+        reset_from_op=row["reset_from_op"],
+        reset_run_id=row["reset_run_id"],
     )
 
 

@@ -90,13 +90,15 @@ def insert_run(
         "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
         "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
         "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
-        "ready_at, cancellation, schedule_id, scheduled_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "ready_at, cancellation, schedule_id, scheduled_at, priority, concurrency_key) "
+        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?)",
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
         req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
         req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
         execution_deadline, run_deadline, cleanup_deadline, deadlines.earliest,
-        now, now, dumps(req.cancellation), req.schedule_id, req.scheduled_at,
+        now, now, dumps(req.cancellation), req.schedule_id, req.scheduled_at, req.priority,
+        req.concurrency_key,
     )
     data: dict[str, Any] = {
         "workflow_type": req.workflow_type,
@@ -180,8 +182,9 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
     if unknown and units is None:
         raise ConfigurationError(
             f"run {run.run_id} of {workflow_id!r} waits for a decision on units whose outcome "
-            "is unknown: retry_after_review(units='rerun') runs them again, "
-            "units='confirm' records them done")
+            f"is unknown: `durable retry-after-review {workflow_id} --units rerun` (or "
+            "retry_after_review(units='rerun')) runs them again, `--units confirm` "
+            "(units='confirm') records them done")
     if unknown:
         yield from _decide_units(tx, run.run_id, units == "rerun", now)
     yield ex(
@@ -215,3 +218,15 @@ def _decide_units(tx: Tx, run_id: str, rerun: bool, now: float) -> Program[None]
     yield from append_events(tx, run_id, events, now)
     return None
 
+
+
+def open_runs(namespace: str, task_queue: str, after_run_id: str,
+              limit: int) -> Program[list[dict[str, Any]]]:
+    """Open runs of a task queue, by run id after `after_run_id` (a page): what
+    `durable check-upgrade` replays."""
+    rows = yield q(
+        "SELECT run_id, workflow_id, workflow_type, last_build, blocked_build FROM runs "
+        "WHERE namespace = ? AND task_queue = ? AND status IN ('pending', 'running') "
+        "AND run_id > ? ORDER BY run_id LIMIT ?",
+        namespace, task_queue, after_run_id, limit)
+    return [dict(r) for r in rows]

@@ -342,7 +342,8 @@ class _Firing:
             task_queue=s.task_queue, input=s.input, id_reuse="reject_duplicate",
             execution_timeout=options.get("execution_timeout"),
             run_timeout=options.get("run_timeout"), memo=options.get("memo"),
-            schedule_id=s.schedule_id, scheduled_at=at,
+            schedule_id=s.schedule_id, scheduled_at=at, priority=options.get("priority", 5),
+            concurrency_key=options.get("concurrency_key"),
         )
         run_id = new_id()
         yield from insert_run(self.tx, request, run_id, 1, self.now,
@@ -772,3 +773,4 @@ def list_schedules(namespace: str, limit: int,
                     if row["last_outcome"] == "started" else None}
         out.append(dict(_summary(s), last_fire=last))
     return out
+

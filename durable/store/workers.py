@@ -31,7 +31,10 @@ _KINDS = (("workflow", "workflows"), ("activity", "activities"))
 def register_worker(reg: WorkerRegistration, ttl: float,
                     now: float) -> Program[list[DefinitionClash]]:
     """Record (or refresh) a live worker until `now + ttl`; the names other live
-    workers of its namespace and queue register with a different definition."""
+    workers of its namespace and queue register with a different definition.
+
+    Workers of two different builds are not a clash: that is a rolling deploy,
+    and the upgrade gate decides which build takes which run."""
     yield ex("DELETE FROM workers WHERE worker_id = ?", reg.worker_id)
     yield ex(
         "INSERT INTO workers (worker_id, namespace, task_queue, workflow_types, activity_names, "
@@ -46,11 +49,14 @@ def register_worker(reg: WorkerRegistration, ttl: float,
     if not reg.definitions:
         return []
     others = yield q(
-        "SELECT worker_id, host, definitions FROM workers WHERE namespace = ? AND task_queue = ? "
+        "SELECT worker_id, host, build_id, definitions FROM workers WHERE namespace = ? "
+        "AND task_queue = ? "
         "AND worker_id <> ? AND expires_at >= ? AND stopped_at IS NULL ORDER BY worker_id",
         reg.namespace, reg.task_queue, reg.worker_id, now)
     found: list[DefinitionClash] = []
     for other in others:
+        if reg.build_id is not None and other["build_id"] not in (None, reg.build_id):
+            continue  # another build: a deploy in progress
         theirs = _definitions(other["definitions"])
         for kind, plural in _KINDS:
             mine_by_name = reg.definitions.get(plural, {})

@@ -52,6 +52,8 @@ from ..worker import Worker
 __all__ = [
     "CRASH_POINTS",
     "AnswersAtDeadline",
+    "CrashPoint",
+    "CrashReport",
     "ManualClock",
     "ReplayResult",
     "Replayer",
@@ -63,6 +65,7 @@ __all__ = [
     "crash_at",
     "crashed",
     "declare_dead",
+    "explore_crashes",
     "history_to_json",
     "isolated_definitions",
     "load_history",
@@ -391,3 +394,6 @@ class Replayer:
 def _op_order(op: OpRecord) -> tuple[list[str], int]:
     path, _, seq = op.op_id.rpartition(":")
     return path.split("."), int(seq) if seq.isdigit() else 0
+
+
+from .crashes import CrashPoint, CrashReport, explore_crashes  # noqa: E402  (uses the above)

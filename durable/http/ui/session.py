@@ -107,7 +107,9 @@ class SessionCodec:
 
     def decode(self, value: str | None, now: float | None = None) -> Session | None:
         """The session a cookie holds, or None (absent, forged, malformed or expired)."""
-        if not value:
+        if not value or not value.isascii():
+            # a cookie this codec wrote is ASCII; anything else (a byte a proxy
+            # or an extension mangled) is no session, never an error page
             return None
         parts = value.split(".")
         if len(parts) != 3 or parts[0] != "v1":

@@ -70,7 +70,8 @@ _REQUEST_KEYS = ("request_id", "root_request_id", "parent_request_id", "root_wor
 _INFO_KEYS = ("workflow_id", "workflow_type", "namespace", "status", "reason", "closed_reason",
               "execution_timeout_seconds", "run_count", "memo")
 _OP_KEYS = ("op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
-            "task_status", "attempt", "heartbeat_details", "last_failure")
+            "task_status", "attempt", "heartbeat_details", "last_failure", "child_status",
+            "child_closed_at")
 _RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed", "exit_code",
                  "received_after_deadline", "at")
 
@@ -108,14 +109,22 @@ def when(value: Any, now: datetime) -> Markup:
                                     rel=_fmt.relative(moment, now))
 
 
-def deadline(value: Any, now: datetime, open_: bool) -> Markup:
+def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Markup:
     """A deadline and where it stands: ``in 4m 12s`` (ahead), ``3s late`` (still open
-    past it: marked with a word and a sign, not only red), ``passed 2m ago``."""
+    past it: marked with a word and a sign, not only red); once closed, ``met,
+    29s to spare`` or ``missed by 3s`` by `ended` (fixed: the script leaves it)."""
     moment = _fmt.instant(value)
     if moment is None:
         return Markup('<span class="none">none</span>')
-    text, state = _fmt.deadline_state(moment, now, open_)
-    sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state == "late" else ""
+    text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+    sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state in (
+        "late", "missed") else ""
+    if state in ("met", "missed"):
+        return Markup(
+            '<time datetime="{iso}" class="deadline {state}">{text} <span class="rel">{sign}'
+            '({rel})</span></time>'
+        ).format(iso=moment.isoformat(), state=state, text=_fmt.absolute(moment), sign=sign,
+                 rel=text)
     return Markup(
         '<time datetime="{iso}" data-deadline data-open="{open}" class="deadline {state}">'
         '{text} <span class="rel">{sign}({rel})</span></time>'
@@ -203,13 +212,19 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
                      "open": bool(info.get("open", is_open(info.get("status"))))
                      and cancellation.get("lifecycle") in ("requested", "delivered",
                                                            "cleaning_up")})
+    if isinstance(cancellation, Mapping):
+        rows[-1]["ended"] = cancellation.get("closed_at")
     for row in rows:
         row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
+        row.setdefault("ended", run.get("closed_at"))
     return rows
 
 
-def children(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Child workflows the run started (ChildWorkflowScheduled) and how they ended."""
+def children(events: Iterable[Mapping[str, Any]],
+             pending: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Child workflows the run started (ChildWorkflowScheduled) and how they ended:
+    from the history, or, for a child whose end the parent never heard (the
+    parent closed first), from the child's own record (`pending`)."""
     found: dict[str, dict[str, Any]] = {}
     for event in events:
         data = event.get("data") or {}
@@ -230,6 +245,10 @@ def children(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "completed" if kind == "ChildWorkflowCompleted" else "failed")
             if data.get("child_run_id"):
                 found[child_id]["run_id"] = data.get("child_run_id")
+    for op in pending:
+        child = found.get(str(op.get("child_workflow_id")))
+        if child is not None and child["outcome"] is None and op.get("child_closed_at"):
+            child["outcome"] = op.get("child_status")
     return list(found.values())
 
 
@@ -487,6 +506,8 @@ def timeline(events: Sequence[Mapping[str, Any]], started: Any) -> list[dict[str
 # ---------------------------------------------------------------- cascade
 
 STOP_STATES = {
+    "completed": ("✓", "completed before the stop landed",
+                  "the attempt finished its work: its effect happened"),
     "stopped": ("✓", "stopped", "confirmed by a stop receipt"),
     "signalled": ("⚠", "SIGNALLED, NOT CONFIRMED", "a receipt exists but does not confirm "
                                                    "the stop"),
@@ -578,6 +599,7 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
             "lifecycle": run.get("lifecycle") or "not_requested",
             "cleanup_outcome": run.get("cleanup_outcome"), "request": request,
             "delivery": delivery, "deadline_at": run.get("deadline_at"),
+            "cleanup_closed_at": run.get("cleanup_closed_at"),
             "cleanup_open": is_open(status) and run.get("lifecycle") in (
                 "requested", "delivered", "cleaning_up"),
             "stops": [_stop(s) for s in run.get("activity_stops") or []
@@ -600,4 +622,5 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
         "findings": findings, "truncated": bool(data.get("truncated")),
         "nodes": roots, "run_count": len(runs),
         "any_open": any(is_open(r.get("status")) for r in runs),
+        "root_cleanup_closed_at": runs[0].get("cleanup_closed_at") if runs else None,
     }

@@ -1,0 +1,413 @@
+"""The control plane's schedule and retention routes, in the reference engine's shape.
+
+``/api/schedules`` (list, create, describe, update, delete, pause, resume,
+trigger, backfill) and ``/api/system/retention`` (+ ``/pass``), declared as
+`routes.Operation`s like every other route (`app.py` mounts them, validates
+against these schemas, and `openapi.py` publishes them). The shapes are the
+reference server's ScheduleController / SystemController, with our own
+fields beside theirs (`remote_schedules` translates both ways); each handler
+is one call of the client's schedule or retention API, so the rules (exactly
+one run per fire, bounded transactions) are the engine's, not this module's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from ..clock import to_iso
+from ..errors import ConfigurationError
+from ..options import StartOptions
+from ..schedules import Overlap, ScheduleDefinition, ScheduleSpec, check_schedule_id
+from .remote_schedules import TRIGGER_OUTCOMES, schedule_to_wire, spec_from_wire
+from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Operation, Param, Reply, seconds, text
+from .schema import check_schema
+
+OVERLAPS = [o.value for o in Overlap]
+SCHEDULE_ID = Param("scheduleId", "path", text(200, "The schedule id."), "The schedule id.",
+                    required=True)
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+_OVERLAP = {"type": ["string", "null"], "enum": [*OVERLAPS, None],
+            "description": "What a fire does while an earlier run is open (default skip)."}
+_INTERVAL = {"type": "object", "properties": {
+    "every": {"type": ["string", "integer"],
+              "description": "ISO 8601 duration (PT1H) or whole seconds."},
+    "offset": {"type": ["string", "integer", "null"]}}}
+
+SPEC_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "description": "When it fires: the reference's cron_expressions / intervals, or ours "
+                   "(cron, every, offset); timezone is an IANA name.",
+    "properties": {
+        "cron_expressions": {"type": ["array", "null"], "items": {"type": "string"},
+                             "maxItems": 100},
+        "intervals": {"type": ["array", "null"], "items": _INTERVAL, "maxItems": 1},
+        "cron": {"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 100},
+        "every": {"type": ["integer", "null"], "minimum": 1},
+        "offset": {"type": ["integer", "null"], "minimum": 0},
+        "timezone": {**_NULLABLE_TEXT, "maxLength": 64},
+        "start_at": {**_NULLABLE_TEXT, "description": "ISO 8601 with an offset"},
+        "end_at": {**_NULLABLE_TEXT, "description": "ISO 8601 with an offset"},
+    },
+}
+ACTION_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "description": "What each fire starts.",
+    "properties": {
+        "workflow_type": text(1000, "The registered name of the workflow."),
+        "task_queue": {**text(1000, "The task queue of the runs."), "type": ["string", "null"]},
+        "input": {"type": ["array", "null"], "maxItems": 10_000,
+                  "description": "The workflow's positional arguments, as JSON values."},
+        "execution_timeout_seconds": seconds("Each run's execution timeout.", minimum=1),
+        "run_timeout_seconds": seconds("Each run's run timeout.", minimum=1),
+    },
+}
+_SETTINGS = {
+    "overlap_policy": _OVERLAP,
+    "jitter_seconds": seconds("Each fire starts up to this late (fixed per fire).",
+                              minimum=0),
+    "catchup_window_seconds": seconds("A fire missed while no worker ran starts if one is "
+                                      "back within this long (default 3600).", minimum=1),
+    "max_runs": {"type": ["integer", "null"], "minimum": 0,
+                 "description": "How many more scheduled runs may start (null: no limit)."},
+    "memo": {"type": ["object", "null"], "description": "The runs' memo."},
+    "note": {**_NULLABLE_TEXT, "maxLength": 1000},
+}
+CREATE_BODY = check_schema({
+    "type": "object", "required": ["spec", "action"], "additionalProperties": False,
+    "properties": {
+        "schedule_id": {**text(200, "Unique per namespace (default: a new id)."),
+                        "type": ["string", "null"]},
+        "spec": SPEC_SCHEMA,
+        "action": {**ACTION_SCHEMA, "required": ["workflow_type"]},
+        **_SETTINGS,
+        "paused": {"type": ["boolean", "null"]},
+        "search_attributes": {"type": ["object", "null"],
+                              "description": "Accepted for the reference's clients; "
+                                             "ignored."},
+        "require_registered": {
+            "type": "boolean", "default": True,
+            "description": "Refuse (400 not_registered) a type no live worker registers."},
+    },
+})
+UPDATE_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {"spec": SPEC_SCHEMA, "action": ACTION_SCHEMA, **_SETTINGS,
+                   "search_attributes": {"type": ["object", "null"]}},
+})
+NOTE_BODY = check_schema({"type": "object", "additionalProperties": False,
+                          "properties": {"note": {**_NULLABLE_TEXT, "maxLength": 1000}}})
+TRIGGER_BODY = check_schema({"type": "object", "additionalProperties": False,
+                             "properties": {"overlap_policy": _OVERLAP}})
+BACKFILL_BODY = check_schema({
+    "type": "object", "required": ["start_time", "end_time"], "additionalProperties": False,
+    "properties": {"start_time": text(64, "ISO 8601 with an offset (included)."),
+                   "end_time": text(64, "ISO 8601 with an offset (excluded)."),
+                   "overlap_policy": _OVERLAP},
+})
+RETENTION_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "retention_seconds": seconds("Keep closed runs this long (null: the workers' "
+                                     "retention applies).", minimum=1),
+        "retention_days": {"type": ["number", "null"], "exclusiveMinimum": 0,
+                           "maximum": 3650},
+    },
+})
+PASS_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "older_than_seconds": seconds("Delete runs closed longer ago than this (default: "
+                                      "the namespace's retention).", exclusive_minimum=0),
+        "dry_run": {"type": "boolean", "default": False,
+                    "description": "Only list what would be deleted."},
+    },
+})
+OUTCOME_REPLY = {"type": "object", "required": ["schedule_id", "outcome"],
+                 "properties": {"schedule_id": {"type": "string"},
+                                "outcome": {"type": "string"}}}
+
+
+def _instant(text_value: str, what: str) -> datetime.datetime:
+    try:
+        value = datetime.datetime.fromisoformat(text_value)
+    except ValueError:
+        raise ConfigurationError(
+            f"{what} must be an ISO 8601 date-time such as 2026-04-01T00:00:00Z, got "
+            f"{text_value!r}") from None
+    if value.tzinfo is None:
+        raise ConfigurationError(f"{what} {text_value!r} needs a UTC offset (Z or +02:00)")
+    return value
+
+
+def _spec(data: dict[str, Any]) -> ScheduleSpec:
+    return ScheduleSpec.from_dict(spec_from_wire(data))
+
+
+def _options(action: dict[str, Any], memo: Any) -> StartOptions:
+    return StartOptions(execution_timeout=action.get("execution_timeout_seconds"),
+                        run_timeout=action.get("run_timeout_seconds"),
+                        memo=dict(memo or {}), task_queue=action.get("task_queue"))
+
+
+# ---------------------------------------------------------------- schedules
+
+
+async def list_schedules(call: Call) -> tuple[int, Any]:
+    items = await call.client.list_schedules(limit=call.params["page_size"])
+    status = call.params.get("status")
+    wf_type = call.params.get("workflow_type")
+    query = call.params.get("query")
+    shown = [schedule_to_wire(i) for i in items
+             if (status is None or (status == "paused") == bool(i["paused"]))
+             and (wf_type is None or i["workflow_type"] == wf_type)
+             and (query is None or query in i["schedule_id"])]
+    return 200, {"schedules": shown, "schedule_count": len(shown), "next_page_token": None}
+
+
+async def create_schedule(call: Call) -> tuple[int, Any]:
+    body = call.body
+    client = call.client
+    schedule_id = check_schedule_id(body.get("schedule_id") or uuid.uuid4().hex)
+    action = body["action"]
+    wf_type = action["workflow_type"]
+    fields = client._schedule_fields(
+        schedule_id=schedule_id, spec=_spec(body["spec"]),
+        overlap=body.get("overlap_policy") or Overlap.SKIP,
+        args=list(action.get("input") or []), options=_options(action, body.get("memo")),
+        workflow=wf_type, jitter=body.get("jitter_seconds") or 0,
+        catchup_window=body.get("catchup_window_seconds") or 3600,
+        max_runs=body.get("max_runs"), note=body.get("note"))
+    if body.get("require_registered", True):
+        await client._check_registered(wf_type, wf_type)
+    definition = ScheduleDefinition(paused=bool(body.get("paused")), **fields)
+    await client.schedule_control.create(schedule_id, definition)
+    return 201, {"schedule_id": schedule_id, "outcome": "created"}
+
+
+async def describe_schedule(call: Call) -> tuple[int, Any]:
+    info = await call.client.get_schedule(call.params["scheduleId"]).describe()
+    return 200, schedule_to_wire(info)
+
+
+async def update_schedule(call: Call) -> tuple[int, Any]:
+    body = call.body
+    handle = call.client.get_schedule(call.params["scheduleId"])
+    changes: dict[str, Any] = {}
+    for wire, key in (("overlap_policy", "overlap"), ("jitter_seconds", "jitter"),
+                      ("catchup_window_seconds", "catchup_window"), ("note", "note")):
+        if body.get(wire) is not None:
+            changes[key] = body[wire]
+    if "max_runs" in body:
+        changes["max_runs"] = body["max_runs"]
+    if body.get("spec") is not None:
+        changes["spec"] = _spec(body["spec"])
+    action = body.get("action") or {}
+    if action.get("workflow_type"):
+        changes["workflow"] = action["workflow_type"]
+    if "input" in action:
+        changes["args"] = list(action.get("input") or [])
+    run_keys = ("task_queue", "execution_timeout_seconds", "run_timeout_seconds")
+    if any(k in action for k in run_keys) or "memo" in body:
+        # the reference merges the action: what is not given is kept
+        info = await handle.describe()
+        kept = {"task_queue": info.get("task_queue"),
+                "execution_timeout_seconds": info.get("execution_timeout"),
+                "run_timeout_seconds": info.get("run_timeout")}
+        kept.update({k: action[k] for k in run_keys if k in action})
+        changes["options"] = _options(kept, body.get("memo"))
+    await handle.update(**changes)
+    return 200, {"schedule_id": handle.schedule_id, "outcome": "updated"}
+
+
+async def delete_schedule(call: Call) -> tuple[int, Any]:
+    await call.client.get_schedule(call.params["scheduleId"]).delete()
+    return 200, {"schedule_id": call.params["scheduleId"], "outcome": "deleted"}
+
+
+async def pause_schedule(call: Call) -> tuple[int, Any]:
+    await call.client.get_schedule(call.params["scheduleId"]).pause(call.body.get("note"))
+    return 200, {"schedule_id": call.params["scheduleId"], "outcome": "paused"}
+
+
+async def resume_schedule(call: Call) -> tuple[int, Any]:
+    await call.client.get_schedule(call.params["scheduleId"]).resume(call.body.get("note"))
+    return 200, {"schedule_id": call.params["scheduleId"], "outcome": "resumed"}
+
+
+async def trigger_schedule(call: Call) -> tuple[int, Any]:
+    fire = await call.client.get_schedule(call.params["scheduleId"]).trigger(
+        call.body.get("overlap_policy"))
+    return 200, {**fire, "schedule_id": call.params["scheduleId"],
+                 "outcome": TRIGGER_OUTCOMES[fire["outcome"]], "fire_outcome": fire["outcome"]}
+
+
+async def backfill_schedule(call: Call) -> tuple[int, Any]:
+    body = call.body
+    start = _instant(body["start_time"], "start_time")
+    end = _instant(body["end_time"], "end_time")
+    done = await call.client.get_schedule(call.params["scheduleId"]).backfill(
+        start, end, body.get("overlap_policy"))
+    results = [{**r, "fire_time": r["scheduled_at"]} for r in done["results"]]
+    return 200, {**done, "results": results, "outcome": "backfilled",
+                 "fires_attempted": done["fires"]}
+
+
+# ---------------------------------------------------------------- retention
+
+
+async def retention_status(call: Call) -> tuple[int, Any]:
+    client = call.client
+    settings = await client.get_retention()
+    keep = settings["retention_seconds"]
+    limit = call.params["limit"]
+    expired: list[dict[str, Any]] = []
+    cutoff = None
+    if keep is not None:
+        cutoff = client.clock.now() - keep
+        expired = await client.store.expired_runs(call.namespace, cutoff, limit)
+    return 200, {
+        "namespace": call.namespace,
+        "retention_days": None if keep is None else keep / 86400,
+        "cutoff": to_iso(cutoff),
+        "expired_run_count": len(expired),
+        "expired_run_ids": [r["run_id"] for r in expired],
+        "scan_limit": limit, "scan_pressure": len(expired) >= limit,
+        **settings,
+    }
+
+
+async def set_retention(call: Call) -> tuple[int, Any]:
+    body = call.body
+    seconds_ = body.get("retention_seconds")
+    if body.get("retention_days") is not None:
+        if seconds_ is not None:
+            raise ConfigurationError("give retention_seconds or retention_days, not both")
+        seconds_ = body["retention_days"] * 86400
+    await call.client.set_retention(days=None if seconds_ is None else seconds_ / 86400)
+    return 200, {"namespace": call.namespace, "outcome": "updated",
+                 "retention_seconds": seconds_}
+
+
+async def retention_pass(call: Call) -> tuple[int, Any]:
+    client = call.client
+    older = call.body.get("older_than_seconds")
+    if older is None:
+        older = (await client.get_retention())["retention_seconds"]
+    if older is None:
+        raise ConfigurationError(
+            f"namespace {call.namespace!r} has no retention setting: send "
+            "older_than_seconds, or set one with PUT /api/system/retention")
+    dry_run = bool(call.body.get("dry_run"))
+    report = await client.prune(older, dry_run=dry_run)
+    outcome = "would_prune" if dry_run else "pruned"
+    results = [{"run_id": r["run_id"], "workflow_id": r["workflow_id"], "outcome": outcome,
+                "history_events_deleted": 0 if dry_run else r.get("history_events", 0)}
+               for r in report["runs"]]
+    count = report.get("runs_expired", 0) if dry_run else report["runs_deleted"]
+    return 200, {"processed": count, "pruned": 0 if dry_run else count, "skipped": 0,
+                 "failed": 0, "results": results, "report": report}
+
+
+# ---------------------------------------------------------------- the routes
+
+
+def schedule_operations() -> list[Operation]:
+    """The schedule and retention routes (appended to `routes.operations()`)."""
+    tags = ("schedules",)
+    by_id = (SCHEDULE_ID,)
+    not_found = Reply(404, "schedule_not_found.", ERROR_SCHEMA)
+    return [
+        Operation(
+            "GET", "/api/schedules", "listSchedules", "List the namespace's schedules",
+            list_schedules, tags=tags,
+            params=(
+                Param("page_size", "query",
+                      {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000},
+                      "At most this many, by id."),
+                Param("status", "query", {"type": "string", "enum": ["active", "paused"]},
+                      "Only active or only paused schedules."),
+                Param("workflow_type", "query", text(1000, "Only this workflow type."),
+                      "Only schedules starting this type."),
+                Param("query", "query", text(200, "A part of the schedule id."),
+                      "Only ids containing this."),
+            ),
+            replies=(Reply(200, "{schedules, schedule_count, next_page_token}", ANY_OBJECT),),
+        ),
+        Operation(
+            "POST", "/api/schedules", "createSchedule", "Create a schedule", create_schedule,
+            "operator", tags=tags, body=CREATE_BODY, body_required=True,
+            replies=(Reply(201, "{schedule_id, outcome: created}", OUTCOME_REPLY),
+                     Reply(409, "schedule_already_exists.", ERROR_SCHEMA)),
+        ),
+        Operation(
+            "GET", "/api/schedules/{scheduleId}", "describeSchedule",
+            "A schedule: spec, policy, next fires, recent fires and their runs' status",
+            describe_schedule, tags=tags, params=by_id,
+            replies=(Reply(200, "The schedule.", ANY_OBJECT), not_found),
+        ),
+        Operation(
+            "PUT", "/api/schedules/{scheduleId}", "updateSchedule",
+            "Change what is given; keep the rest", update_schedule, "operator", tags=tags,
+            params=by_id, body=UPDATE_BODY,
+            replies=(Reply(200, "{schedule_id, outcome: updated}", OUTCOME_REPLY), not_found),
+        ),
+        Operation(
+            "DELETE", "/api/schedules/{scheduleId}", "deleteSchedule",
+            "Delete a schedule (its runs go on)", delete_schedule, "operator", tags=tags,
+            params=by_id,
+            replies=(Reply(200, "{schedule_id, outcome: deleted}", OUTCOME_REPLY), not_found),
+        ),
+        Operation(
+            "POST", "/api/schedules/{scheduleId}/pause", "pauseSchedule", "Stop firing",
+            pause_schedule, "operator", tags=tags, params=by_id, body=NOTE_BODY,
+            replies=(Reply(200, "{schedule_id, outcome: paused}", OUTCOME_REPLY), not_found),
+        ),
+        Operation(
+            "POST", "/api/schedules/{scheduleId}/resume", "resumeSchedule",
+            "Fire again from the next fire time", resume_schedule, "operator", tags=tags,
+            params=by_id, body=NOTE_BODY,
+            replies=(Reply(200, "{schedule_id, outcome: resumed}", OUTCOME_REPLY), not_found),
+        ),
+        Operation(
+            "POST", "/api/schedules/{scheduleId}/trigger", "triggerSchedule", "Fire now",
+            trigger_schedule, "operator", tags=tags, params=by_id, body=TRIGGER_BODY,
+            replies=(Reply(200, "outcome triggered | buffered | skipped (fire_outcome: "
+                                "started | buffered | skipped), workflow_id, run_id, "
+                                "scheduled_at, reason.", ANY_OBJECT), not_found),
+        ),
+        Operation(
+            "POST", "/api/schedules/{scheduleId}/backfill", "backfillSchedule",
+            "Fire every fire time in [start_time, end_time)", backfill_schedule, "operator",
+            tags=tags, params=by_id, body=BACKFILL_BODY, body_required=True,
+            replies=(Reply(200, "{outcome: backfilled, fires_attempted, results, fires, "
+                                "started, buffered, skipped, already_fired}", ANY_OBJECT),
+                     not_found),
+        ),
+        Operation(
+            "GET", "/api/system/retention", "retentionStatus",
+            "The namespace's retention and the runs it would delete now", retention_status,
+            tags=("system",),
+            params=(Param("limit", "query",
+                          {"type": "integer", "minimum": 1, "maximum": 100, "default": 100},
+                          "List at most this many expired runs."),),
+            replies=(Reply(200, "{namespace, retention_days, cutoff, expired_run_count, "
+                                "expired_run_ids, scan_limit, scan_pressure, "
+                                "retention_seconds, pruned, last_pruned_at}", ANY_OBJECT),),
+        ),
+        Operation(
+            "PUT", "/api/system/retention", "setRetention",
+            "Set how long the namespace keeps closed runs", set_retention, "operator",
+            tags=("system",), body=RETENTION_BODY,
+            replies=(Reply(200, "{namespace, outcome: updated, retention_seconds}",
+                           ANY_OBJECT),),
+        ),
+        Operation(
+            "POST", "/api/system/retention/pass", "retentionPass",
+            "Delete (dry_run: list) the runs closed before the cutoff, now",
+            retention_pass, "operator", tags=("system",), body=PASS_BODY,
+            replies=(Reply(200, "{processed, pruned, skipped, failed, results, report}",
+                           ANY_OBJECT),),
+        ),
+    ]

@@ -1,0 +1,371 @@
+"""Queue limits: how much of a task queue may run at once, across every worker.
+
+A queue's limits are one row of `task_queues` (changeable at run time):
+``max_running`` (open runs owned under a live lease), ``max_running_per_key``
+(the same, per `concurrency_key`), ``rate`` (first starts of runs per period),
+``max_running_activities`` and ``activity_rate`` (remote activity attempts).
+They hold across processes because every claim of a limited queue locks its
+row first (``FOR UPDATE``; SQLite's write lock does it by itself): limited
+claims of one queue take turns, then count what runs under a live lease and
+take at most what is left. A slot held by a dead worker comes back when its
+lease ends: only live leases count.
+
+An unlimited queue costs nothing more: the one-statement claim
+(`claims._claim_runs_in_one`) carries a guard that claims nothing when the
+queue is limited and says so; the store then uses the limited claim for that
+queue (`Store.claim_runs`). Rates are token buckets (capacity: the count,
+refilled continuously, one token at first), kept in the row.
+
+Which runs: by priority (0 first), then age; with ``max_running_per_key``,
+at most that many candidates per key enter a claim and keys at their limit
+are passed over in SQL, so one busy key never holds back the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..clock import to_iso
+from ..driver import Program, Row, Tx, ex, placeholders, q, q1
+from ..wakes import Wake
+
+#: the limits a queue may have, and what kind of work each bounds
+RUN_LIMITS = ("max_running", "max_running_per_key", "rate")
+ACTIVITY_LIMITS = ("max_running_activities", "activity_rate")
+
+RUNNING_RUNS = ("runs WHERE namespace = ? AND task_queue = ? AND status IN ('pending', 'running') "
+                "AND owner IS NOT NULL AND lease_expires_at > ? ")
+RUNNING_TASKS = ("activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'running' "
+                 "AND lease_expires_at > ? ")
+
+_COLUMNS = ("limits, runs_limited, activities_limited, run_tokens, run_refilled_at, "
+            "activity_tokens, activity_refilled_at, updated_at")
+
+
+@dataclass
+class Bucket:
+    """A token bucket: `count` starts per `per` seconds, `tokens` left at `at`."""
+
+    count: float
+    per: float
+    tokens: float
+    at: float
+
+    def refill(self, now: float) -> float:
+        elapsed = max(0.0, now - self.at)
+        self.tokens = min(self.count, self.tokens + elapsed * self.count / self.per)
+        self.at = max(self.at, now)
+        return self.tokens
+
+    def next_token_at(self) -> float:
+        """When the next whole token is there."""
+        missing = max(0.0, 1.0 - self.tokens)
+        return self.at + missing * self.per / self.count
+
+
+def _bucket(rate: Any, tokens: Any, at: Any, now: float) -> Bucket | None:
+    if not rate:
+        return None
+    count, per = float(rate["count"]), float(rate["per"])
+    if tokens is None or at is None:
+        return Bucket(count, per, min(1.0, count), now)  # one start at once, then paced
+    bucket = Bucket(count, per, float(tokens), float(at))
+    bucket.refill(now)
+    return bucket
+
+
+def read_limits(tx: Tx, namespace: str, name: str, kind: str) -> Program[Row | None]:
+    """The queue's row when it limits this kind of work ("runs" or
+    "activities"), locked until commit; None when it does not (not locked)."""
+    flag = "runs_limited" if kind == "runs" else "activities_limited"
+    row = yield q1(f"SELECT {flag} AS limited FROM task_queues WHERE namespace = ? AND name = ?",
+                   namespace, name)
+    if row is None or not int(row["limited"]):
+        return None
+    locked = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
+                      + tx.lock, namespace, name)
+    if locked is None or not int(locked["runs_limited" if kind == "runs"
+                                         else "activities_limited"]):
+        return None
+    return locked
+
+
+def limited_guard(namespace: str, name: str, kind: str) -> tuple[str, tuple[Any, ...]]:
+    """An SQL expression: 1 when the queue limits this kind of work, else 0."""
+    flag = "runs_limited" if kind == "runs" else "activities_limited"
+    return (f"(SELECT count(*) FROM task_queues WHERE namespace = ? AND name = ? AND {flag} = 1)",
+            (namespace, name))
+
+
+@dataclass
+class Pick:
+    """What a limited claim chose, and why it did not choose more."""
+
+    ids: list[str]
+    ready: int
+    live: int
+    #: when a rate token comes next, if the rate held work back
+    next_at: float | None = None
+
+
+def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
+              ready_params: tuple[Any, ...], counted: str, counted_params: tuple[Any, ...],
+              limit: int, now: float) -> Program[Pick]:
+    """Choose the runs a claim of a limited queue takes (the row is locked)."""
+    limits = json.loads(row["limits"])
+    counts = yield q1(f"SELECT {counted}", *counted_params)
+    ready, live = int(counts["ready"]), int(counts["live"])
+    share = limit if live < 1 else min(limit, -(-ready // live))
+    running_rows = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
+                           "GROUP BY concurrency_key", namespace, task_queue, now)
+    by_key = {r["concurrency_key"]: int(r["n"]) for r in running_rows}
+    room = share
+    if limits.get("max_running") is not None:
+        room = min(room, int(limits["max_running"]) - sum(by_key.values()))
+    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+    new_room = math.inf if bucket is None else math.floor(bucket.tokens + 1e-9)
+    if room <= 0 or ready == 0:
+        return Pick([], ready, live)
+    per_key = limits.get("max_running_per_key")
+    order = "ORDER BY priority, ready_at"
+    # a few more candidates than room: some may be dropped (their key's slots,
+    # the rate) and the next ones in line then go instead
+    window = room * 2 + 8
+    if per_key is None:
+        rows = yield q(f"SELECT run_id, concurrency_key, started_at FROM {ready_sql}{order} "
+                       "LIMIT ?" + tx.skip_locked, *ready_params, window)
+    else:
+        full = [k for k, n in by_key.items() if k is not None and n >= int(per_key)]
+        skip = ""
+        if full:
+            skip = ("AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                    f"({placeholders(len(full))})) ")
+        rows = yield q(
+            "SELECT run_id, concurrency_key, started_at FROM (SELECT run_id, concurrency_key, "
+            "started_at, priority, ready_at, ROW_NUMBER() OVER (PARTITION BY "
+            f"COALESCE(concurrency_key, run_id) {order}) AS nth FROM {ready_sql}{skip}) "
+            f"AS candidates WHERE nth <= ? {order} LIMIT ?",
+            *ready_params, *full, int(per_key), window)
+    chosen: list[str] = []
+    next_at = None
+    for r in rows:
+        if len(chosen) >= room:
+            break
+        key = r["concurrency_key"]
+        if per_key is not None and key is not None:
+            if by_key.get(key, 0) >= int(per_key):
+                continue
+        if r["started_at"] is None:
+            if new_room < 1:
+                if bucket is not None:
+                    next_at = bucket.next_token_at()
+                continue
+            new_room -= 1
+            if bucket is not None:
+                bucket.tokens -= 1
+        if key is not None:
+            by_key[key] = by_key.get(key, 0) + 1
+        chosen.append(r["run_id"])
+    if bucket is not None:
+        yield ex("UPDATE task_queues SET run_tokens = ?, run_refilled_at = ? WHERE namespace = ? "
+                 "AND name = ?", bucket.tokens, bucket.at, namespace, task_queue)
+    return Pick(chosen, ready, live, next_at)
+
+
+def activity_room(tx: Tx, row: Row, namespace: str, task_queue: str, limit: int,
+                  now: float) -> Program[tuple[int, Bucket | None]]:
+    """How many attempts a claim of a limited queue may start (the row is
+    locked), and the rate's bucket to spend from (`spend_activity_tokens`)."""
+    limits = json.loads(row["limits"])
+    room = limit
+    if limits.get("max_running_activities") is not None:
+        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_TASKS}", namespace, task_queue,
+                           now)
+        room = min(room, int(limits["max_running_activities"]) - int(running["n"]))
+    bucket = _bucket(limits.get("activity_rate"), row["activity_tokens"],
+                     row["activity_refilled_at"], now)
+    if bucket is not None:
+        room = min(room, math.floor(bucket.tokens + 1e-9))
+    return max(0, room), bucket
+
+
+def spend_activity_tokens(namespace: str, task_queue: str, bucket: Bucket | None,
+                          started: int) -> Program[None]:
+    if bucket is None:
+        return None
+    bucket.tokens -= started
+    yield ex("UPDATE task_queues SET activity_tokens = ?, activity_refilled_at = ? "
+             "WHERE namespace = ? AND name = ?", bucket.tokens, bucket.at, namespace, task_queue)
+    return None
+
+
+# ---------------------------------------------------------------- settings and views
+
+
+def set_limits(tx: Tx, namespace: str, name: str, limits: dict[str, Any],
+               now: float) -> Program[None]:
+    """Store the queue's limits (an empty dict: no limits); a rate that changed
+    starts again with one token."""
+    old = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
+                   + tx.lock, namespace, name)
+    runs_limited = int(any(limits.get(k) is not None for k in RUN_LIMITS))
+    activities_limited = int(any(limits.get(k) is not None for k in ACTIVITY_LIMITS))
+    text = json.dumps(limits, sort_keys=True)
+    if old is None:
+        yield ex(f"INSERT INTO task_queues (namespace, name, {_COLUMNS}) "
+                 "VALUES (?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
+                 namespace, name, text, runs_limited, activities_limited, now)
+    else:
+        before = json.loads(old["limits"])
+        yield ex("UPDATE task_queues SET limits = ?, runs_limited = ?, activities_limited = ?, "
+                 "updated_at = ? WHERE namespace = ? AND name = ?",
+                 text, runs_limited, activities_limited, now, namespace, name)
+        if before.get("rate") != limits.get("rate"):
+            yield ex("UPDATE task_queues SET run_tokens = NULL, run_refilled_at = NULL "
+                     "WHERE namespace = ? AND name = ?", namespace, name)
+        if before.get("activity_rate") != limits.get("activity_rate"):
+            yield ex("UPDATE task_queues SET activity_tokens = NULL, activity_refilled_at = NULL "
+                     "WHERE namespace = ? AND name = ?", namespace, name)
+    # looser limits may let held-back work run now
+    tx.wake(Wake.runs(namespace, name))
+    tx.wake(Wake.activities(namespace, name))
+    return None
+
+
+def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, Any]]:
+    """The queue's limits, what runs and waits, and the rate left."""
+    row = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
+                   namespace, name)
+    limits = json.loads(row["limits"]) if row is not None else {}
+    running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
+    waiting = yield q1(
+        "SELECT count(*) AS n, min(ready_at) AS oldest FROM runs WHERE namespace = ? AND "
+        "task_queue = ? AND status IN ('pending', 'running') AND needs_review = 0 AND "
+        "ready_at <= ? AND (owner IS NULL OR lease_expires_at <= ?)", namespace, name, now, now)
+    tasks_running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_TASKS}", namespace, name, now)
+    tasks_waiting = yield q1(
+        "SELECT count(*) AS n, min(available_at) AS oldest FROM activity_tasks WHERE "
+        "namespace = ? AND task_queue = ? AND status = 'pending' AND available_at <= ?",
+        namespace, name, now)
+    keys = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
+                   "AND concurrency_key IS NOT NULL GROUP BY concurrency_key "
+                   "ORDER BY count(*) DESC, concurrency_key LIMIT 20", namespace, name, now)
+    workers = yield q1("SELECT count(*) AS n FROM workers WHERE namespace = ? AND task_queue = ? "
+                       "AND expires_at >= ? AND stopped_at IS NULL", namespace, name, now)
+    run_bucket = _bucket(limits.get("rate"), row["run_tokens"] if row else None,
+                         row["run_refilled_at"] if row else None, now)
+    task_bucket = _bucket(limits.get("activity_rate"), row["activity_tokens"] if row else None,
+                          row["activity_refilled_at"] if row else None, now)
+    oldest = waiting["oldest"]
+    oldest_task = tasks_waiting["oldest"]
+    return {
+        "name": name,
+        "namespace": namespace,
+        "limits": public_limits(limits),
+        "runs": {
+            "running": int(running["n"]), "waiting": int(waiting["n"]),
+            "oldest_waiting_at": to_iso(oldest),
+            "oldest_waiting_seconds": None if oldest is None else max(0.0, now - oldest),
+            "rate_left": None if run_bucket is None else math.floor(run_bucket.tokens + 1e-9),
+            "running_by_key": {r["concurrency_key"]: int(r["n"]) for r in keys},
+        },
+        "activities": {
+            "running": int(tasks_running["n"]), "waiting": int(tasks_waiting["n"]),
+            "oldest_waiting_at": to_iso(oldest_task),
+            "oldest_waiting_seconds": None if oldest_task is None else max(0.0,
+                                                                           now - oldest_task),
+            "rate_left": None if task_bucket is None else math.floor(task_bucket.tokens + 1e-9),
+        },
+        "workers": int(workers["n"]),
+        "updated_at": to_iso(row["updated_at"]) if row is not None else None,
+    }
+
+
+def public_limits(limits: dict[str, Any]) -> dict[str, Any]:
+    """Every limit, None where unset."""
+    return {k: limits.get(k) for k in ("max_running", "max_running_activities", "rate",
+                                        "activity_rate", "max_running_per_key")}
+
+
+def queue_names(namespace: str, now: float) -> Program[list[str]]:
+    """The queues anyone knows of: limited, served by a live worker, or holding open work."""
+    rows = yield q(
+        "SELECT name FROM task_queues WHERE namespace = ? UNION "
+        "SELECT task_queue FROM workers WHERE namespace = ? AND expires_at >= ? UNION "
+        "SELECT DISTINCT task_queue FROM runs WHERE namespace = ? AND status IN "
+        "('pending', 'running') UNION SELECT DISTINCT task_queue FROM activity_tasks WHERE "
+        "namespace = ? AND status IN ('pending', 'running')",
+        namespace, namespace, now, namespace, namespace)
+    return sorted({r["name"] for r in rows})
+
+
+def waiting_for(namespace: str, name: str, run_concurrency_key: str | None,
+                now: float) -> Program[dict[str, Any] | None]:
+    """Why a ready, unowned run of this queue is held back, if a limit holds it:
+    ``{"kind": "queue_slot" | "key_slot" | "rate", "queue", "running", "limit", ...}``."""
+    row = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
+                   namespace, name)
+    if row is None or not int(row["runs_limited"]):
+        return None
+    limits = json.loads(row["limits"])
+    if limits.get("max_running") is not None:
+        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
+        if int(running["n"]) >= int(limits["max_running"]):
+            return {"kind": "queue_slot", "queue": name, "running": int(running["n"]),
+                    "limit": int(limits["max_running"])}
+    if limits.get("max_running_per_key") is not None and run_concurrency_key is not None:
+        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}AND concurrency_key = ?",
+                           namespace, name, now, run_concurrency_key)
+        if int(running["n"]) >= int(limits["max_running_per_key"]):
+            return {"kind": "key_slot", "queue": name, "concurrency_key": run_concurrency_key,
+                    "running": int(running["n"]), "limit": int(limits["max_running_per_key"])}
+    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+    if bucket is not None and bucket.tokens < 1:
+        return {"kind": "rate", "queue": name, "rate": limits["rate"],
+                "next_start_at": to_iso(bucket.next_token_at())}
+    return None
+
+
+def gauges(now: float) -> Program[list[dict[str, Any]]]:
+    """Per (namespace, queue), for /metrics: runs and activity attempts running
+    (under a live lease) and waiting (ready, no live owner), the limits, and
+    the rate left; one read of a few grouped counts."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def entry(namespace: str, name: str) -> dict[str, Any]:
+        return found.setdefault((namespace, name), {
+            "namespace": namespace, "queue": name, "runs_running": 0, "runs_waiting": 0,
+            "activities_running": 0, "activities_waiting": 0, "limits": {},
+            "rate_left": {}})
+
+    counts = (
+        ("runs_running", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
+         "('pending', 'running') AND owner IS NOT NULL AND lease_expires_at > ? "
+         "GROUP BY namespace, task_queue", (now,)),
+        ("runs_waiting", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
+         "('pending', 'running') AND needs_review = 0 AND ready_at <= ? AND (owner IS NULL OR "
+         "lease_expires_at <= ?) GROUP BY namespace, task_queue", (now, now)),
+        ("activities_running", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
+         "WHERE status = 'running' AND lease_expires_at > ? GROUP BY namespace, task_queue",
+         (now,)),
+        ("activities_waiting", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
+         "WHERE status = 'pending' AND available_at <= ? GROUP BY namespace, task_queue",
+         (now,)),
+    )
+    for key, sql, params in counts:
+        for r in (yield q(sql, *params)):
+            entry(str(r["namespace"]), str(r["task_queue"]))[key] = int(r["n"])
+    for r in (yield q(f"SELECT namespace, name, {_COLUMNS} FROM task_queues")):
+        limits = json.loads(r["limits"])
+        e = entry(str(r["namespace"]), str(r["name"]))
+        e["limits"] = limits
+        for kind, rate, tokens, at in (("runs", "rate", "run_tokens", "run_refilled_at"),
+                                       ("activities", "activity_rate", "activity_tokens",
+                                        "activity_refilled_at")):
+            bucket = _bucket(limits.get(rate), r[tokens], r[at], now)
+            if bucket is not None:
+                e["rate_left"][kind] = bucket.tokens
+    return [found[k] for k in sorted(found)]

@@ -1,0 +1,102 @@
+"""A worker process for the queue-limit tests: runs that record when they hold a slot.
+
+Each run of ``slot_holder(key)`` executes one local activity that appends
+``start KEY PID TIME`` to ``DIR/intervals.log``, sleeps ``HOLD`` seconds and
+appends ``end KEY PID TIME`` (O_APPEND, one write a line): the intervals in
+which the runs really executed, read from outside. tests/test_queues_crash.py
+starts four of these processes on one PostgreSQL database with a queue limit,
+SIGKILLs one, and checks that the intervals never overlap more than the limit.
+
+Usage::
+
+    python tests/queue_app.py --db URL --dir DIR [--lease 1.0] [--hold 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import anyio
+
+import durable
+from durable import activity, workflow
+
+QUEUE = "limited"
+LOG: Path | None = None
+HOLD = 0.3
+
+
+def record(line: str) -> None:
+    assert LOG is not None
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line} {os.getpid()} {time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@activity.defn(name="hold_slot")
+async def hold_slot(key: str) -> str:
+    record(f"start {key}")
+    await anyio.sleep(HOLD)
+    record(f"end {key}")
+    return key
+
+
+@workflow.defn(name="slot_holder")
+async def slot_holder(key: str) -> str:
+    result: str = await workflow.execute_local_activity(hold_slot, key)
+    return result
+
+
+def read_intervals(directory: Path, killed: dict[int, float]) -> list[tuple[float, float, str]]:
+    """(start, end, key) of every execution; one a killed process never ended
+    ends at its kill time (`killed`: pid -> time the kill was seen done)."""
+    opened: dict[tuple[str, str], float] = {}
+    out: list[tuple[float, float, str]] = []
+    path = directory / "intervals.log"
+    for line in path.read_text().splitlines():
+        what, key, pid, at = line.split()
+        if what == "start":
+            opened[(key, pid)] = float(at)
+        else:
+            out.append((opened.pop((key, pid)), float(at), key))
+    for (key, pid), started in opened.items():
+        out.append((started, killed[int(pid)], key))
+    return out
+
+
+def most_at_once(intervals: list[tuple[float, float, str]]) -> int:
+    """The largest number of intervals open at one instant (an end before a
+    start at the same instant)."""
+    points = sorted([(s, 1) for s, _, _ in intervals] + [(e, -1) for _, e, _ in intervals])
+    best = now = 0
+    for _, step in points:
+        now += step
+        best = max(best, now)
+    return best
+
+
+async def main(args: argparse.Namespace) -> None:
+    async with durable.connect(args.db) as client, durable.Worker(
+        client, workflows=[slot_holder], activities=[hold_slot], task_queue=QUEUE,
+        lease_seconds=args.lease, poll_interval=0.1, identity=args.identity,
+    ) as worker:
+        print("ready", worker.worker_id, flush=True)
+        await anyio.sleep_forever()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--lease", type=float, default=1.0)
+    parser.add_argument("--hold", type=float, default=0.3)
+    parser.add_argument("--identity", default="queue-worker")
+    parsed = parser.parse_args()
+    LOG = Path(parsed.dir) / "intervals.log"
+    HOLD = parsed.hold
+    anyio.run(main, parsed)

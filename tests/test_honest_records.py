@@ -1,0 +1,254 @@
+"""Honest records (issue 21): what the history and the views say about a
+stop is what happened. The nightly import cancelled mid-batch: the cleanup's
+count, the history, the cascade and the rows written agree."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+import durable
+from durable import activity, workflow
+from durable.cli import _fmt, _views
+from durable.cli._app import Output
+
+pytestmark = pytest.mark.anyio
+
+#: per test: the warehouse file, and the gate the in-flight row waits at
+WAREHOUSES: dict[str, Path] = {}
+IN_FLIGHT: dict[str, threading.Event] = {}
+RELEASE: dict[str, threading.Event] = {}
+
+
+@activity.defn(name="hr-load-row")
+def load_row(row: dict[str, Any]) -> str:
+    """Write one row; the gated row waits until the test has cancelled the run."""
+    night = row["night"]
+    if row["id"] == row["gate"]:
+        IN_FLIGHT[night].set()
+        if not RELEASE[night].wait(30):
+            raise RuntimeError("the test never released the gated row")
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        db.execute("INSERT INTO sales (night, id) VALUES (?, ?)", (night, row["id"]))
+    return row["id"]
+
+
+@activity.defn(name="hr-count-rows")
+def count_rows(night: str) -> int:
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        (n,) = db.execute("SELECT COUNT(*) FROM sales WHERE night = ?", (night,)).fetchone()
+    return int(n)
+
+
+@workflow.defn(name="hr-import")
+async def nightly(night: str, rows: int, gate: str, policy: str | None = None) -> dict[str, Any]:
+    try:
+        loaded = await workflow.units(
+            [{"id": f"r{n}", "night": night, "gate": gate} for n in range(rows)],
+            key=lambda row: row["id"], handler=load_row,
+            options=durable.ActivityOptions(start_to_close_timeout=60, max_attempts=1),
+            cancellation=None if policy is None else durable.CancellationPolicy(policy))
+        return {"loaded": len(loaded.done)}
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                counted = await workflow.execute_activity(
+                    count_rows, night,
+                    options=durable.ActivityOptions(start_to_close_timeout=30))
+                COUNTED[night] = counted
+
+
+COUNTED: dict[str, int] = {}
+
+
+async def test_the_nightly_import_cancelled_mid_batch_agrees_everywhere(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """Row r3 is being written when the operator cancels: with the units'
+    default policy (WAIT_CANCELLATION_COMPLETED) the batch waits for it, the
+    cleanup counts 4 rows, the warehouse holds 4, the history says r3
+    completed (never cancelled) and the cascade says so too."""
+    night = f"n-{tmp_path.name}"
+    WAREHOUSES[night] = tmp_path / "warehouse.db"
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        db.execute("CREATE TABLE sales (night TEXT, id TEXT PRIMARY KEY)")
+    IN_FLIGHT[night], RELEASE[night] = threading.Event(), threading.Event()
+    async with make_worker(workflows=[nightly], activities=[load_row, count_rows]):
+        handle = await client.start(nightly, night, 8, "r3", id=f"import-{night}")
+        assert await anyio.to_thread.run_sync(IN_FLIGHT[night].wait, 30)
+        await handle.request_cancellation("operator: wrong file", cleanup_timeout=30)
+        with anyio.fail_after(30):  # the stop is recorded before the row finishes
+            while "ActivityCancelRequested" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
+        RELEASE[night].set()
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        (written,) = db.execute("SELECT COUNT(*) FROM sales").fetchone()
+    assert written == 4
+    assert COUNTED[night] == 4
+    events = await handle.history()
+    r3 = [e for e in events if str(e.data.get("op_id", "")).endswith("/r3")]
+    kinds = [e.type for e in r3]
+    assert "ActivityCompleted" in kinds and "ActivityCancelled" not in kinds, kinds
+    cascade = await handle.cancellation_cascade()
+    stops = cascade["runs"][0]["activity_stops"]
+    assert [(s["op_id"].rsplit("/", 1)[1], s["state"]) for s in stops] == [("r3", "completed")]
+    assert cascade["inspection_complete"]
+    info = await handle.describe()
+    assert info["progress"] is None or info["progress"]["done"] == 4
+    # the closed run's cleanup deadline was met; the view says so, and when
+    # the cleanup finished (not "passed N ago", which reads as an overrun)
+    shown = rendered(_views.cancellation_grid(info["cancellation"], _fmt.utcnow(), False))
+    assert "met, " in shown and "to spare" in shown and "cleanup finished" in shown, shown
+    assert "passed" not in shown
+
+
+def rendered(renderable: Any) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+async def test_try_cancel_on_units_records_a_late_completion_as_completed(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """TRY_CANCEL chosen explicitly: the workflow stops waiting at once, so the
+    row in flight finishes after the run closed. Its receipt, the history
+    and the cascade say it completed (its effect happened), not stopped."""
+    night = f"t-{tmp_path.name}"
+    WAREHOUSES[night] = tmp_path / "warehouse.db"
+    with sqlite3.connect(WAREHOUSES[night]) as db:
+        db.execute("CREATE TABLE sales (night TEXT, id TEXT PRIMARY KEY)")
+    IN_FLIGHT[night], RELEASE[night] = threading.Event(), threading.Event()
+    async with make_worker(workflows=[nightly], activities=[load_row, count_rows]):
+        handle = await client.start(nightly, night, 8, "r3", "try_cancel", id=f"import-{night}")
+        assert await anyio.to_thread.run_sync(IN_FLIGHT[night].wait, 30)
+        await handle.request_cancellation("operator: wrong file", cleanup_timeout=30)
+        with pytest.raises(durable.WorkflowCancelled):
+            await handle.result()
+        RELEASE[night].set()
+        with anyio.fail_after(30):
+            while "ActivityStopReceipt" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
+    refused = [e for e in await handle.history() if e.type == "ActivityResultRefused"]
+    assert len(refused) == 1 and refused[0].data["completed_after_stop"] is True
+    assert "its effect happened" in refused[0].data["reason"]
+    cascade = await handle.cancellation_cascade()
+    assert [s["state"] for s in cascade["runs"][0]["activity_stops"]] == ["completed"]
+
+
+@workflow.defn(name="hr-child")
+async def sleepy_child() -> str:
+    await workflow.sleep(3600)
+    return "woke"
+
+
+@workflow.defn(name="hr-parent")
+async def parent_of_sleepy() -> str:
+    return await workflow.execute_child(sleepy_child, id=f"{workflow.info().workflow_id}-child")
+
+
+async def test_a_terminated_parent_shows_its_cancelled_childs_real_end(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """The parent is terminated; its parent-close policy cancels the child.
+    The parent's describe and CLI show the child's end, not an open op."""
+    parent_id = f"parent-{tmp_path.name}"
+    async with make_worker(workflows=[parent_of_sleepy, sleepy_child]):
+        handle = await client.start(parent_of_sleepy, id=parent_id)
+        child = client.get_handle(f"{parent_id}-child")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    if any(p["kind"] == "timer" for p in
+                           (await child.describe())["pending_operations"]):
+                        break
+                except durable.WorkflowNotFound:
+                    pass
+                await anyio.sleep(0.02)
+        await handle.terminate("operator: stop the tree")
+        with pytest.raises(durable.WorkflowCancelled):
+            await child.result()
+    info = await handle.describe()
+    ops = [op for op in info["pending_operations"] if op["kind"] == "child"]
+    assert len(ops) == 1
+    assert ops[0]["child_status"] == "cancelled" and ops[0]["child_closed_at"] is not None
+    shown = rendered(_views.describe_renderable(Output(), info,
+                                                _fmt.utcnow()))
+    assert "Operations open when the run closed" in shown and "ended cancelled" in shown, shown
+
+
+def test_the_ui_shows_the_end_of_a_child_the_closed_parent_never_heard_of() -> None:
+    from durable.http.ui import views
+    events = [{"type": "ChildWorkflowScheduled", "recorded_at": "2026-04-12T12:00:00+00:00",
+               "data": {"child_workflow_id": "c1", "workflow_type": "child"}}]
+    pending = [{"kind": "child", "child_workflow_id": "c1", "child_status": "cancelled",
+                "child_closed_at": "2026-04-12T12:00:01+00:00"}]
+    assert views.children(events)[0]["outcome"] is None
+    assert views.children(events, pending)[0]["outcome"] == "cancelled"
+
+
+@workflow.defn(name="hr-approval")
+class Approval:
+    def __init__(self) -> None:
+        self.by: str | None = None
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.by is not None)
+        return f"approved by {self.by}"
+
+    @workflow.signal
+    def approve(self, by: str) -> None:
+        self.by = by
+
+
+@pytest.mark.remote_client
+async def test_a_signal_records_who_sent_it(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """"Who approved this order" has an answer: the requester and source go
+    with the signal into the history, describe() and the CLI's describe."""
+    handle = await client.start(Approval, id=f"approval-{tmp_path.name}")
+    await handle.signal("approve", "ana", requester={"type": "user", "id": "ana"},
+                        source="ops-portal")
+    async with make_worker(workflows=[Approval]):
+        assert await handle.result() == "approved by ana"
+    sender = {"requester": {"type": "user", "id": "ana"}, "source": "ops-portal"}
+    received = [e.data for e in await handle.history() if e.type == "SignalReceived"]
+    assert received[0]["sender"] == sender
+    info = await handle.describe()
+    assert [(r["name"], r["sender"]) for r in info["received"]] == [("approve", sender)]
+    shown = rendered(_views.describe_renderable(Output(), info, _fmt.utcnow()))
+    assert "by user ana via ops-portal" in shown, shown
+    history = rendered(_views.history_table(
+        [{"sequence": 1, "type": "SignalReceived", "recorded_at": None, "data": received[0]}],
+        None))
+    assert "sent by user ana via ops-portal" in history
+
+
+async def test_a_signal_without_a_requester_says_the_client_sent_it(
+        client: durable.Client, tmp_path: Path) -> None:
+    handle = await client.start(Approval, id=f"approval-anon-{tmp_path.name}")
+    await handle.signal("approve", "bo")
+    data = next(e.data for e in await handle.history() if e.type == "SignalReceived")
+    assert data["sender"] == {"requester": {"type": "client", "id": None, "label": None},
+                              "source": "client"}
+    with pytest.raises(durable.ConfigurationError, match="source"):
+        await handle.signal("approve", "bo", source="")
+
+
+def test_the_review_hint_names_the_cli_command_and_its_flags() -> None:
+    from durable.failure import Failure
+    message = Failure.units_unknown(["r0"], "load-row", "night-1").message or ""
+    assert "durable retry-after-review night-1 --units rerun" in message
+    assert "--units confirm" in message

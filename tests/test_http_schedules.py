@@ -1,0 +1,341 @@
+"""Schedules and retention over HTTP: the routes in the reference engine's shape,
+the remote client's schedule and retention planes, and the CLI with --server.
+
+The lifecycle tests run twice (`remote_client`): once on the embedded client
+and once on ``durable.connect("http://...")`` against a live control plane
+on the same storage, with the same expectations, so the remote client gives
+the same dicts and errors. Storage is SQLite: the routes add no storage
+behaviour of their own (tests/test_schedules*.py cover the engine on both).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from click.testing import CliRunner
+from conftest import REMOTE_TOKEN, remote_plane
+
+import durable
+import durable.cli._schedules
+from durable import ScheduleSpec, workflow
+from durable.cli._commands import cli
+from durable.http import create_app
+from durable.testing import TimeSkippingEnvironment
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("driver_name", ["sqlite"])]
+
+OPERATOR = "op-token"
+VIEWER = "view-token"
+VERSION = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+AS_OPERATOR = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
+AS_VIEWER = {**VERSION, "Authorization": f"Bearer {VIEWER}"}
+NEVER = "0 2 1 1 *"  # 02:00 on 1 January: nothing fires by itself during a test
+
+
+@workflow.defn(name="http-sched-echo")
+async def echo(value: str) -> str:
+    return value
+
+
+def reason(response: httpx.Response) -> str:
+    """The error's code, in the reference's flat body or the older nested one."""
+    body = response.json()
+    if "reason" in body:
+        return str(body["reason"])
+    return str(body["error"]["code"])
+
+
+@pytest.fixture
+async def http(storage_client: durable.Client) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(storage_client, {OPERATOR: "operator", VIEWER: "viewer"}, environ={})
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as c:
+        yield c
+
+
+# ---------------------------------------------------------------- the client, both ways
+
+
+@pytest.mark.remote_client
+async def test_the_schedule_api_gives_the_same_answers_embedded_and_remote(
+        client: durable.Client, storage_client: durable.Client) -> None:
+    handle = await client.create_schedule(
+        "nightly", ScheduleSpec(cron=NEVER, timezone="Europe/Amsterdam"), echo, "x",
+        overlap=durable.Overlap.BUFFER_ONE, jitter=30, max_runs=10, note="first",
+        options=durable.StartOptions().with_execution_timeout(3600))
+    info = await handle.describe()
+    assert info == await storage_client.get_schedule("nightly").describe()
+    assert info["spec"]["cron"] == [NEVER] and info["overlap"] == "buffer_one"
+    assert info["jitter"] == 30 and info["remaining_actions"] == 10
+    assert info["execution_timeout"] == 3600 and info["note"] == "first"
+    (summary,) = await client.list_schedules()
+    assert summary == (await storage_client.list_schedules())[0]
+
+    await handle.pause(note="maintenance")
+    assert (await handle.describe())["paused"] is True
+    await handle.resume()
+    fired = await handle.trigger(overlap="allow_all")
+    assert fired["outcome"] == "started"
+    assert fired["workflow_id"].startswith("nightly-") and fired["run_id"]
+    run = await storage_client.get_handle(fired["workflow_id"]).describe()
+    assert run["schedule"]["schedule_id"] == "nightly"
+
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    await handle.update(spec=ScheduleSpec(every=3600), overlap="allow_all", args=["y"],
+                        max_runs=None)
+    done = await handle.backfill(start, start + dt.timedelta(hours=2))
+    assert (done["fires"], done["started"], done["already_fired"]) == (2, 2, 0)
+    assert [r["workflow_id"] for r in done["results"]] == [
+        "nightly-20260101T000000Z", "nightly-20260101T010000Z"]
+    again = await handle.backfill(start, start + dt.timedelta(hours=2))
+    assert again["already_fired"] == 2
+    info = await handle.describe()
+    assert info["spec"]["every"] == 3600 and info["remaining_actions"] is None
+    assert info["execution_timeout"] == 3600  # kept: options were not given
+
+    with pytest.raises(durable.ScheduleAlreadyExists, match="already exists"):
+        await client.create_schedule("nightly", ScheduleSpec(every=60), echo, "z")
+    await handle.delete()
+    with pytest.raises(durable.ScheduleNotFound):
+        await handle.describe()
+    with pytest.raises(durable.ScheduleNotFound):
+        await client.get_schedule("nightly").trigger()
+    with pytest.raises(durable.ConfigurationError, match="cron"):
+        await client.create_schedule("bad", ScheduleSpec(cron="* * *"), echo)
+
+
+@pytest.mark.remote_client
+async def test_retention_settings_and_prune_embedded_and_remote(
+        client: durable.Client, storage_client: durable.Client, make_worker: Any) -> None:
+    async with make_worker(workflows=[echo]):
+        await storage_client.execute(echo, "a", id="old-a")
+    await client.set_retention(days=7)
+    settings = await client.get_retention()
+    assert settings["retention_seconds"] == 7 * 86400
+    assert settings == await storage_client.get_retention()
+    dry = await client.prune(0.001, dry_run=True)
+    assert dry["dry_run"] is True and dry["runs_expired"] == 1
+    assert [r["workflow_id"] for r in dry["runs"]] == ["old-a"]
+    done = await client.prune(0.001)
+    assert done["runs_deleted"] == 1 and done["deleted"]["runs"] == 1
+    with pytest.raises(durable.WorkflowNotFound):
+        await storage_client.get_handle("old-a").describe()
+    await client.set_retention(days=None)
+    assert (await client.get_retention())["retention_seconds"] is None
+
+
+# ---------------------------------------------------------------- the reference's shapes
+
+
+async def test_routes_speak_the_reference_shape(http: httpx.AsyncClient) -> None:
+    body = {"schedule_id": "hourly", "spec": {"cron_expressions": [], "intervals": [
+        {"every": "PT1H", "offset": "PT15M"}], "timezone": "UTC"},
+        "action": {"workflow_type": "http-sched-echo", "input": ["v"],
+                   "execution_timeout_seconds": 600},
+        "overlap_policy": "allow_all", "note": "from the reference client",
+        "require_registered": False}
+    created = await http.post("/api/schedules", json=body, headers=AS_OPERATOR)
+    assert created.status_code == 201, created.text
+    assert created.json() == {"schedule_id": "hourly", "outcome": "created"}
+    again = await http.post("/api/schedules", json=body, headers=AS_OPERATOR)
+    assert again.status_code == 409 and reason(again) == "schedule_already_exists"
+
+    shown = (await http.get("/api/schedules/hourly", headers=AS_VIEWER)).json()
+    assert shown["status"] == "active" and shown["overlap_policy"] == "allow_all"
+    assert shown["spec"]["intervals"] == [{"every": "PT3600S", "offset": "PT900S"}]
+    assert shown["spec"]["every"] == 3600 and shown["spec"]["offset"] == 900
+    assert shown["action"] == {"workflow_type": "http-sched-echo", "task_queue": "default",
+                               "execution_timeout_seconds": 600, "run_timeout_seconds": None}
+    assert shown["next_fire_at"].endswith(":15:00+00:00") and len(shown["next_fires"]) == 5
+
+    listed = (await http.get("/api/schedules", headers=AS_VIEWER)).json()
+    assert [s["schedule_id"] for s in listed["schedules"]] == ["hourly"]
+    assert listed["next_page_token"] is None
+    paused_only = await http.get("/api/schedules", params={"status": "paused"},
+                                 headers=AS_VIEWER)
+    assert paused_only.json()["schedules"] == []
+
+    fired = await http.post("/api/schedules/hourly/trigger", json={}, headers=AS_OPERATOR)
+    assert fired.json()["outcome"] == "triggered"
+    assert fired.json()["fire_outcome"] == "started"
+    assert fired.json()["workflow_id"].startswith("hourly-")
+
+    back = await http.post("/api/schedules/hourly/backfill", headers=AS_OPERATOR, json={
+        "start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-01T03:00:00Z"})
+    data = back.json()
+    assert data["outcome"] == "backfilled" and data["fires_attempted"] == 3
+    assert [r["fire_time"] for r in data["results"]] == [
+        f"2026-01-01T0{h}:15:00+00:00" for h in range(3)]
+
+    updated = await http.put("/api/schedules/hourly", headers=AS_OPERATOR, json={
+        "spec": {"cron_expressions": ["30 6 * * *"], "timezone": "Asia/Tokyo"},
+        "action": {"run_timeout_seconds": 60}})
+    assert updated.json() == {"schedule_id": "hourly", "outcome": "updated"}
+    shown = (await http.get("/api/schedules/hourly", headers=AS_VIEWER)).json()
+    assert shown["spec"]["cron_expressions"] == ["30 6 * * *"]
+    assert shown["spec"]["intervals"] == [] and shown["spec"]["timezone"] == "Asia/Tokyo"
+    assert shown["action"]["run_timeout_seconds"] == 60
+    assert shown["action"]["execution_timeout_seconds"] == 600  # merged, as the reference
+
+    paused = await http.post("/api/schedules/hourly/pause", json={"note": "freeze"},
+                             headers=AS_OPERATOR)
+    assert paused.json() == {"schedule_id": "hourly", "outcome": "paused"}
+    assert (await http.get("/api/schedules/hourly", headers=AS_VIEWER)).json()[
+        "status"] == "paused"
+    resumed = await http.post("/api/schedules/hourly/resume", json={}, headers=AS_OPERATOR)
+    assert resumed.json()["outcome"] == "resumed"
+    deleted = await http.delete("/api/schedules/hourly", headers=AS_OPERATOR)
+    assert deleted.json() == {"schedule_id": "hourly", "outcome": "deleted"}
+    gone = await http.get("/api/schedules/hourly", headers=AS_VIEWER)
+    assert gone.status_code == 404 and reason(gone) == "schedule_not_found"
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"spec": {"cron_expressions": ["* *"]}, "action": {"workflow_type": "http-sched-echo"},
+      "require_registered": False}, 400, "invalid_argument"),
+    ({"spec": {"intervals": [{"every": "an hour"}]},
+      "action": {"workflow_type": "http-sched-echo"}, "require_registered": False},
+     400, "invalid_argument"),
+    ({"spec": {"cron_expressions": ["0 * * * *"]}, "action": {"workflow_type": "nobody"}},
+     400, "not_registered"),
+    ({"spec": {}, "action": {"workflow_type": "http-sched-echo"},
+      "require_registered": False}, 400, "invalid_argument"),
+    ({"spec": {"cron_expressions": ["0 * * * *"]}, "action": {}}, 422, None),
+    ({"spec": {"cron_expressions": ["0 * * * *"]},
+      "action": {"workflow_type": "http-sched-echo"}, "overlap_policy": "sometimes"},
+     422, None),
+])
+async def test_bad_schedule_bodies_are_refused_naming_what_is_wrong(
+        http: httpx.AsyncClient, body: dict[str, Any], status: int, code: str | None) -> None:
+    response = await http.post("/api/schedules", json=body, headers=AS_OPERATOR)
+    assert response.status_code == status, response.text
+    if code is not None:
+        assert reason(response) == code
+    assert (await http.get("/api/schedules", headers=AS_VIEWER)).json()["schedules"] == []
+
+
+async def test_viewers_read_schedules_and_retention_but_change_nothing(
+        http: httpx.AsyncClient) -> None:
+    body = {"schedule_id": "s", "spec": {"cron_expressions": [NEVER]},
+            "action": {"workflow_type": "http-sched-echo"}, "require_registered": False}
+    assert (await http.post("/api/schedules", json=body, headers=AS_VIEWER)).status_code == 403
+    assert (await http.post("/api/schedules", json=body, headers=AS_OPERATOR)).status_code == 201
+    for method, path in (("POST", "/api/schedules/s/pause"), ("POST", "/api/schedules/s/trigger"),
+                         ("DELETE", "/api/schedules/s"), ("PUT", "/api/schedules/s"),
+                         ("POST", "/api/system/retention/pass"),
+                         ("PUT", "/api/system/retention")):
+        response = await http.request(method, path, json={}, headers=AS_VIEWER)
+        assert response.status_code == 403, (method, path)
+    assert (await http.get("/api/system/retention", headers=AS_VIEWER)).status_code == 200
+    assert (await http.get("/api/schedules/s", headers=VERSION)).status_code == 401
+
+
+async def test_retention_routes_in_the_reference_shape(db_url: str) -> None:
+    """On the virtual clock: the run is a day old without waiting a day."""
+    async with TimeSkippingEnvironment(db_url) as env:
+        app = create_app(env.client, {OPERATOR: "operator", VIEWER: "viewer"}, environ={})
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+            status = (await http.get("/api/system/retention", headers=AS_VIEWER)).json()
+            assert status["retention_days"] is None and status["expired_run_count"] == 0
+            no_setting = await http.post("/api/system/retention/pass", json={},
+                                         headers=AS_OPERATOR)
+            assert no_setting.status_code == 400 and "no retention setting" in no_setting.text
+            async with env.worker(workflows=[echo]):
+                await env.client.execute(echo, "a", id="r-1")
+            put = await http.put("/api/system/retention", json={"retention_days": 1},
+                                 headers=AS_OPERATOR)
+            assert put.status_code == 200 and put.json()["retention_seconds"] == 86400
+            status = (await http.get("/api/system/retention", headers=AS_VIEWER)).json()
+            assert status["retention_days"] == 1 and status["expired_run_count"] == 0
+            await env.sleep(2 * 86400)
+            status = (await http.get("/api/system/retention", headers=AS_VIEWER)).json()
+            assert status["expired_run_count"] == 1 and len(status["expired_run_ids"]) == 1
+            assert status["cutoff"] is not None and status["scan_pressure"] is False
+            dry = (await http.post("/api/system/retention/pass", json={"dry_run": True},
+                                   headers=AS_OPERATOR)).json()
+            assert dry["processed"] == 1 and dry["pruned"] == 0
+            assert dry["results"][0]["outcome"] == "would_prune"
+            done = (await http.post("/api/system/retention/pass", json={},
+                                    headers=AS_OPERATOR)).json()
+            assert done["pruned"] == 1 and done["results"][0]["outcome"] == "pruned"
+            assert done["results"][0]["history_events_deleted"] > 0
+            assert done["report"]["deleted"]["runs"] == 1
+            bad = await http.put("/api/system/retention", headers=AS_OPERATOR,
+                                 json={"retention_days": 1, "retention_seconds": 60})
+            assert bad.status_code == 400 and "not both" in bad.text
+
+
+async def test_metrics_count_fires_lateness_and_retention_deletions(db_url: str) -> None:
+    async with TimeSkippingEnvironment(db_url) as env:
+        app = create_app(env.client, {OPERATOR: "operator"}, environ={})
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+
+            async def scrape() -> str:
+                response = await http.get("/metrics", headers=AS_OPERATOR)
+                assert response.status_code == 200
+                return response.text
+
+            await scrape()  # the fire tail starts here
+            async with env.worker(workflows=[echo]):
+                handle = await env.client.create_schedule(
+                    "minutely", ScheduleSpec(every=60), echo, "m",
+                    overlap=durable.Overlap.ALLOW_ALL)
+                await env.sleep(180)
+                await handle.pause()
+                fired = await handle.trigger()
+                await env.client.get_handle(fired["workflow_id"]).result()
+            text = await scrape()
+            assert 'durable_schedules{namespace="default",state="paused"} 1.0' in text
+            assert 'durable_schedule_fires{kind="fired",namespace="default"} 4.0' in text
+            assert ('durable_schedule_fires_recorded_total{namespace="default",'
+                    'origin="schedule",outcome="started"} 3.0') in text
+            assert ('durable_schedule_fires_recorded_total{namespace="default",'
+                    'origin="trigger",outcome="started"} 1.0') in text
+            assert 'durable_schedule_fire_lateness_seconds_count{namespace="default"} 3.0' in text
+            assert "durable_retention_deleted_rows" not in text.replace(
+                "# HELP durable_retention_deleted_rows", "").replace(
+                "# TYPE durable_retention_deleted_rows", "")
+            await env.sleep(3600)
+            report = await env.client.prune(60)
+            assert report["runs_deleted"] == 4
+            text = await scrape()
+            assert 'durable_retention_deleted_rows{namespace="default",table="runs"} 4.0' in text, (
+                [line for line in text.splitlines() if "retention" in line])
+            # a second scrape counts nothing twice
+            assert ('durable_schedule_fires_recorded_total{namespace="default",'
+                    'origin="schedule",outcome="started"} 3.0') in await scrape()
+
+
+# ---------------------------------------------------------------- the CLI with --server
+
+
+async def test_cli_schedule_commands_over_server(storage_client: durable.Client) -> None:
+    await storage_client.create_schedule("via-cli", ScheduleSpec(cron=NEVER), echo, "c")
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(
+            cli, ["--server", url, "--token", REMOTE_TOKEN, *args, "--json"],
+            env={"DURABLE_DB_URL": None, "DURABLE_SERVER_URL": None, "DURABLE_TOKEN": None,
+                 "DURABLE_NAMESPACE": None})
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        return json.loads(result.stdout)
+
+    async with remote_plane(storage_client) as url:
+        listed = await anyio.to_thread.run_sync(run, "schedule", "list")
+        assert [s["schedule_id"] for s in listed["schedules"]] == ["via-cli"]
+        await anyio.to_thread.run_sync(run, "schedule", "pause", "via-cli")
+        fired = await anyio.to_thread.run_sync(run, "schedule", "trigger", "via-cli",
+                                                "--overlap", "allow_all")
+        assert fired["outcome"] == "started"
+        dry = await anyio.to_thread.run_sync(run, "prune", "--older-than", "1d", "--dry-run")
+        assert dry["dry_run"] is True and dry["runs_expired"] == 0
+    info = await storage_client.get_schedule("via-cli").describe()
+    assert info["paused"] is True and info["fires_count"] == 1

@@ -1,0 +1,251 @@
+"""Queue limits and priorities, at the claim: what one claim may take.
+
+These call the store's claim directly at chosen instants (no worker, no
+sleeping), on SQLite and PostgreSQL (whose claim of an unlimited queue is one
+statement: the limited one is a transaction that locks the queue's row). The
+worker processes that share a limit under SIGKILL are in
+tests/test_queues_crash.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import durable
+from durable import workflow
+from durable.store import Store
+
+pytestmark = pytest.mark.anyio
+
+LEASE = 30.0
+
+
+@workflow.defn(name="queued")
+async def queued(n: int) -> int:
+    return n
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Claims are storage programs: the host loop does not change them."""
+    return "asyncio"
+
+
+async def start(client: durable.Client, n: int, *, prefix: str = "r", **options: Any) -> list[str]:
+    ids = []
+    for i in range(n):
+        handle = await client.start(queued, i, id=f"{prefix}-{i}",
+                                    options=durable.StartOptions(task_queue="q", **options))
+        ids.append(handle.workflow_id)
+    return ids
+
+
+async def claim(store: Store, client: durable.Client, worker: str, now: float,
+                limit: int = 100) -> list[str]:
+    got = await store.claim_runs(client.namespace, "q", worker, ("queued",), limit, LEASE, now)
+    return [c.run.workflow_id for c in got]
+
+
+async def test_max_running_holds_across_claimers_and_a_dead_workers_slots_come_back(
+    storage_client: durable.Client,
+) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 5)
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=3))
+    now = client.clock.now()
+    first = await claim(store, client, "w1", now)
+    assert len(first) == 3
+    assert await claim(store, client, "w2", now) == []  # the queue is full
+    described = await client.describe_queue("q")
+    assert described["limits"]["max_running"] == 3
+    assert (described["runs"]["running"], described["runs"]["waiting"]) == (3, 2)
+    # w1 dies: its leases end at now + LEASE, and its slots come back then
+    assert await claim(store, client, "w2", now + LEASE - 1) == []
+    again = await claim(store, client, "w2", now + LEASE + 1)
+    assert sorted(again) == sorted(first)  # the dead worker's runs, the oldest, go first
+
+
+async def test_limits_change_at_run_time(storage_client: durable.Client) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 4)
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=1))
+    now = client.clock.now()
+    assert len(await claim(store, client, "w1", now)) == 1
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=2))
+    assert len(await claim(store, client, "w1", now)) == 1
+    await client.set_queue_limits("q", durable.QueueLimits())  # no limits at all
+    assert len(await claim(store, client, "w1", now)) == 2
+    assert (await client.describe_queue("q"))["limits"]["max_running"] is None
+
+
+async def test_priority_zero_goes_first_then_age(storage_client: durable.Client) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 2, prefix="normal")
+    await start(client, 1, prefix="urgent", priority=0)
+    await start(client, 1, prefix="later", priority=9)
+    now = client.clock.now()
+    order = [(await claim(store, client, "w", now, limit=1)) for _ in range(4)]
+    assert order == [["urgent-0"], ["normal-0"], ["normal-1"], ["later-0"]]
+
+
+async def test_priority_holds_on_a_limited_queue_too(storage_client: durable.Client) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 3, prefix="normal")
+    await start(client, 1, prefix="urgent", priority=0)
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=2))
+    now = client.clock.now()
+    assert sorted(await claim(store, client, "w", now)) == ["normal-0", "urgent-0"]
+
+
+async def test_one_run_per_key_over_twenty_keys(storage_client: durable.Client) -> None:
+    client, store = storage_client, storage_client.store
+    for key in range(20):
+        await start(client, 3, prefix=f"k{key}", concurrency_key=f"customer-{key}")
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=1))
+    now = client.clock.now()
+    got = await claim(store, client, "w1", now)
+    assert sorted(got) == sorted(f"k{key}-0" for key in range(20))  # one per key, oldest
+    assert await claim(store, client, "w2", now) == []  # every key is at its limit
+    described = await client.describe_queue("q")
+    assert described["runs"]["running_by_key"]["customer-7"] == 1
+
+
+async def test_a_hot_key_does_not_hold_back_the_other_keys(
+    storage_client: durable.Client,
+) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 30, prefix="hot", concurrency_key="hot")  # older, all of one key
+    for key in range(3):
+        await start(client, 1, prefix=f"cold{key}", concurrency_key=f"cold-{key}")
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=1))
+    now = client.clock.now()
+    # the first claim round takes the hot key's oldest and every other key's
+    assert sorted(await claim(store, client, "w", now, limit=4)) == [
+        "cold0-0", "cold1-0", "cold2-0", "hot-0"]
+
+
+async def test_a_rate_paces_first_starts(storage_client: durable.Client) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 20)
+    await client.set_queue_limits("q", durable.QueueLimits(rate=durable.Rate(10, per=10)))
+    now = client.clock.now()
+    assert len(await claim(store, client, "w", now)) == 1  # one token at first
+    assert await claim(store, client, "w", now + 0.5) == []
+    assert (await client.describe_queue("q"))["runs"]["rate_left"] == 0
+    assert len(await claim(store, client, "w", now + 5.0)) == 5  # one a second since
+    assert len(await claim(store, client, "w", now + 25)) == 10  # at most the count at once
+    # the 16 started before (their leases ended) are taken again without a
+    # token, beside the last 4 new ones
+    assert len(await claim(store, client, "w", now + 60)) == 20
+    assert (await client.describe_queue("q"))["runs"]["rate_left"] == 6
+
+
+async def test_an_unlimited_queue_claims_by_fair_share_as_before(
+    storage_client: durable.Client,
+) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 3)
+    assert len(await claim(store, client, "w", client.clock.now())) == 3
+    assert (await client.describe_queue("q"))["limits"] == {
+        "max_running": None, "max_running_activities": None, "rate": None,
+        "activity_rate": None, "max_running_per_key": None}
+
+
+async def test_bad_limits_are_refused_saying_what_to_fix() -> None:
+    with pytest.raises(durable.ConfigurationError, match="max_running must be at least 1"):
+        durable.QueueLimits(max_running=0)
+    with pytest.raises(durable.ConfigurationError, match=r"must be a durable\.Rate"):
+        durable.QueueLimits(rate=100)  # type: ignore[arg-type]
+    with pytest.raises(durable.ConfigurationError, match="priority must be at least 0 and at "
+                                                         "most 9"):
+        durable.StartOptions(priority=10)
+
+
+async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Client) -> None:
+    client, store = storage_client, storage_client.store
+    await start(client, 2, prefix="a", concurrency_key="k1")
+    await start(client, 1, prefix="b", concurrency_key="k2")
+    # nothing claimed yet and no worker serves the queue: it waits for one
+    assert (await client.get_handle("a-0").describe())["waiting_for"] == {
+        "kind": "worker", "queue": "q", "workflow_type": "queued", "live_workers": 0}
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=2,
+                                                           max_running_per_key=1))
+    now = client.clock.now()
+    assert sorted(await claim(store, client, "w", now)) == ["a-0", "b-0"]
+    assert (await client.get_handle("a-0").describe())["waiting_for"] is None  # it runs
+    assert (await client.get_handle("a-1").describe())["waiting_for"] == {
+        "kind": "queue_slot", "queue": "q", "running": 2, "limit": 2}
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=5,
+                                                           max_running_per_key=1))
+    assert (await client.get_handle("a-1").describe())["waiting_for"] == {
+        "kind": "key_slot", "queue": "q", "concurrency_key": "k1", "running": 1, "limit": 1}
+
+
+def run_cli(url: str, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from durable.cli._queues import cli
+
+    result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1"},
+                                prog_name="durable")
+    return result
+
+
+async def test_durable_queue_sets_limits_and_shows_them(tmp_path: Any) -> None:
+    import json
+
+    import anyio
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    async with durable.connect(url) as client:
+        await start(client, 2)
+
+    def cli(*args: str) -> Any:
+        return anyio.to_thread.run_sync(run_cli, url, *args)
+
+    done = await cli("queue", "set-limits", "q", "--max-running", "3", "--rate", "100/60",
+                     "--json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["limits"] == {
+        "max_running": 3, "max_running_activities": None, "rate": {"count": 100, "per": 60.0},
+        "activity_rate": None, "max_running_per_key": None}
+    # limits not given keep their value
+    done = await cli("queue", "set-limits", "q", "--max-running-per-key", "1")
+    assert done.exit_code == 0, done.stderr
+    assert "running <= 3, per key <= 1, rate 100/60s" in done.stdout
+    described = await cli("queue", "describe", "q")
+    assert "0 running of 3, 2 waiting" in described.stdout
+    listed = await cli("queue", "list")
+    assert "QUEUE" in listed.stdout and "q " in listed.stdout
+    cleared = await cli("queue", "set-limits", "q", "--clear", "--json")
+    assert json.loads(cleared.stdout)["limits"]["max_running"] is None
+    bad = await cli("queue", "set-limits", "q", "--rate", "fast")
+    assert bad.exit_code == 2 and "write COUNT/SECONDS, e.g. 100/60" in bad.stderr
+
+
+async def test_metrics_show_each_queues_depth_running_limits_and_rate(
+    storage_client: durable.Client,
+) -> None:
+    import httpx
+
+    from durable.http import create_app
+
+    client, store = storage_client, storage_client.store
+    await start(client, 5)
+    await client.set_queue_limits("q", durable.QueueLimits(
+        max_running=2, rate=durable.Rate(100, per=60)))
+    assert len(await claim(store, client, "w", client.clock.now())) == 1  # one rate token
+    app = create_app(client, {"t": "viewer"}, environ={})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as http:
+        text = (await http.get("/metrics", headers={"Authorization": "Bearer t"})).text
+    ns = client.namespace
+    assert f'durable_queue_runs{{namespace="{ns}",queue="q",state="running"}} 1.0' in text
+    assert f'durable_queue_runs{{namespace="{ns}",queue="q",state="waiting"}} 4.0' in text
+    assert f'durable_queue_limit{{limit="max_running",namespace="{ns}",queue="q"}} 2.0' in text
+    assert f'durable_queue_limit{{limit="rate",namespace="{ns}",queue="q"}} 100.0' in text
+    assert (f'durable_queue_rate_period_seconds{{limit="rate",namespace="{ns}",queue="q"}} '
+            "60.0") in text
+    assert f'durable_queue_rate_left{{kind="runs",namespace="{ns}",queue="q"}}' in text
