@@ -62,7 +62,7 @@ async def test_a_missing_database_is_a_configuration_error_naming_the_fix() -> N
     require_mariadb()
     missing = new_mariadb_url()
     drop_mariadb_database(missing)
-    with pytest.raises(ConfigurationError, match="does not exist.*CREATE DATABASE"):
+    with pytest.raises(ConfigurationError, match=r"does not exist.*CREATE DATABASE"):
         async with durable.connect(missing):
             pass
 
