@@ -143,7 +143,7 @@ def list_(session: Session, status: str | None, workflow_type: str | None, limit
     async def body(client: durable.Client) -> dict[str, Any]:
         runs = await client.list(status=status, workflow_type=workflow_type, limit=limit + 1)
         keys = ("workflow_id", "run_id", "workflow_type", "status", "run_number",
-                "task_queue", "created_at", "started_at", "closed_at", "closed_reason")
+                "task_queue", "created_at", "started_at", "closed_at", "closed_reason", "waiting")
         shaped = [{k: _fmt.jsonable(r.get(k)) for k in keys} for r in runs[:limit]]
         return {"runs": shaped, "count": len(shaped), "truncated": len(runs) > limit}
 

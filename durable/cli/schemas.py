@@ -64,7 +64,8 @@ RUN_SUMMARY = obj({
     "run_number": {"type": ["integer", "null"]}, "task_queue": NULLABLE_STRING,
     "created_at": NULLABLE_INSTANT, "started_at": NULLABLE_INSTANT,
     "closed_at": NULLABLE_INSTANT, "closed_reason": NULLABLE_STRING,
-})
+    "waiting": {"type": ["boolean", "null"]},
+}, optional=("waiting",))
 
 LIST = obj({"runs": array(RUN_SUMMARY), "count": INTEGER, "truncated": BOOLEAN})
 

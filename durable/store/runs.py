@@ -185,8 +185,9 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
     if unknown and units is None:
         raise ConfigurationError(
             f"run {run.run_id} of {workflow_id!r} waits for a decision on units whose outcome "
-            "is unknown: retry_after_review(units='rerun') runs them again, "
-            "units='confirm' records them done")
+            f"is unknown: `durable retry-after-review {workflow_id} --units rerun` (or "
+            "retry_after_review(units='rerun')) runs them again, `--units confirm` "
+            "(units='confirm') records them done")
     if unknown:
         yield from _decide_units(tx, run.run_id, units == "rerun", now)
     yield ex(

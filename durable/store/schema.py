@@ -79,7 +79,10 @@ CREATE TABLE IF NOT EXISTS runs (
     started_build {text},
     last_build {text},
     blocked_build {text},
-    blocked_divergence {text}
+    blocked_divergence {text},
+    reset_from_run_id {text},
+    reset_from_op {text},
+    reset_run_id {text}
 ){options};
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
