@@ -260,7 +260,7 @@ class WebUI:
         ]
 
     def _visitor(self, request: Request) -> Visitor:
-        session = self.codec.decode(request.cookies.get(COOKIE_NAME))
+        session = self._session_of(request)
         fresh = session is None
         role: str | None = None
         namespaces: frozenset[str] | None = None
@@ -286,6 +286,22 @@ class WebUI:
                           "or '-', starting with a letter or digit.")
         visitor.namespace = namespace
         return visitor
+
+    def _session_of(self, request: Request) -> Session | None:
+        """The first valid session among the request's ``durable_ui`` cookies.
+
+        A browser may hold several (a broken one for path ``/`` and a fresh one
+        for ``/ui``) and sends them all; taking whichever came last, as a
+        plain cookie dict does, would let a broken cookie shadow the session
+        the login page set, and lock the browser out."""
+        header = request.headers.get("cookie", "")
+        for part in header.split(";"):
+            name, sep, value = part.strip().partition("=")
+            if sep and name == COOKIE_NAME:
+                session = self.codec.decode(value.strip().strip('"'))
+                if session is not None:
+                    return session
+        return None
 
     def _page(self, label: str, handler: Callable[[Request, Visitor], Awaitable[Response]],
               *, public: bool = False) -> Callable[[Request], Awaitable[Response]]:
