@@ -164,6 +164,11 @@ class EmbeddedControl:
         return await self.store.clear_review(self.namespace, workflow_id, self.clock.now(),
                                              units)
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        return await self.store.reset_run(self.namespace, workflow_id, run_id, to_op, reason,
+                                          self.clock.now())
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         before = decode_cursor(cursor) if cursor else None

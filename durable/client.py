@@ -182,6 +182,22 @@ class WorkflowHandle:
             raise ConfigurationError(f"units must be 'rerun' or 'confirm', got {units!r}")
         return await self.client.control.clear_review(self.workflow_id, units=units)
 
+    async def reset(self, *, to_op: str, reason: str) -> WorkflowHandle:
+        """Repair a failed, timed-out, terminated, cancelled or stuck run after a
+        fix: it continues as a new run of the same workflow id that keeps the
+        results recorded before op `to_op` (nothing before it runs again) and
+        runs the rest with the code deployed now. A stuck (open) run is
+        terminated first. The old run and the new one name each other
+        (describe()["run"]["reset_run_id"] / ["reset_from_run_id"]). Returns
+        a handle bound to the new run. ``durable history ID`` shows op ids.
+        """
+        to_op = _validate.name(to_op, "to_op")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigurationError(f"reason must say why the run is reset, got {reason!r}")
+        info = await self.client.control.reset(self.workflow_id, self.run_id, to_op=to_op,
+                                               reason=reason)
+        return WorkflowHandle(self.client, self.workflow_id, info["run_id"])
+
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
         return await self.client.control.cancellation_cascade(self.workflow_id,

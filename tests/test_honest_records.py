@@ -245,3 +245,10 @@ async def test_a_signal_without_a_requester_says_the_client_sent_it(
                               "source": "client"}
     with pytest.raises(durable.ConfigurationError, match="source"):
         await handle.signal("approve", "bo", source="")
+
+
+def test_the_review_hint_names_the_cli_command_and_its_flags() -> None:
+    from durable.failure import Failure
+    message = Failure.units_unknown(["r0"], "load-row", "night-1").message or ""
+    assert "durable retry-after-review night-1 --units rerun" in message
+    assert "--units confirm" in message

@@ -136,3 +136,21 @@ async def test_the_runs_list_tells_waiting_from_busy(env: TimeSkippingEnvironmen
         await env.run(worker.result)
     assert {r["workflow_id"]: r["waiting"] for r in await env.client.list()}[
         "list-busy"] is None  # closed: neither
+
+
+async def test_a_worker_logs_the_runs_it_resumed(
+        env: TimeSkippingEnvironment, caplog: pytest.LogCaptureFixture) -> None:
+    """An application restarted (under uvicorn, say) says it took up its
+    unfinished runs: one `run_resumed` line per run started before."""
+    import logging
+    caplog.set_level(logging.INFO, logger="durable.worker")
+    handle = await env.client.start(waits, "timer", "r", id="resumed-1")
+    async with env.worker(workflows=[waits], activities=[held]):
+        await waiting(env, handle, "timer")
+    assert "run_resumed" not in caplog.text  # a fresh run is not a resumed one
+    async with env.worker(workflows=[waits], activities=[held]):
+        with anyio.fail_after(10):
+            while "run_resumed" not in caplog.text:
+                await anyio.sleep(0.01)
+    line = next(r.getMessage() for r in caplog.records if "run_resumed" in r.getMessage())
+    assert "resumed-1" in line and "recorded_ops" in line

@@ -47,6 +47,7 @@ from .auth import ROLES, Grant, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
 from .openapi import build_spec
+from .queues import queue_operations
 from .routes import Call, Operation, Param, operations
 from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
@@ -149,7 +150,7 @@ class ControlPlaneServer:
         self.max_body_bytes = max_body_bytes
         self.max_wait = max_wait
         self.public_metrics = public_metrics
-        self.operations = operations() + schedule_operations()
+        self.operations = operations() + schedule_operations() + queue_operations()
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,

@@ -228,6 +228,15 @@ class RemoteControl:
             body={"units": units} if units is not None else {})
         return bool(data["cleared"])
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"to_op": to_op, "reason": reason}
+        if run_id is not None:
+            body["run_id"] = run_id
+        _, data = await self._call("POST", f"/api/workflows/{_segment(workflow_id)}/reset",
+                                   body=body)
+        return dict(data)
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         _, data = await self._call("GET", "/api/workflows", params={

@@ -26,6 +26,7 @@ from . import (
     inspection,
     interaction,
     queues,
+    reset,
     retention,
     runs,
     schedule_stats,
@@ -94,6 +95,12 @@ class Store:
     ) -> tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]]:
         """Many owned runs' state and the closed ops they wait on, in one read."""
         return await self.driver.run(lambda tx: runs.resync(run_ids, waiting), write=False)
+
+    async def reset_run(self, namespace: str, workflow_id: str, run_id: str | None, to_op: str,
+                        reason: str, now: float) -> dict[str, Any]:
+        """Continue a failed or stuck run as a new run from `to_op` (`store.reset`)."""
+        return await self.driver.run(lambda tx: reset.reset_run(
+            tx, namespace, workflow_id, run_id, to_op, reason, now))
 
     async def clear_review(self, namespace: str, workflow_id: str, now: float,
                            units: str | None = None) -> bool:

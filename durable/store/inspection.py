@@ -133,6 +133,9 @@ def describe(
             "continued_run_id": run.continued_run_id,
             "started_build": run.started_build,
             "last_build": run.last_build,
+            "reset_from_run_id": run.reset_from_run_id,
+            "reset_from_op": run.reset_from_op,
+            "reset_run_id": run.reset_run_id,
         },
         "blocked": blocked(run),
         "pending_operations": [
