@@ -250,6 +250,9 @@ UPDATE_BODY = check_schema({
             "max_wait). An update still running then fails with update_failed and "
             "failure.timeout_kind update_wait; send the same update_id again to keep "
             "waiting.", exclusive_minimum=0),
+        "requester": {"type": ["object", "null"],
+                      "description": "Who asks (recorded as given); by default the role."},
+        "source": {**text(200, "Where the update came from."), "default": "http"},
     },
 })
 
@@ -536,9 +539,12 @@ async def update(call: Call) -> tuple[int, Any]:
     requested = body.get("wait_seconds")
     wait = call.max_wait if requested is None else min(float(requested), call.max_wait)
     update_id = body.get("update_id") or uuid.uuid4().hex
+    sender = {"requester": body.get("requester") or {"type": "http", "id": None,
+                                                     "label": call.role},
+              "source": body.get("source") or "http"}
     text_ = await call.client.control.update(p["workflowId"], p.get("runId"), body["name"],
                                              encode_payload(list(body.get("args") or [])),
-                                             update_id, wait)
+                                             update_id, wait, sender=sender)
     return 200, {"workflow_id": p["workflowId"], "update_id": update_id,
                  "result": parse_payload(text_, "the update's result")}
 
