@@ -314,9 +314,13 @@ class Session:
                 f"no database or server given: pass --db URL (e.g. --db sqlite:///app.db) or "
                 f"--server URL --token T before the command, or set {ENV_DB} / {ENV_SERVER}"
             )
+        options: dict[str, Any] = {}
         if not create_database:
             _check_sqlite_exists(self.db)
-        embedded: durable.Client = await durable.connect(self.db, namespace=self.namespace)
+            if urlsplit(self.db).scheme.split("+", 1)[0].lower() in ("postgresql", "postgres"):
+                options["create_schema"] = False  # a mistyped ?schema= is refused, not created
+        embedded: durable.Client = await durable.connect(self.db, namespace=self.namespace,
+                                                         **options)
         return embedded
 
 

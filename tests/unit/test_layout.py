@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: (package name, its folder): everything the wheel ships
 PACKAGES = [("durable", ROOT / "durable"),
             ("durable_sqlite", ROOT / "drivers" / "durable_sqlite"),
-            ("durable_postgres", ROOT / "drivers" / "durable_postgres")]
+            ("durable_postgres", ROOT / "drivers" / "durable_postgres"),
+            ("durable_mariadb", ROOT / "drivers" / "durable_mariadb")]
 
 MAX_LINES = 800
 LONG_LINES = 600
