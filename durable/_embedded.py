@@ -164,6 +164,11 @@ class EmbeddedControl:
         return await self.store.clear_review(self.namespace, workflow_id, self.clock.now(),
                                              units)
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        return await self.store.reset_run(self.namespace, workflow_id, run_id, to_op, reason,
+                                          self.clock.now())
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         before = decode_cursor(cursor) if cursor else None
@@ -185,9 +190,10 @@ class EmbeddedControl:
 
     # ---------------------------------------------------------------- interaction
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
         await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
-                                     self.clock.now())
+                                     self.clock.now(), sender)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

@@ -182,6 +182,22 @@ class WorkflowHandle:
             raise ConfigurationError(f"units must be 'rerun' or 'confirm', got {units!r}")
         return await self.client.control.clear_review(self.workflow_id, units=units)
 
+    async def reset(self, *, to_op: str, reason: str) -> WorkflowHandle:
+        """Repair a failed, timed-out, terminated, cancelled or stuck run after a
+        fix: it continues as a new run of the same workflow id that keeps the
+        results recorded before op `to_op` (nothing before it runs again) and
+        runs the rest with the code deployed now. A stuck (open) run is
+        terminated first. The old run and the new one name each other
+        (describe()["run"]["reset_run_id"] / ["reset_from_run_id"]). Returns
+        a handle bound to the new run. ``durable history ID`` shows op ids.
+        """
+        to_op = _validate.name(to_op, "to_op")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigurationError(f"reason must say why the run is reset, got {reason!r}")
+        info = await self.client.control.reset(self.workflow_id, self.run_id, to_op=to_op,
+                                               reason=reason)
+        return WorkflowHandle(self.client, self.workflow_id, info["run_id"])
+
     async def cancellation_cascade(self) -> dict[str, Any]:
         """What a cancellation did across the tree of runs, read from records alone."""
         return await self.client.control.cancellation_cascade(self.workflow_id,
@@ -197,17 +213,28 @@ class WorkflowHandle:
         await self.client.control.close_run(self.workflow_id, await self._target(),
                                             status="terminated", reason=reason)
 
-    async def signal(self, name: str, *args: Any) -> None:
+    async def signal(self, name: str, *args: Any, requester: dict[str, Any] | None = None,
+                     source: str = "client") -> None:
         """Send the run a signal; returns once it is recorded (``SignalReceived``).
 
         Signals are delivered to the workflow's handler for `name` in the order
         received, exactly once; one sent before a handler exists is kept until
-        the workflow registers one. Raises `RunAlreadyClosed` for a closed run
-        and `WorkflowNotFound` (nothing recorded).
+        the workflow registers one. `requester` (who sends it, a JSON object
+        such as ``{"type": "user", "id": "ana"}``) and `source` are recorded
+        with it, as a cancellation request's are: the history, ``durable
+        describe`` and the UI answer "who approved this". Raises
+        `RunAlreadyClosed` for a closed run and `WorkflowNotFound` (nothing
+        recorded).
         """
         payload = self.client._payload(args, f"the arguments of signal {name!r}")
-        await self.client.control.signal(self.workflow_id, await self._target(),
-                                         _validate.name(name, "signal name"), payload)
+        requester = _validate.json_object(requester, "requester")
+        if not isinstance(source, str) or not source:
+            raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
+        await self.client.control.signal(
+            self.workflow_id, await self._target(), _validate.name(name, "signal name"),
+            payload, sender={"requester": requester or {"type": "client", "id": None,
+                                                        "label": None},
+                             "source": source})
 
     async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
                     result_type: Any = None) -> Any:

@@ -96,6 +96,12 @@ class ControlPlane(Protocol):
         """Let a run marked for review be replayed; False if it was not marked."""
         ...
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        """Continue the run as a new run from `to_op`, keeping the results
+        recorded before it; what was done (the new run's id, ops kept)."""
+        ...
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         """Run summaries, newest first, one page at a time."""
@@ -105,10 +111,12 @@ class ControlPlane(Protocol):
         """Enforce every deadline due now, once; counts by kind."""
         ...
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
         """Record a signal for the run (the current one when `run_id` is None);
-        `args` is the encoded argument list. Raises `WorkflowNotFound`,
-        `RunAlreadyClosed` (nothing recorded)."""
+        `args` is the encoded argument list, `sender` who sent it
+        (``{"requester": {...}, "source": "..."}``, recorded with it). Raises
+        `WorkflowNotFound`, `RunAlreadyClosed` (nothing recorded)."""
         ...
 
     async def signal_with_start(self, request: StartRequest, name: str,

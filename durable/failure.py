@@ -199,7 +199,9 @@ class Failure:
         shown = ", ".join(keys[:5]) + ("..." if len(keys) > 5 else "")
         return cls("unknown", f"workflow {workflow_id}: the outcome of unit(s) {shown} of "
                    f"{handler} could not be confirmed (the call may or may not have taken "
-                   "effect); an operator decides: retry_after_review(units='rerun' or "
+                   "effect); an operator decides: `durable retry-after-review "
+                   f"{workflow_id} --units rerun` (run them again) or `--units confirm` "
+                   "(record them done), or handle.retry_after_review(units='rerun' or "
                    "'confirm')", "durable.UnitOutcomeUnknown",
                    details={"unknown_units": keys, "handler": handler})
 

@@ -471,6 +471,9 @@ class Worker:
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
         self.executors[run.run_id] = executor
+        if claimed.ops:  # started before (a restart, a lost worker): say it was taken up
+            self.log.info("run_resumed", workflow_id=run.workflow_id, run_id=run.run_id,
+                          workflow_type=run.workflow_type, recorded_ops=len(claimed.ops))
         noticed = self._early.pop(run.run_id, None)
         if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:
             # an interaction was recorded after the claim read the run's counters
@@ -563,8 +566,7 @@ class Worker:
                     self.log.info("deadlines_enforced", **counts)
                 self._claim_all()
                 poked = now
-            # a retry that became available since the last poke is due now,
-            # whatever woke this loop (see deadlines.next_deadline)
+            # a retry available since the last poke is due now (deadlines.next_deadline)
             next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
             if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
                 enforce = True  # already due: enforce at once

@@ -235,6 +235,14 @@ async def main(db_url: str) -> None:
                 with sqlite3.connect(WAREHOUSE) as db:
                     (note,) = db.execute("SELECT note FROM notes WHERE night = 'n2'").fetchone()
                 print(f"   cleanup noted: {note}")
+                # the row in flight when the stop came was waited for (the units'
+                # default policy): the cleanup's count, the history and the
+                # warehouse agree
+                completed = sum(e.type == "ActivityCompleted"
+                                and str(e.data.get("activity_type")) == "load-row"
+                                for e in await handle.history())
+                print(f"   units completed in history: {completed}, rows in the warehouse: "
+                      f"{warehouse_rows('n2')}")
 
                 print("3. the warehouse loader dies after writing a row, before reporting it")
                 loader = crash_at(durable.Worker(client, activities=[load_row],

@@ -53,6 +53,9 @@ async def order(order_id: str, items: list[str]) -> dict[str, object]:
 
 
 async def main(db_url: str) -> None:
+    # where the runs are kept: the CLI and the UI reach them with this URL
+    print(f"database: {db_url}")
+    print(f'  look at it: durable --db "{db_url}" describe order-o-1')
     async with durable.connect(db_url) as client:
         worker = durable.Worker(client, workflows=[order], activities=[charge, reserve_stock, ship])
         async with worker:

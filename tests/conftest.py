@@ -40,12 +40,21 @@ POSTGRES_URL = os.environ.get(
     "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
 REQUIRE_POSTGRES = os.environ.get("DURABLE_REQUIRE_POSTGRES") == "1"
+MARIADB_URL = os.environ.get("DURABLE_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")
+REQUIRE_MARIADB = os.environ.get("DURABLE_REQUIRE_MARIADB") == "1"
 DRIVERS = [d.strip() for d in os.environ.get("DURABLE_TEST_DRIVERS",
-                                             "sqlite,postgres,stepwise").split(",")
+                                             "sqlite,postgres,stepwise,mariadb").split(",")
            if d.strip()]
 # Test modules that exercise more than the driver seam: real worker processes
 # (they cannot see a driver registered in this process) or PostgreSQL itself.
 _NOT_FOR_STEPWISE = ("test_crash.py", "test_postgres.py")
+# MariaDB, the third database, proves the seam on the conformance suite (both
+# host loops) and on the interaction, timeout, cancellation and crash suites
+# (asyncio): the rest of the suite does not depend on the database, and the
+# whole suite must stay fast.
+_MARIADB_BOTH_LOOPS = ("test_engine.py",)
+_MARIADB_ASYNCIO = ("test_interaction.py", "test_timeouts.py", "test_cancellation.py",
+                    "test_crash.py", "test_mariadb.py")
 
 
 def postgres_reachable() -> str | None:
@@ -63,14 +72,145 @@ def postgres_reachable() -> str | None:
     return None
 
 
+def mariadb_reachable() -> str | None:
+    """None when a server answers at MARIADB_URL, else the reason it does not."""
+    parts = urlsplit(MARIADB_URL)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 3306), 2):
+            pass
+    except OSError as exc:
+        return f"no MariaDB server at {MARIADB_URL} ({exc}); set DURABLE_TEST_MARIADB_URL"
+    try:
+        import asyncmy  # noqa: F401
+    except ImportError:
+        return "asyncmy is not installed (pip install -e '.[dev]')"
+    return None
+
+
+def require_mariadb() -> None:
+    reason = mariadb_reachable()
+    if reason is not None:
+        if REQUIRE_MARIADB:
+            pytest.fail(f"DURABLE_REQUIRE_MARIADB=1 but {reason}")
+        pytest.skip(reason)
+
+
+def _mariadb_admin(*statements: str) -> list[list[Any]]:
+    """Run statements on MARIADB_URL's server (outside any test database), on a
+    thread of its own, so any host loop may call it; each one's rows."""
+    import asyncio
+    import threading
+
+    import asyncmy
+
+    parts = urlsplit(MARIADB_URL)
+    results: list[list[Any]] = []
+
+    async def run() -> None:
+        conn = await asyncmy.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+                                     user=parts.username or "root",
+                                     password=parts.password or "", autocommit=True)
+        try:
+            async with conn.cursor() as cur:
+                for statement in statements:
+                    await cur.execute(statement)
+                    results.append(list(await cur.fetchall()))
+        finally:
+            await conn.ensure_closed()
+
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(run())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+# Creating a database and its tables costs MariaDB ~2 s (a file per table), so
+# a test's database is emptied afterwards and handed to the next test.
+_MARIADB_FREE: list[str] = []
+
+
+def new_mariadb_url() -> str:
+    """A URL naming an empty database of its own on MARIADB_URL's server (a fresh
+    one, or one an earlier test used and `recycle_mariadb_database` emptied)."""
+    if _MARIADB_FREE:
+        database = _MARIADB_FREE.pop()
+    else:
+        database = f"durable_test_{uuid.uuid4().hex[:12]}"
+        _mariadb_admin(f"CREATE DATABASE {database}")
+    parts = urlsplit(MARIADB_URL)
+    return parts._replace(path=f"/{database}").geturl()
+
+
+def drop_mariadb_database(url: str) -> None:
+    """Drop the database of a `new_mariadb_url()`."""
+    _mariadb_admin(f"DROP DATABASE IF EXISTS `{urlsplit(url).path.lstrip('/')}`")
+
+
+@functools.cache
+def _schema_columns() -> set[tuple[str, str]]:
+    """(table, column) of every column the current schema creates (and the
+    MariaDB driver's wake log): what an unchanged test database has."""
+    from durable.store.schema import _SCHEMA
+
+    found = {("durable_wakes", c) for c in ("id", "origin", "wake_keys", "at")}
+    table = None
+    for line in _SCHEMA.splitlines():
+        if line.startswith("CREATE TABLE IF NOT EXISTS"):
+            table = line.split()[5]
+        elif table and line.startswith("    ") and not line.strip().startswith("PRIMARY KEY"):
+            found.add((table, line.split()[0].strip('{}').replace("quoted_key", "key")))
+        elif line.startswith(")"):
+            table = None
+    return found
+
+
+def recycle_mariadb_database(url: str) -> None:
+    """Empty the database of a `new_mariadb_url()` for the next test, keeping its
+    schema (and its version row); drop it instead when its schema is not the
+    current one (a test changed it) or emptying it fails."""
+    from durable.store.migrations import SCHEMA_VERSION
+
+    database = urlsplit(url).path.lstrip("/")
+    try:
+        [tables] = _mariadb_admin(
+            "SELECT table_name FROM information_schema.tables "
+            f"WHERE table_schema = '{database}'")
+        names = {row[0] for row in tables}
+        [columns] = _mariadb_admin(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            f"WHERE table_schema = '{database}'")
+        if {(row[0], row[1]) for row in columns} != _schema_columns():
+            raise LookupError("a test changed the schema")
+        [version] = _mariadb_admin(
+            f"SELECT value FROM `{database}`.durable_meta WHERE `key` = 'schema_version'")
+        if [row[0] for row in version] != [str(SCHEMA_VERSION)]:
+            raise LookupError("another schema version")
+        _mariadb_admin(*(f"DELETE FROM `{database}`.`{name}`" for name in sorted(names)
+                         if name != "durable_meta"))
+    except Exception:
+        drop_mariadb_database(url)
+        return
+    _MARIADB_FREE.append(database)
+
+
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 def _driver_params() -> list[Any]:
-    return [pytest.param(d, marks=[pytest.mark.postgres] if d == "postgres" else [])
-            for d in DRIVERS]
+    marks = {"postgres": [pytest.mark.postgres], "mariadb": [pytest.mark.mariadb]}
+    return [pytest.param(d, marks=marks.get(d, [])) for d in DRIVERS]
 
 
 @pytest.fixture(params=_driver_params())
@@ -126,18 +266,29 @@ def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
     if driver_name == "stepwise":
         yield f"{STEPWISE_SCHEME}:///{tmp_path / 'durable.db'}"
         return
+    if driver_name == "mariadb":
+        require_mariadb()
+        url = new_mariadb_url()
+        yield url
+        recycle_mariadb_database(url)
+        return
     yield f"sqlite:///{tmp_path / 'durable.db'}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The stepwise driver runs the conformance suite once, on asyncio."""
+    """The stepwise driver runs the conformance suite once, on asyncio; MariaDB
+    runs the suites named above."""
     keep, drop = [], []
     for item in items:
         params = getattr(item, "callspec", None)
         values = params.params if params is not None else {}
         stepwise = values.get("driver_name") == "stepwise"
-        if stepwise and (values.get("anyio_backend") == "trio"
-                         or item.path.name in _NOT_FOR_STEPWISE):
+        mariadb = values.get("driver_name") == "mariadb"
+        trio = values.get("anyio_backend") == "trio"
+        if stepwise and (trio or item.path.name in _NOT_FOR_STEPWISE):
+            drop.append(item)
+        elif mariadb and not (item.path.name in _MARIADB_BOTH_LOOPS
+                              or (item.path.name in _MARIADB_ASYNCIO and not trio)):
             drop.append(item)
         else:
             keep.append(item)
@@ -214,3 +365,13 @@ def make_worker(storage_client: durable.Client) -> Callable[..., durable.Worker]
         return durable.Worker(storage_client, **kwargs)
 
     return make
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop the emptied MariaDB test databases kept for reuse."""
+    while _MARIADB_FREE:
+        database = _MARIADB_FREE.pop()
+        try:
+            _mariadb_admin(f"DROP DATABASE IF EXISTS `{database}`")
+        except Exception:
+            break

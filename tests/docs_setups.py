@@ -245,6 +245,7 @@ def fastapi_app(ns: Namespace) -> None:
         while (body := http.get("/orders/7").json())["status"] != "completed":
             assert time.monotonic() < deadline, body
             time.sleep(0.05)
+        assert http.get("/orders/unknown").status_code == 404  # not a 500
     assert body == {"status": "completed", "failures": []}
 
 

@@ -41,8 +41,11 @@ from conftest import (
     DRIVERS,
     POSTGRES_URL,
     REQUIRE_POSTGRES,
+    drop_mariadb_database,
     drop_postgres_schema,
+    new_mariadb_url,
     new_postgres_url,
+    require_mariadb,
     require_postgres,
 )
 from crash_app import (
@@ -95,6 +98,12 @@ def require_postgres_driver(url: str) -> None:
 @pytest.fixture
 def crash_db(driver_name: str, tmp_path: Path) -> Iterator[str]:
     """A fresh database every worker process of the test shares."""
+    if driver_name == "mariadb":
+        require_mariadb()
+        url = new_mariadb_url()
+        yield url
+        drop_mariadb_database(url)
+        return
     if driver_name != "postgres":
         yield f"sqlite:///{tmp_path / 'crash.db'}"
         return

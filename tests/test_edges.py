@@ -485,3 +485,145 @@ async def test_raw_api_paths_route_on_the_encoded_segments(
     # an unencoded "/" is a path separator, as always
     assert (await http.get(f"/api/workflows/victim/runs/{victim.run_id}",
                            headers=auth)).status_code == 200
+
+
+# ---------------------------------------------------------------- throttling, namespaced tokens
+
+
+def test_the_throttle_counts_failures_per_client_in_a_sliding_window() -> None:
+    from durable.http.throttle import AuthThrottle
+
+    now = [100.0]
+    throttle = AuthThrottle(3, 10.0, max_clients=2, clock=lambda: now[0])
+    for _ in range(2):
+        throttle.failed("a")
+    assert throttle.retry_after("a") is None
+    now[0] += 4
+    throttle.failed("a")
+    assert throttle.retry_after("a") == 6  # until the first failure is 10 s old
+    assert throttle.retry_after("b") is None
+    now[0] += 6
+    assert throttle.retry_after("a") is None  # the two at 100 left the window
+    throttle.failed("a")
+    throttle.failed("a")
+    assert throttle.retry_after("a") == 4  # 104, 110, 110: until 104 is 10 s old
+    throttle.failed("b")
+    throttle.failed("c")  # over max_clients: the oldest ("a") is forgotten
+    assert throttle.retry_after("a") is None
+    assert AuthThrottle(0).retry_after("x") is None
+
+
+@HTTP_ONLY
+async def test_failed_authentications_lock_a_client_out_for_a_while(
+        storage_client: durable.Client) -> None:
+    app = make_app(storage_client, max_auth_failures=5, auth_failure_window=30)
+    now = [1000.0]
+    app.state.durable.throttle.clock = lambda: now[0]
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False,
+                                    client=("203.0.113.7", 5000))
+    neighbour = httpx.ASGITransport(app=app, raise_app_exceptions=False,
+                                    client=("203.0.113.8", 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http, \
+            httpx.AsyncClient(transport=neighbour, base_url="http://127.0.0.1") as other:
+        def auth(token: str) -> dict[str, str]:
+            return {**VERSION, "Authorization": f"Bearer {token}"}
+
+        for attempt in range(5):
+            answer = await http.get("/api/workflows", headers=auth(f"guess-{attempt}"))
+            assert answer.status_code == 401
+        for token in ("guess-6", OPERATOR):  # refused before the token is looked at
+            answer = await http.get("/api/workflows", headers=auth(token))
+            assert answer.status_code == 429, answer.text
+            assert error_code(answer) == "too_many_failed_authentications"
+            assert answer.headers["retry-after"] == "30"
+        assert (await http.get("/metrics", headers=auth(OPERATOR))).status_code == 429
+        assert (await http.get("/healthz")).status_code == 200  # no token: not throttled
+        assert (await other.get("/api/workflows", headers=auth(OPERATOR))).status_code == 200
+        # the UI's login is the same door
+        page = await http.get("/ui/login")
+        csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        refused = await http.post("/ui/login", data={"csrf": csrf, "token": OPERATOR})
+        assert refused.status_code == 429 and "Too many" in refused.text
+        now[0] += 29
+        assert (await http.get("/api/workflows", headers=auth(OPERATOR))).status_code == 429
+        now[0] += 1
+        assert (await http.get("/api/workflows", headers=auth(OPERATOR))).status_code == 200
+        # wrong tokens at the UI's login count too
+        for attempt in range(5):
+            page = await other.get("/ui/login")
+            csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            wrong = await other.post("/ui/login", data={"csrf": csrf, "token": f"g{attempt}"})
+            assert wrong.status_code == 401
+        assert (await other.get("/api/workflows", headers=auth(OPERATOR))).status_code == 429
+
+
+async def test_a_remote_client_guessing_tokens_is_throttled(
+        storage_client: durable.Client, live: str) -> None:
+    async with durable.connect(live, token="not-a-token") as guesser:
+        codes = []
+        for _ in range(12):
+            with pytest.raises(durable.http.AuthenticationFailed) as failed:
+                await guesser.list()
+            codes.append(failed.value.code)  # type: ignore[attr-defined]
+    assert codes[:10] == ["unauthenticated"] * 10
+    assert codes[10:] == ["too_many_failed_authentications"] * 2
+
+
+@HTTP_ONLY
+async def test_a_token_limited_to_namespaces_acts_and_sees_metrics_only_there(
+        storage_client: durable.Client) -> None:
+    tokens = {OPERATOR: "operator", "billing-op": "operator@billing|billing-eu",
+              "billing-view": "viewer@billing"}
+    app = make_app(storage_client, tokens=tokens)
+    await storage_client.with_namespace("billing").start(sleeper, 3600, id="invoice")
+    await storage_client.with_namespace("shipping").start(sleeper, 3600, id="parcel")
+    async with await _asgi(app) as http:
+        def as_(token: str, namespace: str) -> dict[str, str]:
+            return {**VERSION, "Authorization": f"Bearer {token}", "X-Namespace": namespace}
+
+        answer = await http.get("/api/workflows", headers=as_("billing-op", "billing"))
+        assert [r["workflow_id"] for r in answer.json()["workflows"]] == ["invoice"]
+        for namespace in ("shipping", "default"):
+            refused = await http.get("/api/workflows/parcel",
+                                     headers=as_("billing-op", namespace))
+            assert refused.status_code == 403, refused.text
+            assert "billing, billing-eu" in error_message(refused)
+            terminate = await http.post("/api/workflows/parcel/terminate", json={},
+                                        headers=as_("billing-op", namespace))
+            assert terminate.status_code == 403
+        assert (await storage_client.with_namespace("shipping").get_handle(
+            "parcel").describe())["status"] in ("pending", "running")
+        assert (await http.post("/api/workflows/invoice/terminate", json={},
+                                headers=as_("billing-view", "billing"))).status_code == 403
+        metrics = await http.get("/metrics", headers=as_("billing-view", "billing"))
+        assert metrics.status_code == 200
+        assert 'namespace="billing"' in metrics.text
+        assert 'namespace="shipping"' not in metrics.text
+        assert "durable_http_requests_total" in metrics.text  # server-wide, kept
+        everything = await http.get("/metrics", headers=as_(OPERATOR, "default"))
+        assert 'namespace="shipping"' in everything.text
+        # the UI: a session of that token lands in its namespace, and stays there
+        page = await http.get("/ui/login")
+        csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        await http.post("/ui/login", data={"csrf": csrf, "token": "billing-op"})
+        runs = await http.get("/ui/runs")
+        assert runs.status_code == 200 and "invoice" in runs.text
+        assert (await http.get("/ui/runs", params={"ns": "shipping"})).status_code == 403
+        assert (await http.get("/ui/run", params={"ns": "shipping", "wf": "parcel",
+                                                  "run": "x"})).status_code == 403
+
+
+def test_namespaced_token_lists_parse_and_refuse_bad_entries() -> None:
+    from durable.http.auth import Grant, parse_token_list
+
+    tokens = parse_token_list("a:operator, b:c:viewer@x|y.z , d@e:operator@ns:1",
+                              "DURABLE_TOKENS")
+    assert tokens == {"a": "operator", "b:c": "viewer@x|y.z", "d@e": "operator@ns:1"}
+    assert Grant.parse("viewer@x|y.z") == Grant("viewer", frozenset({"x", "y.z"}))
+    for bad in ("t:operator@", "t:operator@bad ns", "t:admin", "t:viewer@|"):
+        with pytest.raises(durable.ConfigurationError):
+            parse_token_list(bad, "DURABLE_TOKENS")
+    with pytest.raises(durable.ConfigurationError, match="namespaces"):
+        create_app_tokens = {"t": "operator@"}
+        from durable.http.auth import TokenSet
+        TokenSet(create_app_tokens)

@@ -195,3 +195,60 @@ def test_the_ui_shows_the_end_of_a_child_the_closed_parent_never_heard_of() -> N
                 "child_closed_at": "2026-04-12T12:00:01+00:00"}]
     assert views.children(events)[0]["outcome"] is None
     assert views.children(events, pending)[0]["outcome"] == "cancelled"
+
+
+@workflow.defn(name="hr-approval")
+class Approval:
+    def __init__(self) -> None:
+        self.by: str | None = None
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.by is not None)
+        return f"approved by {self.by}"
+
+    @workflow.signal
+    def approve(self, by: str) -> None:
+        self.by = by
+
+
+@pytest.mark.remote_client
+async def test_a_signal_records_who_sent_it(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """"Who approved this order" has an answer: the requester and source go
+    with the signal into the history, describe() and the CLI's describe."""
+    handle = await client.start(Approval, id=f"approval-{tmp_path.name}")
+    await handle.signal("approve", "ana", requester={"type": "user", "id": "ana"},
+                        source="ops-portal")
+    async with make_worker(workflows=[Approval]):
+        assert await handle.result() == "approved by ana"
+    sender = {"requester": {"type": "user", "id": "ana"}, "source": "ops-portal"}
+    received = [e.data for e in await handle.history() if e.type == "SignalReceived"]
+    assert received[0]["sender"] == sender
+    info = await handle.describe()
+    assert [(r["name"], r["sender"]) for r in info["received"]] == [("approve", sender)]
+    shown = rendered(_views.describe_renderable(Output(), info, _fmt.utcnow()))
+    assert "by user ana via ops-portal" in shown, shown
+    history = rendered(_views.history_table(
+        [{"sequence": 1, "type": "SignalReceived", "recorded_at": None, "data": received[0]}],
+        None))
+    assert "sent by user ana via ops-portal" in history
+
+
+async def test_a_signal_without_a_requester_says_the_client_sent_it(
+        client: durable.Client, tmp_path: Path) -> None:
+    handle = await client.start(Approval, id=f"approval-anon-{tmp_path.name}")
+    await handle.signal("approve", "bo")
+    data = next(e.data for e in await handle.history() if e.type == "SignalReceived")
+    assert data["sender"] == {"requester": {"type": "client", "id": None, "label": None},
+                              "source": "client"}
+    with pytest.raises(durable.ConfigurationError, match="source"):
+        await handle.signal("approve", "bo", source="")
+
+
+def test_the_review_hint_names_the_cli_command_and_its_flags() -> None:
+    from durable.failure import Failure
+    message = Failure.units_unknown(["r0"], "load-row", "night-1").message or ""
+    assert "durable retry-after-review night-1 --units rerun" in message
+    assert "--units confirm" in message

@@ -691,6 +691,9 @@ async def test_a_patch_deployed_while_runs_sleep_keeps_old_runs_on_the_old_branc
 
 
 async def test_a_version_1_database_is_upgraded_in_place(db_url: str) -> None:
+    if db_url.startswith(("mysql", "mariadb")):
+        pytest.skip("a MariaDB database starts at the current schema version (the driver "
+                    "is new): there is no older one to upgrade")
     async with durable.connect(db_url) as c:  # make it look like version 1
         await c.driver.run(_downgrade)
     async with durable.connect(db_url) as c, durable.Worker(
@@ -728,6 +731,8 @@ def _downgrade(tx: Any) -> Any:
         yield ex(f"ALTER TABLE workers DROP COLUMN {column}")
     for column in ("started_build", "last_build", "blocked_build", "blocked_divergence"):
         yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 5's
+    for column in ("reset_from_run_id", "reset_from_op", "reset_run_id"):
+        yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 6's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 

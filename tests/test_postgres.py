@@ -118,6 +118,43 @@ async def test_schema_from_a_newer_version_is_refused(pg_url: str) -> None:
         await durable.connect(pg_url)
 
 
+async def test_a_mistyped_schema_is_refused_unless_it_may_be_created(pg_url: str) -> None:
+    """create_schema=False (what the CLI's reading commands pass) refuses a
+    schema that is not there, naming the ones that hold durable's tables;
+    the default creates it (a new application's first start)."""
+    async with durable.connect(pg_url):
+        pass  # the application's schema exists now
+    schema = pg_url.rsplit("schema=", 1)[1]
+    typo = pg_url.replace(f"schema={schema}", f"schema={schema}x")
+    with pytest.raises(durable.ConfigurationError) as err:
+        await durable.connect(typo, create_schema=False)
+    message = str(err.value)
+    assert f"schema '{schema}x' does not exist" in message and f"'{schema}'" in message
+    async with durable.connect(pg_url, create_schema=False):
+        pass  # an existing schema is used as before
+    drop_postgres_schema(typo)  # nothing was created: dropping is a no-op
+
+
+def test_the_cli_refuses_a_mistyped_schema(pg_url: str) -> None:
+    """`durable list` with a schema nobody created says so (SQLite's CLI refuses
+    a missing file alike); once the application created it, it reads it."""
+    from click.testing import CliRunner
+
+    from durable.cli._commands import cli
+
+    result = CliRunner().invoke(cli, ["--db", pg_url, "list"])
+    schema = pg_url.rsplit("schema=", 1)[1]
+    assert result.exit_code != 0 and f"schema '{schema}' does not exist" in result.stderr, (
+        result.stdout + result.stderr)
+
+    async def create() -> None:
+        async with durable.connect(pg_url):
+            pass
+
+    anyio.run(create)
+    assert CliRunner().invoke(cli, ["--db", pg_url, "list"]).exit_code == 0
+
+
 _MIGRATE_CHILD = textwrap.dedent("""
     import asyncio, sys
     import durable

@@ -181,3 +181,71 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
                                                            max_running_per_key=1))
     assert (await client.get_handle("a-1").describe())["waiting_for"] == {
         "kind": "key_slot", "queue": "q", "concurrency_key": "k1", "running": 1, "limit": 1}
+
+
+def run_cli(url: str, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from durable.cli._queues import cli
+
+    result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1"},
+                                prog_name="durable")
+    return result
+
+
+async def test_durable_queue_sets_limits_and_shows_them(tmp_path: Any) -> None:
+    import json
+
+    import anyio
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    async with durable.connect(url) as client:
+        await start(client, 2)
+
+    def cli(*args: str) -> Any:
+        return anyio.to_thread.run_sync(run_cli, url, *args)
+
+    done = await cli("queue", "set-limits", "q", "--max-running", "3", "--rate", "100/60",
+                     "--json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["limits"] == {
+        "max_running": 3, "max_running_activities": None, "rate": {"count": 100, "per": 60.0},
+        "activity_rate": None, "max_running_per_key": None}
+    # limits not given keep their value
+    done = await cli("queue", "set-limits", "q", "--max-running-per-key", "1")
+    assert done.exit_code == 0, done.stderr
+    assert "running <= 3, per key <= 1, rate 100/60s" in done.stdout
+    described = await cli("queue", "describe", "q")
+    assert "0 running of 3, 2 waiting" in described.stdout
+    listed = await cli("queue", "list")
+    assert "QUEUE" in listed.stdout and "q " in listed.stdout
+    cleared = await cli("queue", "set-limits", "q", "--clear", "--json")
+    assert json.loads(cleared.stdout)["limits"]["max_running"] is None
+    bad = await cli("queue", "set-limits", "q", "--rate", "fast")
+    assert bad.exit_code == 2 and "write COUNT/SECONDS, e.g. 100/60" in bad.stderr
+
+
+async def test_metrics_show_each_queues_depth_running_limits_and_rate(
+    storage_client: durable.Client,
+) -> None:
+    import httpx
+
+    from durable.http import create_app
+
+    client, store = storage_client, storage_client.store
+    await start(client, 5)
+    await client.set_queue_limits("q", durable.QueueLimits(
+        max_running=2, rate=durable.Rate(100, per=60)))
+    assert len(await claim(store, client, "w", client.clock.now())) == 1  # one rate token
+    app = create_app(client, {"t": "viewer"}, environ={})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as http:
+        text = (await http.get("/metrics", headers={"Authorization": "Bearer t"})).text
+    ns = client.namespace
+    assert f'durable_queue_runs{{namespace="{ns}",queue="q",state="running"}} 1.0' in text
+    assert f'durable_queue_runs{{namespace="{ns}",queue="q",state="waiting"}} 4.0' in text
+    assert f'durable_queue_limit{{limit="max_running",namespace="{ns}",queue="q"}} 2.0' in text
+    assert f'durable_queue_limit{{limit="rate",namespace="{ns}",queue="q"}} 100.0' in text
+    assert (f'durable_queue_rate_period_seconds{{limit="rate",namespace="{ns}",queue="q"}} '
+            "60.0") in text
+    assert f'durable_queue_rate_left{{kind="runs",namespace="{ns}",queue="q"}}' in text

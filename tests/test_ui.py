@@ -14,6 +14,7 @@ when ``DURABLE_REQUIRE_BROWSER=1`` (CI). Screenshots of each page go to
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import signal
@@ -521,3 +522,51 @@ def test_pages_pass_contrast_label_and_landmark_checks(
     audit = login.evaluate(A11Y_AUDIT)
     assert len(audit["low"]) == 1 and audit["low"][0].startswith('P. "faint" 2.')
     assert audit["unlabelled"] == [""]
+
+
+# ---------------------------------------------------------------- safe at the edges (issue 20)
+
+
+def test_a_malformed_cookie_odd_ids_and_unencodable_text_in_the_browser(
+        live: Live, browser: Any, open_page: Callable[..., Any]) -> None:
+    """A non-ASCII session cookie is no session (the login page, then signing
+    in works); runs whose ids hold '/', '..' or '#' open and are acted on as
+    themselves; a result holding a lone surrogate shows escaped."""
+    context = browser.new_context()
+    context.set_default_timeout(WAIT * 1000)
+    context.add_cookies([{"name": "durable_ui", "value": "v1.\u00e9t\u00e9.x",
+                          "url": live.url}])
+    page = context.new_page()
+    response = page.goto(f"{live.url}/ui/runs")
+    assert response is not None and response.status == 200 and "/ui/login" in page.url
+    page.get_by_label("Control-plane token").fill(OPERATOR)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/ui/runs$"))
+    context.close()
+
+    victim = live.start("edge-nobody", "edge-victim")  # no worker: it stays open
+    ids = ["edge-victim/runs/" + victim, "edge/..", "edge #1"]
+    runs = {wid: live.start("edge-nobody", wid) for wid in ids}
+    started = live.api.post("/api/workflows", content=json.dumps({
+        "workflow_type": "ui-greet", "workflow_id": "edge-surrogate", "input": ["\udcff"],
+        "require_registered": False}), headers={"Content-Type": "application/json"})
+    assert started.status_code == 201, started.text
+    greeted = started.json()["run_id"]
+    page = open_page()
+    for wid, run_id in runs.items():
+        page.goto(f"{live.url}/ui/runs")
+        page.get_by_role("link", name=wid, exact=True).first.click()
+        page.wait_for_url(re.compile(r"/ui/run\?"))
+        assert run_id in page.locator("body").inner_text(), wid
+    page.get_by_role("link", name="Terminate…").click()
+    page.wait_for_url(re.compile(r"/ui/run/terminate\?"))
+    page.get_by_role("button", name="Terminate").click()
+    page.wait_for_url(re.compile(r"notice="))
+    terminated = live.api.get("/api/workflows/edge%20%231").json()
+    assert terminated["status"] == "terminated"
+    assert live.status("edge-victim") == "pending"
+    wait_for(lambda: live.status("edge-surrogate") == "completed", "the greeting")
+    page.goto(f"{live.url}/ui/run?wf=edge-surrogate&run={greeted}")
+    assert "hello, \\udcff" in page.locator("body").inner_text()
+    assert not page.js_errors
+

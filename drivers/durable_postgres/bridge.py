@@ -1,95 +1,13 @@
-"""The trio bridge: asyncpg's asyncio loop on a thread of its own.
-
-asyncpg is an asyncio library. On an asyncio host it runs in the host's
-loop; on a trio host the driver runs its calls on this loop thread and the
-engine awaits them without blocking trio.
-"""
+"""The trio bridge: asyncpg's asyncio loop on a thread of its own
+(`durable._bridge.LoopThread`, shared with the MariaDB driver)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-import anyio
-import anyio.to_thread
-
-from durable.errors import StorageClosed
-
-T = TypeVar("T")
+from durable._bridge import LoopThread as _LoopThread
 
 
-class LoopThread:
-    """An asyncio event loop on a daemon thread, for hosts that are not asyncio.
-
-    Each call is submitted with `asyncio.run_coroutine_threadsafe`; its
-    completion wakes the trio task through `TrioToken.run_sync_soon`, which
-    never blocks the asyncio thread (a blocking hand-back, like
-    `anyio.from_thread.run_sync`, would stall every other query until trio
-    next got round to it).
-    """
+class LoopThread(_LoopThread):
+    """asyncpg's loop thread on a trio host."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._stopping = False
-        self._thread = threading.Thread(
-            target=self._main, name="durable-postgres-asyncio", daemon=True
-        )
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-        finally:
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
-
-    async def run(self, fn: Callable[[], Awaitable[T]], *, shield: bool) -> T:
-        import trio
-
-        if self._stopping:
-            raise StorageClosed("the PostgreSQL driver was closed (the client was closed); "
-                                "nothing more can be recorded through it")
-        token = trio.lowlevel.current_trio_token()
-        done = anyio.Event()
-
-        async def call() -> T:
-            return await fn()
-
-        future = asyncio.run_coroutine_threadsafe(call(), self.loop)
-
-        def wake(_: object) -> None:
-            try:
-                token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                pass
-
-        future.add_done_callback(wake)
-        try:
-            with anyio.CancelScope(shield=shield):
-                await done.wait()
-        finally:
-            if not future.done():
-                future.cancel()
-        if future.cancelled() and self._stopping:
-            raise StorageClosed("the PostgreSQL driver was closed while this call waited "
-                                "(the client was closed)")
-        return future.result()
-
-    async def stop(self) -> None:
-        """Cancel what still runs on the loop (a listener's wait: its caller gets
-        `StorageClosed`, never a hang), then stop the loop and its thread."""
-        self._stopping = True
-
-        async def wind_down() -> None:
-            current = asyncio.current_task()
-            others = [t for t in asyncio.all_tasks() if t is not current]
-            for task in others:
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
-            asyncio.get_running_loop().stop()
-
-        asyncio.run_coroutine_threadsafe(wind_down(), self.loop)
-        await anyio.to_thread.run_sync(self._thread.join)
+        super().__init__("the PostgreSQL driver")

@@ -66,6 +66,9 @@ class PostgresDriver:
     `retries` is how often a transaction is retried after a lost connection
     or a conflict before `StorageUnavailable` is raised; `command_timeout`
     bounds each statement, so a vanished server cannot hang a worker.
+    `create_schema=False` refuses a ``?schema=NAME`` that does not exist
+    yet (a mistyped name would otherwise be created, empty, and show no
+    runs); ``durable`` CLI commands that only read pass it.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class PostgresDriver:
         command_timeout: float | None = 60.0,
         retries: int = 5,
         statement_cache_size: int = 512,
+        create_schema: bool = True,
     ) -> None:
         self.hub = WakeHub()
         self.dialect = PostgresDialect()
@@ -100,6 +104,7 @@ class PostgresDriver:
         self.command_timeout = command_timeout
         self.retries = retries
         self.statement_cache_size = statement_cache_size
+        self.create_schema = create_schema
         self.origin = uuid.uuid4().hex[:16]
         self.application_name = self._target.application_name or f"durable:{self.origin}"
         self.log = get_logger("durable.postgres").bind(url=self._target.masked)
@@ -200,6 +205,8 @@ class PostgresDriver:
             raise self._connect_error(exc) from exc
         try:
             async with pool.acquire() as conn:
+                if not self.create_schema:
+                    await self._require_schema(conn)
                 await self._migrate(conn)
         except ConfigurationError as exc:
             await pool.close()
@@ -208,6 +215,23 @@ class PostgresDriver:
             await pool.close()
             raise self._connect_error(exc) from exc
         self._pool = pool
+
+    async def _require_schema(self, conn: Connection) -> None:
+        """Refuse a schema that is not there (create_schema=False), naming the
+        schemas of this database that hold durable's tables."""
+        if self.schema is None or await conn.fetchval(
+                "SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema):
+            return
+        rows = await conn.fetch(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = "
+            "'durable_meta' ORDER BY table_schema")
+        known = ", ".join(repr(r["table_schema"]) for r in rows) or "none"
+        t = self._target
+        raise ConfigurationError(
+            f"schema {self.schema!r} does not exist in database {t.database!r} on {t.address} "
+            f"(from {t.masked!r}); schemas with durable's tables there: {known}. Check "
+            "?schema= for a typo; to start a new schema, connect once with create_schema=True "
+            "(the default of durable.connect; `durable worker` creates it)")
 
     async def _migrate(self, conn: Connection) -> None:
         """Create or check the schema under an advisory lock, so that processes

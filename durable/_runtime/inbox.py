@@ -23,6 +23,11 @@ instance as it is (after replay), with a read-only runtime: nothing they do
 is recorded, and a durable op in them fails with `QueryFailed`. A query is
 answered only after the run's batched local-activity outcomes are recorded,
 so an answer never reflects work a crash could still undo.
+
+Kept whole: deliveries made live, deliveries made again on replay, the
+early ones made before the code starts and the ones a due timer waits for
+all number and order the same deliveries (one counter, one gate, one
+frontier); split apart, each half would have to re-derive the other's order.
 """
 
 from __future__ import annotations

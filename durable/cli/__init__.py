@@ -28,9 +28,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ImportError as exc:
         sys.stderr.write(INSTALL_HINT.format(missing=exc.name or "click or rich") + "\n")
         sys.exit(1)
-    # `schedule`, `prune`, `check-upgrade` and `reset` register from here, not from
-    # _commands, so that they join no import circle (see test_layout)
-    from . import _schedules, _upgrade  # noqa: F401
+    # `schedule`, `prune`, `check-upgrade`, `reset`, `workers` and `queue` register
+    # from here, not from _commands, so that they join no import circle (see test_layout)
+    from . import _queues, _schedules, _upgrade  # noqa: F401
     from ._app import run
 
     run(argv)

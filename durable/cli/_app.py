@@ -314,9 +314,13 @@ class Session:
                 f"no database or server given: pass --db URL (e.g. --db sqlite:///app.db) or "
                 f"--server URL --token T before the command, or set {ENV_DB} / {ENV_SERVER}"
             )
+        options: dict[str, Any] = {}
         if not create_database:
             _check_sqlite_exists(self.db)
-        embedded: durable.Client = await durable.connect(self.db, namespace=self.namespace)
+            if urlsplit(self.db).scheme.split("+", 1)[0].lower() in ("postgresql", "postgres"):
+                options["create_schema"] = False  # a mistyped ?schema= is refused, not created
+        embedded: durable.Client = await durable.connect(self.db, namespace=self.namespace,
+                                                         **options)
         return embedded
 
 
@@ -425,6 +429,6 @@ def cli(ctx: click.Context, db: str | None, server: str | None, token: str | Non
 
 def run(argv: Sequence[str] | None = None) -> None:
     """Run the command line (imports the commands, then hands over to click)."""
-    from . import _commands, _queues  # noqa: F401  (register the commands on `cli`)
+    from . import _commands  # noqa: F401  (registers the commands on `cli`)
 
     cli.main(args=list(argv) if argv is not None else None, prog_name="durable")

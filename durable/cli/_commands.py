@@ -143,7 +143,7 @@ def list_(session: Session, status: str | None, workflow_type: str | None, limit
     async def body(client: durable.Client) -> dict[str, Any]:
         runs = await client.list(status=status, workflow_type=workflow_type, limit=limit + 1)
         keys = ("workflow_id", "run_id", "workflow_type", "status", "run_number",
-                "task_queue", "created_at", "started_at", "closed_at", "closed_reason")
+                "task_queue", "created_at", "started_at", "closed_at", "closed_reason", "waiting")
         shaped = [{k: _fmt.jsonable(r.get(k)) for k in keys} for r in runs[:limit]]
         return {"runs": shaped, "count": len(shaped), "truncated": len(runs) > limit}
 
@@ -361,7 +361,8 @@ def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
     args = parse_args_json(args_json, "--args", "handler's")
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        await client.get_handle(workflow_id, run_id=run_id).signal(name, *args)
+        await client.get_handle(workflow_id, run_id=run_id).signal(
+            name, *args, requester=_requester(), source="cli")
         return {"workflow_id": workflow_id, "run_id": run_id, "signal": name,
                 "recorded": True}
 

@@ -95,3 +95,143 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
         out.console.print(Text(
             f"warning: {clash['kind']} {clash['name']!r} on queue {clash['task_queue']!r} "
             f"has different code on live workers: {shown}", style="yellow"), soft_wrap=True)
+
+
+# ---------------------------------------------------------------- durable queue
+
+
+@cli.group(short_help="See task queues and set their limits.")
+def queue() -> None:
+    """Task queues: what runs and waits on each, and how much may run at once
+    across every worker (docs/queues.md)."""
+
+
+@queue.command("list", short_help="List the queues: limits, running, waiting.")
+@json_option
+@pass_session
+def queue_list(session: Session) -> None:
+    """Every queue that has limits, a live worker, or open work."""
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        found = await client.list_queues()
+        return {"queues": _fmt.jsonable(found), "count": len(found)}
+
+    session.out.emit(session.run(body), queue_table)
+
+
+@queue.command("describe", short_help="Show a queue: limits, running, waiting, rate left.")
+@click.argument("name", metavar="QUEUE")
+@json_option
+@pass_session
+def queue_describe(session: Session, name: str) -> None:
+    """Limits, runs and activity attempts running and waiting (the oldest's
+    age), the rate left, and the keys holding the most slots."""
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        return dict(_fmt.jsonable(await client.describe_queue(name)))
+
+    session.out.emit(session.run(body), queue_view)
+
+
+def _rate(text: str | None) -> durable.Rate | None:
+    """``100/60`` (100 starts per 60 s) or ``100`` (per second)."""
+    if text is None or text.lower() == "none":
+        return None
+    count, _, per = text.partition("/")
+    try:
+        return durable.Rate(int(count), per=float(per) if per else 1.0)
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"{text!r} is not a rate; write COUNT/SECONDS, e.g. 100/60 ({exc})") from exc
+
+
+@queue.command("set-limits", short_help="Set how much of a queue may run at once.")
+@click.argument("name", metavar="QUEUE")
+@click.option("--max-running", type=click.IntRange(1), metavar="N",
+              help="Runs of the queue held by workers at once, across all workers.")
+@click.option("--max-running-activities", type=click.IntRange(1), metavar="N",
+              help="Remote activity attempts of the queue running at once.")
+@click.option("--rate", metavar="N/S", help="First starts of runs per period: 100/60.")
+@click.option("--activity-rate", metavar="N/S", help="Activity attempts started per period.")
+@click.option("--max-running-per-key", type=click.IntRange(1), metavar="N",
+              help="Runs per concurrency key at once.")
+@click.option("--clear", is_flag=True, help="Remove every limit first (then apply the others).")
+@json_option
+@pass_session
+def queue_set_limits(session: Session, name: str, max_running: int | None,
+                     max_running_activities: int | None, rate: str | None,
+                     activity_rate: str | None, max_running_per_key: int | None,
+                     clear: bool) -> None:
+    """Set the queue's limits; the limits not given keep their value (unless
+    --clear). Workers hold to them from their next claim."""
+    run_rate, attempt_rate = _rate(rate), _rate(activity_rate)
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        current = (await client.describe_queue(name))["limits"]
+        merged = {} if clear else {k: v for k, v in current.items() if v is not None}
+        given = {"max_running": max_running, "max_running_activities": max_running_activities,
+                 "max_running_per_key": max_running_per_key,
+                 "rate": run_rate.to_dict() if run_rate else None,
+                 "activity_rate": attempt_rate.to_dict() if attempt_rate else None}
+        merged.update({k: v for k, v in given.items() if v is not None})
+        await client.set_queue_limits(name, durable.QueueLimits.from_dict(merged))
+        return dict(_fmt.jsonable(await client.describe_queue(name)))
+
+    session.out.emit(session.run(body), queue_view)
+
+
+def _limit_text(limits: Mapping[str, Any]) -> str:
+    parts = []
+    for key, label in (("max_running", "running"), ("max_running_per_key", "per key"),
+                       ("max_running_activities", "activities")):
+        if limits.get(key) is not None:
+            parts.append(f"{label} <= {limits[key]}")
+    for key, label in (("rate", "rate"), ("activity_rate", "activity rate")):
+        if limits.get(key):
+            parts.append(f"{label} {limits[key]['count']}/{limits[key]['per']:g}s")
+    return ", ".join(parts) or "none"
+
+
+def queue_table(out: Output, data: Mapping[str, Any]) -> None:
+    found = data.get("queues") or []
+    if not found:
+        out.console.print(Text("No task queues have limits, workers or open work.",
+                               style="dim"))
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("QUEUE", "RUNNING", "WAITING", "OLDEST", "ACTIVITIES", "WORKERS", "LIMITS"):
+        table.add_column(column, overflow="fold")
+    for q in found:
+        runs, acts = q["runs"], q["activities"]
+        oldest = runs.get("oldest_waiting_seconds")
+        table.add_row(q["name"], str(runs["running"]), str(runs["waiting"]),
+                      _fmt.duration(oldest) if oldest is not None else "-",
+                      f"{acts['running']} running, {acts['waiting']} waiting",
+                      str(q["workers"]), _limit_text(q["limits"]))
+    out.console.print(table)
+
+
+def queue_view(out: Output, q: Mapping[str, Any]) -> None:
+    runs, acts, limits = q["runs"], q["activities"], q["limits"]
+    out.console.print(Text.assemble(("Queue ", "bold"), (str(q["name"]), "bold")))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("namespace", str(q.get("namespace")))
+    grid.add_row("limits", _limit_text(limits))
+    of = f" of {limits['max_running']}" if limits.get("max_running") else ""
+    grid.add_row("runs", f"{runs['running']} running{of}, {runs['waiting']} waiting")
+    if runs.get("oldest_waiting_seconds") is not None:
+        grid.add_row("oldest waiting", _fmt.duration(runs["oldest_waiting_seconds"]))
+    if runs.get("rate_left") is not None:
+        grid.add_row("rate left", f"{runs['rate_left']} starts")
+    of = (f" of {limits['max_running_activities']}"
+          if limits.get("max_running_activities") else "")
+    grid.add_row("activities", f"{acts['running']} running{of}, {acts['waiting']} waiting")
+    if acts.get("rate_left") is not None:
+        grid.add_row("activity rate left", f"{acts['rate_left']} starts")
+    if runs.get("running_by_key"):
+        grid.add_row("busiest keys", ", ".join(
+            f"{k} ({n})" for k, n in runs["running_by_key"].items()))
+    grid.add_row("live workers", str(q["workers"]))
+    out.console.print(grid)

@@ -1,12 +1,16 @@
-"""``durable check-upgrade``: would this code take every open run? A deploy gate.
+"""``durable check-upgrade`` (a deploy gate) and ``durable reset`` (repair after a fix).
 
+``check-upgrade``: would this code take every open run?
 It loads the worker MODULE:ATTR names (as ``durable worker`` does, without
 starting it) and replays every open run of its task queue against that code,
 read-only (`durable._runtime.upgrade.check_open_runs`): nothing is claimed,
 executed or recorded. Exit 0 when every run replays; exit 1 listing the runs
 the code cannot take, each with its first diverging op, so that a pipeline
 stops before it ships a build that would leave runs blocked. It reads the
-database itself (``--db``), like a worker. See docs/deploying.md.
+database itself (``--db``), like a worker.
+
+``reset ID --to-op OP --reason R``: `WorkflowHandle.reset`, over ``--db`` or
+``--server``. See docs/deploying.md.
 """
 
 from __future__ import annotations
@@ -61,6 +65,38 @@ def check_upgrade(session: Session, target: str, db: str | None) -> None:
     session.out.emit(result, _report)
     if result["cannot_take"]:
         raise click.exceptions.Exit(EXIT_ERROR)
+
+
+@cli.command(short_help="Continue a failed or stuck run as a new run from an op.")
+@click.argument("workflow_id", metavar="ID")
+@click.option("--to-op", required=True, metavar="OP",
+              help="The op to continue from, e.g. 0:5 (`durable history ID` shows op ids); "
+                   "results recorded before it are kept.")
+@click.option("--reason", default="reset after a fix", show_default=True,
+              help="Why (recorded in both runs' history).")
+@click.option("--run-id", metavar="RUN", help="The run to reset (default: the current run).")
+@json_option
+@pass_session
+def reset(session: Session, workflow_id: str, to_op: str, reason: str,
+          run_id: str | None) -> None:
+    """Repair a failed, timed-out, terminated, cancelled or stuck run after a
+    fix: it continues as a new run of the same workflow id that keeps the
+    results recorded before OP (nothing before it runs again) and runs the
+    rest with the code workers run now. A stuck (open) run is terminated
+    first. The old and the new run name each other (`durable describe`).
+    """
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        return await client.control.reset(workflow_id, run_id, to_op=to_op, reason=reason)
+
+    session.out.emit(session.run(body), _reset)
+
+
+def _reset(out: Output, data: Any) -> None:
+    out.console.print(Text(
+        f"workflow {data['workflow_id']} continues as run {data['run_id']} from op "
+        f"{data['to_op']}, keeping {data['kept_ops']} recorded op(s) of run "
+        f"{data['reset_from_run_id']}", style="green"))
 
 
 def _report(out: Output, data: Any) -> None:

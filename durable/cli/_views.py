@@ -10,6 +10,7 @@ NO_COLOR and pipes lose nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -93,14 +94,17 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Text:
 
 
 def progress_bar(out: Output, done: float, total: float, width: int = 30) -> Text:
-    """``████████░░░░ 412/1000 (41%)``: the fill is in the glyphs, not only the colour."""
+    """``████████░░░░ 412/1000 (41%)``: the fill is in the glyphs, not only the colour.
+
+    Both round down: 199/200 is 99% with one cell empty, never a full bar
+    and 100% while work is left (issue 21)."""
     fraction = max(0.0, min(1.0, done / total))
-    filled = round(fraction * width)
+    filled = math.floor(fraction * width)
     full, empty = (("█", "░") if out.unicode else ("#", "-"))
     number = f"{done:g}/{total:g}"
     return Text.assemble(
         (full * filled, "green"), (empty * (width - filled), "dim"),
-        f" {number} ({fraction * 100:.0f}%)",
+        f" {number} ({math.floor(fraction * 100)}%)",
     )
 
 
@@ -169,7 +173,9 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
                         style="dim")
         table.add_row(
             Text(str(run.get("workflow_id"))), Text(str(run.get("workflow_type"))),
-            status_badge(run.get("status")),
+            Text.assemble(status_badge(run.get("status")), (
+                "" if run.get("waiting") is None else
+                " waiting" if run.get("waiting") else " busy", "dim")),
             Text(f"{run.get('run_number') or '-'} {_short(run.get('run_id'), 8)}"),
             when(started_at, now), took,
         )
@@ -207,6 +213,8 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     if "owner" in run:
         grid.add_row("owner", Text(str(run.get("owner") or "none (no worker holds it)")))
     grid.add_row("started", when(run.get("started_at"), now))
+    if open_ and "waiting_for" in info:
+        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now))
     started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
     if closed_at is not None:
         took = f" after {_fmt.duration((closed_at - started_at).total_seconds())}" \
@@ -254,6 +262,15 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     if pending:
         heading = "Pending operations" if open_ else "Operations open when the run closed"
         parts += [Text(""), Text(heading, style="bold"), pending_table(out, pending, now)]
+    received = [r for r in info.get("received") or [] if isinstance(r, Mapping)]
+    if received:
+        parts += [Text(""), Text("Signals and updates received (latest)", style="bold")]
+        for r in received:
+            line = Text.assemble(f"  #{r.get('seq')} {r.get('kind')} ",
+                                 (str(r.get("name")), "bold"), f"  {r.get('status')}  received ")
+            line.append_text(when(r.get("received_at"), now))
+            line.append(f"  by {sender_text(r.get('sender'))}")
+            parts.append(line)
     failures = info.get("failures") or []
     if failures:
         parts += [Text(""), Text("Failures", style="bold")]
@@ -286,6 +303,8 @@ def pending_table(out: Output, pending: Iterable[Mapping[str, Any]], now: dateti
             details = progress_bar(out, *progress, width=20)
         elif op.get("heartbeat_details") is not None:
             details = Text("heartbeat " + _fmt.compact(op.get("heartbeat_details"), 60))
+        elif op.get("fire_at") and op.get("kind") == "condition":
+            details = Text.assemble("times out ", when(op.get("fire_at"), now))
         elif op.get("fire_at"):
             details = Text.assemble("fires ", when(op.get("fire_at"), now))
         elif op.get("child_workflow_id"):
@@ -363,6 +382,64 @@ def _requester(requester: Any) -> str:
     return str(requester or "-")
 
 
+def waiting_text(waiting: Any, now: datetime) -> Text:
+    """What an open run waits for (describe()["waiting_for"]), in words."""
+    if not isinstance(waiting, Mapping):
+        return Text("nothing: it is busy (its code or an activity runs)", style="green")
+    kind = waiting.get("kind")
+    text = Text()
+    if kind == "timer":
+        text.append("a timer, which fires ")
+        text.append_text(when(waiting.get("fire_at"), now))
+    elif kind == "condition":
+        text.append("a condition (a signal or an update that makes it true)")
+        if waiting.get("timeout_at"):
+            text.append(", or its timeout ")
+            text.append_text(when(waiting.get("timeout_at"), now))
+        else:
+            text.append(", with no timeout")
+    elif kind == "child":
+        text.append(f"child workflow {waiting.get('child_workflow_id')} "
+                    f"({waiting.get('child_status') or 'not started'})")
+    elif kind == "activity":
+        text.append(f"activity {waiting.get('activity')} to be picked up on queue "
+                    f"{waiting.get('queue')} (attempt {waiting.get('attempt')}, available ")
+        text.append_text(when(waiting.get("available_at"), now))
+        text.append(")")
+    elif kind == "activity_worker":
+        text.append(f"activity {waiting.get('activity')} on queue {waiting.get('queue')}, "
+                    f"which no live worker serves ({waiting.get('live_workers')} live "
+                    "worker(s) on it): start one that registers it", style="bold yellow")
+    elif kind == "worker":
+        text.append(f"a worker: none of the {waiting.get('live_workers')} live worker(s) of "
+                    f"queue {waiting.get('queue')} registers {waiting.get('workflow_type')}",
+                    style="bold yellow")
+    elif kind in ("queue_slot", "key_slot"):
+        text.append(f"a {'slot' if kind == 'queue_slot' else 'slot of its key'} on queue "
+                    f"{waiting.get('queue')} ({waiting.get('running')} of "
+                    f"{waiting.get('limit')} running)", style="yellow")
+    elif kind == "rate":
+        text.append(f"the rate limit of queue {waiting.get('queue')} (next start ",
+                    style="yellow")
+        text.append_text(when(waiting.get("next_start_at"), now))
+        text.append(")")
+    elif kind == "review":
+        text.append(f"a person to review it: {waiting.get('hint')}", style="bold red")
+    else:
+        text.append(_fmt.compact(dict(waiting), 120))
+    return text
+
+
+def sender_text(sender: Any) -> str:
+    """Who sent a signal or update: ``user ana (durable CLI on h) via cli``, or
+    the workflow whose code signalled (an external signal)."""
+    if not isinstance(sender, Mapping):
+        return "unknown (not recorded)"
+    if sender.get("workflow_id"):
+        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
+    return f"{_requester(sender.get('requester'))} via {sender.get('source') or '-'}"
+
+
 def _boundary(boundary: Any) -> str:
     if not boundary:
         return "no pending op"
@@ -405,6 +482,8 @@ def event_summary(data: Mapping[str, Any], limit: int = 200,
             continue
         if key == "failure" and isinstance(value, Mapping):
             parts.append(f"failure={_fmt.compact(_failure_message(value), 50)}")
+        elif key == "sender":
+            parts.append(f"sent by {sender_text(value)}")
         elif key == "stop_receipt" and isinstance(value, Mapping):
             parts.append(f"stop_receipt={value.get('kind')}"
                          f"{'' if value.get('confirmed', True) else ' (NOT confirmed)'}")
@@ -721,6 +800,8 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
     progress = _fmt.progress_of(info.get("progress"))
     if progress is not None:
         grid.add_row("units", progress_bar(out, *progress))
+    if open_ and "waiting_for" in info:
+        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now))
     pending = [op for op in info.get("pending_operations") or [] if isinstance(op, Mapping)]
     activities = [op for op in pending if op.get("kind") in ("activity", "local_activity")]
     if not pending:
@@ -741,7 +822,7 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
         name = op.get("name") or op.get("child_workflow_id") or ""
         detail = Text(f"{name} (op {op.get('op_id')})")
         if op.get("fire_at"):
-            detail.append("  fires ")
+            detail.append("  times out " if op.get("kind") == "condition" else "  fires ")
             detail.append_text(deadline(op.get("fire_at"), now, open_))
         grid.add_row(label, detail)
     grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,

@@ -64,7 +64,8 @@ RUN_SUMMARY = obj({
     "run_number": {"type": ["integer", "null"]}, "task_queue": NULLABLE_STRING,
     "created_at": NULLABLE_INSTANT, "started_at": NULLABLE_INSTANT,
     "closed_at": NULLABLE_INSTANT, "closed_reason": NULLABLE_STRING,
-})
+    "waiting": {"type": ["boolean", "null"]},
+}, optional=("waiting",))
 
 LIST = obj({"runs": array(RUN_SUMMARY), "count": INTEGER, "truncated": BOOLEAN})
 
@@ -127,7 +128,8 @@ STOP = obj({
     "fence": {"type": "object"}, "stop_requested_at": NULLABLE_INSTANT,
     "stop_receipt": NULLABLE_OBJECT, "acknowledged_at": NULLABLE_INSTANT,
     "received_after_deadline": {"type": ["boolean", "null"]},
-    "state": {"type": "string", "enum": ["stopped", "signalled", "stopping", "unverified"]},
+    "state": {"type": "string", "enum": ["completed", "stopped", "signalled", "stopping",
+                                                "unverified"]},
 }, closed=False)
 
 CASCADE_RUN = obj({

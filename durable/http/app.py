@@ -43,13 +43,15 @@ from ..client import Client
 from ..errors import ConfigurationError
 from ..wakes import Wake
 from . import hosts, paths
-from .auth import ROLES, TokenSet, load_tokens, role_allows
+from .auth import ROLES, Grant, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, classify
 from .metrics import Metrics
 from .openapi import build_spec
+from .queues import queue_operations
 from .routes import Call, Operation, Param, operations
 from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
+from .throttle import AuthThrottle, client_of
 from .wire import NonFiniteNumber, dumps, loads_finite
 from .workflows import workflow_operations
 
@@ -146,14 +148,17 @@ class ControlPlaneServer:
     """The state behind one app: the storage client, tokens, limits, metrics."""
 
     def __init__(self, client: Client, tokens: TokenSet, *, anonymous_role: str | None,
-                 max_body_bytes: int, max_wait: float, public_metrics: bool) -> None:
+                 max_body_bytes: int, max_wait: float, public_metrics: bool,
+                 throttle: AuthThrottle | None = None) -> None:
         self.client = client
         self.tokens = tokens
+        self.throttle = throttle or AuthThrottle()
         self.anonymous_role = anonymous_role
         self.max_body_bytes = max_body_bytes
         self.max_wait = max_wait
         self.public_metrics = public_metrics
-        self.operations = operations() + workflow_operations() + schedule_operations()
+        self.operations = (operations() + workflow_operations() + schedule_operations()
+                           + queue_operations())
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
@@ -174,15 +179,17 @@ class ControlPlaneServer:
                             requested_version=value,
                             remediation=f"send '{VERSION_HEADER}: {VERSION}'")
 
-    def _authenticate(self, request: Request, required: str) -> str:
+    def _authenticate(self, request: Request, required: str) -> Grant:
         header = request.headers.get("authorization")
         if header is None or (not len(self.tokens) and self.anonymous_role is not None):
             if self.anonymous_role is None:
                 raise HTTPError(401, "unauthenticated",
                                 "this route needs 'Authorization: Bearer <token>'",
                                 headers={"WWW-Authenticate": 'Bearer realm="durable"'})
-            role = self.anonymous_role
+            grant = Grant(self.anonymous_role)
         else:
+            client = client_of(request.scope)
+            self.check_throttle(client)
             scheme, _, token = header.strip().partition(" ")
             token = token.strip()
             if scheme.lower() != "bearer" or not token:
@@ -190,14 +197,33 @@ class ControlPlaneServer:
                                 "the Authorization header must be 'Bearer <token>'",
                                 headers={"WWW-Authenticate":
                                          'Bearer realm="durable", error="invalid_request"'})
-            found = self.tokens.role_of(token)
+            found = self.tokens.grant_of(token)
             if found is None:
+                self.throttle.failed(client)
                 raise HTTPError(401, "unauthenticated", "the bearer token is not known here",
                                 headers={"WWW-Authenticate":
                                          'Bearer realm="durable", error="invalid_token"'})
-            role = found
-        self.authorize(role, required)
-        return role
+            grant = found
+        self.authorize(grant.role, required)
+        return grant
+
+    def check_throttle(self, client: str) -> None:
+        """429 while `client` has too many recent failed authentications (throttle.py)."""
+        wait = self.throttle.retry_after(client)
+        if wait is not None:
+            raise HTTPError(429, "too_many_failed_authentications",
+                            f"too many failed authentications from this client; try again "
+                            f"in {wait} s", headers={"Retry-After": str(wait)},
+                            retry_after_seconds=wait)
+
+    @staticmethod
+    def check_namespace(grant: Grant, namespace: str) -> None:
+        """403 unless the token may act in `namespace`."""
+        if not grant.allows_namespace(namespace):
+            allowed = ", ".join(sorted(grant.namespaces or ()))
+            raise HTTPError(403, "forbidden",
+                            f"this token may act in the namespaces {allowed} only, not in "
+                            f"{namespace!r}", namespace=namespace)
 
     @staticmethod
     def authorize(role: str, required: str) -> None:
@@ -308,16 +334,19 @@ class ControlPlaneServer:
 
     async def perform(self, operation_id: str, *, role: str, namespace: str,
                       params: Mapping[str, Any], body: Any = None,
-                      request_id: str = "") -> tuple[int, Any]:
+                      request_id: str = "",
+                      namespaces: frozenset[str] | None = None) -> tuple[int, Any]:
         """Run the route `operation_id` for a caller already authenticated as
         `role` (the web UI: its session stands for the token). The same role
         check, parameter and body validation and handler as the HTTP route;
-        raises `HTTPError` or the handler's durable error like the route would."""
+        raises `HTTPError` or the handler's durable error like the route would.
+        `namespaces` limits the namespaces, as the token's `Grant` does."""
         op = self.by_id.get(operation_id)
         if op is None:
             raise HTTPError(404, "route_not_found", f"no operation {operation_id!r}")
         if op.role is not None:
             self.authorize(role, op.role)
+        self.check_namespace(Grant(role, namespaces), namespace)
         if not _NAMESPACE.match(namespace):
             raise HTTPError(400, "invalid_parameter",
                             "the namespace must be 1 to 128 letters, digits, '.', '_', ':' "
@@ -380,8 +409,11 @@ class ControlPlaneServer:
             try:
                 if op.versioned:
                     self._check_version(request)
-                role = self._authenticate(request, op.role) if op.role else None
+                grant = self._authenticate(request, op.role) if op.role else None
+                role = grant.role if grant else None
                 namespace = self._namespace(request)
+                if grant is not None:
+                    self.check_namespace(grant, namespace)
                 request.scope["durable.namespace"] = namespace
                 params = self._params(op, request)
                 body = await self._body(op, request)
@@ -423,9 +455,10 @@ class ControlPlaneServer:
     async def metrics_endpoint(self, request: Request) -> Response:
         request.scope["durable.route"] = "/metrics"
         try:
+            namespaces = None
             if not self.public_metrics:
-                self._authenticate(request, "viewer")
-            text, content_type = await self.metrics.render()
+                namespaces = self._authenticate(request, "viewer").namespaces
+            text, content_type = await self.metrics.render(namespaces)
         except HTTPError as exc:
             return error_response(exc.status, exc.code, exc.message, headers=exc.headers,
                                   **exc.extra)
@@ -536,6 +569,8 @@ def create_app(
     ui: bool = True,
     ui_secret: str | bytes | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    max_auth_failures: int = 10,
+    auth_failure_window: float = 60.0,
 ) -> Starlette:
     """The control plane for the storage `client` opened, as an ASGI app.
 
@@ -558,6 +593,11 @@ def create_app(
     refused (400 host_not_allowed), which stops DNS rebinding. Default: the
     loopback names when `anonymous_role` is set, any host otherwise
     (`durable.http.hosts`).
+
+    `max_auth_failures` failed authentications (unknown tokens, refused UI
+    logins) from one client address within `auth_failure_window` seconds
+    lock it out with 429 and Retry-After until they age out
+    (`durable.http.throttle`); 0 turns the limit off.
 
     The client's namespace does not matter: each request acts in the
     namespace of its ``X-Namespace`` header through `Client.with_namespace`.
@@ -592,9 +632,16 @@ def create_app(
         raise ConfigurationError(
             f"max_body_bytes must be an integer of at least 1024, got {max_body_bytes!r}"
         )
+    if isinstance(max_auth_failures, bool) or not isinstance(max_auth_failures, int) or (
+        max_auth_failures < 0
+    ) or not (isinstance(auth_failure_window, int | float) and auth_failure_window > 0):
+        raise ConfigurationError(
+            "max_auth_failures must be an integer >= 0 (0: no limit) and auth_failure_window "
+            f"seconds > 0, got {max_auth_failures!r} and {auth_failure_window!r}")
     plane = ControlPlaneServer(client, token_set, anonymous_role=anonymous_role,
                          max_body_bytes=max_body_bytes, max_wait=float(max_wait),
-                         public_metrics=public_metrics)
+                         public_metrics=public_metrics,
+                         throttle=AuthThrottle(max_auth_failures, float(auth_failure_window)))
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for op in plane.operations:
         by_path.setdefault(op.path, {})[op.method] = plane.endpoint(op)

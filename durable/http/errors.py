@@ -162,7 +162,7 @@ def error_from_wire(status: int, body: Any) -> DurableError:
         exc = _CARRYING[code](message, failure)
         if failure:
             exc.__cause__ = Failure.from_dict(failure).to_error()
-    elif status == 401:
+    elif status == 401 or code == "too_many_failed_authentications":
         exc = AuthenticationFailed(message, status=status, code=code, details=details)
     elif status == 403:
         exc = PermissionDenied(message, status=status, code=code, details=details)

@@ -13,6 +13,19 @@ Gauges, counted in storage at every scrape (one read transaction,
 - ``durable_runs_blocked{namespace,build_id}``: open runs a build cannot take
   (its code does not replay their history: the upgrade gate).
 
+Queue gauges, counted at every scrape (`Store.queue_gauges`; docs/queues.md):
+
+- ``durable_queue_runs{namespace,queue,state}``: runs running (held under a
+  live lease) and waiting (ready, no live owner): the queue's depth.
+- ``durable_queue_activities{namespace,queue,state}``: the same for remote
+  activity attempts.
+- ``durable_queue_limit{namespace,queue,limit}``: each limit that is set
+  (max_running, max_running_activities, max_running_per_key, rate,
+  activity_rate: the count per ``rate_period``).
+- ``durable_queue_rate_period_seconds{namespace,queue,limit}`` and
+  ``durable_queue_rate_left{namespace,queue,kind}``: a rate's period, and the
+  starts it allows now (runs, activities).
+
 Counters, from the history events recorded since this process first served
 /metrics (the scrape reads the event table after the last event it saw, by
 primary key; a restart starts again from the newest event, which Prometheus
@@ -123,6 +136,19 @@ class Metrics:
         self.blocked = Gauge("durable_runs_blocked",
                              "Open runs a build cannot take (its code does not replay them).",
                              ["namespace", "build_id"], registry=r)
+        self.queue_runs = Gauge("durable_queue_runs", "Runs of a task queue running or waiting.",
+                                ["namespace", "queue", "state"], registry=r)
+        self.queue_activities = Gauge(
+            "durable_queue_activities", "Activity attempts of a task queue running or waiting.",
+            ["namespace", "queue", "state"], registry=r)
+        self.queue_limit = Gauge("durable_queue_limit", "A task queue's limits that are set.",
+                                 ["namespace", "queue", "limit"], registry=r)
+        self.queue_rate_period = Gauge("durable_queue_rate_period_seconds",
+                                       "The period of a task queue's rate limit.",
+                                       ["namespace", "queue", "limit"], registry=r)
+        self.queue_rate_left = Gauge("durable_queue_rate_left",
+                                     "Starts a task queue's rate allows now.",
+                                     ["namespace", "queue", "kind"], registry=r)
         self.events = Counter("durable_events", "History events recorded, by type.",
                               ["namespace", "type"], registry=r)
         self.attempts = Counter("durable_activity_attempts",
@@ -175,6 +201,7 @@ class Metrics:
         """Read counts and new events from storage (one scrape at a time)."""
         async with self._lock:
             self._set_driver_gauges()
+            self._set_queue_gauges(await self.store.queue_gauges(time.time()))
             await self._refresh_schedules()
             for _ in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
@@ -237,6 +264,24 @@ class Metrics:
         for (namespace, lifecycle), count in open_cancellations.items():
             self.open_cancellations.labels(namespace, lifecycle).set(count)
 
+    def _set_queue_gauges(self, found: list[dict[str, Any]]) -> None:
+        for gauge in (self.queue_runs, self.queue_activities, self.queue_limit,
+                      self.queue_rate_period, self.queue_rate_left):
+            gauge.clear()
+        for q in found:
+            ns, name = q["namespace"], q["queue"]
+            for state in ("running", "waiting"):
+                self.queue_runs.labels(ns, name, state).set(q[f"runs_{state}"])
+                self.queue_activities.labels(ns, name, state).set(q[f"activities_{state}"])
+            for limit, value in q["limits"].items():
+                if isinstance(value, dict):
+                    self.queue_limit.labels(ns, name, limit).set(value["count"])
+                    self.queue_rate_period.labels(ns, name, limit).set(value["per"])
+                elif value is not None:
+                    self.queue_limit.labels(ns, name, limit).set(value)
+            for kind, left in q["rate_left"].items():
+                self.queue_rate_left.labels(ns, name, kind).set(left)
+
     def _set_driver_gauges(self) -> None:
         gauges = getattr(self.store.driver, "gauges", None)
         for name, (doc, value) in (gauges() if gauges is not None else {}).items():
@@ -297,7 +342,29 @@ class Metrics:
         elif kind == "WorkflowTerminated":
             self.cancellations.labels(ns, "terminated").inc()
 
-    async def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition after reading storage."""
+    async def render(self, namespaces: frozenset[str] | None = None) -> tuple[bytes, str]:
+        """The Prometheus text exposition after reading storage; with `namespaces`
+        (a token limited to them) only their samples of the per-namespace
+        metrics, and the server-wide ones (HTTP traffic, lateness, driver gauges)."""
         await self.refresh()
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        if namespaces is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(_OnlyNamespaces(self.registry, namespaces)), CONTENT_TYPE_LATEST
+
+
+class _OnlyNamespaces:
+    """A registry view holding the samples of these namespaces only (and
+    samples without a namespace label)."""
+
+    def __init__(self, registry: CollectorRegistry, namespaces: frozenset[str]) -> None:
+        self.registry = registry
+        self.namespaces = namespaces
+
+    def collect(self) -> Any:
+        for family in self.registry.collect():
+            family.samples = [
+                sample for sample in family.samples
+                if "namespace" not in sample.labels
+                or sample.labels["namespace"] in self.namespaces
+            ]
+            yield family

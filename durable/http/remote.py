@@ -227,6 +227,15 @@ class RemoteControl:
             body={"units": units} if units is not None else {})
         return bool(data["cleared"])
 
+    async def reset(self, workflow_id: str, run_id: str | None, *, to_op: str,
+                    reason: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"to_op": to_op, "reason": reason}
+        if run_id is not None:
+            body["run_id"] = run_id
+        _, data = await self._call("POST", f"/api/workflows/{_segment(workflow_id)}/reset",
+                                   body=body)
+        return dict(data)
+
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         _, data = await self._call("GET", "/api/workflows", params={
@@ -239,10 +248,13 @@ class RemoteControl:
         _, data = await self._call("POST", "/api/repair-pass")
         return {str(k): int(v) for k, v in data["counts"].items()}
 
-    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str) -> None:
+    async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
+                     sender: dict[str, Any] | None = None) -> None:
+        body: dict[str, Any] = {"input": json.loads(args)}
+        if sender is not None:  # the server records who its caller says asked
+            body.update(requester=sender.get("requester"), source=sender.get("source"))
         await self._call("POST", self._run_path(workflow_id, run_id,
-                                                f"signal/{_segment(name)}"),
-                         body={"input": json.loads(args)})
+                                                f"signal/{_segment(name)}"), body=body)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

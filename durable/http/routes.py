@@ -144,6 +144,18 @@ REVIEW_BODY = check_schema({
     }},
 })
 
+RESET_BODY = check_schema({
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["to_op", "reason"],
+    "properties": {
+        "to_op": text(255, "The op id to continue from (history shows each op's id); "
+                           "results recorded before it are kept."),
+        "reason": text(10_000, "Why the run is reset (recorded in both runs' history)."),
+        "run_id": text(200, "The run to reset (default: the current run)."),
+    },
+})
+
 ERROR_SCHEMA: Schema = {
     "type": "object",
     "required": ["message", "reason"],
@@ -211,6 +223,13 @@ async def cascade(call: Call) -> tuple[int, Any]:
 async def retry_after_review(call: Call) -> tuple[int, Any]:
     return 200, {"cleared": await call.client.control.clear_review(
         call.params["workflowId"], units=call.body.get("units"))}
+
+
+async def reset(call: Call) -> tuple[int, Any]:
+    body = call.body
+    return 200, await call.client.control.reset(
+        call.params["workflowId"], body.get("run_id"), to_op=body["to_op"],
+        reason=body["reason"])
 
 
 async def repair_pass(call: Call) -> tuple[int, Any]:
@@ -341,6 +360,19 @@ def operations() -> list[Operation]:
             replies=(Reply(200, "cleared is false when the run was not marked.", {
                 "type": "object", "required": ["cleared"],
                 "properties": {"cleared": {"type": "boolean"}}}),),
+        ),
+        Operation(
+            "POST", "/api/workflows/{workflowId}/reset", "resetWorkflow",
+            "Continue a failed or stuck run as a new run from an op, keeping the results "
+            "recorded before it", reset,
+            "operator", params=(WORKFLOW_ID,), body=RESET_BODY,
+            replies=(Reply(200, "The new run, and the run and op it continues from.", {
+                "type": "object",
+                "required": ["workflow_id", "run_id", "reset_from_run_id", "to_op", "kept_ops"],
+                "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
+                               "reset_from_run_id": ID_FIELD, "to_op": {"type": "string"},
+                               "kept_ops": {"type": "integer"},
+                               "reason": {"type": "string"}}}),),
         ),
     ]
     ops += _run_scoped(

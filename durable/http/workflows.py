@@ -8,6 +8,9 @@ fields and answers (`durable.http.model`), so its own Python client
 extra request fields (``id_reuse_policy``, ``require_registered``,
 ``requester``, ``source``, ``timeout_seconds``) and extra answer fields,
 never a changed meaning of the reference's.
+
+Kept whole: it is one contract, read against one client; its request
+schemas, answers and handlers change together when the reference's do.
 """
 
 from __future__ import annotations
@@ -84,7 +87,13 @@ REQUEST_ID = {**text(255, "The caller's command key (1-255 characters)."),
               "type": ["string", "null"]}
 SIGNAL_BODY = check_schema({
     "type": "object", "additionalProperties": False,
-    "properties": {"input": PAYLOAD, "request_id": REQUEST_ID},
+    "properties": {
+        "input": PAYLOAD, "request_id": REQUEST_ID,
+        "requester": {"type": ["object", "null"],
+                      "description": "Extension: who sends it (recorded as given); by "
+                                     "default the role."},
+        "source": {**text(200, "Extension: where the signal came from."), "default": "http"},
+    },
 })
 QUERY_BODY = check_schema({
     "type": "object", "additionalProperties": False,
@@ -345,8 +354,11 @@ async def history(call: Call) -> tuple[int, Any]:
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
     args = _arguments(body.get("input"), "input")
+    sender = {"requester": body.get("requester") or {"type": "http", "id": None,
+                                                     "label": call.role},
+              "source": body.get("source") or "http"}
     await call.client.control.signal(p["workflowId"], p.get("runId"), p["signalName"],
-                                     encode_payload(args))
+                                     encode_payload(args), sender=sender)
     return 202, {"workflow_id": p["workflowId"], "run_id": p.get("runId"),
                  "signal_name": p["signalName"], "request_id": body.get("request_id"),
                  "outcome": "signal_received", "recorded": True}

@@ -26,6 +26,7 @@ from . import (
     inspection,
     interaction,
     queues,
+    reset,
     retention,
     runs,
     schedule_stats,
@@ -94,6 +95,12 @@ class Store:
     ) -> tuple[dict[str, RunRecord], list[tuple[str, OpRecord]]]:
         """Many owned runs' state and the closed ops they wait on, in one read."""
         return await self.driver.run(lambda tx: runs.resync(run_ids, waiting), write=False)
+
+    async def reset_run(self, namespace: str, workflow_id: str, run_id: str | None, to_op: str,
+                        reason: str, now: float) -> dict[str, Any]:
+        """Continue a failed or stuck run as a new run from `to_op` (`store.reset`)."""
+        return await self.driver.run(lambda tx: reset.reset_run(
+            tx, namespace, workflow_id, run_id, to_op, reason, now))
 
     async def clear_review(self, namespace: str, workflow_id: str, now: float,
                            units: str | None = None) -> bool:
@@ -256,10 +263,12 @@ class Store:
     # ---------------------------------------------------------------- interaction
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
-                          name: str, payload: str, now: float) -> InboxItem:
-        """Record a received signal. Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
+                          name: str, payload: str, now: float,
+                          sender: dict[str, Any] | None = None) -> InboxItem:
+        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
+        `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
@@ -406,6 +415,10 @@ class Store:
         """A queue's limits, what runs and waits, and the rate left."""
         return await self.driver.run(lambda tx: queues.describe_queue(namespace, name, now),
                                      write=False)
+
+    async def queue_gauges(self, now: float) -> list[dict[str, Any]]:
+        """Every queue's running, waiting, limits and rate left (for /metrics)."""
+        return await self.driver.run(lambda tx: queues.gauges(now), write=False)
 
     async def list_queues(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """`describe_queue` of every queue known in the namespace."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import to_iso
-from ..driver import Program, Tx, ex, q, q1
+from ..driver import Program, Tx, ex, placeholders, q, q1
 from ..failure import Failure
 from ..wakes import Wake
 from . import cancellation, interaction
@@ -338,11 +338,14 @@ def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
     if not pairs or not tx.lock:
         return None
     match = " OR ".join("(run_id = ? AND op_id = ?)" for _ in pairs)
-    yield q(
-        f"SELECT task_id FROM activity_tasks WHERE task_id IN (SELECT task_id FROM ops "
-        f"WHERE {match}) ORDER BY task_id" + tx.lock,
-        *(value for pair in pairs for value in pair),
-    )
+    # The ids first, then the lock by primary key: a locking read whose plan
+    # scans (a semi-join may) waits for every row lock it meets on InnoDB.
+    ops = yield q(f"SELECT task_id FROM ops WHERE {match}",
+                  *(value for pair in pairs for value in pair))
+    ids = sorted({r["task_id"] for r in ops if r["task_id"] is not None})
+    if ids:
+        yield q(f"SELECT task_id FROM activity_tasks WHERE task_id IN ({placeholders(len(ids))}) "
+                "ORDER BY task_id" + tx.lock, *ids)
     return None
 
 

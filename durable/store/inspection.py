@@ -44,9 +44,14 @@ def describe(
     failure_rows = yield q(
         "SELECT data FROM failures WHERE run_id = ? ORDER BY id", run.run_id
     )
+    # the latest signals and updates, with who sent them ("who approved this?")
+    received = yield q(
+        "SELECT seq, kind, name, update_id, sender, received_at, status, delivered_at "
+        "FROM inbox WHERE run_id = ? ORDER BY seq DESC LIMIT 20", run.run_id)
     open_ops = yield q(
         "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
-        "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure "
+        "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure, "
+        "t.task_queue AS task_queue, t.available_at AS available_at "
         "FROM ops o LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
         "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at, o.op_id",
         run.run_id,
@@ -82,8 +87,14 @@ def describe(
         unknown = run.failure is not None and run.failure.category == "unknown"
         status = "unknown" if unknown else "needs_review"
     waiting = None
-    if now is not None and run.is_open and not run.needs_review:
+    if now is not None and run.is_open and run.needs_review:
+        waiting = {"kind": "review", "status": status,
+                   "hint": f"durable retry-after-review {run.workflow_id}"
+                           + (" --units rerun|confirm" if status == "unknown" else "")}
+    elif now is not None and run.is_open:
         waiting = yield from _waiting_for(run, now)
+        if waiting is None:
+            waiting = yield from _waiting_on(run, pending, now)
     return {
         "workflow_id": wf["workflow_id"],
         "workflow_type": wf["workflow_type"],
@@ -122,6 +133,9 @@ def describe(
             "continued_run_id": run.continued_run_id,
             "started_build": run.started_build,
             "last_build": run.last_build,
+            "reset_from_run_id": run.reset_from_run_id,
+            "reset_from_op": run.reset_from_op,
+            "reset_run_id": run.reset_run_id,
         },
         "blocked": blocked(run),
         "pending_operations": [
@@ -136,6 +150,12 @@ def describe(
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
+        "received": [
+            {"seq": r["seq"], "kind": r["kind"], "name": r["name"], "update_id": r["update_id"],
+             "sender": loads(r["sender"]), "received_at": to_iso(r["received_at"]),
+             "status": r["status"], "delivered_at": to_iso(r["delivered_at"])}
+            for r in reversed(received)
+        ],
         "cancellation": describe_cancellation(run.cancellation),
     }
 
@@ -155,6 +175,45 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
     if not any(run.workflow_type in json.loads(w["workflow_types"]) for w in serving):
         return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
                 "live_workers": len(serving)}
+    return None
+
+
+def _waiting_on(run: RunRecord, pending: list[dict[str, Any]],
+               now: float) -> Program[dict[str, Any] | None]:
+    """What the run's code waits for, from its open ops; None while it is busy
+    (an activity attempt runs, or nothing is open: the code runs).
+
+    An activity no live worker of its queue registers comes first (it would
+    wait forever), then a running attempt (busy), then the first open op: a
+    timer (``fire_at``), a condition (``timeout_at``, None: only a signal or
+    an update can end it), a child, an activity waiting to be picked up.
+    """
+    activities = [p for p in pending if p["kind"] == "activity"]
+    for p in activities:
+        if p["task_status"] != "pending" or not p["task_queue"]:
+            continue
+        serving = yield q("SELECT activity_names FROM workers WHERE namespace = ? AND "
+                          "task_queue = ? AND expires_at >= ?", run.namespace,
+                          p["task_queue"], now)
+        if not any(p["name"] in json.loads(w["activity_names"]) for w in serving):
+            return {"kind": "activity_worker", "op_id": p["op_id"], "activity": p["name"],
+                    "queue": p["task_queue"], "live_workers": len(serving)}
+    if any(p["task_status"] == "running" for p in activities):
+        return None
+    for p in pending:
+        if p["kind"] == "timer":
+            return {"kind": "timer", "op_id": p["op_id"], "fire_at": to_iso(p["fire_at"])}
+        if p["kind"] == "condition":
+            return {"kind": "condition", "op_id": p["op_id"],
+                    "timeout_at": to_iso(p["fire_at"])}
+        if p["kind"] == "child":
+            return {"kind": "child", "op_id": p["op_id"],
+                    "child_workflow_id": p["child_workflow_id"],
+                    "child_status": p.get("child_status")}
+        if p["kind"] == "activity" and p["task_status"] == "pending":
+            return {"kind": "activity", "op_id": p["op_id"], "activity": p["name"],
+                    "queue": p["task_queue"], "attempt": p["attempt"],
+                    "available_at": to_iso(p["available_at"])}
     return None
 
 
@@ -274,6 +333,11 @@ def list_runs(
     ]
     if status in REVIEW_STATUSES:  # the two share a column: told apart by the failure
         summaries = [r for r in summaries if r["status"] == status]
+    busy = yield from _busy_runs([r["run_id"] for r in rows if r["status"] == "running"
+                                  and not r["needs_review"]])
+    for summary in summaries:
+        open_ = summary["status"] in ("pending", "running", *REVIEW_STATUSES)
+        summary["waiting"] = (summary["run_id"] not in busy) if open_ else None
     return summaries, next_key
 
 
@@ -282,6 +346,25 @@ def run_ids(namespace: str, workflow_id: str) -> Program[list[str]]:
     rows = yield q("SELECT run_id FROM runs WHERE namespace = ? AND workflow_id = ? "
                    "ORDER BY created_at, run_number", namespace, workflow_id)
     return [str(r["run_id"]) for r in rows]
+
+
+def _busy_runs(run_ids: list[str]) -> Program[set[str]]:
+    """Of these open runs, those at work: an activity attempt (or a local
+    activity) runs, or no op is open (the code runs, or waits to be taken:
+    told apart by describe's waiting_for). The rest wait (a timer, a
+    condition, a child, an attempt not yet picked up). One read per page."""
+    if not run_ids:
+        return set()
+    rows = yield q(
+        "SELECT o.run_id, o.kind, t.status AS task_status FROM ops o "
+        "LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
+        f"WHERE o.run_id IN ({placeholders(len(run_ids))}) AND o.status = 'scheduled' "
+        "AND o.kind NOT IN ('phase', 'units')", *run_ids)
+    waiting_on: dict[str, bool] = {}
+    for r in rows:
+        working = r["kind"] == "local_activity" or r["task_status"] == "running"
+        waiting_on[r["run_id"]] = waiting_on.get(r["run_id"], True) and not working
+    return {run_id for run_id in run_ids if not waiting_on.get(run_id, False)}
 
 
 def cascade(

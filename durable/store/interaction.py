@@ -148,15 +148,18 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
 
 
 def send_signal(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, name: str,
-                payload: str, now: float) -> Program[InboxItem]:
-    """A client's signal. Raises `WorkflowNotFound`, `RunAlreadyClosed` (nothing recorded)."""
+                payload: str, now: float,
+                sender: dict[str, Any] | None = None) -> Program[InboxItem]:
+    """A client's signal, with who sent it (``{"requester", "source"}``, as a
+    cancellation request records them). Raises `WorkflowNotFound`,
+    `RunAlreadyClosed` (nothing recorded)."""
     row = yield from _target_run(tx, namespace, workflow_id, run_id)
     if row["status"] not in OPEN_STATUSES:
         raise RunAlreadyClosed(
             f"workflow {workflow_id!r} run {row['run_id']} is already {row['status']}; "
             "signals reach open runs only (start a new run, e.g. with signal_with_start)"
         )
-    return (yield from insert_signal(tx, row, name, payload, now))
+    return (yield from insert_signal(tx, row, name, payload, now, sender))
 
 
 def signal_with_start(tx: Tx, request: StartRequest, name: str, payload: str,

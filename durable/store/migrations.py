@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -50,6 +50,12 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN last_build TEXT",
         "ALTER TABLE runs ADD COLUMN blocked_build TEXT",
         "ALTER TABLE runs ADD COLUMN blocked_divergence TEXT",
+    ),
+    # 6: reset: the run a reset continued (and from which op), and the run it became
+    6: (
+        "ALTER TABLE runs ADD COLUMN reset_from_run_id TEXT",
+        "ALTER TABLE runs ADD COLUMN reset_from_op TEXT",
+        "ALTER TABLE runs ADD COLUMN reset_run_id TEXT",
     ),
 }
 

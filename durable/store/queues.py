@@ -327,3 +327,45 @@ def waiting_for(namespace: str, name: str, run_concurrency_key: str | None,
         return {"kind": "rate", "queue": name, "rate": limits["rate"],
                 "next_start_at": to_iso(bucket.next_token_at())}
     return None
+
+
+def gauges(now: float) -> Program[list[dict[str, Any]]]:
+    """Per (namespace, queue), for /metrics: runs and activity attempts running
+    (under a live lease) and waiting (ready, no live owner), the limits, and
+    the rate left; one read of a few grouped counts."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def entry(namespace: str, name: str) -> dict[str, Any]:
+        return found.setdefault((namespace, name), {
+            "namespace": namespace, "queue": name, "runs_running": 0, "runs_waiting": 0,
+            "activities_running": 0, "activities_waiting": 0, "limits": {},
+            "rate_left": {}})
+
+    counts = (
+        ("runs_running", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
+         "('pending', 'running') AND owner IS NOT NULL AND lease_expires_at > ? "
+         "GROUP BY namespace, task_queue", (now,)),
+        ("runs_waiting", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
+         "('pending', 'running') AND needs_review = 0 AND ready_at <= ? AND (owner IS NULL OR "
+         "lease_expires_at <= ?) GROUP BY namespace, task_queue", (now, now)),
+        ("activities_running", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
+         "WHERE status = 'running' AND lease_expires_at > ? GROUP BY namespace, task_queue",
+         (now,)),
+        ("activities_waiting", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
+         "WHERE status = 'pending' AND available_at <= ? GROUP BY namespace, task_queue",
+         (now,)),
+    )
+    for key, sql, params in counts:
+        for r in (yield q(sql, *params)):
+            entry(str(r["namespace"]), str(r["task_queue"]))[key] = int(r["n"])
+    for r in (yield q(f"SELECT namespace, name, {_COLUMNS} FROM task_queues")):
+        limits = json.loads(r["limits"])
+        e = entry(str(r["namespace"]), str(r["name"]))
+        e["limits"] = limits
+        for kind, rate, tokens, at in (("runs", "rate", "run_tokens", "run_refilled_at"),
+                                       ("activities", "activity_rate", "activity_tokens",
+                                        "activity_refilled_at")):
+            bucket = _bucket(limits.get(rate), r[tokens], r[at], now)
+            if bucket is not None:
+                e["rate_left"][kind] = bucket.tokens
+    return [found[k] for k in sorted(found)]

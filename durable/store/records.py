@@ -172,6 +172,9 @@ class RunRecord:
     blocked_divergence: str | None = None  # ... and the first op where it diverges
     priority: int = 5  # claims go by priority (0 first .. 9), then age (docs/queues.md)
     concurrency_key: str | None = None  # max_running_per_key counts runs by this key
+    reset_from_run_id: str | None = None  # the run this one continues after a reset ...
+    reset_from_op: str | None = None  # ... from this op on (durable.store.reset)
+    reset_run_id: str | None = None  # the run a reset of this one started
 
     @property
     def is_open(self) -> bool:
@@ -456,7 +459,8 @@ RUN_COLUMNS = (
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
     "inbox_seq, request_seq, schedule_id, scheduled_at, started_build, last_build, blocked_build, "
-    "blocked_divergence, priority, concurrency_key"
+    "blocked_divergence, priority, concurrency_key, reset_from_run_id, reset_from_op, "
+    "reset_run_id"
 )
 
 OP_COLUMNS = (
@@ -513,6 +517,9 @@ def run_from_row(row: Row) -> RunRecord:
         blocked_divergence=row["blocked_divergence"],
         priority=int(row["priority"]),
         concurrency_key=row["concurrency_key"],
+        reset_from_run_id=row["reset_from_run_id"],
+        reset_from_op=row["reset_from_op"],
+        reset_run_id=row["reset_run_id"],
     )
 
 

@@ -9,7 +9,7 @@ from ..deadlines import Deadlines
 from ..driver import Program, Tx, ex, placeholders, q, q1
 from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
 from ..wakes import Wake
-from .events import append_events
+from .events import EVENT_INSERT, append_events, event_text
 from .records import (
     OP_COLUMNS,
     OPEN_STATUSES,
@@ -90,9 +90,10 @@ def insert_run(
         "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
         "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
         "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
-        "ready_at, cancellation, schedule_id, scheduled_at, priority, concurrency_key) "
+        "ready_at, cancellation, schedule_id, scheduled_at, priority, concurrency_key, "
+        "event_seq) "
         "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "?, ?)",
+        "?, ?, 1)",
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
         req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
         req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
@@ -118,7 +119,9 @@ def insert_run(
     if req.schedule_id is not None:
         data["schedule_id"] = req.schedule_id
         data["scheduled_at"] = to_iso(req.scheduled_at)
-    yield from append_events(tx, run_id, [("WorkflowStarted", data)], now)
+    # the new run's first event: its counter was inserted at 1 above (one round
+    # trip less than append_events' counter update, on every start)
+    yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, event_text(data))
     tx.wake(Wake.runs(req.namespace, req.task_queue))
     return None
 
@@ -182,8 +185,9 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
     if unknown and units is None:
         raise ConfigurationError(
             f"run {run.run_id} of {workflow_id!r} waits for a decision on units whose outcome "
-            "is unknown: retry_after_review(units='rerun') runs them again, "
-            "units='confirm' records them done")
+            f"is unknown: `durable retry-after-review {workflow_id} --units rerun` (or "
+            "retry_after_review(units='rerun')) runs them again, `--units confirm` "
+            "(units='confirm') records them done")
     if unknown:
         yield from _decide_units(tx, run.run_id, units == "rerun", now)
     yield ex(

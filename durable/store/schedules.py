@@ -239,29 +239,48 @@ class _Firing:
         self.missed = 0
         self.fires: list[dict[str, Any]] = []
         self._first_seq = s.fire_seq
+        self.closed: list[float] = []  # fires whose run closed, still flagged open
+        # (fire time, its record or None, its workflow id taken): read by load(at)
+        self.checked: tuple[float, FireRecord | None, bool] | None = None
 
-    def load(self) -> Program[None]:
-        """Read the open and buffered fires; note the runs that closed since."""
+    def load(self, at: float | None = None) -> Program[None]:
+        """Read the open and buffered fires, noting the runs that closed since, in
+        one statement; with `at` (the first fire time this transaction will fire),
+        the same statement also says whether `at` has fired already and whether
+        its run's workflow id is taken, so that fire doesn't ask again."""
         s = self.s
-        rows = yield q(
-            f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status "
-            "FROM schedule_fires f LEFT JOIN workflows w ON w.namespace = f.namespace "
-            "AND w.workflow_id = f.workflow_id WHERE f.namespace = ? AND f.schedule_id = ? "
-            "AND (f.run_open = 1 OR f.outcome = 'buffered') ORDER BY f.seq",
-            s.namespace, s.schedule_id)
-        closed: list[float] = []
-        for row in rows:
+        sql = (f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status"
+               "{taken} FROM schedule_fires f LEFT JOIN workflows w ON "
+               "w.namespace = f.namespace AND w.workflow_id = f.workflow_id WHERE "
+               "f.namespace = ? AND f.schedule_id = ? AND (f.run_open = 1 OR "
+               "f.outcome = 'buffered'{same})")
+        args: list[Any] = [s.namespace, s.schedule_id]
+        if at is None:
+            rows = yield q(sql.format(taken="", same="") + " ORDER BY f.seq", *args)
+        else:
+            # one more row, all NULL but `taken`: the run id holding the fire's workflow id
+            nulls = ", ".join(["NULL"] * (len(FIRE_COLUMNS.split(", ")) + 1))
+            rows = yield q(
+                sql.format(taken=", NULL AS taken", same=" OR f.scheduled_at = ?")
+                + f" UNION ALL SELECT {nulls}, (SELECT current_run_id FROM workflows WHERE "
+                "namespace = ? AND workflow_id = ?)",
+                *args, at, s.namespace, fire_workflow_id(s.schedule_id, at))
+        found: FireRecord | None = None
+        for row in sorted((r for r in rows if r["seq"] is not None), key=lambda r: r["seq"]):
             fire = _fire(row)
+            if at is not None and fire.scheduled_at == at:
+                found = fire
+            if not (fire.run_open or fire.outcome == "buffered"):
+                continue  # only `at`'s own record, read for the check
             if fire.outcome == "buffered":
                 self.waiting.append(fire)
             elif row["instance_status"] in OPEN_STATUSES:
                 self.running.append(fire)
-            else:
-                closed.append(fire.scheduled_at)
-        if closed:
-            yield ex(f"UPDATE schedule_fires SET run_open = 0 WHERE namespace = ? AND "
-                     f"schedule_id = ? AND scheduled_at IN ({placeholders(len(closed))})",
-                     s.namespace, s.schedule_id, *closed)
+            else:  # flagged closed when the record is next trimmed (finish)
+                self.closed.append(fire.scheduled_at)
+        if at is not None:
+            marker = next(r for r in rows if r["seq"] is None)
+            self.checked = (at, found, marker["taken"] is not None)
         s.buffered = len(self.waiting)
         return None
 
@@ -270,17 +289,20 @@ class _Firing:
     def fire(self, at: float, origin: str, overlap: str, due: float) -> Program[dict[str, Any]]:
         """Record the fire at `at` under `overlap`; what became of it."""
         s = self.s
-        found = yield q1(
-            "SELECT (SELECT seq FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
-            "scheduled_at = ?) AS fired, (SELECT current_run_id FROM workflows WHERE "
-            "namespace = ? AND workflow_id = ?) AS taken",
-            s.namespace, s.schedule_id, at, s.namespace, fire_workflow_id(s.schedule_id, at))
-        if found["fired"] is not None:  # this fire time has fired already: it fires once
-            existing = yield q1(f"SELECT {FIRE_COLUMNS} FROM schedule_fires WHERE namespace = ? "
-                                "AND schedule_id = ? AND scheduled_at = ?",
-                                s.namespace, s.schedule_id, at)
-            return dict(_fire_view(_fire(existing)), duplicate=True)
-        taken = found["taken"] is not None
+        if self.checked is not None and self.checked[0] == at:
+            _, existing, taken = self.checked  # read by load(at), in the same transaction
+            self.checked = None
+        else:
+            found = yield q1(
+                f"SELECT {FIRE_COLUMNS}, (SELECT current_run_id FROM workflows WHERE "
+                "namespace = ? AND workflow_id = ?) AS taken FROM (SELECT 1 AS one) AS one "
+                "LEFT JOIN schedule_fires ON namespace = ? AND schedule_id = ? AND "
+                "scheduled_at = ?", s.namespace, fire_workflow_id(s.schedule_id, at),
+                s.namespace, s.schedule_id, at)
+            existing = None if found["seq"] is None else _fire(found)
+            taken = found["taken"] is not None
+        if existing is not None:  # this fire time has fired already: it fires once
+            return dict(_fire_view(existing), duplicate=True)
         if origin == "schedule" and s.remaining_actions is not None:
             s.remaining_actions -= 1  # a scheduled fire that starts or waits uses one
         if not self.running or overlap == Overlap.ALLOW_ALL:
@@ -485,6 +507,11 @@ class _Firing:
         """Trim the record of fires (every TRIM_EVERY fires) and save the schedule."""
         s = self.s
         if s.fire_seq // TRIM_EVERY != self._first_seq // TRIM_EVERY:
+            if self.closed:  # (flagged here, not at each load: one statement less a fire)
+                yield ex(f"UPDATE schedule_fires SET run_open = 0 WHERE namespace = ? AND "
+                         f"schedule_id = ? AND scheduled_at IN "
+                         f"({placeholders(len(self.closed))})",
+                         s.namespace, s.schedule_id, *self.closed)
             yield ex("DELETE FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
                      "seq <= ? AND run_open = 0 AND outcome <> 'buffered'",
                      s.namespace, s.schedule_id, s.fire_seq - RECENT_KEPT)
@@ -514,15 +541,23 @@ def fire_due(tx: Tx, namespace: str, now: float, limit: int,
     workers share a busy namespace instead of queueing on it.
     """
     result = FirePass()
-    rows = yield q(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
-                   "due_at <= ? ORDER BY due_at LIMIT ?" + tx.skip_locked,
-                   namespace, now, limit)
+    # the same statement reads what the pass's end needs to say when the namespace
+    # is next due: the earliest due time after now, how many are due now (more
+    # than this pass takes: another worker holds some, or the limit cut), and
+    # whether fires wait (one round trip less a pass than asking at the end)
+    rows = yield q(f"SELECT {SCHEDULE_COLUMNS}, (SELECT MIN(due_at) FROM schedules WHERE "
+                   "namespace = ? AND due_at > ?) AS later_due, (SELECT COUNT(*) FROM "
+                   "schedules WHERE namespace = ? AND due_at <= ?) AS due_now, (SELECT "
+                   "MAX(buffered) FROM schedules WHERE namespace = ?) AS any_waiting "
+                   "FROM schedules WHERE namespace = ? AND due_at <= ? ORDER BY due_at "
+                   "LIMIT ?" + tx.skip_locked,
+                   namespace, now, namespace, now, namespace, namespace, now, limit)
     seen: set[str] = set()
     firings: list[_Firing] = []
     for row in rows:
         firing = _Firing(tx, _record(row), now)
         seen.add(firing.s.schedule_id)
-        yield from firing.load()
+        yield from firing.load(firing.s.next_fire_at)
         yield from firing.start_waiting()
         yield from firing.advance()
         firings.append(firing)
@@ -544,7 +579,16 @@ def fire_due(tx: Tx, namespace: str, now: float, limit: int,
         result.missed += firing.missed
         result.more = result.more or firing.more
     result.more = result.more or len(rows) >= limit
-    result.next_due, result.waiting = yield from next_due(namespace)
+    if not rows:  # nothing was due: ask
+        result.next_due, result.waiting = yield from next_due(namespace)
+        return result
+    first = rows[0]
+    dues = [float(first["later_due"])] if first["later_due"] is not None else []
+    dues += [f.s.due_at for f in firings if f.s.due_at is not None]
+    if int(first["due_now"]) > len(rows):
+        dues.append(now)  # due now, and not this pass's: held by another worker
+    result.next_due = min(dues) if dues else None
+    result.waiting = bool(first["any_waiting"]) or any(f.s.buffered for f in firings)
     return result
 
 
@@ -654,9 +698,9 @@ def trigger(tx: Tx, namespace: str, schedule_id: str, overlap: str | None,
     second is the same fire)."""
     s = yield from _lock(tx, namespace, schedule_id)
     firing = _Firing(tx, s, now)
-    yield from firing.load()
-    yield from firing.start_waiting()
     at = float(math.floor(now))
+    yield from firing.load(at)
+    yield from firing.start_waiting()
     result = yield from firing.fire(at, "trigger", overlap or s.overlap, now)
     yield from firing.finish()
     return result

@@ -4,6 +4,10 @@ Times are UTC epoch seconds (REAL / DOUBLE PRECISION); JSON is stored as text
 so an operator can read it with any SQL client. Type names come from the
 driver's `Dialect`; the statements are idempotent (IF NOT EXISTS), and
 `durable.store.migrations` records and checks the version.
+
+Every locking read (``FOR UPDATE``) has an index to go by (``activity_owner``
+for a worker's attempts): InnoDB (MariaDB) waits for every row lock a locking
+scan meets, matching or not, where PostgreSQL locks only the rows that match.
 """
 
 from __future__ import annotations
@@ -79,7 +83,10 @@ CREATE TABLE IF NOT EXISTS runs (
     started_build {text},
     last_build {text},
     blocked_build {text},
-    blocked_divergence {text}
+    blocked_divergence {text},
+    reset_from_run_id {text},
+    reset_from_op {text},
+    reset_run_id {text}
 ){options};
 CREATE INDEX IF NOT EXISTS runs_deadline ON runs (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
@@ -125,7 +132,7 @@ CREATE TABLE IF NOT EXISTS activity_tasks (
     heartbeat_deadline {real},
     lease_expires_at {real},
     deadline_at {real},
-    owner {text},
+    owner {key},
     claimed_at {real},
     heartbeat_details {text},
     last_failure {text},
@@ -140,6 +147,7 @@ CREATE INDEX IF NOT EXISTS activity_claim ON activity_tasks (namespace, task_que
 CREATE INDEX IF NOT EXISTS activity_deadline ON activity_tasks (namespace, deadline_at)
     WHERE status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS activity_run ON activity_tasks (run_id);
+CREATE INDEX IF NOT EXISTS activity_owner ON activity_tasks (owner) WHERE owner IS NOT NULL;
 CREATE TABLE IF NOT EXISTS events (
     id {serial} PRIMARY KEY,
     run_id {key} NOT NULL,

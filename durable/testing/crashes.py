@@ -27,6 +27,9 @@ right *after* the close was recorded.
 Each recovered run is checked (one outcome, equal to the uncrashed run's; no
 step recorded twice; executions within recorded attempts plus one; the user's
 ``check``); ``points=[i]`` runs a failing point alone (docs/testing.md).
+
+Kept whole: the killable storage, one run, the checks and the report are one
+procedure read top to bottom, and none is used elsewhere.
 """
 
 from __future__ import annotations
@@ -320,6 +323,7 @@ class _Run:
     by_type: dict[str, int]
     killed: bool
     writes: list[tuple[int, int]]
+    interact_error: BaseException | None = None
 
 
 def _workers(client: Client, plan: _Plan, virtual: bool) -> list[Worker]:
@@ -381,14 +385,15 @@ async def _one_run(plan: _Plan, storage: _Storage, namespace: str, limit: int | 
     killable.workers = workers
     outcome: Any = None
     finished = False
+    failed: list[BaseException] = []  # what the application's side (interact) raised
     token = EXECUTIONS.set(executed)
     try:
-        with anyio.fail_after(plan.seconds):
+        with anyio.move_on_after(plan.seconds) as bound:
             async with anyio.create_task_group() as user:  # the application's side
                 handle = await client.start(plan.workflow, *plan.args, id=plan.workflow_id,
                                             options=plan.options)
                 if plan.interact is not None:
-                    user.start_soon(plan.interact, handle)
+                    user.start_soon(_play, plan.interact, handle, failed)
                 async with contextlib.AsyncExitStack() as stack:
                     for worker in workers:
                         await stack.enter_async_context(worker)
@@ -401,12 +406,30 @@ async def _one_run(plan: _Plan, storage: _Storage, namespace: str, limit: int | 
                         for worker in _workers(client, plan, storage.virtual):
                             await stack.enter_async_context(worker)
                         outcome = await _outcome(handle, plan.review)
-            history = await handle.history()
-            events = await _all_events(storage.driver, namespace)
+        if bound.cancelled_caught:
+            outcome = TimeoutError(f"the run did not end within {plan.seconds} s "
+                                   f"(seconds_per_run); status {await _status(client, plan)}")
+        history = await client.get_handle(plan.workflow_id).history()
+        events = await _all_events(storage.driver, namespace)
     finally:
         EXECUTIONS.reset(token)
     return _Run(outcome, history, events, executions, by_type, killable.killed.is_set(),
-                killable.writes)
+                killable.writes, failed[0] if failed else None)
+
+
+async def _status(client: Client, plan: _Plan) -> str:
+    try:
+        return str((await client.get_handle(plan.workflow_id).describe())["status"])
+    except DurableError as exc:
+        return repr(exc)
+
+
+async def _play(interact: Interact, handle: WorkflowHandle, failed: list[BaseException]) -> None:
+    """The application's side of a run; its error is a problem of the point."""
+    try:
+        await interact(handle)
+    except Exception as exc:
+        failed.append(exc)
 
 
 # ---------------------------------------------------------------- checks
@@ -419,8 +442,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _message(exc: Any) -> str:
-    failure = getattr(exc, "failure", None)
-    return str(getattr(failure, "message", "") or "") if failure is not None else type(exc).__name__
+    return str(exc)
 
 
 def _show(value: Any) -> str:
@@ -470,6 +492,9 @@ async def _problems(run: _Run, expected: Any, check: Check | None,
     if compare and not _same(run.outcome, expected):
         problems.append(f"outcome {_show(run.outcome)} differs from the uncrashed run's "
                         f"{_show(expected)}")
+    if run.interact_error is not None:
+        problems.append(f"interact raised {type(run.interact_error).__name__}: "
+                        f"{run.interact_error}")
     problems += _twice(run.events)
     problems += _over_executed(run)
     if check is not None:

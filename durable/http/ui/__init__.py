@@ -33,6 +33,10 @@ def ui_routes(plane: ControlPlaneServer, secret: str | bytes | None = None,
             "or pass ui=False to create_app"
         ) from None
     from .pages import WebUI
+    from .schedules import SchedulePages
     from .session import session_key
 
-    return WebUI(plane, session_key(secret, environ)).routes()
+    web = WebUI(plane, session_key(secret, environ))
+    routes = web.routes()
+    # before the last route, the catch-all "/ui/{rest:path}" (a 404 page)
+    return routes[:-1] + SchedulePages(web).routes() + routes[-1:]

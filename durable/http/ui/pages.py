@@ -40,6 +40,7 @@ from .. import model
 from ..app import HTTPError
 from ..auth import role_allows
 from ..errors import classify
+from ..throttle import client_of
 from ..wire import loads_finite
 from . import views
 from .session import COOKIE_NAME, Session, SessionCodec
@@ -141,6 +142,8 @@ class Visitor:
     base: str
     csrf: str
     anonymous: bool
+    # the namespaces the session's token may act in (None: every one)
+    namespaces: frozenset[str] | None = None
 
     @property
     def can_act(self) -> bool:
@@ -252,28 +255,48 @@ class WebUI:
         ]
 
     def _visitor(self, request: Request) -> Visitor:
-        session = self.codec.decode(request.cookies.get(COOKIE_NAME))
+        session = self._session_of(request)
         fresh = session is None
         role: str | None = None
+        namespaces: frozenset[str] | None = None
         if session is not None and session.fingerprint is not None:
-            role = self.plane.tokens.role_of_fingerprint(session.fingerprint, self.codec.key)
-            if role is None:  # its token was removed: the session ends
+            grant = self.plane.tokens.grant_of_fingerprint(session.fingerprint, self.codec.key)
+            if grant is None:  # its token was removed: the session ends
                 session, fresh = None, True
+            else:
+                role, namespaces = grant.role, grant.namespaces
         if session is None:
             session = self.codec.new()
         anonymous = role is None and self.plane.anonymous_role is not None
         if role is None:
             role = self.plane.anonymous_role
-        namespace = request.query_params.get("ns") or "default"
+        namespace = request.query_params.get("ns") or (
+            "default" if namespaces is None or "default" in namespaces else min(namespaces))
         base = str(request.scope.get("root_path", "")).rstrip("/") + "/ui"
         visitor = Visitor(session, role, fresh, "default", base,
-                          self.codec.csrf_token(session), anonymous)
+                          self.codec.csrf_token(session), anonymous, namespaces)
         if not _NAMESPACE.match(namespace):
             raise UIError(400, "Bad namespace",
                           "The namespace (ns=) must be 1 to 128 letters, digits, '.', '_', ':' "
                           "or '-', starting with a letter or digit.")
         visitor.namespace = namespace
         return visitor
+
+    def _session_of(self, request: Request) -> Session | None:
+        """The first valid session among the request's ``durable_ui`` cookies.
+
+        A browser may hold several (a broken one for path ``/`` and a fresh one
+        for ``/ui``) and sends them all; taking whichever came last, as a
+        plain cookie dict does, would let a broken cookie shadow the session
+        the login page set, and lock the browser out."""
+        header = request.headers.get("cookie", "")
+        for part in header.split(";"):
+            name, sep, value = part.strip().partition("=")
+            if sep and name == COOKIE_NAME:
+                session = self.codec.decode(value.strip().strip('"'))
+                if session is not None:
+                    return session
+        return None
 
     def _page(self, label: str, handler: Callable[[Request, Visitor], Awaitable[Response]],
               *, public: bool = False) -> Callable[[Request], Awaitable[Response]]:
@@ -352,7 +375,8 @@ class WebUI:
             raise UIError(401, "Sign in first", "Sign in to see this page.")
         return await self.plane.perform(
             operation_id, role=visitor.role, namespace=visitor.namespace, params=params,
-            body=body, request_id=str(request.scope.get("durable.request_id", "")))
+            body=body, request_id=str(request.scope.get("durable.request_id", "")),
+            namespaces=visitor.namespaces)
 
     async def _form(self, request: Request, visitor: Visitor) -> dict[str, str]:
         """The urlencoded form, size-capped; 403 unless its CSRF token is the session's."""
@@ -422,10 +446,13 @@ class WebUI:
             return self.render(request, visitor, "login.html", next_url=next_url, error=None,
                                has_tokens=len(self.plane.tokens) > 0)
         form = await self._form(request, visitor)
+        client = client_of(request.scope)
+        self.plane.check_throttle(client)  # before the token is looked at (throttle.py)
         token = form.get("token", "").strip()
         fingerprint = self.plane.tokens.session_fingerprint(token, self.codec.key) \
             if token else None
         if fingerprint is None:
+            self.plane.throttle.failed(client)
             return self.render(request, visitor, "login.html", status_code=401,
                                next_url=next_url,
                                error="That token is not known here. Use a token from the "
@@ -731,4 +758,5 @@ def _required(request: Request, name: str, what: str) -> str:
 def _title(status: int) -> str:
     return {400: "Bad request", 401: "Sign in first", 403: "Not allowed", 404: "Not found",
             409: "Conflict", 413: "Too large", 422: "Not accepted",
+            429: "Too many failed sign-ins",
             503: "Storage unavailable"}.get(status, "Error")

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.anyio
 RUN_KEYS = {"run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
             "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
             "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id",
-            "started_build", "last_build", "priority", "concurrency_key"}
+            "started_build", "last_build", "priority", "concurrency_key", "reset_from_run_id",
+            "reset_from_op", "reset_run_id"}
 PENDING_KEYS = {"op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
                 "task_status", "attempt", "heartbeat_details", "last_failure"}
 
@@ -51,7 +52,8 @@ async def test_describe_shows_the_instance_its_run_and_pending_operations(store:
     assert set(info) == {"workflow_id", "workflow_type", "namespace", "status", "closed_reason",
                          "execution_timeout_seconds", "run_count", "memo", "run",
                          "pending_operations", "failures", "cancellation", "reason",
-                         "phase", "progress", "schedule", "blocked", "waiting_for"}
+                         "phase", "progress", "schedule", "blocked", "waiting_for",
+                         "received"}
     assert (info["workflow_id"], info["workflow_type"], info["status"], info["run_count"]) == (
         "wf", WF, RunStatus.RUNNING, 1)
     assert (info["memo"], info["execution_timeout_seconds"]) == ({"customer": "c-9"}, 7200.0)

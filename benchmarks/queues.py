@@ -1,0 +1,141 @@
+"""What queue limits cost a claim: claim throughput with limits set vs none.
+
+Usage::
+
+    python benchmarks/queues.py [--db sqlite,postgres] [--rounds 5] [--runs 2000]
+        [--claimers 1] [--postgres-url URL]
+
+Each cell starts a backlog of `--runs` runs on a queue of its own, then
+`--claimers` concurrent claimers take them through `Store.claim_runs` in
+batches of 100 (the worker's `CLAIM_BATCH`) until none is left; the figure is
+runs claimed per second. Nothing executes the runs: this is the claim alone,
+where the limits are enforced. The limits are set high enough never to bind
+(a binding limit's throughput is the limit), so what is measured is their
+cost:
+
+- ``none``: no limits (PostgreSQL: the one-statement claim);
+- ``max_running``: ``max_running=10**9`` (the limited claim: the queue's row
+  locked, live leases counted, runs picked by priority then age);
+- ``per_key``: ``max_running_per_key=10**9`` over 100 keys (candidates by key,
+  a window function over the ready runs);
+- ``rate``: ``rate=Rate(10**9, per=1)`` (a token bucket in the queue's row).
+
+Rounds interleave the cells; median [min-max]; the cost is against ``none``
+of the same storage. The target (issue 24): at most 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import durable
+from durable.store.records import StartRequest
+
+CELLS: dict[str, durable.QueueLimits] = {
+    "none": durable.QueueLimits(),
+    "max_running": durable.QueueLimits(max_running=10**9),
+    "per_key": durable.QueueLimits(max_running_per_key=10**9),
+    "rate": durable.QueueLimits(rate=durable.Rate(10**9, per=1)),
+}
+BATCH = 100
+
+
+async def backlog(client: durable.Client, queue: str, runs: int) -> None:
+    store, now = client.store, time.time()
+    for i in range(runs):
+        await store.start_workflow(StartRequest(
+            client.namespace, f"{queue}-{i}", "bench", queue, "[]", "reject_duplicate", None,
+            None, concurrency_key=f"key-{i % 100}"), now)
+
+
+async def cell(url: str, name: str, runs: int, claimers: int) -> float:
+    """Runs claimed per second on a fresh queue with the cell's limits."""
+    queue = f"{name}-{uuid.uuid4().hex[:8]}"
+    async with durable.connect(url) as client:
+        await backlog(client, queue, runs)
+        await client.set_queue_limits(queue, CELLS[name])
+        claimed = 0
+
+        async def claimer(n: int) -> None:
+            nonlocal claimed
+            while True:
+                got = await client.store.claim_runs(client.namespace, queue, f"w{n}",
+                                                    ("bench",), BATCH, 600.0, time.time())
+                if not got:
+                    return
+                claimed += len(got)
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for n in range(claimers):
+                tg.start_soon(claimer, n)
+        elapsed = time.perf_counter() - t0
+        assert claimed == runs, (name, claimed, runs)
+        return runs / elapsed
+
+
+def postgres_url(base: str) -> str:
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}schema=bench_queues_{uuid.uuid4().hex[:8]}"
+
+
+async def drop(url: str) -> None:
+    async with durable.connect(url) as client:
+        dropper = getattr(client.driver, "drop_schema", None)
+        if dropper is not None:
+            await dropper()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="sqlite,postgres")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--claimers", type=int, default=1)
+    parser.add_argument("--postgres-url", default=os.environ.get(
+        "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    args = parser.parse_args()
+    figures: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        urls = {}
+        for db in args.db.split(","):
+            urls[db] = (f"sqlite:///{workdir}/bench.db" if db == "sqlite"
+                        else postgres_url(args.postgres_url))
+        try:
+            names = list(CELLS)
+            for r in range(args.rounds):
+                order = names[r % len(names):] + names[:r % len(names)]
+                for db, url in urls.items():
+                    for name in order:
+                        figures.setdefault((db, name), []).append(
+                            await cell(url, name, args.runs, args.claimers))
+        finally:
+            for db, url in urls.items():
+                if db != "sqlite":
+                    await drop(url)
+    print(f"{args.rounds} rounds x {args.runs} runs claimed in batches of {BATCH} by "
+          f"{args.claimers} claimer(s); runs/s, median [min-max]; cost vs none\n")
+    print("| storage | limits | runs/s | cost |")
+    print("|---|---|---:|---:|")
+    for db in urls:
+        base = statistics.median(figures[(db, "none")])
+        for name in CELLS:
+            f = figures[(db, name)]
+            median = statistics.median(f)
+            cost = "-" if name == "none" else f"{(1 - median / base) * 100:+.1f}%"
+            print(f"| {db} | {name} | {median:.0f} [{min(f):.0f}-{max(f):.0f}] | {cost} |")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -1,0 +1,486 @@
+"""The MariaDB executor: programs as READ COMMITTED transactions on pooled asyncmy
+connections, and a wake log instead of NOTIFY.
+
+Each program runs on one pooled connection: ``BEGIN``, one round trip per
+statement, ``COMMIT``; programs that only read run without ``BEGIN`` (each
+statement its own snapshot, as under READ COMMITTED anyway). A transaction
+that certainly did not commit (a deadlock, a lock wait past
+``lock_wait_timeout``, a duplicate key raced in by another transaction, a
+connection lost before COMMIT) is re-run whole; a connection lost during
+COMMIT raises `StorageUnavailable(outcome_unknown=True)`.
+
+MariaDB has no LISTEN/NOTIFY. A transaction whose wake-ups must reach other
+processes inserts one row into ``durable_wakes`` (its keys, as PostgreSQL's
+driver sends them in a NOTIFY) before COMMIT: a row appears only if the
+transaction committed. `watch()` reads the rows after the last one it saw,
+every `poll_interval`, publishes their keys as remote wake-ups and, every
+`any_interval`, `Wake.any()` (an auto-increment id committed after a higher
+one can be skipped: that costs latency, never a lost wake-up). What it
+costs: one extra INSERT per committing transaction that wakes another
+process, one indexed read per `poll_interval` per watching process, and a
+delete of rows older than `wake_retention` every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import asyncmy
+import asyncmy.errors as myerr
+import sniffio
+from asyncmy.constants import CLIENT
+from asyncmy.cursors import DictCursor
+
+from durable._bridge import LoopThread
+from durable._log import get_logger
+from durable.driver import Program, ProgramFactory, Stmt, Tx, Wake, WakeHub, drive
+from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
+from durable.store.migrations import SCHEMA_VERSION, migrate
+from durable.store.schema import schema_statements
+
+from .dialect import MariaDBDialect
+from .url import parse_url
+
+T = TypeVar("T")
+
+#: the session every connection runs in: READ COMMITTED (what the store's
+#: programs assume with row locks), standard SQL (``"`` quotes identifiers,
+#: ``||`` concatenates, an UPDATE's assignments all see the row as it was),
+#: strict types, UTC
+_SQL_MODE = ("STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION,ANSI_QUOTES,"
+             "PIPES_AS_CONCAT,SIMULTANEOUS_ASSIGNMENT")
+# the wake log: see the module docstring
+_WAKES_DDL = (
+    "CREATE TABLE IF NOT EXISTS durable_wakes (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
+    "origin VARCHAR(32) NOT NULL, wake_keys LONGTEXT NOT NULL, at DOUBLE NOT NULL)"
+    " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin"
+)
+_MAX_PAYLOAD = 60_000
+# GET_LOCK's name: processes migrating one database at once take turns
+_DDL_LOCK = "durable_schema_ddl"
+
+# server error codes (https://mariadb.com/kb/en/mariadb-error-codes/)
+#: the transaction was rolled back, or may be, because of another one: retry it
+_CONFLICT_CODES = frozenset({
+    1213,  # ER_LOCK_DEADLOCK
+    1205,  # ER_LOCK_WAIT_TIMEOUT
+    1062,  # ER_DUP_ENTRY: a row another transaction inserted meanwhile
+    1020,  # ER_CHECKREAD: the record changed since it was read
+})
+#: the connection is gone (the server rolls back what was open)
+_LOST_CODES = frozenset({
+    2002, 2003, 2006, 2013, 2055,  # client: cannot connect, server gone, lost
+    1040,  # ER_CON_COUNT_ERROR: too many connections
+    1053,  # ER_SERVER_SHUTDOWN
+    1927,  # ER_CONNECTION_KILLED
+    4031,  # the server closed an idle connection
+})
+
+
+def _code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _lost(exc: BaseException) -> bool:
+    if isinstance(exc, OSError | myerr.InterfaceError):
+        return True
+    return isinstance(exc, myerr.MySQLError) and _code(exc) in _LOST_CODES
+
+
+def _conflict(exc: BaseException) -> bool:
+    return isinstance(exc, myerr.MySQLError) and _code(exc) in _CONFLICT_CODES
+
+
+class _CommitOutcomeUnknown(Exception):
+    """The connection broke while COMMIT was on the wire."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _format(sql: str) -> str:
+    """``?`` placeholders as asyncmy's ``%s`` (a literal ``%`` doubled); the
+    store's SQL has no literal ``?``."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+async def execute(conn: Any, stmt: Stmt) -> Any:
+    """One statement on `conn`, its result as `durable.driver.Stmt` says."""
+    sql = _format(stmt.sql)
+    async with conn.cursor(DictCursor) as cur:
+        if stmt.mode == "many":
+            if stmt.params_seq:
+                await cur.executemany(sql, [tuple(p) for p in stmt.params_seq])
+            return None
+        await cur.execute(sql, tuple(stmt.params))
+        if stmt.mode == "all":
+            return await cur.fetchall()
+        if stmt.mode == "one":
+            return await cur.fetchone()
+        return cur.rowcount
+
+
+class MariaDBDriver:
+    """Storage on MariaDB 10.6+ (10.11 tested), shared by any number of worker
+    processes.
+
+    `min_pool`/`max_pool` bound the connection pool; `poll_interval` is how
+    often a watching worker reads the wake log, `any_interval` how often it
+    looks at everything; `retries` is how often a transaction is retried after
+    a conflict or a lost connection before `StorageUnavailable`;
+    `wake_retention` is how long (seconds) the wake log keeps a row.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_pool: int = 1,
+        max_pool: int = 10,
+        poll_interval: float = 0.05,
+        any_interval: float = 1.0,
+        connect_timeout: float = 10.0,
+        retries: int = 8,
+        wake_retention: float = 60.0,
+    ) -> None:
+        self.hub = WakeHub()
+        self.dialect = MariaDBDialect()
+        if min_pool < 0 or max_pool < 1 or min_pool > max_pool:
+            raise ConfigurationError(
+                f"min_pool={min_pool}, max_pool={max_pool}: need 0 <= min_pool <= max_pool "
+                "and max_pool >= 1")
+        if poll_interval <= 0 or any_interval <= 0:
+            raise ConfigurationError("poll_interval and any_interval must be positive")
+        if wake_retention < 1:
+            raise ConfigurationError("wake_retention must be at least 1 second")
+        self.url = url
+        self._target = parse_url(url)
+        self.min_pool = min_pool
+        self.max_pool = max_pool
+        self.poll_interval = poll_interval
+        self.any_interval = any_interval
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.wake_retention = wake_retention
+        self.origin = uuid.uuid4().hex[:16]
+        self.log = get_logger("durable.mariadb").bind(url=self._target.masked)
+        self._pool: Any = None
+        self._thread: LoopThread | None = None
+        self._bridged = False
+        self._watch_lock: anyio.Lock | None = None
+
+    # ---------------------------------------------------------------- host bridge
+
+    async def _call(self, fn: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
+        """Run `fn` where asyncmy lives; shielded by default: a transaction, once
+        started, runs to its end, so a cancelled caller never leaves a claim
+        committed but unseen."""
+        if self._thread is not None:
+            return await self._thread.run(fn, shield=shield)
+        if self._bridged:
+            raise StorageClosed(f"the MariaDB driver for {self._target.masked!r} is closed "
+                                "(the client was closed); nothing more can be recorded "
+                                "through it")
+        with anyio.CancelScope(shield=shield):
+            result = await fn()
+        return result
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        t = self._target
+        kwargs: dict[str, Any] = dict(
+            user=t.user, password=t.password, database=t.database, charset="utf8mb4",
+            autocommit=True, connect_timeout=int(self.connect_timeout),
+            # an UPDATE's row count is the rows it matched, not those it changed
+            # (`durable.store.returning` reads it to know whether a row matched)
+            client_flag=CLIENT.FOUND_ROWS,
+            init_command=(
+                "SET SESSION tx_isolation = 'READ-COMMITTED', "
+                f"sql_mode = '{_SQL_MODE}', time_zone = '+00:00', "
+                f"innodb_lock_wait_timeout = {t.lock_wait_timeout}"),
+        )
+        if t.unix_socket:
+            kwargs["unix_socket"] = t.unix_socket
+        else:
+            kwargs.update(host=t.host, port=t.port)
+        return kwargs
+
+    def _connect_error(self, exc: BaseException) -> ConfigurationError:
+        t = self._target
+        code = _code(exc)
+        if code == 1049:
+            hint = (f"database {t.database!r} does not exist on {t.address}; create it "
+                    f"(CREATE DATABASE {t.database}) or fix the database name in the URL")
+        elif code in (1045, 1698):
+            hint = "the server refused the login; check the user and password in the URL"
+        elif code in (1044, 1142):
+            hint = (f"the user may not create tables in {t.database!r}; grant it CREATE, "
+                    "INDEX, SELECT, INSERT, UPDATE, DELETE on the database")
+        elif _lost(exc):
+            hint = (f"no server answered at {t.address}; check that MariaDB is running, "
+                    "listens on that host and port and that no firewall is in the way")
+        else:
+            hint = "check the URL and the server's log"
+        return ConfigurationError(f"cannot connect to MariaDB at {t.masked!r}: {exc}; {hint}")
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        self._watch_lock = anyio.Lock()
+        host = sniffio.current_async_library()
+        if host == "trio":
+            self._thread = LoopThread("the MariaDB driver")
+            self._bridged = True
+        elif host != "asyncio":
+            raise ConfigurationError(
+                f"the MariaDB driver runs under asyncio or trio, not {host!r}")
+        try:
+            await self._call(self._open_pool)
+        except BaseException:
+            if self._thread is not None:
+                await self._thread.stop()
+                self._thread = None
+            raise
+
+    async def _open_pool(self) -> None:
+        try:
+            pool = await asyncmy.create_pool(minsize=self.min_pool, maxsize=self.max_pool,
+                                             pool_recycle=3600, **self._connect_kwargs())
+        except (OSError, myerr.MySQLError) as exc:
+            raise self._connect_error(exc) from exc
+        try:
+            async with pool.acquire() as conn:
+                await self._migrate(conn)
+        except ConfigurationError as exc:
+            await self._close_pool(pool)
+            raise ConfigurationError(f"cannot use {self._target.masked!r}: {exc}") from exc
+        except (OSError, myerr.MySQLError) as exc:
+            await self._close_pool(pool)
+            raise self._connect_error(exc) from exc
+        self._pool = pool
+
+    async def _migrate(self, conn: Any) -> None:
+        """Create or check the schema under a named lock (GET_LOCK), so that
+        processes starting together on a fresh database do not race their DDL.
+        A current schema is only checked: DDL on a table in use waits for its
+        metadata lock behind every open transaction on it."""
+        version = await self._schema_version(conn)
+        if version is not None and version >= SCHEMA_VERSION:
+            await self._drive_tx(conn, migrate(self.dialect))  # refuses a newer schema
+            return
+        await execute(conn, Stmt("SELECT GET_LOCK(?, ?)", (_DDL_LOCK, 60), "one"))
+        try:
+            for statement in (*schema_statements(self.dialect), _WAKES_DDL):
+                await execute(conn, Stmt(statement, (), "exec"))
+            await self._drive_tx(conn, migrate(self.dialect))
+        finally:
+            await execute(conn, Stmt("SELECT RELEASE_LOCK(?)", (_DDL_LOCK,), "one"))
+
+    async def _schema_version(self, conn: Any) -> int | None:
+        exists = await execute(conn, Stmt(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() "
+            "AND table_name = 'durable_meta'", (), "one"))
+        if exists is None:
+            return None
+        row = await execute(conn, Stmt(
+            "SELECT value FROM durable_meta WHERE `key` = 'schema_version'", (), "one"))
+        return None if row is None else int(row["value"])
+
+    async def _drive_tx(self, conn: Any, program: Program[T]) -> T:
+        await conn.begin()
+        try:
+            result = await drive(program, functools.partial(execute, conn))
+        except BaseException:
+            await conn.rollback()
+            raise
+        await conn.commit()
+        return result
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self._pool is not None:
+                pool, self._pool = self._pool, None
+                await self._call(lambda: self._close_pool(pool))
+            if self._thread is not None:
+                thread, self._thread = self._thread, None
+                await thread.stop()
+
+    @staticmethod
+    async def _close_pool(pool: Any) -> None:
+        pool.close()
+        try:
+            await asyncio.wait_for(pool.wait_closed(), 10)
+        except Exception:
+            pool.terminate()
+
+    async def drop_database(self) -> None:
+        """Drop this URL's database and everything in it (tests clean up with it)."""
+        statement = f"DROP DATABASE IF EXISTS `{self._target.database}`"
+
+        async def drop() -> None:
+            async with self._require_pool().acquire() as conn:
+                await execute(conn, Stmt(statement, (), "exec"))
+
+        await self._call(drop)
+
+    def _require_pool(self) -> Any:
+        if self._pool is None:
+            raise StorageClosed(f"the MariaDB connection pool for {self._target.masked!r} "
+                                "is closed (the client was closed); nothing more can be "
+                                "recorded through it")
+        return self._pool
+
+    # ---------------------------------------------------------------- transactions
+
+    async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
+        """Run the program as one transaction (see the module docstring)."""
+        self._require_pool()
+        result, tx = await self._call(lambda: self._run_on_loop(program, write))
+        self.hub.publish(tx.wakes)
+        return result
+
+    async def _run_on_loop(self, build: ProgramFactory[T], write: bool) -> tuple[T, Tx]:
+        """Run a program, retrying it whole while nothing can have been committed."""
+        attempt = 0
+        while True:
+            pool = self._require_pool()
+            tx = Tx(self.dialect)
+            try:
+                async with pool.acquire() as conn:
+                    try:
+                        result = await self._transaction(conn, build(tx), tx, write)
+                    except BaseException as exc:
+                        if _lost(exc) or isinstance(exc, _CommitOutcomeUnknown):
+                            conn.close()  # the pool drops a closed connection
+                        raise
+                return result, tx
+            except _CommitOutcomeUnknown as unknown:
+                cause = unknown.__cause__
+                raise StorageUnavailable(
+                    f"lost the connection to MariaDB at {self._target.masked!r} while "
+                    f"committing ({cause!r}); the transaction may or may not have been "
+                    "recorded: read the state back from storage before acting on it",
+                    outcome_unknown=True,
+                ) from cause
+            except (OSError, myerr.MySQLError) as exc:
+                lost = _lost(exc)
+                if not lost and not _conflict(exc):
+                    raise
+                if attempt >= self.retries:
+                    what = ("is unavailable" if lost else
+                            "kept colliding with other transactions")
+                    raise StorageUnavailable(
+                        f"MariaDB at {self._target.masked!r} {what} after {attempt + 1} "
+                        f"attempts ({exc!r}); nothing was recorded", outcome_unknown=False,
+                    ) from exc
+                attempt += 1
+                self.log.debug("transaction_conflict", error=repr(exc), attempt=attempt)
+                if lost:
+                    self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+                # asyncio's sleep: this runs where asyncmy lives (a loop thread on trio)
+                await asyncio.sleep(0 if attempt == 1 else min(0.01 * 2 ** attempt, 2.0))
+
+    async def _transaction(self, conn: Any, program: Program[T], tx: Tx, write: bool) -> T:
+        statement = functools.partial(execute, conn)
+        if not write:
+            return await drive(program, statement)
+        await conn.begin()
+        try:
+            result = await drive(program, statement)
+            if any(not wake.local for wake in tx.wakes):
+                await execute(conn, Stmt(
+                    "INSERT INTO durable_wakes (origin, wake_keys, at) VALUES (?, ?, ?)",
+                    (self.origin, self._payload(tx), time.time()), "exec"))
+        except BaseException as exc:
+            await self._rollback(conn, exc)
+            raise
+        try:
+            await conn.commit()
+        except BaseException as exc:
+            if _lost(exc):
+                raise _CommitOutcomeUnknown() from exc
+            await self._rollback(conn, exc)
+            raise
+        return result
+
+    @staticmethod
+    async def _rollback(conn: Any, cause: BaseException) -> None:
+        """Roll back, never masking the error that brought us here; after a lost
+        connection there is nothing to roll back (the server did)."""
+        if _lost(cause):
+            return
+        try:
+            await conn.rollback()
+        except Exception:
+            conn.close()
+
+    @staticmethod
+    def _payload(tx: Tx) -> str:
+        keys = list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
+        text = json.dumps(keys, separators=(",", ":"))
+        return text if len(text) <= _MAX_PAYLOAD else json.dumps([Wake.any().key])
+
+    # ---------------------------------------------------------------- wake-ups
+
+    async def watch(self) -> None:
+        """Publish other processes' commits, read from the wake log every
+        `poll_interval`, and `Wake.any()` every `any_interval` (see the module
+        docstring)."""
+        assert self._watch_lock is not None, "open the driver first"
+        async with self._watch_lock:  # one reader per driver however many workers
+            last = await self._call(self._last_wake_id, shield=False)
+            next_any = anyio.current_time() + self.any_interval
+            next_prune = anyio.current_time()
+            while True:
+                keys: dict[tuple[str, ...], None] = {}
+                try:
+                    rows = await self._call(functools.partial(self._wakes_after, last),
+                                            shield=False)
+                    if anyio.current_time() >= next_prune:
+                        await self._call(self._prune_wakes, shield=False)
+                        next_prune = anyio.current_time() + min(10.0, self.wake_retention / 2)
+                except (OSError, myerr.MySQLError) as exc:
+                    # the server is away: the engine's own calls report it; look
+                    # at everything once it answers again
+                    self.log.warning("wake_log_unreadable", error=repr(exc))
+                    rows, next_any = [], anyio.current_time()
+                for row in rows:
+                    last = max(last, int(row["id"]))
+                    if row["origin"] == self.origin:
+                        continue
+                    try:
+                        keys.update(dict.fromkeys(tuple(k) for k in json.loads(row["wake_keys"])))
+                    except (ValueError, TypeError):
+                        keys[Wake.any().key] = None
+                wakes = [Wake(key, remote=True) for key in keys]
+                now = anyio.current_time()
+                if now >= next_any:
+                    wakes.append(Wake.any())
+                    next_any = now + self.any_interval
+                if wakes:
+                    self.hub.publish(wakes)
+                await anyio.sleep(self.poll_interval)
+
+    async def _last_wake_id(self) -> int:
+        async with self._require_pool().acquire() as conn:
+            row = await execute(conn, Stmt("SELECT MAX(id) AS id FROM durable_wakes", (), "one"))
+        return int(row["id"]) if row and row["id"] is not None else 0
+
+    async def _wakes_after(self, last: int) -> list[Any]:
+        async with self._require_pool().acquire() as conn:
+            rows: list[Any] = await execute(conn, Stmt(
+                "SELECT id, origin, wake_keys FROM durable_wakes WHERE id > ? ORDER BY id "
+                "LIMIT 1000", (last,), "all"))
+        return rows
+
+    async def _prune_wakes(self) -> None:
+        async with self._require_pool().acquire() as conn:
+            await execute(conn, Stmt("DELETE FROM durable_wakes WHERE at < ?",
+                                     (time.time() - self.wake_retention,), "exec"))

@@ -1,0 +1,225 @@
+"""The control plane's worker and task-queue routes, in the reference engine's shape.
+
+``GET /api/workers[/{workerId}]`` (the reference's WorkerManagementController:
+``{workers: [...], stale_after_seconds}``, each worker with ``worker_id,
+namespace, task_queue, runtime, build_id, supported_workflow_types,
+supported_activity_types, status, last_heartbeat_at, registered_at, ...``)
+and ``GET /api/task-queues[/{taskQueue}]`` (its TaskQueueController:
+``{namespace, task_queues: [{name, stats, ...}]}``, one queue with its
+``pollers``), with our own fields beside theirs: each worker's identity,
+host, pid, definitions and what it holds; each queue's ``limits``, runs and
+activities running and waiting, and rate left. ``PUT
+/api/task-queues/{taskQueue}/limits`` (operator) sets the limits. Each
+handler is one call of the client's queue API (`durable._queues`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from .._queues import QueueLimits
+from ..clock import to_iso
+from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Operation, Param, Reply, text
+from .schema import check_schema
+
+RUNTIME = "python"
+WORKER_ID = Param("workerId", "path", text(300, "The worker id."), "The worker id.",
+                  required=True)
+TASK_QUEUE = Param("taskQueue", "path", text(1000, "The task queue."), "The task queue.",
+                   required=True)
+_COUNT = {"type": ["integer", "null"], "minimum": 1}
+_RATE = {"type": ["object", "null"], "additionalProperties": False, "required": ["count"],
+         "properties": {"count": {"type": "integer", "minimum": 1},
+                        "per": {"type": "number", "exclusiveMinimum": 0,
+                                "description": "Seconds (default 1)."}}}
+LIMITS_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "description": "The queue's limits; each one left out (or null) is no limit.",
+    "properties": {
+        "max_running": _COUNT, "max_running_activities": _COUNT, "max_running_per_key": _COUNT,
+        "rate": _RATE, "activity_rate": _RATE,
+    },
+})
+
+
+def _epoch(value: str | None) -> float | None:
+    return None if value is None else datetime.datetime.fromisoformat(value).timestamp()
+
+
+def _stale_after(summary: dict[str, Any]) -> float | None:
+    """A live worker's registration lifetime: how long after its last heartbeat
+    it turns stale (twice its lease)."""
+    seen, expires = _epoch(summary["last_heartbeat_at"]), _epoch(summary["heartbeat_expires_at"])
+    return None if seen is None or expires is None else max(0.0, expires - seen)
+
+
+def worker_summary(worker: dict[str, Any]) -> dict[str, Any]:
+    """A worker as the reference lists it, with ours beside."""
+    [queue] = worker["task_queues"]
+    status = "active" if worker["alive"] else ("stopped" if worker["stopped_at"] else "stale")
+    return {
+        "worker_id": worker["worker_id"],
+        "namespace": worker.get("namespace"),
+        "task_queue": queue,
+        "runtime": RUNTIME,
+        "sdk_version": None,
+        "build_id": worker["build_id"],
+        "supported_workflow_types": worker["workflows"],
+        "workflow_definition_fingerprints": {
+            name: d.get("fingerprint")
+            for name, d in (worker["definitions"].get("workflows") or {}).items()},
+        "supported_activity_types": worker["activities"],
+        "capabilities": worker["capabilities"],
+        "process_metrics": {"process_id": worker["pid"], "host": worker["host"]},
+        "heartbeat_interval_seconds": None,
+        "status": status,
+        "last_heartbeat_at": worker["last_seen_at"],
+        "registered_at": worker["started_at"],
+        # ours
+        "identity": worker["identity"],
+        "host": worker["host"],
+        "pid": worker["pid"],
+        "alive": worker["alive"],
+        "definitions": worker["definitions"],
+        "heartbeat_expires_at": worker["expires_at"],
+        "stopped_at": worker["stopped_at"],
+        "runs_held": worker["runs_held"],
+        "activities_held": worker["activities_held"],
+    }
+
+
+async def _workers(call: Call) -> list[dict[str, Any]]:
+    found = await call.client.list_workers()
+    return [worker_summary({**w, "namespace": call.namespace}) for w in found]
+
+
+async def list_workers(call: Call) -> tuple[int, Any]:
+    workers = await _workers(call)
+    queue, status = call.params.get("task_queue"), call.params.get("status")
+    if queue:
+        workers = [w for w in workers if w["task_queue"] == queue]
+    # the reference lists live workers unless asked for a status
+    workers = [w for w in workers if (w["status"] == status if status else w["alive"])]
+    stale = [s for w in workers if w["alive"] and (s := _stale_after(w)) is not None]
+    return 200, {"workers": workers, "stale_after_seconds": max(stale) if stale else None}
+
+
+async def describe_worker(call: Call) -> tuple[int, Any]:
+    worker_id = call.params["workerId"]
+    for worker in await _workers(call):
+        if worker["worker_id"] == worker_id:
+            return 200, worker
+    return 404, {"message": f"Worker [{worker_id}] not found in namespace [{call.namespace}].",
+                 "reason": "worker_not_found"}
+
+
+def queue_summary(queue: dict[str, Any], pollers: list[dict[str, Any]]) -> dict[str, Any]:
+    """A queue as the reference shows it (``name, stats``), with ours beside."""
+    runs, acts = queue["runs"], queue["activities"]
+    ages = [a for a in (runs["oldest_waiting_seconds"], acts["oldest_waiting_seconds"])
+            if a is not None]
+    age = int(max(ages)) if ages else None
+    return {
+        "name": queue["name"],
+        "stats": {
+            "approximate_backlog_count": runs["waiting"] + acts["waiting"],
+            "approximate_backlog_age_seconds": age,
+            "workflow_tasks": {"ready_count": runs["waiting"], "leased_count": runs["running"]},
+            "activity_tasks": {"ready_count": acts["waiting"], "leased_count": acts["running"]},
+            "pollers": {"active_count": sum(1 for p in pollers if p["alive"]),
+                        "stale_count": sum(1 for p in pollers if not p["alive"])},
+        },
+        "limits": queue["limits"],
+        "runs": runs,
+        "activities": acts,
+        "workers": queue["workers"],
+        "updated_at": queue["updated_at"],
+    }
+
+
+def _poller(worker: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "worker_id": worker["worker_id"], "runtime": RUNTIME, "sdk_version": None,
+        "build_id": worker["build_id"], "last_heartbeat_at": worker["last_heartbeat_at"],
+        "heartbeat_expires_at": worker["heartbeat_expires_at"], "status": worker["status"],
+        "is_stale": not worker["alive"], "alive": worker["alive"],
+        "supported_workflow_types": worker["supported_workflow_types"],
+        "supported_activity_types": worker["supported_activity_types"],
+        "identity": worker["identity"], "host": worker["host"], "pid": worker["pid"],
+        "runs_held": worker["runs_held"],
+    }
+
+
+async def list_task_queues(call: Call) -> tuple[int, Any]:
+    workers = await _workers(call)
+    queues = await call.client.list_queues()
+    return 200, {"namespace": call.namespace, "task_queues": [
+        queue_summary(q, [w for w in workers if w["task_queue"] == q["name"]]) for q in queues]}
+
+
+async def describe_task_queue(call: Call) -> tuple[int, Any]:
+    name = call.params["taskQueue"]
+    pollers = [_poller(w) for w in await _workers(call) if w["task_queue"] == name]
+    queue = queue_summary(await call.client.describe_queue(name), pollers)
+    return 200, {**queue, "pollers": pollers, "current_leases": [], "repair": {}}
+
+
+async def set_task_queue_limits(call: Call) -> tuple[int, Any]:
+    name = call.params["taskQueue"]
+    await call.client.set_queue_limits(name, QueueLimits.from_dict(
+        {k: (v if k not in ("rate", "activity_rate") or v is None
+             else {"count": v["count"], "per": v.get("per", 1.0)})
+         for k, v in call.body.items()}))
+    described = await call.client.describe_queue(name)
+    return 200, {"name": name, "namespace": call.namespace, "outcome": "updated",
+                 "limits": described["limits"], "updated_at": described["updated_at"] or
+                 to_iso(call.client.clock.now())}
+
+
+def queue_operations() -> list[Operation]:
+    """The worker and task-queue routes (appended to `routes.operations()`)."""
+    workers, queues = ("workers",), ("task-queues",)
+    return [
+        Operation(
+            "GET", "/api/workers", "listWorkers", "List the namespace's workers",
+            list_workers, tags=workers,
+            params=(
+                Param("task_queue", "query", text(1000, "Only this queue's."),
+                      "Only the workers of this task queue."),
+                Param("status", "query", {"type": "string",
+                                          "enum": ["active", "stale", "stopped"]},
+                      "Workers with this status (default: the live ones)."),
+            ),
+            replies=(Reply(200, "{workers, stale_after_seconds}.", ANY_OBJECT),),
+            description="Who serves the namespace: each worker's queue, build, the types "
+                        "it serves (with a fingerprint of each definition), last heartbeat, "
+                        "and ours: identity, host, pid, alive, runs and attempts it holds."),
+        Operation(
+            "GET", "/api/workers/{workerId}", "describeWorker", "Describe one worker",
+            describe_worker, tags=workers, params=(WORKER_ID,),
+            replies=(Reply(200, "The worker.", ANY_OBJECT),
+                     Reply(404, "worker_not_found.", ERROR_SCHEMA))),
+        Operation(
+            "GET", "/api/task-queues", "listTaskQueues", "List the namespace's task queues",
+            list_task_queues, tags=queues,
+            replies=(Reply(200, "{namespace, task_queues: [{name, stats, limits, ...}]}.",
+                           ANY_OBJECT),),
+            description="Every queue that has limits, a live worker, or open work: "
+                        "backlog, running, pollers, and our limits and rate left."),
+        Operation(
+            "GET", "/api/task-queues/{taskQueue}", "describeTaskQueue",
+            "Describe one task queue", describe_task_queue, tags=queues,
+            params=(TASK_QUEUE,),
+            replies=(Reply(200, "{name, stats, pollers, limits, runs, activities, ...}.",
+                           ANY_OBJECT),)),
+        Operation(
+            "PUT", "/api/task-queues/{taskQueue}/limits", "setTaskQueueLimits",
+            "Set how much of a task queue may run at once", set_task_queue_limits,
+            role="operator", tags=queues, params=(TASK_QUEUE,), body=LIMITS_BODY,
+            body_required=True,
+            replies=(Reply(200, "{name, namespace, outcome, limits, updated_at}.",
+                           ANY_OBJECT),),
+            description="Replaces the queue's limits (docs/queues.md); workers hold to them "
+                        "from their next claim."),
+    ]

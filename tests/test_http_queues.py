@@ -1,0 +1,104 @@
+"""``/api/workers`` and ``/api/task-queues[/{name}]`` in the reference engine's
+shape (with our fields beside), and ``PUT /api/task-queues/{name}/limits``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+import durable
+from durable import activity, workflow
+from durable.http import create_app
+
+pytestmark = pytest.mark.anyio
+
+VERSION = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+AS_OPERATOR = {**VERSION, "Authorization": "Bearer op"}
+AS_VIEWER = {**VERSION, "Authorization": "Bearer view"}
+
+
+@activity.defn(name="http_queue_ship")
+async def ship(order: str) -> str:
+    return order
+
+
+@workflow.defn(name="http_queue_order")
+async def order(n: int) -> int:
+    return n
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def http(storage_client: durable.Client) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(storage_client, {"op": "operator", "view": "viewer"}, environ={})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as client:
+        yield client
+
+
+async def get(http: httpx.AsyncClient, path: str) -> Any:
+    response = await http.get(path, headers=AS_VIEWER)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_workers_are_listed_in_the_reference_shape_with_ours(
+    storage_client: durable.Client, http: httpx.AsyncClient,
+) -> None:
+    async with durable.Worker(storage_client, workflows=[order], activities=[ship],
+                              task_queue="orders", identity="api-worker", poll_interval=0.1):
+        listed = await get(http, "/api/workers")
+        [worker] = listed["workers"]
+        assert worker["worker_id"].startswith("api-worker#")
+        assert (worker["task_queue"], worker["runtime"], worker["status"]) == (
+            "orders", "python", "active")
+        assert worker["supported_workflow_types"] == ["http_queue_order"]
+        assert worker["supported_activity_types"] == ["http_queue_ship"]
+        assert set(worker["workflow_definition_fingerprints"]) == {"http_queue_order"}
+        assert worker["last_heartbeat_at"] and worker["registered_at"]
+        assert (worker["identity"], worker["alive"], worker["runs_held"]) == (
+            "api-worker", True, 0)
+        assert listed["stale_after_seconds"] == 30.0  # twice the default 15 s lease
+        one = await get(http, f"/api/workers/{quote(worker['worker_id'], safe='')}")
+        assert one["worker_id"] == worker["worker_id"]
+        assert (await get(http, "/api/workers?task_queue=elsewhere"))["workers"] == []
+        missing = await http.get("/api/workers/nobody", headers=AS_VIEWER)
+        assert missing.status_code == 404 and missing.json()["reason"] == "worker_not_found"
+    # stopped: no longer listed as live, listed when asked for
+    assert (await get(http, "/api/workers"))["workers"] == []
+    [gone] = (await get(http, "/api/workers?status=stopped"))["workers"]
+    assert gone["alive"] is False
+
+
+async def test_task_queues_show_backlog_pollers_and_limits(
+    storage_client: durable.Client, http: httpx.AsyncClient,
+) -> None:
+    for i in range(3):
+        await storage_client.start(order, i, id=f"o-{i}",
+                                   options=durable.StartOptions(task_queue="orders"))
+    denied = await http.put("/api/task-queues/orders/limits", headers=AS_VIEWER,
+                            json={"max_running": 2})
+    assert denied.status_code == 403
+    done = await http.put("/api/task-queues/orders/limits", headers=AS_OPERATOR,
+                          json={"max_running": 2, "rate": {"count": 10, "per": 60}})
+    assert done.status_code == 200, done.text
+    assert done.json()["limits"]["rate"] == {"count": 10, "per": 60.0}
+    bad = await http.put("/api/task-queues/orders/limits", headers=AS_OPERATOR,
+                         json={"max_running": 0})
+    assert bad.status_code == 422
+    listed = await get(http, "/api/task-queues")
+    [queue] = [q for q in listed["task_queues"] if q["name"] == "orders"]
+    assert queue["stats"]["workflow_tasks"] == {"ready_count": 3, "leased_count": 0}
+    assert queue["stats"]["approximate_backlog_count"] == 3
+    assert queue["limits"]["max_running"] == 2
+    detail = await get(http, "/api/task-queues/orders")
+    assert (detail["name"], detail["pollers"], detail["runs"]["waiting"]) == ("orders", [], 3)
+    assert detail["runs"]["rate_left"] == 1
