@@ -273,7 +273,8 @@ class RemoteControl:
         return encode_payload(data["result"])
 
     async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
-                     update_id: str, wait: float | None) -> str:
+                     update_id: str, wait: float | None, *,
+                     sender: dict[str, Any] | None = None) -> str:
         # The server bounds each wait by its max_wait: an update that outlasts one
         # request is waited for again by its update_id (it runs once either way).
         deadline = None if wait is None else anyio.current_time() + wait
@@ -284,7 +285,10 @@ class RemoteControl:
                 _, data = await self._call(
                     "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
                     body={"input": json.loads(args), "request_id": update_id,
-                          "wait_for": "completed", "wait_timeout_seconds": step},
+                          "wait_for": "completed", "wait_timeout_seconds": step,
+                          **({} if sender is None else {
+                              "requester": sender.get("requester"),
+                              "source": sender.get("source")})},
                     read_timeout=step + self.timeout)
             except UpdateFailed as exc:
                 if exc.failure.get("timeout_kind") == "update_wait" and (

@@ -119,6 +119,10 @@ UPDATE_BODY = check_schema({
             exclusive_minimum=0),
         "request_id": {**REQUEST_ID, "description": "Makes the update idempotent: the same "
                                                     "id again returns the recorded outcome."},
+        "requester": {"type": ["object", "null"],
+                      "description": "Extension: who asks (recorded as given); by default "
+                                     "the role."},
+        "source": {**text(200, "Extension: where the update came from."), "default": "http"},
     },
 })
 CANCELLATION_BODY = check_schema({
@@ -351,14 +355,18 @@ async def history(call: Call) -> tuple[int, Any]:
 # ---------------------------------------------------------------- messages
 
 
+def _sender(call: Call) -> dict[str, Any]:
+    """Who sends a signal or an update: as the body says, else the token's role."""
+    return {"requester": call.body.get("requester") or {"type": "http", "id": None,
+                                                        "label": call.role},
+            "source": call.body.get("source") or "http"}
+
+
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
     args = _arguments(body.get("input"), "input")
-    sender = {"requester": body.get("requester") or {"type": "http", "id": None,
-                                                     "label": call.role},
-              "source": body.get("source") or "http"}
     await call.client.control.signal(p["workflowId"], p.get("runId"), p["signalName"],
-                                     encode_payload(args), sender=sender)
+                                     encode_payload(args), sender=_sender(call))
     return 202, {"workflow_id": p["workflowId"], "run_id": p.get("runId"),
                  "signal_name": p["signalName"], "request_id": body.get("request_id"),
                  "outcome": "signal_received", "recorded": True}
@@ -383,7 +391,7 @@ async def update(call: Call) -> tuple[int, Any]:
     args = _arguments(body.get("input"), "input")
     answer = await call.client.control.update(p["workflowId"], p.get("runId"),
                                               p["updateName"], encode_payload(args),
-                                              update_id, wait)
+                                              update_id, wait, sender=_sender(call))
     value, envelope = model.payload_pair(parse_payload(answer, "the update's result"))
     return 200, {"workflow_id": p["workflowId"], "update_name": p["updateName"],
                  "update_id": update_id, "request_id": update_id,

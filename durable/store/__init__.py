@@ -278,10 +278,10 @@ class Store:
 
     async def submit_request(self, namespace: str, workflow_id: str, run_id: str | None,
                              kind: str, name: str, payload: str, update_id: str | None,
-                             now: float) -> RequestTicket:
+                             now: float, sender: dict[str, Any] | None = None) -> RequestTicket:
         """Ask a run a query or an update (see `durable.store.interaction`)."""
         return await self.driver.run(lambda tx: interaction.submit_request(
-            tx, namespace, workflow_id, run_id, kind, name, payload, update_id, now))
+            tx, namespace, workflow_id, run_id, kind, name, payload, update_id, now, sender))
 
     async def take_answer(self, request_id: str) -> dict[str, Any] | None:
         """A request's answer (a query's row is deleted then), or None."""

@@ -82,6 +82,8 @@ NOTICES = {
     "signalled": "The signal was recorded; the workflow handles it at its next step.",
     "review-cleared": "The review mark was cleared: a worker claims and replays the run now.",
     "review-not-marked": "The run was not marked for review: nothing was changed.",
+    "reset": "Reset: this is the new run. It keeps the results recorded before the op you "
+             "chose and runs the rest with the code workers run now.",
     "signed-in": "Signed in.",
 }
 
@@ -115,6 +117,11 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            "that replays its history. For units whose effect could not be confirmed, say what "
            "you found: run them again (the effect did not happen, or twice is harmless) or "
            "record them done (it happened).", "review-cleared"),
+    Action("reset", "resetWorkflow", "Reset", "Reset the run",
+           "The run continues as a new run of the same workflow id that keeps the results "
+           "recorded before the op you choose (nothing before it runs again) and runs the "
+           "rest with the code workers run now. An open run is terminated first. Deploy the "
+           "fix before you reset.", "reset"),
     Action("signal", "", "Send a signal", "Send the signal",
            "The signal is recorded and delivered to the workflow's handler for its name, "
            "once, in order.", "signalled"),
@@ -648,7 +655,12 @@ class WebUI:
             run_id = _required(request, "run", "run id")
             assert visitor.role is not None
             try:
-                notice = await self._act(request, visitor, action, workflow_id, run_id, values)
+                if name == "reset":  # shows the new run
+                    run_id = await self._reset(request, visitor, workflow_id, run_id, values)
+                    notice = action.notice
+                else:
+                    notice = await self._act(request, visitor, action, workflow_id, run_id,
+                                             values)
                 return RedirectResponse(visitor.url("/run", wf=workflow_id, run=run_id,
                                                     notice=notice), status_code=303)
             except UIError as exc:
@@ -711,6 +723,19 @@ class WebUI:
         await self.perform(request, visitor, action.operation_id, params,
                            {"reason": reason} if reason else {})
         return action.notice
+
+    async def _reset(self, request: Request, visitor: Visitor, workflow_id: str, run_id: str,
+                     form: Mapping[str, str]) -> str:
+        """Through the API's reset route; the new run's id."""
+        to_op = form.get("to_op", "").strip()
+        if not to_op:
+            raise UIError(422, "Op missing", "Give the op to continue from, e.g. 0:5 (the "
+                                             "timeline shows each op's id).")
+        _, answer = await self.perform(
+            request, visitor, "resetWorkflow", {"workflowId": workflow_id},
+            {"to_op": to_op, "reason": form.get("reason", "").strip() or "reset from the web UI",
+             "run_id": run_id})
+        return str(answer["run_id"])
 
     async def _signal(self, request: Request, visitor: Visitor, workflow_id: str, run_id: str,
                       form: Mapping[str, str]) -> None:
