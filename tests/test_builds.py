@@ -28,7 +28,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(params=[pytest.param("sqlite"),
-                        pytest.param("postgres", marks=[pytest.mark.postgres])])
+                        pytest.param("postgres", marks=[pytest.mark.postgres]),
+                        pytest.param("mariadb", marks=[pytest.mark.mariadb])])
 def driver_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

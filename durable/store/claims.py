@@ -134,12 +134,15 @@ def claim_runs(
     ready_params = (namespace, task_queue, now, now, *types, build_id or "")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "workflow_types")
-    claim = ("owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
+    # the builds first: MariaDB evaluates assignments left to right, each seeing
+    # the ones before it (epoch must still be the one before the claim)
+    claim = ("started_build = CASE WHEN epoch = 0 THEN ? ELSE started_build END, "
+             "last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END, "
+             "owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
              "status = 'running', started_at = COALESCE(started_at, ?), "
-             "claim_capabilities = ?, started_build = CASE WHEN epoch = 0 THEN ? ELSE "
-             "started_build END, last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END")
-    claim_params = (worker_id, now + lease_seconds, now, json.dumps(list(capabilities)),
-                    build_id, build_id)
+             "claim_capabilities = ?")
+    claim_params = (build_id, build_id, worker_id, now + lease_seconds, now,
+                    json.dumps(list(capabilities)))
     order = "ORDER BY priority, ready_at"
     if tx.dialect.writable_cte and not limited:
         share, share_params = yield from share_limit(
