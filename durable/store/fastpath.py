@@ -355,8 +355,12 @@ def claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
     guard_sql, guard_params = guard if guard is not None else ("0", ())
     rows = yield Stmt(
         f"WITH claimed AS ({claim}WHERE run_id IN ({pick}) RETURNING {RUN_COLUMNS}), "
-        "started AS (UPDATE workflows SET status = 'running' WHERE status = 'pending' "
-        "AND current_run_id IN (SELECT run_id FROM claimed)) "
+        # by the workflows' key: matching current_run_id alone scans every
+        # workflow (no index), for each claimed run when the planner guesses
+        # one claimed row (measured: 200 ms a claim of 100 over 1000 pending)
+        "started AS (UPDATE workflows w SET status = 'running' FROM claimed c "
+        "WHERE w.namespace = c.namespace AND w.workflow_id = c.workflow_id "
+        "AND w.current_run_id = c.run_id AND w.status = 'pending') "
         f"SELECT claimed.*, {counted}, g.limited FROM (SELECT {guard_sql} AS limited) AS g "
         "LEFT JOIN claimed ON TRUE",
         (*claim_params, *pick_params, *counted_params, *guard_params), "all", autocommit=True,
