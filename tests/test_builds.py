@@ -28,7 +28,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(params=[pytest.param("sqlite"),
-                        pytest.param("postgres", marks=[pytest.mark.postgres])])
+                        pytest.param("postgres", marks=[pytest.mark.postgres]),
+                        pytest.param("mariadb", marks=[pytest.mark.mariadb])])
 def driver_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -240,6 +241,16 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
         text, _ = await Metrics(storage.store).render()
         lines = [x for x in text.decode().splitlines() if x.startswith("durable_runs")]
         assert "durable_runs_blocked{build_id=\"v2\",namespace=\"default\"} 2.0" in lines, lines
+        # and the web UI shows them on the run's page
+        import httpx
+        from test_ui_http import OPERATOR, Browserless, _app
+
+        transport = httpx.ASGITransport(app=_app(storage), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+            await Browserless(http, storage).login(OPERATOR)
+            page = (await http.get(f"/ui/run?wf=bd-o1&run={changed[1].run_id}")).text
+            assert "build v2 cannot take it: workflow bd_order" in page
+            assert "started by v1 · last taken by v1" in page
         # the deploy gate lists them, with where each diverges (and reads only)
         code, report = await check_upgrade(db_url, "V2_WORKER")
         assert code == 1 and report["ok"] is False and report["build_id"] == "v2"

@@ -23,7 +23,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(params=[pytest.param("sqlite"),
-                        pytest.param("postgres", marks=[pytest.mark.postgres])])
+                        pytest.param("postgres", marks=[pytest.mark.postgres]),
+                        pytest.param("mariadb", marks=[pytest.mark.mariadb])])
 def driver_name(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -193,3 +194,35 @@ async def test_reset_over_http_and_from_the_command_line(storage: durable.Client
             "0:5", 4, failed[1].run_id)
         assert await storage.get_handle("rs-cli").result() == [10, 20, 30, 40, 50, 60]
     assert RAN == {1: 2, 2: 2, 3: 2, 4: 2, 5: 4, 6: 2}  # two runs: steps 1-4 once each
+
+
+async def test_the_web_ui_shows_the_links_and_resets_a_failed_run(
+        storage: durable.Client) -> None:
+    import httpx
+    from test_ui_http import OPERATOR, Browserless, _app
+
+    async with worker(storage):
+        failed = await storage.start(six_steps, 6, id="rs-ui")
+        with pytest.raises(durable.WorkflowFailed):
+            await failed.result()
+        FIXED["step5"] = True
+        transport = httpx.ASGITransport(app=_app(storage), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+            ui = Browserless(http, storage)
+            await ui.login(OPERATOR)
+            page = await http.get(f"/ui/run?wf=rs-ui&run={failed.run_id}")
+            assert "/ui/run/reset?" in page.text  # a failed run offers a reset
+            form = f"/ui/run/reset?wf=rs-ui&run={failed.run_id}"
+            csrf = await ui.csrf(form)
+            refused = await http.post(form, data={"csrf": csrf, "to_op": ""})
+            assert refused.status_code == 422 and "Give the op to continue from" in refused.text
+            done = await http.post(form, data={"csrf": csrf, "to_op": "0:5", "reason": "fixed"})
+            assert done.status_code == 303
+            new_run = (await storage.get_handle("rs-ui").describe())["run"]["run_id"]
+            assert f"run={new_run}" in done.headers["location"]
+            assert await storage.get_handle("rs-ui").result() == [10, 20, 30, 40, 50, 60]
+            page = await http.get(done.headers["location"])
+            assert "Reset from" in page.text and failed.run_id in page.text
+            old = await http.get(f"/ui/run?wf=rs-ui&run={failed.run_id}")
+            assert "Reset as" in old.text and new_run in old.text
+            assert "/ui/run/reset?" not in old.text  # reset once: the old run offers no more

@@ -99,10 +99,11 @@ class Live:
         if response.status_code == 404:
             return []
         assert response.status_code == 200, response.text
-        return [e["type"] for e in response.json()["events"]]
+        return [e["event_type"] for e in response.json()["events"]]
 
     def status(self, workflow_id: str) -> str:
-        return str(self.describe(workflow_id)["status"])
+        """Our status word (the wire's extra durable_status: timed_out, needs_review...)."""
+        return str(self.describe(workflow_id)["durable_status"])
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +337,8 @@ def test_request_cancellation_from_the_ui_and_watch_the_run_reach_cancelled(
     assert live.status("guarded-1") == "cancelled"
     page.reload()
     assert page.locator("#run-status").inner_text().strip() == "⊘ cancelled"
-    assert page.locator("#actions").count() == 0  # a closed run has no actions
+    assert page.locator("#actions").count() == 0  # a closed run has no actions ...
+    assert page.locator("#repair a").inner_text() == "Reset…"  # ... but can be repaired
     page.get_by_role("link", name="Cancellation cascade").click()
     page.wait_for_url(re.compile(r"/ui/run/cascade\?"))
     assert page.locator("#inspection.ok").inner_text().startswith("✓ Verified")

@@ -62,7 +62,8 @@ SUMMARY_KEYS = ("workflow_id", "run_id", "workflow_type", "status", "run_number"
                 "created_at", "started_at", "closed_at", "closed_reason")
 _RUN_KEYS = ("run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
              "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
-             "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id")
+             "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id",
+             "started_build", "last_build", "reset_from_run_id", "reset_from_op", "reset_run_id")
 _REQUEST_KEYS = ("request_id", "root_request_id", "parent_request_id", "root_workflow_id",
                  "root_run_id", "reason", "requester", "source", "requested_at", "deadline_at",
                  "cleanup_timeout_seconds", "lifecycle", "delivered_at", "boundary",
@@ -90,6 +91,9 @@ def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
     out["pending_operations"] = [filled(op, _OP_KEYS) for op in
                                  info.get("pending_operations") or [] if isinstance(op, Mapping)]
     out["failures"] = [f for f in info.get("failures") or [] if isinstance(f, Mapping)]
+    blocked = info.get("blocked")
+    out["blocked"] = filled(blocked, ("build_id", "divergence")) \
+        if isinstance(blocked, Mapping) else None
     phase = info.get("phase")
     if isinstance(phase, Mapping):
         out["phase"] = filled(phase, ("name", "started_at", "deadline_at"))
