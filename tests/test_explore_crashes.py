@@ -269,9 +269,9 @@ async def test_the_killed_workers_storage_rolls_back_the_crossing_write_and_refu
         await view.run(bump("first"))  # 1 -> 2: not past the point
         assert await client.driver.run(progress, write=False) == (2, "first")
         assert view.writes == [(1, 2)] and not view.killed.is_set()
-        with pytest.raises(durable.StorageUnavailable, match="killed"):
+        with pytest.raises(durable.StorageClosed, match="killed"):
             await view.run(bump("second"))  # 2 -> 3 would pass it: rolled back whole, killed
         assert view.killed.is_set()
         assert await client.driver.run(progress, write=False) == (2, "first")
-        with pytest.raises(durable.StorageUnavailable, match="killed"):
+        with pytest.raises(durable.StorageClosed, match="killed"):
             await view.run(progress, write=False)  # a dead worker reads nothing either
