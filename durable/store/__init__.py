@@ -354,11 +354,18 @@ class Store:
 
     async def list_runs(
         self, namespace: str, status: str | None, workflow_type: str | None, limit: int,
-        before: tuple[float, str] | None = None,
+        before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
+        id_contains: str | None = None,
     ) -> ListPage:
         """Run summaries, newest first, and the key of the next page."""
         return await self.driver.run(lambda tx: inspection.list_runs(
-            namespace, status, workflow_type, limit, before), write=False)
+            namespace, status, workflow_type, limit, before, statuses=statuses,
+            id_contains=id_contains), write=False)
+
+    async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
+        """Every run of a workflow id, oldest first."""
+        return await self.driver.run(lambda tx: inspection.run_ids(namespace, workflow_id),
+                                     write=False)
 
     async def observe(
         self, after_event_id: int | None, limit: int, recheck: tuple[int, ...] = ()
