@@ -127,3 +127,46 @@ async def test_releasing_runs_only_can_leave_attempts_running(store: Store) -> N
     [task] = await store.claim_activities(NS, "default", "w1", ("ship",), 1, 10.0, T0)
     await store.release_runs("w1", [run.run_id], T0 + 1, attempts=False)
     assert (await task_of(store, task.task_id))["status"] == AttemptStatus.RUNNING
+
+
+# ---------------------------------------------------------------- builds (the upgrade gate)
+
+
+async def test_the_first_claim_records_its_build_a_later_one_leaves_it(store: Store) -> None:
+    await start(store, "wf")
+    [first] = await store.claim_runs(NS, "default", "w1", (WF,), 1, 30.0, T0, build_id="v1")
+    assert (first.run.started_build, first.run.last_build) == ("v1", "v1")
+    [again] = await store.claim_runs(NS, "default", "w2", (WF,), 1, 30.0, T0 + 31,
+                                     build_id="v2")
+    # another build's claim: recorded only once its replay check passed
+    assert (again.run.epoch, again.run.started_build, again.run.last_build) == (2, "v1", "v1")
+    assert await store.take_for_build(again.run.run_id, 2, "v2")
+    stored = await row(store, "SELECT started_build, last_build, blocked_build FROM runs")
+    assert stored == {"started_build": "v1", "last_build": "v2", "blocked_build": None}
+    assert not await store.take_for_build(again.run.run_id, 1, "v3")  # a stale claim
+
+
+async def test_a_blocked_run_is_handed_back_and_not_claimed_by_that_build(store: Store) -> None:
+    await start(store, "wf")
+    await store.claim_runs(NS, "default", "w1", (WF,), 1, 30.0, T0, build_id="v1")
+    [claimed] = await store.claim_runs(NS, "default", "w2", (WF,), 1, 30.0, T0 + 31,
+                                       build_id="v2")
+    run = claimed.run
+    assert not await store.block_run(run.run_id, run.epoch, "w-other", "v2", "x")  # not owner
+    assert await store.block_run(run.run_id, run.epoch, "w2", "v2", "asked for b at 0:1")
+    stored = await row(store, "SELECT owner, lease_expires_at, blocked_build, blocked_divergence "
+                              "FROM runs")
+    assert stored == {"owner": None, "lease_expires_at": None, "blocked_build": "v2",
+                      "blocked_divergence": "asked for b at 0:1"}
+    assert await store.claim_runs(NS, "default", "w3", (WF,), 1, 30.0, T0 + 32,
+                                  build_id="v2") == []
+    [old] = await store.claim_runs(NS, "default", "w4", (WF,), 1, 30.0, T0 + 32, build_id="v1")
+    assert old.run.blocked_build == "v2"  # still refused by v2 while v1 runs it
+    info = await store.describe(NS, "wf", None)
+    assert info is not None and info["blocked"] == {"build_id": "v2",
+                                                     "divergence": "asked for b at 0:1"}
+    await store.release_runs("w4", [old.run.run_id], T0 + 33)
+    [v3] = await store.claim_runs(NS, "default", "w5", (WF,), 1, 30.0, T0 + 34, build_id="v3")
+    assert await store.take_for_build(v3.run.run_id, v3.run.epoch, "v3")  # v3 replays it
+    info = await store.describe(NS, "wf", None)
+    assert info is not None and info["blocked"] is None
