@@ -73,9 +73,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 Workload = Literal["sequential", "concurrent", "concurrent_remote", "taskgroup"]
-DbKind = Literal["sqlite", "postgres"]
+DbKind = Literal["sqlite", "postgres", "mariadb"]
 Backend = Literal["asyncio", "trio"]
 
 WORKLOADS: tuple[str, ...] = ("sequential", "concurrent", "concurrent_remote", "taskgroup")
@@ -86,6 +87,7 @@ DEFAULT_WORKFLOWS: dict[str, int] = {"sequential": 1, "concurrent": 100, "concur
 # Workloads made of local activities: the only ones `record="batched"` applies to.
 LOCAL_WORKLOADS = ("sequential", "concurrent", "taskgroup")
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+MARIADB_URL = os.environ.get("DURABLE_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")
 
 SCRIPT = Path(__file__).resolve()
 
@@ -107,6 +109,7 @@ def run_durable(
     repeat: int = 1,
     sqlite_dir: str | None = None,
     pg_url: str | None = None,
+    mariadb_url: str | None = None,
     profile: str | None = None,
     timeout: float = 600.0,
 ) -> dict[str, Any]:
@@ -130,6 +133,8 @@ def run_durable(
         cmd += ["--sqlite-dir", sqlite_dir]
     if pg_url is not None:
         cmd += ["--pg-url", pg_url]
+    if mariadb_url is not None:
+        cmd += ["--mariadb-url", mariadb_url]
     if profile is not None:
         cmd += ["--profile", profile]
     try:
@@ -237,13 +242,43 @@ def _define(local_options: Any = None) -> tuple[Any, Any, Any, Any]:
     return bench_step, bench_local, bench_remote, bench_taskgroup
 
 
-def _storage_url(db: DbKind, sqlite_dir: str, synchronous: str | None, pg_url: str) -> str:
+def _storage_url(db: DbKind, sqlite_dir: str, synchronous: str | None, pg_url: str,
+                 mariadb_url: str = MARIADB_URL) -> str:
     if db == "sqlite":
         query = f"?synchronous={synchronous}" if synchronous else ""
         return f"sqlite:///{os.path.join(sqlite_dir, 'durable.db')}{query}"
+    if db == "mariadb":
+        database = f"durable_bench_{uuid.uuid4().hex[:12]}"
+        _mariadb_admin(mariadb_url, f"CREATE DATABASE {database}")
+        return urlsplit(mariadb_url)._replace(path=f"/{database}").geturl()
     schema = f"durable_bench_{uuid.uuid4().hex[:12]}"
     sep = "&" if "?" in pg_url else "?"
     return f"{pg_url}{sep}schema={schema}"
+
+
+def _mariadb_admin(url: str, statement: str) -> None:
+    """One statement on the MariaDB server of `url`, from a thread of its own
+    (asyncmy is asyncio-only; the benchmark may run on trio)."""
+    import asyncio
+    import threading
+
+    import asyncmy
+
+    parts = urlsplit(url)
+
+    async def run() -> None:
+        conn = await asyncmy.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+                                     user=parts.username or "root",
+                                     password=parts.password or "", autocommit=True)
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(statement)
+        finally:
+            await conn.ensure_closed()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),))
+    thread.start()
+    thread.join()
 
 
 class _DbThreadTimer:
@@ -303,7 +338,7 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     bench_step, bench_local, bench_remote, bench_taskgroup = _define(local_options)
     wf = {"concurrent_remote": bench_remote, "taskgroup": bench_taskgroup}.get(
         workload, bench_local)
-    url = _storage_url(args.db, workdir, args.synchronous, args.pg_url)
+    url = _storage_url(args.db, workdir, args.synchronous, args.pg_url, args.mariadb_url)
 
     t_connect = time.perf_counter()
     client = await durable.connect(url)
@@ -359,6 +394,10 @@ async def _measure(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         with anyio.CancelScope(shield=True):
             if args.db == "postgres":
                 drop = getattr(client.driver, "drop_schema", None)
+                if drop is not None:
+                    await drop()
+            if args.db == "mariadb":
+                drop = getattr(client.driver, "drop_database", None)
                 if drop is not None:
                     await drop()
             await client.close()
@@ -435,7 +474,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--probe", action="store_true",
                    help="print what this build supports (JSON) and exit")
     p.add_argument("--workload", choices=WORKLOADS, default=None)
-    p.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    p.add_argument("--db", choices=["sqlite", "postgres", "mariadb"], default="sqlite")
     p.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     p.add_argument("--synchronous", choices=["NORMAL", "FULL"], default=None,
                    help="SQLite synchronous setting (default: the driver's, NORMAL)")
@@ -448,6 +487,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sqlite-dir", default=None,
                    help="parent dir of the temp SQLite file (default: $TMPDIR or /tmp)")
     p.add_argument("--pg-url", default=PG_URL, help=f"PostgreSQL URL (default {PG_URL})")
+    p.add_argument("--mariadb-url", default=MARIADB_URL,
+                   help=f"MariaDB server; a database is created per run (default {MARIADB_URL})")
     p.add_argument("--profile", default=None, metavar="PATH",
                    help="profile one extra (untimed) run and write the report to PATH")
     args = p.parse_args(argv)

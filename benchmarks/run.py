@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/run.py [--db sqlite|postgres|all] [--rounds 5] [--workloads a,b,c,d]
+    python benchmarks/run.py [--db sqlite|postgres|mariadb|all] [--rounds 5] [--workloads a,b,c,d]
                              [--variants dbos,dbos-wal-normal,...,floor] [--quick]
                              [--backend asyncio|trio|both] [--sqlite-dir DIR] [--out PATH]
 
@@ -41,6 +41,11 @@ Variants (``--variants``, default all):
                        ``queue.SimpleQueue`` (WAL+NORMAL, WAL+FULL,
                        DELETE+FULL); asyncpg one connection and a pool of 8.
 =====================  ==========================================================
+
+MariaDB (``--db mariadb``): ours alone (DBOS runs on SQLite and PostgreSQL
+only; no floor is measured there), a fresh database per measurement on
+``--mariadb-url``'s server, on the server's durability
+(``innodb_flush_log_at_trx_commit``).
 
 PostgreSQL: both sides on the same server (DBOS: a fresh database per
 measurement; ours: a fresh schema in the URL's database), on the server's
@@ -97,6 +102,7 @@ sys.path.insert(0, str(HERE))
 from dbos_side import run_dbos  # noqa: E402
 from durable_side import (  # noqa: E402
     EXIT_SKIPPED,
+    MARIADB_URL,
     PG_URL,
     SKIPPED_BATCHED,
     probe_durable,
@@ -199,7 +205,7 @@ class Cell:
         return f"{self.db}/{self.workload}/{self.variant.name}{host}"
 
     def mode(self) -> str:
-        return self.variant.mode if self.db == "sqlite" else "server"
+        return self.variant.mode if self.db == "sqlite" else "server"  # postgres, mariadb
 
     def seconds_per_step(self, r: int) -> float | None:
         res = self.rounds.get(r)
@@ -313,7 +319,8 @@ class Runner:
                     synchronous="FULL" if cell.variant.mode == "wal-full" else None,
                     record="batched" if cell.variant.batched else None,
                     steps=steps, workflows=workflows, sqlite_dir=self.sqlite_dir,
-                    pg_url=self.args.pg_url, timeout=self.args.timeout)
+                    pg_url=self.args.pg_url, mariadb_url=self.args.mariadb_url,
+                    timeout=self.args.timeout)
         except Exception as exc:
             text = str(exc)
             if f"(exit {EXIT_SKIPPED})" in text and SKIPPED_BATCHED in text:
@@ -384,10 +391,16 @@ class Runner:
                     v = VARIANTS[name]
                     if (v.sqlite_only and db != "sqlite") or workload not in v.workloads():
                         continue
+                    if db == "mariadb" and v.side == "dbos":
+                        continue  # DBOS has no MariaDB support
                     for backend in (["asyncio"] if v.side == "dbos" else backends):
                         cells.append(Cell(db, workload, v, backend))
         floors = [FloorCell(db, backend) for db in dbs for backend in backends
-                  if "floor" in names and (db == "sqlite" or backend == "asyncio")]
+                  if "floor" in names and (db == "sqlite" or (db == "postgres"
+                                                             and backend == "asyncio"))]
+        if "mariadb" in dbs:
+            self.notes.append("mariadb: ours alone (DBOS runs on SQLite and PostgreSQL only); "
+                              "no floor is measured on MariaDB")
         if "concurrent_remote" in args.workloads and any(
                 VARIANTS[n].side == "dbos" for n in names if n in VARIANTS):
             self.notes.append("(c) remote activities: ours alone. DBOS has no remote activities "
@@ -587,7 +600,7 @@ def markdown(report: dict[str, Any]) -> str:
             fig = "unavailable: " + "; ".join(c["errors"])[:120]
         else:
             fig = f"{_range(c[key], fmt)} {unit}"
-        settings = ("server" if c["db"] == "postgres" else MODE_LABEL[c["storage_mode"]])
+        settings = ("server" if c["db"] != "sqlite" else MODE_LABEL[c["storage_mode"]])
         if c["batched"]:
             settings += ", batched"
         name = c["variant"] + (f" ({c['backend']})" if c["side"] == "durable"
@@ -676,7 +689,7 @@ def _parse_list(text: str, known: dict[str, str] | tuple[str, ...], what: str) -
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="durable vs DBOS like for like, same run")
-    p.add_argument("--db", choices=["sqlite", "postgres", "all"], default="sqlite")
+    p.add_argument("--db", choices=["sqlite", "postgres", "mariadb", "all"], default="sqlite")
     p.add_argument("--rounds", "--repeat", dest="rounds", type=int, default=None,
                    help="interleaved rounds (default 5; 1 with --quick)")
     p.add_argument("--workloads", "--only", dest="workloads", default="a,b,c,d",
@@ -692,6 +705,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="directory for every SQLite file (default $TMPDIR or /tmp; /tmp is a "
                         "real disk here, /dev/shm a tmpfs that hides fsyncs)")
     p.add_argument("--pg-url", default=PG_URL, help=f"our PostgreSQL URL (default {PG_URL})")
+    p.add_argument("--mariadb-url", default=MARIADB_URL,
+                   help=f"our MariaDB server (a database is created per run; default "
+                        f"{MARIADB_URL})")
     p.add_argument("--floor-seconds", type=float, default=None,
                    help="time budget of each floor figure (default 1.0; 0.1 with --quick)")
     p.add_argument("--timeout", type=float, default=300.0,

@@ -224,10 +224,11 @@ class EmbeddedControl:
         return result
 
     async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
-                     update_id: str, wait: float | None) -> str:
+                     update_id: str, wait: float | None, *,
+                     sender: dict[str, Any] | None = None) -> str:
         store = self.store
         ticket = await store.submit_request(self.namespace, workflow_id, run_id, "update", name,
-                                            args, update_id, self.clock.now())
+                                            args, update_id, self.clock.now(), sender)
         if ticket.existing is not None:
             done = _update_outcome(ticket.existing)
             if done is not None:

@@ -227,14 +227,10 @@ class WorkflowHandle:
         recorded).
         """
         payload = self.client._payload(args, f"the arguments of signal {name!r}")
-        requester = _validate.json_object(requester, "requester")
-        if not isinstance(source, str) or not source:
-            raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
+        sender = _sender(requester, source)
         await self.client.control.signal(
             self.workflow_id, await self._target(), _validate.name(name, "signal name"),
-            payload, sender={"requester": requester or {"type": "client", "id": None,
-                                                        "label": None},
-                             "source": source})
+            payload, sender=sender)
 
     async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
                     result_type: Any = None) -> Any:
@@ -258,7 +254,8 @@ class WorkflowHandle:
 
     async def update(self, name: str, *args: Any, update_id: str | None = None,
                      timeout: Seconds | None = None,  # noqa: ASYNC109
-                     result_type: Any = None) -> Any:
+                     result_type: Any = None, requester: dict[str, Any] | None = None,
+                     source: str = "client") -> Any:
         """Ask the workflow's update handler `name` and wait for its result.
 
         The update is validated first (its validator raising rejects it with
@@ -268,6 +265,8 @@ class WorkflowHandle:
         recorded result without running it again. Raises `UpdateFailed` when
         the handler raised or the run closed first, or when `timeout` seconds
         passed (None: wait as long as it takes); `RunAlreadyClosed`.
+        `requester` and `source` (who asks) are recorded with the accepted
+        update (``UpdateAccepted``, describe's ``received``), as a signal's.
         """
         wait = _validate.optional_duration(timeout, "update timeout")
         if wait is not None and wait <= 0:
@@ -276,8 +275,17 @@ class WorkflowHandle:
         payload = self.client._payload(args, f"the arguments of update {name!r}")
         text = await self.client.control.update(
             self.workflow_id, await self._target(), _validate.name(name, "update name"), payload,
-            update_id or uuid.uuid4().hex, wait)
+            update_id or uuid.uuid4().hex, wait, sender=_sender(requester, source))
         return self.client.converter.decode(text, result_type)
+
+
+def _sender(requester: dict[str, Any] | None, source: str) -> dict[str, Any]:
+    """Who sends a signal or an update, as recorded (a cancellation request's shape)."""
+    requester = _validate.json_object(requester, "requester")
+    if not isinstance(source, str) or not source:
+        raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
+    return {"requester": requester or {"type": "client", "id": None, "label": None},
+            "source": source}
 
 
 class Client:

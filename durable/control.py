@@ -132,10 +132,12 @@ class ControlPlane(Protocol):
         ...
 
     async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
-                     update_id: str, wait: float | None) -> str:
+                     update_id: str, wait: float | None, *,
+                     sender: dict[str, Any] | None = None) -> str:
         """Ask an update and wait (at most `wait` seconds, None: as long as it
         takes) for its outcome; the encoded result. The same `update_id` again
-        returns the recorded outcome (the update runs once).
+        returns the recorded outcome (the update runs once). `sender` (who
+        asks) is recorded with it once accepted.
         Raises `UpdateRejected` (nothing recorded), `UpdateFailed`,
         `RunAlreadyClosed`, `WorkflowNotFound`."""
         ...

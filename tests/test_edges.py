@@ -118,12 +118,12 @@ HUGE = "1e400"  # valid JSON that Python reads as infinity
 @pytest.mark.parametrize(("path", "body"), [
     ("/api/workflows", '{"workflow_type":"edge-sleeper","workflow_id":"n0","input":[%s],'
                        '"require_registered":false}'),
-    ("/api/workflows/n1/signal", '{"name":"s","args":[{"deep":[%s]}]}'),
-    ("/api/workflows/n1/runs/{run}/signal", '{"name":"s","args":[%s]}'),
-    ("/api/workflows/n1/query", '{"name":"q","args":[%s]}'),
-    ("/api/workflows/n1/update", '{"name":"u","args":[-%s]}'),
+    ("/api/workflows/n1/signal/s", '{"input":[{"deep":[%s]}]}'),
+    ("/api/workflows/n1/runs/{run}/signal/s", '{"input":[%s]}'),
+    ("/api/workflows/n1/query/q", '{"input":[%s]}'),
+    ("/api/workflows/n1/update/u", '{"input":[-%s]}'),
     ("/api/signal-with-start", '{"workflow_type":"edge-sleeper","workflow_id":"n2",'
-                               '"signal":"s","signal_args":[%s],"require_registered":false}'),
+                               '"signal":"s","signal_input":[%s],"require_registered":false}'),
     ("/api/workflows/n1/request-cancellation", '{"requester":{"id":%s}}'),
     ("/api/workflows/n1/runs/{run}/request-cancellation", '{"requester":{"id":%s}}'),
 ])
@@ -146,8 +146,8 @@ async def test_nan_and_infinity_literals_are_not_json(http: httpx.AsyncClient,
                                                       storage_client: durable.Client) -> None:
     await storage_client.start(sleeper, 3600, id="lit")
     for literal in ("NaN", "Infinity", "-Infinity"):
-        answer = await http.post("/api/workflows/lit/signal",
-                                 content='{"name":"s","args":[' + literal + ']}',
+        answer = await http.post("/api/workflows/lit/signal/s",
+                                 content='{"input":[' + literal + ']}',
                                  headers=AS_OPERATOR)
         assert answer.status_code == 400 and error_code(answer) == "invalid_json"
 
@@ -593,7 +593,7 @@ async def test_a_token_limited_to_namespaces_acts_and_sees_metrics_only_there(
             return {**VERSION, "Authorization": f"Bearer {token}", "X-Namespace": namespace}
 
         answer = await http.get("/api/workflows", headers=as_("billing-op", "billing"))
-        assert [r["workflow_id"] for r in answer.json()["items"]] == ["invoice"]
+        assert [r["workflow_id"] for r in answer.json()["workflows"]] == ["invoice"]
         for namespace in ("shipping", "default"):
             refused = await http.get("/api/workflows/parcel",
                                      headers=as_("billing-op", namespace))

@@ -211,6 +211,11 @@ class Approval:
     def approve(self, by: str) -> None:
         self.by = by
 
+    @workflow.update
+    def approve_now(self, by: str) -> str:
+        self.by = by
+        return f"ok {by}"
+
 
 @pytest.mark.remote_client
 async def test_a_signal_records_who_sent_it(
@@ -252,3 +257,32 @@ def test_the_review_hint_names_the_cli_command_and_its_flags() -> None:
     message = Failure.units_unknown(["r0"], "load-row", "night-1").message or ""
     assert "durable retry-after-review night-1 --units rerun" in message
     assert "--units confirm" in message
+
+
+@pytest.mark.remote_client
+async def test_an_update_records_who_sent_it(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    handle = await client.start(Approval, id=f"approval-upd-{tmp_path.name}")
+    async with make_worker(workflows=[Approval]):
+        assert await handle.update("approve_now", "ana", requester={"type": "user",
+                                                                    "id": "ana"},
+                                   source="ops-portal") == "ok ana"
+        assert await handle.result() == "approved by ana"
+    sender = {"requester": {"type": "user", "id": "ana"}, "source": "ops-portal"}
+    accepted = [e.data for e in await handle.history() if e.type == "UpdateAccepted"]
+    assert accepted[0]["sender"] == sender
+    info = await handle.describe()
+    assert [(r["kind"], r["name"], r["sender"]) for r in info["received"]] == [
+        ("update", "approve_now", sender)]
+    assert "by user ana via ops-portal" in rendered(
+        _views.describe_renderable(Output(), info, _fmt.utcnow()))
+    left = await client.store.driver.run(  # type: ignore[union-attr]
+        lambda tx: _count_senders()) if client.embedded else 0
+    assert left == 0  # moved into the inbox, not left behind
+
+
+def _count_senders() -> Any:
+    from durable.driver import q1
+    row = yield q1("SELECT COUNT(*) AS n FROM request_senders")
+    return int(row["n"])

@@ -9,6 +9,7 @@ and, where storage matters, on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -24,7 +25,7 @@ from starlette.routing import Mount
 
 import durable
 from durable import workflow
-from durable.http import create_app
+from durable.http import avro, create_app
 from durable.http.app import response_for_exception
 from durable.http.auth import TokenSet, load_tokens, parse_token_list
 from durable.http.errors import ERROR_TABLE, error_from_wire
@@ -160,8 +161,8 @@ async def test_viewer_token_reads_but_is_refused_on_writes(plane: Plane) -> None
         ("/api/workflows/w1/terminate", {}),
         ("/api/repair-pass", None),
         ("/api/workflows/w1/retry-after-review", None),
-        ("/api/workflows/w1/signal", {"name": "go"}),
-        ("/api/workflows/w1/update", {"name": "set"}),
+        ("/api/workflows/w1/signal/go", {}),
+        ("/api/workflows/w1/update/set", {}),
         ("/api/signal-with-start", {"workflow_type": "napper", "workflow_id": "w3",
                                     "signal": "go", "require_registered": False}),
     ]
@@ -173,7 +174,7 @@ async def test_viewer_token_reads_but_is_refused_on_writes(plane: Plane) -> None
     # nothing was written
     info = (await plane.http.get("/api/workflows/w1", headers=AS_VIEWER)).json()
     assert info["status"] == "pending" and info["cancellation"] is None
-    listed = (await plane.http.get("/api/workflows", headers=AS_VIEWER)).json()["items"]
+    listed = (await plane.http.get("/api/workflows", headers=AS_VIEWER)).json()["workflows"]
     assert [r["workflow_id"] for r in listed] == ["w1"]
 
 
@@ -194,7 +195,7 @@ async def test_a_run_of_another_namespace_is_404_never_403(plane: Plane) -> None
         response = await plane.http.post(f"/api/workflows/shared-id/{action}", json={},
                                          headers=in_b)
         assert response.status_code == 404, action
-    assert (await plane.http.get("/api/workflows", headers=in_b)).json()["items"] == []
+    assert (await plane.http.get("/api/workflows", headers=in_b)).json()["workflows"] == []
     # the default namespace does not see it either; its own namespace does
     assert (await plane.http.get("/api/workflows/shared-id",
                                  headers=AS_OPERATOR)).status_code == 404
@@ -286,7 +287,7 @@ async def test_start_of_a_type_no_worker_registered_is_400_not_registered(
     ({"workflow_id": "x"}, "body.workflow_type"),
     ({"workflow_type": 7, "workflow_id": "x"}, "body.workflow_type"),
     ({"workflow_type": "napper", "workflow_id": ""}, "body.workflow_id"),
-    ({"workflow_type": "napper", "workflow_id": "x", "input": {"a": 1}}, "body.input"),
+    ({"workflow_type": "napper", "workflow_id": "x", "input": "text"}, "body.input"),
     ({"workflow_type": "napper", "workflow_id": "x", "execution_timeout_seconds": 0.5},
      "body.execution_timeout_seconds"),
     ({"workflow_type": "napper", "workflow_id": "x", "run_timeout_seconds": 1e12},
@@ -363,8 +364,10 @@ async def test_payload_over_the_clients_limit_is_413_structural_limit(
 
 @HTTP_ONLY
 @pytest.mark.parametrize(("query", "name"), [
-    ("limit=0", "limit"), ("limit=1001", "limit"), ("limit=abc", "limit"),
-    ("limit=1.5", "limit"), ("status=sleeping", "status"), ("cursor=%00", "cursor"),
+    ("page_size=0", "page_size"), ("page_size=1001", "page_size"),
+    ("page_size=abc", "page_size"), ("page_size=1.5", "page_size"),
+    ("status=sleeping", "status"), ("status=timed_out", "status"),
+    ("durable_status=waiting", "durable_status"), ("next_page_token=%00", "next_page_token"),
 ])
 async def test_bad_query_parameter_is_400_naming_it(plane: Plane, query: str,
                                                     name: str) -> None:
@@ -377,24 +380,34 @@ async def test_bad_query_parameter_is_400_naming_it(plane: Plane, query: str,
 async def test_bad_cursor_is_400_and_paging_follows_next_cursor(plane: Plane) -> None:
     for i in range(5):
         assert (await plane.start(f"p{i}")).status_code == 201
-    response = await plane.http.get("/api/workflows?cursor=garbage", headers=AS_OPERATOR)
+    response = await plane.http.get("/api/workflows?next_page_token=garbage",
+                                    headers=AS_OPERATOR)
     assert response.status_code == 400 and error_of(response)["code"] == "invalid_argument"
     seen: list[str] = []
     cursor: str | None = None
     while True:
-        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, Any] = {"page_size": 2,
+                                  **({"next_page_token": cursor} if cursor else {})}
         page = (await plane.http.get("/api/workflows", params=params,
                                      headers=AS_VIEWER)).json()
-        seen += [item["workflow_id"] for item in page["items"]]
-        cursor = page["next_cursor"]
+        assert page["workflow_count"] == len(page["workflows"])
+        seen += [item["workflow_id"] for item in page["workflows"]]
+        cursor = page["next_page_token"]
         if cursor is None:
             break
     assert seen == ["p4", "p3", "p2", "p1", "p0"]
-    running = await plane.http.get("/api/workflows?status=running", headers=AS_VIEWER)
-    assert running.json() == {"items": [], "next_cursor": None}
-    typed = await plane.http.get("/api/workflows?workflow_type=napper&limit=1",
+    # pending runs are in the "running" bucket; none is "running" by our status
+    running = await plane.http.get("/api/workflows?durable_status=running", headers=AS_VIEWER)
+    assert running.json() == {"workflows": [], "workflow_count": 0, "next_page_token": None}
+    bucket = (await plane.http.get("/api/workflows?status=running&query=p3",
+                                   headers=AS_VIEWER)).json()["workflows"]
+    assert [(r["workflow_id"], r["status"], r["status_bucket"], r["is_terminal"])
+            for r in bucket] == [("p3", "pending", "running", False)]
+    assert (await plane.http.get("/api/workflows?status=failed",
+                                 headers=AS_VIEWER)).json()["workflows"] == []
+    typed = await plane.http.get("/api/workflows?workflow_type=napper&page_size=1",
                                  headers=AS_VIEWER)
-    assert len(typed.json()["items"]) == 1 and typed.json()["next_cursor"]
+    assert len(typed.json()["workflows"]) == 1 and typed.json()["next_page_token"]
 
 
 @HTTP_ONLY
@@ -416,22 +429,37 @@ async def test_describe_history_and_result_of_a_completed_run(
         run_id = (await plane.start("nap", args=[0.05])).json()["run_id"]
         result = await plane.http.get("/api/workflows/nap/result?wait=10", headers=AS_VIEWER)
     assert result.status_code == 200
-    assert result.json() == {"workflow_id": "nap", "run_id": run_id, "status": "completed",
-                             "result": "rested"}
+    body = result.json()
+    assert (body["workflow_id"], body["run_id"], body["status"], body["durable_status"],
+            body["result"]) == ("nap", run_id, "completed", "completed", "rested")
+    assert body["result_envelope"] == avro.envelope("rested")
     by_run = await plane.http.get(f"/api/workflows/nap/runs/{run_id}", headers=AS_VIEWER)
     current = await plane.http.get("/api/workflows/nap", headers=AS_VIEWER)
     assert by_run.json() == current.json()
-    assert current.json()["run"]["run_id"] == run_id
+    info = current.json()
+    assert info["run_id"] == info["run"]["run_id"] == run_id
+    assert (info["status"], info["status_bucket"], info["is_terminal"]) == (
+        "completed", "completed", True)
+    assert info["input"] == [0.05] and info["output"] == "rested"
+    assert avro.from_envelope(info["output_envelope"]) == "rested"
+    assert avro.from_envelope(info["input_envelope"]) == [0.05]
     history = (await plane.http.get(f"/api/workflows/nap/runs/{run_id}/history",
                                     headers=AS_VIEWER)).json()
-    types = [e["type"] for e in history["events"]]
+    types = [e["event_type"] for e in history["events"]]
     assert types[0] == "WorkflowStarted" and types[-1] == "WorkflowCompleted"
-    assert history["next_after_sequence"] == history["events"][-1]["sequence"]
-    page = (await plane.http.get("/api/workflows/nap/history?after_sequence=1&limit=2",
+    assert history["next_page_token"] is None
+    last = history["events"][-1]
+    assert avro.from_envelope(last["payload"]["output"]) == "rested"
+    assert last["payload"]["payload_codec"] == "avro"
+    page = (await plane.http.get("/api/workflows/nap/history?after_sequence=1&page_size=2",
                                  headers=AS_VIEWER)).json()
     assert [e["sequence"] for e in page["events"]] == [2, 3]
+    assert page["next_page_token"] == base64.b64encode(b"3").decode()
+    rest = (await plane.http.get("/api/workflows/nap/history", headers=AS_VIEWER,
+                                 params={"next_page_token": page["next_page_token"]})).json()
+    assert rest["events"][0]["sequence"] == 4
     tail = await plane.http.get(
-        f"/api/workflows/nap/history?after_sequence={history['next_after_sequence']}&wait=5",
+        f"/api/workflows/nap/history?after_sequence={last['sequence']}&wait=5",
         headers=AS_VIEWER)  # a closed run gets no new events: no waiting
     assert tail.json()["events"] == []
     unknown = await plane.http.get("/api/workflows/nap/runs/not-a-run/result",
@@ -464,8 +492,15 @@ async def test_result_of_a_timed_out_run_carries_the_timeout_kind(
                                         headers=AS_VIEWER)
     assert response.status_code == 200
     body = response.json()
-    assert body["status"] == "timed_out"
+    assert (body["status"], body["durable_status"]) == ("failed", "timed_out")
+    assert body["closed_reason"] == "timed_out" and body["timeout_kind"] is None
     assert body["failure"]["timeout_kind"] == "run_timeout"
+    info = (await plane.http.get("/api/workflows/slow", headers=AS_VIEWER)).json()
+    assert (info["status"], info["closed_reason"], info["timeout_kind"]) == (
+        "failed", "timed_out", "run_timeout")
+    assert info["durable_status"] == "timed_out" and info["is_terminal"] is True
+    history = (await plane.http.get("/api/workflows/slow/history", headers=AS_VIEWER)).json()
+    assert history["events"][-1]["event_type"] == "WorkflowTimedOut"
 
 
 async def test_continued_run_result_names_the_next_run(plane: Plane, make_worker: Any) -> None:
@@ -479,7 +514,13 @@ async def test_continued_run_result_names_the_next_run(plane: Plane, make_worker
                 await anyio.sleep(0.05)
     old = (await plane.http.get(f"/api/workflows/hop/runs/{first}/result",
                                 headers=AS_VIEWER)).json()
-    assert old["status"] == "continued" and old["continued_run_id"]
+    assert (old["status"], old["durable_status"]) == ("completed", "continued")
+    assert old["continued_run_id"]
+    runs = (await plane.http.get("/api/workflows/hop/runs", headers=AS_VIEWER)).json()
+    assert runs["run_count"] == 2 and [r["run_id"] for r in runs["runs"]] == [
+        first, old["continued_run_id"]]
+    assert [r["is_current_run"] for r in runs["runs"]] == [False, True]
+    assert runs["runs"][0]["closed_reason"] == "continued"
     last = (await plane.http.get(f"/api/workflows/hop/runs/{old['continued_run_id']}/result",
                                  headers=AS_VIEWER)).json()
     assert last["status"] == "completed" and last["result"] == 0
@@ -496,8 +537,16 @@ async def test_request_cancellation_202_then_200_with_the_original_identity_and_
                                             "cleanup_timeout_seconds": 30})
         assert first.status_code == 202
         original = first.json()
-        assert original["accepted"] is True
+        assert original["accepted"] is True and original["duplicate"] is False
+        assert (original["workflow_id"], original["run_id"]) == ("order-9", run_id)
         request = original["request"]
+        ref = original["cancellation_request"]
+        assert (ref["request_id"], ref["requested_at"], ref["cleanup_deadline_at"]) == (
+            request["request_id"], request["requested_at"], request["deadline_at"])
+        refreshed = (await plane.http.get(
+            f"/api/workflows/order-9/runs/{run_id}/history", headers=AS_VIEWER,
+            params={"next_page_token": ref["history_refresh_page_token"]})).json()
+        assert refreshed["events"][0]["event_type"] == "CancellationRequested"
         assert request["reason"] == "Order withdrawn"
         assert request["cleanup_timeout_seconds"] == 30
         assert request["requester"] == {"type": "http", "id": None, "label": "operator"}
@@ -507,7 +556,8 @@ async def test_request_cancellation_202_then_200_with_the_original_identity_and_
                                        json={"reason": "again", "cleanup_timeout_seconds": 900})
         assert repeat.status_code == 200
         again = repeat.json()
-        assert again["accepted"] is False
+        assert again["accepted"] is True and again["duplicate"] is True
+        assert again["cancellation_request"] == ref
         for key in ("request_id", "root_request_id", "reason", "requested_at", "deadline_at"):
             assert again["request"][key] == request[key], key
         result = await plane.http.get(f"/api/workflows/order-9/runs/{run_id}/result?wait=10",
@@ -529,7 +579,7 @@ async def test_request_cancellation_of_an_old_or_closed_run_is_409(
         first = (await plane.start("hop2", wf_type="hops", args=[1])).json()["run_id"]
         with anyio.fail_after(10):
             while (await plane.http.get(f"/api/workflows/hop2/runs/{first}/result",
-                                        headers=AS_VIEWER)).json()["status"] != "continued":
+                                        headers=AS_VIEWER)).json()["durable_status"] != "continued":
                 await anyio.sleep(0.05)
         old = await plane.http.post(f"/api/workflows/hop2/runs/{first}/request-cancellation",
                                     json={"reason": "late"}, headers=AS_OPERATOR)
@@ -590,14 +640,15 @@ async def test_history_long_poll_returns_new_events(live: tuple[Plane, str],
     plane, _ = live
     await plane.start("follow", args=[0.2])
     seen = (await plane.http.get("/api/workflows/follow/history",
-                                 headers=AS_VIEWER)).json()["next_after_sequence"]
+                                 headers=AS_VIEWER)).json()["last_sequence"]
     async with anyio.create_task_group() as tg:
         got: list[dict[str, Any]] = []
 
         async def follow() -> None:
+            token = base64.b64encode(str(seen).encode()).decode()
             response = await plane.http.get(
-                f"/api/workflows/follow/history?after_sequence={seen}&wait=15",
-                headers=AS_VIEWER, timeout=30)
+                "/api/workflows/follow/history", headers=AS_VIEWER, timeout=30,
+                params={"next_page_token": token, "wait_new_event": "true"})
             got.extend(response.json()["events"])
 
         tg.start_soon(follow)
@@ -692,7 +743,7 @@ async def test_mounted_under_a_prefix_in_another_app(storage_client: durable.Cli
             "workflow_type": "napper", "workflow_id": "mounted", "require_registered": False})
         assert response.status_code == 201
         listed = await http.get("/durable/api/workflows", headers=AS_VIEWER)
-        assert listed.json()["items"][0]["workflow_id"] == "mounted"
+        assert listed.json()["workflows"][0]["workflow_id"] == "mounted"
 
 
 # ---------------------------------------------------------------- tokens and errors
@@ -841,47 +892,57 @@ async def test_signal_query_and_update_over_http_with_their_roles_and_errors(
     async with make_worker(workflows=[Gate]):
         assert (await plane.start("g1", "http_gate", (1,))).status_code == 201
         await _waiting(plane, "g1")
-        query = await plane.http.post("/api/workflows/g1/query", json={"name": "state"},
+        query = await plane.http.post("/api/workflows/g1/query/state", json={},
                                       headers=AS_VIEWER)  # viewers may query
         assert query.status_code == 200, query.text
-        assert query.json() == {"workflow_id": "g1",
-                                "result": {"opened_by": None, "value": 1}}
-        missing = await plane.http.post("/api/workflows/g1/query", json={"name": "nope"},
+        assert query.json()["result"] == {"opened_by": None, "value": 1}
+        assert avro.from_envelope(query.json()["result_envelope"]) == query.json()["result"]
+        missing = await plane.http.post("/api/workflows/g1/query/nope", json={},
                                         headers=AS_VIEWER)
         assert missing.status_code == 409 and error_of(missing)["code"] == "query_rejected"
+        assert error_of(missing)["control_plane"] == {"operation": "query"}
         rejected = await plane.http.post(
-            "/api/workflows/g1/update", json={"name": "slow_set", "args": [-1, 0]},
+            "/api/workflows/g1/update/slow_set", json={"input": [-1, 0]},
             headers=AS_OPERATOR)
         assert rejected.status_code == 409, rejected.text
         error = error_of(rejected)
         assert error["code"] == "update_rejected" and "at least 0" in error["message"]
         assert error["failure"]["cause_type"] == "ValueError"
-        done = await plane.http.post(
-            "/api/workflows/g1/update",
-            json={"name": "slow_set", "args": [5, 0.01], "update_id": "u-1"},
+        done = await plane.http.post(  # arguments as an Avro envelope, as the reference sends
+            "/api/workflows/g1/update/slow_set",
+            json={"input": avro.envelope([5, 0.01]), "request_id": "u-1",
+                  "wait_for": "completed"},
             headers=AS_OPERATOR)
         assert done.status_code == 200, done.text
-        assert done.json() == {"workflow_id": "g1", "update_id": "u-1", "result": 5}
-        signal = await plane.http.post("/api/workflows/g1/signal",
-                                       json={"name": "open", "args": ["ann"]},
+        answer = done.json()
+        assert (answer["update_id"], answer["update_status"], answer["result"]) == (
+            "u-1", "completed", 5)
+        signal = await plane.http.post("/api/workflows/g1/signal/open",
+                                       json={"input": ["ann"], "request_id": "s-1"},
                                        headers=AS_OPERATOR)
-        assert signal.status_code == 202 and signal.json()["recorded"] is True
+        assert signal.status_code == 202 and signal.json()["request_id"] == "s-1"
         result = await plane.http.get("/api/workflows/g1/result", params={"wait": 10},
                                       headers=AS_VIEWER)
         assert result.json()["result"] == {"opened_by": "ann", "value": 5}
-    closed = await plane.http.post("/api/workflows/g1/signal", json={"name": "open"},
+    closed = await plane.http.post("/api/workflows/g1/signal/open", json={},
                                    headers=AS_OPERATOR)
     assert closed.status_code == 409 and error_of(closed)["code"] == "run_not_active"
-    unknown = await plane.http.post("/api/workflows/nobody/signal", json={"name": "open"},
+    assert error_of(closed)["control_plane"] == {"operation": "signal"}
+    unknown = await plane.http.post("/api/workflows/nobody/signal/open", json={},
                                     headers=AS_OPERATOR)
     assert unknown.status_code == 404
+    framing = await plane.http.post("/api/workflows/nobody/signal/open",
+                                    json={"input": {"codec": "avro", "blob": "[1]"}},
+                                    headers=AS_OPERATOR)
+    assert framing.status_code == 400 and "invalid_payload_framing" in error_of(framing)[
+        "message"]
 
 
 async def test_signal_with_start_over_http_starts_then_signals(
     plane: Plane, make_worker: Any,
 ) -> None:
     body = {"workflow_type": "http_gate", "workflow_id": "g2", "input": [7],
-            "signal": "open", "signal_args": ["first"], "require_registered": False}
+            "signal": "open", "signal_input": ["first"], "require_registered": False}
     started = await plane.http.post("/api/signal-with-start", json=body, headers=AS_OPERATOR)
     assert started.status_code == 201, started.text
     assert started.json()["created"] is True

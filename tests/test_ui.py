@@ -99,10 +99,11 @@ class Live:
         if response.status_code == 404:
             return []
         assert response.status_code == 200, response.text
-        return [e["type"] for e in response.json()["events"]]
+        return [e["event_type"] for e in response.json()["events"]]
 
     def status(self, workflow_id: str) -> str:
-        return str(self.describe(workflow_id)["status"])
+        """Our status word (the wire's extra durable_status: timed_out, needs_review...)."""
+        return str(self.describe(workflow_id)["durable_status"])
 
 
 @pytest.fixture(scope="module")

@@ -423,7 +423,7 @@ def update(session: Session, workflow_id: str, name: str, args_json: str | None,
 
     async def body(client: durable.Client) -> dict[str, Any]:
         result = await client.get_handle(workflow_id, run_id=run_id).update(
-            name, *args, update_id=chosen, timeout=timeout)
+            name, *args, update_id=chosen, timeout=timeout, requester=_requester(), source="cli")
         return {"workflow_id": workflow_id, "update": name, "update_id": chosen,
                 "result": _fmt.jsonable(result)}
 

@@ -53,6 +53,7 @@ from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
 from .throttle import AuthThrottle, client_of
 from .wire import NonFiniteNumber, dumps, loads_finite
+from .workflows import workflow_operations
 
 log = get_logger("durable.http")
 
@@ -95,13 +96,19 @@ def error_response(status: int, code: str, message: str, *,
                     media_type="application/json", headers=dict(headers or {}))
 
 
-def response_for_exception(exc: Exception, request_id: str) -> Response:
+def response_for_exception(exc: Exception, request_id: str,
+                           operation: str | None = None) -> Response:
     """The JSON error for an exception: a durable error's status and code
-    (`errors.ERROR_TABLE`; 503 adds Retry-After), else a logged 500."""
+    (`errors.ERROR_TABLE`; 503 adds Retry-After), else a logged 500.
+    `operation` (signal, query, update) is named as the reference does
+    (``control_plane.operation``): its client tells a refused signal from a
+    refused query by it."""
     known = classify(exc)
     if known is not None:
         status, code, extra = known
         headers = {"Retry-After": "1"} if status == 503 else None
+        if operation is not None:
+            extra["control_plane"] = {"operation": operation}
         return error_response(status, code, str(exc), headers=headers, **extra)
     log.exception("control plane request failed", request_id=request_id)
     return error_response(500, "internal_error",
@@ -150,7 +157,8 @@ class ControlPlaneServer:
         self.max_body_bytes = max_body_bytes
         self.max_wait = max_wait
         self.public_metrics = public_metrics
-        self.operations = operations() + schedule_operations() + queue_operations()
+        self.operations = (operations() + workflow_operations() + schedule_operations()
+                           + queue_operations())
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
@@ -413,7 +421,8 @@ class ControlPlaneServer:
                                  request_id=request_id)
                 # a GET long-polls only when asked to wait; a POST that waits
                 # (a query, an update) always may
-                if op.long_poll and (op.method != "GET" or params.get("wait")):
+                if op.long_poll and (op.method != "GET" or params.get("wait")
+                                     or params.get("wait_new_event")):
                     outcome = await self._until_disconnect(request, lambda: op.handler(call))
                     if outcome is None:
                         request.scope["durable.disconnected"] = True
@@ -427,12 +436,13 @@ class ControlPlaneServer:
                 return error_response(exc.status, exc.code, exc.message, headers=exc.headers,
                                       **exc.extra)
             except Exception as exc:
-                return self.error_for(exc, request_id)
+                return self.error_for(exc, request_id, op.extra.get("operation"))
 
         return handle
 
-    def error_for(self, exc: Exception, request_id: str) -> Response:
-        return response_for_exception(exc, request_id)
+    def error_for(self, exc: Exception, request_id: str,
+                  operation: str | None = None) -> Response:
+        return response_for_exception(exc, request_id, operation)
 
     async def openapi(self, request: Request) -> Response:
         request.scope["durable.route"] = "/api/openapi.json"

@@ -12,7 +12,9 @@ reference client's fastavro codec writes (tests/unit/test_avro_value.py
 checks that on randomized values).
 
 Edges, the same on both sides: integers must fit a signed 64-bit long, floats
-must be finite, map keys must be strings. ``bytes`` is a kind of its own in
+must be finite, map keys must be strings, text must be valid Unicode (a
+lone surrogate, which our JSON payloads can hold, has no envelope: the
+plain value still carries it). ``bytes`` is a kind of its own in
 the ``Value`` union; our payloads are JSON, which has no bytes, so a bytes
 value decodes here but `to_json_value` refuses it (the control plane answers
 422). Nothing here imports a web framework: the remote client uses it too.
@@ -58,6 +60,14 @@ def _long(out: bytearray, n: int) -> None:
     out.append(z)
 
 
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PayloadCodecError("invalid_string", "an Avro string must be valid Unicode "
+                                "(a lone surrogate is not)") from None
+
+
 def _write(out: bytearray, value: Any, depth: int) -> None:
     if depth > MAX_DEPTH:
         raise PayloadCodecError("payload_too_deep", f"nested deeper than {MAX_DEPTH} levels")
@@ -82,7 +92,7 @@ def _write(out: bytearray, value: Any, depth: int) -> None:
         _long(out, len(value))
         out += value
     elif isinstance(value, str):
-        raw = value.encode("utf-8")
+        raw = _utf8(value)
         _long(out, _STRING)
         _long(out, len(raw))
         out += raw
@@ -101,7 +111,7 @@ def _write(out: bytearray, value: Any, depth: int) -> None:
                 if not isinstance(key, str):
                     raise PayloadCodecError("invalid_map_key",
                                             "Avro Value maps require string keys")
-                raw = key.encode("utf-8")
+                raw = _utf8(key)
                 _long(out, len(raw))
                 out += raw
                 _write(out, item, depth + 1)

@@ -22,15 +22,15 @@ from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
-from .paths import quote_segment
-from .remote_schedules import RemoteRetention, RemoteSchedules
-from .wire import (
-    encode_payload,
+from .model import (
+    describe_from_wire,
+    encode_token,
     event_from_wire,
-    record_from_wire,
-    state_from_wire,
     summary_from_wire,
 )
+from .paths import quote_segment
+from .remote_schedules import RemoteRetention, RemoteSchedules
+from .wire import encode_payload, record_from_wire, state_from_wire
 
 # Longest wait one result request asks for (the server may cap it lower).
 _MAX_WAIT = 30.0
@@ -141,7 +141,7 @@ class RemoteControl:
     async def start(self, request: StartRequest) -> StartResult:
         _, data = await self._call("POST", "/api/workflows", body=self._start_body(request))
         return StartResult(run_id=str(data["run_id"]), created=bool(data["created"]),
-                           status=str(data["status"]))
+                           status=str(data.get("durable_status") or data["status"]))
 
     @staticmethod
     def _start_body(request: StartRequest) -> dict[str, Any]:
@@ -176,26 +176,25 @@ class RemoteControl:
             _, data = await self._call("GET", self._run_path(workflow_id, run_id))
         except WorkflowNotFound:
             return None
-        return dict(data)
+        return describe_from_wire(data)
 
     async def history(
         self, workflow_id: str, run_id: str | None, *, after_sequence: int = 0,
         limit: int | None = None,
     ) -> list[HistoryEvent]:
         events: list[HistoryEvent] = []
-        after = after_sequence
+        token = encode_token(after_sequence) if after_sequence else None
         while limit is None or len(events) < limit:
             page = _HISTORY_PAGE if limit is None else min(_HISTORY_PAGE, limit - len(events))
             _, data = await self._call(
                 "GET", self._run_path(workflow_id, run_id, "history"),
-                params={"after_sequence": after, "limit": page})
-            batch = [event_from_wire(item) for item in data["events"]]
-            events.extend(batch)
+                params={"next_page_token": token, "page_size": page})
+            events.extend(event_from_wire(item) for item in data["events"])
             if run_id is None:  # keep paging the run the first page came from
                 run_id = str(data["run_id"])
-            if len(batch) < page:
+            token = data.get("next_page_token")
+            if not token:
                 break
-            after = int(data["next_after_sequence"])
         return events
 
     async def request_cancellation(
@@ -206,7 +205,7 @@ class RemoteControl:
             "POST", self._run_path(workflow_id, run_id, "request-cancellation"),
             body={"reason": reason, "cleanup_timeout_seconds": cleanup_timeout,
                   "requester": requester, "source": source})
-        return bool(data["accepted"]), record_from_wire(data["request"])
+        return not data["duplicate"], record_from_wire(data["request"])
 
     async def close_run(self, workflow_id: str, run_id: str | None, *, status: str,
                         reason: str) -> None:
@@ -240,8 +239,10 @@ class RemoteControl:
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
         _, data = await self._call("GET", "/api/workflows", params={
-            "status": status, "workflow_type": workflow_type, "limit": limit, "cursor": cursor})
-        return Page([summary_from_wire(item) for item in data["items"]], data["next_cursor"])
+            "durable_status": status, "workflow_type": workflow_type, "page_size": limit,
+            "next_page_token": cursor})
+        return Page([summary_from_wire(item) for item in data["workflows"]],
+                    data["next_page_token"])
 
     async def repair_pass(self) -> dict[str, int]:
         _, data = await self._call("POST", "/api/repair-pass")
@@ -249,29 +250,31 @@ class RemoteControl:
 
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
                      sender: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {"name": name, "args": json.loads(args)}
+        body: dict[str, Any] = {"input": json.loads(args)}
         if sender is not None:  # the server records who its caller says asked
             body.update(requester=sender.get("requester"), source=sender.get("source"))
-        await self._call("POST", self._run_path(workflow_id, run_id, "signal"), body=body)
+        await self._call("POST", self._run_path(workflow_id, run_id,
+                                                f"signal/{_segment(name)}"), body=body)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:
         body = self._start_body(request)
-        body.update(signal=name, signal_args=json.loads(args))
+        body.update(signal=name, signal_input=json.loads(args))
         _, data = await self._call("POST", "/api/signal-with-start", body=body)
         return StartResult(run_id=str(data["run_id"]), created=bool(data["created"]),
-                           status=str(data["status"]))
+                           status=str(data.get("durable_status") or data["status"]))
 
     async def query(self, workflow_id: str, run_id: str | None, name: str, args: str,
                     wait: float) -> str:
         _, data = await self._call(
-            "POST", self._run_path(workflow_id, run_id, "query"),
-            body={"name": name, "args": json.loads(args), "timeout_seconds": wait},
+            "POST", self._run_path(workflow_id, run_id, f"query/{_segment(name)}"),
+            body={"input": json.loads(args), "timeout_seconds": wait},
             read_timeout=wait + self.timeout)
         return encode_payload(data["result"])
 
     async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
-                     update_id: str, wait: float | None) -> str:
+                     update_id: str, wait: float | None, *,
+                     sender: dict[str, Any] | None = None) -> str:
         # The server bounds each wait by its max_wait: an update that outlasts one
         # request is waited for again by its update_id (it runs once either way).
         deadline = None if wait is None else anyio.current_time() + wait
@@ -280,9 +283,12 @@ class RemoteControl:
                 0.001, min(_MAX_WAIT, deadline - anyio.current_time()))
             try:
                 _, data = await self._call(
-                    "POST", self._run_path(workflow_id, run_id, "update"),
-                    body={"name": name, "args": json.loads(args), "update_id": update_id,
-                          "wait_seconds": step},
+                    "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
+                    body={"input": json.loads(args), "request_id": update_id,
+                          "wait_for": "completed", "wait_timeout_seconds": step,
+                          **({} if sender is None else {
+                              "requester": sender.get("requester"),
+                              "source": sender.get("source")})},
                     read_timeout=step + self.timeout)
             except UpdateFailed as exc:
                 if exc.failure.get("timeout_kind") == "update_wait" and (

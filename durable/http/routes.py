@@ -4,37 +4,34 @@ request and response schemas, and the handler.
 `app.py` turns every `Operation` into a Starlette route that checks the
 version header, the token's role, the namespace, the parameters and the
 body against these very schemas before the handler runs; `openapi.py`
-writes the OpenAPI document from the same objects. To add routes (signals,
-for instance), append `Operation`s to the list that
-`operations()` returns: the server, its validation and its spec follow.
+writes the OpenAPI document from the same objects. The reference contract's
+workflow routes are in `workflows.py`, the schedules in `schedules.py`;
+here are the framework, discovery (health, cluster info) and our extension
+routes (result, cascade, review, workflow types, repair pass).
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..clock import to_iso
-from ..errors import NameNotRegistered, WorkflowNotFound
-from ..options import IdReusePolicy, StartOptions
+from ..errors import WorkflowNotFound
 from .avro import CODEC
 from .errors import VERSION, VERSION_HEADER
+from .model import DURABLE_STATUSES, WIRE_STATUSES
 from .schema import TEXT_PATTERN, Schema, check_schema
-from .wire import encode_payload, event_to_wire, parse_payload, record_to_wire, state_to_wire
+from .wire import state_to_wire
+
+__all__ = ["Call", "Handler", "Operation", "Param", "Reply", "Schema", "check_schema",
+           "operations", "seconds", "text"]
 
 if TYPE_CHECKING:
     from ..client import Client
     from ..control import RunState
-    from ..store.records import HistoryEvent, StartRequest
 
-STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
-            "terminated", "continued"]
-# What a run summary (and the list filter) may say: open runs marked for review
-# are listed as needs_review or unknown, as describe() shows them.
-LISTED_STATUSES = [*STATUSES, "needs_review", "unknown"]
 # The worker protocol version we advertise: the reference client asks for at
 # least 1.20 before it sends a cooperative cancellation request.
 WORKER_PROTOCOL_VERSION = "1.20"
@@ -137,54 +134,6 @@ ID_FIELD = {"type": "string"}
 INSTANT = {"type": ["string", "null"], "description": "ISO 8601 with an offset"}
 ANY_OBJECT: Schema = {"type": "object"}
 
-START_BODY = check_schema({
-    "type": "object",
-    "required": ["workflow_type", "workflow_id"],
-    "additionalProperties": False,
-    "properties": {
-        "workflow_type": text(1000, "The registered name of the workflow."),
-        "workflow_id": text(1000, "The instance id (unique per namespace)."),
-        "input": {"type": "array", "maxItems": 10_000,
-                  "description": "The workflow's positional arguments, as JSON values."},
-        "execution_timeout_seconds": seconds(
-            "Bounds the whole instance, across continue-as-new.", minimum=1),
-        "run_timeout_seconds": seconds("Bounds each run.", minimum=1),
-        "id_reuse_policy": {"type": "string", "enum": [p.value for p in IdReusePolicy],
-                            "default": "reject_duplicate"},
-        "task_queue": {**text(1000, "The task queue its workers poll."),
-                       "type": ["string", "null"]},
-        "memo": {"type": ["object", "null"], "description": "Metadata describe() shows."},
-        "require_registered": {
-            "type": "boolean", "default": True,
-            "description": "Refuse (400 not_registered) a type no live worker registers. "
-                           "The Python remote client sends false: like the embedded client "
-                           "it has already checked a name, and a workflow function it "
-                           "imports needs no live worker to be started."},
-    },
-})
-
-CANCELLATION_BODY = check_schema({
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "reason": {**text(10_000, "Why (recorded and shown to the workflow)."),
-                   "default": "cancellation requested", "minLength": 0},
-        "cleanup_timeout_seconds": {
-            **seconds("The cleanup budget; a repeat never extends it.",
-                      exclusive_minimum=0, nullable=False), "default": 30},
-        "requester": {"type": ["object", "null"],
-                      "description": "Who asks (recorded as given); by default the role."},
-        "source": {**text(200, "Where the request came from."), "default": "http"},
-    },
-})
-
-REASON_BODY = check_schema({
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"reason": {**text(10_000, "Recorded as the closing reason."),
-                              "minLength": 0}},
-})
-
 REVIEW_BODY = check_schema({
     "type": "object",
     "additionalProperties": False,
@@ -207,62 +156,6 @@ RESET_BODY = check_schema({
     },
 })
 
-ARGS = {"type": "array", "maxItems": 10_000,
-        "description": "The handler's positional arguments, as JSON values."}
-HANDLER_NAME = text(255, "The handler's name (as the workflow declares it).")
-
-SIGNAL_BODY = check_schema({
-    "type": "object",
-    "required": ["name"],
-    "additionalProperties": False,
-    "properties": {
-        "name": HANDLER_NAME, "args": ARGS,
-        "requester": {"type": ["object", "null"],
-                      "description": "Who sends it (recorded as given); by default the role."},
-        "source": {**text(200, "Where the signal came from."), "default": "http"},
-    },
-})
-
-QUERY_BODY = check_schema({
-    "type": "object",
-    "required": ["name"],
-    "additionalProperties": False,
-    "properties": {
-        "name": HANDLER_NAME, "args": ARGS,
-        "timeout_seconds": {
-            **seconds("How long to wait for a worker's answer (capped by the server's "
-                      "max_wait); the request is withdrawn after.",
-                      exclusive_minimum=0, nullable=False), "default": 10},
-    },
-})
-
-UPDATE_BODY = check_schema({
-    "type": "object",
-    "required": ["name"],
-    "additionalProperties": False,
-    "properties": {
-        "name": HANDLER_NAME, "args": ARGS,
-        "update_id": {**text(255, "Makes the update idempotent: the same id again returns "
-                                  "the recorded outcome instead of running it twice."),
-                      "type": ["string", "null"]},
-        "wait_seconds": seconds(
-            "How long to wait for the outcome (null or above the server's max_wait: "
-            "max_wait). An update still running then fails with update_failed and "
-            "failure.timeout_kind update_wait; send the same update_id again to keep "
-            "waiting.", exclusive_minimum=0),
-    },
-})
-
-SIGNAL_WITH_START_BODY = check_schema({
-    **START_BODY,
-    "required": ["workflow_type", "workflow_id", "signal"],
-    "properties": {
-        **START_BODY["properties"],
-        "signal": HANDLER_NAME,
-        "signal_args": ARGS,
-    },
-})
-
 ERROR_SCHEMA: Schema = {
     "type": "object",
     "required": ["message", "reason"],
@@ -272,93 +165,18 @@ ERROR_SCHEMA: Schema = {
                               "additionalProperties": {"type": "array",
                                                        "items": {"type": "string"}}}},
 }
-SUMMARY: Schema = {
-    "type": "object",
-    "required": ["workflow_id", "run_id", "workflow_type", "status"],
-    "properties": {
-        "workflow_id": ID_FIELD, "run_id": ID_FIELD, "workflow_type": {"type": "string"},
-        "status": {"type": "string", "enum": LISTED_STATUSES},
-        "run_number": {"type": "integer"},
-        "task_queue": {"type": "string"}, "created_at": INSTANT, "started_at": INSTANT,
-        "closed_at": INSTANT, "closed_reason": {"type": ["string", "null"]},
-    },
-}
-LIST_REPLY: Schema = {
-    "type": "object", "required": ["items", "next_cursor"],
-    "properties": {"items": {"type": "array", "items": SUMMARY},
-                   "next_cursor": {"type": ["string", "null"]}},
-}
-START_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "run_id", "namespace", "status", "created"],
-    "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD, "namespace": ID_FIELD,
-                   "status": {"type": "string", "enum": STATUSES},
-                   "created": {"type": "boolean"}},
-}
-DESCRIBE_REPLY: Schema = {
-    "type": "object",
-    "required": ["workflow_id", "workflow_type", "namespace", "status", "run"],
-    "properties": {
-        "workflow_id": ID_FIELD, "workflow_type": {"type": "string"},
-        "namespace": {"type": "string"}, "status": {"type": "string"},
-        "run": {"type": "object", "required": ["run_id", "status"]},
-        "failures": {"type": "array"},
-        "cancellation": {"type": ["object", "null"]},
-    },
-}
-EVENT: Schema = {
-    "type": "object", "required": ["sequence", "type", "recorded_at", "data"],
-    "properties": {"sequence": {"type": "integer"}, "type": {"type": "string"},
-                   "recorded_at": {"type": "string"}, "data": {"type": "object"}},
-}
-HISTORY_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "run_id", "events", "next_after_sequence"],
-    "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
-                   "events": {"type": "array", "items": EVENT},
-                   "next_after_sequence": {"type": "integer"}},
-}
 RESULT_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "run_id", "status"],
+    "type": "object", "required": ["workflow_id", "run_id", "status", "durable_status"],
     "properties": {
         "workflow_id": ID_FIELD, "run_id": ID_FIELD,
-        "status": {"type": "string", "enum": STATUSES},
-        "result": {"description": "The workflow's return value (status completed)."},
+        "status": {"type": "string", "enum": list(WIRE_STATUSES)},
+        "durable_status": {"type": "string", "enum": list(DURABLE_STATUSES)},
+        "result": {"description": "The workflow's return value (completed)."},
+        "result_envelope": {"type": ["object", "null"]},
         "failure": {"type": "object", "description": "What ended the run (failed, cancelled, "
                                                      "timed_out, terminated)."},
         "continued_run_id": {"type": ["string", "null"]},
     },
-}
-REQUEST_RECORD: Schema = {
-    "type": "object",
-    "required": ["request_id", "root_request_id", "reason", "source", "requested_at",
-                 "deadline_at", "lineage"],
-    "properties": {"request_id": ID_FIELD, "root_request_id": ID_FIELD,
-                   "reason": {"type": "string"}, "source": {"type": "string"},
-                   "requested_at": {"type": "string"}, "deadline_at": {"type": "string"},
-                   "lineage": {"type": "array"}, "lifecycle": {"type": ["string", "null"]}},
-}
-CANCELLATION_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "accepted", "request"],
-    "properties": {"workflow_id": ID_FIELD, "accepted": {"type": "boolean"},
-                   "request": REQUEST_RECORD},
-}
-CLOSE_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "run_id", "status"],
-    "properties": {"workflow_id": ID_FIELD, "run_id": ID_FIELD,
-                   "status": {"type": "string", "enum": STATUSES}},
-}
-SIGNAL_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "recorded"],
-    "properties": {"workflow_id": ID_FIELD, "recorded": {"type": "boolean"}},
-}
-QUERY_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "result"],
-    "properties": {"workflow_id": ID_FIELD,
-                   "result": {"description": "The query handler's return value."}},
-}
-UPDATE_REPLY: Schema = {
-    "type": "object", "required": ["workflow_id", "update_id", "result"],
-    "properties": {"workflow_id": ID_FIELD, "update_id": ID_FIELD,
-                   "result": {"description": "The update handler's return value."}},
 }
 HEALTH_REPLY: Schema = {
     "type": "object", "required": ["status", "timestamp", "checks"],
@@ -386,73 +204,6 @@ def _run_state_or_404(state: RunState | None, workflow_id: str, run_id: str | No
 # ---------------------------------------------------------------- handlers
 
 
-async def list_workflows(call: Call) -> tuple[int, Any]:
-    p = call.params
-    page = await call.client.list_page(status=p.get("status"),
-                                       workflow_type=p.get("workflow_type"),
-                                       limit=p["limit"], cursor=p.get("cursor"))
-    return 200, {"items": page.items, "next_cursor": page.next_cursor}
-
-
-async def start_workflow(call: Call) -> tuple[int, Any]:
-    body = call.body
-    result = await call.client.control.start(await _start_request(call))
-    return (201 if result.created else 200), {
-        "workflow_id": body["workflow_id"], "run_id": result.run_id,
-        "namespace": call.namespace, "status": result.status, "created": result.created,
-    }
-
-
-async def _start_request(call: Call) -> StartRequest:
-    """A start body (startWorkflow's, signalWithStart's) as the client's request."""
-    body = call.body
-    client = call.client
-    wf_type: str = body["workflow_type"]
-    if body.get("require_registered", True) and (
-        wf_type not in await client.control.registered_types()
-    ):
-        raise NameNotRegistered(
-            f"unknown workflow type {wf_type!r}: no live worker in namespace "
-            f"{call.namespace!r} has registered it; start a worker with it, check the name "
-            "(GET /api/workflow-types lists registered types), or send "
-            '"require_registered": false to record the start anyway'
-        )
-    options = StartOptions(
-        id_reuse=IdReusePolicy(body.get("id_reuse_policy", "reject_duplicate")),
-        execution_timeout=body.get("execution_timeout_seconds"),
-        run_timeout=body.get("run_timeout_seconds"),
-        memo=dict(body.get("memo") or {}),
-    )
-    return client._start_request(wf_type, list(body.get("input") or []),
-                                 body["workflow_id"], options, body.get("task_queue"))
-
-
-async def describe(call: Call) -> tuple[int, Any]:
-    wf, run = call.params["workflowId"], call.params.get("runId")
-    return 200, await call.client.get_handle(wf, run_id=run).describe()
-
-
-async def history(call: Call) -> tuple[int, Any]:
-    p = call.params
-    wf, run = p["workflowId"], p.get("runId")
-    control = call.client.control
-    state = _run_state_or_404(await control.run_state(wf, run), wf, run, call.namespace)
-    after: int = p["after_sequence"]
-    wait = min(float(p.get("wait") or 0), call.max_wait)
-    events = await control.history(wf, state.run_id, after_sequence=after, limit=p["limit"])
-    if not events and wait > 0 and state.is_open:
-        async def newer() -> list[HistoryEvent] | None:
-            return await control.history(wf, state.run_id, after_sequence=after,
-                                         limit=p["limit"]) or None
-
-        events = await call.wait_for_change(state.run_id, newer, wait) or []
-    return 200, {
-        "workflow_id": wf, "run_id": state.run_id,
-        "events": [event_to_wire(e) for e in events],
-        "next_after_sequence": events[-1].sequence if events else after,
-    }
-
-
 async def result(call: Call) -> tuple[int, Any]:
     p = call.params
     wf, run = p["workflowId"], p.get("runId")
@@ -462,35 +213,6 @@ async def result(call: Call) -> tuple[int, Any]:
     if state.is_open and wait > 0:
         state = await control.await_run(wf, state.run_id, wait)
     return (202 if state.is_open else 200), state_to_wire(wf, state)
-
-
-async def request_cancellation(call: Call) -> tuple[int, Any]:
-    p, body = call.params, call.body
-    requester = body.get("requester") or {"type": "http", "id": None, "label": call.role}
-    accepted, record = await call.client.control.request_cancellation(
-        p["workflowId"], p.get("runId"), reason=body.get("reason", "cancellation requested"),
-        cleanup_timeout=float(body.get("cleanup_timeout_seconds", 30)),
-        requester=requester, source=body.get("source", "http"),
-    )
-    return (202 if accepted else 200), {"workflow_id": p["workflowId"], "accepted": accepted,
-                                        "request": record_to_wire(record)}
-
-
-async def _close(call: Call, status: str) -> tuple[int, Any]:
-    p = call.params
-    wf, run = p["workflowId"], p.get("runId")
-    control = call.client.control
-    await control.close_run(wf, run, status=status, reason=call.body.get("reason", status))
-    state = _run_state_or_404(await control.run_state(wf, run), wf, run, call.namespace)
-    return 200, {"workflow_id": wf, "run_id": state.run_id, "status": state.status}
-
-
-async def cancel(call: Call) -> tuple[int, Any]:
-    return await _close(call, "cancelled")
-
-
-async def terminate(call: Call) -> tuple[int, Any]:
-    return await _close(call, "terminated")
 
 
 async def cascade(call: Call) -> tuple[int, Any]:
@@ -508,51 +230,6 @@ async def reset(call: Call) -> tuple[int, Any]:
     return 200, await call.client.control.reset(
         call.params["workflowId"], body.get("run_id"), to_op=body["to_op"],
         reason=body["reason"])
-
-
-async def signal(call: Call) -> tuple[int, Any]:
-    p, body = call.params, call.body
-    sender = {"requester": body.get("requester") or {"type": "http", "id": None,
-                                                     "label": call.role},
-              "source": body.get("source") or "http"}
-    await call.client.control.signal(p["workflowId"], p.get("runId"), body["name"],
-                                     encode_payload(list(body.get("args") or [])),
-                                     sender=sender)
-    return 202, {"workflow_id": p["workflowId"], "recorded": True}
-
-
-async def query(call: Call) -> tuple[int, Any]:
-    p, body = call.params, call.body
-    wait = min(float(body.get("timeout_seconds", 10)), call.max_wait)
-    text_ = await call.client.control.query(p["workflowId"], p.get("runId"), body["name"],
-                                            encode_payload(list(body.get("args") or [])),
-                                            wait)
-    return 200, {"workflow_id": p["workflowId"],
-                 "result": parse_payload(text_, "the query's result")}
-
-
-async def update(call: Call) -> tuple[int, Any]:
-    p, body = call.params, call.body
-    requested = body.get("wait_seconds")
-    wait = call.max_wait if requested is None else min(float(requested), call.max_wait)
-    update_id = body.get("update_id") or uuid.uuid4().hex
-    text_ = await call.client.control.update(p["workflowId"], p.get("runId"), body["name"],
-                                             encode_payload(list(body.get("args") or [])),
-                                             update_id, wait)
-    return 200, {"workflow_id": p["workflowId"], "update_id": update_id,
-                 "result": parse_payload(text_, "the update's result")}
-
-
-async def signal_with_start(call: Call) -> tuple[int, Any]:
-    body = call.body
-    client = call.client
-    request = await _start_request(call)
-    result = await client.control.signal_with_start(
-        request, body["signal"], encode_payload(list(body.get("signal_args") or [])))
-    return (201 if result.created else 200), {
-        "workflow_id": body["workflow_id"], "run_id": result.run_id,
-        "namespace": call.namespace, "status": result.status, "created": result.created,
-    }
 
 
 async def repair_pass(call: Call) -> tuple[int, Any]:
@@ -644,10 +321,6 @@ def _run_scoped(method: str, action: str, op_id: str, summary: str, handler: Han
     ]
 
 
-_RUN_ACTIONS = ("describeWorkflow", "getHistory", "getResult", "requestCancellation",
-                "cancelWorkflow", "terminateWorkflow", "getCancellationCascade")
-
-
 def operations() -> list[Operation]:
     """Every route of the control plane (the OpenAPI document is written from these)."""
     ops = [
@@ -662,48 +335,6 @@ def operations() -> list[Operation]:
             "What this server supports (the reference engine's discovery document)",
             cluster_info, versioned=False, tags=("system",),
             replies=(Reply(200, "Versions, capabilities and limits.", CLUSTER_INFO_REPLY),),
-        ),
-        Operation(
-            "POST", "/api/workflows", "startWorkflow", "Start a workflow", start_workflow,
-            "operator", body=START_BODY, body_required=True,
-            links={
-                **{f"{op_id}Run": (f"{op_id}Run", {"workflowId": "$response.body#/workflow_id",
-                                                   "runId": "$response.body#/run_id"})
-                   for op_id in _RUN_ACTIONS},
-                **{op_id: (op_id, {"workflowId": "$response.body#/workflow_id"})
-                   for op_id in (*_RUN_ACTIONS, "retryAfterReview")},
-            },
-            replies=(Reply(201, "Started: the ids of the new run.", START_REPLY),
-                     Reply(200, "id_reuse_policy return_existing_active: the running one.",
-                           START_REPLY),
-                     Reply(409, "The id is taken (code already_started).", ERROR_SCHEMA)),
-        ),
-        Operation(
-            "POST", "/api/signal-with-start", "signalWithStart",
-            "Signal the workflow's open run, or start it and signal the new run",
-            signal_with_start, "operator", body=SIGNAL_WITH_START_BODY, body_required=True,
-            replies=(Reply(201, "Started, with the signal as its first.", START_REPLY),
-                     Reply(200, "The open run was signalled.", START_REPLY),
-                     Reply(409, "The id is taken by a closed run its id_reuse_policy does "
-                                "not let start again (code already_started).", ERROR_SCHEMA)),
-            description="One transaction: a new run's handlers see the signal before its "
-                        "code starts.",
-        ),
-        Operation(
-            "GET", "/api/workflows", "listWorkflows", "List runs, newest first",
-            list_workflows,
-            params=(
-                Param("status", "query", {"type": "string", "enum": LISTED_STATUSES},
-                      "Only runs with this status."),
-                Param("workflow_type", "query", text(1000, "Only runs of this type."),
-                      "Only runs of this type."),
-                Param("limit", "query",
-                      {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-                      "Page size."),
-                Param("cursor", "query", text(1000, "The next_cursor of the previous page."),
-                      "The next_cursor of the previous page."),
-            ),
-            replies=(Reply(200, "One page of run summaries.", LIST_REPLY),),
         ),
         Operation(
             "GET", "/api/workflow-types", "listWorkflowTypes",
@@ -744,25 +375,6 @@ def operations() -> list[Operation]:
                                "reason": {"type": "string"}}}),),
         ),
     ]
-    ops += _run_scoped("GET", "", "describeWorkflow", "Describe", describe,
-                       replies=(Reply(200, "The instance and the run.", DESCRIBE_REPLY),))
-    ops += _run_scoped(
-        "GET", "history", "getHistory", "History events", history,
-        params=(
-            Param("after_sequence", "query",
-                  {"type": "integer", "minimum": 0, "maximum": MAX_SEQUENCE, "default": 0},
-                  "Only events with a higher sequence number."),
-            Param("limit", "query",
-                  {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1000},
-                  "At most this many events."),
-            WAIT,
-        ),
-        replies=(Reply(200, "Events, oldest first (empty when a wait ran out).",
-                       HISTORY_REPLY),),
-        long_poll=True,
-        description="With wait=N and no event after after_sequence, waits up to N seconds "
-                    "for one. Pass next_after_sequence back to follow a run.",
-    )
     ops += _run_scoped(
         "GET", "result", "getResult", "The outcome", result, params=(WAIT,),
         replies=(
@@ -773,53 +385,6 @@ def operations() -> list[Operation]:
                   RESULT_REPLY),
         ),
         long_poll=True,
-    )
-    ops += _run_scoped(
-        "POST", "request-cancellation", "requestCancellation",
-        "Ask the run to stop cooperatively (bounded cleanup)", request_cancellation,
-        role="operator", body=CANCELLATION_BODY,
-        replies=(
-            Reply(202, "Accepted: the request as recorded.", CANCELLATION_REPLY),
-            Reply(200, "A repeat: the original request, identity and deadline (a different "
-                       "cleanup timeout never extends it).", CANCELLATION_REPLY),
-            Reply(409, "run_not_current, run_already_closed or capability_unsupported "
-                       "(nothing recorded).", ERROR_SCHEMA),
-        ),
-    )
-    ops += _run_scoped("POST", "cancel", "cancelWorkflow",
-                       "Close the run at once as cancelled (no cleanup)", cancel,
-                       role="operator", body=REASON_BODY,
-                       replies=(Reply(200, "The run's status after.", CLOSE_REPLY),))
-    ops += _run_scoped("POST", "terminate", "terminateWorkflow",
-                       "Close the run at once as terminated", terminate, role="operator",
-                       body=REASON_BODY,
-                       replies=(Reply(200, "The run's status after.", CLOSE_REPLY),))
-    ops += _run_scoped(
-        "POST", "signal", "signalWorkflow", "Send the run a signal", signal, role="operator",
-        body=SIGNAL_BODY, body_required=True,
-        replies=(Reply(202, "Recorded (SignalReceived); delivered to the workflow's handler "
-                            "in order, exactly once.", SIGNAL_REPLY),
-                 Reply(409, "run_already_closed (nothing recorded).", ERROR_SCHEMA)),
-    )
-    ops += _run_scoped(
-        "POST", "query", "queryWorkflow", "Ask a query (read-only)", query, body=QUERY_BODY,
-        body_required=True, long_poll=True,
-        replies=(Reply(200, "The handler's answer.", QUERY_REPLY),
-                 Reply(422, "query_failed: the handler raised or tried to record, no such "
-                            "handler, or no worker answered in time (the message says which; "
-                            "failure holds the handler's error when it raised one).",
-                       ERROR_SCHEMA)),
-        description="Answered by the worker that holds the run, or by a read-only replay "
-                    "on a worker of its type for idle and closed runs. Viewers may query.",
-    )
-    ops += _run_scoped(
-        "POST", "update", "updateWorkflow", "Run an update and wait for its result", update,
-        role="operator", body=UPDATE_BODY, body_required=True, long_poll=True,
-        replies=(Reply(200, "The handler's result (recorded: UpdateCompleted).", UPDATE_REPLY),
-                 Reply(422, "update_rejected: the validator refused it, or no such handler "
-                            "(nothing recorded).", ERROR_SCHEMA),
-                 Reply(409, "update_failed (the handler raised, the run closed first, or the "
-                            "wait ran out) or run_already_closed.", ERROR_SCHEMA)),
     )
     ops += _run_scoped("GET", "cancellation-cascade", "getCancellationCascade",
                        "What a cancellation did across the tree of runs", cascade,

@@ -16,12 +16,9 @@ from typing import Any
 from ..clock import to_iso
 from ..control import RunState
 from ..errors import PayloadRejected
-from ..store.records import HistoryEvent
 
 # Keys of a cancellation request record that are instants (epoch seconds in storage).
 _RECORD_INSTANTS = ("requested_at", "deadline_at", "delivered_at", "closed_at")
-# Keys of a run summary (`Client.list`) that are datetimes.
-_SUMMARY_INSTANTS = ("created_at", "started_at", "closed_at")
 
 
 def json_default(value: Any) -> Any:
@@ -126,43 +123,16 @@ def record_from_wire(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def summary_from_wire(item: dict[str, Any]) -> dict[str, Any]:
-    out = dict(item)
-    for key in _SUMMARY_INSTANTS:
-        value = out.get(key)
-        if isinstance(value, str):
-            out[key] = datetime.datetime.fromisoformat(value)
-    return out
-
-
-def event_to_wire(event: HistoryEvent) -> dict[str, Any]:
-    recorded = event.recorded_at
-    return {
-        "sequence": event.sequence,
-        "type": event.type,
-        "recorded_at": recorded.isoformat() if isinstance(recorded, datetime.datetime)
-        else recorded,
-        "data": event.data,
-    }
-
-
-def event_from_wire(item: dict[str, Any]) -> HistoryEvent:
-    recorded = item.get("recorded_at")
-    return HistoryEvent(
-        sequence=int(item["sequence"]),
-        type=str(item["type"]),
-        recorded_at=datetime.datetime.fromisoformat(recorded) if isinstance(recorded, str)
-        else recorded,
-        data=dict(item.get("data") or {}),
-    )
-
-
 def state_to_wire(workflow_id: str, state: RunState) -> dict[str, Any]:
-    """The result route's body: the outcome of a closed run, or its open status."""
+    """The result route's body (our extension): the outcome of a closed run,
+    or its open status, in the wire's status fields."""
+    from .model import payload_pair, status_fields
+
     body: dict[str, Any] = {"workflow_id": workflow_id, "run_id": state.run_id,
-                            "status": state.status}
+                            **status_fields(state.status, None)}
     if state.status == "completed":
-        body["result"] = parse_payload(state.result, "the workflow's result")
+        body["result"], body["result_envelope"] = payload_pair(
+            parse_payload(state.result, "the workflow's result"))
     elif state.status == "continued":
         body["continued_run_id"] = state.continued_run_id
     elif not state.is_open:
@@ -172,7 +142,7 @@ def state_to_wire(workflow_id: str, state: RunState) -> dict[str, Any]:
 
 
 def state_from_wire(body: dict[str, Any]) -> RunState:
-    status = str(body["status"])
+    status = str(body.get("durable_status") or body["status"])
     result = encode_payload(body.get("result")) if status == "completed" else None
     failure = body.get("failure")
     return RunState(

@@ -278,10 +278,10 @@ class Store:
 
     async def submit_request(self, namespace: str, workflow_id: str, run_id: str | None,
                              kind: str, name: str, payload: str, update_id: str | None,
-                             now: float) -> RequestTicket:
+                             now: float, sender: dict[str, Any] | None = None) -> RequestTicket:
         """Ask a run a query or an update (see `durable.store.interaction`)."""
         return await self.driver.run(lambda tx: interaction.submit_request(
-            tx, namespace, workflow_id, run_id, kind, name, payload, update_id, now))
+            tx, namespace, workflow_id, run_id, kind, name, payload, update_id, now, sender))
 
     async def take_answer(self, request_id: str) -> dict[str, Any] | None:
         """A request's answer (a query's row is deleted then), or None."""
@@ -354,11 +354,18 @@ class Store:
 
     async def list_runs(
         self, namespace: str, status: str | None, workflow_type: str | None, limit: int,
-        before: tuple[float, str] | None = None,
+        before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
+        id_contains: str | None = None,
     ) -> ListPage:
         """Run summaries, newest first, and the key of the next page."""
         return await self.driver.run(lambda tx: inspection.list_runs(
-            namespace, status, workflow_type, limit, before), write=False)
+            namespace, status, workflow_type, limit, before, statuses=statuses,
+            id_contains=id_contains), write=False)
+
+    async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
+        """Every run of a workflow id, oldest first."""
+        return await self.driver.run(lambda tx: inspection.run_ids(namespace, workflow_id),
+                                     write=False)
 
     async def observe(
         self, after_event_id: int | None, limit: int, recheck: tuple[int, ...] = ()

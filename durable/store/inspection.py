@@ -276,14 +276,17 @@ def _review_status(needs_review: Any, status: str, failure: str | None) -> str:
 
 def list_runs(
     namespace: str, status: str | None, workflow_type: str | None, limit: int,
-    before: tuple[float, str] | None = None,
+    before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
+    id_contains: str | None = None,
 ) -> Program[tuple[list[dict[str, Any]], tuple[float, str] | None]]:
     """Run summaries, newest first, and the key of the next page (None on the last).
 
     `before` is the key a previous page returned: (created_at, run_id) of its
     last row (keyset pagination: stable while new runs are added). `status`
     may be one describe() derives (`needs_review`, `unknown`); a run marked
-    for review is listed under that status, not as running.
+    for review is listed under that status, not as running. `statuses` keeps
+    runs whose stored status is any of them (the control plane's status
+    buckets); `id_contains` keeps workflow ids holding that text.
     """
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
@@ -298,6 +301,13 @@ def list_runs(
         params.append(status)
         if status in ("pending", "running"):
             sql += " AND needs_review = 0"
+    if statuses is not None:
+        sql += f" AND status IN ({placeholders(len(statuses))})"
+        params.extend(statuses)
+    if id_contains:
+        escaped = id_contains.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        sql += " AND workflow_id LIKE ? ESCAPE '!'"
+        params.append(f"%{escaped}%")
     if workflow_type is not None:
         sql += " AND workflow_type = ?"
         params.append(workflow_type)
@@ -329,6 +339,13 @@ def list_runs(
         open_ = summary["status"] in ("pending", "running", *REVIEW_STATUSES)
         summary["waiting"] = (summary["run_id"] not in busy) if open_ else None
     return summaries, next_key
+
+
+def run_ids(namespace: str, workflow_id: str) -> Program[list[str]]:
+    """The ids of every run of a workflow id, oldest first (a continue-as-new chain)."""
+    rows = yield q("SELECT run_id FROM runs WHERE namespace = ? AND workflow_id = ? "
+                   "ORDER BY created_at, run_number", namespace, workflow_id)
+    return [str(r["run_id"]) for r in rows]
 
 
 def _busy_runs(run_ids: list[str]) -> Program[set[str]]:

@@ -185,8 +185,10 @@ def signal_with_start(tx: Tx, request: StartRequest, name: str, payload: str,
 
 def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, kind: str,
                    name: str, payload: str, update_id: str | None,
-                   now: float) -> Program[RequestTicket]:
-    """Ask a run a query or an update; a worker that owns (or can load) it answers."""
+                   now: float, sender: dict[str, Any] | None = None) -> Program[RequestTicket]:
+    """Ask a run a query or an update; a worker that owns (or can load) it answers.
+    An update's `sender` waits in ``request_senders`` until the update is
+    accepted into the inbox (`accept_update` moves it there)."""
     row = yield from _target_run(tx, namespace, workflow_id, run_id)
     run = run_from_row(row)
     if kind == "update":
@@ -218,6 +220,9 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
         request_id, namespace, run.workflow_id, run.run_id, run.workflow_type, run.task_queue,
         kind, name, payload, update_id, now,
     )
+    if kind == "update" and sender is not None:
+        yield ex("INSERT INTO request_senders (request_id, run_id, sender) VALUES (?, ?, ?)",
+                 request_id, run.run_id, dumps(sender))
     yield ex("UPDATE runs SET request_seq = request_seq + 1 WHERE run_id = ?", run.run_id)
     tx.wake(Wake.run(run.run_id, ClientRequest(
         request_id, run.run_id, run.workflow_id, run.workflow_type, run.task_queue, kind, name,
@@ -246,6 +251,7 @@ def withdraw_request(request_id: str) -> Program[dict[str, Any] | None]:
     count = yield ex("DELETE FROM requests WHERE request_id = ? AND status <> 'answered'",
                      request_id)
     if count:
+        yield ex("DELETE FROM request_senders WHERE request_id = ?", request_id)
         return None
     return (yield from take_answer(request_id))
 
@@ -354,6 +360,8 @@ def purge_requests(before: float) -> Program[int]:
     """Delete requests older than `before` (answered ones nobody read, and ones
     nobody answered: their callers gave up long ago)."""
     count: int = yield ex("DELETE FROM requests WHERE created_at < ?", before)
+    yield ex("DELETE FROM request_senders WHERE request_id NOT IN "
+             "(SELECT request_id FROM requests)")
     return count
 
 
@@ -395,18 +403,28 @@ def accept_update(c: RunCommitState, w: AcceptUpdate) -> Program[None]:
             "inbox_seq", key="run_id", value=run_id)
         assert counter is not None  # the run is locked: it exists
         seq = int(counter["inbox_seq"])
+        sender = None
+        if w.request_id is not None:  # who asked (kept with the request until now)
+            found = yield q1("SELECT sender FROM request_senders WHERE request_id = ?",
+                             w.request_id)
+            if found is not None:
+                sender = found["sender"]
+                yield ex("DELETE FROM request_senders WHERE request_id = ?", w.request_id)
         yield ex(
-            "INSERT INTO inbox (run_id, seq, kind, name, input, update_id, received_at, status, "
-            "delivery, frontier, delivered_at) "
-            "VALUES (?, ?, 'update', ?, ?, ?, ?, 'accepted', ?, ?, ?)",
-            run_id, seq, w.name, w.input, w.update_id, c.now, w.delivery, dumps(w.frontier),
-            w.delivered_at,
+            "INSERT INTO inbox (run_id, seq, kind, name, input, update_id, sender, received_at, "
+            "status, delivery, frontier, delivered_at) "
+            "VALUES (?, ?, 'update', ?, ?, ?, ?, ?, 'accepted', ?, ?, ?)",
+            run_id, seq, w.name, w.input, w.update_id, sender, c.now, w.delivery,
+            dumps(w.frontier), w.delivered_at,
         )
-        c.events.append(("UpdateAccepted", {
+        data: dict[str, Any] = {
             "update_id": w.update_id, "name": w.name, "args": loads(w.input), "seq": seq,
             "delivery": w.delivery, "frontier": w.frontier,
             "delivered_at": to_iso(w.delivered_at),
-        }))
+        }
+        if sender is not None:
+            data["sender"] = loads(sender)
+        c.events.append(("UpdateAccepted", data))
     if w.request_id is not None:
         yield from answer_request(c.tx, w.request_id, {"accepted": True}, c.now)
     c.tx.wake(Wake.update(run_id, w.update_id))

@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -57,6 +57,9 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN reset_from_op TEXT",
         "ALTER TABLE runs ADD COLUMN reset_run_id TEXT",
     ),
+    # 7: who sent an update (the request_senders table is new; an update's
+    # sender is kept there until the update is accepted into the inbox)
+    7: (),
 }
 
 

@@ -33,6 +33,7 @@ RUN_TABLES: tuple[tuple[str, str], ...] = (
     ("activity_tasks", "task_id"),
     ("inbox", "seq"),
     ("requests", "request_id"),
+    ("request_senders", "request_id"),
     ("failures", "id"),
 )
 #: rows one transaction deletes, about (a run's events and ops estimated from

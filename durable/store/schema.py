@@ -203,6 +203,11 @@ CREATE TABLE IF NOT EXISTS requests (
 ){options};
 CREATE INDEX IF NOT EXISTS requests_run ON requests (run_id, status);
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (namespace, task_queue, status, created_at);
+CREATE TABLE IF NOT EXISTS request_senders (
+    request_id {key} PRIMARY KEY,
+    run_id {key} NOT NULL,
+    sender {text} NOT NULL
+){options};
 CREATE TABLE IF NOT EXISTS workers (
     worker_id {key} PRIMARY KEY,
     namespace {text} NOT NULL,

@@ -52,7 +52,7 @@ from .._runtime.attempts import EXECUTIONS, ActivityInfo
 from ..client import Client, WorkflowHandle
 from ..clock import Clock
 from ..driver import Driver, ProgramFactory, Tx, driver_factory, url_scheme
-from ..errors import ConfigurationError, DurableError, StorageUnavailable
+from ..errors import ConfigurationError, DurableError, StorageClosed
 from ..options import StartOptions
 from ..program import Program, q, q1
 from ..store.records import HistoryEvent
@@ -215,7 +215,7 @@ class _KillableDriver:
         # A killed process asks nothing more: the caller is cancelled here (its
         # worker's tasks all are); one inside a shield gets an error instead.
         await anyio.lowlevel.checkpoint()
-        raise StorageUnavailable("this worker was killed (durable.testing.explore_crashes)")
+        raise StorageClosed("this worker was killed (durable.testing.explore_crashes)")
 
     async def run(self, program: ProgramFactory[Any], *, write: bool = True) -> Any:
         if self.killed.is_set():
@@ -593,12 +593,15 @@ async def _explore(plan: _Plan, storage: _Storage, check: Check | None,
                    points: Sequence[int] | None, started: float) -> CrashReport:
     prefix = f"explore-{uuid.uuid4().hex[:8]}"
     baseline = await _one_run(plan, storage, f"{prefix}-learn", None, False)
-    boundaries = sorted({before for before, _after in baseline.writes})
-    spans: dict[int, int] = {}
-    for before, after in baseline.writes:
-        spans.setdefault(before, after)
-    final = max((after for _before, after in baseline.writes), default=0)
-    total = len(boundaries) + 1
+    # A point is "history as the previous write left it": the progress each
+    # write committed (`after`) is exact, as writes to one run serialise on its
+    # row; the `before` a write read may be older (PostgreSQL reads what was
+    # committed when each statement began), so only the first one is used.
+    afters = sorted({after for _before, after in baseline.writes})
+    first = min((before for before, _after in baseline.writes), default=0)
+    limits = [first, *afters[:-1]] if afters else []
+    final = afters[-1] if afters else 0
+    total = len(limits) + 1
     chosen = list(range(total)) if points is None else list(points)
     wrong = [i for i in chosen if not isinstance(i, int) or not 0 <= i < total]
     if wrong:
@@ -608,10 +611,10 @@ async def _explore(plan: _Plan, storage: _Storage, check: Check | None,
                          total, await _problems(baseline, baseline.outcome, check,
                                                 compare=False))
     for index in chosen:
-        last = index == len(boundaries)
-        limit = final if last else boundaries[index]
-        point = CrashPoint(index, _where(baseline.events, limit, spans.get(limit, limit), last),
-                           limit)
+        last = index == len(limits)
+        limit = final if last else limits[index]
+        point = CrashPoint(index, _where(baseline.events, limit,
+                                         final if last else afters[index], last), limit)
         began = time.perf_counter()
         run = await _one_run(plan, storage, f"{prefix}-{index}", limit, last)
         point.seconds = time.perf_counter() - began

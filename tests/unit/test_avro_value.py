@@ -84,6 +84,7 @@ def test_negative_block_counts_are_read() -> None:
     (2**63, "integer_overflow"), (-(2**63) - 1, "integer_overflow"),
     (math.inf, "non_finite_float"), (math.nan, "non_finite_float"),
     ({1: "x"}, "invalid_map_key"), (object(), "unsupported_value_type"),
+    ("lone \udcff", "invalid_string"), ({"\ud800": 1}, "invalid_string"),
 ])
 def test_edges_are_refused_like_the_reference(value: Any, reason: str) -> None:
     with pytest.raises(avro.PayloadCodecError) as caught:

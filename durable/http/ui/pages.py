@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
@@ -35,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 from ..._log import get_logger
 from ...cli import _fmt
 from ...client import WorkflowHandle
+from .. import model
 from ..app import HTTPError
 from ..auth import role_allows
 from ..errors import classify
@@ -419,12 +421,12 @@ class WebUI:
             limit = min(1000, most - len(events))
             _, page = await self.perform(request, visitor, "getHistoryRun", {
                 "workflowId": workflow_id, "runId": run_id, "after_sequence": after,
-                "limit": limit})
-            batch = list(page.get("events") or [])
+                "page_size": limit})
+            batch = [_event(item) for item in page.get("events") or []]
             events.extend(batch)
-            if len(batch) < limit:
+            if not page.get("next_page_token"):
                 return events, False
-            after = int(page["next_after_sequence"])
+            after = int(page["last_sequence"])
         return events, True
 
     async def _describe(self, request: Request, visitor: Visitor) -> dict[str, Any]:
@@ -436,7 +438,7 @@ class WebUI:
         else:
             _, info = await self.perform(request, visitor, "describeWorkflow",
                                          {"workflowId": workflow_id})
-        return views.describe_view(info)
+        return views.describe_view(model.describe_from_wire(info))
 
     # ------------------------------------------------------------ auth pages
 
@@ -495,8 +497,8 @@ class WebUI:
             limit = max(1, min(200, int(q.get("limit") or 50)))
         except ValueError:
             raise UIError(400, "Bad page size", "limit must be a whole number") from None
-        params: dict[str, Any] = {"status": status, "workflow_type": workflow_type,
-                                  "limit": limit, "cursor": cursor}
+        params: dict[str, Any] = {"durable_status": status, "workflow_type": workflow_type,
+                                  "page_size": limit, "next_page_token": cursor}
         searched = False
         if search:
             try:
@@ -507,11 +509,12 @@ class WebUI:
                 known = classify(exc)
                 if known is None or known[0] != 404:
                     raise
-            params.update(limit=SEARCH_SCAN, cursor=None)
+            params.update(page_size=SEARCH_SCAN, next_page_token=None)
             searched = True
         _, page = await self.perform(request, visitor, "listWorkflows", params)
-        items = [views.filled(item, views.SUMMARY_KEYS) for item in page.get("items") or []]
-        next_cursor = page.get("next_cursor")
+        items = [views.filled(_summary(item), views.SUMMARY_KEYS)
+                 for item in page.get("workflows") or []]
+        next_cursor = page.get("next_page_token")
         if searched:
             needle = search.casefold()
             items = [i for i in items if needle in str(i.get("workflow_id")).casefold()]
@@ -617,8 +620,8 @@ class WebUI:
                         "wait": min(STREAM_WAIT, max(0.1, left))})
                     batch = page.get("events") or []
                     if batch:
-                        after = int(page["next_after_sequence"])
-                        data = {"after": after, "types": [e.get("type") for e in batch]}
+                        after = int(page["last_sequence"])
+                        data = {"after": after, "types": [e.get("event_type") for e in batch]}
                         yield f"id: {after}\nevent: history\ndata: {json.dumps(data)}\n\n"
                         continue
                     status, result = await self.perform(
@@ -630,7 +633,7 @@ class WebUI:
                     return
                 if status == 200:
                     yield (f"id: {after}\nevent: closed\ndata: "
-                           f"{json.dumps({'status': result.get('status')})}\n\n")
+                           f"{json.dumps({'status': result.get('durable_status')})}\n\n")
                     return
                 yield ": waiting\n\n"
 
@@ -752,8 +755,21 @@ class WebUI:
                           "The arguments must be a JSON array (the handler's positional "
                           "arguments), e.g. [] or [\"approved\"].")
         await self.perform(request, visitor, "signalWorkflowRun",
-                           {"workflowId": workflow_id, "runId": run_id},
-                           {"name": name, "args": args})
+                           {"workflowId": workflow_id, "runId": run_id, "signalName": name},
+                           {"input": args})
+
+
+def _event(item: dict[str, Any]) -> dict[str, Any]:
+    """A wire history event as the page shows it (our event's fields)."""
+    event = model.event_from_wire(item)
+    return {"sequence": event.sequence, "type": event.type,
+            "recorded_at": item.get("timestamp"), "data": event.data}
+
+
+def _summary(item: dict[str, Any]) -> dict[str, Any]:
+    """A wire list item as the page shows it (our status; instants as ISO text)."""
+    out = model.summary_from_wire(item)
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in out.items()}
 
 
 def _required(request: Request, name: str, what: str) -> str:

@@ -1,0 +1,620 @@
+"""The workflow routes of the reference engine's control-plane contract (v2).
+
+Start, list, describe (the current run and a given run), runs, history,
+signal / query / update (the handler's name in the path),
+request-cancellation, cancel and terminate: the reference's paths, request
+fields and answers (`durable.http.model`), so its own Python client
+(``durable-workflow``) drives `durable serve` unchanged. Our extras are
+extra request fields (``id_reuse_policy``, ``require_registered``,
+``requester``, ``source``, ``timeout_seconds``) and extra answer fields,
+never a changed meaning of the reference's.
+
+Kept whole: it is one contract, read against one client; its request
+schemas, answers and handlers change together when the reference's do.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .._embedded import decode_cursor, encode_cursor
+from ..errors import NameNotRegistered, PayloadRejected, WorkflowNotFound
+from ..options import IdReusePolicy, StartOptions
+from ..store.records import HistoryEvent, StartRequest
+from . import avro, model
+from .routes import (
+    ERROR_SCHEMA,
+    RUN_ID,
+    WAIT,
+    WORKFLOW_ID,
+    Call,
+    Handler,
+    Operation,
+    Param,
+    Reply,
+    Schema,
+    check_schema,
+    seconds,
+    text,
+)
+from .wire import encode_payload, parse_payload, record_to_wire
+
+PAYLOAD = {"type": ["object", "array", "null"],
+           "description": "An Avro envelope {codec: 'avro', blob} holding the list of "
+                          "positional arguments (the reference's client sends this), or a "
+                          "plain JSON array of them (for curl)."}
+DUPLICATE_POLICIES = ("fail", "use-existing")
+
+START_BODY = check_schema({
+    "type": "object",
+    "required": ["workflow_type", "workflow_id"],
+    "additionalProperties": False,
+    "properties": {
+        "workflow_id": text(1000, "The instance id (unique per namespace)."),
+        "workflow_type": text(1000, "The registered name of the workflow."),
+        "task_queue": {**text(1000, "The task queue its workers poll."),
+                       "type": ["string", "null"]},
+        "input": PAYLOAD,
+        "execution_timeout_seconds": seconds(
+            "Bounds the whole instance, across continue-as-new.", minimum=1),
+        "run_timeout_seconds": seconds("Bounds each run.", minimum=1),
+        "duplicate_policy": {
+            "type": ["string", "null"], "enum": [*DUPLICATE_POLICIES, None],
+            "description": "fail (default): an id in use is 409; use-existing: an open run "
+                           "with the id is returned (200), a closed one is 409."},
+        "id_reuse_policy": {
+            "type": "string", "enum": [p.value for p in IdReusePolicy],
+            "description": "Extension, finer than duplicate_policy (send one of the two)."},
+        "memo": {"type": ["object", "null"], "description": "Metadata describe() shows."},
+        "require_registered": {
+            "type": "boolean", "default": True,
+            "description": "Extension: refuse (400 not_registered) a type no live worker "
+                           "registers. Our Python remote client sends false (it checked "
+                           "the name already)."},
+    },
+})
+SIGNAL_WITH_START_BODY = check_schema({
+    **START_BODY,
+    "required": ["workflow_type", "workflow_id", "signal"],
+    "properties": {
+        **START_BODY["properties"],
+        "signal": text(255, "The signal's name."),
+        "signal_input": PAYLOAD,
+    },
+})
+REQUEST_ID = {**text(255, "The caller's command key (1-255 characters)."),
+              "type": ["string", "null"]}
+SIGNAL_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "input": PAYLOAD, "request_id": REQUEST_ID,
+        "requester": {"type": ["object", "null"],
+                      "description": "Extension: who sends it (recorded as given); by "
+                                     "default the role."},
+        "source": {**text(200, "Extension: where the signal came from."), "default": "http"},
+    },
+})
+QUERY_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "input": PAYLOAD,
+        "timeout_seconds": {
+            **seconds("Extension: how long to wait for a worker's answer (capped by the "
+                      "server's max_wait); the request is withdrawn after.",
+                      exclusive_minimum=0, nullable=False), "default": 10},
+    },
+})
+UPDATE_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "input": PAYLOAD,
+        "wait_for": {"type": ["string", "null"], "enum": ["accepted", "completed", None],
+                     "description": "Both answer with the outcome: an update is accepted "
+                                    "and run by the worker that holds the run."},
+        "wait_timeout_seconds": seconds(
+            "How long to wait for the outcome (null or above the server's max_wait: "
+            "max_wait). An update still running then fails with 422 update_failed and "
+            "failure.timeout_kind update_wait; send the same request_id to keep waiting.",
+            exclusive_minimum=0),
+        "request_id": {**REQUEST_ID, "description": "Makes the update idempotent: the same "
+                                                    "id again returns the recorded outcome."},
+        "requester": {"type": ["object", "null"],
+                      "description": "Extension: who asks (recorded as given); by default "
+                                     "the role."},
+        "source": {**text(200, "Extension: where the update came from."), "default": "http"},
+    },
+})
+CANCELLATION_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "reason": {**text(10_000, "Why (recorded and shown to the workflow)."),
+                   "type": ["string", "null"], "minLength": 0},
+        "cleanup_timeout_seconds": {
+            **seconds("The cleanup budget; a repeat never extends it.",
+                      exclusive_minimum=0, nullable=True), "default": 30},
+        "requester": {"type": ["object", "null"],
+                      "description": "Extension: who asks (recorded as given)."},
+        "source": {**text(200, "Extension: where the request came from."),
+                   "default": "http"},
+    },
+})
+CLOSE_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {"reason": {**text(1000, "Recorded as the closing reason."),
+                              "type": ["string", "null"], "minLength": 0},
+                   "request_id": REQUEST_ID},
+})
+
+START_REPLY: Schema = {
+    "type": "object",
+    "required": ["workflow_id", "run_id", "workflow_type", "namespace", "status", "outcome",
+                 "payload_codec"],
+    "properties": {
+        "workflow_id": {"type": "string"}, "run_id": {"type": "string"},
+        "workflow_type": {"type": "string"}, "namespace": {"type": "string"},
+        "status": {"type": "string", "enum": list(model.WIRE_STATUSES)},
+        "outcome": {"type": "string", "enum": ["started_new", "returned_existing_active",
+                                                "signalled_existing"]},
+        "payload_codec": {"type": "string"}, "created": {"type": "boolean"},
+    },
+}
+RECEIPT: Schema = {"type": "object", "required": ["workflow_id"],
+                   "properties": {"workflow_id": {"type": "string"}}}
+RESULT_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "result"],
+    "properties": {"workflow_id": {"type": "string"},
+                   "result": {"description": "The handler's return value."},
+                   "result_envelope": model.ENVELOPE_SCHEMA},
+}
+CANCELLATION_REPLY: Schema = {
+    "type": "object",
+    "required": ["accepted", "duplicate", "workflow_id", "run_id", "cancellation_request"],
+    "properties": {
+        "accepted": {"type": "boolean"}, "duplicate": {"type": "boolean"},
+        "workflow_id": {"type": "string"}, "run_id": {"type": "string"},
+        "cancellation_request": {
+            "type": "object",
+            "required": ["request_id", "requested_at", "cleanup_deadline_at",
+                         "history_refresh_page_token"],
+            "properties": {"request_id": {"type": "string"},
+                           "requested_at": {"type": "string"},
+                           "cleanup_deadline_at": {"type": "string"},
+                           "history_refresh_page_token": {"type": "string"}}},
+        "request": {"type": "object", "description": "Extension: the request as recorded."},
+    },
+}
+CLOSE_REPLY: Schema = {
+    "type": "object", "required": ["workflow_id", "run_id", "outcome", "status"],
+    "properties": {"workflow_id": {"type": "string"}, "run_id": {"type": "string"},
+                   "outcome": {"type": "string"},
+                   "status": {"type": "string", "enum": list(model.WIRE_STATUSES)}},
+}
+
+
+def _arguments(value: Any, where: str) -> list[Any]:
+    try:
+        return model.payload_in(value, where)
+    except avro.PayloadCodecError as exc:
+        raise PayloadRejected(f"{where}: {exc}") from None
+
+
+def _not_found(call: Call, workflow_id: str, run_id: str | None) -> WorkflowNotFound:
+    run = f" run {run_id!r}" if run_id else ""
+    return WorkflowNotFound(f"no workflow {workflow_id!r}{run} in namespace {call.namespace!r}")
+
+
+# ---------------------------------------------------------------- start
+
+
+async def start_request(call: Call) -> StartRequest:
+    """A start body (start's, signal-with-start's) as the client's request."""
+    body = call.body
+    client = call.client
+    wf_type: str = body["workflow_type"]
+    if body.get("require_registered", True) and (
+        wf_type not in await client.control.registered_types()
+    ):
+        raise NameNotRegistered(
+            f"unknown workflow type {wf_type!r}: no live worker in namespace "
+            f"{call.namespace!r} has registered it; start a worker with it, check the name "
+            "(GET /api/workflow-types lists registered types), or send "
+            '"require_registered": false to record the start anyway'
+        )
+    policy = body.get("id_reuse_policy")
+    if policy is None:
+        policy = (IdReusePolicy.RETURN_EXISTING_ACTIVE
+                  if body.get("duplicate_policy") == "use-existing"
+                  else IdReusePolicy.REJECT_DUPLICATE)
+    options = StartOptions(
+        id_reuse=IdReusePolicy(policy),
+        execution_timeout=body.get("execution_timeout_seconds"),
+        run_timeout=body.get("run_timeout_seconds"),
+        memo=dict(body.get("memo") or {}),
+    )
+    return client._start_request(wf_type, _arguments(body.get("input"), "input"),
+                                 body["workflow_id"], options, body.get("task_queue"))
+
+
+def _start_reply(call: Call, run_id: str, status: str, created: bool,
+                 outcome: str) -> dict[str, Any]:
+    return {
+        "workflow_id": call.body["workflow_id"], "run_id": run_id,
+        "workflow_type": call.body["workflow_type"], "namespace": call.namespace,
+        "status": model.wire_status(status), "durable_status": status,
+        "business_key": None, "payload_codec": avro.CODEC, "outcome": outcome,
+        "created": created,
+    }
+
+
+async def start_workflow(call: Call) -> tuple[int, Any]:
+    if call.body.get("duplicate_policy") and call.body.get("id_reuse_policy"):
+        from ..errors import ConfigurationError
+
+        raise ConfigurationError("send duplicate_policy or id_reuse_policy, not both")
+    result = await call.client.control.start(await start_request(call))
+    outcome = "started_new" if result.created else "returned_existing_active"
+    return (201 if result.created else 200), _start_reply(
+        call, result.run_id, result.status, result.created, outcome)
+
+
+async def signal_with_start(call: Call) -> tuple[int, Any]:
+    body = call.body
+    request = await start_request(call)
+    args = _arguments(body.get("signal_input"), "signal_input")
+    result = await call.client.control.signal_with_start(request, body["signal"],
+                                                         encode_payload(args))
+    outcome = "started_new" if result.created else "signalled_existing"
+    return (201 if result.created else 200), _start_reply(
+        call, result.run_id, result.status, result.created, outcome)
+
+
+# ---------------------------------------------------------------- reading
+
+
+async def _describe_run(call: Call, workflow_id: str, run_id: str | None) -> dict[str, Any]:
+    control = call.client.control
+    info = await control.describe(workflow_id, run_id)
+    if info is None:
+        raise _not_found(call, workflow_id, run_id)
+    actual = str((info.get("run") or {}).get("run_id"))
+    first = await control.history(workflow_id, actual, after_sequence=0, limit=1)
+    started = first[0].data if first and first[0].type == "WorkflowStarted" else {}
+    state = await control.run_state(workflow_id, actual)
+    completed = state is not None and state.status == "completed"
+    output = (parse_payload(state.result, "the workflow's result")
+              if state is not None and completed else None)
+    return model.describe_to_wire(info, started.get("input"), output, has_output=completed)
+
+
+async def describe(call: Call) -> tuple[int, Any]:
+    p = call.params
+    return 200, await _describe_run(call, p["workflowId"], p.get("runId"))
+
+
+async def runs(call: Call) -> tuple[int, Any]:
+    wf = call.params["workflowId"]
+    ids = await call.client.store.run_ids(call.namespace, wf)
+    if not ids:
+        raise _not_found(call, wf, None)
+    described = [await _describe_run(call, wf, run_id) for run_id in ids]
+    return 200, {"workflow_id": wf, "run_count": len(described), "runs": described}
+
+
+async def list_workflows(call: Call) -> tuple[int, Any]:
+    p = call.params
+    bucket = p.get("status")
+    token = p.get("next_page_token")
+    before = decode_cursor(token) if token else None
+    items, next_key = await call.client.store.list_runs(
+        call.namespace, p.get("durable_status"), p.get("workflow_type"), p["page_size"],
+        before, statuses=model.BUCKET_MEMBERS[bucket] if bucket else None,
+        id_contains=p.get("query"))
+    workflows = [model.summary_to_wire(item) for item in items]
+    return 200, {"workflows": workflows, "workflow_count": len(workflows),
+                 "next_page_token": encode_cursor(next_key) if next_key else None}
+
+
+async def history(call: Call) -> tuple[int, Any]:
+    p = call.params
+    wf, run = p["workflowId"], p.get("runId")
+    control = call.client.control
+    state = await control.run_state(wf, run)
+    if state is None:
+        raise _not_found(call, wf, run)
+    try:
+        after = model.decode_token(p.get("next_page_token"))
+    except ValueError:
+        from ..errors import ConfigurationError
+
+        raise ConfigurationError(
+            "next_page_token is not one this server gave: pass the next_page_token of the "
+            "previous page, or none for the first page") from None
+    if after is None:
+        after = int(p.get("after_sequence") or 0)
+    size: int = p["page_size"]
+    wait = float(p.get("wait") or 0) or (call.max_wait if p.get("wait_new_event") else 0.0)
+    wait = min(wait, call.max_wait)
+    events = await control.history(wf, state.run_id, after_sequence=after, limit=size + 1)
+    if not events and wait > 0 and state.is_open:
+        async def newer() -> list[HistoryEvent] | None:
+            return await control.history(wf, state.run_id, after_sequence=after,
+                                         limit=size + 1) or None
+
+        events = await call.wait_for_change(state.run_id, newer, wait) or []
+    more = len(events) > size
+    page = events[:size]
+    return 200, {
+        "workflow_id": wf, "run_id": state.run_id,
+        "events": [model.event_to_wire(e) for e in page],
+        "next_page_token": model.encode_token(page[-1].sequence) if more else None,
+        "last_sequence": page[-1].sequence if page else after,
+    }
+
+
+# ---------------------------------------------------------------- messages
+
+
+def _sender(call: Call) -> dict[str, Any]:
+    """Who sends a signal or an update: as the body says, else the token's role."""
+    return {"requester": call.body.get("requester") or {"type": "http", "id": None,
+                                                        "label": call.role},
+            "source": call.body.get("source") or "http"}
+
+
+async def signal(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    args = _arguments(body.get("input"), "input")
+    await call.client.control.signal(p["workflowId"], p.get("runId"), p["signalName"],
+                                     encode_payload(args), sender=_sender(call))
+    return 202, {"workflow_id": p["workflowId"], "run_id": p.get("runId"),
+                 "signal_name": p["signalName"], "request_id": body.get("request_id"),
+                 "outcome": "signal_received", "recorded": True}
+
+
+async def query(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    wait = min(float(body.get("timeout_seconds", 10)), call.max_wait)
+    args = _arguments(body.get("input"), "input")
+    answer = await call.client.control.query(p["workflowId"], p.get("runId"), p["queryName"],
+                                             encode_payload(args), wait)
+    value, envelope = model.payload_pair(parse_payload(answer, "the query's result"))
+    return 200, {"workflow_id": p["workflowId"], "query_name": p["queryName"],
+                 "result": value, "result_envelope": envelope}
+
+
+async def update(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    requested = body.get("wait_timeout_seconds")
+    wait = call.max_wait if requested is None else min(float(requested), call.max_wait)
+    update_id = body.get("request_id") or uuid.uuid4().hex
+    args = _arguments(body.get("input"), "input")
+    answer = await call.client.control.update(p["workflowId"], p.get("runId"),
+                                              p["updateName"], encode_payload(args),
+                                              update_id, wait, sender=_sender(call))
+    value, envelope = model.payload_pair(parse_payload(answer, "the update's result"))
+    return 200, {"workflow_id": p["workflowId"], "update_name": p["updateName"],
+                 "update_id": update_id, "request_id": update_id,
+                 "outcome": "update_completed", "update_status": "completed",
+                 "wait_for": body.get("wait_for") or "completed",
+                 "result": value, "result_envelope": envelope}
+
+
+# ---------------------------------------------------------------- stopping
+
+
+async def request_cancellation(call: Call) -> tuple[int, Any]:
+    p, body = call.params, call.body
+    wf, run = p["workflowId"], p.get("runId")
+    control = call.client.control
+    state = await control.run_state(wf, run)
+    if state is None:
+        raise _not_found(call, wf, run)
+    requester = body.get("requester") or {"type": "http", "id": None, "label": call.role}
+    cleanup = body.get("cleanup_timeout_seconds")
+    accepted, record = await control.request_cancellation(
+        wf, run, reason=body.get("reason") or "cancellation requested",
+        cleanup_timeout=float(30 if cleanup is None else cleanup),
+        requester=requester, source=body.get("source", "http"),
+    )
+    wire = record_to_wire(record)
+    token = await _refresh_token(call, wf, state.run_id, str(record.get("request_id")))
+    return (202 if accepted else 200), {
+        "accepted": True, "duplicate": not accepted, "workflow_id": wf,
+        "run_id": state.run_id,
+        "cancellation_request": {
+            "request_id": wire.get("request_id"), "requested_at": wire.get("requested_at"),
+            "cleanup_deadline_at": wire.get("deadline_at"), "reason": wire.get("reason"),
+            "history_refresh_page_token": token,
+        },
+        "request": wire,
+    }
+
+
+async def _refresh_token(call: Call, workflow_id: str, run_id: str, request_id: str) -> str:
+    """Where to re-read the run's history to see the request: just before its
+    CancellationRequested event (from the start when it is not found)."""
+    after = 0
+    control = call.client.control
+    while True:
+        events = await control.history(workflow_id, run_id, after_sequence=after, limit=500)
+        for event in events:
+            if event.type == "CancellationRequested" and (
+                event.data.get("request_id") in (request_id, None)
+            ):
+                return model.encode_token(event.sequence - 1)
+        if len(events) < 500:
+            return model.encode_token(0)
+        after = events[-1].sequence
+
+
+async def _close(call: Call, status: str, outcome: str) -> tuple[int, Any]:
+    p = call.params
+    wf, run = p["workflowId"], p.get("runId")
+    control = call.client.control
+    reason = call.body.get("reason") or status
+    await control.close_run(wf, run, status=status, reason=reason)
+    state = await control.run_state(wf, run)
+    if state is None:
+        raise _not_found(call, wf, run)
+    return 200, {"workflow_id": wf, "run_id": state.run_id, "outcome": outcome,
+                 "reason": reason, "request_id": call.body.get("request_id"),
+                 **model.status_fields(state.status, None)}
+
+
+async def cancel(call: Call) -> tuple[int, Any]:
+    return await _close(call, "cancelled", "cancelled")
+
+
+async def terminate(call: Call) -> tuple[int, Any]:
+    return await _close(call, "terminated", "terminated")
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _both(method: str, action: str, op_id: str, summary: str, handler: Handler, *,
+          role: str = "viewer", params: tuple[Param, ...] = (), body: Schema | None = None,
+          replies: tuple[Reply, ...] = (), long_poll: bool = False,
+          description: str = "", operation: str | None = None) -> list[Operation]:
+    """An action on a given run and on the workflow's current run."""
+    suffix = f"/{action}" if action else ""
+    extra = {"operation": operation} if operation else {}
+    return [
+        Operation(method, f"/api/workflows/{{workflowId}}/runs/{{runId}}{suffix}",
+                  f"{op_id}Run", f"{summary} (a given run)", handler, role,
+                  params=(WORKFLOW_ID, RUN_ID, *params), body=body, replies=replies,
+                  long_poll=long_poll, description=description, extra=extra),
+        Operation(method, f"/api/workflows/{{workflowId}}{suffix}", op_id,
+                  f"{summary} (the current run)", handler, role,
+                  params=(WORKFLOW_ID, *params), body=body, replies=replies,
+                  long_poll=long_poll, description=description, extra=extra),
+    ]
+
+
+def _name(param: str, what: str) -> Param:
+    return Param(param, "path", text(255, f"The {what}'s name."), f"The {what}'s name.",
+                 required=True)
+
+
+RUN_REPLY = Reply(200, "The run (the reference's run description, plus our fields).",
+                  model.RUN_SCHEMA)
+
+
+def workflow_operations() -> list[Operation]:
+    """The reference contract's workflow routes."""
+    ops = [
+        Operation(
+            "POST", "/api/workflows", "startWorkflow", "Start a workflow", start_workflow,
+            "operator", body=START_BODY, body_required=True,
+            replies=(Reply(201, "Started (outcome started_new).", START_REPLY),
+                     Reply(200, "duplicate_policy use-existing: the open run "
+                                "(outcome returned_existing_active).", START_REPLY),
+                     Reply(409, "instance_already_started.", ERROR_SCHEMA)),
+        ),
+        Operation(
+            "POST", "/api/signal-with-start", "signalWithStart",
+            "Extension: signal the open run, or start one and signal it", signal_with_start,
+            "operator", body=SIGNAL_WITH_START_BODY, body_required=True,
+            replies=(Reply(201, "Started, with the signal as its first.", START_REPLY),
+                     Reply(200, "The open run was signalled.", START_REPLY),
+                     Reply(409, "instance_already_started.", ERROR_SCHEMA)),
+        ),
+        Operation(
+            "GET", "/api/workflows", "listWorkflows", "List runs, newest first",
+            list_workflows,
+            params=(
+                Param("status", "query", {"type": "string", "enum": list(model.BUCKETS)},
+                      "Only runs in this bucket: running (open), completed, failed (every "
+                      "other close)."),
+                Param("durable_status", "query",
+                      {"type": "string", "enum": list(model.DURABLE_STATUSES)},
+                      "Extension: only runs with this status of ours."),
+                Param("workflow_type", "query", text(1000, "Only runs of this type."),
+                      "Only runs of this type."),
+                Param("query", "query", text(1000, "Only ids holding this text."),
+                      "Only workflow ids holding this text."),
+                Param("page_size", "query",
+                      {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+                      "Page size (the reference allows up to 200)."),
+                Param("next_page_token", "query", text(1000, "The previous page's token."),
+                      "The next_page_token of the previous page."),
+            ),
+            replies=(Reply(200, "One page of run summaries.", model.LIST_SCHEMA),),
+        ),
+        Operation(
+            "GET", "/api/workflows/{workflowId}/runs", "listWorkflowRuns",
+            "Every run of the workflow id, oldest first", runs, params=(WORKFLOW_ID,),
+            replies=(Reply(200, "The runs.", model.RUNS_SCHEMA),),
+        ),
+    ]
+    ops += _both("GET", "", "describeWorkflow", "Describe", describe, replies=(RUN_REPLY,))
+    ops += _both(
+        "GET", "history", "getHistory", "History events, a page at a time", history,
+        params=(
+            Param("page_size", "query",
+                  {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                  "At most this many events."),
+            Param("next_page_token", "query", text(100, "The previous page's token."),
+                  "The next_page_token of the previous page."),
+            Param("wait_new_event", "query", {"type": "boolean", "default": False},
+                  "Long-poll (up to the server's max_wait) until an event follows the "
+                  "token."),
+            Param("after_sequence", "query",
+                  {"type": "integer", "minimum": 0, "maximum": 2_147_483_647},
+                  "Extension: only events after this sequence (instead of a token)."),
+            WAIT,
+        ),
+        replies=(Reply(200, "Events, oldest first; next_page_token is null on the last "
+                            "page.", model.HISTORY_SCHEMA),),
+        long_poll=True,
+    )
+    ops += _both(
+        "POST", "request-cancellation", "requestCancellation",
+        "Ask the run to stop cooperatively (bounded cleanup)", request_cancellation,
+        role="operator", body=CANCELLATION_BODY,
+        replies=(
+            Reply(202, "Recorded (duplicate false).", CANCELLATION_REPLY),
+            Reply(200, "A repeat (duplicate true): the original request, identity and "
+                       "deadline.", CANCELLATION_REPLY),
+            Reply(409, "run_not_current, run_not_active or capability_unsupported.",
+                  ERROR_SCHEMA),
+        ),
+    )
+    ops += _both("POST", "cancel", "cancelWorkflow",
+                 "Close the run at once as cancelled (no cleanup)", cancel, role="operator",
+                 body=CLOSE_BODY, replies=(Reply(200, "The run after.", CLOSE_REPLY),))
+    ops += _both("POST", "terminate", "terminateWorkflow",
+                 "Close the run at once as terminated", terminate, role="operator",
+                 body=CLOSE_BODY, replies=(Reply(200, "The run after.", CLOSE_REPLY),))
+    ops += _both(
+        "POST", "signal/{signalName}", "signalWorkflow", "Send the run a signal", signal,
+        role="operator", params=(_name("signalName", "signal"),), body=SIGNAL_BODY,
+        operation="signal",
+        replies=(Reply(202, "Recorded; delivered to the workflow's handler in order, "
+                            "exactly once.", RECEIPT),
+                 Reply(409, "run_not_active (nothing recorded).", ERROR_SCHEMA)),
+    )
+    ops += _both(
+        "POST", "query/{queryName}", "queryWorkflow", "Ask a query (read-only)", query,
+        params=(_name("queryName", "query"),), body=QUERY_BODY, long_poll=True,
+        operation="query",
+        replies=(Reply(200, "The handler's answer.", RESULT_REPLY),
+                 Reply(409, "query_rejected: the handler raised or tried to record, or no "
+                            "such handler.", ERROR_SCHEMA),
+                 Reply(504, "query_worker_timeout: no worker answered in time.",
+                       ERROR_SCHEMA)),
+        description="Viewers may query.",
+    )
+    ops += _both(
+        "POST", "update/{updateName}", "updateWorkflow",
+        "Run an update and wait for its outcome", update, role="operator",
+        params=(_name("updateName", "update"),), body=UPDATE_BODY, long_poll=True,
+        operation="update",
+        replies=(Reply(200, "Completed (update_status completed).", RESULT_REPLY),
+                 Reply(409, "update_rejected (nothing recorded) or run_not_active.",
+                       ERROR_SCHEMA),
+                 Reply(422, "update_failed (update_status failed): the handler raised, "
+                            "the run closed first, or the wait ran out.", ERROR_SCHEMA)),
+    )
+    return ops
