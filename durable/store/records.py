@@ -40,11 +40,8 @@ class RunStatus(enum.StrEnum):
 #: final. Python code asks `RunStatus.is_open` / ``in OPEN_STATUSES``, SQL
 #: uses `open_status_sql`.
 OPEN_STATUSES: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
-#: What describe() and list() say of an open run marked for review: a replay
-#: mismatch (needs_review) or units whose effect is unknown (unknown).
+#: Open runs marked for review; then the one status vocabulary every view reads.
 REVIEW_STATUSES: tuple[str, ...] = ("needs_review", "unknown")
-#: The one status vocabulary every view reads (the CLI, the web UI, the wire's
-#: durable_status, the list filter): the run statuses, then the review ones.
 LISTED_STATUSES: tuple[str, ...] = (*(s.value for s in RunStatus), *REVIEW_STATUSES)
 
 
