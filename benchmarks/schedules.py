@@ -22,6 +22,12 @@ minutes, every fire is read back from storage:
   it covers firing *and* running the started runs (claim, execute, close);
 * fires expected in the window vs recorded (a missed or skipped fire shows).
 
+``--statements`` measures instead, with no load and no clock, how many
+statements (round trips, BEGIN and COMMIT included) the scheduler's pass
+spends per fire when each transaction fires one due schedule (what a steady
+stream of fires spread over the minute gives): 60 schedules, every run
+closed before its schedule's next fire; deterministic, so a change shows.
+
 SQLite: a file in a temporary directory (WAL, synchronous=NORMAL, the
 defaults). PostgreSQL: a schema of its own at ``DURABLE_BENCH_POSTGRES_URL``
 (default ``postgresql://postgres@127.0.0.1:5432/test``), dropped afterwards.
@@ -160,7 +166,67 @@ async def measure(url: str, label: str, args: argparse.Namespace) -> dict[str, A
     return result
 
 
+async def statements_per_fire(url: str, schedules: int = 60, minutes: int = 2) -> float:
+    """Statements (BEGIN and COMMIT included) per fire of the scheduler's pass,
+    one due schedule a transaction (see the module docstring)."""
+    from durable.store import schedules as store_schedules
+
+    counts = {"statements": 0, "transactions": 0}
+    original = store_schedules.fire_due
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        program = original(*args, **kwargs)
+        counts["transactions"] += 1
+        value: Any = None
+        try:
+            while True:
+                statement = program.send(value)
+                counts["statements"] += 1
+                value = yield statement
+        except StopIteration as stop:
+            return stop.value
+
+    store_schedules.fire_due = counted  # type: ignore[assignment]
+    try:
+        async with durable.connect(url) as client:
+            for k in range(schedules):
+                await client.create_schedule(f"stmt-{k:03d}", ScheduleSpec(every=60, offset=k),
+                                             scheduled, overlap=Overlap.ALLOW_ALL)
+            base = (int(client.clock.now()) // 60 + 1) * 60
+            fires = 0
+            for minute in range(minutes + 1):
+                if minute == 1:  # the first minute warms up (the runs' first closes)
+                    counts.update(statements=0, transactions=0)
+                    fires = 0
+                for k in range(schedules):
+                    done = await client.store.fire_schedules(
+                        client.namespace, base + minute * 60 + k + 0.001, 100, False)
+                    fires += len(done.fires)
+                for run in await client.list(status="pending", limit=10 * schedules):
+                    await client.get_handle(run["workflow_id"]).terminate("benchmark")
+            drop = getattr(client.driver, "drop_schema", None)
+            if drop is not None and "schema=" in url:
+                await drop()
+    finally:
+        store_schedules.fire_due = original
+    return (counts["statements"] + 2 * counts["transactions"]) / max(1, fires)
+
+
 async def main(args: argparse.Namespace) -> None:
+    if args.statements:
+        with tempfile.TemporaryDirectory() as tmp:
+            urls = []
+            if args.db in ("sqlite", "both"):
+                urls.append(("sqlite", f"sqlite:///{Path(tmp) / 'stmt.db'}"))
+            if args.db in ("postgres", "both"):
+                sep = "&" if "?" in PG_URL else "?"
+                urls.append(("postgres",
+                             f"{PG_URL}{sep}schema=bench_stmt_{uuid.uuid4().hex[:8]}"))
+            for label, url in urls:
+                per_fire = await statements_per_fire(url)
+                print(json.dumps({"db": label, "statements_per_fire": round(per_fire, 2)}),
+                      flush=True)
+        return
     print(f"python {sys.version.split()[0]}, backend {args.backend}, load average "
           f"{os.getloadavg()[0]:.2f} / {os.getloadavg()[1]:.2f}", flush=True)
     results = []
@@ -185,6 +251,8 @@ if __name__ == "__main__":
     parser.add_argument("--burst", action="store_true", help="every schedule due in one second")
     parser.add_argument("--fire-only", action="store_true",
                         help="the worker fires and runs nothing (the runs stay pending)")
+    parser.add_argument("--statements", action="store_true",
+                        help="count statements per fire instead (no load, deterministic)")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--json", type=Path)
     arguments = parser.parse_args()

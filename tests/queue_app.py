@@ -1,8 +1,8 @@
 """A worker process for the queue-limit tests: runs that record when they hold a slot.
 
 Each run of ``slot_holder(key)`` executes one local activity that appends
-``start KEY PID TIME`` to ``DIR/intervals.log``, sleeps ``HOLD`` seconds and
-appends ``end KEY PID TIME`` (O_APPEND, one write a line): the intervals in
+``start KEY WORKFLOW_ID PID TIME`` to ``DIR/intervals.log``, sleeps ``HOLD``
+seconds and appends ``end KEY WORKFLOW_ID PID TIME`` (O_APPEND, one write a line): the intervals in
 which the runs really executed, read from outside. tests/test_queues_crash.py
 starts four of these processes on one PostgreSQL database with a queue limit,
 SIGKILLs one, and checks that the intervals never overlap more than the limit.
@@ -40,9 +40,10 @@ def record(line: str) -> None:
 
 @activity.defn(name="hold_slot")
 async def hold_slot(key: str) -> str:
-    record(f"start {key}")
+    run = activity.info().workflow_id
+    record(f"start {key} {run}")
     await anyio.sleep(HOLD)
-    record(f"end {key}")
+    record(f"end {key} {run}")
     return key
 
 
@@ -52,27 +53,33 @@ async def slot_holder(key: str) -> str:
     return result
 
 
-def read_intervals(directory: Path, killed: dict[int, float]) -> list[tuple[float, float, str]]:
-    """(start, end, key) of every execution; one a killed process never ended
-    ends at its kill time (`killed`: pid -> time the kill was seen done)."""
+Interval = tuple[float, float, str, str, int]  # start, end, key, workflow id, pid
+
+
+def read_intervals(directory: Path, killed: dict[int, float]) -> list[Interval]:
+    """(start, end, key, workflow id, pid) of every execution; one a killed
+    process never ended ends at its kill time (`killed`: pid -> time the kill
+    was seen done)."""
     opened: dict[tuple[str, str], float] = {}
-    out: list[tuple[float, float, str]] = []
+    out: list[Interval] = []
     path = directory / "intervals.log"
     for line in path.read_text().splitlines():
-        what, key, pid, at = line.split()
+        what, key, run, pid, at = line.split()
         if what == "start":
-            opened[(key, pid)] = float(at)
+            opened[(run, pid)] = float(at)
         else:
-            out.append((opened.pop((key, pid)), float(at), key))
-    for (key, pid), started in opened.items():
-        out.append((started, killed[int(pid)], key))
+            out.append((opened.pop((run, pid)), float(at), key, run, int(pid)))
+    for (run, pid), started in opened.items():
+        key = next(line.split()[1] for line in path.read_text().splitlines()
+                   if line.split()[2] == run)
+        out.append((started, killed[int(pid)], key, run, int(pid)))
     return out
 
 
-def most_at_once(intervals: list[tuple[float, float, str]]) -> int:
+def most_at_once(intervals: list[Interval]) -> int:
     """The largest number of intervals open at one instant (an end before a
     start at the same instant)."""
-    points = sorted([(s, 1) for s, _, _ in intervals] + [(e, -1) for _, e, _ in intervals])
+    points = sorted([(i[0], 1) for i in intervals] + [(i[1], -1) for i in intervals])
     best = now = 0
     for _, step in points:
         now += step

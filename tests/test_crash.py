@@ -499,13 +499,18 @@ async def test_kill_reruns_at_most_the_unrecorded_local_steps(
 async def test_random_kills_of_three_workers_lose_and_duplicate_nothing(
     crash_db: str, tmp_path: Path, record_property: Callable[[str, object], None],
 ) -> None:
-    """60 workflows on 3 processes sharing one database; a random one is SIGKILLed
+    """60 workflows (30 on MariaDB) on 3 processes sharing one database; a random one is SIGKILLed
     and restarted every second (4 times). Everything completes, every outcome is
     recorded once, and the effects that happened again are counted (execution is
     at least once; what is recorded, exactly once)."""
+    # MariaDB spends about twice PostgreSQL's round trips on this workload (no
+    # UPDATE ... RETURNING, no one-statement claims; docs/design/decisions.md
+    # (x)): half the workflows keep it inside the same time limit.
+    workflows = 30 if crash_db.startswith(("mysql", "mariadb")) else 60
     report = await run_fault_injection(
-        crash_db, tmp_path / "run", workflows=60, workers=3, kill_every=1.0, max_kills=4,
-        steps=4, timer_seconds=0.5, work_seconds=0.2, lease=LEASE, time_limit=30.0, seed=7,
+        crash_db, tmp_path / "run", workflows=workflows, workers=3, kill_every=1.0,
+        max_kills=4, steps=4, timer_seconds=0.5, work_seconds=0.2, lease=LEASE,
+        time_limit=30.0, seed=7,
     )
     figures = asdict(report)
     record_property("fault_injection", json.dumps(figures))
@@ -514,7 +519,7 @@ async def test_random_kills_of_three_workers_lose_and_duplicate_nothing(
     assert report.kills >= 3, detail
     assert report.unexpected_exits == [], detail
     assert report.not_completed == [], detail
-    assert report.completed == 60, detail
+    assert report.completed == workflows, detail
     assert report.wrong_results == [], detail
     assert report.history_problems == [], detail
     assert report.missing_effects == [], detail

@@ -244,3 +244,34 @@ async def test_the_pytest_fixture_explores_and_asserts(
         await durable_crash_explorer(pay, "acct-1", 100, activities=[debit, notify],
                                      before_each=reset_ledger, check=debited_once)
     assert len(durable_crash_explorer.reports) == 2
+
+
+async def test_the_killed_workers_storage_rolls_back_the_crossing_write_and_refuses_the_rest(
+) -> None:
+    """The mechanism under every point: the write that would record past the
+    point is rolled back whole and kills; nothing after it reaches storage."""
+    from durable.driver import Tx, ex, q1
+    from durable.testing.crashes import _KillableDriver
+
+    def bump(label: str) -> Any:  # a write that records "history": the run's counter + 1
+        def program(tx: Tx) -> Any:
+            yield ex("UPDATE runs SET event_seq = event_seq + 1 WHERE namespace = 'default'")
+            yield ex("UPDATE runs SET closed_reason = ? WHERE namespace = 'default'", label)
+        return program
+
+    def progress(tx: Tx) -> Any:
+        row = yield q1("SELECT event_seq, closed_reason FROM runs WHERE namespace = 'default'")
+        return int(row["event_seq"]), row["closed_reason"]
+
+    async with durable.connect("sqlite://:memory:") as client:
+        await client.start(pay, "acct-9", 1, id="acct-9")  # WorkflowStarted: 1 event
+        view = _KillableDriver(client.driver, "default", limit=2)
+        await view.run(bump("first"))  # 1 -> 2: not past the point
+        assert await client.driver.run(progress, write=False) == (2, "first")
+        assert view.writes == [(1, 2)] and not view.killed.is_set()
+        with pytest.raises(durable.StorageClosed, match="killed"):
+            await view.run(bump("second"))  # 2 -> 3 would pass it: rolled back whole, killed
+        assert view.killed.is_set()
+        assert await client.driver.run(progress, write=False) == (2, "first")
+        with pytest.raises(durable.StorageClosed, match="killed"):
+            await view.run(progress, write=False)  # a dead worker reads nothing either

@@ -11,9 +11,9 @@
 - ``key`` is a keyword (quoted with backticks);
 - a LIMIT is a number or a parameter, never a subquery: a claim reads its
   fair share first;
-- the local-steps fast path without RETURNING (`durable.store.fastpath`):
+- the local-steps fast paths without RETURNING (`durable.store.fastpath`):
   the fenced UPDATE, a read of the event counter, one ``executemany`` each
-  for ops and events.
+  for ops and events; a group commit's runs all at once in five statements.
 """
 
 from __future__ import annotations
@@ -54,3 +54,9 @@ class MariaDBDialect(Dialect):
     ) -> Program[CommitResult | None] | None:
         # Several statements: never `autocommit`.
         return fastpath.local_steps(self, batch, now, autocommit=False)
+
+    def local_steps_group(
+        self, batches: list[RunWrites], now: float
+    ) -> Program[list[CommitResult]] | None:
+        # five statements for the whole group, whatever its size
+        return fastpath.local_steps_group(self, batches, now)

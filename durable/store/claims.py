@@ -154,7 +154,7 @@ def claim_runs(
             f"UPDATE runs SET {claim} ", claim_params, pick,
             (*ready_params, *guard_params, *share_params), counted, counted_params,
             (guard, guard_params)))
-    queue = yield from queues.read_limits(tx, namespace, task_queue, "runs")
+    queue = yield from queues.read_limits(tx, namespace, task_queue, "runs", known=limited)
     next_at = None
     if queue is not None:
         chosen = yield from queues.pick_runs(tx, queue, namespace, task_queue, ready_sql,
@@ -194,18 +194,26 @@ def _claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str]
     ids = [r["run_id"] for r in claimed]
     if not ids:
         return Claimed()
-    yield ex(
-        "UPDATE workflows SET status = 'running' WHERE status = 'pending' AND current_run_id IN "
-        f"({placeholders(len(ids))})",
-        *ids,
-    )
-    op_rows = yield q(
-        f"SELECT run_id, {OP_COLUMNS} FROM ops WHERE run_id IN ({placeholders(len(ids))})",
-        *ids,
-    )
+    # A run claimed for the first time (epoch 1 now) has no ops (only an owner
+    # writes them) and may start its workflow; the others have ops to read.
+    first = [r for r in claimed if int(r["epoch"]) == 1]
+    again = [r["run_id"] for r in claimed if int(r["epoch"]) != 1]
+    if first:
+        # by the workflows' key (namespace, workflow_id): current_run_id has no index
+        workflow_ids = sorted({r["workflow_id"] for r in first})
+        yield ex(
+            "UPDATE workflows SET status = 'running' WHERE namespace = ? AND workflow_id IN "
+            f"({placeholders(len(workflow_ids))}) AND status = 'pending' AND current_run_id IN "
+            f"({placeholders(len(first))})",
+            first[0]["namespace"], *workflow_ids, *(r["run_id"] for r in first),
+        )
     ops: dict[str, dict[str, OpRecord]] = {i: {} for i in ids}
-    for row in op_rows:
-        ops[row["run_id"]][row["op_id"]] = op_from_row(row)
+    if again:
+        op_rows = yield q(
+            f"SELECT run_id, {OP_COLUMNS} FROM ops WHERE run_id IN "
+            f"({placeholders(len(again))})", *again)
+        for row in op_rows:
+            ops[row["run_id"]][row["op_id"]] = op_from_row(row)
     return Claimed.of([ClaimedRun(run_from_row(r), ops[r["run_id"]]) for r in claimed], ready,
                        live)
 

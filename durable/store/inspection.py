@@ -409,7 +409,12 @@ def cascade(
         "edges": [],
     }
     if root_ctx is None:
-        return view
+        # no cancellation request; a closed parent's children still show what
+        # its parent-close policy did to them (a terminated parent, issue 21)
+        child = yield q1("SELECT run_id FROM runs WHERE parent_run_id = ? LIMIT 1",
+                         root.run_id)
+        if root.is_open or child is None:
+            return view
     live_workers = yield q("SELECT worker_id FROM workers WHERE expires_at >= ?", now)
     alive = {w["worker_id"] for w in live_workers}
     queue = [root]

@@ -77,14 +77,19 @@ def _bucket(rate: Any, tokens: Any, at: Any, now: float) -> Bucket | None:
     return bucket
 
 
-def read_limits(tx: Tx, namespace: str, name: str, kind: str) -> Program[Row | None]:
+def read_limits(tx: Tx, namespace: str, name: str, kind: str,
+                known: bool = False) -> Program[Row | None]:
     """The queue's row when it limits this kind of work ("runs" or
-    "activities"), locked until commit; None when it does not (not locked)."""
+    "activities"), locked until commit; None when it does not.
+
+    Unless the queue is `known` to be limited, a plain read first, so that
+    claims of an unlimited queue never take turns on its row."""
     flag = "runs_limited" if kind == "runs" else "activities_limited"
-    row = yield q1(f"SELECT {flag} AS limited FROM task_queues WHERE namespace = ? AND name = ?",
-                   namespace, name)
-    if row is None or not int(row["limited"]):
-        return None
+    if not known:
+        row = yield q1(f"SELECT {flag} AS limited FROM task_queues WHERE namespace = ? "
+                       "AND name = ?", namespace, name)
+        if row is None or not int(row["limited"]):
+            return None
     locked = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
                       + tx.lock, namespace, name)
     if locked is None or not int(locked["runs_limited" if kind == "runs"
@@ -114,54 +119,57 @@ class Pick:
 def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
               ready_params: tuple[Any, ...], counted: str, counted_params: tuple[Any, ...],
               limit: int, now: float) -> Program[Pick]:
-    """Choose the runs a claim of a limited queue takes (the row is locked)."""
+    """Choose the runs a claim of a limited queue takes (the row is locked).
+
+    One read brings the candidates (by priority, then age; with a per-key
+    limit at most that many per key, keys at their limit left out), the
+    ready and live counts of the fair share, and what runs now; the choice
+    is made here, within every limit."""
     limits = json.loads(row["limits"])
-    counts = yield q1(f"SELECT {counted}", *counted_params)
-    ready, live = int(counts["ready"]), int(counts["live"])
-    share = limit if live < 1 else min(limit, -(-ready // live))
-    running_rows = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
-                           "GROUP BY concurrency_key", namespace, task_queue, now)
-    by_key = {r["concurrency_key"]: int(r["n"]) for r in running_rows}
-    room = share
-    if limits.get("max_running") is not None:
-        room = min(room, int(limits["max_running"]) - sum(by_key.values()))
-    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
-    new_room = math.inf if bucket is None else math.floor(bucket.tokens + 1e-9)
-    if room <= 0 or ready == 0:
-        return Pick([], ready, live)
     per_key = limits.get("max_running_per_key")
     order = "ORDER BY priority, ready_at"
-    # a few more candidates than room: some may be dropped (their key's slots,
-    # the rate) and the next ones in line then go instead
-    window = room * 2 + 8
+    # a few more candidates than a claim takes: some may be dropped (their
+    # key's slots, the rate) and the next ones in line go instead
+    window = limit * 2 + 8
+    by_key: dict[Any, int] = {}
+    running_sql = f"(SELECT count(*) FROM {RUNNING_RUNS}) AS running"
+    running_params = (namespace, task_queue, now)
     if per_key is None:
-        rows = yield q(f"SELECT run_id, concurrency_key, started_at FROM {ready_sql}{order} "
-                       "LIMIT ?" + tx.skip_locked, *ready_params, window)
+        rows = yield q(f"SELECT run_id, concurrency_key, started_at, {counted}, {running_sql} "
+                       f"FROM {ready_sql}{order} LIMIT ?" + tx.skip_locked,
+                       *counted_params, *running_params, *ready_params, window)
     else:
+        running_rows = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
+                               "GROUP BY concurrency_key", *running_params)
+        by_key = {r["concurrency_key"]: int(r["n"]) for r in running_rows}
         full = [k for k, n in by_key.items() if k is not None and n >= int(per_key)]
-        skip = ""
-        if full:
-            skip = ("AND (concurrency_key IS NULL OR concurrency_key NOT IN "
-                    f"({placeholders(len(full))})) ")
+        skip = ("" if not full else "AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+                f"({placeholders(len(full))})) ")
         rows = yield q(
-            "SELECT run_id, concurrency_key, started_at FROM (SELECT run_id, concurrency_key, "
-            "started_at, priority, ready_at, ROW_NUMBER() OVER (PARTITION BY "
-            f"COALESCE(concurrency_key, run_id) {order}) AS nth FROM {ready_sql}{skip}) "
-            f"AS candidates WHERE nth <= ? {order} LIMIT ?",
-            *ready_params, *full, int(per_key), window)
+            f"SELECT run_id, concurrency_key, started_at, {counted}, {running_sql} FROM "
+            "(SELECT run_id, concurrency_key, started_at, priority, ready_at, ROW_NUMBER() "
+            f"OVER (PARTITION BY COALESCE(concurrency_key, run_id) {order}) AS nth FROM "
+            f"{ready_sql}{skip}) AS candidates WHERE nth <= ? {order} LIMIT ?",
+            *counted_params, *running_params, *ready_params, *full, int(per_key), window)
+    if not rows:
+        return Pick([], 0, 0)
+    ready, live, running = int(rows[0]["ready"]), int(rows[0]["live"]), int(rows[0]["running"])
+    room = limit if live < 1 else min(limit, -(-ready // live))  # the fair share
+    if limits.get("max_running") is not None:
+        room = min(room, int(limits["max_running"]) - running)
+    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+    new_room = math.inf if bucket is None else math.floor(bucket.tokens + 1e-9)
     chosen: list[str] = []
     next_at = None
     for r in rows:
         if len(chosen) >= room:
             break
         key = r["concurrency_key"]
-        if per_key is not None and key is not None:
-            if by_key.get(key, 0) >= int(per_key):
-                continue
-        if r["started_at"] is None:
+        if per_key is not None and key is not None and by_key.get(key, 0) >= int(per_key):
+            continue
+        if r["started_at"] is None:  # a first start spends a token of the rate
             if new_room < 1:
-                if bucket is not None:
-                    next_at = bucket.next_token_at()
+                next_at = None if bucket is None else bucket.next_token_at()
                 continue
             new_room -= 1
             if bucket is not None:

@@ -52,7 +52,7 @@ from .._runtime.attempts import EXECUTIONS, ActivityInfo
 from ..client import Client, WorkflowHandle
 from ..clock import Clock
 from ..driver import Driver, ProgramFactory, Tx, driver_factory, url_scheme
-from ..errors import ConfigurationError, DurableError, StorageUnavailable
+from ..errors import ConfigurationError, DurableError, StorageClosed
 from ..options import StartOptions
 from ..program import Program, q, q1
 from ..store.records import HistoryEvent
@@ -215,7 +215,7 @@ class _KillableDriver:
         # A killed process asks nothing more: the caller is cancelled here (its
         # worker's tasks all are); one inside a shield gets an error instead.
         await anyio.lowlevel.checkpoint()
-        raise StorageUnavailable("this worker was killed (durable.testing.explore_crashes)")
+        raise StorageClosed("this worker was killed (durable.testing.explore_crashes)")
 
     async def run(self, program: ProgramFactory[Any], *, write: bool = True) -> Any:
         if self.killed.is_set():

@@ -21,7 +21,7 @@ import durable
 from durable import activity, workflow
 from durable.driver import Dialect, Program, q
 from durable.failure import Failure
-from durable.store import Store
+from durable.store import Store, fastpath
 from durable.store.records import CommitResult, RunRecord, RunStatus
 from durable.store.writes import RecordLocalActivity, RunWrites, ScheduleTimer
 
@@ -170,6 +170,44 @@ async def test_a_group_of_runs_takes_the_fast_path_run_by_run(
 
     await both(stores, scenario)
     assert len(spy(stores[0]).recorded) == 2  # b and c; a's timer took the general path
+
+
+class GroupDialect(SQLiteDialect):
+    """SQLite with the portable group path (`fastpath.local_steps_group` without
+    CTEs: the one MariaDB takes)."""
+
+    groups: int = 0
+
+    def local_steps_group(self, batches: list[RunWrites],
+                          now: float) -> Program[list[CommitResult]] | None:
+        GroupDialect.groups += 1
+        return fastpath.local_steps_group(self, batches, now)
+
+
+async def test_a_group_commit_in_five_statements_stores_the_general_paths_rows() -> None:
+    """Three runs' local steps at once, one of them fenced out (a stale epoch):
+    the same rows and results as run by run on the general path."""
+    async def scenario(store: Store) -> tuple[list[RunRecord], list[CommitResult]]:
+        a = await started_and_claimed(store, "a")
+        b = await started_and_claimed(store, "b")
+        await start(store, "c", task_queue="c")
+        stale = (await claim_one(store, "w1", T0, lease=5.0, task_queue="c")).run
+        await claim_one(store, "w2", T0 + 6, task_queue="c")
+        results = await store.commit([
+            quiet(b, step("0:1", '"b"'), step("0:2", '"b2"')),
+            quiet(stale, step("0:1", '"c"')),
+            quiet(a, step("0:1", '"a"')),
+        ], T0 + 7)
+        return [b, stale, a], results
+
+    GroupDialect.groups = 0
+    async with durable.connect("sqlite://:memory:") as fast, \
+            durable.connect("sqlite://:memory:") as general:
+        fast.store.driver.dialect = GroupDialect()
+        general.store.driver.dialect = Dialect()
+        results = await both((fast.store, general.store), scenario)
+    assert [r.committed for r in results] == [True, False, True]
+    assert GroupDialect.groups == 1
 
 
 @needs_returning
