@@ -73,8 +73,8 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
         errors[401] = "unauthenticated: no bearer token, or an unknown one."
         errors[403] = ("forbidden: the token's role may not do this, or the token is limited "
                        "to other namespaces.")
-        errors[429] = ("too_many_failed_authentications: this client failed to authenticate "
-                       "too often; retry after Retry-After seconds.")
+        errors[429] = ("too_many_failed_authentications: this client presented too many "
+                       "unknown tokens lately; retry after Retry-After seconds.")
     if any(p.location == "path" for p in op.params):
         errors[404] = ("instance_not_found: no such workflow or run in this namespace (a run of "
                        "another namespace is 404 too).")
@@ -141,7 +141,8 @@ def build_spec(operations: list[Operation], *, anonymous: bool, max_body_bytes: 
                 "required": True, "schema": {"type": "string"}}}),
             "403": _response(_error("forbidden")),
             "429": _response(_error("too_many_failed_authentications"), headers={
-                "Retry-After": {"required": True, "schema": {"type": "string"}}}),
+                "Retry-After": {"required": True, "schema": {"type": "string"},
+                                "description": "Seconds to wait before retrying."}}),
             "503": _response(_error("storage_unavailable"), headers={"Retry-After": {
                 "required": True, "schema": {"type": "string"}}}),
         },
