@@ -22,6 +22,10 @@ cost:
 
 Rounds interleave the cells; median [min-max]; the cost is against ``none``
 of the same storage. The target (issue 24): at most 10%.
+
+``--rate-check SECONDS`` measures a rate instead: a queue limited to
+``Rate(100, per=10)``, a backlog of runs, one real worker; it counts the runs
+started in each 10 s window and in all (target: within 10% of 10 a second).
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import durable
+from durable.driver import Program, q
 from durable.store.records import StartRequest
 
 CELLS: dict[str, durable.QueueLimits] = {
@@ -85,6 +91,39 @@ async def cell(url: str, name: str, runs: int, claimers: int) -> float:
         return runs / elapsed
 
 
+@durable.workflow.defn(name="bench_rated")
+async def rated() -> None:
+    return None
+
+
+def started(queue: str) -> Program[list[Any]]:
+    rows: list[Any] = yield q("SELECT started_at FROM runs WHERE task_queue = ? AND "
+                              "started_at IS NOT NULL", queue)
+    return rows
+
+
+async def rate_check(url: str, seconds: float) -> None:
+    """Starts a queue with Rate(100, per=10) lets through in `seconds`."""
+    queue = f"rated-{uuid.uuid4().hex[:8]}"
+    async with durable.connect(url) as client:
+        await client.set_queue_limits(queue, durable.QueueLimits(rate=durable.Rate(100, per=10)))
+        for i in range(int(seconds * 10 * 1.5) + 50):
+            await client.start(rated, id=f"{queue}-{i}",
+                               options=durable.StartOptions(task_queue=queue))
+        async with durable.Worker(client, workflows=[rated], task_queue=queue,
+                                  poll_interval=1.0):
+            t0 = time.time()
+            await anyio.sleep(seconds)
+        rows = await client.driver.run(lambda tx: started(queue), write=False)
+    times = sorted(float(r["started_at"]) for r in rows)
+    inside = [t - t0 for t in times if t0 <= t <= t0 + seconds]
+    windows = [sum(1 for t in inside if w * 10 <= t < (w + 1) * 10)
+               for w in range(int(seconds // 10))]
+    expected = 1 + seconds * 10  # one token at first, then 10 a second
+    print(f"{url.split(':')[0]}: {len(inside)} starts in {seconds:g} s (expected {expected:g}, "
+          f"{(len(inside) / expected - 1) * 100:+.1f}%); per 10 s window: {windows}")
+
+
 def postgres_url(base: str) -> str:
     sep = "&" if "?" in base else "?"
     return f"{base}{sep}schema=bench_queues_{uuid.uuid4().hex[:8]}"
@@ -105,7 +144,20 @@ async def main() -> None:
     parser.add_argument("--claimers", type=int, default=1)
     parser.add_argument("--postgres-url", default=os.environ.get(
         "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    parser.add_argument("--rate-check", type=float, metavar="SECONDS",
+                        help="measure Rate(100, per=10) over this long instead")
     args = parser.parse_args()
+    if args.rate_check:
+        with tempfile.TemporaryDirectory() as workdir:
+            for db in args.db.split(","):
+                url = (f"sqlite:///{workdir}/rate.db" if db == "sqlite"
+                       else postgres_url(args.postgres_url))
+                try:
+                    await rate_check(url, args.rate_check)
+                finally:
+                    if db != "sqlite":
+                        await drop(url)
+        return
     figures: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as workdir:
         urls = {}

@@ -212,6 +212,32 @@ async def test_an_effect_outside_the_recorded_result_is_caught_where_it_shows(
     assert alone.points[0].problems == failed[0].problems
 
 
+@activity.defn(name="xc_refuse")
+async def refuse(account: str) -> None:
+    raise ValueError(f"account {account} is closed")  # retried, then the run fails
+
+
+@workflow.defn(name="xc_closed")
+async def closed_account(account: str) -> None:
+    await workflow.execute_activity(notify, account)
+    await workflow.execute_activity(refuse, account)
+
+
+async def test_a_run_that_fails_fails_the_same_way_after_every_crash() -> None:
+    report = await explore_crashes(closed_account, "acct-5", activities=[notify, refuse])
+    assert_every_point_passes(report)
+    assert isinstance(report.outcome, durable.WorkflowFailed)
+    assert "account acct-5 is closed" in str(report.outcome)
+    assert all(type(p.outcome) is durable.WorkflowFailed for p in report.points)
+    wheres = [p.where for p in report.points]
+    assert any(w.startswith("before WorkflowFailed") for w in wheres)
+    assert sum(w.startswith("before ActivityRetryScheduled xc_refuse") for w in wheres) == 2
+    # a crash before the last attempt's failure is recorded costs that attempt:
+    # the run fails because the worker was lost, which is the same outcome
+    last = next(p for p in report.points if p.where.startswith("before ActivityFailed"))
+    assert "stopped renewing its lease" in str(last.outcome) and last.ok
+
+
 async def test_a_check_that_raises_fails_the_point_with_its_message() -> None:
     def never(result: Any, history: list[HistoryEvent]) -> None:
         raise AssertionError("the ledger is off")
@@ -244,3 +270,34 @@ async def test_the_pytest_fixture_explores_and_asserts(
         await durable_crash_explorer(pay, "acct-1", 100, activities=[debit, notify],
                                      before_each=reset_ledger, check=debited_once)
     assert len(durable_crash_explorer.reports) == 2
+
+
+async def test_the_killed_workers_storage_rolls_back_the_crossing_write_and_refuses_the_rest(
+) -> None:
+    """The mechanism under every point: the write that would record past the
+    point is rolled back whole and kills; nothing after it reaches storage."""
+    from durable.driver import Tx, ex, q1
+    from durable.testing.crashes import _KillableDriver
+
+    def bump(label: str) -> Any:  # a write that records "history": the run's counter + 1
+        def program(tx: Tx) -> Any:
+            yield ex("UPDATE runs SET event_seq = event_seq + 1 WHERE namespace = 'default'")
+            yield ex("UPDATE runs SET closed_reason = ? WHERE namespace = 'default'", label)
+        return program
+
+    def progress(tx: Tx) -> Any:
+        row = yield q1("SELECT event_seq, closed_reason FROM runs WHERE namespace = 'default'")
+        return int(row["event_seq"]), row["closed_reason"]
+
+    async with durable.connect("sqlite://:memory:") as client:
+        await client.start(pay, "acct-9", 1, id="acct-9")  # WorkflowStarted: 1 event
+        view = _KillableDriver(client.driver, "default", limit=2)
+        await view.run(bump("first"))  # 1 -> 2: not past the point
+        assert await client.driver.run(progress, write=False) == (2, "first")
+        assert view.writes == [(1, 2)] and not view.killed.is_set()
+        with pytest.raises(durable.StorageClosed, match="killed"):
+            await view.run(bump("second"))  # 2 -> 3 would pass it: rolled back whole, killed
+        assert view.killed.is_set()
+        assert await client.driver.run(progress, write=False) == (2, "first")
+        with pytest.raises(durable.StorageClosed, match="killed"):
+            await view.run(progress, write=False)  # a dead worker reads nothing either

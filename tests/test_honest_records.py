@@ -185,6 +185,16 @@ async def test_a_terminated_parent_shows_its_cancelled_childs_real_end(
     shown = rendered(_views.describe_renderable(Output(), info,
                                                 _fmt.utcnow()))
     assert "Operations open when the run closed" in shown and "ended cancelled" in shown, shown
+    # the cascade of the parent's close shows what happened to the child
+    cascade = await handle.cancellation_cascade()
+    assert cascade["root"] is None
+    assert [(r["workflow_id"], r["status"]) for r in cascade["runs"]] == [
+        (parent_id, "terminated"), (f"{parent_id}-child", "cancelled")]
+    propagation = cascade["runs"][0]["child_propagation"][f"{parent_id}-child"]
+    assert propagation["outcome"] == "cancelled"
+    tree = rendered(_views.cascade_tree(Output(), {**cascade, "workflow_id": parent_id},
+                                        _fmt.utcnow()))
+    assert "did to its children" in tree and f"{parent_id}-child" in tree, tree
 
 
 def test_the_ui_shows_the_end_of_a_child_the_closed_parent_never_heard_of() -> None:

@@ -268,6 +268,8 @@ class RunExecutor:
             return
         if self.scratch:  # the replay's owner reads what happened from the context
             return
+        if self.stop_reason == "crash":  # killed on purpose (durable.testing): silent
+            return
         # A storage error (not the workflow's own): drop the run locally and hand
         # it back; whoever claims it next replays it from storage.
         self.ctx.log.warning("run_execution_error", error=repr(exc))

@@ -627,6 +627,19 @@ def cascade(out: Output, data: Mapping[str, Any]) -> None:
 def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> RenderableType:
     root = data.get("root")
     workflow_id = data.get("workflow_id")
+    runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
+    if not isinstance(root, Mapping) and runs:  # a closed parent: its close reached children
+        tree = Tree(Text.assemble(
+            ("What closing ", "bold"), (str(workflow_id), "bold"), " (",
+            status_badge(runs[0].get("status")), ") did to its children "
+            "(no cancellation request: its parent-close policy applied)"))
+        for finding in data.get("findings") or []:
+            if isinstance(finding, Mapping):
+                tree.add(Text.assemble(not_verified(out), " ",
+                                       (f"{finding.get('workflow_id')}: ", "bold red"),
+                                       (str(finding.get("finding")), "red")))
+        _cascade_runs(out, tree, data, runs, now)
+        return tree
     if not isinstance(root, Mapping):
         return Text(f"Workflow {workflow_id} has no cancellation request: there is no cascade "
                     "to show (durable request-cancellation ID --reason R asks for one).")
@@ -657,6 +670,12 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
             branch.add(Text.assemble(not_verified(out), " ",
                                      (f"{finding.get('workflow_id')}: ", "bold red"),
                                      (str(finding.get("finding")), "red")))
+    _cascade_runs(out, tree, data, runs, now)
+    return tree
+
+
+def _cascade_runs(out: Output, tree: Tree, data: Mapping[str, Any],
+                  runs: list[Mapping[str, Any]], now: datetime) -> None:
     if data.get("truncated"):
         tree.add(Text(f"truncated: only the first {len(runs)} runs of the tree are shown",
                       style="bold yellow"))
@@ -671,7 +690,6 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
     for run in runs:
         if run.get("run_id") not in shown:
             _run_node(out, tree, run, by_run, edges, shown, now)
-    return tree
 
 
 def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping[Any, Any],

@@ -522,7 +522,7 @@ class _Firing:
 def _fire_view(fire: FireRecord) -> dict[str, Any]:
     """A fire as the API shows it."""
     return {
-        "scheduled_at": to_iso(fire.scheduled_at), "origin": fire.origin,
+        "seq": fire.seq, "scheduled_at": to_iso(fire.scheduled_at), "origin": fire.origin,
         "outcome": fire.outcome, "reason": fire.reason, "workflow_id": fire.workflow_id,
         "run_id": fire.run_id, "due_at": to_iso(fire.due_at),
         "fired_at": to_iso(fire.fired_at), "started_at": to_iso(fire.started_at),

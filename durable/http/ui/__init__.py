@@ -33,10 +33,12 @@ def ui_routes(plane: ControlPlaneServer, secret: str | bytes | None = None,
             "or pass ui=False to create_app"
         ) from None
     from .pages import WebUI
+    from .queues import QueuePages
     from .schedules import SchedulePages
     from .session import session_key
 
     web = WebUI(plane, session_key(secret, environ))
     routes = web.routes()
     # before the last route, the catch-all "/ui/{rest:path}" (a 404 page)
-    return routes[:-1] + SchedulePages(web).routes() + routes[-1:]
+    return (routes[:-1] + SchedulePages(web).routes() + QueuePages(web).routes()
+            + routes[-1:])
