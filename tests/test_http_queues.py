@@ -102,3 +102,22 @@ async def test_task_queues_show_backlog_pollers_and_limits(
     detail = await get(http, "/api/task-queues/orders")
     assert (detail["name"], detail["pollers"], detail["runs"]["waiting"]) == ("orders", [], 3)
     assert detail["runs"]["rate_left"] == 1
+
+
+async def test_a_remote_client_sees_workers_and_queues_as_an_embedded_one(
+    storage_client: durable.Client,
+) -> None:
+    from conftest import REMOTE_TOKEN, remote_plane
+
+    async with durable.Worker(storage_client, workflows=[order], task_queue="orders",
+                              identity="remote-seen", poll_interval=0.1), \
+            remote_plane(storage_client) as url, \
+            durable.connect(url, token=REMOTE_TOKEN) as remote:
+        await remote.set_queue_limits("orders", durable.QueueLimits(
+            max_running=4, rate=durable.Rate(5, per=2)))
+        assert await remote.describe_queue("orders") == \
+            await storage_client.describe_queue("orders")
+        assert [q["name"] for q in await remote.list_queues()] == ["orders"]
+        theirs, ours = await remote.list_workers(), await storage_client.list_workers()
+        assert [w["worker_id"] for w in theirs] == [w["worker_id"] for w in ours]
+        assert theirs[0] == {k: ours[0][k] for k in theirs[0]}

@@ -51,11 +51,14 @@ from .queues import queue_operations
 from .routes import Call, Operation, Param, operations
 from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
+from .system import system_operations
 from .throttle import AuthThrottle, client_of
 from .wire import NonFiniteNumber, dumps, loads_finite
 from .workflows import workflow_operations
 
 log = get_logger("durable.http")
+# What a request without a token may act as on a development server: never admin.
+ANONYMOUS_ROLES = tuple(role for role in ROLES if role != "admin")
 
 NAMESPACE_HEADER = "X-Namespace"
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -158,7 +161,7 @@ class ControlPlaneServer:
         self.max_wait = max_wait
         self.public_metrics = public_metrics
         self.operations = (operations() + workflow_operations() + schedule_operations()
-                           + queue_operations())
+                           + queue_operations() + system_operations())
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
@@ -231,7 +234,8 @@ class ControlPlaneServer:
         caller, API route or web UI form, is checked here)."""
         if not role_allows(role, required):
             raise HTTPError(403, "forbidden",
-                            f"a {role} token may not do this; it needs the {required} role",
+                            f"{'an' if role[:1] in 'aeiou' else 'a'} {role} token may not "
+                            f"do this; it needs the {required} role",
                             role=role, required_role=required)
 
     def _namespace(self, request: Request) -> str:
@@ -611,9 +615,10 @@ def create_app(
             "the control plane serves storage it opens itself: give create_app a client "
             "connected with a database URL (sqlite:// or postgresql://), not an http(s) one"
         )
-    if anonymous_role is not None and anonymous_role not in ROLES:
+    if anonymous_role is not None and anonymous_role not in ANONYMOUS_ROLES:
         raise ConfigurationError(
-            f"anonymous_role must be one of {', '.join(ROLES)} or None, got {anonymous_role!r}"
+            f"anonymous_role must be one of {', '.join(ANONYMOUS_ROLES)} or None, got "
+            f"{anonymous_role!r} (the admin role needs a token)"
         )
     token_set = load_tokens(tokens, tokens_file, environ)
     if not len(token_set) and anonymous_role is None:

@@ -122,6 +122,7 @@ def queue_summary(queue: dict[str, Any], pollers: list[dict[str, Any]]) -> dict[
     age = int(max(ages)) if ages else None
     return {
         "name": queue["name"],
+        "namespace": queue["namespace"],
         "stats": {
             "approximate_backlog_count": runs["waiting"] + acts["waiting"],
             "approximate_backlog_age_seconds": age,

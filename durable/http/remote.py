@@ -29,6 +29,7 @@ from .model import (
     summary_from_wire,
 )
 from .paths import quote_segment
+from .remote_queues import RemoteQueues
 from .remote_schedules import RemoteRetention, RemoteSchedules
 from .wire import encode_payload, record_from_wire, state_from_wire
 
@@ -80,6 +81,11 @@ class RemoteControl:
     def schedules(self) -> RemoteSchedules:
         """This namespace's schedules (`durable.schedules.ScheduleControl`)."""
         return RemoteSchedules(self)
+
+    @property
+    def queues(self) -> RemoteQueues:
+        """Workers and task queues (`durable._queues.QueueControl`)."""
+        return RemoteQueues(self)
 
     @property
     def retention(self) -> RemoteRetention:

@@ -17,9 +17,10 @@ import uuid
 from typing import Any
 
 from ..clock import to_iso
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PayloadRejected
 from ..options import StartOptions
 from ..schedules import Overlap, ScheduleDefinition, ScheduleSpec, check_schedule_id
+from . import avro, model
 from .remote_schedules import TRIGGER_OUTCOMES, schedule_to_wire, spec_from_wire
 from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Operation, Param, Reply, seconds, text
 from .schema import check_schema
@@ -57,8 +58,9 @@ ACTION_SCHEMA = {
     "properties": {
         "workflow_type": text(1000, "The registered name of the workflow."),
         "task_queue": {**text(1000, "The task queue of the runs."), "type": ["string", "null"]},
-        "input": {"type": ["array", "null"], "maxItems": 10_000,
-                  "description": "The workflow's positional arguments, as JSON values."},
+        "input": {"type": ["array", "object", "null"], "maxItems": 10_000,
+                  "description": "The workflow's positional arguments: an Avro envelope "
+                                 "holding their list ({codec, blob}), or a JSON array."},
         "execution_timeout_seconds": seconds("Each run's execution timeout.", minimum=1),
         "run_timeout_seconds": seconds("Each run's run timeout.", minimum=1),
     },
@@ -145,6 +147,13 @@ def _spec(data: dict[str, Any]) -> ScheduleSpec:
     return ScheduleSpec.from_dict(spec_from_wire(data))
 
 
+def _arguments(value: Any) -> list[Any]:
+    try:
+        return model.payload_in(value, "action.input")
+    except avro.PayloadCodecError as exc:
+        raise PayloadRejected(f"action.input: {exc}") from None
+
+
 def _options(action: dict[str, Any], memo: Any) -> StartOptions:
     return StartOptions(execution_timeout=action.get("execution_timeout_seconds"),
                         run_timeout=action.get("run_timeout_seconds"),
@@ -175,7 +184,7 @@ async def create_schedule(call: Call) -> tuple[int, Any]:
     fields = client._schedule_fields(
         schedule_id=schedule_id, spec=_spec(body["spec"]),
         overlap=body.get("overlap_policy") or Overlap.SKIP,
-        args=list(action.get("input") or []), options=_options(action, body.get("memo")),
+        args=_arguments(action.get("input")), options=_options(action, body.get("memo")),
         workflow=wf_type, jitter=body.get("jitter_seconds") or 0,
         catchup_window=body.get("catchup_window_seconds") or 3600,
         max_runs=body.get("max_runs"), note=body.get("note"))
@@ -207,7 +216,7 @@ async def update_schedule(call: Call) -> tuple[int, Any]:
     if action.get("workflow_type"):
         changes["workflow"] = action["workflow_type"]
     if "input" in action:
-        changes["args"] = list(action.get("input") or [])
+        changes["args"] = _arguments(action.get("input"))
     run_keys = ("task_queue", "execution_timeout_seconds", "run_timeout_seconds")
     if any(k in action for k in run_keys) or "memo" in body:
         # the reference merges the action: what is not given is kept
@@ -252,6 +261,31 @@ async def backfill_schedule(call: Call) -> tuple[int, Any]:
     results = [{**r, "fire_time": r["scheduled_at"]} for r in done["results"]]
     return 200, {**done, "results": results, "outcome": "backfilled",
                  "fires_attempted": done["fires"]}
+
+
+async def schedule_history(call: Call) -> tuple[int, Any]:
+    """The schedule's fires as the reference's schedule history events (oldest
+    first, by sequence): what our record keeps, the recent fires and those still
+    waiting or running (not an audit log of every change: a deleted schedule
+    has none)."""
+    info = await call.client.get_schedule(call.params["scheduleId"]).describe()
+    after = call.params["after_sequence"]
+    limit = call.params["limit"]
+    fires = sorted({f["seq"]: f for f in [*info["recent"], *info["buffered"]]}.values(),
+                   key=lambda f: f["seq"])
+    fresh = [f for f in fires if f["seq"] > after]
+    page = fresh[:limit]
+    events = [{
+        "id": f"{info['schedule_id']}:{f['seq']}", "sequence": f["seq"],
+        "event_type": ("ScheduleTriggerSkipped" if f["outcome"] == "skipped"
+                       else "ScheduleTriggered"),
+        "recorded_at": f["fired_at"], "workflow_instance_id": f["workflow_id"],
+        "workflow_run_id": f["run_id"], "payload": f,
+    } for f in page]
+    more = len(fresh) > limit
+    return 200, {"schedule_id": info["schedule_id"], "namespace": call.namespace,
+                 "events": events, "has_more": more,
+                 "next_cursor": page[-1]["seq"] if more and page else None}
 
 
 # ---------------------------------------------------------------- retention
@@ -384,6 +418,20 @@ def schedule_operations() -> list[Operation]:
             replies=(Reply(200, "{outcome: backfilled, fires_attempted, results, fires, "
                                 "started, buffered, skipped, already_fired}", ANY_OBJECT),
                      not_found),
+        ),
+        Operation(
+            "GET", "/api/schedules/{scheduleId}/history", "scheduleHistory",
+            "The schedule's kept fires as history events, oldest first", schedule_history,
+            tags=tags,
+            params=(SCHEDULE_ID,
+                    Param("limit", "query",
+                          {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
+                          "At most this many events."),
+                    Param("after_sequence", "query",
+                          {"type": "integer", "minimum": 0, "default": 0},
+                          "Only events after this sequence (next_cursor).")),
+            replies=(Reply(200, "{schedule_id, namespace, events, has_more, next_cursor}",
+                           ANY_OBJECT), not_found),
         ),
         Operation(
             "GET", "/api/system/retention", "retentionStatus",

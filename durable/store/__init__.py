@@ -29,6 +29,7 @@ from . import (
     reset,
     retention,
     runs,
+    schedule_reads,
     schedule_stats,
     schedules,
     workers,
@@ -362,6 +363,10 @@ class Store:
             namespace, status, workflow_type, limit, before, statuses=statuses,
             id_contains=id_contains), write=False)
 
+    async def namespaces(self) -> list[dict[str, Any]]:
+        """Every namespace that holds something, with its run counts."""
+        return await self.driver.run(lambda tx: inspection.namespaces(), write=False)
+
     async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
         """Every run of a workflow id, oldest first."""
         return await self.driver.run(lambda tx: inspection.run_ids(namespace, workflow_id),
@@ -460,14 +465,14 @@ class Store:
     async def describe_schedule(self, namespace: str,
                                 schedule_id: str) -> dict[str, Any] | None:
         """A schedule, its next fires and its recent fires with their runs' status."""
-        return await self.driver.run(lambda tx: schedules.describe(namespace, schedule_id),
+        return await self.driver.run(lambda tx: schedule_reads.describe(namespace, schedule_id),
                                      write=False)
 
     async def list_schedules(self, namespace: str, limit: int,
                              after: str | None = None) -> list[dict[str, Any]]:
         """Schedule summaries by id, with their last fire."""
         return await self.driver.run(
-            lambda tx: schedules.list_schedules(namespace, limit, after), write=False)
+            lambda tx: schedule_reads.list_schedules(namespace, limit, after), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:
