@@ -30,6 +30,7 @@ from . import (
     retention,
     runs,
     schedule_stats,
+    schedule_views,
     schedules,
     workers,
 )
@@ -460,14 +461,14 @@ class Store:
     async def describe_schedule(self, namespace: str,
                                 schedule_id: str) -> dict[str, Any] | None:
         """A schedule, its next fires and its recent fires with their runs' status."""
-        return await self.driver.run(lambda tx: schedules.describe(namespace, schedule_id),
+        return await self.driver.run(lambda tx: schedule_views.describe(namespace, schedule_id),
                                      write=False)
 
     async def list_schedules(self, namespace: str, limit: int,
                              after: str | None = None) -> list[dict[str, Any]]:
         """Schedule summaries by id, with their last fire."""
         return await self.driver.run(
-            lambda tx: schedules.list_schedules(namespace, limit, after), write=False)
+            lambda tx: schedule_views.list_schedules(namespace, limit, after), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:
