@@ -212,6 +212,32 @@ async def test_an_effect_outside_the_recorded_result_is_caught_where_it_shows(
     assert alone.points[0].problems == failed[0].problems
 
 
+@activity.defn(name="xc_refuse")
+async def refuse(account: str) -> None:
+    raise ValueError(f"account {account} is closed")  # retried, then the run fails
+
+
+@workflow.defn(name="xc_closed")
+async def closed_account(account: str) -> None:
+    await workflow.execute_activity(notify, account)
+    await workflow.execute_activity(refuse, account)
+
+
+async def test_a_run_that_fails_fails_the_same_way_after_every_crash() -> None:
+    report = await explore_crashes(closed_account, "acct-5", activities=[notify, refuse])
+    assert_every_point_passes(report)
+    assert isinstance(report.outcome, durable.WorkflowFailed)
+    assert "account acct-5 is closed" in str(report.outcome)
+    assert all(type(p.outcome) is durable.WorkflowFailed for p in report.points)
+    wheres = [p.where for p in report.points]
+    assert any(w.startswith("before WorkflowFailed") for w in wheres)
+    assert sum(w.startswith("before ActivityRetryScheduled xc_refuse") for w in wheres) == 2
+    # a crash before the last attempt's failure is recorded costs that attempt:
+    # the run fails because the worker was lost, which is the same outcome
+    last = next(p for p in report.points if p.where.startswith("before ActivityFailed"))
+    assert "stopped renewing its lease" in str(last.outcome) and last.ok
+
+
 async def test_a_check_that_raises_fails_the_point_with_its_message() -> None:
     def never(result: Any, history: list[HistoryEvent]) -> None:
         raise AssertionError("the ledger is off")

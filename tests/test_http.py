@@ -28,7 +28,7 @@ from durable import workflow
 from durable.http import avro, create_app
 from durable.http.app import response_for_exception
 from durable.http.auth import TokenSet, load_tokens, parse_token_list
-from durable.http.errors import ERROR_TABLE, error_from_wire
+from durable.http.errors import ERROR_TABLE, NamespaceNotFound, error_from_wire
 from durable.http.routes import operations
 from durable.http.serve import is_loopback, load_worker, serve_app, serve_async
 
@@ -820,6 +820,7 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
         durable.UpdateFailed("it broke", {"failure_category": "application",
                                           "cause_type": "RuntimeError", "message": "r"}),
         durable.ScheduleNotFound("no s"), durable.ScheduleAlreadyExists("s", "default"),
+        NamespaceNotFound("no namespace 'x'"),
     ]
     assert {type(e) for e in samples} == {cls for cls, _, _ in ERROR_TABLE}
     for exc in samples:
@@ -1127,3 +1128,41 @@ async def test_cluster_info_advertises_what_the_reference_client_checks(plane: P
     assert info["control_plane"]["version"] == "2"
     assert info["capabilities"]["payload_codecs"] == ["avro"]
     assert info["limits"]["max_payload_bytes"] == plane.storage.limits.payload_bytes
+
+
+# ---------------------------------------------------------------- operator routes (admin)
+
+
+ADMIN = "admin-token-1"
+
+
+async def test_namespaces_and_the_repair_pass_need_the_admin_role(
+    storage_client: durable.Client,
+) -> None:
+    app = create_app(storage_client, {**TOKENS, ADMIN: "admin"}, environ={})
+    as_admin = {**VERSION, "Authorization": f"Bearer {ADMIN}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://plane") as http:
+        for workflow_id, namespace in (("a1", "team-a"), ("a2", "team-a"), ("b1", "team-b")):
+            body = {"workflow_type": "napper", "workflow_id": workflow_id, "input": [3600],
+                    "require_registered": False}
+            created = await http.post("/api/workflows", json=body,
+                                      headers={**as_admin, "X-Namespace": namespace})
+            assert created.status_code == 201, created.text  # admin may do what operators do
+        for path in ("/api/namespaces", "/api/namespaces/team-a"):
+            refused = await http.get(path, headers=AS_OPERATOR)
+            assert refused.status_code == 403 and error_of(refused)["required_role"] == "admin"
+        refused = await http.post("/api/system/repair/pass", headers=AS_OPERATOR)
+        assert refused.status_code == 403
+        listed = (await http.get("/api/namespaces", headers=as_admin)).json()["namespaces"]
+        assert [(n["name"], n["run_count"], n["open_run_count"], n["status"])
+                for n in listed] == [("default", 0, 0, "active"), ("team-a", 2, 2, "active"),
+                                     ("team-b", 1, 1, "active")]
+        one = await http.get("/api/namespaces/team-b", headers=as_admin)
+        assert one.status_code == 200 and one.json()["name"] == "team-b"
+        missing = await http.get("/api/namespaces/nobody", headers=as_admin)
+        assert missing.status_code == 404 and error_of(missing)["code"] == "namespace_not_found"
+        repaired = await http.post("/api/system/repair/pass",
+                                   headers={**as_admin, "X-Namespace": "team-a"})
+        assert repaired.status_code == 200
+        assert repaired.json() == {"namespace": "team-a", "counts": {}, "repaired": 0}

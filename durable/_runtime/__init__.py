@@ -6,6 +6,8 @@ tests/unit/test_layout.py checks, ``TYPE_CHECKING`` imports included):
 - `queries`, `remote`: the worker's parts beside the engine: answering queries
   of runs no live worker holds; remote activity attempts (claimed, run,
   recorded, supervised: the twin of `local`), both typed against `serving`
+- `upgrade`: the upgrade gate (a run another build advanced is replayed
+  read-only before this worker takes it) and `durable check-upgrade`'s check
 - `claiming`, `outage`: one claim loop for runs and attempts; one way
   through storage outages
 - `replay`: read-only replays (those queries, `durable.testing.Replayer`)

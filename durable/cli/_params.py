@@ -11,6 +11,7 @@ import click
 from click.shell_completion import CompletionItem
 
 import durable
+from durable.store.records import LISTED_STATUSES
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -56,8 +57,7 @@ def parse_args_json(text: str | None, option: str, whose: str = "workflow's") ->
     return value
 
 
-KNOWN_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timed_out",
-                  "terminated", "continued", "needs_review", "unknown")
+KNOWN_STATUSES = LISTED_STATUSES
 
 
 def complete_status(ctx: click.Context, param: click.Parameter,

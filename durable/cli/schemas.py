@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ..store.records import LISTED_STATUSES
+
 Schema = dict[str, Any]
 
 ANY: Schema = {}
@@ -31,8 +33,7 @@ INSTANT: Schema = {"type": "string", "format": "date-time"}
 NULLABLE_INSTANT: Schema = {"type": ["string", "null"], "format": "date-time"}
 NULLABLE_OBJECT: Schema = {"type": ["object", "null"]}
 
-STATUSES = ["pending", "running", "completed", "failed", "cancelled", "timed_out",
-            "terminated", "continued", "unknown", "needs_review"]
+STATUSES = list(LISTED_STATUSES)
 
 
 def obj(properties: Mapping[str, Schema], *, closed: bool = True,

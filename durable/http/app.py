@@ -51,6 +51,7 @@ from .queues import queue_operations
 from .routes import Call, Operation, Param, operations
 from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
+from .system import system_operations
 from .throttle import AuthThrottle, client_of
 from .wire import NonFiniteNumber, dumps, loads_finite
 from .workflows import workflow_operations
@@ -158,7 +159,7 @@ class ControlPlaneServer:
         self.max_wait = max_wait
         self.public_metrics = public_metrics
         self.operations = (operations() + workflow_operations() + schedule_operations()
-                           + queue_operations())
+                           + queue_operations() + system_operations())
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,

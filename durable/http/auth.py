@@ -1,6 +1,8 @@
 """Bearer tokens and roles for the control plane.
 
-Two roles: ``operator`` may do everything, ``viewer`` may only read (GET).
+Three roles: ``viewer`` may only read (GET), ``operator`` may also start and
+steer runs, ``admin`` may also use the namespace and system routes (as the
+reference engine's admin role does).
 Tokens come from, in this order and merged: the `tokens` argument, the
 ``DURABLE_TOKENS`` environment variable (``"tok1:operator,tok2:viewer"``) and
 a file (the `tokens_file` argument or ``DURABLE_TOKENS_FILE``; one
@@ -24,8 +26,8 @@ from pathlib import Path
 
 from ..errors import ConfigurationError
 
-ROLES = ("viewer", "operator")
-_RANK = {"viewer": 1, "operator": 2}
+ROLES = ("viewer", "operator", "admin")
+_RANK = {"viewer": 1, "operator": 2, "admin": 3}
 
 
 def role_allows(role: str, required: str) -> bool:

@@ -62,6 +62,10 @@ class ControlPlaneError(DurableError):
         return self.code
 
 
+class NamespaceNotFound(WorkflowNotFound):
+    """No namespace of that name holds anything (HTTP 404 namespace_not_found)."""
+
+
 class AuthenticationFailed(ControlPlaneError):
     """No token, or a token the server does not know (HTTP 401)."""
 
@@ -73,6 +77,7 @@ class PermissionDenied(ControlPlaneError):
 # Most specific first: the first class an exception is an instance of decides.
 ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
     (WorkflowAlreadyStarted, 409, "instance_already_started"),
+    (NamespaceNotFound, 404, "namespace_not_found"),
     (WorkflowNotFound, 404, "instance_not_found"),
     (ScheduleNotFound, 404, "schedule_not_found"),
     (ScheduleAlreadyExists, 409, "schedule_already_exists"),
@@ -99,7 +104,7 @@ _CARRYING: dict[str, type[FailureCarrying]] = {
 # Our earlier reasons, still understood from an older server.
 _SIMPLE: dict[str, type[DurableError]] = {
     "instance_not_found": WorkflowNotFound, "workflow_not_found": WorkflowNotFound,
-    "run_not_found": WorkflowNotFound, "namespace_not_found": WorkflowNotFound,
+    "run_not_found": WorkflowNotFound, "namespace_not_found": NamespaceNotFound,
     "run_not_current": RunNotCurrent, "run_not_active": RunAlreadyClosed,
     "capability_unsupported": CapabilityUnsupported, "not_registered": NameNotRegistered,
     "policy_rejected": PolicyRejected, "payload_error": PayloadRejected,

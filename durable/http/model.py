@@ -30,15 +30,14 @@ import binascii
 import datetime
 from typing import Any
 
-from ..store.records import HistoryEvent
+from ..store.records import LISTED_STATUSES, HistoryEvent
 from . import avro
 
 # ---------------------------------------------------------------- statuses
 
 #: our statuses (`durable.RunStatus`) and the two `describe()`/`list` derive for
 #: open runs marked for review; the one list every layer reads
-DURABLE_STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timed_out",
-                    "terminated", "continued", "needs_review", "unknown")
+DURABLE_STATUSES = LISTED_STATUSES
 #: the reference engine's run statuses
 WIRE_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancelled",
                  "terminated")

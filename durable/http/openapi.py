@@ -72,6 +72,8 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
     if op.role is not None:
         errors[401] = "unauthenticated: no bearer token, or an unknown one."
         errors[403] = "forbidden: the token's role may not do this."
+        errors[429] = ("too_many_failed_authentications: this client presented too many "
+                       "unknown tokens lately; retry after Retry-After seconds.")
     if any(p.location == "path" for p in op.params):
         errors[404] = ("instance_not_found: no such workflow or run in this namespace (a run of "
                        "another namespace is 404 too).")
@@ -91,7 +93,7 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
         if status == 401:
             headers["WWW-Authenticate"] = {"required": True, "schema": {"type": "string"},
                                            "description": "Bearer realm=\"durable\""}
-        if status == 503:
+        if status in (429, 503):
             headers["Retry-After"] = {"required": True, "schema": {"type": "string"},
                                       "description": "Seconds to wait before retrying."}
         responses[key] = _response(_error(description), headers=headers)
@@ -137,6 +139,9 @@ def build_spec(operations: list[Operation], *, anonymous: bool, max_body_bytes: 
             "401": _response(_error("unauthenticated"), headers={"WWW-Authenticate": {
                 "required": True, "schema": {"type": "string"}}}),
             "403": _response(_error("forbidden")),
+            "429": _response(_error("too_many_failed_authentications"), headers={
+                "Retry-After": {"required": True, "schema": {"type": "string"},
+                                "description": "Seconds to wait before retrying."}}),
             "503": _response(_error("storage_unavailable"), headers={"Retry-After": {
                 "required": True, "schema": {"type": "string"}}}),
         },

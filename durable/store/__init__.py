@@ -363,6 +363,10 @@ class Store:
             namespace, status, workflow_type, limit, before, statuses=statuses,
             id_contains=id_contains), write=False)
 
+    async def namespaces(self) -> list[dict[str, Any]]:
+        """Every namespace that holds something, with its run counts."""
+        return await self.driver.run(lambda tx: inspection.namespaces(), write=False)
+
     async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
         """Every run of a workflow id, oldest first."""
         return await self.driver.run(lambda tx: inspection.run_ids(namespace, workflow_id),

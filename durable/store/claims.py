@@ -195,9 +195,11 @@ def _claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str]
     if not ids:
         return Claimed()
     # A run claimed for the first time (epoch 1 now) has no ops (only an owner
-    # writes them) and may start its workflow; the others have ops to read.
+    # writes them: except a reset's new run, which starts with the ops it kept)
+    # and may start its workflow; the others have ops to read.
     first = [r for r in claimed if int(r["epoch"]) == 1]
-    again = [r["run_id"] for r in claimed if int(r["epoch"]) != 1]
+    again = [r["run_id"] for r in claimed
+             if int(r["epoch"]) != 1 or r["reset_from_run_id"] is not None]
     if first:
         # by the workflows' key (namespace, workflow_id): current_run_id has no index
         workflow_ids = sorted({r["workflow_id"] for r in first})

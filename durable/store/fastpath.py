@@ -347,7 +347,8 @@ def claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
     predates its own locks, so it could miss an op that the run's previous
     owner (its lease expired) committed a moment before the claim. A run
     claimed for the first time (epoch 1 now) has no ops (only an owner
-    writes them); the others are listed in `Claimed.unread`, and
+    writes them; a reset's new run is the exception: it starts with the ops it
+    kept); the others are listed in `Claimed.unread`, and
     `durable.store.claims.read_claimed_ops` reads them after the claim has
     committed, when every later write of the previous owner is refused by
     its stale epoch.
@@ -374,6 +375,8 @@ def claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
     claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in rows], int(rows[0]["ready"]),
                          int(rows[0]["live"]))
     claimed.limited = limited
-    claimed.unread = [c.run.run_id for c in claimed if c.run.epoch > 1]
+    # a reset's new run starts with the ops it kept (durable.store.reset)
+    claimed.unread = [c.run.run_id for c in claimed
+                      if c.run.epoch > 1 or c.run.reset_from_run_id is not None]
     return claimed
 

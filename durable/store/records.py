@@ -40,6 +40,9 @@ class RunStatus(enum.StrEnum):
 #: final. Python code asks `RunStatus.is_open` / ``in OPEN_STATUSES``, SQL
 #: uses `open_status_sql`.
 OPEN_STATUSES: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
+#: Open runs marked for review; then the one status vocabulary every view reads.
+REVIEW_STATUSES: tuple[str, ...] = ("needs_review", "unknown")
+LISTED_STATUSES: tuple[str, ...] = (*(s.value for s in RunStatus), *REVIEW_STATUSES)
 
 
 def open_status_sql(column: str = "status") -> str:

@@ -436,9 +436,21 @@ async def _play(interact: Interact, handle: WorkflowHandle, failed: list[BaseExc
 
 
 def _same(a: Any, b: Any) -> bool:
+    """The same outcome: an equal result, or the same error. A run that failed
+    because the crash cost an activity its last attempt (its failure says the
+    worker was lost) fails as the uncrashed run did: the crash is that loss."""
     if isinstance(a, BaseException) or isinstance(b, BaseException):
-        return type(a) is type(b) and _message(a) == _message(b)
+        return type(a) is type(b) and (_message(a) == _message(b) or _worker_lost(a))
     return bool(a == b)
+
+
+def _worker_lost(exc: Any) -> bool:
+    failure = getattr(exc, "failure", None)
+    while isinstance(failure, dict):
+        if failure.get("failure_category") == "worker_lost":
+            return True
+        failure = failure.get("cause")
+    return False
 
 
 def _message(exc: Any) -> str:
@@ -456,7 +468,8 @@ def _twice(events: list[tuple[str, int, str, dict[str, Any]]]) -> list[str]:
     seen: dict[tuple[Any, ...], int] = {}
     for run_id, _seq, kind, data in events:
         if "op_id" in data:
-            key: tuple[Any, ...] = (run_id, kind, data["op_id"], data.get("attempt"))
+            attempt = data.get("attempt", data.get("failed_attempt"))  # retries: one each
+            key: tuple[Any, ...] = (run_id, kind, data["op_id"], attempt)
         elif kind.startswith("Phase") and "phase" in data:
             key = (run_id, kind, data["phase"])
         elif kind in _CLOSES or kind == "WorkflowStarted":
@@ -580,13 +593,13 @@ async def explore_crashes(
                  all_workflows, list(activities), list(task_queues), options, interact, review,
                  seconds_per_run, before_each)
     started = time.perf_counter()
-    refused: ConfigurationError | None = None
+    error: Exception | None = None
     async with _storage(url, time_skipping) as storage:
         try:
             return await _explore(plan, storage, check, points, started)
-        except ConfigurationError as exc:  # raised here, not grouped by the storage's tasks
-            refused = exc
-    raise refused
+        except Exception as exc:  # raised as it is, not grouped by the storage's tasks
+            error = exc
+    raise error
 
 
 async def _explore(plan: _Plan, storage: _Storage, check: Check | None,

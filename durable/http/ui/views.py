@@ -22,10 +22,10 @@ from typing import Any
 from markupsafe import Markup
 
 from ...cli import _fmt
+from ...store.records import LISTED_STATUSES
 
 OPEN_STATUSES = _fmt.OPEN_STATUSES
-STATUSES = ("pending", "running", "completed", "failed", "cancelled", "timed_out",
-            "terminated", "continued", "needs_review", "unknown")
+STATUSES = LISTED_STATUSES
 LIFECYCLES = ("requested", "delivered", "cleaning_up", "cancelled", "deadline_expired",
               "terminated")
 # The four activity timeouts, in the order they can fire.
