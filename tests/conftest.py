@@ -54,7 +54,8 @@ _NOT_FOR_STEPWISE = ("test_crash.py", "test_postgres.py")
 # whole suite must stay fast.
 _MARIADB_BOTH_LOOPS = ("test_engine.py",)
 _MARIADB_ASYNCIO = ("test_interaction.py", "test_timeouts.py", "test_cancellation.py",
-                    "test_crash.py", "test_mariadb.py", "test_builds.py", "test_reset.py")
+                    "test_crash.py", "test_mariadb.py", "test_builds.py", "test_reset.py",
+                    "test_queues.py")
 
 
 def postgres_reachable() -> str | None:

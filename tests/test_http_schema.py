@@ -34,12 +34,14 @@ TOKENS = {"schema-operator": "operator", "schema-viewer": "viewer"}
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    """A control plane (SQLite, long polls capped at 1 s) in a child process."""
+    """A control plane (SQLite, long polls capped at 1 s) in a child process; the
+    fuzzer sends unknown tokens on purpose, so failed authentications are not
+    throttled (else most of its requests would only meet the 429)."""
     script = textwrap.dedent(f"""
         import sys
         import durable.http
         durable.http.serve({f"sqlite:///{tmp_path / 'schema.db'}"!r}, port=0,
-                           tokens={TOKENS!r}, max_wait=1,
+                           tokens={TOKENS!r}, max_wait=1, max_auth_failures=0,
                            on_ready=lambda port: print(port, flush=True))
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLE_TOKEN")}

@@ -249,3 +249,64 @@ async def test_metrics_show_each_queues_depth_running_limits_and_rate(
     assert (f'durable_queue_rate_period_seconds{{limit="rate",namespace="{ns}",queue="q"}} '
             "60.0") in text
     assert f'durable_queue_rate_left{{kind="runs",namespace="{ns}",queue="q"}}' in text
+
+
+RUNNING: list[str] = []
+GATE: dict[str, Any] = {}
+
+
+@durable.activity.defn(name="queued_call")
+async def call_api(n: int) -> int:
+    RUNNING.append(f"start {n}")
+    await GATE["open"].wait()
+    RUNNING.append(f"end {n}")
+    return n
+
+
+@workflow.defn(name="queued_fan_out")
+async def fan_out(n: int) -> list[int]:
+    results: list[int] = []
+
+    async def one(i: int) -> None:
+        results.append(await workflow.execute_activity(call_api, i))
+
+    async with workflow.task_group() as tg:
+        for i in range(n):
+            tg.start_soon(one, i)
+    return sorted(results)
+
+
+def most_running() -> int:
+    now = best = 0
+    for line in RUNNING:
+        now += 1 if line.startswith("start") else -1
+        best = max(best, now)
+    return best
+
+
+async def test_max_running_activities_holds_attempts_back_until_one_ends(
+    storage_client: durable.Client,
+) -> None:
+    import anyio
+
+    RUNNING.clear()
+    GATE["open"] = anyio.Event()
+    client = storage_client
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_activities=2))
+    handle = await client.start(fan_out, 5, id="fan",
+                                options=durable.StartOptions(task_queue="q"))
+    async with durable.Worker(client, workflows=[fan_out], activities=[call_api],
+                              task_queue="q", poll_interval=0.1) as worker:
+        with anyio.fail_after(10):
+            while len(RUNNING) < 2:
+                await anyio.sleep(0.01)
+            described = await client.describe_queue("q")
+            while described["activities"]["waiting"] < 3:  # all five scheduled
+                await anyio.sleep(0.01)
+                described = await client.describe_queue("q")
+        await worker.remote.claims.claim_now()  # a claim pass with room: takes nothing
+        assert (len(RUNNING), described["activities"]["running"]) == (2, 2)
+        GATE["open"].set()
+        with anyio.fail_after(10):
+            assert await handle.result() == [0, 1, 2, 3, 4]
+    assert most_running() == 2

@@ -57,6 +57,8 @@ from .wire import NonFiniteNumber, dumps, loads_finite
 from .workflows import workflow_operations
 
 log = get_logger("durable.http")
+# What a request without a token may act as on a development server: never admin.
+ANONYMOUS_ROLES = tuple(role for role in ROLES if role != "admin")
 
 NAMESPACE_HEADER = "X-Namespace"
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -612,9 +614,10 @@ def create_app(
             "the control plane serves storage it opens itself: give create_app a client "
             "connected with a database URL (sqlite:// or postgresql://), not an http(s) one"
         )
-    if anonymous_role is not None and anonymous_role not in ROLES:
+    if anonymous_role is not None and anonymous_role not in ANONYMOUS_ROLES:
         raise ConfigurationError(
-            f"anonymous_role must be one of {', '.join(ROLES)} or None, got {anonymous_role!r}"
+            f"anonymous_role must be one of {', '.join(ANONYMOUS_ROLES)} or None, got "
+            f"{anonymous_role!r} (the admin role needs a token)"
         )
     token_set = load_tokens(tokens, tokens_file, environ)
     if not len(token_set) and anonymous_role is None:

@@ -71,7 +71,8 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
                        "not_registered.")
     if op.role is not None:
         errors[401] = "unauthenticated: no bearer token, or an unknown one."
-        errors[403] = "forbidden: the token's role may not do this."
+        errors[403] = ("forbidden: the token's role may not do this, or the token is limited "
+                       "to other namespaces.")
         errors[429] = ("too_many_failed_authentications: this client presented too many "
                        "unknown tokens lately; retry after Retry-After seconds.")
     if any(p.location == "path" for p in op.params):

@@ -198,6 +198,7 @@ async def serve_async(
     ui: bool = True,
     ui_secret: str | bytes | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    max_auth_failures: int = 10,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """`serve` inside a running event loop (asyncio or trio); see `serve`."""
@@ -219,7 +220,8 @@ async def serve_async(
             await stack.enter_async_context(load_worker(worker, client))
         app = create_app(client, tokens, tokens_file=tokens_file, anonymous_role=anonymous,
                          max_wait=max_wait, public_metrics=public_metrics, ui=ui,
-                         ui_secret=ui_secret, allowed_hosts=_hosts_for(host, allowed_hosts))
+                         ui_secret=ui_secret, allowed_hosts=_hosts_for(host, allowed_hosts),
+                         max_auth_failures=max_auth_failures)
         await serve_app(app, host=host, port=port, task_status=task_status)
 
 
@@ -251,6 +253,7 @@ def serve(
     ui: bool = True,
     ui_secret: str | bytes | None = None,
     allowed_hosts: Sequence[str] | None = None,
+    max_auth_failures: int = 10,
 ) -> None:
     """Serve the control plane for the storage at `db_url` until interrupted.
 
@@ -270,6 +273,9 @@ def serve(
       listens on. Without tokens the loopback names are always allowed and
       nothing else by default (DNS rebinding); with tokens, any host by
       default (`durable.http.hosts`).
+    - `max_auth_failures`: failed authentications per client address within a
+      minute before it is refused with 429 for a while (0: no limit;
+      `durable.http.throttle`).
     """
     if loop not in LOOPS:
         raise ConfigurationError(f"loop must be one of {', '.join(LOOPS)}, got {loop!r}")
@@ -281,7 +287,8 @@ def serve(
             bound = await tg.start(partial(
                 serve_async, db_url, host, port, tokens=tokens, tokens_file=tokens_file,
                 worker=worker, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
-                ui_secret=ui_secret, allowed_hosts=allowed_hosts))
+                ui_secret=ui_secret, allowed_hosts=allowed_hosts,
+                max_auth_failures=max_auth_failures))
             log.info("control plane listening", url=f"http://{host}:{bound}", loop=loop)
             if on_ready is not None:
                 result = on_ready(bound)
