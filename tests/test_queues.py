@@ -186,6 +186,7 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
 def run_cli(url: str, *args: str) -> Any:
     from click.testing import CliRunner
 
+    from durable.cli import _commands  # noqa: F401  (registers `start`)
     from durable.cli._queues import cli
 
     result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1"},
@@ -310,3 +311,48 @@ async def test_max_running_activities_holds_attempts_back_until_one_ends(
         with anyio.fail_after(10):
             assert await handle.result() == [0, 1, 2, 3, 4]
     assert most_running() == 2
+
+
+async def test_durable_start_takes_a_priority_and_a_concurrency_key(tmp_path: Any) -> None:
+    import anyio
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    async with durable.connect(url):
+        pass
+    done = await anyio.to_thread.run_sync(
+        run_cli, url, "start", "queued", "--id", "urgent", "--input", "[1]", "--task-queue",
+        "q", "--priority", "0", "--concurrency-key", "customer-1")
+    assert done.exit_code == 0, done.stderr
+    async with durable.connect(url) as client:
+        run = (await client.get_handle("urgent").describe())["run"]
+    assert (run["priority"], run["concurrency_key"]) == (0, "customer-1")
+    bad = await anyio.to_thread.run_sync(run_cli, url, "start", "queued", "--id", "x",
+                                         "--priority", "10")
+    assert bad.exit_code == 2
+
+
+async def test_an_activity_rate_paces_attempts_and_lifting_it_lets_them_all_run(
+    storage_client: durable.Client,
+) -> None:
+    import anyio
+
+    RUNNING.clear()
+    GATE["open"] = anyio.Event()
+    GATE["open"].set()  # attempts end at once: only the rate holds them back
+    client = storage_client
+    await client.set_queue_limits("q", durable.QueueLimits(
+        activity_rate=durable.Rate(1, per=3600)))  # one attempt, then one an hour
+    handle = await client.start(fan_out, 3, id="paced",
+                                options=durable.StartOptions(task_queue="q"))
+    async with durable.Worker(client, workflows=[fan_out], activities=[call_api],
+                              task_queue="q", poll_interval=0.1) as worker:
+        with anyio.fail_after(10):
+            while len(RUNNING) < 2 or (await client.describe_queue("q"))["activities"][
+                    "waiting"] < 2:
+                await anyio.sleep(0.01)
+        await worker.remote.claims.claim_now()
+        assert RUNNING == ["start " + RUNNING[0].split()[1], "end " + RUNNING[0].split()[1]]
+        assert (await client.describe_queue("q"))["activities"]["rate_left"] == 0
+        await client.set_queue_limits("q", durable.QueueLimits())  # lifted at run time
+        with anyio.fail_after(10):
+            assert await handle.result() == [0, 1, 2]

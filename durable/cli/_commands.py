@@ -88,18 +88,26 @@ def _event(event: Any) -> dict[str, Any]:
 @click.option("--id-reuse", type=click.Choice([p.value for p in durable.IdReusePolicy]),
               default=durable.IdReusePolicy.REJECT_DUPLICATE.value, show_default=True,
               help="What to do when the id is already in use.")
+@click.option("--priority", type=click.IntRange(0, 9), default=5, show_default=True,
+              help="Claims go by priority (0 first), then age.")
+@click.option("--concurrency-key", metavar="KEY",
+              help="Counted by the queue's max_running_per_key (docs/queues.md).")
 @json_option
 @pass_session
 def start(session: Session, workflow_type: str, workflow_id: str, input_json: str | None,
           execution_timeout: float | None, run_timeout: float | None, task_queue: str | None,
-          id_reuse: str) -> None:
+          id_reuse: str, priority: int, concurrency_key: str | None) -> None:
     """Start a workflow of type TYPE by name.
 
     No workflow code is needed here: a live worker that registered TYPE in the
     namespace picks the run up (start one with `durable worker MODULE:ATTR`).
     """
     args = parse_args_json(input_json, "--input")
-    options = durable.StartOptions(id_reuse=durable.IdReusePolicy(id_reuse))
+    try:
+        options = durable.StartOptions(id_reuse=durable.IdReusePolicy(id_reuse),
+                                       priority=priority, concurrency_key=concurrency_key)
+    except durable.ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--concurrency-key") from exc
     if execution_timeout is not None:
         try:
             options = options.with_execution_timeout(execution_timeout)
