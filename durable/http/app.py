@@ -234,7 +234,8 @@ class ControlPlaneServer:
         caller, API route or web UI form, is checked here)."""
         if not role_allows(role, required):
             raise HTTPError(403, "forbidden",
-                            f"a {role} token may not do this; it needs the {required} role",
+                            f"{'an' if role[:1] in 'aeiou' else 'a'} {role} token may not "
+                            f"do this; it needs the {required} role",
                             role=role, required_role=required)
 
     def _namespace(self, request: Request) -> str:

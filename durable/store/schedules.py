@@ -21,10 +21,10 @@ Lock order: a schedule's row, then runs (TERMINATE_OTHER, CANCEL_OTHER). A
 run's close never locks a schedule (it only publishes the wake-up), so the
 two orders never meet.
 
-Kept whole: firing and control go through the same row and fire records
-(`ScheduleRecord`, `FireRecord`, `_Firing`); trigger and backfill are fires,
-so the halves of a split would import each other. Reading (describe, list)
-only reads what firing wrote: it lives in `durable.store.schedule_views`.
+Kept whole: firing and control go through the same locked row and fire
+records (`ScheduleRecord`, `FireRecord`, `_Firing`), and trigger and backfill
+are fires, so the halves of a split would import each other. Reading (describe,
+list) takes no lock and lives in `durable.store.schedule_reads`.
 """
 
 from __future__ import annotations

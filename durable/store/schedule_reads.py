@@ -1,8 +1,9 @@
-"""Schedules as describe() and list_schedules() show them (read-only programs).
+"""Reading schedules: describe one (with its recent fires and the status of
+their runs) and list their summaries, as `ScheduleHandle.describe()` and
+`Client.list_schedules()` document them.
 
-They read what firing wrote (`durable.store.schedules`: a schedule's row and
-its record of fires) and join each fire's run for its status; a run that
-retention deleted shows as ``deleted``.
+Reads only: they take no lock and write nothing, so they live apart from the
+firing transactions of `durable.store.schedules`, whose records they read.
 """
 
 from __future__ import annotations
