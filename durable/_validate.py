@@ -164,6 +164,8 @@ def json_object(value: Any, what: str) -> dict[str, Any] | None:
         raise ConfigurationError(f"{what} must be a dict or None, got {value!r}")
     try:
         json.dumps(value, allow_nan=False)
+    except RecursionError:
+        raise ConfigurationError(f"{what} is nested too deeply to be stored as JSON") from None
     except ValueError as exc:
         raise ConfigurationError(
             f"{what} {value!r} holds a number JSON cannot carry ({exc}); "

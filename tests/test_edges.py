@@ -163,6 +163,13 @@ async def test_the_embedded_api_refuses_infinity_in_a_requester_and_in_arguments
             await handle.signal("s", {"x": bad})
     with pytest.raises(durable.ConfigurationError, match="must be a dict"):
         await handle.request_cancellation(requester="me")  # type: ignore[arg-type]
+    deep: dict[str, Any] = {}
+    for _ in range(5000):
+        deep = {"d": deep}
+    with pytest.raises(durable.ConfigurationError, match="nested too deeply"):
+        await handle.request_cancellation(requester=deep)
+    with pytest.raises(durable.ConfigurationError, match="plain JSON"):
+        await handle.request_cancellation(requester={"at": object()})
     assert "CancellationRequested" not in [e.type for e in await handle.history()]
     accepted = await handle.request_cancellation(requester={"type": "app", "id": 7.5})
     assert accepted.accepted and accepted.context.requester == {"type": "app", "id": 7.5}

@@ -29,6 +29,7 @@ from . import (
     reset,
     retention,
     runs,
+    schedule_reads,
     schedule_stats,
     schedules,
     workers,
@@ -464,14 +465,14 @@ class Store:
     async def describe_schedule(self, namespace: str,
                                 schedule_id: str) -> dict[str, Any] | None:
         """A schedule, its next fires and its recent fires with their runs' status."""
-        return await self.driver.run(lambda tx: schedules.describe(namespace, schedule_id),
+        return await self.driver.run(lambda tx: schedule_reads.describe(namespace, schedule_id),
                                      write=False)
 
     async def list_schedules(self, namespace: str, limit: int,
                              after: str | None = None) -> list[dict[str, Any]]:
         """Schedule summaries by id, with their last fire."""
         return await self.driver.run(
-            lambda tx: schedules.list_schedules(namespace, limit, after), write=False)
+            lambda tx: schedule_reads.list_schedules(namespace, limit, after), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:

@@ -21,10 +21,10 @@ Lock order: a schedule's row, then runs (TERMINATE_OTHER, CANCEL_OTHER). A
 run's close never locks a schedule (it only publishes the wake-up), so the
 two orders never meet.
 
-Kept whole: firing, control and reading all go through the same row and fire
-records (`ScheduleRecord`, `FireRecord`, `_Firing`); trigger and backfill are
-fires, and describe shows what firing wrote, so the halves of a split would
-import each other.
+Kept whole: firing and control go through the same locked row and fire
+records (`ScheduleRecord`, `FireRecord`, `_Firing`), and trigger and backfill
+are fires, so the halves of a split would import each other. Reading (describe,
+list) takes no lock and lives in `durable.store.schedule_reads`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from ..errors import (
 )
 from ..failure import Failure
 from ..schedules import (
-    NEXT_FIRES,
     Overlap,
     ScheduleDefinition,
     ScheduleSpec,
@@ -723,98 +722,3 @@ def backfill(tx: Tx, namespace: str, schedule_id: str, start: float, end: float,
         results.append((yield from firing.fire(at, "backfill", overlap or s.overlap, now)))
     yield from firing.finish()
     return results, resume_at
-
-
-# ---------------------------------------------------------------- reading
-
-
-def describe(namespace: str, schedule_id: str) -> Program[dict[str, Any] | None]:
-    """The schedule as `ScheduleHandle.describe()` documents it, or None."""
-    row = yield q1(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
-                   "schedule_id = ?", namespace, schedule_id)
-    if row is None:
-        return None
-    s = _record(row)
-    fires = yield q(
-        f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status "
-        "FROM schedule_fires f LEFT JOIN workflows w ON w.namespace = f.namespace "
-        "AND w.workflow_id = f.workflow_id WHERE f.namespace = ? AND f.schedule_id = ? "
-        "ORDER BY f.seq DESC", namespace, schedule_id)
-    recent: list[dict[str, Any]] = []
-    running: list[str] = []
-    buffered: list[dict[str, Any]] = []
-    for f in fires:
-        fire = _fire(f)
-        view = dict(_fire_view(fire), status=_run_status(fire, f["instance_status"]))
-        if fire.outcome == "buffered":
-            buffered.append(view)
-            continue
-        if fire.outcome == "started" and f["instance_status"] in OPEN_STATUSES:
-            assert fire.workflow_id is not None
-            running.append(fire.workflow_id)
-        if len(recent) < RECENT_KEPT:
-            recent.append(view)
-    return dict(_summary(s), running=running, buffered=buffered[::-1], recent=recent,
-                next_fires=_next_fires(s), jitter=s.jitter, catchup_window=s.catchup_window,
-                max_runs=s.max_runs, task_queue=s.task_queue,
-                execution_timeout=s.start_options.get("execution_timeout"),
-                run_timeout=s.start_options.get("run_timeout"),
-                last_skip_reason=s.last_skip_reason, last_skipped_at=to_iso(s.last_skipped_at),
-                created_at=to_iso(s.created_at), updated_at=to_iso(s.updated_at))
-
-
-def _run_status(fire: FireRecord, instance_status: str | None) -> str | None:
-    """The status of a fire's run: None when the fire started none; "deleted"
-    when its run is gone (retention)."""
-    if fire.outcome != "started":
-        return None
-    return instance_status if instance_status is not None else "deleted"
-
-
-def _next_fires(s: ScheduleRecord) -> list[str | None]:
-    out: list[str | None] = []
-    at = s.next_fire_at
-    left = NEXT_FIRES if s.remaining_actions is None else min(NEXT_FIRES, s.remaining_actions)
-    while at is not None and len(out) < left:
-        out.append(to_iso(at))
-        at = s.spec.next_after(at)
-    return out
-
-
-def _summary(s: ScheduleRecord) -> dict[str, Any]:
-    return {
-        "schedule_id": s.schedule_id, "namespace": s.namespace,
-        "workflow_type": s.workflow_type, "spec": s.spec.to_dict(), "overlap": s.overlap,
-        "paused": s.paused, "note": s.note, "next_fire_at": to_iso(s.next_fire_at),
-        "last_fired_at": to_iso(s.last_fired_at), "fires_count": s.fires_count,
-        "skipped_count": s.skipped_count, "remaining_actions": s.remaining_actions,
-        "buffered_count": s.buffered,
-    }
-
-
-def list_schedules(namespace: str, limit: int,
-                   after: str | None) -> Program[list[dict[str, Any]]]:
-    """Summaries by schedule id (those after `after`), each with its last fire
-    and that fire's run status."""
-    rows = yield q(
-        f"SELECT s.{SCHEDULE_COLUMNS.replace(', ', ', s.')}, f.outcome AS last_outcome, "
-        "f.scheduled_at AS last_scheduled_at, f.workflow_id AS last_workflow_id, "
-        "f.run_id AS last_run_id, w.status AS last_status FROM schedules s "
-        "LEFT JOIN schedule_fires f ON f.namespace = s.namespace AND "
-        "f.schedule_id = s.schedule_id AND f.seq = s.fire_seq "
-        "LEFT JOIN workflows w ON w.namespace = f.namespace AND w.workflow_id = f.workflow_id "
-        "WHERE s.namespace = ? AND s.schedule_id > ? ORDER BY s.schedule_id LIMIT ?",
-        namespace, after or "", limit)
-    out = []
-    for row in rows:
-        s = _record(row)
-        last = None
-        if row["last_outcome"] is not None:
-            last = {"scheduled_at": to_iso(row["last_scheduled_at"]),
-                    "outcome": row["last_outcome"], "workflow_id": row["last_workflow_id"],
-                    "run_id": row["last_run_id"],
-                    "status": (row["last_status"] or "deleted")
-                    if row["last_outcome"] == "started" else None}
-        out.append(dict(_summary(s), last_fire=last))
-    return out
-
