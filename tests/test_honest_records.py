@@ -17,7 +17,8 @@ from rich.console import Console
 
 import durable
 from durable import activity, workflow
-from durable.cli import _fmt, _views
+from durable import present as _fmt
+from durable.cli import _views
 from durable.cli._app import Output
 
 pytestmark = pytest.mark.anyio

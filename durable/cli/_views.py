@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from . import _fmt
+from .. import present as _fmt
 from ._app import Output
 from ._words import received_lines
 from ._words import requester_text as _requester

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.text import Text
 
-from . import _fmt
+from .. import present as _fmt
 
 
 def when(value: Any, now: datetime) -> Text:

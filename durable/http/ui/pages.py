@@ -34,8 +34,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from ... import present as _fmt
 from ..._log import get_logger
-from ...cli import _fmt
 from ...client import WorkflowHandle
 from .. import model
 from ..app import HTTPError

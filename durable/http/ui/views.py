@@ -7,7 +7,7 @@ adds never breaks a page, and they never turn missing evidence into a
 reassuring value: an attempt without an outcome is "running" only while
 describe() lists it as pending, a stop without a receipt is "not verified".
 
-Time is always shown twice, as in the CLI (`durable.cli._fmt`, shared): the
+Time is always shown twice, as in the CLI (`durable.present`, shared): the
 absolute UTC instant and where it stands relative to now ("in 4m 12s",
 "3s late"); the page's script keeps the relative part current.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ...cli import _fmt
+from ... import present as _fmt
 from ...store.records import LISTED_STATUSES
 
 OPEN_STATUSES = _fmt.OPEN_STATUSES
