@@ -2,7 +2,8 @@
 
 Usage::
 
-    python benchmarks/run.py [--db sqlite|postgres|mariadb|all] [--rounds 5] [--workloads a,b,c,d]
+    python benchmarks/run.py [--db sqlite|postgres|mariadb|postgres,mariadb|all] [--rounds 5]
+                             [--workloads a,b,c,d]
                              [--variants dbos,dbos-wal-normal,...,floor] [--quick]
                              [--backend asyncio|trio|both] [--sqlite-dir DIR] [--out PATH]
 
@@ -359,7 +360,7 @@ class Runner:
 
     def plan(self) -> tuple[list[Cell], list[FloorCell]]:
         args = self.args
-        dbs = ["sqlite", "postgres"] if args.db == "all" else [args.db]
+        dbs = ["sqlite", "postgres"] if args.db == "all" else args.db.split(",")
         backends = ["asyncio", "trio"] if args.backend == "both" else [args.backend]
         names = list(args.variants)
         if any(VARIANTS[n].batched for n in names if n in VARIANTS):
@@ -689,7 +690,10 @@ def _parse_list(text: str, known: dict[str, str] | tuple[str, ...], what: str) -
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="durable vs DBOS like for like, same run")
-    p.add_argument("--db", choices=["sqlite", "postgres", "mariadb", "all"], default="sqlite")
+    p.add_argument("--db", default="sqlite",
+                   help="sqlite, postgres, mariadb, a comma-separated list of them (measured "
+                        "round by round, so their figures come from the same minutes), or all "
+                        "(sqlite,postgres)")
     p.add_argument("--rounds", "--repeat", dest="rounds", type=int, default=None,
                    help="interleaved rounds (default 5; 1 with --quick)")
     p.add_argument("--workloads", "--only", dest="workloads", default="a,b,c,d",
@@ -723,6 +727,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.floor_seconds = 0.1 if args.quick else 1.0
     if args.floor_seconds <= 0:
         raise SystemExit(f"--floor-seconds must be > 0, got {args.floor_seconds}")
+    dbs = ["sqlite", "postgres"] if args.db == "all" else args.db.split(",")
+    unknown = [db for db in dbs if db not in ("sqlite", "postgres", "mariadb")]
+    if unknown or not dbs:
+        raise SystemExit(f"--db: unknown storage {', '.join(unknown) or '(none)'}; use sqlite, "
+                         "postgres, mariadb, a comma-separated list of them, or all")
     wanted = set(_parse_list(args.workloads, LETTERS | {w: w for w in WORKLOADS}, "workloads"))
     args.workloads = [w for w in WORKLOADS if w in wanted]
     args.variants = _parse_list(args.variants, ALL_VARIANTS, "variants")

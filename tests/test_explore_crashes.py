@@ -96,6 +96,8 @@ async def test_every_crash_point_of_the_approval_example_recovers(storage_url: s
     wheres = " | ".join(point.where for point in approved.points)
     assert "before UpdateAccepted" in wheres and "before UpdateCompleted" in wheres
     assert "SignalDelivered" in wheres and "before ConditionSatisfied" in wheres
+    if storage_url.startswith("postgres"):
+        return  # the timer path below is the same engine path on both drivers
     # nobody answers: the durable timer of the wait times out at every point too
     timed_out = await explore_crashes(approval_example.PurchaseApproval, "p-8", 2500, 0.5,
                                       activities=activities, url=storage_url)
