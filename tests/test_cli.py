@@ -30,7 +30,7 @@ from click.testing import CliRunner, Result
 from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 
 import durable
-from durable.cli import _fmt
+from durable import present as _fmt
 from durable.cli._commands import cli
 from durable.cli._params import Duration
 from durable.cli._worker import build_worker

@@ -17,7 +17,8 @@ from rich.console import Console
 
 import durable
 from durable import activity, workflow
-from durable.cli import _fmt, _views
+from durable import present as _fmt
+from durable.cli import _views
 from durable.cli._app import Output
 
 pytestmark = pytest.mark.anyio
@@ -139,7 +140,10 @@ async def test_try_cancel_on_units_records_a_late_completion_as_completed(
         with anyio.fail_after(30):
             while "ActivityStopReceipt" not in [e.type for e in await handle.history()]:
                 await anyio.sleep(0.02)
-    refused = [e for e in await handle.history() if e.type == "ActivityResultRefused"]
+    events = await handle.history()
+    cancelled = [e.data for e in events if e.type == "ActivityCancelled"]
+    assert cancelled and cancelled[0]["attempt_running"] is True  # not "it stopped"
+    refused = [e for e in events if e.type == "ActivityResultRefused"]
     assert len(refused) == 1 and refused[0].data["completed_after_stop"] is True
     assert "its effect happened" in refused[0].data["reason"]
     cascade = await handle.cancellation_cascade()

@@ -338,7 +338,8 @@ def test_request_cancellation_from_the_ui_and_watch_the_run_reach_cancelled(
     page.reload()
     assert page.locator("#run-status").inner_text().strip() == "⊘ cancelled"
     assert page.locator("#actions").count() == 0  # a closed run has no actions ...
-    assert page.locator("#repair a").inner_text() == "Reset…"  # ... but can be repaired
+    # ... but can be repaired, and queried
+    assert page.locator("#repair a").all_inner_texts() == ["Reset…", "Query…"]
     page.get_by_role("link", name="Cancellation cascade").click()
     page.wait_for_url(re.compile(r"/ui/run/cascade\?"))
     assert page.locator("#inspection.ok").inner_text().startswith("✓ Verified")

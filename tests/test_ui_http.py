@@ -330,6 +330,91 @@ async def test_an_operator_signals_a_run_from_its_page_and_a_viewer_cannot(
     assert len([e for e in events if e.type == "SignalReceived"]) == 1
 
 
+@workflow.defn(name="ui-approval")
+class UIApproval:
+    """The approval example's shape: a query, a validated update, a signal."""
+
+    def __init__(self) -> None:
+        self.limit = 1000
+        self.approver: str | None = None
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.approver is not None)
+        return f"approved by {self.approver} under {self.limit}"
+
+    @workflow.signal
+    def approve(self, who: str) -> None:
+        self.approver = who
+
+    @workflow.query
+    def progress(self) -> dict[str, Any]:
+        return {"limit": self.limit, "approver": self.approver}
+
+    @workflow.update
+    def set_limit(self, limit: int) -> int:
+        previous, self.limit = self.limit, limit
+        return previous
+
+    @set_limit.validator
+    def _check_limit(self, limit: int) -> None:
+        if limit <= 0:
+            raise ValueError(f"a limit must be positive, got {limit}")
+
+
+@SQLITE_ONLY
+async def test_query_and_update_forms_finish_the_approval_from_the_ui(
+    ui: Browserless, make_worker: Any,
+) -> None:
+    async with make_worker(workflows=[UIApproval]):
+        handle = await ui.storage.start(UIApproval, id="appr-1")
+        run_id = (await handle.describe())["run"]["run_id"]
+        base = f"?wf=appr-1&run={run_id}"
+        await ui.login(VIEWER)  # a viewer may query, not update
+        page = await ui.http.get(f"/ui/run{base}")
+        assert "/ui/run/query?" in page.text and "/ui/run/update?" not in page.text
+        csrf = await ui.csrf(f"/ui/run/query{base}")
+        asked = await ui.http.post(f"/ui/run/query{base}",
+                                   data={"csrf": csrf, "name": "progress", "args": "[]"})
+        assert asked.status_code == 200, asked.text
+        assert 'id="action-answer"' in asked.text and "&#34;limit&#34;: 1000" in asked.text
+        unknown = await ui.http.post(f"/ui/run/query{base}",
+                                     data={"csrf": csrf, "name": "nope", "args": "[]"})
+        assert unknown.status_code == 409 and 'id="action-error"' in unknown.text
+        refused = await ui.http.post(f"/ui/run/update{base}",
+                                     data={"csrf": csrf, "name": "set_limit", "args": "[5]"})
+        assert refused.status_code == 403
+        await ui.login(OPERATOR)
+        form = await ui.http.get(f"/ui/run/update{base}")
+        assert form.status_code == 200 and 'name="request_id"' in form.text
+        csrf = await ui.csrf(f"/ui/run/update{base}")
+        rejected = await ui.http.post(f"/ui/run/update{base}",
+                                      data={"csrf": csrf, "name": "set_limit", "args": "[0]"})
+        assert rejected.status_code == 409, rejected.text
+        assert "a limit must be positive, got 0" in rejected.text
+        data = {"csrf": csrf, "name": "set_limit", "args": "[5000]", "request_id": "u-1"}
+        done = await ui.http.post(f"/ui/run/update{base}", data=data)
+        assert done.status_code == 200, done.text
+        assert "update id <code>u-1</code>" in done.text and ">1000</pre>" in done.text
+        again = await ui.http.post(f"/ui/run/update{base}", data=data)  # a reload
+        assert again.status_code == 200 and ">1000</pre>" in again.text  # not run twice
+        bad = await ui.http.post(f"/ui/run/update{base}",
+                                 data={"csrf": csrf, "name": "set_limit", "args": "{}"})
+        assert bad.status_code == 422 and "JSON array" in bad.text
+        sent = await ui.http.post(f"/ui/run/signal{base}",
+                                  data={"csrf": csrf, "name": "approve", "args": '["ann"]'})
+        assert sent.status_code == 303, sent.text
+        with anyio.fail_after(30):
+            assert await handle.result() == "approved by ann under 5000"
+        page = await ui.http.get(f"/ui/run{base}")
+        received = page.text[page.text.index('id="received"'):page.text.index('id="activities"')]
+        assert "approve" in received and "set_limit" in received
+        assert "web_ui (operator) via web_ui" in received
+        closed = await ui.http.post(f"/ui/run/query{base}",
+                                    data={"csrf": csrf, "name": "progress", "args": "[]"})
+        assert closed.status_code == 200 and "&#34;approver&#34;: &#34;ann&#34;" in closed.text
+
+
 @activity.defn(name="ui-unit")
 def ui_unit(item: str) -> str:
     while item == "stuck":  # past its start-to-close: its effect cannot be confirmed

@@ -12,7 +12,8 @@ from rich.console import Console
 
 import durable
 from durable import activity, workflow
-from durable.cli import _fmt, _views
+from durable import present as _fmt
+from durable.cli import _views
 from durable.cli._app import Output
 from durable.testing import TimeSkippingEnvironment
 

@@ -24,8 +24,8 @@ from rich.console import Console
 
 import durable
 
+from .. import present as _fmt
 from .._log import mask_password_in, mask_url
-from . import _fmt
 
 T = TypeVar("T")
 

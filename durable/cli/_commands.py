@@ -21,7 +21,8 @@ import click
 
 import durable
 
-from . import _fmt, _views
+from .. import present as _fmt
+from . import _views
 from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Output, Session, cli, json_option
 from ._params import (
     DURATION,

@@ -17,7 +17,7 @@ from rich.text import Text
 
 import durable
 
-from . import _fmt
+from .. import present as _fmt
 from ._app import Output, Session, cli, json_option
 
 pass_session = click.make_pass_decorator(Session)

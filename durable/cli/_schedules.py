@@ -19,7 +19,7 @@ from rich.text import Text
 
 import durable
 
-from . import _fmt
+from .. import present as _fmt
 from ._app import Output, Session, cli, json_option
 from ._params import DURATION, parse_args_json
 from ._views import _grid, badge, status_badge, when

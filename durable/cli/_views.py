@@ -20,8 +20,13 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from . import _fmt
+from .. import present as _fmt
 from ._app import Output
+from ._words import received_lines
+from ._words import requester_text as _requester
+from ._words import sender_text as sender_text  # re-exported: views elsewhere use them
+from ._words import waiting_text as waiting_text
+from ._words import when as when
 
 STATUS_STYLES = {
     "pending": "yellow",
@@ -71,14 +76,6 @@ def not_verified(out: Output) -> Text:
 
 def verified(out: Output) -> Text:
     return Text(f"{out.glyph('✓', 'OK')} verified", style="bold green")
-
-
-def when(value: Any, now: datetime) -> Text:
-    """``2026-04-12 14:00:00 UTC (4m ago)``; ``-`` when unset."""
-    moment = _fmt.instant(value)
-    if moment is None:
-        return Text("-", style="dim")
-    return Text.assemble(_fmt.absolute(moment), (f" ({_fmt.relative(moment, now)})", "dim"))
 
 
 def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Text:
@@ -262,15 +259,7 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     if pending:
         heading = "Pending operations" if open_ else "Operations open when the run closed"
         parts += [Text(""), Text(heading, style="bold"), pending_table(out, pending, now)]
-    received = [r for r in info.get("received") or [] if isinstance(r, Mapping)]
-    if received:
-        parts += [Text(""), Text("Signals and updates received (latest)", style="bold")]
-        for r in received:
-            line = Text.assemble(f"  #{r.get('seq')} {r.get('kind')} ",
-                                 (str(r.get("name")), "bold"), f"  {r.get('status')}  received ")
-            line.append_text(when(r.get("received_at"), now))
-            line.append(f"  by {sender_text(r.get('sender'))}")
-            parts.append(line)
+    parts += received_lines(info, now)
     failures = info.get("failures") or []
     if failures:
         parts += [Text(""), Text("Failures", style="bold")]
@@ -369,75 +358,6 @@ def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table
 
 def _outcome_style(outcome: Any) -> str:
     return "green" if outcome == "completed" else "red"
-
-
-def _requester(requester: Any) -> str:
-    if isinstance(requester, Mapping):
-        text = str(requester.get("type") or "-")
-        if requester.get("id"):
-            text += f" {requester.get('id')}"
-        if requester.get("label"):
-            text += f" ({requester.get('label')})"
-        return text
-    return str(requester or "-")
-
-
-def waiting_text(waiting: Any, now: datetime) -> Text:
-    """What an open run waits for (describe()["waiting_for"]), in words."""
-    if not isinstance(waiting, Mapping):
-        return Text("nothing: it is busy (its code or an activity runs)", style="green")
-    kind = waiting.get("kind")
-    text = Text()
-    if kind == "timer":
-        text.append("a timer, which fires ")
-        text.append_text(when(waiting.get("fire_at"), now))
-    elif kind == "condition":
-        text.append("a condition (a signal or an update that makes it true)")
-        if waiting.get("timeout_at"):
-            text.append(", or its timeout ")
-            text.append_text(when(waiting.get("timeout_at"), now))
-        else:
-            text.append(", with no timeout")
-    elif kind == "child":
-        text.append(f"child workflow {waiting.get('child_workflow_id')} "
-                    f"({waiting.get('child_status') or 'not started'})")
-    elif kind == "activity":
-        text.append(f"activity {waiting.get('activity')} to be picked up on queue "
-                    f"{waiting.get('queue')} (attempt {waiting.get('attempt')}, available ")
-        text.append_text(when(waiting.get("available_at"), now))
-        text.append(")")
-    elif kind == "activity_worker":
-        text.append(f"activity {waiting.get('activity')} on queue {waiting.get('queue')}, "
-                    f"which no live worker serves ({waiting.get('live_workers')} live "
-                    "worker(s) on it): start one that registers it", style="bold yellow")
-    elif kind == "worker":
-        text.append(f"a worker: none of the {waiting.get('live_workers')} live worker(s) of "
-                    f"queue {waiting.get('queue')} registers {waiting.get('workflow_type')}",
-                    style="bold yellow")
-    elif kind in ("queue_slot", "key_slot"):
-        text.append(f"a {'slot' if kind == 'queue_slot' else 'slot of its key'} on queue "
-                    f"{waiting.get('queue')} ({waiting.get('running')} of "
-                    f"{waiting.get('limit')} running)", style="yellow")
-    elif kind == "rate":
-        text.append(f"the rate limit of queue {waiting.get('queue')} (next start ",
-                    style="yellow")
-        text.append_text(when(waiting.get("next_start_at"), now))
-        text.append(")")
-    elif kind == "review":
-        text.append(f"a person to review it: {waiting.get('hint')}", style="bold red")
-    else:
-        text.append(_fmt.compact(dict(waiting), 120))
-    return text
-
-
-def sender_text(sender: Any) -> str:
-    """Who sent a signal or update: ``user ana (durable CLI on h) via cli``, or
-    the workflow whose code signalled (an external signal)."""
-    if not isinstance(sender, Mapping):
-        return "unknown (not recorded)"
-    if sender.get("workflow_id"):
-        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
-    return f"{_requester(sender.get('requester'))} via {sender.get('source') or '-'}"
 
 
 def _boundary(boundary: Any) -> str:

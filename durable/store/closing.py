@@ -171,7 +171,7 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
     cancel_failure = Failure.activity_cancelled(
         f"cancelled because the workflow run closed ({status})")
     tasks = yield q(
-        "SELECT task_id, op_id, activity_name, options FROM activity_tasks "
+        "SELECT task_id, op_id, activity_name, options, status FROM activity_tasks "
         "WHERE run_id = ? AND status IN ('pending', 'running')", run_id,
     )
     fenced: set[str] = set()
@@ -185,10 +185,15 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             "WHERE task_id = ?",
             now, now, task["task_id"],
         )
-        events.append(("ActivityCancelled", {
+        data: dict[str, Any] = {
             "op_id": task["op_id"], "activity_type": task["activity_name"],
             "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
-        }))
+        }
+        if task["status"] == "running":
+            # the run stopped waiting; the attempt may still finish its work:
+            # its stop receipt, recorded later, says whether it did (issue 21)
+            data["attempt_running"] = True
+        events.append(("ActivityCancelled", data))
         tx.wake(Wake.activity_stop(task["task_id"]))
     phases = yield q(
         "SELECT op_id, name, kind FROM ops WHERE run_id = ? AND status = 'scheduled' "

@@ -70,6 +70,8 @@ def describe(
                 namespace, p["child_workflow_id"], run.run_id)
             p["child_status"] = child["status"] if child is not None else None
             p["child_closed_at"] = child["closed_at"] if child is not None else None
+    if now is not None:
+        yield from _mark_clashes(namespace, pending, now)
     phases = [p for p in open_ops if p["kind"] == "phase"]
     batches = [p for p in open_ops if p["kind"] == "units"]
     progress = None
@@ -149,6 +151,7 @@ def describe(
                 "last_failure": loads(p["last_failure"]),
             } | ({"child_status": p["child_status"],
                   "child_closed_at": to_iso(p["child_closed_at"])} if "child_status" in p else {})
+            | ({"definition_clash": p["definition_clash"]} if "definition_clash" in p else {})
             for p in pending
         ],
         "failures": [json.loads(r["data"]) for r in failure_rows],
@@ -160,6 +163,33 @@ def describe(
         ],
         "cancellation": describe_cancellation(run.cancellation),
     }
+
+
+def _mark_clashes(namespace: str, pending: list[dict[str, Any]], now: float) -> Program[None]:
+    """A pending activity attempt whose name live workers of its queue register
+    with different code gets ``definition_clash``: each definition and the
+    workers that have it (whichever claims it runs its own code)."""
+    waiting = [p for p in pending if p["kind"] == "activity" and p["task_status"] == "pending"
+               and p["task_queue"]]
+    if not waiting:
+        return None
+    rows = yield q("SELECT worker_id, task_queue, definitions FROM workers WHERE namespace = ? "
+                   "AND expires_at >= ? AND stopped_at IS NULL ORDER BY worker_id",
+                   namespace, now)
+    for p in waiting:
+        found: dict[str, dict[str, Any]] = {}
+        for w in rows:
+            if w["task_queue"] != p["task_queue"] or not w["definitions"]:
+                continue
+            d = (json.loads(w["definitions"]).get("activities") or {}).get(p["name"])
+            if d is not None:
+                entry = found.setdefault(str(d.get("fingerprint")), {
+                    "definition": f"{d.get('module')}.{d.get('qualname')}{d.get('signature')}",
+                    "workers": []})
+                entry["workers"].append(w["worker_id"])
+        if len(found) > 1:
+            p["definition_clash"] = [found[k] for k in sorted(found)]
+    return None
 
 
 def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:

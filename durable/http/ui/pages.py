@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,8 +34,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from ... import present as _fmt
 from ..._log import get_logger
-from ...cli import _fmt
 from ...client import WorkflowHandle
 from .. import model
 from ..app import HTTPError
@@ -125,7 +126,18 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("signal", "", "Send a signal", "Send the signal",
            "The signal is recorded and delivered to the workflow's handler for its name, "
            "once, in order.", "signalled"),
+    Action("query", "queryWorkflowRun", "Ask a query", "Ask",
+           "A query asks the workflow's handler for an answer: a worker replays the run to "
+           "answer it, and nothing is recorded. Viewers may query.", ""),
+    Action("update", "updateWorkflowRun", "Send an update", "Send the update",
+           "An update runs the workflow's handler for its name: its validator may reject "
+           "it (nothing is recorded), otherwise it is recorded and its result returned "
+           "here. Sending the same form again (a reload) does not run it twice.", ""),
 )}
+# Actions whose answer is shown on their own page rather than after a redirect.
+ANSWERED = ("query", "update")
+# How long a query waits for a worker's answer (the server caps it by its max_wait).
+QUERY_WAIT = 10.0
 
 
 class UIError(Exception):
@@ -229,7 +241,8 @@ class WebUI:
             statuses=views.STATUSES, lifecycles=views.LIFECYCLES, is_open=views.is_open,
             seconds_text=views.seconds_text, pretty=views.pretty, compact=views.compact,
             failure_chain=views.failure_chain, failure_message=views.failure_message,
-            requester_text=views.requester_text, boundary_text=views.boundary_text,
+            requester_text=views.requester_text, sender_text=views.sender_text,
+            boundary_text=views.boundary_text,
             duration=_fmt.duration, progress_of=_fmt.progress_of,
         )
 
@@ -648,8 +661,26 @@ class WebUI:
             raise UIError(404, "Not found", f"There is no action {name!r} for runs.")
         values: dict[str, str] = {}
         error: str | None = None
+        answer: dict[str, Any] | None = None
         status = 200
-        if request.method == "POST":
+        if request.method == "POST" and name in ANSWERED:
+            values = await self._form(request, visitor)
+            try:
+                answer = await self._ask(request, visitor, action, values)
+            except UIError as exc:
+                if exc.status in (401, 403):
+                    raise
+                status, error = exc.status, exc.message
+            except HTTPError as exc:
+                if exc.status in (401, 403):
+                    raise
+                status, error = exc.status, exc.message
+            except Exception as exc:
+                known = classify(exc)
+                if known is None:
+                    raise
+                status, error = known[0], str(exc)
+        elif request.method == "POST":
             values = await self._form(request, visitor)
             workflow_id = _required(request, "wf", "workflow id")
             run_id = _required(request, "run", "run id")
@@ -676,14 +707,38 @@ class WebUI:
                 if known is None:
                     raise
                 status, error = known[0], str(exc)
-        elif not visitor.can_act:
+        elif not visitor.can_act and name != "query":
             raise UIError(403, "Not allowed",
                           f"A {visitor.role} may only read; {action.title.lower()} needs the "
                           "operator role. Sign in with an operator token.")
         info = await self._describe(request, visitor)
         return self.render(request, visitor, "action.html", status_code=status, info=info,
                            run=info.get("run") or {}, tab="", action=action, values=values,
-                           error=error, last_sequence=None)
+                           error=error, answer=answer, request_id=uuid.uuid4().hex,
+                           last_sequence=None)
+
+    async def _ask(self, request: Request, visitor: Visitor, action: Action,
+                   form: Mapping[str, str]) -> dict[str, Any]:
+        """A query or an update through its API operation; what to show of the answer."""
+        workflow_id = _required(request, "wf", "workflow id")
+        run_id = _required(request, "run", "run id")
+        what = action.name
+        name = form.get("name", "").strip()
+        if not name:
+            raise UIError(422, f"The {what} name is missing",
+                          f"Give the name of the workflow's {what} handler.")
+        args = _arguments(form)
+        params = {"workflowId": workflow_id, "runId": run_id, f"{what}Name": name}
+        if what == "query":
+            _, answer = await self.perform(request, visitor, action.operation_id, params,
+                                           {"input": args, "timeout_seconds": QUERY_WAIT})
+            return {"name": name, "result": answer.get("result")}
+        request_id = form.get("request_id", "").strip() or uuid.uuid4().hex
+        _, answer = await self.perform(request, visitor, action.operation_id, params, {
+            "input": args, "request_id": request_id, "source": "web_ui",
+            "requester": {"type": "web_ui", "id": None, "label": visitor.role}})
+        return {"name": name, "result": answer.get("result"),
+                "update_id": answer.get("update_id")}
 
     async def _act(self, request: Request, visitor: Visitor, action: Action,
                    workflow_id: str, run_id: str, form: Mapping[str, str]) -> str:
@@ -743,20 +798,28 @@ class WebUI:
         name = form.get("name", "").strip()
         if not name:
             raise UIError(422, "Signal name missing", "Give the signal's name.")
-        raw = form.get("args", "").strip() or "[]"
-        try:
-            args = loads_finite(raw)
-        except ValueError as exc:
-            raise UIError(422, "Arguments are not JSON",
-                          f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."
-                          ) from None
-        if not isinstance(args, list):
-            raise UIError(422, "Arguments are not a list",
-                          "The arguments must be a JSON array (the handler's positional "
-                          "arguments), e.g. [] or [\"approved\"].")
+        args = _arguments(form)
         await self.perform(request, visitor, "signalWorkflowRun",
                            {"workflowId": workflow_id, "runId": run_id, "signalName": name},
-                           {"input": args})
+                           {"input": args, "source": "web_ui",
+                            "requester": {"type": "web_ui", "id": None,
+                                          "label": visitor.role}})
+
+
+def _arguments(form: Mapping[str, str]) -> list[Any]:
+    """The form's ``args`` field: a JSON array (the handler's positional arguments)."""
+    raw = form.get("args", "").strip() or "[]"
+    try:
+        args = loads_finite(raw)
+    except ValueError as exc:
+        raise UIError(422, "Arguments are not JSON",
+                      f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."
+                      ) from None
+    if not isinstance(args, list):
+        raise UIError(422, "Arguments are not a list",
+                      "The arguments must be a JSON array (the handler's positional "
+                      "arguments), e.g. [] or [\"approved\"].")
+    return args
 
 
 def _event(item: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ adds never breaks a page, and they never turn missing evidence into a
 reassuring value: an attempt without an outcome is "running" only while
 describe() lists it as pending, a stop without a receipt is "not verified".
 
-Time is always shown twice, as in the CLI (`durable.cli._fmt`, shared): the
+Time is always shown twice, as in the CLI (`durable.present`, shared): the
 absolute UTC instant and where it stands relative to now ("in 4m 12s",
 "3s late"); the page's script keeps the relative part current.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ...cli import _fmt
+from ... import present as _fmt
 from ...store.records import LISTED_STATUSES
 
 OPEN_STATUSES = _fmt.OPEN_STATUSES
@@ -73,6 +73,8 @@ _INFO_KEYS = ("workflow_id", "workflow_type", "namespace", "status", "reason", "
 _OP_KEYS = ("op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
             "task_status", "attempt", "heartbeat_details", "last_failure", "child_status",
             "child_closed_at")
+_RECEIVED_KEYS = ("seq", "kind", "name", "update_id", "sender", "received_at", "status",
+                  "delivered_at")
 _RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed", "exit_code",
                  "received_after_deadline", "at")
 
@@ -97,7 +99,22 @@ def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
     phase = info.get("phase")
     if isinstance(phase, Mapping):
         out["phase"] = filled(phase, ("name", "started_at", "deadline_at"))
+    out["received"] = [filled(r, _RECEIVED_KEYS) for r in info.get("received") or []
+                       if isinstance(r, Mapping)]
+    if "waiting_for" in info:  # absent: the engine does not report it
+        waiting = info.get("waiting_for")
+        out["waiting_for"] = dict(waiting) if isinstance(waiting, Mapping) else None
     return out
+
+
+def sender_text(sender: Any) -> str:
+    """Who sent a signal or an update, as the CLI says it: the requester and the
+    source, or the workflow whose code sent it."""
+    if not isinstance(sender, Mapping):
+        return "unknown (not recorded)"
+    if sender.get("workflow_id"):
+        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
+    return f"{requester_text(sender.get('requester'))} via {sender.get('source') or '-'}"
 
 
 # ---------------------------------------------------------------- time

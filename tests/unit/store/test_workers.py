@@ -109,3 +109,24 @@ async def test_a_name_registered_with_different_code_on_one_queue_is_a_clash(
     await store.deregister_worker("w1", T0 + 3)
     await store.deregister_worker("w2", T0 + 3)
     assert await store.register_worker(described("w4", {"reserve": "dd"}), 30.0, T0 + 4) == []
+
+
+async def test_describe_says_when_a_pending_attempts_name_has_two_definitions(
+    store: Store,
+) -> None:
+    from ._support import NS as ns
+    from ._support import commit, schedule, started_and_claimed
+
+    run = await started_and_claimed(store)
+    await commit(store, run, schedule("0:1", "reserve"), now=T0)
+    await store.register_worker(described("shop", {"reserve": "aa"}), 30.0, T0)
+    await store.register_worker(described("theatre", {"reserve": "bb"}), 30.0, T0)
+    info = await store.describe(ns, run.workflow_id, None, T0 + 1)
+    assert info is not None
+    [op] = info["pending_operations"]
+    assert op["definition_clash"] == [
+        {"definition": "mod_aa.reserve(x)", "workers": ["shop"]},
+        {"definition": "mod_bb.reserve(x)", "workers": ["theatre"]}]
+    await store.deregister_worker("theatre", T0 + 2)  # one definition left: no clash
+    info = await store.describe(ns, run.workflow_id, None, T0 + 3)
+    assert info is not None and "definition_clash" not in info["pending_operations"][0]

@@ -1,5 +1,8 @@
 """Plain formatting shared by every view: instants, durations, JSON.
 
+The one presentation module, without a framework: the CLI (rich) and the
+web UI (HTML) both read it, so neither imports the other's helpers.
+
 Everything an operator reads about time is shown twice: the absolute instant
 (UTC, so it means the same on every machine) and where it stands relative to
 now ("in 4m 12s", "3s late", "2m ago"), because a bare timestamp makes the
