@@ -53,6 +53,8 @@ _NOT_FOR_STEPWISE = ("test_crash.py", "test_postgres.py")
 # (asyncio): the rest of the suite does not depend on the database, and the
 # whole suite must stay fast.
 _MARIADB_BOTH_LOOPS = ("test_engine.py",)
+# DURABLE_TEST_MARIADB_TRIO=1: every MariaDB suite on trio as well (a longer run)
+_MARIADB_TRIO_EVERYWHERE = os.environ.get("DURABLE_TEST_MARIADB_TRIO") == "1"
 _MARIADB_ASYNCIO = ("test_interaction.py", "test_timeouts.py", "test_cancellation.py",
                     "test_crash.py", "test_mariadb.py", "test_builds.py", "test_reset.py",
                     "test_queues.py")
@@ -289,7 +291,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if stepwise and (trio or item.path.name in _NOT_FOR_STEPWISE):
             drop.append(item)
         elif mariadb and not (item.path.name in _MARIADB_BOTH_LOOPS
-                              or (item.path.name in _MARIADB_ASYNCIO and not trio)):
+                              or (item.path.name in _MARIADB_ASYNCIO
+                                  and (not trio or _MARIADB_TRIO_EVERYWHERE))):
             drop.append(item)
         else:
             keep.append(item)

@@ -188,9 +188,15 @@ def _claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str]
     if recheck is not None:
         where += " AND (owner IS NULL OR lease_expires_at <= ?)"
         params += (recheck,)
-    claimed = yield from update_returning(
-        tx.dialect, "runs", claim, claim_params, where, params, RUN_COLUMNS, key="run_id",
-        locked=ids if recheck is None else None)
+    started = False
+    if tx.dialect.writable_cte:
+        claimed = yield from fastpath.claim_ids_in_one(f"UPDATE runs SET {claim} ",
+                                                       claim_params, where, params)
+        started = True
+    else:
+        claimed = yield from update_returning(
+            tx.dialect, "runs", claim, claim_params, where, params, RUN_COLUMNS,
+            key="run_id", locked=ids if recheck is None else None)
     ids = [r["run_id"] for r in claimed]
     if not ids:
         return Claimed()
@@ -200,7 +206,7 @@ def _claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str]
     first = [r for r in claimed if int(r["epoch"]) == 1]
     again = [r["run_id"] for r in claimed
              if int(r["epoch"]) != 1 or r["reset_from_run_id"] is not None]
-    if first:
+    if first and not started:
         # by the workflows' key (namespace, workflow_id): current_run_id has no index
         workflow_ids = sorted({r["workflow_id"] for r in first})
         yield ex(
