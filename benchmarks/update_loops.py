@@ -101,7 +101,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--url", default=PG_URL)
     p.add_argument("--one", choices=["asyncio", "trio"], help=argparse.SUPPRESS)
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="set sys.setswitchinterval first (the trio bridge then keeps it; "
+                        "0.0050001 measures the interpreter's default 5 ms)")
     args = p.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if args.one:
         result = anyio.run(measure, args.url, args.updates, backend=args.one)
         print(json.dumps(result))
@@ -109,9 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[str, list[dict[str, Any]]] = {"asyncio": [], "trio": []}
     for _ in range(args.rounds):
         for backend in rows:
+            extra = ([] if args.switch_interval is None
+                     else ["--switch-interval", str(args.switch_interval)])
             out = subprocess.run(
                 [sys.executable, __file__, "--one", backend, "--updates", str(args.updates),
-                 "--url", args.url], capture_output=True, text=True, check=True)
+                 "--url", args.url, *extra], capture_output=True, text=True, check=True)
             rows[backend].append(json.loads(out.stdout.strip().splitlines()[-1]))
     for backend, results in rows.items():
         ms = [r["ms_per_update"] for r in results]

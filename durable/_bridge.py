@@ -9,6 +9,7 @@ trio. Shared by the drivers, so it lives in core (it names no database).
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -20,6 +21,30 @@ from durable.errors import StorageClosed
 
 T = TypeVar("T")
 
+#: Python's default thread switch interval (`sys.getswitchinterval`), and the
+#: one a bridge sets instead (see `shorten_switch_interval`).
+DEFAULT_SWITCH_INTERVAL = 0.005
+BRIDGED_SWITCH_INTERVAL = 0.001
+
+
+def shorten_switch_interval() -> bool:
+    """Make the GIL change hands every 1 ms instead of every 5 (process-wide),
+    unless the application chose an interval of its own; True if it did.
+
+    Every call through a bridge needs both threads: the loop thread reads the
+    database's socket, the trio thread runs the engine. When one is woken
+    while the other runs Python code, it waits for the GIL until the other
+    blocks or the switch interval runs out: up to 5 ms per hand-over with
+    the default, and a call hands over at least twice. Measured on 100
+    updates to one run on PostgreSQL (7 alternated pairs on a loaded
+    machine, docs/benchmarks.md): about 20% less time per update on trio.
+    An application that sets its own interval (before or after connecting)
+    keeps it."""
+    if sys.getswitchinterval() != DEFAULT_SWITCH_INTERVAL:
+        return False
+    sys.setswitchinterval(BRIDGED_SWITCH_INTERVAL)
+    return True
+
 
 class LoopThread:
     """An asyncio event loop on a daemon thread, for hosts that are not asyncio.
@@ -28,12 +53,14 @@ class LoopThread:
     completion wakes the trio task through `TrioToken.run_sync_soon`, which
     never blocks the asyncio thread (a blocking hand-back, like
     `anyio.from_thread.run_sync`, would stall every other query until trio
-    next got round to it).
+    next got round to it). Starting one shortens the interpreter's thread
+    switch interval (`shorten_switch_interval`).
     """
 
     def __init__(self, what: str) -> None:
         #: the driver, as error messages name it ("the PostgreSQL driver")
         self.what = what
+        shorten_switch_interval()
         self.loop = asyncio.new_event_loop()
         self._stopping = False
         self._thread = threading.Thread(

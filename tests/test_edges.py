@@ -638,10 +638,41 @@ def test_namespaced_token_lists_parse_and_refuse_bad_entries() -> None:
                               "DURABLE_TOKENS")
     assert tokens == {"a": "operator", "b:c": "viewer@x|y.z", "d@e": "operator@ns:1"}
     assert Grant.parse("viewer@x|y.z") == Grant("viewer", frozenset({"x", "y.z"}))
-    for bad in ("t:operator@", "t:operator@bad ns", "t:admin", "t:viewer@|"):
+    for bad in ("t:operator@", "t:operator@bad ns", "t:root", "t:viewer@|"):
         with pytest.raises(durable.ConfigurationError):
             parse_token_list(bad, "DURABLE_TOKENS")
     with pytest.raises(durable.ConfigurationError, match="namespaces"):
         create_app_tokens = {"t": "operator@"}
         from durable.http.auth import TokenSet
         TokenSet(create_app_tokens)
+
+
+# ---------------------------------------------------------------- trio's database bridge
+
+
+def test_a_bridge_shortens_the_default_switch_interval_and_keeps_a_chosen_one() -> None:
+    import sys
+
+    from durable._bridge import (
+        BRIDGED_SWITCH_INTERVAL,
+        DEFAULT_SWITCH_INTERVAL,
+        LoopThread,
+        shorten_switch_interval,
+    )
+
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL)
+        assert shorten_switch_interval() is True
+        assert sys.getswitchinterval() == BRIDGED_SWITCH_INTERVAL
+        sys.setswitchinterval(0.002)  # the application's own choice
+        assert shorten_switch_interval() is False
+        assert sys.getswitchinterval() == 0.002
+        sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL)
+        thread = LoopThread("the test driver")
+        try:
+            assert sys.getswitchinterval() == BRIDGED_SWITCH_INTERVAL
+        finally:
+            thread.loop.call_soon_threadsafe(thread.loop.stop)
+    finally:
+        sys.setswitchinterval(before)

@@ -487,6 +487,28 @@ async def test_the_event_stream_reports_new_events_then_the_close(ui: Browserles
 
 
 @SQLITE_ONLY
+async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> None:
+    run_id = await ui.start("live-1")
+    await ui.login(VIEWER)
+    page = await ui.http.get(f"/ui/run?wf=live-1&run={run_id}")
+    assert f'data-poll="/ui/run/live?wf=live-1&amp;run={run_id}"' in page.text
+    assert 'id="waiting"' in page.text
+    part = await ui.http.get(f"/ui/run/live?wf=live-1&run={run_id}")
+    assert part.status_code == 200 and "<html" not in part.text
+    assert 'id="poll-state" data-poll-part data-open="1"' in part.text
+    # nobody serves the queue: the page says what is missing, not "busy"
+    assert 'data-waiting-kind="worker"' in part.text and "registers ui-nobody" in part.text
+    assert 'id="pending" data-poll-part' in part.text
+    await ui.storage.get_handle("live-1").terminate("done")
+    part = await ui.http.get(f"/ui/run/live?wf=live-1&run={run_id}")
+    assert 'data-open="0"' in part.text and 'id="waiting"' not in part.text
+    page = await ui.http.get(f"/ui/run?wf=live-1&run={run_id}")
+    assert "data-poll=" not in page.text
+    missing = await ui.http.get("/ui/run/live?wf=nope")
+    assert missing.status_code == 404
+
+
+@SQLITE_ONLY
 async def test_pages_read_without_javascript(ui: Browserless) -> None:
     run_id = await ui.start("page-1", execution_timeout_seconds=7200, run_timeout_seconds=3600,
                             memo={"customer": "c-9"})
