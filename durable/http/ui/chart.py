@@ -14,16 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 
 from ... import present as _fmt
 from .. import model
 from ..app import HTTPError
-
-if TYPE_CHECKING:
-    from .pages import Visitor, WebUI
+from . import views
 
 # The SVG's geometry (user units; the SVG scales to the page's width).
 WIDTH = 1000
@@ -155,14 +153,22 @@ TREE_NODES = 60
 TREE_HOPS = 10
 
 
-async def run_tree(ui: WebUI, request: Request, visitor: Visitor,
+class Reader(Protocol):
+    """What the tree reads through (`pages.WebUI`; not imported: pages imports us)."""
+
+    async def perform(self, request: Request, visitor: Any, operation_id: str,
+                      params: Mapping[str, Any], body: Any = None) -> tuple[int, Any]: ...
+
+    async def _history(self, request: Request, visitor: Any, workflow_id: str,
+                       run_id: str) -> tuple[list[dict[str, Any]], bool]: ...
+
+
+async def run_tree(ui: Reader, request: Request, visitor: Any,
                    info: Mapping[str, Any]) -> dict[str, Any] | None:
     """The tree of runs this run belongs to: up to its root through the parent
     links, then down through each run's ChildWorkflowScheduled events (each
     read through the API's describe and history operations). None when the
     run has no parent and started no child."""
-    from . import views
-
     async def describe(workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
         try:
             if run_id:
