@@ -222,12 +222,21 @@ class ScheduleSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScheduleSpec:
-        def when(value: Any) -> datetime.datetime | None:
-            return None if value is None else datetime.datetime.fromisoformat(value)
+        def when(value: Any, what: str) -> datetime.datetime | None:
+            # stored specs always parse; one from the wire may be anything
+            if value is None:
+                return None
+            try:
+                return datetime.datetime.fromisoformat(value)
+            except (TypeError, ValueError):
+                raise ConfigurationError(
+                    f"a schedule's {what} must be an ISO 8601 date-time with a UTC offset "
+                    f"such as 2026-04-01T00:00:00Z, got {value!r}") from None
 
         return cls(cron=list(data.get("cron") or ()) or None, every=data.get("every"),
                    offset=data.get("offset") or 0, timezone=data.get("timezone") or "UTC",
-                   start_at=when(data.get("start_at")), end_at=when(data.get("end_at")))
+                   start_at=when(data.get("start_at"), "start_at"),
+                   end_at=when(data.get("end_at"), "end_at"))
 
 
 def jitter_delay(namespace: str, schedule_id: str, scheduled_at: float, jitter: float,

@@ -762,8 +762,9 @@ def test_tokens_merge_argument_environment_and_file(tmp_path: Path) -> None:
     assert "file-op" not in repr(tokens) and "arg-op" not in repr(tokens)
     from_env_file = load_tokens(None, None, {"DURABLE_TOKENS_FILE": str(path)})
     assert from_env_file.role_of("file-op") == "operator"
-    with pytest.raises(durable.ConfigurationError, match="roles are viewer, operator"):
-        TokenSet({"t": "admin"})
+    with pytest.raises(durable.ConfigurationError, match="roles are viewer, operator, admin"):
+        TokenSet({"t": "root"})
+    assert TokenSet({"t": "admin"}).role_of("t") == "admin"
     with pytest.raises(durable.ConfigurationError, match="TOKEN:ROLE"):
         parse_token_list("just-a-token", "DURABLE_TOKENS")
     with pytest.raises(durable.ConfigurationError, match="cannot read the tokens file"):

@@ -152,3 +152,12 @@ def test_fire_ids_and_jitter_are_fixed_by_the_fire() -> None:
 def test_bad_specs_are_refused_naming_the_fix(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(durable.ConfigurationError, match=message):
         ScheduleSpec(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["start_at", "end_at"])
+@pytest.mark.parametrize("value", ["l\u00d1", 17, ["2026-01-01"]])
+def test_a_spec_from_the_wire_with_a_bad_instant_is_refused_naming_the_field(
+        field: str, value: object) -> None:
+    # schemathesis sent {"end_at": "lÑ"} to POST /api/schedules: a 500 before this
+    with pytest.raises(durable.ConfigurationError, match=f"{field} must be an ISO 8601"):
+        ScheduleSpec.from_dict({"every": 60, field: value})

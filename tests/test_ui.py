@@ -258,6 +258,33 @@ def test_list_filter_and_a_run_with_its_timeouts_and_computed_deadlines(
     assert not page.js_errors
 
 
+def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
+        live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
+    live.start("ui-progress", "progress-1", 1000)
+    wait_for(lambda: "ActivityStarted" in live.events("progress-1"), "the activity to start")
+    page = open_page(VIEWER)
+    page.goto(f"{live.url}/ui/run?wf=progress-1")
+    assert page.locator("body").get_attribute("data-poll")
+    assert page.locator("#waiting [data-waiting-kind]").get_attribute(
+        "data-waiting-kind") == "busy"
+    page.evaluate("window.__same_page = true")  # gone if the page were reloaded
+    bar = page.locator("#pending progress")
+    bar.wait_for()
+    first = float(bar.get_attribute("value") or 0)
+    # heartbeats record no history event: only the poll can move the bar
+    page.wait_for_function(
+        "v => Number(document.querySelector('#pending progress').value) > v + 1", arg=first)
+    assert page.evaluate("window.__same_page") is True
+    shot(live, page, "live-progress", page.locator("#waiting"))
+    live.api.post("/api/workflows/progress-1/terminate", json={"reason": "seen enough"})
+    # a run waiting on a timer says so, with its countdown
+    page.goto(f"{live.url}/ui/run?wf=deadlines-1")
+    waiting = page.locator("#waiting")
+    assert waiting.locator("[data-waiting-kind]").get_attribute("data-waiting-kind") == "timer"
+    assert "a timer, which fires" in waiting.inner_text()
+    assert not page.js_errors
+
+
 def test_an_activity_shows_its_retry_policy_timeouts_attempts_and_timeout_kind(
         live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
     page = open_page()

@@ -64,6 +64,15 @@ async def hang(key: str) -> str:
     return key
 
 
+@activity.defn(name="ui-steady")
+async def steady(total: int) -> int:
+    """Heartbeats its progress for as long as the test watches (no history event)."""
+    for done in range(total):
+        activity.heartbeat({"done": done, "total": total})
+        await anyio.sleep(0.3)
+    return total
+
+
 @activity.defn(name="ui-release")
 async def release(key: str) -> str:
     return f"released {key}"
@@ -100,6 +109,13 @@ async def guarded(key: str) -> str:
                 await workflow.execute_activity(release, key, options=QUICK)
 
 
+@workflow.defn(name="ui-progress")
+async def progress(total: int) -> int:
+    return await workflow.execute_activity(
+        steady, total, options=durable.ActivityOptions(start_to_close_timeout=3600,
+                                                       heartbeat_timeout=2))
+
+
 @workflow.defn(name="ui-leaf")
 async def leaf(key: str) -> str:
     return await workflow.execute_activity(hang, key, options=QUICK)
@@ -117,8 +133,8 @@ async def root(key: str) -> str:
                                             options=TERMINATE_CHILDREN))
 
 
-WORKFLOWS: list[Any] = [greet, fail, deadlines, guarded]
-ACTIVITIES: list[Any] = [greet_activity, charge, slow, hang, release]
+WORKFLOWS: list[Any] = [greet, fail, deadlines, guarded, progress]
+ACTIVITIES: list[Any] = [greet_activity, charge, slow, hang, release, steady]
 
 # The control plane's in-process worker (durable.http.serve.serve_async(worker=...)).
 WORKER: dict[str, Any] = {"workflows": WORKFLOWS, "activities": ACTIVITIES,

@@ -266,6 +266,7 @@ class WebUI:
                   methods=["GET"]),
             Route("/ui/run/stream", self._page("/ui/run/stream", self.stream),
                   methods=["GET"]),
+            Route("/ui/run/live", self._page("/ui/run/live", self.live), methods=["GET"]),
             Route("/ui/run/{action}", self._page("/ui/run/{action}", self.action),
                   methods=["GET", "POST"]),
             Mount("/ui/static", _Labelled("/ui/static", StaticFiles(directory=str(STATIC))),
@@ -564,6 +565,15 @@ class WebUI:
             input=started.get("input"), result=result, has_result=has_result,
             truncated=truncated, last_sequence=events[-1]["sequence"] if events else 0,
         )
+
+    async def live(self, request: Request, visitor: Visitor) -> Response:
+        """The overview's live parts alone: what the run waits for and its pending
+        operations with their heartbeat progress. A heartbeat records no history
+        event, so the event stream never wakes for one; the page's script fetches
+        this every second instead (one describe, no history read)."""
+        info = await self._describe(request, visitor)
+        return self.render(request, visitor, "run_live.html", info=info,
+                           run=info.get("run") or {}, pending=info["pending_operations"])
 
     async def timeline(self, request: Request, visitor: Visitor) -> Response:
         info = await self._describe(request, visitor)

@@ -2,6 +2,8 @@
    - keeps "in 4m 12s" / "3s late" / "2m ago" current on <time> elements;
    - follows an open run over server-sent events (/ui/run/stream, which waits on the
      history long poll) and refreshes the page's live regions when events arrive;
+   - polls an open run's live parts (/ui/run/live: heartbeat progress, what it waits
+     for) every second, since a heartbeat records no history event to stream;
    - refreshes the runs list every few seconds when asked to. */
 (function () {
   "use strict";
@@ -96,6 +98,31 @@
     source.addEventListener("failed", function () { source.close(); });
   }
 
+  function poll(url) {
+    var busy = false, timer = null;
+    function once() {
+      if (busy || document.hidden) return;
+      busy = true;
+      fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+        .then(function (response) { return response.ok ? response.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          doc.querySelectorAll("[data-poll-part][id]").forEach(function (fresh) {
+            var el = document.getElementById(fresh.id);
+            if (!el || fresh.outerHTML === el.outerHTML) return;
+            el.replaceWith(document.importNode(fresh, true));
+          });
+          tick();
+          var state = doc.getElementById("poll-state");
+          if (state && state.getAttribute("data-open") !== "1") clearInterval(timer);
+        })
+        .catch(function () { /* the next tick tries again */ })
+        .then(function () { busy = false; });
+    }
+    timer = setInterval(once, 1000);
+  }
+
   function listRefresh(box) {
     var seconds = parseInt(box.getAttribute("data-refresh"), 10) || 5, timer = null;
     function set() {
@@ -113,6 +140,8 @@
     setInterval(tick, 1000);
     var stream = document.body.getAttribute("data-stream");
     if (stream) follow(stream);
+    var live = document.body.getAttribute("data-poll");
+    if (live) poll(live);
     var box = document.getElementById("live-list");
     if (box) listRefresh(box);
   });
