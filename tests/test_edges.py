@@ -418,8 +418,9 @@ async def test_durable_serve_takes_allowed_host_options(monkeypatch: pytest.Monk
                            "--allowed-host", "*.b.test")
     assert result.exit_code == 0, result.output
     assert seen["allowed_hosts"] == ["a.test", "*.b.test"]
-    await run_cli("--db", db_url, "serve")
-    assert seen["allowed_hosts"] is None
+    assert seen["max_auth_failures"] == 10
+    await run_cli("--db", db_url, "serve", "--max-auth-failures", "0")
+    assert seen["allowed_hosts"] is None and seen["max_auth_failures"] == 0
 
 
 # ---------------------------------------------------------------- ids with / . .. ? # and more

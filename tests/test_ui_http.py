@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -509,6 +509,26 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
 
 
 @SQLITE_ONLY
+async def test_the_dashboard_page_links_each_figure_to_its_worst_run(
+        ui: Browserless) -> None:
+    await ui.start("dash-open")
+    run_id = await ui.start("dash-failed")
+    await ui.storage.get_handle("dash-failed").terminate("stop")  # terminated: no failure
+    await ui.login(VIEWER)
+    page = await ui.http.get("/ui/dashboard")
+    assert page.status_code == 200, page.text
+    assert 'aria-current="page">Dashboard' in page.text
+    rate = page.text[page.text.index('id="d-rate"'):page.text.index('id="d-failures-hour"')]
+    assert "2 started in the past hour" in rate
+    hour = page.text[page.text.index('id="d-failures-hour"'):page.text.index('id="d-wait"')]
+    assert '<p class="figure">0</p>' in hour
+    wait = page.text[page.text.index('id="d-wait"'):page.text.index('id="d-longest"')]
+    assert "(still waiting)" in wait and "/ui/run?wf=dash-" in wait
+    assert run_id  # the terminated run is not the longest wait: it never started
+    assert "<svg" in page.text and page.text.count("<rect") == 60
+
+
+@SQLITE_ONLY
 async def test_pages_read_without_javascript(ui: Browserless) -> None:
     run_id = await ui.start("page-1", execution_timeout_seconds=7200, run_timeout_seconds=3600,
                             memo={"customer": "c-9"})
@@ -606,6 +626,39 @@ async def test_a_short_ui_secret_is_refused(storage_client: durable.Client) -> N
 
 
 NOW = datetime(2026, 4, 12, 12, 0, tzinfo=UTC)
+
+
+def test_the_dashboard_counts_rates_failures_and_names_the_worst_runs() -> None:
+    from durable.http.ui.dashboard import bars, dashboard
+
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+    def run(run_id: str, status: str, created: float, started: float | None = None,
+            closed: float | None = None) -> dict[str, Any]:
+        def at(minutes: float | None) -> str | None:
+            return None if minutes is None else (now - timedelta(minutes=minutes)).isoformat()
+        return {"run_id": run_id, "workflow_id": f"wf-{run_id}", "status": status,
+                "created_at": at(created), "started_at": at(started), "closed_at": at(closed)}
+
+    recent = [
+        run("a", "completed", created=0.5, started=0.4, closed=0.1),
+        run("b", "failed", created=10, started=10, closed=9),
+        run("c", "timed_out", created=3 * 24 * 60, started=3 * 24 * 60, closed=2 * 24 * 60),
+        run("d", "pending", created=30),  # no worker took it yet: the longest wait
+        run("e", "failed", created=8 * 24 * 60, started=8 * 24 * 60, closed=8 * 24 * 60),
+    ]
+    old = run("f", "running", created=30 * 24 * 60, started=30 * 24 * 60 - 1)
+    d = dashboard(recent, [old, recent[3]], now)
+    assert d["runs_last_hour"] == 3 and d["per_minute"][-1] == 1
+    assert d["per_minute"][50] == d["per_minute"][30] == 1
+    assert d["rate"] == 3 / 60
+    assert d["failures_hour"] == 1 and d["latest_failure_hour"]["run_id"] == "b"
+    assert d["failures_week"] == 2 and d["latest_failure_week"]["run_id"] == "b"  # not e
+    assert d["longest_wait"]["run"]["run_id"] == "d" and d["longest_wait"]["seconds"] == 1800
+    assert d["longest_run"]["run"]["run_id"] == "f"  # open, a month old: still counted
+    empty = dashboard([], [], now)
+    assert empty["longest_run"] is None and empty["rate"] == 0
+    assert [b["h"] for b in bars([0, 2, 1], height=80)] == [0, 80, 40]
 
 
 def test_a_failure_chain_lists_every_cause_outermost_first() -> None:

@@ -646,12 +646,15 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
               help="A name clients reach the server by (the Host header; *.example.com for "
                    "subdomains, * for any); repeat for several. Others are refused (DNS "
                    "rebinding). Default: loopback names without tokens, any host with them.")
+@click.option("--max-auth-failures", type=click.IntRange(0), default=10, show_default=True,
+              help="Failed authentications per client address within a minute before it is "
+                   "refused (429) for a while; 0: no limit (e.g. behind a proxy that limits).")
 @click.option("--ui/--no-ui", default=True, show_default=True,
               help="Serve the web UI at /ui (the API is the same either way).")
 @pass_session
 def serve(session: Session, host: str, port: int, worker_target: str | None, loop: str,
           tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool,
-          allowed_hosts: tuple[str, ...]) -> None:
+          allowed_hosts: tuple[str, ...], max_auth_failures: int) -> None:
     """Serve the control plane for the database of --db (DURABLE_DB_URL).
 
     Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
@@ -679,6 +682,7 @@ def serve(session: Session, host: str, port: int, worker_target: str | None, loo
     try:
         serve_http(session.db, host, port, tokens_file=tokens_file, worker=spec,
                    loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
-                   allowed_hosts=list(allowed_hosts) or None)
+                   allowed_hosts=list(allowed_hosts) or None,
+                   max_auth_failures=max_auth_failures)
     except KeyboardInterrupt:
         session.out.note("durable serve stopped")

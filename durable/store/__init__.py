@@ -19,6 +19,7 @@ from ..failure import Failure
 from . import (
     activities,
     cancellation,
+    cascade,
     claims,
     closing,
     commit,
@@ -384,7 +385,7 @@ class Store:
     ) -> dict[str, Any]:
         """The cancellation tree rooted at the run. Raises `WorkflowNotFound`."""
         return await self.driver.run(
-            lambda tx: inspection.cascade(namespace, workflow_id, run_id, now), write=False)
+            lambda tx: cascade.cascade(namespace, workflow_id, run_id, now), write=False)
 
     # ---------------------------------------------------------------- workers
 

@@ -32,6 +32,7 @@ def ui_routes(plane: ControlPlaneServer, secret: str | bytes | None = None,
             "the web UI needs Jinja2: pip install 'durable-sdk[ui]' (or the server extra), "
             "or pass ui=False to create_app"
         ) from None
+    from .dashboard import DashboardPage
     from .pages import WebUI
     from .queues import QueuePages
     from .schedules import SchedulePages
@@ -41,4 +42,5 @@ def ui_routes(plane: ControlPlaneServer, secret: str | bytes | None = None,
     routes = web.routes()
     # before the last route, the catch-all "/ui/{rest:path}" (a 404 page)
     return (routes[:-1] + SchedulePages(web).routes() + QueuePages(web).routes()
+            + DashboardPage(web).routes()
             + routes[-1:])

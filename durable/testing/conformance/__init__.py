@@ -14,6 +14,14 @@ In the driver's test directory::
 
     # test_conformance.py
     from durable.testing.conformance.engine import *  # noqa: F403
+    from durable.testing.conformance.interaction import *  # noqa: F403
+    from durable.testing.conformance.timeouts import *  # noqa: F403
+    from durable.testing.conformance.cancellation import *  # noqa: F403
+
+The suite: `engine` (ops, timers, retries, children, continue-as-new, replay,
+non-determinism), `interaction` (signals, queries, updates, conditions,
+versioning), `timeouts` (workflow and activity timeouts, the watchdog) and
+`cancellation` (requests, policies, shielded cleanup, the cascade).
 
 Without a `durable_url` fixture of its own, the suite takes ``--durable-url``
 (or ``DURABLE_CONFORMANCE_URL``), where ``{tmp}`` is replaced by the test's
