@@ -260,7 +260,7 @@ def test_list_filter_and_a_run_with_its_timeouts_and_computed_deadlines(
 
 def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
         live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
-    live.start("ui-progress", "progress-1", 1000)
+    live.start("ui-progress", "progress-1", 60)
     wait_for(lambda: "ActivityStarted" in live.events("progress-1"), "the activity to start")
     page = open_page(VIEWER)
     page.goto(f"{live.url}/ui/run?wf=progress-1")
@@ -282,6 +282,54 @@ def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
     waiting = page.locator("#waiting")
     assert waiting.locator("[data-waiting-kind]").get_attribute("data-waiting-kind") == "timer"
     assert "a timer, which fires" in waiting.inner_text()
+    assert not page.js_errors
+
+
+def test_finish_an_approval_with_query_update_and_signal_forms_then_the_dashboard(
+        live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
+    live.start("ui-approval", "approval-1", 2500)
+    page = open_page()
+    page.goto(f"{live.url}/ui/run?wf=approval-1")
+    page.get_by_role("link", name="Query…").click()
+    page.get_by_label("Query name").fill("progress")
+    page.get_by_role("button", name="Ask").click()
+    answer = page.locator("#action-answer")
+    assert '"limit": 1000' in answer.inner_text()
+    shot(live, page, "query")
+    page.get_by_role("link", name="Back to the run").click()
+    page.get_by_role("link", name="Update…").click()
+    page.get_by_label("Update name").fill("set_limit")
+    page.get_by_label("Arguments (a JSON array)").fill("[0]")
+    page.get_by_role("button", name="Send the update").click()
+    assert "got 0" in page.locator("#action-error").inner_text()
+    page.get_by_label("Arguments (a JSON array)").fill("[5000]")
+    page.get_by_role("button", name="Send the update").click()
+    assert page.locator("#action-answer pre").inner_text().strip() == "1000"
+    shot(live, page, "update")
+    page.get_by_role("link", name="Back to the run").click()
+    page.get_by_role("link", name="Signal…").click()
+    page.get_by_label("Signal name").fill("approve")
+    page.get_by_label("Arguments (a JSON array)").fill('["ann"]')
+    page.get_by_role("button", name="Send the signal").click()
+    page.wait_for_url(re.compile(r"notice=signalled"))
+    wait_for(lambda: live.status("approval-1") == "completed", "the approval to complete")
+    page.reload()
+    received = page.locator("#received")
+    assert "approve" in received.inner_text() and "set_limit" in received.inner_text()
+    assert "web_ui (operator) via web_ui" in received.inner_text()
+    shot(live, page, "received", received)
+
+    page.get_by_role("link", name="Dashboard").click()
+    page.wait_for_url(re.compile(r"/ui/dashboard"))
+    assert page.locator("#d-failures-week .figure").inner_text() != "-"
+    assert page.locator("#d-longest a").count() == 1
+    shot(live, page, "dashboard")
+    # a run's timeline: the chart with its failed attempts, and the tree
+    page.goto(f"{live.url}/ui/run/timeline?wf=deadlines-1")
+    chart = page.locator("svg.gantt")
+    assert chart.locator('g[data-kind="activity"].bad').count() == 1
+    assert chart.locator(".mark").count() == 2  # both attempts timed out
+    shot(live, page, "timeline-chart", page.locator("#chart"))
     assert not page.js_errors
 
 
@@ -409,6 +457,13 @@ def test_the_cascade_of_a_three_level_tree_flags_an_unverified_stop(
     page.wait_for_url(re.compile(r"notice=terminated"))
     assert live.status("tree") == "terminated"
 
+    page.goto(f"{live.url}/ui/run/timeline?wf=tree-mid")  # the tree of runs, from the root
+    tree = page.locator("#tree")
+    assert [li.get_attribute("data-wf") for li in tree.locator("li").all()] == [
+        "tree", "tree-mid", "tree-leaf"]
+    assert tree.locator("li.current").get_attribute("data-wf") == "tree-mid"
+    shot(live, page, "tree", page.locator("#chart"))
+    page.goto(f"{live.url}/ui/run?wf=tree")
     page.get_by_role("link", name="Cancellation cascade").click()
     page.wait_for_url(re.compile(r"/ui/run/cascade\?"))
     inspection = page.locator("#inspection")

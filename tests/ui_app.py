@@ -116,6 +116,39 @@ async def progress(total: int) -> int:
                                                        heartbeat_timeout=2))
 
 
+@workflow.defn(name="ui-approval")
+class Approval:
+    """examples/approval.py's shape: waits for an approval, under a limit an update sets."""
+
+    def __init__(self) -> None:
+        self.stage = "waiting for approval"
+        self.limit = 1000
+        self.approver: str | None = None
+
+    @workflow.run
+    async def run(self, amount: int) -> str:
+        await workflow.wait_condition(lambda: self.approver is not None)
+        return f"{amount} approved by {self.approver}"
+
+    @workflow.signal
+    def approve(self, who: str) -> None:
+        self.approver = who
+
+    @workflow.query
+    def progress(self) -> dict[str, Any]:
+        return {"stage": self.stage, "limit": self.limit, "approver": self.approver}
+
+    @workflow.update
+    def set_limit(self, limit: int) -> int:
+        previous, self.limit = self.limit, limit
+        return previous
+
+    @set_limit.validator
+    def _check_limit(self, limit: int) -> None:
+        if limit <= 0 or limit > 100_000:
+            raise ValueError(f"a limit must be between 1 and 100000, got {limit}")
+
+
 @workflow.defn(name="ui-leaf")
 async def leaf(key: str) -> str:
     return await workflow.execute_activity(hang, key, options=QUICK)
@@ -133,7 +166,7 @@ async def root(key: str) -> str:
                                             options=TERMINATE_CHILDREN))
 
 
-WORKFLOWS: list[Any] = [greet, fail, deadlines, guarded, progress]
+WORKFLOWS: list[Any] = [greet, fail, deadlines, guarded, progress, Approval]
 ACTIVITIES: list[Any] = [greet_activity, charge, slow, hang, release, steady]
 
 # The control plane's in-process worker (durable.http.serve.serve_async(worker=...)).
