@@ -331,7 +331,7 @@ async def test_an_operator_signals_a_run_from_its_page_and_a_viewer_cannot(
     assert len([e for e in events if e.type == "SignalReceived"]) == 1
 
 
-@workflow.defn(name="ui-approval")
+@workflow.defn(name="ui-http-approval")
 class UIApproval:
     """The approval example's shape: a query, a validated update, a signal."""
 
