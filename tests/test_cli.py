@@ -726,7 +726,8 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [str(SCRIPT), "--db", db, "serve", "--port", str(port), "--worker",
-             "tests.cli_app:WORKER"], cwd=REPO, stdout=err, stderr=err, env=env)
+             "tests.cli_app:WORKER", "--worker", "tests.ui_app:WORKER"],
+            cwd=REPO, stdout=err, stderr=err, env=env)
     server = f"http://127.0.0.1:{port}"
 
     def remote(*args: str) -> Result:
@@ -740,12 +741,18 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
         wait_for(lambda: remote("list", "--json").exit_code == 0 or proc.poll() is not None,
                  "durable serve to answer")
         assert proc.poll() is None, log.read_text()
+        assert f"the web UI at http://127.0.0.1:{port}/ui" in log.read_text()
+        # the second --worker serves the types the first does not
+        as_json(remote("start", "ui-greet", "--id", "http-ui", "--input", '["bo"]', "--json"),
+                "start")
+        assert as_json(remote("result", "http-ui", "--wait", "--json"),
+                       "result")["result"] == "hello, bo"
         started = as_json(remote("start", "cli-greet", "--id", "http-1", "--input", '["ann"]',
                                  "--json"), "start")
         answer = as_json(remote("result", "http-1", "--wait", "--json"), "result")
         assert answer["result"] == "hello, ann" and answer["run_id"] == started["run_id"]
         assert [r["workflow_id"] for r in as_json(remote("list", "--json"), "list")["runs"]] == [
-            "http-1"]
+            "http-1", "http-ui"]
         info = as_json(remote("describe", "http-1", "--json"), "describe")
         assert info["status"] == "completed"
         types = [e["type"] for e in as_json(remote("history", "http-1", "--json"),

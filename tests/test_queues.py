@@ -356,3 +356,22 @@ async def test_an_activity_rate_paces_attempts_and_lifting_it_lets_them_all_run(
         await client.set_queue_limits("q", durable.QueueLimits())  # lifted at run time
         with anyio.fail_after(10):
             assert await handle.result() == [0, 1, 2]
+
+
+async def test_a_key_longer_than_a_claims_view_delays_the_others_one_round_at_most(
+    storage_client: durable.Client,
+) -> None:
+    from durable.store import queues
+
+    client, store = storage_client, storage_client.store
+    limit = 4  # a claim's view: PREFIX x (2 x limit + 8) = 64 ready runs
+    hot = (2 * limit + 8) * queues.PREFIX + 16
+    await start(client, hot, prefix="hot", concurrency_key="hot")  # older than the rest
+    for key in range(3):
+        await start(client, 1, prefix=f"cold{key}", concurrency_key=f"cold-{key}")
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=1))
+    now = client.clock.now()
+    assert await claim(store, client, "w", now, limit=limit) == ["hot-0"]  # all it saw
+    # the hot key is at its limit now, so the next round sees past it
+    assert sorted(await claim(store, client, "w", now, limit=limit)) == [
+        "cold0-0", "cold1-0", "cold2-0"]

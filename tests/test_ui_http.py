@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -413,6 +414,95 @@ async def test_query_and_update_forms_finish_the_approval_from_the_ui(
         closed = await ui.http.post(f"/ui/run/query{base}",
                                     data={"csrf": csrf, "name": "progress", "args": "[]"})
         assert closed.status_code == 200 and "&#34;approver&#34;: &#34;ann&#34;" in closed.text
+
+
+FLAKY: dict[str, int] = {}
+
+
+@activity.defn(name="ui-flaky")
+async def ui_flaky(key: str) -> str:
+    FLAKY[key] = FLAKY.get(key, 0) + 1
+    if FLAKY[key] < 2:
+        raise RuntimeError(f"attempt {FLAKY[key]} of {key} failed")
+    return key
+
+
+@workflow.defn(name="ui-kid")
+async def ui_kid(key: str) -> str:
+    return await workflow.execute_activity(
+        ui_flaky, key, options=durable.ActivityOptions(
+            start_to_close_timeout=30,
+            retry=durable.RetryPolicy(max_attempts=3, initial_interval=0.01)))
+
+
+@workflow.defn(name="ui-mom")
+async def ui_mom(key: str) -> str:
+    await workflow.sleep(0.01)
+    return await workflow.execute_child(ui_kid, key, id=f"{key}-kid")
+
+
+@SQLITE_ONLY
+async def test_the_timeline_draws_steps_as_bars_and_the_tree_of_runs(
+    ui: Browserless, make_worker: Any,
+) -> None:
+    key = f"tree-{uuid.uuid4().hex[:6]}"
+    async with make_worker(workflows=[ui_mom, ui_kid], activities=[ui_flaky]):
+        handle = await ui.storage.start(ui_mom, key, id=key)
+        with anyio.fail_after(30):
+            assert await handle.result() == key
+    await ui.login(VIEWER)
+    page = await ui.http.get(f"/ui/run/timeline?wf={key}-kid")
+    assert page.status_code == 200, page.text
+    chart = page.text[page.text.index('id="chart"'):page.text.index('id="tree"')]
+    assert '<svg class="gantt"' in chart
+    assert 'data-kind="activity" data-status="completed"' in chart
+    assert chart.count('class="mark"') == 1  # the first attempt failed
+    assert "/ui/run/activity?wf=" in chart
+    tree = page.text[page.text.index('id="tree"'):]
+    assert tree.index(f'data-wf="{key}"') < tree.index(f'data-wf="{key}-kid"')
+    assert 'class="current" aria-current="true" data-wf="' + f'{key}-kid"' in tree
+    mom = await ui.http.get(f"/ui/run/timeline?wf={key}")
+    chart = mom.text[mom.text.index('id="chart"'):mom.text.index('id="tree"')]
+    assert 'data-kind="timer" data-status="completed"' in chart
+    assert 'data-kind="child" data-status="completed"' in chart
+    alone = await ui.start(f"{key}-alone")
+    page = await ui.http.get(f"/ui/run/timeline?wf={key}-alone&run={alone}")
+    assert "no parent and started no child" in page.text
+    assert "No activity, timer, child or phase yet." in page.text
+
+
+def test_the_chart_places_bars_on_the_axis_and_marks_failed_attempts() -> None:
+    from durable.http.ui import chart
+
+    t0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+    def ev(seconds: float, kind: str, **data: Any) -> dict[str, Any]:
+        return {"type": kind, "recorded_at": (t0 + timedelta(seconds=seconds)).isoformat(),
+                "data": data}
+
+    events = [
+        ev(0, "WorkflowStarted"),
+        ev(0, "ActivityScheduled", op_id="0:1", activity_type="charge"),
+        ev(1, "ActivityRetryScheduled", op_id="0:1", attempt=1),
+        ev(5, "ActivityFailed", op_id="0:1", attempt=2),
+        ev(5, "TimerScheduled", op_id="0:2", duration_seconds=60),
+        ev(6, "CancellationDelivered"),
+        ev(6, "TimerCancelled", op_id="0:2"),
+        ev(10, "WorkflowCancelled", reason="deadline_expired"),
+    ]
+    rows = chart.spans(events)
+    assert [(r["kind"], r["status"]) for r in rows] == [
+        ("activity", "failed"), ("timer", "cancelled"), ("cleanup", "timed_out")]
+    drawn = chart.chart(rows, t0, t0 + timedelta(seconds=10), t0)
+    assert drawn is not None
+    bar = drawn["bars"][0]
+    assert bar["x"] == chart.LABEL and bar["bad"] and len(bar["marks"]) == 2
+    width = chart.WIDTH - chart.LABEL - 10
+    assert bar["w"] == round(width / 2, 1)  # 5 s of 10
+    assert drawn["bars"][2]["x"] == round(chart.LABEL + width * 0.6, 1)
+    still = chart.chart(chart.spans(events[:5]), t0, None, t0 + timedelta(seconds=20))
+    assert still is not None and still["bars"][1]["open"]
+    assert still["ticks"][-1]["text"] == "+20s"
 
 
 @activity.defn(name="ui-unit")

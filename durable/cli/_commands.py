@@ -633,8 +633,9 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
               help="Address to listen on; any but loopback needs tokens.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True,
               help="Port to listen on (0: any free port).")
-@click.option("--worker", "worker_target", metavar="MODULE:ATTR",
-              help="Also run a worker in this process (a spec or factory, as `durable worker`).")
+@click.option("--worker", "worker_targets", metavar="MODULE:ATTR", multiple=True,
+              help="Also run a worker in this process (a spec or factory, as `durable "
+                   "worker`); repeat for several (e.g. one per task queue).")
 @click.option("--loop", type=click.Choice(["asyncio", "trio"]), default="asyncio",
               show_default=True, help="asyncio runs uvicorn; trio runs hypercorn.")
 @click.option("--tokens-file", type=click.Path(dir_okay=False), metavar="FILE",
@@ -652,7 +653,7 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 @click.option("--ui/--no-ui", default=True, show_default=True,
               help="Serve the web UI at /ui (the API is the same either way).")
 @pass_session
-def serve(session: Session, host: str, port: int, worker_target: str | None, loop: str,
+def serve(session: Session, host: str, port: int, worker_targets: tuple[str, ...], loop: str,
           tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool,
           allowed_hosts: tuple[str, ...], max_auth_failures: int) -> None:
     """Serve the control plane for the database of --db (DURABLE_DB_URL).
@@ -672,17 +673,26 @@ def serve(session: Session, host: str, port: int, worker_target: str | None, loo
     except ImportError as exc:
         raise CliError(f"the control plane is not installed ({exc.name} is missing)",
                        fix="pip install 'durable-sdk[server]'") from None
+    from ..http.serve import urls
     from . import _worker
 
-    spec: Any = None
-    if worker_target is not None:
-        loaded = _worker.load_target(worker_target)
-        spec = _worker.spec_kwargs(loaded, worker_target) if _worker.is_spec(loaded) else loaded
+    specs: list[Any] = []
+    for target in worker_targets:
+        loaded = _worker.load_target(target)
+        specs.append(_worker.spec_kwargs(loaded, target) if _worker.is_spec(loaded) else loaded)
+
+    def ready(bound: int) -> None:
+        api, web = urls(host, bound)
+        session.out.note(f"durable serve: the API at {api}"
+                         + (f", the web UI at {web}" if ui else "")
+                         + (f"; {len(specs)} worker(s) in this process" if specs else "")
+                         + " (Ctrl-C stops it)")
+
     _worker.configure_logging("INFO")
     try:
-        serve_http(session.db, host, port, tokens_file=tokens_file, worker=spec,
+        serve_http(session.db, host, port, tokens_file=tokens_file, worker=specs or None,
                    loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
                    allowed_hosts=list(allowed_hosts) or None,
-                   max_auth_failures=max_auth_failures)
+                   max_auth_failures=max_auth_failures, on_ready=ready)
     except KeyboardInterrupt:
         session.out.note("durable serve stopped")

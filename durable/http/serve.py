@@ -42,6 +42,8 @@ NO_TOKEN_BANNER = (
 )
 #: What `serve(worker=...)` takes: "module:attr", a factory or a dict of Worker arguments.
 WorkerSpec = str | Callable[[Client], Worker] | Mapping[str, Any]
+# One worker spec, or several (a list or tuple: each runs in this process).
+WorkerSpecs = WorkerSpec | Sequence[WorkerSpec]
 
 
 def is_loopback(host: str) -> bool:
@@ -192,7 +194,7 @@ async def serve_async(
     *,
     tokens: Mapping[str, str] | None = None,
     tokens_file: str | os.PathLike[str] | None = None,
-    worker: WorkerSpec | None = None,
+    worker: WorkerSpecs | None = None,
     max_wait: float = 60.0,
     public_metrics: bool = False,
     ui: bool = True,
@@ -216,13 +218,29 @@ async def serve_async(
                     allowed_hosts=["localhost", "127.0.0.1", "::1", *(allowed_hosts or ())])
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(connect(db_url))
-        if worker is not None:
-            await stack.enter_async_context(load_worker(worker, client))
+        for spec in worker_specs(worker):
+            await stack.enter_async_context(load_worker(spec, client))
         app = create_app(client, tokens, tokens_file=tokens_file, anonymous_role=anonymous,
                          max_wait=max_wait, public_metrics=public_metrics, ui=ui,
                          ui_secret=ui_secret, allowed_hosts=_hosts_for(host, allowed_hosts),
                          max_auth_failures=max_auth_failures)
         await serve_app(app, host=host, port=port, task_status=task_status)
+
+
+def worker_specs(worker: WorkerSpecs | None) -> list[WorkerSpec]:
+    """`worker` as a list of specs: none, one, or each of a list or tuple."""
+    if worker is None:
+        return []
+    if isinstance(worker, (list, tuple)):
+        return list(worker)
+    return [worker]  # type: ignore[list-item]  # a str is a Sequence, but one spec
+
+
+def urls(host: str, port: int) -> tuple[str, str]:
+    """The API's and the web UI's addresses for a server listening on `host`:`port`."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    base = f"http://{shown}:{port}"
+    return f"{base}/api", f"{base}/ui"
 
 
 def _hosts_for(host: str, allowed_hosts: Sequence[str] | None) -> list[str] | None:
@@ -245,7 +263,7 @@ def serve(
     *,
     tokens: Mapping[str, str] | None = None,
     tokens_file: str | os.PathLike[str] | None = None,
-    worker: WorkerSpec | None = None,
+    worker: WorkerSpecs | None = None,
     loop: str = "asyncio",
     max_wait: float = 60.0,
     public_metrics: bool = False,
@@ -263,7 +281,8 @@ def serve(
       ``DURABLE_TOKENS`` and ``DURABLE_TOKENS_FILE``. With none on loopback,
       every request acts as operator (a warning is logged).
     - `worker`: ``"module:attr"``, a callable ``(client) -> durable.Worker`` or
-      a dict of Worker arguments, run in this process on the same storage.
+      a dict of Worker arguments, run in this process on the same storage; or
+      a list of them (several workers, e.g. on different task queues).
     - `loop`: ``"asyncio"`` (uvicorn) or ``"trio"`` (hypercorn).
     - `max_wait`: the longest long poll; `public_metrics`: /metrics without a token.
     - `ui`: serve the web UI at /ui (docs/ui.md); `ui_secret` signs its session
@@ -289,7 +308,9 @@ def serve(
                 worker=worker, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
                 ui_secret=ui_secret, allowed_hosts=allowed_hosts,
                 max_auth_failures=max_auth_failures))
-            log.info("control plane listening", url=f"http://{host}:{bound}", loop=loop)
+            api, web = urls(host, bound)
+            log.info("control plane listening", url=api.removesuffix("/api"), loop=loop,
+                     **({"ui": web} if ui else {}))
             if on_ready is not None:
                 result = on_ready(bound)
                 if inspect.isawaitable(result):

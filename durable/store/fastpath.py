@@ -306,9 +306,14 @@ def append_events_of_runs(tx: Tx, items: list[tuple[str, Event]], now: float
     items = sorted(items, key=lambda item: item[0])  # lock order: see claims
     if not items:
         return None
-    if not tx.dialect.writable_cte:
-        for run_id, event in items:
+    if not tx.dialect.writable_cte and tx.dialect.returning:
+        for run_id, event in items:  # two statements a run
             yield from append_events(tx, run_id, [event], now)
+        return None
+    if not tx.dialect.writable_cte:
+        # without RETURNING a run by run would be three statements a run: here
+        # three in all (lock and read the counters, bump them, insert)
+        yield from _append_events_of_runs_locked(tx.dialect, items, now)
         return None
     yield Stmt(
         "WITH v AS MATERIALIZED (SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), "
@@ -327,6 +332,29 @@ def append_events_of_runs(tx: Tx, items: list[tuple[str, Event]], now: float
          [event_text(data) for _, (_, data) in items], now),
         "exec",
     )
+    return None
+
+
+def _append_events_of_runs_locked(dialect: Dialect, items: list[tuple[str, Event]],
+                                  now: float) -> Program[None]:
+    """`append_events_of_runs` in three statements: the runs' counters read and
+    locked in run_id order, bumped in one UPDATE, the events inserted in bulk.
+    A run that does not exist gets nothing (as `append_events`)."""
+    ids = sorted({run_id for run_id, _ in items})
+    rows = yield q(f"SELECT run_id, event_seq FROM runs WHERE run_id IN "
+                   f"({placeholders(len(ids))}) ORDER BY run_id{dialect.lock}", *ids)
+    seq = {r["run_id"]: int(r["event_seq"]) for r in rows}
+    if not seq:
+        return None
+    inserts: list[tuple[Any, ...]] = []
+    for run_id, (etype, data) in items:  # sorted by run_id, each run's in order
+        if run_id in seq:
+            seq[run_id] += 1
+            inserts.append((run_id, seq[run_id], etype, now, event_text(data)))
+    yield ex(f"UPDATE runs SET event_seq = CASE run_id {' '.join('WHEN ? THEN ?' for _ in seq)} "
+             f"END WHERE run_id IN ({placeholders(len(seq))})",
+             *(v for run_id, n in seq.items() for v in (run_id, n)), *seq)
+    yield many(EVENT_INSERT, inserts)
     return None
 
 

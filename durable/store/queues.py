@@ -41,6 +41,9 @@ RUNNING_RUNS = ("runs WHERE namespace = ? AND task_queue = ? AND status IN ('pen
 RUNNING_TASKS = ("activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'running' "
                  "AND lease_expires_at > ? ")
 
+#: a per-key claim looks at this many times its candidates' window of ready runs
+PREFIX = 4
+
 _COLUMNS = ("limits, runs_limited, activities_limited, run_tokens, run_refilled_at, "
             "activity_tokens, activity_refilled_at, updated_at")
 
@@ -145,12 +148,20 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
         full = [k for k, n in by_key.items() if k is not None and n >= int(per_key)]
         skip = ("" if not full else "AND (concurrency_key IS NULL OR concurrency_key NOT IN "
                 f"({placeholders(len(full))})) ")
+        # The window looks at the first PREFIX x window ready runs in claim
+        # order only, so a claim costs the same over a backlog of millions. A
+        # key with more runs than that at the head of the queue can fill the
+        # prefix for one claim round; the next round it is at its limit and
+        # left out above, so the other keys wait at most one round.
         rows = yield q(
             f"SELECT run_id, concurrency_key, started_at, {counted}, {running_sql} FROM "
             "(SELECT run_id, concurrency_key, started_at, priority, ready_at, ROW_NUMBER() "
             f"OVER (PARTITION BY COALESCE(concurrency_key, run_id) {order}) AS nth FROM "
-            f"{ready_sql}{skip}) AS candidates WHERE nth <= ? {order} LIMIT ?",
-            *counted_params, *running_params, *ready_params, *full, int(per_key), window)
+            "(SELECT run_id, concurrency_key, started_at, priority, ready_at FROM "
+            f"{ready_sql}{skip}{order} LIMIT ?) AS head) AS candidates WHERE nth <= ? "
+            f"{order} LIMIT ?",
+            *counted_params, *running_params, *ready_params, *full, window * PREFIX,
+            int(per_key), window)
     if not rows:
         return Pick([], 0, 0)
     ready, live, running = int(rows[0]["ready"]), int(rows[0]["live"]), int(rows[0]["running"])

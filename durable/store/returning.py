@@ -32,7 +32,8 @@ def update_returning(
     order first (where two transactions may update overlapping sets, e.g. a
     worker's leases and a claim). `locked`: the keys of rows this
     transaction has already locked and that `where` selects (a claim's
-    picked runs), so no locking read is needed without RETURNING.
+    picked runs), so no locking read is needed without RETURNING; the rows
+    come back in their order (else in key order).
     """
     if dialect.returning:
         if ordered and dialect.lock:
@@ -50,7 +51,11 @@ def update_returning(
         return []
     keys = f"{key} IN ({placeholders(len(locked))})"
     yield ex(f"UPDATE {table} SET {assignments} WHERE {keys}", *set_params, *locked)
-    back: list[Row] = yield q(f"SELECT {returning} FROM {table} WHERE {keys}", *locked)
+    # in the order the rows were picked (a claim's: oldest ready first)
+    order = " ".join(f"WHEN ? THEN {i}" for i in range(len(locked)))
+    back: list[Row] = yield q(
+        f"SELECT {returning} FROM {table} WHERE {keys} ORDER BY CASE {key} {order} END",
+        *locked, *locked)
     return back
 
 

@@ -43,7 +43,7 @@ from ..auth import role_allows
 from ..errors import classify
 from ..throttle import client_of
 from ..wire import loads_finite
-from . import views
+from . import chart, views
 from .session import COOKIE_NAME, Session, SessionCodec
 
 if TYPE_CHECKING:
@@ -587,10 +587,15 @@ class WebUI:
         started = run.get("started_at")
         if started is None and events:
             started = events[0].get("recorded_at")
+        every, cut = (events, more) if after == 0 and not more else await self._history(
+            request, visitor, info["workflow_id"], run["run_id"])
         return self.render(
             request, visitor, "timeline.html", info=info, run=run, tab="timeline",
             rows=views.timeline(events, started), after=after, more=more,
             last_sequence=events[-1]["sequence"] if events else after,
+            chart=chart.chart(chart.spans(every), started, run.get("closed_at"),
+                              _fmt.utcnow()),
+            chart_cut=cut, tree=await chart.run_tree(self, request, visitor, info),
         )
 
     async def activity(self, request: Request, visitor: Visitor) -> Response:
