@@ -141,6 +141,69 @@ async def test_concurrent_runs_commit_in_one_transaction(driver: SQLiteDriver) -
     assert await keys(driver) == list(range(20))
 
 
+async def test_a_drain_hands_over_once_per_loop(
+    driver: SQLiteDriver, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database thread crosses into the callers' loop ONCE per drain
+    (one callback that wakes all of that loop's callers), not once per
+    caller: the loop's thread-safe "call soon" is counted."""
+    import durable_sqlite
+
+    real = durable_sqlite._waiter
+    handovers: list[int] = []  # callers completed by each hand-over
+    counted: list[Any] = []
+
+    def waiter() -> tuple[Any, Any, Any]:
+        event, notify, soon = real()
+        if not counted:  # one per loop: the thread groups callers by it
+            def count(fn: Any, turns: Any, calls: list[Any]) -> None:
+                handovers.append(len(calls))
+                notify(fn, turns, calls)
+
+            counted.append(count)
+        return event, counted[0], soon
+
+    monkeypatch.setattr(durable_sqlite, "_waiter", waiter)
+    before = driver.stats
+    outcomes = await run_batch(driver, [(insert(k), True) for k in range(20)])
+    assert outcomes == list(range(20))
+    assert driver.stats.drains - before.drains == 2
+    assert handovers == [1, 20]  # the gate's drain, then all 20 callers at once
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"], indirect=True)
+async def test_on_trio_the_turn_passes_inside_the_run() -> None:
+    """On trio a caller hands the turn to the next through the run's own
+    "call soon" (`_TrioSoon`, a parked system task), not through the token's
+    run_sync_soon (a wake-up socket write per caller); its callbacks run one
+    scheduling round later, in order, and one scheduled by a callback runs a
+    round after that."""
+    import trio
+    from durable_sqlite import _waiter
+
+    _, notify, soon = _waiter()
+    assert soon is _waiter()[2] and soon is not notify  # one per run
+    order: list[str] = []
+
+    def second() -> None:
+        order.append("second")
+
+    def first() -> None:
+        order.append("first")
+        soon(order.append, "scheduled by first")
+
+    soon(first)
+    soon(second)
+    assert order == []  # not in this round
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
+    assert order[:2] == ["first", "second"]
+    with anyio.fail_after(5):
+        while len(order) < 3:
+            await trio.lowlevel.checkpoint()
+    assert order == ["first", "second", "scheduled by first"]
+
+
 def _count() -> Program[int]:
     row = yield q1("SELECT count(*) FROM t")
     return int(row[0])

@@ -29,6 +29,8 @@ import asyncio
 import os
 import sqlite3
 import weakref
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -307,12 +309,97 @@ def _waiter() -> tuple[Any, Notify, Notify]:
     database thread) and its plain one (for the loop itself).
 
     asyncio: ``loop.call_soon_threadsafe`` / ``loop.call_soon``; trio: the
-    run's ``TrioToken.run_sync_soon`` for both. Native events: they are set
-    from those callbacks, on the loop."""
+    run's ``TrioToken.run_sync_soon`` / the run's `_TrioSoon`. Native events:
+    they are set from those callbacks, on the loop."""
     if sniffio is not None and sniffio.current_async_library() == "trio":
-        import trio
-
-        soon = trio.lowlevel.current_trio_token().run_sync_soon
-        return trio.Event(), soon, soon
+        return _trio_waiter()
     loop = asyncio.get_running_loop()
     return asyncio.Event(), loop.call_soon_threadsafe, loop.call_soon
+
+
+_trio_soon: Any = None  # trio.lowlevel.RunVar[_TrioSoon], made on first use
+
+
+def _trio_waiter() -> tuple[Any, Notify, Notify]:
+    global _trio_soon
+    import trio
+
+    token = trio.lowlevel.current_trio_token()
+    if _trio_soon is None:
+        _trio_soon = trio.lowlevel.RunVar("durable_sqlite_soon")
+    try:
+        soon: _TrioSoon = _trio_soon.get()
+    except LookupError:
+        soon = _TrioSoon(token)
+        _trio_soon.set(soon)
+        trio.lowlevel.spawn_system_task(soon.serve, name="durable-sqlite turns")
+    return trio.Event(), token.run_sync_soon, soon
+
+
+class _TrioSoon:
+    """trio's "call soon" from inside the run, one scheduling round later,
+    without crossing the wake-up socket.
+
+    Why: the turn passes from one resumed caller to the next (`Call.pass_turn`)
+    once per program caller. ``TrioToken.run_sync_soon`` is meant for other
+    threads: every call writes to the run's wake-up socket, and the run's
+    entry-queue task reads it back after an I/O poll, so a drain of N callers
+    cost N socket round trips on top of its one hand-over from the database
+    thread. Here a system task of the run (one per run) is parked and
+    rescheduled, which is a list append in trio's scheduler; the callbacks
+    run in the task's next step, one scheduling round later as before, so
+    what a resumed caller's continuation started still runs before the next
+    caller resumes. Once the run ends the task is gone and calls fall back
+    to the token (which then refuses them, as it did before)."""
+
+    __slots__ = ("ended", "parked", "pending", "task", "token")
+
+    def __init__(self, token: Any) -> None:
+        self.token = token
+        self.pending: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
+        self.task: Any = None
+        self.parked = False
+        self.ended = False
+
+    def __call__(self, fn: Callable[..., object], *args: Any) -> None:
+        if self.ended:
+            self.token.run_sync_soon(fn, *args)
+            return
+        self.pending.append((fn, args))
+        if self.parked:
+            import trio
+
+            self.parked = False
+            trio.lowlevel.reschedule(self.task)
+
+    def _abort(self, _: Any) -> Any:
+        import trio
+
+        self.parked = False
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def serve(self) -> None:
+        """The system task: run what was scheduled before this step, then park."""
+        import trio
+
+        self.task = trio.lowlevel.current_task()
+        try:
+            while True:
+                # only what was there when this step began: a callback that
+                # schedules another gets it a round later, not in this round
+                for _ in range(len(self.pending)):
+                    fn, args = self.pending.popleft()
+                    fn(*args)
+                if self.pending:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    continue
+                self.parked = True
+                await trio.lowlevel.wait_task_rescheduled(self._abort)
+        finally:
+            self.ended = True
+            rest, self.pending = list(self.pending), deque()
+            for fn, args in rest:
+                try:
+                    self.token.run_sync_soon(fn, *args)
+                except trio.RunFinishedError:
+                    pass

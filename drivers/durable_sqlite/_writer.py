@@ -206,7 +206,7 @@ class Call(Generic[T]):
         turns, self.turns = self.turns, None
         if turns is None or turns.active is not self:
             return
-        if turns.waiting:
+        if turns.waiting:  # asyncio: loop.call_soon; trio: _TrioSoon (no socket)
             self.soon(turns.next)
         else:  # nobody waits: no round to schedule (trio's costs a wake-up)
             turns.active = None
