@@ -270,11 +270,13 @@ def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
     page.evaluate("window.__same_page = true")  # gone if the page were reloaded
     bar = page.locator("#pending progress")
     bar.wait_for()
+    page.locator("#pending a").first.focus()  # a reader on the activity's link keeps it
     first = float(bar.get_attribute("value") or 0)
     # heartbeats record no history event: only the poll can move the bar
     page.wait_for_function(
         "v => Number(document.querySelector('#pending progress').value) > v + 1", arg=first)
     assert page.evaluate("window.__same_page") is True
+    assert page.evaluate("document.activeElement.closest('#pending') !== null")
     shot(live, page, "live-progress", page.locator("#waiting"))
     live.api.post("/api/workflows/progress-1/terminate", json={"reason": "seen enough"})
     # a run waiting on a timer says so, with its countdown

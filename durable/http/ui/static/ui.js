@@ -98,6 +98,13 @@
     source.addEventListener("failed", function () { source.close(); });
   }
 
+  function settled(el) {
+    var copy = el.cloneNode(true);
+    copy.querySelectorAll(".rel").forEach(function (rel) { rel.textContent = ""; });
+    copy.querySelectorAll("time").forEach(function (t) { t.classList.remove("ahead", "late", "passed"); });
+    return copy.outerHTML;
+  }
+
   function poll(url) {
     var busy = false, timer = null;
     function once() {
@@ -108,10 +115,17 @@
         .then(function (html) {
           if (!html) return;
           var doc = new DOMParser().parseFromString(html, "text/html");
+          var active = document.activeElement, focusHref = active && active.getAttribute && active.getAttribute("href");
           doc.querySelectorAll("[data-poll-part][id]").forEach(function (fresh) {
             var el = document.getElementById(fresh.id);
-            if (!el || fresh.outerHTML === el.outerHTML) return;
-            el.replaceWith(document.importNode(fresh, true));
+            // unchanged but for the "(2s ago)" texts tick() rewrites: keep it (and its focus)
+            if (!el || settled(fresh) === settled(el)) return;
+            var node = document.importNode(fresh, true);
+            el.replaceWith(node);
+            if (focusHref && !document.body.contains(active)) {
+              var same = node.querySelector('a[href="' + CSS.escape(focusHref) + '"]');
+              if (same) same.focus();
+            }
           });
           tick();
           var state = doc.getElementById("poll-state");
