@@ -150,7 +150,8 @@ def open_page(browser: Any, live: Live) -> Iterator[Callable[..., Any]]:
     contexts: list[Any] = []
 
     def make(token: str | None = OPERATOR, **options: Any) -> Any:
-        context = browser.new_context(viewport={"width": 1000, "height": 720}, **options)
+        options.setdefault("viewport", {"width": 1000, "height": 720})
+        context = browser.new_context(**options)
         context.set_default_timeout(WAIT * 1000)
         contexts.append(context)
         page = context.new_page()
@@ -584,7 +585,8 @@ def test_pages_pass_contrast_label_and_landmark_checks(
     page = open_page()
     paths = ["/ui/runs", "/ui/run?wf=deadlines-1", "/ui/run?wf=charge-1",
              "/ui/run/timeline?wf=deadlines-1", "/ui/run/activity?wf=deadlines-1&op=0:1",
-             "/ui/run/cascade?wf=deadlines-1", "/ui/run/request-cancellation?wf=deadlines-1"]
+             "/ui/run/cascade?wf=deadlines-1", "/ui/run/request-cancellation?wf=deadlines-1",
+             "/ui/run/query?wf=deadlines-1", "/ui/run/update?wf=deadlines-1", "/ui/dashboard"]
     # the cascades the acting tests left (when they ran first: -k may leave them out)
     paths += [f"/ui/run/cascade?wf={wf}" for wf in ("guarded-1", "tree") if live.events(wf)]
     for path in paths:
@@ -608,6 +610,20 @@ def test_pages_pass_contrast_label_and_landmark_checks(
     audit = login.evaluate(A11Y_AUDIT)
     assert len(audit["low"]) == 1 and audit["low"][0].startswith('P. "faint" 2.')
     assert audit["unlabelled"] == [""]
+
+
+def test_a_narrow_viewport_does_not_overflow(
+        live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
+    page = open_page(viewport={"width": 360, "height": 720})
+    wide = []
+    for path in ("/ui/dashboard", "/ui/runs", "/ui/run?wf=deadlines-1",
+                 "/ui/run/timeline?wf=deadlines-1", "/ui/run/query?wf=deadlines-1"):
+        page.goto(f"{live.url}{path}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > 360:
+            wide.append((path, width))
+    shot(live, page, "narrow")  # the last page, as a phone shows it
+    assert wide == []
 
 
 # ---------------------------------------------------------------- safe at the edges (issue 20)
