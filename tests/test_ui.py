@@ -238,9 +238,15 @@ def test_list_filter_and_a_run_with_its_timeouts_and_computed_deadlines(
     countdown = run_row.locator("time[data-deadline] .rel")
     first = countdown.inner_text()
     assert re.fullmatch(r"\(in (5\dm \d\ds|5\dm|1h 00m)\)", first), first
-    # the page's script keeps the countdown current (no reload)
+    # the page's script keeps the countdown current (no reload), and the run's
+    # duration ticks with it
+    running = page.locator("time[data-since]")
+    assert running.inner_text().endswith(" so far")
+    before = running.inner_text()
     page.wait_for_function("([el, text]) => el.textContent !== text",
                            arg=[countdown.element_handle(), first])
+    page.wait_for_function("([el, text]) => el.textContent !== text",
+                           arg=[running.element_handle(), before])
     phase = page.locator("#phase")
     assert phase.locator("strong").inner_text() == "cool-down"
     assert (phase.locator("time[data-deadline]").get_attribute("datetime")

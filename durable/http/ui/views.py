@@ -158,12 +158,15 @@ def seconds_text(value: Any) -> str:
 
 
 def took(start: Any, end: Any, now: datetime) -> str:
-    """How long something ran (``so far`` while it has no end)."""
+    """How long something ran (``so far`` while it has no end: then a ``<time
+    data-since>`` the page's script counts up with the deadlines, so every
+    time on the page ticks together)."""
     a, b = _fmt.instant(start), _fmt.instant(end)
     if a is None:
         return "-"
     if b is None:
-        return f"{_fmt.duration((now - a).total_seconds())} so far"
+        return Markup('<time datetime="{iso}" data-since>{text} so far</time>').format(
+            iso=a.isoformat(), text=_fmt.duration((now - a).total_seconds()))
     return _fmt.duration((b - a).total_seconds())
 
 

@@ -35,6 +35,9 @@
       var rel = el.querySelector(".rel");
       if (rel) rel.textContent = (state === "late" ? "⚠ " : "") + "(" + text + ")";
     });
+    document.querySelectorAll("time[data-since]").forEach(function (el) {
+      el.textContent = duration(Math.max(0, (now - Date.parse(el.getAttribute("datetime"))) / 1000)) + " so far";
+    });
     document.querySelectorAll("time[data-when]").forEach(function (el) {
       var delta = (Date.parse(el.getAttribute("datetime")) - now) / 1000;
       var rel = el.querySelector(".rel");
