@@ -25,6 +25,7 @@ from ..wakes import Wake
 from .events import Event, append_events
 from .records import (
     OP_COLUMNS,
+    OPEN_SQL,
     RUN_COLUMNS,
     OpRecord,
     RunRecord,
@@ -379,7 +380,7 @@ def request_child_cancellation(
         # The child is left independent: the parent's close will not reach it.
         yield ex(
             "UPDATE runs SET parent_close_policy = 'abandon' WHERE namespace = ? "
-            "AND workflow_id = ? AND status IN ('pending', 'running')",
+            f"AND workflow_id = ? AND status IN {OPEN_SQL}",
             run.namespace, op.child_workflow_id,
         )
         events.append(("ChildCancellationRequested", {

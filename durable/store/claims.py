@@ -19,6 +19,7 @@ from . import fastpath, queues
 from .events import append_events
 from .records import (
     OP_COLUMNS,
+    OPEN_SQL,
     RUN_COLUMNS,
     Claimed,
     ClaimedRun,
@@ -35,7 +36,7 @@ from .returning import update_one_returning, update_returning
 COUNT_CAP = 8
 
 _READY_RUNS = (
-    "namespace = ? AND task_queue = ? AND status IN ('pending', 'running') AND ready_at <= ? "
+    f"namespace = ? AND task_queue = ? AND status IN {OPEN_SQL} AND ready_at <= ? "
     "AND needs_review = 0 AND (owner IS NULL OR lease_expires_at <= ?) "
 )
 

@@ -18,6 +18,7 @@ from . import cancellation
 from .events import Event, append_events, record_failure
 from .records import (
     OP_COLUMNS,
+    OPEN_SQL,
     OPEN_STATUSES,
     RUN_COLUMNS,
     OpKind,
@@ -130,7 +131,7 @@ def close_run(
     else:
         children = yield q(
             f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? "
-            "AND status IN ('pending', 'running')",
+            f"AND status IN {OPEN_SQL}",
             run_id,
         )
         for child_row in children:
@@ -172,7 +173,7 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
         f"cancelled because the workflow run closed ({status})")
     tasks = yield q(
         "SELECT task_id, op_id, activity_name, options, status FROM activity_tasks "
-        "WHERE run_id = ? AND status IN ('pending', 'running')", run_id,
+        f"WHERE run_id = ? AND status IN {OPEN_SQL}", run_id,
     )
     fenced: set[str] = set()
     for task in tasks:

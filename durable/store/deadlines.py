@@ -14,7 +14,7 @@ from ..driver import Program, Tx, q, q1
 from ..failure import Failure
 from .activities import time_out_task
 from .closing import close_run
-from .records import RUN_COLUMNS, TASK_COLUMNS, RunStatus, earliest, run_from_row
+from .records import OPEN_SQL, RUN_COLUMNS, TASK_COLUMNS, RunStatus, earliest, run_from_row
 
 
 def next_deadline(namespace: str, now: float,
@@ -36,14 +36,14 @@ def next_deadline(namespace: str, now: float,
     row = yield q1(
         "SELECT "
         "(SELECT MIN(deadline_at) FROM runs WHERE namespace = ? "
-        " AND status IN ('pending', 'running')) AS run_deadline, "
+        f" AND status IN {OPEN_SQL}) AS run_deadline, "
         "(SELECT MIN(CASE WHEN lease_expires_at IS NOT NULL AND deadline_at >= lease_expires_at"
         " THEN NULL ELSE deadline_at END) FROM activity_tasks WHERE namespace = ? "
-        " AND status IN ('pending', 'running')) AS task_deadline, "
+        f" AND status IN {OPEN_SQL}) AS task_deadline, "
         "(SELECT MIN(available_at) FROM activity_tasks WHERE namespace = ? "
         " AND status = 'pending' AND available_at > ?) AS task_available, "
         "(SELECT MIN(lease_expires_at) FROM runs WHERE namespace = ? "
-        " AND status IN ('pending', 'running') AND owner IS NOT NULL) AS run_lease, "
+        f" AND status IN {OPEN_SQL} AND owner IS NOT NULL) AS run_lease, "
         "(SELECT MIN(lease_expires_at) FROM activity_tasks WHERE namespace = ? "
         " AND status = 'running') AS task_lease",
         namespace, namespace, namespace, now if since is None else min(since, now),
@@ -67,7 +67,7 @@ def enforce_expired(
     extra: tuple[Any, ...] = (run_id,) if run_id is not None else ()
     runs = yield q(
         f"SELECT {RUN_COLUMNS} FROM runs WHERE namespace = ? AND status IN "
-        f"('pending', 'running') AND deadline_at <= ?{run_filter} ORDER BY deadline_at LIMIT ?"
+        f"{OPEN_SQL} AND deadline_at <= ?{run_filter} ORDER BY deadline_at LIMIT ?"
         + tx.skip_locked,
         namespace, now, *extra, limit,
     )
@@ -91,7 +91,7 @@ def enforce_expired(
         return counts
     tasks = yield q(
         f"SELECT {TASK_COLUMNS} FROM activity_tasks WHERE namespace = ? AND status IN "
-        "('pending', 'running') AND deadline_at <= ? ORDER BY deadline_at LIMIT ?"
+        f"{OPEN_SQL} AND deadline_at <= ? ORDER BY deadline_at LIMIT ?"
         + tx.skip_locked,
         namespace, now, limit,
     )

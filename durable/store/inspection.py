@@ -11,6 +11,8 @@ from ..driver import Program, placeholders, q, q1
 from . import queues
 from .cancellation import describe_cancellation
 from .records import (
+    OPEN_SQL,
+    OPEN_STATUSES,
     REVIEW_STATUSES,
     HistoryEvent,
     RecordedEvent,
@@ -297,7 +299,7 @@ def history(
 def _review_status(needs_review: Any, status: str, failure: str | None) -> str:
     """The status a person reads: needs_review / unknown for an open run marked
     for review (a replay mismatch / units whose effect is unknown), else the run's."""
-    if not needs_review or status not in ("pending", "running"):
+    if not needs_review or status not in OPEN_STATUSES:
         return status
     category = (json.loads(failure) or {}).get("failure_category") if failure else None
     return "unknown" if category == "unknown" else "needs_review"
@@ -324,11 +326,11 @@ def list_runs(
     )
     params: list[Any] = [namespace]
     if status in REVIEW_STATUSES:
-        sql += " AND needs_review = 1 AND status IN ('pending', 'running')"
+        sql += f" AND needs_review = 1 AND status IN {OPEN_SQL}"
     elif status is not None:
         sql += " AND status = ?"
         params.append(status)
-        if status in ("pending", "running"):
+        if status in OPEN_STATUSES:
             sql += " AND needs_review = 0"
     if statuses is not None:
         sql += f" AND status IN ({placeholders(len(statuses))})"
@@ -365,7 +367,7 @@ def list_runs(
     busy = yield from _busy_runs([r["run_id"] for r in rows if r["status"] == "running"
                                   and not r["needs_review"]])
     for summary in summaries:
-        open_ = summary["status"] in ("pending", "running", *REVIEW_STATUSES)
+        open_ = summary["status"] in (*OPEN_STATUSES, *REVIEW_STATUSES)
         summary["waiting"] = (summary["run_id"] not in busy) if open_ else None
     return summaries, next_key
 
@@ -431,12 +433,12 @@ def observe(
         runs[(str(r["namespace"]), str(r["status"]))] = int(r["n"])
     cancellations: dict[tuple[str, str], int] = {}
     for r in (yield q("SELECT namespace, cancellation FROM runs WHERE status IN "
-                      "('pending', 'running') AND cancellation IS NOT NULL")):
+                      f"{OPEN_SQL} AND cancellation IS NOT NULL")):
         key = (str(r["namespace"]), str(loads(r["cancellation"]).get("lifecycle")))
         cancellations[key] = cancellations.get(key, 0) + 1
     blocked: dict[tuple[str, str], int] = {}
     for r in (yield q("SELECT namespace, blocked_build, COUNT(*) AS n FROM runs WHERE status "
-                      "IN ('pending', 'running') AND blocked_build IS NOT NULL "
+                      f"IN {OPEN_SQL} AND blocked_build IS NOT NULL "
                       "GROUP BY namespace, blocked_build")):
         blocked[(str(r["namespace"]), str(r["blocked_build"]))] = int(r["n"])
     if after_event_id is None:

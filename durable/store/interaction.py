@@ -38,6 +38,7 @@ from .events import Event, append_events
 from .records import (
     INBOX_COLUMNS,
     OP_COLUMNS,
+    OPEN_SQL,
     OPEN_STATUSES,
     REQUEST_COLUMNS,
     RUN_COLUMNS,
@@ -334,7 +335,7 @@ def idle_requests(namespace: str, task_queue: str, types: tuple[str, ...], limit
         "SELECT r.request_id FROM requests r JOIN runs u ON u.run_id = r.run_id "
         "WHERE r.namespace = ? AND r.task_queue = ? AND r.status = 'pending' "
         f"AND r.kind = 'query' AND r.workflow_type IN ({placeholders(len(types))}) "
-        "AND (u.status NOT IN ('pending', 'running') OR u.owner IS NULL "
+        f"AND (u.status NOT IN {OPEN_SQL} OR u.owner IS NULL "
         "OR u.lease_expires_at <= ?) ORDER BY r.created_at LIMIT ?",
         namespace, task_queue, *types, now, limit,
     )

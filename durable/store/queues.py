@@ -31,12 +31,13 @@ from typing import Any
 from ..clock import to_iso
 from ..driver import Program, Row, Tx, ex, placeholders, q, q1
 from ..wakes import Wake
+from .records import OPEN_SQL
 
 #: the limits a queue may have, and what kind of work each bounds
 RUN_LIMITS = ("max_running", "max_running_per_key", "rate")
 ACTIVITY_LIMITS = ("max_running_activities", "activity_rate")
 
-RUNNING_RUNS = ("runs WHERE namespace = ? AND task_queue = ? AND status IN ('pending', 'running') "
+RUNNING_RUNS = (f"runs WHERE namespace = ? AND task_queue = ? AND status IN {OPEN_SQL} "
                 "AND owner IS NOT NULL AND lease_expires_at > ? ")
 RUNNING_TASKS = ("activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'running' "
                  "AND lease_expires_at > ? ")
@@ -262,7 +263,7 @@ def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, A
     running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
     waiting = yield q1(
         "SELECT count(*) AS n, min(ready_at) AS oldest FROM runs WHERE namespace = ? AND "
-        "task_queue = ? AND status IN ('pending', 'running') AND needs_review = 0 AND "
+        f"task_queue = ? AND status IN {OPEN_SQL} AND needs_review = 0 AND "
         "ready_at <= ? AND (owner IS NULL OR lease_expires_at <= ?)", namespace, name, now, now)
     tasks_running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_TASKS}", namespace, name, now)
     tasks_waiting = yield q1(
@@ -315,8 +316,8 @@ def queue_names(namespace: str, now: float) -> Program[list[str]]:
         "SELECT name FROM task_queues WHERE namespace = ? UNION "
         "SELECT task_queue FROM workers WHERE namespace = ? AND expires_at >= ? UNION "
         "SELECT DISTINCT task_queue FROM runs WHERE namespace = ? AND status IN "
-        "('pending', 'running') UNION SELECT DISTINCT task_queue FROM activity_tasks WHERE "
-        "namespace = ? AND status IN ('pending', 'running')",
+        f"{OPEN_SQL} UNION SELECT DISTINCT task_queue FROM activity_tasks WHERE "
+        f"namespace = ? AND status IN {OPEN_SQL}",
         namespace, namespace, now, namespace, namespace)
     return sorted({r["name"] for r in rows})
 
@@ -362,10 +363,10 @@ def gauges(now: float) -> Program[list[dict[str, Any]]]:
 
     counts = (
         ("runs_running", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
-         "('pending', 'running') AND owner IS NOT NULL AND lease_expires_at > ? "
+         f"{OPEN_SQL} AND owner IS NOT NULL AND lease_expires_at > ? "
          "GROUP BY namespace, task_queue", (now,)),
         ("runs_waiting", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
-         "('pending', 'running') AND needs_review = 0 AND ready_at <= ? AND (owner IS NULL OR "
+         f"{OPEN_SQL} AND needs_review = 0 AND ready_at <= ? AND (owner IS NULL OR "
          "lease_expires_at <= ?) GROUP BY namespace, task_queue", (now, now)),
         ("activities_running", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
          "WHERE status = 'running' AND lease_expires_at > ? GROUP BY namespace, task_queue",

@@ -37,22 +37,19 @@ class RunStatus(enum.StrEnum):
 
 #: The one home of "open": a run (and a remote activity task: `AttemptStatus`
 #: has the same two) is open while pending or running; every other status is
-#: final. Python code asks `RunStatus.is_open` / ``in OPEN_STATUSES``, SQL
-#: uses `open_status_sql`.
+#: final. Python code asks `RunStatus.is_open` / ``in OPEN_STATUSES``, SQL uses
+#: `OPEN_SQL`, ``('pending', 'running')``: literals, not parameters, so that a
+#: predicate matches the partial indexes of `durable.store.schema` (same text).
 OPEN_STATUSES: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING)
+OPEN_SQL = f"({', '.join(repr(str(s)) for s in OPEN_STATUSES)})"
 #: Open runs marked for review; then the one status vocabulary every view reads.
 REVIEW_STATUSES: tuple[str, ...] = ("needs_review", "unknown")
 LISTED_STATUSES: tuple[str, ...] = (*(s.value for s in RunStatus), *REVIEW_STATUSES)
 
 
 def open_status_sql(column: str = "status") -> str:
-    """SQL for "`column` is an open status": ``status IN ('pending', 'running')``.
-
-    The list is written out as literals, not parameters, so that a query's
-    predicate matches the partial indexes of `durable.store.schema` (whose
-    ``WHERE`` clauses use the same text) and the planner can use them.
-    """
-    return f"{column} IN ({', '.join(repr(str(s)) for s in OPEN_STATUSES)})"
+    """SQL for "`column` is an open status": ``status IN ('pending', 'running')``."""
+    return f"{column} IN {OPEN_SQL}"
 
 
 class OpKind(enum.StrEnum):

@@ -12,6 +12,7 @@ from ..wakes import Wake
 from .events import EVENT_INSERT, append_events, event_text
 from .records import (
     OP_COLUMNS,
+    OPEN_SQL,
     OPEN_STATUSES,
     RUN_COLUMNS,
     OpRecord,
@@ -229,7 +230,7 @@ def open_runs(namespace: str, task_queue: str, after_run_id: str,
     `durable check-upgrade` replays."""
     rows = yield q(
         "SELECT run_id, workflow_id, workflow_type, last_build, blocked_build FROM runs "
-        "WHERE namespace = ? AND task_queue = ? AND status IN ('pending', 'running') "
+        f"WHERE namespace = ? AND task_queue = ? AND status IN {OPEN_SQL} "
         "AND run_id > ? ORDER BY run_id LIMIT ?",
         namespace, task_queue, after_run_id, limit)
     return [dict(r) for r in rows]

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..clock import to_iso
 from ..driver import Program, ex, q
-from .records import DefinitionClash, WorkerRegistration
+from .records import OPEN_SQL, DefinitionClash, WorkerRegistration
 
 #: how long a gone worker stays listed (seconds)
 KEEP_GONE = 3600.0
@@ -100,7 +100,7 @@ def list_workers(namespace: str, now: float) -> Program[list[dict[str, Any]]]:
         "w.heartbeat_at, w.expires_at, w.identity, w.host, w.pid, w.build_id, w.definitions, "
         "w.started_at, w.stopped_at, "
         "(SELECT count(*) FROM runs r WHERE r.owner = w.worker_id "
-        "AND r.status IN ('pending', 'running')) AS runs_held, "
+        f"AND r.status IN {OPEN_SQL}) AS runs_held, "
         "(SELECT count(*) FROM activity_tasks t WHERE t.owner = w.worker_id "
         "AND t.status = 'running') AS activities_held "
         "FROM workers w WHERE w.namespace = ?",
