@@ -285,6 +285,10 @@ def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
     assert page.evaluate("window.__same_page") is True
     assert page.evaluate("document.activeElement.closest('#pending') !== null")
     shot(live, page, "live-progress", page.locator("#waiting"))
+    page.goto(f"{live.url}/ui/runs")  # the list tells busy from waiting
+    assert page.locator('tr[data-workflow-id="progress-1"] [data-waiting]').inner_text() == "busy"
+    assert page.locator('tr[data-workflow-id="deadlines-1"] [data-waiting]').inner_text() \
+        == "waiting"
     live.api.post("/api/workflows/progress-1/terminate", json={"reason": "seen enough"})
     # a run waiting on a timer says so, with its countdown
     page.goto(f"{live.url}/ui/run?wf=deadlines-1")

@@ -586,6 +586,9 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
     part = await ui.http.get(f"/ui/run/live?wf=live-1&run={run_id}")
     assert part.status_code == 200 and "<html" not in part.text
     assert 'id="poll-state" data-poll-part data-open="1"' in part.text
+    listed = await ui.http.get("/ui/runs")
+    row = listed.text[listed.text.index('data-workflow-id="live-1"'):]
+    assert 'data-waiting="1"' in row[:row.index("</tr>")]  # the list tells waiting from busy
     # nobody serves the queue: the page says what is missing, not "busy"
     assert 'data-waiting-kind="worker"' in part.text and "registers ui-nobody" in part.text
     assert 'id="pending" data-poll-part' in part.text
@@ -596,6 +599,9 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
     assert "data-poll=" not in page.text
     missing = await ui.http.get("/ui/run/live?wf=nope")
     assert missing.status_code == 404
+    listed = await ui.http.get("/ui/runs")
+    row = listed.text[listed.text.index('data-workflow-id="live-1"'):]
+    assert 'data-waiting=' not in row[:row.index("</tr>")]  # closed: neither
 
 
 @SQLITE_ONLY

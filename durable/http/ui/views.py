@@ -59,7 +59,7 @@ def filled(data: Any, keys: Iterable[str]) -> dict[str, Any]:
 
 
 SUMMARY_KEYS = ("workflow_id", "run_id", "workflow_type", "status", "run_number", "task_queue",
-                "created_at", "started_at", "closed_at", "closed_reason")
+                "created_at", "started_at", "closed_at", "closed_reason", "waiting")
 _RUN_KEYS = ("run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
              "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
              "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id",
