@@ -44,7 +44,7 @@ from ..errors import ConfigurationError
 from ..wakes import Wake
 from . import hosts, paths
 from .auth import ROLES, Grant, TokenSet, load_tokens, role_allows
-from .errors import VERSION, VERSION_HEADER, classify
+from .errors import VERSION, VERSION_HEADER, HTTPError, classify, error_body
 from .metrics import Metrics
 from .openapi import build_spec
 from .queues import queue_operations
@@ -68,29 +68,6 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 MAX_DEPTH = 64
 # How often a history long poll re-reads when no wake-up names its run.
 _HISTORY_POLL = 1.0
-
-
-class HTTPError(Exception):
-    """A refusal with a status, a code and a message (becomes a JSON error)."""
-
-    def __init__(self, status: int, code: str, message: str, *,
-                 headers: Mapping[str, str] | None = None, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = dict(headers or {})
-        self.extra = extra
-
-
-def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    """The reference engine's flat error body: ``{message, reason, ...}``; a
-    body that did not fit its schema (422) also names the field in ``errors``
-    (``{field: [messages]}``, Laravel's validation shape)."""
-    body: dict[str, Any] = {"message": message, "reason": code, **extra}
-    if code == "validation_failed" and "errors" not in body:
-        body["errors"] = {str(extra.get("field") or "body"): [message]}
-    return body
 
 
 def error_response(status: int, code: str, message: str, *,

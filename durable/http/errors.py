@@ -15,6 +15,7 @@ uses it too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import (
@@ -178,3 +179,26 @@ def error_from_wire(status: int, body: Any) -> DurableError:
         exc = cls(message)
     exc.args = (message,)  # the server's words, not a message rebuilt here
     return exc
+
+
+class HTTPError(Exception):
+    """A refusal with a status, a code and a message (becomes a JSON error)."""
+
+    def __init__(self, status: int, code: str, message: str, *,
+                 headers: Mapping[str, str] | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The reference engine's flat error body: ``{message, reason, ...}``; a
+    body that did not fit its schema (422) also names the field in ``errors``
+    (``{field: [messages]}``, Laravel's validation shape)."""
+    body: dict[str, Any] = {"message": message, "reason": code, **extra}
+    if code == "validation_failed" and "errors" not in body:
+        body["errors"] = {str(extra.get("field") or "body"): [message]}
+    return body

@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from ... import present as _fmt
 from .. import model
-from ..app import HTTPError
+from ..errors import HTTPError
 from . import views
 
 # The SVG's geometry (user units; the SVG scales to the page's width).

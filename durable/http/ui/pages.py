@@ -38,9 +38,8 @@ from ... import present as _fmt
 from ..._log import get_logger
 from ...client import WorkflowHandle
 from .. import model
-from ..app import HTTPError
 from ..auth import role_allows
-from ..errors import classify
+from ..errors import HTTPError, classify
 from ..throttle import client_of
 from ..wire import loads_finite
 from . import chart, views

@@ -18,8 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ...schedules import Overlap
-from ..app import HTTPError
-from ..errors import classify
+from ..errors import HTTPError, classify
 from .pages import NOTICES, UIError, Visitor, _required
 
 if TYPE_CHECKING:
