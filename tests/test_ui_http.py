@@ -341,7 +341,7 @@ class UIApproval:
 
     @workflow.run
     async def run(self) -> str:
-        await workflow.wait_condition(lambda: self.approver is not None)
+        await workflow.wait_condition(lambda: self.approver is not None, timeout=3600)
         return f"approved by {self.approver} under {self.limit}"
 
     @workflow.signal
@@ -370,10 +370,15 @@ async def test_query_and_update_forms_finish_the_approval_from_the_ui(
     async with make_worker(workflows=[UIApproval]):
         handle = await ui.storage.start(UIApproval, id="appr-1")
         run_id = (await handle.describe())["run"]["run_id"]
+        with anyio.fail_after(30):  # until it waits on its condition
+            while "ConditionScheduled" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
         base = f"?wf=appr-1&run={run_id}"
         await ui.login(VIEWER)  # a viewer may query, not update
         page = await ui.http.get(f"/ui/run{base}")
         assert "/ui/run/query?" in page.text and "/ui/run/update?" not in page.text
+        pending = page.text[page.text.index('id="pending"'):page.text.index('id="received"')]
+        assert "times out" in pending and "fires" not in pending  # a condition's timeout
         csrf = await ui.csrf(f"/ui/run/query{base}")
         asked = await ui.http.post(f"/ui/run/query{base}",
                                    data={"csrf": csrf, "name": "progress", "args": "[]"})
