@@ -161,6 +161,7 @@ async def test_an_hourly_schedule_over_30_virtual_days(
 
 
 async def test_skip_drops_fires_while_a_run_is_open(env: TimeSkippingEnvironment) -> None:
+    env.auto_skip = False  # time moves only by env.sleep (as in terminate_other)
     async with env.worker(workflows=[Gate]):
         handle = await env.client.create_schedule(
             "skip", ScheduleSpec(every=60), Gate, "g", overlap=Overlap.SKIP)
@@ -181,6 +182,7 @@ async def test_skip_drops_fires_while_a_run_is_open(env: TimeSkippingEnvironment
 async def test_buffer_one_starts_one_waiting_fire_when_the_run_closes(
     env: TimeSkippingEnvironment,
 ) -> None:
+    env.auto_skip = False  # time moves only by env.sleep (as in terminate_other)
     async with env.worker(workflows=[Gate]):
         handle = await env.client.create_schedule(
             "buf1", ScheduleSpec(every=60), Gate, "g", overlap=Overlap.BUFFER_ONE)
@@ -203,6 +205,7 @@ async def test_buffer_one_starts_one_waiting_fire_when_the_run_closes(
 async def test_buffer_all_starts_every_fire_one_after_the_other(
     env: TimeSkippingEnvironment,
 ) -> None:
+    env.auto_skip = False  # time moves only by env.sleep (as in terminate_other)
     async with env.worker(workflows=[Gate]):
         handle = await env.client.create_schedule(
             "bufall", ScheduleSpec(every=60), Gate, "g", overlap=Overlap.BUFFER_ALL)
