@@ -135,8 +135,8 @@ def claim_runs(
     ready_params = (namespace, task_queue, now, now, *types, build_id or "")
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "workflow_types")
-    # the builds first: MariaDB evaluates assignments left to right, each seeing
-    # the ones before it (epoch must still be the one before the claim)
+    # the builds first: some databases evaluate SET assignments left to right,
+    # each seeing the ones before it (epoch must still be the one before the claim)
     claim = ("started_build = CASE WHEN epoch = 0 THEN ? ELSE started_build END, "
              "last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END, "
              "owner = ?, epoch = epoch + 1, lease_expires_at = ?, "

@@ -339,7 +339,7 @@ def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
         return None
     match = " OR ".join("(run_id = ? AND op_id = ?)" for _ in pairs)
     # The ids first, then the lock by primary key: a locking read whose plan
-    # scans (a semi-join may) waits for every row lock it meets on InnoDB.
+    # scans (a semi-join may) waits for every row lock it meets on some engines.
     ops = yield q(f"SELECT task_id FROM ops WHERE {match}",
                   *(value for pair in pairs for value in pair))
     ids = sorted({r["task_id"] for r in ops if r["task_id"] is not None})

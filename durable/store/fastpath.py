@@ -220,8 +220,8 @@ def _local_steps_group_locked(dialect: Dialect, batches: list[RunWrites],
     """A group commit in five statements whatever its size, on any database:
     lock and fence the runs (one locking read, in run_id order), bump their
     event counters (one UPDATE), insert every op and every event (one
-    ``executemany`` each, which MariaDB's client sends as one multi-row
-    INSERT). Run by run it was four round trips per run.
+    ``executemany`` each, which a client library may send as one
+    multi-row INSERT). Run by run it was four round trips per run.
     """
     ids = sorted(b.run_id for b in batches)
     epochs = " ".join("WHEN ? THEN ?" for _ in batches)

@@ -66,7 +66,7 @@ UPGRADES: dict[int, tuple[str, ...]] = {
 def migrate(dialect: Dialect | None = None) -> Program[int]:
     """Record the version of a fresh schema, or check an existing one and upgrade
     it in place; the version. (`dialect` quotes the column ``key``, a keyword
-    in MariaDB, and shapes the late indexes; SQLite's by default.)"""
+    in some SQL dialects, and shapes the late indexes; SQLite's by default.)"""
     dialect = dialect or Dialect()
     key = dialect.quote("key")
     row = yield q1(f"SELECT value FROM durable_meta WHERE {key} = 'schema_version'")

@@ -1,9 +1,9 @@
 """``UPDATE ... RETURNING``, on databases that have it and on those that do not.
 
 SQLite (3.35+) and PostgreSQL return the updated rows from the UPDATE
-itself: one round trip. MariaDB (10.11) has ``INSERT``/``DELETE ...
-RETURNING`` but not ``UPDATE ... RETURNING``, so there the same effect is a
-locking read of the rows' keys in key order (the store's lock order), the
+itself: one round trip. A database with ``INSERT``/``DELETE ... RETURNING``
+but not ``UPDATE ... RETURNING`` (`Dialect.returning` false) gets the same
+effect from a locking read of the rows' keys in key order (the store's lock order), the
 UPDATE by those keys, and a read of the columns back: the rows stay locked
 from the first statement to the commit, so what is read back is exactly what
 this transaction wrote. A single row named by its key needs no locking read:

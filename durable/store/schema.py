@@ -6,8 +6,8 @@ driver's `Dialect`; the statements are idempotent (IF NOT EXISTS), and
 `durable.store.migrations` records and checks the version.
 
 Every locking read (``FOR UPDATE``) has an index to go by (``activity_owner``
-for a worker's attempts): InnoDB (MariaDB) waits for every row lock a locking
-scan meets, matching or not, where PostgreSQL locks only the rows that match.
+for a worker's attempts): some engines wait for every row lock a locking scan
+meets, matching or not, where PostgreSQL locks only the rows that match.
 """
 
 from __future__ import annotations
