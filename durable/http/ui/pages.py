@@ -29,10 +29,9 @@ from urllib.parse import parse_qs, urlencode
 import anyio
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import Receive, Scope, Send
 
 from ... import present as _fmt
 from ..._log import get_logger
@@ -43,6 +42,8 @@ from ..errors import HTTPError, classify
 from ..throttle import client_of
 from ..wire import loads_finite
 from . import chart, views
+from .actions import ACTIONS, ANSWERED, QUERY_WAIT, Action
+from .asgi import EventStream, Labelled
 from .session import COOKIE_NAME, Session, SessionCodec
 
 if TYPE_CHECKING:
@@ -88,57 +89,6 @@ NOTICES = {
 }
 
 
-@dataclass
-class Action:
-    """An operator action: the API operation it performs and its confirmation page."""
-
-    name: str
-    operation_id: str
-    title: str
-    verb: str
-    warning: str
-    notice: str
-
-
-ACTIONS: dict[str, Action] = {a.name: a for a in (
-    Action("request-cancellation", "requestCancellationRun", "Request cancellation",
-           "Request cancellation",
-           "The run keeps running while its code cleans up; it closes as cancelled when the "
-           "cleanup finishes, or when the cleanup deadline passes. Children and activities "
-           "get the request according to their policies.", "cancellation-requested"),
-    Action("cancel", "cancelWorkflowRun", "Cancel now", "Cancel the run now",
-           "The run closes at once as cancelled: no cleanup code runs, its open activity "
-           "attempts are fenced and told to stop.", "cancelled"),
-    Action("terminate", "terminateWorkflowRun", "Terminate", "Terminate the run",
-           "The run closes at once as terminated, revoking its authority: nothing it still "
-           "does can be recorded.", "terminated"),
-    Action("retry-after-review", "retryAfterReview", "Retry after review", "Retry the run",
-           "A worker claims the run and replays it. After a replay mismatch, first deploy code "
-           "that replays its history. For units whose effect could not be confirmed, say what "
-           "you found: run them again (the effect did not happen, or twice is harmless) or "
-           "record them done (it happened).", "review-cleared"),
-    Action("reset", "resetWorkflow", "Reset", "Reset the run",
-           "The run continues as a new run of the same workflow id that keeps the results "
-           "recorded before the op you choose (nothing before it runs again) and runs the "
-           "rest with the code workers run now. An open run is terminated first. Deploy the "
-           "fix before you reset.", "reset"),
-    Action("signal", "", "Send a signal", "Send the signal",
-           "The signal is recorded and delivered to the workflow's handler for its name, "
-           "once, in order.", "signalled"),
-    Action("query", "queryWorkflowRun", "Ask a query", "Ask",
-           "A query asks the workflow's handler for an answer: a worker replays the run to "
-           "answer it, and nothing is recorded. Viewers may query.", ""),
-    Action("update", "updateWorkflowRun", "Send an update", "Send the update",
-           "An update runs the workflow's handler for its name: its validator may reject "
-           "it (nothing is recorded), otherwise it is recorded and its result returned "
-           "here. Sending the same form again (a reload) does not run it twice.", ""),
-)}
-# Actions whose answer is shown on their own page rather than after a redirect.
-ANSWERED = ("query", "update")
-# How long a query waits for a worker's answer (the server caps it by its max_wait).
-QUERY_WAIT = 10.0
-
-
 class UIError(Exception):
     """A page that could not be shown: its status, a title and what to do."""
 
@@ -179,51 +129,6 @@ class Visitor:
 def _signal_supported() -> bool:
     """Signals arrive with `WorkflowHandle.signal`; until then the action is not offered."""
     return hasattr(WorkflowHandle, "signal")
-
-
-class EventStream(StreamingResponse):
-    """``text/event-stream`` fed by an async iterator, ended as soon as the client
-    goes away (watched on `receive`, whichever ASGI version the server speaks)."""
-
-    def __init__(self, body: Callable[[], AsyncIterator[str]], headers: Mapping[str, str]):
-        self.source: AsyncIterator[str] = body()
-        super().__init__(self.source, status_code=200, headers=dict(headers),
-                         media_type="text/event-stream")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})
-        async with anyio.create_task_group() as tg:
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                tg.cancel_scope.cancel()
-
-            async def produce() -> None:
-                try:
-                    async for chunk in self.source:
-                        await send({"type": "http.response.body", "body": chunk.encode(),
-                                    "more_body": True})
-                    await send({"type": "http.response.body", "body": b"",
-                                "more_body": False})
-                except OSError:
-                    pass  # the client went away mid-write
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            tg.start_soon(produce)
-
-
-class _Labelled:
-    """An ASGI app that names its route for the access log and metrics."""
-
-    def __init__(self, label: str, app: Callable[[Scope, Receive, Send], Awaitable[None]]):
-        self.label = label
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["durable.route"] = self.label
-        await self.app(scope, receive, send)
 
 
 class WebUI:
@@ -268,7 +173,7 @@ class WebUI:
             Route("/ui/run/live", self._page("/ui/run/live", self.live), methods=["GET"]),
             Route("/ui/run/{action}", self._page("/ui/run/{action}", self.action),
                   methods=["GET", "POST"]),
-            Mount("/ui/static", _Labelled("/ui/static", StaticFiles(directory=str(STATIC))),
+            Mount("/ui/static", Labelled("/ui/static", StaticFiles(directory=str(STATIC))),
                   name="ui-static"),
             Route("/ui/{rest:path}", self._page("/ui/{rest}", self.not_found, public=True),
                   methods=["GET", "POST"]),
