@@ -15,6 +15,12 @@ history (a rejected update leaves no trace).
 
 The write handlers at the end are the owner's side: `durable.store.commit`
 dispatches those write types here, inside the run's fenced commit.
+
+Kept whole: the senders' side and the owner's side read and write the same
+inbox and request rows through the same states (received, delivered,
+pending, accepted, answered) and the same message keys (an update's id, a
+signal's request id); apart, each half would keep the other's invariants
+without seeing them.
 """
 
 from __future__ import annotations
