@@ -160,6 +160,8 @@ class RemoteControl:
             "id_reuse_policy": request.id_reuse,
             "task_queue": request.task_queue,
             "memo": json.loads(request.memo) if request.memo else None,
+            "priority": request.priority,
+            "concurrency_key": request.concurrency_key,
             # The client checked a workflow name already (as an embedded one does).
             "require_registered": False,
         }

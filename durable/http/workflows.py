@@ -6,8 +6,8 @@ request-cancellation, cancel and terminate: the reference's paths, request
 fields and answers (`durable.http.model`), so its own Python client
 (``durable-workflow``) drives `durable serve` unchanged. Our extras are
 extra request fields (``id_reuse_policy``, ``require_registered``,
-``requester``, ``source``, ``timeout_seconds``) and extra answer fields,
-never a changed meaning of the reference's.
+``concurrency_key``, ``requester``, ``source``, ``timeout_seconds``) and extra
+answer fields, never a changed meaning of the reference's.
 
 Kept whole: it is one contract, read against one client; its request
 schemas, answers and handlers change together when the reference's do.
@@ -67,6 +67,13 @@ START_BODY = check_schema({
             "type": "string", "enum": [p.value for p in IdReusePolicy],
             "description": "Extension, finer than duplicate_policy (send one of the two)."},
         "memo": {"type": ["object", "null"], "description": "Metadata describe() shows."},
+        "priority": {
+            "type": ["integer", "null"], "minimum": 0, "maximum": 9,
+            "description": "Extension: claims go by priority, 0 (first) .. 9, then age; "
+                           "null: 5 (docs/queues.md)."},
+        "concurrency_key": {
+            **text(255, "Extension: runs of one key count against the queue's "
+                        "max_running_per_key (docs/queues.md)."), "type": ["string", "null"]},
         "require_registered": {
             "type": "boolean", "default": True,
             "description": "Extension: refuse (400 not_registered) a type no live worker "
@@ -234,6 +241,8 @@ async def start_request(call: Call) -> StartRequest:
         execution_timeout=body.get("execution_timeout_seconds"),
         run_timeout=body.get("run_timeout_seconds"),
         memo=dict(body.get("memo") or {}),
+        priority=5 if body.get("priority") is None else body["priority"],
+        concurrency_key=body.get("concurrency_key"),
     )
     return client._start_request(wf_type, _arguments(body.get("input"), "input"),
                                  body["workflow_id"], options, body.get("task_queue"))
