@@ -337,11 +337,9 @@ async def call_activity(
 class Started:
     """An async attempt driven up to its first suspension (`begin`).
 
-    `done`: it returned without suspending and `value` is its result (its
-    context variables are reset already). Otherwise `coro` is suspended,
-    `yielded` is what it yielded to the event loop (`_NOT_STARTED` when it
-    was not run at all), and the attempt's context variables stay set until
-    `finish` (or `close`) ends it.
+    `done`: it returned and `value` is its result (its context variables
+    reset). Otherwise `coro` is suspended (`yielded` is what it gave the
+    loop; `_NOT_STARTED`: not run yet), its context set until `finish`.
     """
 
     __slots__ = ("coro", "done", "tokens", "value", "yielded")
@@ -402,18 +400,13 @@ def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:
     The same records are written and the same outcome is returned or raised.
 
     Should one suspend after all, `finish` resumes the same coroutine in the
-    attempt's cancel scope with what the event loop sends back, so nothing
-    is run twice or lost. That is only safe when the attempt has entered no
-    cancel scope of its own when it suspends (anyio and trio refuse scopes
-    exited out of order), which holds for code that cannot suspend: an
-    ``async with`` is itself an await. Hence the lane is taken only for
-    functions without an await (`never_suspends`), not by trying any
-    coroutine once: one that suspends inside ``anyio.fail_after()`` could
-    not be given its scope afterwards.
-
-    An attempt already asked to stop is not started here (`finish` starts it
-    inside its cancelled scope, as before). The attempt's exception is
-    raised from here when it fails.
+    attempt's cancel scope with what the loop sends back: nothing runs twice
+    or is lost. That is safe only if the attempt suspended outside any cancel
+    scope of its own (anyio and trio refuse scopes exited out of order), so
+    the lane is for functions without an await (`never_suspends`), not for
+    any coroutine tried once: one suspended inside ``anyio.fail_after()``
+    could not be given its scope afterwards. An attempt already asked to
+    stop is started by `finish`, in its cancelled scope, as before.
     """
     observer = EXECUTIONS.get()
     if observer is not None:
