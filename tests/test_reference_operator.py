@@ -67,4 +67,51 @@ async def test_retention_routes_need_the_admin_role(live: Live) -> None:
         response = await http.put("/api/system/retention", json={"retention_days": 1},
                                   headers=headers(ADMIN))
         assert response.status_code == 200 and response.json()["retention_seconds"] == 86400
-    assert RESULT_TIMEOUT
+
+
+async def test_history_export_passes_the_reference_clients_own_verifier(live: Live) -> None:
+    from durable_workflow.history_bundle_verify import verify_bundle
+
+    async def scenario(url: str) -> None:
+        async with ref_client(url) as c:
+            done = await c.start_workflow(workflow_type="ref_greet", task_queue="default",
+                                          workflow_id="exp-1", input=["zoë ✓"])
+            assert await done.result(timeout=RESULT_TIMEOUT, poll_interval=0.05) == "hello zoë ✓"
+            bundle = await c.export_history("exp-1", done.run_id)
+            assert bundle["schema"] == "durable-workflow.v2.history-export"
+            assert bundle["history_complete"] is True
+            assert bundle["workflow"]["instance_id"] == "exp-1"
+            assert bundle["workflow"]["status"] == "completed"
+            types = [e["type"] for e in bundle["history_events"]]
+            assert types[0] == "WorkflowStarted" and types[-1] == "WorkflowCompleted"
+            history = await c.get_history("exp-1", done.run_id, page_size=1000)
+            assert [e["sequence"] for e in bundle["history_events"]] == [
+                e["sequence"] for e in history["events"]]
+            assert dw._avro.decode(bundle["payloads"]["arguments"]["data"]) == ["zoë ✓"]
+            assert dw._avro.decode(bundle["payloads"]["output"]["data"]) == "hello zoë ✓"
+            report = verify_bundle(bundle)
+            assert report["status"] == "ok", report["findings"]
+            assert report["integrity"]["checksum_matches"] is True
+            tampered = {**bundle, "dedupe_key": "changed"}
+            assert verify_bundle(tampered)["status"] == "failed"
+
+            failed = await c.start_workflow(workflow_type="ref_fail", task_queue="default",
+                                            workflow_id="exp-2", input=["broken"])
+            with pytest.raises(dw_errors.WorkflowFailed):
+                await failed.result(timeout=RESULT_TIMEOUT, poll_interval=0.05)
+            bundle = await c.export_history("exp-2", failed.run_id)
+            assert bundle["workflow"]["status"] == "failed"
+            assert bundle["payloads"]["output"]["available"] is False
+            assert verify_bundle(bundle)["status"] == "ok"
+
+            open_run = await c.start_workflow(workflow_type="ref_order", task_queue="default",
+                                              workflow_id="exp-3", input=["o-1"])
+            bundle = await c.export_history("exp-3", open_run.run_id)
+            assert bundle["history_complete"] is False
+            assert verify_bundle(bundle)["status"] == "ok"
+            await c.terminate_workflow("exp-3", reason="done")
+
+            with pytest.raises(dw_errors.WorkflowNotFound):
+                await c.export_history("exp-missing", "r-1")
+
+    await run_reference(scenario, live)
