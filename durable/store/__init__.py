@@ -266,11 +266,12 @@ class Store:
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
                           name: str, payload: str, now: float,
-                          sender: dict[str, Any] | None = None) -> InboxItem:
-        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
-        `RunAlreadyClosed`."""
+                          sender: dict[str, Any] | None = None,
+                          request_id: str | None = None) -> interaction.SignalReceipt:
+        """Record a received signal and who sent it, once per `request_id`.
+        Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now, sender))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender, request_id))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
