@@ -229,9 +229,20 @@ class ChildOptions:
     run_timeout: Seconds | None = None
     cleanup_timeout: Seconds | None = None
     task_queue: str | None = None
+    #: claims go by priority, 0 (first) .. 9; None: the parent's, so a child of
+    #: urgent work is not queued behind the backlog its parent went ahead of
+    priority: int | None = None
+    #: the child's key for ``max_running_per_key``; not inherited: a parent
+    #: holds its key's slot while it waits, so a child of the same key could
+    #: wait for a slot its own parent holds
+    concurrency_key: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        if self.priority is not None:
+            set_(self, "priority", _validate.integer(self.priority, "ChildOptions.priority",
+                                                     minimum=0, maximum=9))
+        _validate.optional_name(self.concurrency_key, "ChildOptions.concurrency_key")
         set_(self, "execution_timeout", _workflow_timeout(self.execution_timeout, "execution",
                                                           f"{type(self).__name__}.execution_timeout"))
         set_(self, "run_timeout", _workflow_timeout(self.run_timeout, "run",

@@ -172,3 +172,52 @@ def progress_of(details: Any) -> tuple[float, float] | None:
             and not isinstance(done, bool) and not isinstance(total, bool) and total > 0):
         return float(done), float(total)
     return None
+
+
+#: our ``waiting_for`` kinds (describe()) as the reference engine's ``wait_kind``:
+#: its words where it has one (a run held back before a worker takes it is a
+#: workflow task that waits, in its terms)
+_WAIT_KINDS = {"timer": "timer", "condition": "condition", "child": "child",
+               "activity": "activity", "activity_worker": "activity",
+               "worker": "workflow-task", "queue_slot": "workflow-task",
+               "key_slot": "workflow-task", "rate": "workflow-task",
+               "review": "workflow-task"}
+
+
+def wait_of(waiting: Any) -> tuple[str | None, str | None]:
+    """The reference's ``(wait_kind, wait_reason)`` for describe()["waiting_for"];
+    ``(None, None)`` when nothing is waited for (busy, closed). One place for the
+    words, so the HTTP wire, and whatever reads it, say the same as the CLI."""
+    if not isinstance(waiting, Mapping):
+        return None, None
+    kind = str(waiting.get("kind"))
+    w = waiting.get
+    if kind == "timer":
+        reason = f"Waiting for timer (fires at {w('fire_at')})"
+    elif kind == "condition":
+        reason = ("Waiting for condition" + (f" (times out at {w('timeout_at')})"
+                                             if w("timeout_at") else " (no timeout)"))
+    elif kind == "child":
+        reason = (f"Waiting for child workflow {w('child_workflow_id')} "
+                  f"({w('child_status') or 'not started'})")
+    elif kind == "activity":
+        reason = (f"Waiting for activity {w('activity')} to be picked up on queue "
+                  f"{w('queue')} (attempt {w('attempt')})")
+    elif kind == "activity_worker":
+        reason = (f"Waiting for activity {w('activity')}: no live worker of queue "
+                  f"{w('queue')} registers it")
+    elif kind == "worker":
+        reason = (f"Workflow task waiting for a worker: no live worker of queue {w('queue')} "
+                  f"registers {w('workflow_type')}")
+    elif kind in ("queue_slot", "key_slot"):
+        which = "a slot" if kind == "queue_slot" else f"a slot of key {w('concurrency_key')}"
+        reason = (f"Workflow task waiting for {which} on queue {w('queue')} "
+                  f"({w('running')} of {w('limit')} running)")
+    elif kind == "rate":
+        reason = (f"Workflow task waiting for the rate limit of queue {w('queue')} "
+                  f"(next start at {w('next_start_at')})")
+    elif kind == "review":
+        reason = f"Waiting for a person to review it: {w('hint')}"
+    else:
+        reason = compact(dict(waiting), 120)
+    return _WAIT_KINDS.get(kind, kind), reason

@@ -317,6 +317,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 REMOTE_TOKEN = "test-operator-token"
+# for a test marked remote_client(role="admin"): the retention and namespace routes need it
+REMOTE_ADMIN_TOKEN = "test-admin-token"
 
 
 @asynccontextmanager
@@ -326,7 +328,8 @@ async def remote_plane(storage: durable.Client) -> AsyncIterator[str]:
     from durable.http import create_app
     from durable.http.serve import serve_app
 
-    app = create_app(storage, tokens={REMOTE_TOKEN: "operator"}, environ={})
+    app = create_app(storage, tokens={REMOTE_TOKEN: "operator", REMOTE_ADMIN_TOKEN: "admin"},
+                     environ={})
     async with anyio.create_task_group() as tg:
         port = await tg.start(functools.partial(serve_app, app, host="127.0.0.1", port=0))
         yield f"http://127.0.0.1:{port}"
@@ -343,16 +346,20 @@ async def storage_client(db_url: str) -> AsyncIterator[durable.Client]:
 
 
 @pytest.fixture
-async def client(storage_client: durable.Client,
-                 client_kind: str) -> AsyncIterator[durable.Client]:
+async def client(storage_client: durable.Client, client_kind: str,
+                 request: pytest.FixtureRequest) -> AsyncIterator[durable.Client]:
     """The client a test calls: the embedded one, or (client_kind "remote") a
     `durable.connect("http://...")` client of a live control plane serving the
-    same storage."""
+    same storage, with an operator token (an admin one when the test is marked
+    ``remote_client(role="admin")``)."""
     if client_kind == "embedded":
         yield storage_client
         return
+    marker = request.node.get_closest_marker("remote_client")
+    admin = marker is not None and marker.kwargs.get("role") == "admin"
     async with remote_plane(storage_client) as url:
-        async with durable.connect(url, token=REMOTE_TOKEN) as remote:
+        async with durable.connect(url, token=REMOTE_ADMIN_TOKEN if admin
+                                   else REMOTE_TOKEN) as remote:
             yield remote
 
 

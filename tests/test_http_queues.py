@@ -121,3 +121,39 @@ async def test_a_remote_client_sees_workers_and_queues_as_an_embedded_one(
         theirs, ours = await remote.list_workers(), await storage_client.list_workers()
         assert [w["worker_id"] for w in theirs] == [w["worker_id"] for w in ours]
         assert theirs[0] == {k: ours[0][k] for k in theirs[0]}
+
+
+async def test_a_start_over_http_takes_a_priority_and_a_concurrency_key(
+    storage_client: durable.Client, http: httpx.AsyncClient,
+) -> None:
+    body = {"workflow_type": "http_queue_order", "workflow_id": "urgent", "input": [1],
+            "task_queue": "orders", "priority": 0, "concurrency_key": "customer-1",
+            "require_registered": False}
+    response = await http.post("/api/workflows", json=body, headers=AS_OPERATOR)
+    assert response.status_code == 201, response.text
+    run = (await storage_client.get_handle("urgent").describe())["run"]
+    assert (run["priority"], run["concurrency_key"]) == (0, "customer-1")
+    # none given: the default, as an embedded start
+    response = await http.post("/api/workflows", json={**body, "workflow_id": "plain",
+                                                        "priority": None,
+                                                        "concurrency_key": None},
+                               headers=AS_OPERATOR)
+    assert response.status_code == 201, response.text
+    run = (await storage_client.get_handle("plain").describe())["run"]
+    assert (run["priority"], run["concurrency_key"]) == (5, None)
+    bad = await http.post("/api/workflows", json={**body, "workflow_id": "bad", "priority": 10},
+                          headers=AS_OPERATOR)
+    assert bad.status_code == 422 and "priority" in bad.text, bad.text
+
+
+async def test_a_remote_client_starts_with_a_priority_and_a_concurrency_key(
+    storage_client: durable.Client,
+) -> None:
+    from conftest import REMOTE_TOKEN, remote_plane
+
+    async with remote_plane(storage_client) as url, \
+            durable.connect(url, token=REMOTE_TOKEN) as remote:
+        await remote.start(order, 1, id="remote-urgent", options=durable.StartOptions(
+            task_queue="orders", priority=1, concurrency_key="customer-9"))
+    run = (await storage_client.get_handle("remote-urgent").describe())["run"]
+    assert (run["priority"], run["concurrency_key"]) == (1, "customer-9")

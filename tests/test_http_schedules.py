@@ -11,6 +11,7 @@ behaviour of their own (tests/test_schedules*.py cover the engine on both).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,12 +20,11 @@ import anyio
 import httpx
 import pytest
 from click.testing import CliRunner
-from conftest import REMOTE_TOKEN, remote_plane
+from conftest import REMOTE_ADMIN_TOKEN, REMOTE_TOKEN, remote_plane
 
 import durable
-import durable.cli._schedules
 from durable import ScheduleSpec, workflow
-from durable.cli._commands import cli
+from durable.cli._group import cli
 from durable.http import create_app
 from durable.testing import TimeSkippingEnvironment
 
@@ -32,9 +32,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("driver_name", ["sqlite
 
 OPERATOR = "op-token"
 VIEWER = "view-token"
+ADMIN = "admin-token"
 VERSION = {"X-Durable-Workflow-Control-Plane-Version": "2"}
 AS_OPERATOR = {**VERSION, "Authorization": f"Bearer {OPERATOR}"}
 AS_VIEWER = {**VERSION, "Authorization": f"Bearer {VIEWER}"}
+AS_ADMIN = {**VERSION, "Authorization": f"Bearer {ADMIN}"}
 NEVER = "0 2 1 1 *"  # 02:00 on 1 January: nothing fires by itself during a test
 
 
@@ -53,7 +55,8 @@ def reason(response: httpx.Response) -> str:
 
 @pytest.fixture
 async def http(storage_client: durable.Client) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(storage_client, {OPERATOR: "operator", VIEWER: "viewer"}, environ={})
+    app = create_app(storage_client, {OPERATOR: "operator", VIEWER: "viewer", ADMIN: "admin"},
+                     environ={})
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://plane") as c:
         yield c
@@ -110,7 +113,7 @@ async def test_the_schedule_api_gives_the_same_answers_embedded_and_remote(
         await client.create_schedule("bad", ScheduleSpec(cron="* * *"), echo)
 
 
-@pytest.mark.remote_client
+@pytest.mark.remote_client(role="admin")
 async def test_retention_settings_and_prune_embedded_and_remote(
         client: durable.Client, storage_client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[echo]):
@@ -220,54 +223,60 @@ async def test_bad_schedule_bodies_are_refused_naming_what_is_wrong(
     assert (await http.get("/api/schedules", headers=AS_VIEWER)).json()["schedules"] == []
 
 
-async def test_viewers_read_schedules_and_retention_but_change_nothing(
+async def test_viewers_read_schedules_but_change_nothing_and_retention_is_admin_only(
         http: httpx.AsyncClient) -> None:
     body = {"schedule_id": "s", "spec": {"cron_expressions": [NEVER]},
             "action": {"workflow_type": "http-sched-echo"}, "require_registered": False}
     assert (await http.post("/api/schedules", json=body, headers=AS_VIEWER)).status_code == 403
     assert (await http.post("/api/schedules", json=body, headers=AS_OPERATOR)).status_code == 201
     for method, path in (("POST", "/api/schedules/s/pause"), ("POST", "/api/schedules/s/trigger"),
-                         ("DELETE", "/api/schedules/s"), ("PUT", "/api/schedules/s"),
-                         ("POST", "/api/system/retention/pass"),
-                         ("PUT", "/api/system/retention")):
+                         ("DELETE", "/api/schedules/s"), ("PUT", "/api/schedules/s")):
         response = await http.request(method, path, json={}, headers=AS_VIEWER)
         assert response.status_code == 403, (method, path)
-    assert (await http.get("/api/system/retention", headers=AS_VIEWER)).status_code == 200
+    # retention needs the admin role, as every reference /system route
+    for method, path in (("GET", "/api/system/retention"),
+                         ("POST", "/api/system/retention/pass"),
+                         ("PUT", "/api/system/retention")):
+        for headers in (AS_VIEWER, AS_OPERATOR):
+            response = await http.request(method, path, json={}, headers=headers)
+            assert response.status_code == 403, (method, path)
+            assert response.json()["required_role"] == "admin"
+    assert (await http.get("/api/system/retention", headers=AS_ADMIN)).status_code == 200
     assert (await http.get("/api/schedules/s", headers=VERSION)).status_code == 401
 
 
 async def test_retention_routes_in_the_reference_shape(db_url: str) -> None:
     """On the virtual clock: the run is a day old without waiting a day."""
     async with TimeSkippingEnvironment(db_url) as env:
-        app = create_app(env.client, {OPERATOR: "operator", VIEWER: "viewer"}, environ={})
+        app = create_app(env.client, {ADMIN: "admin"}, environ={})
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
-            status = (await http.get("/api/system/retention", headers=AS_VIEWER)).json()
+            status = (await http.get("/api/system/retention", headers=AS_ADMIN)).json()
             assert status["retention_days"] is None and status["expired_run_count"] == 0
             no_setting = await http.post("/api/system/retention/pass", json={},
-                                         headers=AS_OPERATOR)
+                                         headers=AS_ADMIN)
             assert no_setting.status_code == 400 and "no retention setting" in no_setting.text
             async with env.worker(workflows=[echo]):
                 await env.client.execute(echo, "a", id="r-1")
             put = await http.put("/api/system/retention", json={"retention_days": 1},
-                                 headers=AS_OPERATOR)
+                                 headers=AS_ADMIN)
             assert put.status_code == 200 and put.json()["retention_seconds"] == 86400
-            status = (await http.get("/api/system/retention", headers=AS_VIEWER)).json()
+            status = (await http.get("/api/system/retention", headers=AS_ADMIN)).json()
             assert status["retention_days"] == 1 and status["expired_run_count"] == 0
             await env.sleep(2 * 86400)
-            status = (await http.get("/api/system/retention", headers=AS_VIEWER)).json()
+            status = (await http.get("/api/system/retention", headers=AS_ADMIN)).json()
             assert status["expired_run_count"] == 1 and len(status["expired_run_ids"]) == 1
             assert status["cutoff"] is not None and status["scan_pressure"] is False
             dry = (await http.post("/api/system/retention/pass", json={"dry_run": True},
-                                   headers=AS_OPERATOR)).json()
+                                   headers=AS_ADMIN)).json()
             assert dry["processed"] == 1 and dry["pruned"] == 0
             assert dry["results"][0]["outcome"] == "would_prune"
             done = (await http.post("/api/system/retention/pass", json={},
-                                    headers=AS_OPERATOR)).json()
+                                    headers=AS_ADMIN)).json()
             assert done["pruned"] == 1 and done["results"][0]["outcome"] == "pruned"
             assert done["results"][0]["history_events_deleted"] > 0
             assert done["report"]["deleted"]["runs"] == 1
-            bad = await http.put("/api/system/retention", headers=AS_OPERATOR,
+            bad = await http.put("/api/system/retention", headers=AS_ADMIN,
                                  json={"retention_days": 1, "retention_seconds": 60})
             assert bad.status_code == 400 and "not both" in bad.text
 
@@ -320,9 +329,9 @@ async def test_metrics_count_fires_lateness_and_retention_deletions(db_url: str)
 async def test_cli_schedule_commands_over_server(storage_client: durable.Client) -> None:
     await storage_client.create_schedule("via-cli", ScheduleSpec(cron=NEVER), echo, "c")
 
-    def run(*args: str) -> Any:
+    def run(*args: str, token: str = REMOTE_TOKEN) -> Any:
         result = CliRunner().invoke(
-            cli, ["--server", url, "--token", REMOTE_TOKEN, *args, "--json"],
+            cli, ["--server", url, "--token", token, *args, "--json"],
             env={"DURABLE_DB_URL": None, "DURABLE_SERVER_URL": None, "DURABLE_TOKEN": None,
                  "DURABLE_NAMESPACE": None})
         assert result.exit_code == 0, (result.stdout, result.stderr)
@@ -335,7 +344,8 @@ async def test_cli_schedule_commands_over_server(storage_client: durable.Client)
         fired = await anyio.to_thread.run_sync(run, "schedule", "trigger", "via-cli",
                                                 "--overlap", "allow_all")
         assert fired["outcome"] == "started"
-        dry = await anyio.to_thread.run_sync(run, "prune", "--older-than", "1d", "--dry-run")
+        dry = await anyio.to_thread.run_sync(functools.partial(  # retention: admin only
+            run, "prune", "--older-than", "1d", "--dry-run", token=REMOTE_ADMIN_TOKEN))
         assert dry["dry_run"] is True and dry["runs_expired"] == 0
     info = await storage_client.get_schedule("via-cli").describe()
     assert info["paused"] is True and info["fires_count"] == 1

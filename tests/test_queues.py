@@ -186,8 +186,7 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
 def run_cli(url: str, *args: str) -> Any:
     from click.testing import CliRunner
 
-    from durable.cli import _commands  # noqa: F401  (registers `start`)
-    from durable.cli._queues import cli
+    from durable.cli._group import cli
 
     result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1"},
                                 prog_name="durable")
@@ -375,3 +374,32 @@ async def test_a_key_longer_than_a_claims_view_delays_the_others_one_round_at_mo
     # the hot key is at its limit now, so the next round sees past it
     assert sorted(await claim(store, client, "w", now, limit=limit)) == [
         "cold0-0", "cold1-0", "cold2-0"]
+
+
+@workflow.defn(name="queued_parent")
+async def queued_parent(child_priority: int | None) -> list[int]:
+    options = durable.ChildOptions(priority=child_priority, concurrency_key="child-key")
+    return [await workflow.execute_child(queued, 1, id="child-1", options=options),
+            await workflow.execute_child(queued, 2, id="child-2")]
+
+
+@pytest.mark.parametrize("child_priority", [None, 7])
+async def test_a_child_inherits_its_parents_priority_unless_it_is_given_one(
+    storage_client: durable.Client, child_priority: int | None,
+) -> None:
+    import anyio
+
+    client = storage_client
+    handle = await client.start(queued_parent, child_priority, id="parent",
+                                options=durable.StartOptions(task_queue="q", priority=2,
+                                                             concurrency_key="parent-key"))
+    async with durable.Worker(client, workflows=[queued_parent, queued], task_queue="q",
+                              poll_interval=0.1):
+        with anyio.fail_after(20):
+            assert await handle.result() == [1, 2]
+    first = (await client.get_handle("child-1").describe())["run"]
+    second = (await client.get_handle("child-2").describe())["run"]
+    # the given priority, or the parent's; a key only when given (never the parent's)
+    assert (first["priority"], first["concurrency_key"]) == (
+        2 if child_priority is None else child_priority, "child-key")
+    assert (second["priority"], second["concurrency_key"]) == (2, None)

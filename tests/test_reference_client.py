@@ -34,6 +34,7 @@ pytestmark = pytest.mark.anyio
 
 OPERATOR = "ref-operator-token"
 VIEWER = "ref-viewer-token"
+ADMIN = "ref-admin-token"
 # each result() and scenario is bounded
 RESULT_TIMEOUT = 20.0
 SCENARIO_TIMEOUT = 90.0
@@ -137,8 +138,8 @@ def anyio_backend(setup: tuple[str, str]) -> str:
 @pytest.fixture
 async def live(storage_client: durable.Client, make_worker: Any) -> AsyncIterator[Live]:
     """`durable serve`'s app on a free loopback port, and a worker for WORKFLOWS."""
-    app = create_app(storage_client, {OPERATOR: "operator", VIEWER: "viewer"}, environ={},
-                     max_wait=2.0)
+    app = create_app(storage_client, {OPERATOR: "operator", VIEWER: "viewer", ADMIN: "admin"},
+                     environ={}, max_wait=2.0)
     async with make_worker(workflows=WORKFLOWS, activities=[ref_cleanup]):
         async with anyio.create_task_group() as tg:
             port = await tg.start(functools.partial(serve_app, app, port=0))

@@ -15,6 +15,7 @@ from durable import activity, workflow
 from durable import present as _fmt
 from durable.cli import _views
 from durable.cli._app import Output
+from durable.http.model import describe_to_wire
 from durable.testing import TimeSkippingEnvironment
 
 pytestmark = pytest.mark.anyio
@@ -94,6 +95,11 @@ async def test_describe_says_what_an_open_run_waits_for(
         assert (found["activity"], found["queue"]) == ("wf-held", "nobody-serves-this")
     text = shown(info)
     assert words in text, text
+    # the reference's fields on the HTTP wire say the same
+    wire = describe_to_wire(info)
+    assert wire["wait_kind"] == {"timer": "timer", "condition": "condition",
+                                 "forever": "condition", "nobody": "activity"}[how]
+    assert isinstance(wire["wait_reason"], str) and wire["wait_reason"].startswith("Waiting for")
     if how == "condition":  # a condition's timeout does not "fire"
         assert "times out" in text and "fires" not in text
 
@@ -110,6 +116,8 @@ async def test_a_run_whose_activity_runs_is_busy_not_waiting(
         info = await handle.describe()
         assert info["waiting_for"] is None
         assert "nothing: it is busy" in shown(info)
+        assert (describe_to_wire(info)["wait_kind"], describe_to_wire(info)["wait_reason"]) == (
+            None, None)
         GATE["busy"].set()
         assert await env.run(handle.result) == "busy"
 
@@ -155,3 +163,26 @@ async def test_a_worker_logs_the_runs_it_resumed(
                 await anyio.sleep(0.01)
     line = next(r.getMessage() for r in caplog.records if "run_resumed" in r.getMessage())
     assert "resumed-1" in line and "recorded_ops" in line
+
+
+@pytest.mark.parametrize("waiting, kind, words", [
+    ({"kind": "queue_slot", "queue": "pay", "running": 3, "limit": 3}, "workflow-task",
+     "a slot on queue pay (3 of 3 running)"),
+    ({"kind": "key_slot", "queue": "pay", "concurrency_key": "c-1", "running": 1, "limit": 1},
+     "workflow-task", "a slot of key c-1 on queue pay"),
+    ({"kind": "rate", "queue": "pay", "rate": {"count": 1, "per": 60},
+      "next_start_at": "2026-01-01T00:00:00+00:00"}, "workflow-task",
+     "the rate limit of queue pay"),
+    ({"kind": "worker", "queue": "q", "workflow_type": "t", "live_workers": 0}, "workflow-task",
+     "no live worker of queue q registers t"),
+    ({"kind": "child", "op_id": "1", "child_workflow_id": "c", "child_status": None}, "child",
+     "child workflow c (not started)"),
+    ({"kind": "review", "status": "needs_review", "hint": "durable retry-after-review x"},
+     "workflow-task", "review"),
+    (None, None, None),
+])
+def test_wait_kind_and_reason_on_the_wire_come_from_waiting_for(
+        waiting: dict[str, Any] | None, kind: str | None, words: str | None) -> None:
+    found = _fmt.wait_of(waiting)
+    assert found[0] == kind
+    assert (found[1] is None) if words is None else (words in str(found[1])), found

@@ -410,6 +410,8 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
         parent_run_id=ctx.run.run_id, parent_workflow_id=ctx.run.workflow_id,
         parent_op_id=op_id, parent_close_policy=options.parent_close_policy.value,
         cleanup_timeout=_validate.optional_duration(options.cleanup_timeout, "duration"),
+        priority=ctx.run.priority if options.priority is None else options.priority,
+        concurrency_key=options.concurrency_key,
     )
     ctx.waiter(op_id)
     await ctx.commit([ScheduleChild(op_id=op_id, request=request, options={

@@ -31,6 +31,22 @@ from typing import Any
 CODEC = "avro"
 MAGIC = b"\xc3\x01"
 FINGERPRINT = bytes.fromhex("e2a33dff55802237")
+#: the writer schema, as the reference writes it (a history export embeds it):
+#: the fixed recursive ``durable_workflow.protocol.Value`` union whose CRC-64
+#: fingerprint is `FINGERPRINT`
+VALUE_SCHEMA_JSON = (
+    '{"type":"record","name":"Value","namespace":"durable_workflow.protocol",'
+    '"fields":[{"name":"value","type":["null",'
+    '{"type":"record","name":"BooleanValue","fields":[{"name":"boolean","type":"boolean"}]},'
+    '{"type":"record","name":"LongValue","fields":[{"name":"long","type":"long"}]},'
+    '{"type":"record","name":"DoubleValue","fields":[{"name":"double","type":"double"}]},'
+    '{"type":"record","name":"BytesValue","fields":[{"name":"bytes","type":"bytes"}]},'
+    '{"type":"record","name":"StringValue","fields":[{"name":"string","type":"string"}]},'
+    '{"type":"record","name":"ArrayValue","fields":[{"name":"items",'
+    '"type":{"type":"array","items":"Value"}}]},'
+    '{"type":"record","name":"MapValue","fields":[{"name":"entries",'
+    '"type":{"type":"map","values":"Value"}}]}]}]}'
+)
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 # Union branch indices of Value.value, in the schema's order.

@@ -30,6 +30,7 @@ import binascii
 import datetime
 from typing import Any
 
+from ..present import wait_of
 from ..store.records import LISTED_STATUSES, HistoryEvent
 from . import avro
 
@@ -158,6 +159,7 @@ def describe_to_wire(info: dict[str, Any], input_value: Any = None,
     plain_in, env_in = payload_pair(input_value)
     plain_out, env_out = payload_pair(output_value) if has_output else (None, None)
     is_current = run.get("continued_run_id") is None
+    wait_kind, wait_reason = wait_of(info.get("waiting_for"))
     body: dict[str, Any] = {
         "workflow_id": info.get("workflow_id"),
         "run_id": run.get("run_id"),
@@ -182,8 +184,8 @@ def describe_to_wire(info: dict[str, Any], input_value: Any = None,
         "started_at": _iso(run.get("started_at")),
         "closed_at": _iso(run.get("closed_at")),
         "last_progress_at": None,
-        "wait_kind": None,
-        "wait_reason": None,
+        "wait_kind": wait_kind,
+        "wait_reason": wait_reason,
         "memo": info.get("memo") or {},
         "search_attributes": {},
         "actions": _actions(status),

@@ -160,6 +160,8 @@ class RemoteControl:
             "id_reuse_policy": request.id_reuse,
             "task_queue": request.task_queue,
             "memo": json.loads(request.memo) if request.memo else None,
+            "priority": request.priority,
+            "concurrency_key": request.concurrency_key,
             # The client checked a workflow name already (as an embedded one does).
             "require_registered": False,
         }
@@ -255,12 +257,14 @@ class RemoteControl:
         return {str(k): int(v) for k, v in data["counts"].items()}
 
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
-                     sender: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {"input": json.loads(args)}
+                     sender: dict[str, Any] | None = None,
+                     request_id: str | None = None) -> bool:
+        body: dict[str, Any] = {"input": json.loads(args), "request_id": request_id}
         if sender is not None:  # the server records who its caller says asked
             body.update(requester=sender.get("requester"), source=sender.get("source"))
-        await self._call("POST", self._run_path(workflow_id, run_id,
-                                                f"signal/{_segment(name)}"), body=body)
+        _, data = await self._call("POST", self._run_path(workflow_id, run_id,
+                                                          f"signal/{_segment(name)}"), body=body)
+        return not data.get("duplicate", False)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

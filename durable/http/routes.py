@@ -273,7 +273,7 @@ def cluster_info_body(client: Client) -> dict[str, Any]:
             "signals": True, "queries": True, "updates": True, "continue_as_new": True,
             "child_workflows": True, "schedules": True, "payload_codec_envelope": True,
             "payload_codec_envelope_responses": True, "payload_codecs": [CODEC],
-            "cooperative_cancellation": True, "history_export": False,
+            "cooperative_cancellation": True, "history_export": True,
             "search_attributes": False,
         },
         "limits": {"max_payload_bytes": client.limits.payload_bytes,

@@ -8,6 +8,8 @@ reference server's ScheduleController / SystemController, with our own
 fields beside theirs (`remote_schedules` translates both ways); each handler
 is one call of the client's schedule or retention API, so the rules (exactly
 one run per fire, bounded transactions) are the engine's, not this module's.
+The retention routes need the ``admin`` role, as every reference ``/system``
+route does (deleting history is not an operator's everyday act).
 """
 
 from __future__ import annotations
@@ -436,7 +438,7 @@ def schedule_operations() -> list[Operation]:
         Operation(
             "GET", "/api/system/retention", "retentionStatus",
             "The namespace's retention and the runs it would delete now", retention_status,
-            tags=("system",),
+            "admin", tags=("system",),
             params=(Param("limit", "query",
                           {"type": "integer", "minimum": 1, "maximum": 100, "default": 100},
                           "List at most this many expired runs."),),
@@ -446,7 +448,7 @@ def schedule_operations() -> list[Operation]:
         ),
         Operation(
             "PUT", "/api/system/retention", "setRetention",
-            "Set how long the namespace keeps closed runs", set_retention, "operator",
+            "Set how long the namespace keeps closed runs", set_retention, "admin",
             tags=("system",), body=RETENTION_BODY,
             replies=(Reply(200, "{namespace, outcome: updated, retention_seconds}",
                            ANY_OBJECT),),
@@ -454,7 +456,7 @@ def schedule_operations() -> list[Operation]:
         Operation(
             "POST", "/api/system/retention/pass", "retentionPass",
             "Delete (dry_run: list) the runs closed before the cutoff, now",
-            retention_pass, "operator", tags=("system",), body=PASS_BODY,
+            retention_pass, "admin", tags=("system",), body=PASS_BODY,
             replies=(Reply(200, "{processed, pruned, skipped, failed, results, report}",
                            ANY_OBJECT),),
         ),

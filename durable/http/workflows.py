@@ -6,8 +6,8 @@ request-cancellation, cancel and terminate: the reference's paths, request
 fields and answers (`durable.http.model`), so its own Python client
 (``durable-workflow``) drives `durable serve` unchanged. Our extras are
 extra request fields (``id_reuse_policy``, ``require_registered``,
-``requester``, ``source``, ``timeout_seconds``) and extra answer fields,
-never a changed meaning of the reference's.
+``concurrency_key``, ``requester``, ``source``, ``timeout_seconds``) and extra
+answer fields, never a changed meaning of the reference's.
 
 Kept whole: it is one contract, read against one client; its request
 schemas, answers and handlers change together when the reference's do.
@@ -67,6 +67,13 @@ START_BODY = check_schema({
             "type": "string", "enum": [p.value for p in IdReusePolicy],
             "description": "Extension, finer than duplicate_policy (send one of the two)."},
         "memo": {"type": ["object", "null"], "description": "Metadata describe() shows."},
+        "priority": {
+            "type": ["integer", "null"], "minimum": 0, "maximum": 9,
+            "description": "Extension: claims go by priority, 0 (first) .. 9, then age; "
+                           "null: 5 (docs/queues.md)."},
+        "concurrency_key": {
+            **text(255, "Extension: runs of one key count against the queue's "
+                        "max_running_per_key (docs/queues.md)."), "type": ["string", "null"]},
         "require_registered": {
             "type": "boolean", "default": True,
             "description": "Extension: refuse (400 not_registered) a type no live worker "
@@ -88,7 +95,10 @@ REQUEST_ID = {**text(255, "The caller's command key (1-255 characters)."),
 SIGNAL_BODY = check_schema({
     "type": "object", "additionalProperties": False,
     "properties": {
-        "input": PAYLOAD, "request_id": REQUEST_ID,
+        "input": PAYLOAD,
+        "request_id": {**REQUEST_ID, "description": "Makes the signal idempotent: a retry "
+                       "with the same request_id to the same run is recorded once (the "
+                       "answer then says duplicate: true)."},
         "requester": {"type": ["object", "null"],
                       "description": "Extension: who sends it (recorded as given); by "
                                      "default the role."},
@@ -231,6 +241,8 @@ async def start_request(call: Call) -> StartRequest:
         execution_timeout=body.get("execution_timeout_seconds"),
         run_timeout=body.get("run_timeout_seconds"),
         memo=dict(body.get("memo") or {}),
+        priority=5 if body.get("priority") is None else body["priority"],
+        concurrency_key=body.get("concurrency_key"),
     )
     return client._start_request(wf_type, _arguments(body.get("input"), "input"),
                                  body["workflow_id"], options, body.get("task_queue"))
@@ -365,11 +377,13 @@ def _sender(call: Call) -> dict[str, Any]:
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
     args = _arguments(body.get("input"), "input")
-    await call.client.control.signal(p["workflowId"], p.get("runId"), p["signalName"],
-                                     encode_payload(args), sender=_sender(call))
+    key = body.get("request_id") or None
+    recorded = await call.client.control.signal(
+        p["workflowId"], p.get("runId"), p["signalName"], encode_payload(args),
+        sender=_sender(call), request_id=key)
     return 202, {"workflow_id": p["workflowId"], "run_id": p.get("runId"),
-                 "signal_name": p["signalName"], "request_id": body.get("request_id"),
-                 "outcome": "signal_received", "recorded": True}
+                 "signal_name": p["signalName"], "request_id": key,
+                 "outcome": "signal_received", "recorded": True, "duplicate": not recorded}
 
 
 async def query(call: Call) -> tuple[int, Any]:

@@ -26,6 +26,7 @@ from . import (
     deadlines,
     inspection,
     interaction,
+    namespaces,
     queues,
     reset,
     retention,
@@ -267,11 +268,12 @@ class Store:
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
                           name: str, payload: str, now: float,
-                          sender: dict[str, Any] | None = None) -> InboxItem:
-        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
-        `RunAlreadyClosed`."""
+                          sender: dict[str, Any] | None = None,
+                          request_id: str | None = None) -> interaction.SignalReceipt:
+        """Record a received signal and who sent it, once per `request_id`.
+        Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now, sender))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender, request_id))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
@@ -366,8 +368,20 @@ class Store:
             id_contains=id_contains), write=False)
 
     async def namespaces(self) -> list[dict[str, Any]]:
-        """Every namespace that holds something, with its run counts."""
-        return await self.driver.run(lambda tx: inspection.namespaces(), write=False)
+        """Every namespace that holds something: run counts, description,
+        retention (`durable.store.namespaces`)."""
+        return await self.driver.run(lambda tx: namespaces.listed(), write=False)
+
+    async def create_namespace(self, namespace: str, description: str | None,
+                               retention_seconds: float | None, now: float) -> None:
+        """Create a namespace that holds nothing yet (`namespaces.NamespaceAlreadyExists`)."""
+        await self.driver.run(lambda tx: namespaces.create(
+            tx, namespace, description, retention_seconds, now))
+
+    async def update_namespace(self, namespace: str, fields: dict[str, Any],
+                               now: float) -> None:
+        """Change a namespace's description or retention (`namespaces.NoSuchNamespace`)."""
+        await self.driver.run(lambda tx: namespaces.update(tx, namespace, fields, now))
 
     async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
         """Every run of a workflow id, oldest first."""
