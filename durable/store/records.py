@@ -208,6 +208,11 @@ class Claimed(list[T]):
     limited: bool = False
     #: when a queue's rate lets the next held-back item start (None: not held by a rate)
     next_at: float | None = None
+    #: the queue's limits as this claim read them (JSON; None: no limits)
+    limits: str | None = None
+    #: a one-statement limited claim took nothing because a claim committed
+    #: while it waited, or the limits changed: claim again in a transaction
+    stale: bool = False
 
     def __init__(self, items: Any = ()) -> None:
         super().__init__(items)
