@@ -191,9 +191,11 @@ class EmbeddedControl:
     # ---------------------------------------------------------------- interaction
 
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
-                     sender: dict[str, Any] | None = None) -> None:
-        await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
-                                     self.clock.now(), sender)
+                     sender: dict[str, Any] | None = None,
+                     request_id: str | None = None) -> bool:
+        receipt = await self.store.send_signal(self.namespace, workflow_id, run_id, name, args,
+                                               self.clock.now(), sender, request_id)
+        return receipt.recorded
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

@@ -214,7 +214,7 @@ class WorkflowHandle:
                                             status="terminated", reason=reason)
 
     async def signal(self, name: str, *args: Any, requester: dict[str, Any] | None = None,
-                     source: str = "client") -> None:
+                     source: str = "client", request_id: str | None = None) -> bool:
         """Send the run a signal; returns once it is recorded (``SignalReceived``).
 
         Signals are delivered to the workflow's handler for `name` in the order
@@ -222,15 +222,22 @@ class WorkflowHandle:
         the workflow registers one. `requester` (who sends it, a JSON object
         such as ``{"type": "user", "id": "ana"}``) and `source` are recorded
         with it, as a cancellation request's are: the history, ``durable
-        describe`` and the UI answer "who approved this". Raises
-        `RunAlreadyClosed` for a closed run and `WorkflowNotFound` (nothing
-        recorded).
+        describe`` and the UI answer "who approved this".
+
+        `request_id` makes sending idempotent: a sender that cannot tell
+        whether its signal arrived (a timeout, a crash before the answer)
+        sends it again with the same id, and the run records it once. True
+        when it was recorded now, False when that id was already recorded
+        for this run. Raises `RunAlreadyClosed` for a closed run,
+        `WorkflowNotFound` (nothing recorded), `ConfigurationError` for a
+        request id the run already holds for another signal or an update.
         """
         payload = self.client._payload(args, f"the arguments of signal {name!r}")
         sender = _sender(requester, source)
-        await self.client.control.signal(
+        key = None if request_id is None else _validate.name(request_id, "signal request_id")
+        return await self.client.control.signal(
             self.workflow_id, await self._target(), _validate.name(name, "signal name"),
-            payload, sender=sender)
+            payload, sender=sender, request_id=key)
 
     async def query(self, name: str, *args: Any, timeout: Seconds = 10,  # noqa: ASYNC109
                     result_type: Any = None) -> Any:

@@ -112,11 +112,15 @@ class ControlPlane(Protocol):
         ...
 
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
-                     sender: dict[str, Any] | None = None) -> None:
+                     sender: dict[str, Any] | None = None,
+                     request_id: str | None = None) -> bool:
         """Record a signal for the run (the current one when `run_id` is None);
         `args` is the encoded argument list, `sender` who sent it
-        (``{"requester": {...}, "source": "..."}``, recorded with it). Raises
-        `WorkflowNotFound`, `RunAlreadyClosed` (nothing recorded)."""
+        (``{"requester": {...}, "source": "..."}``, recorded with it).
+        `request_id` is the sender's idempotency key: a retry with the same key
+        is recorded once. True when recorded now, False for such a retry.
+        Raises `WorkflowNotFound`, `RunAlreadyClosed` (nothing recorded),
+        `ConfigurationError` (the key names another message of the run)."""
         ...
 
     async def signal_with_start(self, request: StartRequest, name: str,

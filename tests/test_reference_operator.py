@@ -11,6 +11,8 @@ no method for are driven with httpx against the same server.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from test_reference_client import (
@@ -22,6 +24,7 @@ from test_reference_client import (
     anyio_backend,
     driver_name,
     live,
+    ref_greet,
     run_reference,
     setup,
 )
@@ -113,5 +116,110 @@ async def test_history_export_passes_the_reference_clients_own_verifier(live: Li
 
             with pytest.raises(dw_errors.WorkflowNotFound):
                 await c.export_history("exp-missing", "r-1")
+
+    await run_reference(scenario, live)
+
+
+async def test_namespaces_are_created_updated_described_and_listed(live: Live) -> None:
+    async def scenario(url: str) -> None:
+        async with ref_client(url, token=ADMIN) as c:
+            created = await c.create_namespace("billing", description="invoices",
+                                               retention_days=30)
+            assert (created.name, created.description, created.retention_days,
+                    created.status) == ("billing", "invoices", 30, "active")
+            assert created.created_at is not None
+            with pytest.raises(dw_errors.ServerError) as twice:
+                await c.create_namespace("billing")
+            assert twice.value.status == 409
+            assert twice.value.body["reason"] == "namespace_already_exists"
+            with pytest.raises(dw_errors.ServerError) as taken:
+                await c.create_namespace("default")
+            assert taken.value.status == 409
+
+            updated = await c.update_namespace("billing", retention_days=7)
+            assert (updated.description, updated.retention_days) == ("invoices", 7)
+            updated = await c.update_namespace("billing", description="all invoices")
+            assert (updated.description, updated.retention_days) == ("all invoices", 7)
+            described = await c.describe_namespace("billing")
+            assert described.updated_at is not None and described.retention_days == 7
+            names = [n.name for n in (await c.list_namespaces()).namespaces]
+            assert names == ["billing", "default"]
+            with pytest.raises(dw_errors.NamespaceNotFound):
+                await c.update_namespace("nowhere", description="x")
+            with pytest.raises(dw_errors.NamespaceNotFound):
+                await c.describe_namespace("nowhere")
+            with pytest.raises(dw_errors.InvalidArgument):
+                await c.create_namespace("bad name!")
+        async with ref_client(url, token=ADMIN, namespace="billing") as c:
+            status = await c.retention_status()  # the namespace's retention is its setting
+            assert status["namespace"] == "billing" and status["retention_days"] == 7
+        async with ref_client(url, token=OPERATOR) as c:
+            with pytest.raises(dw_errors.ServerError) as refused:
+                await c.create_namespace("shipping")
+            assert refused.value.status == 403
+
+    await run_reference(scenario, live)
+    async with httpx.AsyncClient(base_url=live.url) as http:
+        response = await http.put("/api/namespaces/billing", json={"retention_days": 0},
+                                  headers=headers(ADMIN))
+        assert response.status_code == 422 and "retention_days" in response.json()["errors"]
+
+
+async def test_workers_search_attributes_and_the_worker_plane(
+        live: Live, make_worker: Any) -> None:
+    async with make_worker(workflows=[ref_greet], identity="gone-worker") as gone:
+        pass  # started and stopped: its record stays, not alive
+    gone_id = gone.worker_id
+
+    async def scenario(url: str) -> None:
+        async with ref_client(url) as c:
+            listed = await c.list_workers()
+            assert listed.workers and all(w.status == "active" for w in listed.workers)
+            live_id = listed.workers[0].worker_id
+            assert gone_id not in {w.worker_id for w in listed.workers}
+            described = await c.describe_worker(gone_id)
+            assert described.status == "stopped"
+
+            attributes = await c.list_search_attributes()
+            assert attributes.system_attributes == {} and attributes.custom_attributes == {}
+            for refused in (c.create_search_attribute("Region", "keyword"),
+                            c.delete_search_attribute("Region")):
+                with pytest.raises(dw_errors.ServerError) as unsupported:
+                    await refused
+                assert unsupported.value.status == 409
+                assert unsupported.value.body["reason"] == "capability_unsupported"
+                assert unsupported.value.body["capability"] == "search_attributes"
+            with pytest.raises(dw_errors.InvalidArgument):
+                await c.create_search_attribute("Region", "colour")
+
+            for refused in (c.register_worker(worker_id="py-1", task_queue="default",
+                                              supported_workflow_types=["ref_greet"],
+                                              capability_manifest={}),
+                            c.heartbeat_worker(worker_id="py-1")):
+                with pytest.raises(dw_errors.ServerError) as no_plane:
+                    await refused
+                assert no_plane.value.status == 409
+                assert no_plane.value.body["capability"] == "workflow_tasks"
+            info = await c.get_cluster_info()
+            capabilities = info["capabilities"]
+            assert capabilities["search_attributes"] is False
+            assert capabilities["workflow_tasks"] is False
+            assert capabilities["history_export"] is True
+
+            with pytest.raises(dw_errors.ServerError) as not_admin:
+                await c.deregister_worker(gone_id)
+            assert not_admin.value.status == 403
+        async with ref_client(url, token=ADMIN) as c:
+            with pytest.raises(dw_errors.ServerError) as alive:
+                await c.deregister_worker(live_id)
+            assert alive.value.status == 409 and alive.value.body["reason"] == "worker_alive"
+            assert await c.deregister_worker(gone_id) == {"worker_id": gone_id,
+                                                          "outcome": "deregistered"}
+            with pytest.raises(dw_errors.ServerError) as missing:
+                await c.describe_worker(gone_id)
+            assert missing.value.status == 404
+            with pytest.raises(dw_errors.ServerError) as twice:
+                await c.deregister_worker(gone_id)
+            assert twice.value.body["reason"] == "worker_not_found"
 
     await run_reference(scenario, live)

@@ -257,12 +257,14 @@ class RemoteControl:
         return {str(k): int(v) for k, v in data["counts"].items()}
 
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
-                     sender: dict[str, Any] | None = None) -> None:
-        body: dict[str, Any] = {"input": json.loads(args)}
+                     sender: dict[str, Any] | None = None,
+                     request_id: str | None = None) -> bool:
+        body: dict[str, Any] = {"input": json.loads(args), "request_id": request_id}
         if sender is not None:  # the server records who its caller says asked
             body.update(requester=sender.get("requester"), source=sender.get("source"))
-        await self._call("POST", self._run_path(workflow_id, run_id,
-                                                f"signal/{_segment(name)}"), body=body)
+        _, data = await self._call("POST", self._run_path(workflow_id, run_id,
+                                                          f"signal/{_segment(name)}"), body=body)
+        return not data.get("duplicate", False)
 
     async def signal_with_start(self, request: StartRequest, name: str,
                                 args: str) -> StartResult:

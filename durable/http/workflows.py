@@ -95,7 +95,10 @@ REQUEST_ID = {**text(255, "The caller's command key (1-255 characters)."),
 SIGNAL_BODY = check_schema({
     "type": "object", "additionalProperties": False,
     "properties": {
-        "input": PAYLOAD, "request_id": REQUEST_ID,
+        "input": PAYLOAD,
+        "request_id": {**REQUEST_ID, "description": "Makes the signal idempotent: a retry "
+                       "with the same request_id to the same run is recorded once (the "
+                       "answer then says duplicate: true)."},
         "requester": {"type": ["object", "null"],
                       "description": "Extension: who sends it (recorded as given); by "
                                      "default the role."},
@@ -374,11 +377,13 @@ def _sender(call: Call) -> dict[str, Any]:
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
     args = _arguments(body.get("input"), "input")
-    await call.client.control.signal(p["workflowId"], p.get("runId"), p["signalName"],
-                                     encode_payload(args), sender=_sender(call))
+    key = body.get("request_id") or None
+    recorded = await call.client.control.signal(
+        p["workflowId"], p.get("runId"), p["signalName"], encode_payload(args),
+        sender=_sender(call), request_id=key)
     return 202, {"workflow_id": p["workflowId"], "run_id": p.get("runId"),
-                 "signal_name": p["signalName"], "request_id": body.get("request_id"),
-                 "outcome": "signal_received", "recorded": True}
+                 "signal_name": p["signalName"], "request_id": key,
+                 "outcome": "signal_received", "recorded": True, "duplicate": not recorded}
 
 
 async def query(call: Call) -> tuple[int, Any]:

@@ -26,10 +26,12 @@ from . import (
     deadlines,
     inspection,
     interaction,
+    namespaces,
     queues,
     reset,
     retention,
     runs,
+    schedule_pass,
     schedule_reads,
     schedule_stats,
     schedules,
@@ -275,11 +277,12 @@ class Store:
 
     async def send_signal(self, namespace: str, workflow_id: str, run_id: str | None,
                           name: str, payload: str, now: float,
-                          sender: dict[str, Any] | None = None) -> InboxItem:
-        """Record a received signal and who sent it. Raises `WorkflowNotFound`,
-        `RunAlreadyClosed`."""
+                          sender: dict[str, Any] | None = None,
+                          request_id: str | None = None) -> interaction.SignalReceipt:
+        """Record a received signal and who sent it, once per `request_id`.
+        Raises `WorkflowNotFound`, `RunAlreadyClosed`."""
         return await self.driver.run(lambda tx: interaction.send_signal(
-            tx, namespace, workflow_id, run_id, name, payload, now, sender))
+            tx, namespace, workflow_id, run_id, name, payload, now, sender, request_id))
 
     async def signal_with_start(self, request: StartRequest, name: str, payload: str,
                                 now: float) -> StartResult:
@@ -374,8 +377,20 @@ class Store:
             id_contains=id_contains), write=False)
 
     async def namespaces(self) -> list[dict[str, Any]]:
-        """Every namespace that holds something, with its run counts."""
-        return await self.driver.run(lambda tx: inspection.namespaces(), write=False)
+        """Every namespace that holds something: run counts, description,
+        retention (`durable.store.namespaces`)."""
+        return await self.driver.run(lambda tx: namespaces.listed(), write=False)
+
+    async def create_namespace(self, namespace: str, description: str | None,
+                               retention_seconds: float | None, now: float) -> None:
+        """Create a namespace that holds nothing yet (`namespaces.NamespaceAlreadyExists`)."""
+        await self.driver.run(lambda tx: namespaces.create(
+            tx, namespace, description, retention_seconds, now))
+
+    async def update_namespace(self, namespace: str, fields: dict[str, Any],
+                               now: float) -> None:
+        """Change a namespace's description or retention (`namespaces.NoSuchNamespace`)."""
+        await self.driver.run(lambda tx: namespaces.update(tx, namespace, fields, now))
 
     async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
         """Every run of a workflow id, oldest first."""
@@ -408,6 +423,10 @@ class Store:
     async def deregister_worker(self, worker_id: str, now: float) -> None:
         """Mark a stopped worker gone."""
         await self.driver.run(lambda tx: workers.deregister_worker(worker_id, now))
+
+    async def forget_worker(self, namespace: str, worker_id: str, now: float) -> str:
+        """Delete a gone worker's record: deleted, alive (kept) or missing."""
+        return await self.driver.run(lambda tx: workers.forget_worker(namespace, worker_id, now))
 
     async def list_workers(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """The namespace's workers, alive and recently gone (`workers.list_workers`)."""
@@ -448,16 +467,16 @@ class Store:
     # ---------------------------------------------------------------- schedules
 
     async def fire_schedules(self, namespace: str, now: float, limit: int,
-                             check_waiting: bool) -> schedules.FirePass:
+                             check_waiting: bool) -> schedule_pass.FirePass:
         """Fire what is due (and, with `check_waiting`, buffered fires whose
         blocking run closed); when the namespace is next due."""
-        return await self.driver.run(lambda tx: schedules.fire_due(
+        return await self.driver.run(lambda tx: schedule_pass.fire_due(
             tx, namespace, now, limit, check_waiting))
 
     async def next_schedule_due(self, namespace: str) -> tuple[float | None, bool]:
         """When the namespace's next fire is due (None: none will), and whether
         fires wait for runs to close."""
-        return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+        return await self.driver.run(lambda tx: schedule_pass.next_due(namespace), write=False)
 
     async def schedule_stats(self, after: float | None,
                              limit: int) -> schedule_stats.ScheduleStats:

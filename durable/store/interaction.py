@@ -15,6 +15,12 @@ history (a rejected update leaves no trace).
 
 The write handlers at the end are the owner's side: `durable.store.commit`
 dispatches those write types here, inside the run's fenced commit.
+
+Kept whole: the senders' side and the owner's side read and write the same
+inbox and request rows through the same states (received, delivered,
+pending, accepted, answered) and the same message keys (an update's id, a
+signal's request id); apart, each half would keep the other's invariants
+without seeing them.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ..clock import to_iso
 from ..driver import Program, Row, Tx, ex, placeholders, q, q1
 from ..errors import (
     CapabilityUnsupported,
+    ConfigurationError,
     RunAlreadyClosed,
     RunNotCurrent,
     WorkflowNotFound,
@@ -124,8 +131,12 @@ def _live_owner(row: Row, now: float) -> bool:
 
 
 def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
-                  sender: dict[str, Any] | None = None) -> Program[InboxItem]:
-    """Record a received signal on an open run (``SignalReceived``) and wake its owner."""
+                  sender: dict[str, Any] | None = None,
+                  request_id: str | None = None) -> Program[InboxItem]:
+    """Record a received signal on an open run (``SignalReceived``) and wake its owner.
+    `request_id`, the sender's idempotency key, is kept in the inbox row's
+    ``update_id`` column (the run's one namespace of message keys: an update's
+    id or a signal's request id) and in the event."""
     run_id = row["run_id"]
     counter = yield from update_one_returning(
         tx.dialect, "runs", "inbox_seq = inbox_seq + 1, ready_at = COALESCE(ready_at, ?)",
@@ -133,34 +144,81 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
     assert counter is not None  # the run is locked: it exists
     seq = int(counter["inbox_seq"])
     yield ex(
-        "INSERT INTO inbox (run_id, seq, kind, name, input, sender, received_at, status) "
-        "VALUES (?, ?, 'signal', ?, ?, ?, ?, 'received')",
-        run_id, seq, name, payload, dumps(sender), now,
+        "INSERT INTO inbox (run_id, seq, kind, name, input, update_id, sender, received_at, "
+        "status) VALUES (?, ?, 'signal', ?, ?, ?, ?, ?, 'received')",
+        run_id, seq, name, payload, request_id, dumps(sender), now,
     )
     data: dict[str, Any] = {"seq": seq, "name": name, "args": loads(payload)}
     if sender is not None:
         data["sender"] = sender
+    if request_id is not None:
+        data["request_id"] = request_id
     yield from append_events(tx, run_id, [("SignalReceived", data)], now)
-    item = InboxItem(run_id, seq, "signal", name, payload, now, "received")
+    item = InboxItem(run_id, seq, "signal", name, payload, now, "received",
+                     update_id=request_id)
     tx.wake(Wake.run(run_id, item))
     if not _live_owner(row, now):
         tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
     return item
 
 
+@dataclass(frozen=True)
+class SignalReceipt:
+    """What sending a signal did: its inbox record, and whether it was recorded
+    now (False: a signal with the same request id was recorded before)."""
+
+    item: InboxItem
+    recorded: bool
+
+
 def send_signal(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, name: str,
-                payload: str, now: float,
-                sender: dict[str, Any] | None = None) -> Program[InboxItem]:
+                payload: str, now: float, sender: dict[str, Any] | None = None,
+                request_id: str | None = None) -> Program[SignalReceipt]:
     """A client's signal, with who sent it (``{"requester", "source"}``, as a
-    cancellation request records them). Raises `WorkflowNotFound`,
-    `RunAlreadyClosed` (nothing recorded)."""
+    cancellation request records them). With a `request_id`, a retry of the
+    same signal to the same run is recorded once: the retry returns the first
+    record, even once the run has closed (the sender learns its signal
+    arrived). Raises `WorkflowNotFound`, `RunAlreadyClosed` (nothing
+    recorded), `ConfigurationError` for a request id this run already holds
+    for another signal or an update."""
     row = yield from _target_run(tx, namespace, workflow_id, run_id)
+    if request_id is not None:
+        found = yield from _message_key(tx, row["run_id"], request_id)
+        if found is not None:
+            if found.kind != "signal" or found.name != name:
+                raise _key_conflict(request_id, found.kind, found.name, "signal", name)
+            return SignalReceipt(found, False)
     if row["status"] not in OPEN_STATUSES:
         raise RunAlreadyClosed(
             f"workflow {workflow_id!r} run {row['run_id']} is already {row['status']}; "
             "signals reach open runs only (start a new run, e.g. with signal_with_start)"
         )
-    return (yield from insert_signal(tx, row, name, payload, now, sender))
+    item = yield from insert_signal(tx, row, name, payload, now, sender, request_id)
+    return SignalReceipt(item, True)
+
+
+def _message_key(tx: Tx, run_id: str, key: str) -> Program[InboxItem | None]:
+    """The run's message holding idempotency key `key`: an inbox record, or an
+    update still waiting to be accepted (as an unrecorded placeholder)."""
+    row = yield q1(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? AND update_id = ?",
+                   run_id, key)
+    if row is not None:
+        return inbox_from_row(row)
+    pending = yield q1(
+        "SELECT name FROM requests WHERE run_id = ? AND update_id = ? AND kind = 'update' "
+        "AND status <> 'answered'", run_id, key)
+    if pending is not None:
+        return InboxItem(run_id, 0, "update", str(pending["name"]), "", 0.0, "pending",
+                         update_id=key)
+    return None
+
+
+def _key_conflict(key: str, kind: str, name: str, new_kind: str,
+                  new_name: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"request id {key!r} already names {kind} {name!r} of this run, so it cannot "
+        f"also name {new_kind} {new_name!r}: give each signal and update its own request "
+        "id (reuse one only to retry the very same message)")
 
 
 def signal_with_start(tx: Tx, request: StartRequest, name: str, payload: str,
@@ -197,6 +255,9 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
             f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? AND update_id = ?",
             run.run_id, update_id,
         )
+        if existing is not None and existing["kind"] != "update":
+            raise _key_conflict(str(update_id), existing["kind"], existing["name"],
+                                "update", name)
         if existing is not None:  # the same update again: its recorded outcome
             return RequestTicket(run.run_id, None, inbox_from_row(existing),
                                  run.workflow_type, run.task_queue)

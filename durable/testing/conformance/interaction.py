@@ -282,6 +282,26 @@ async def test_signal_to_a_closed_run_or_an_unknown_workflow_is_refused(
     assert types(await handle.history()).count("SignalReceived") == 1
 
 
+@pytest.mark.remote_client
+async def test_a_retried_signal_with_the_same_request_id_is_recorded_once(
+    client: durable.Client,
+) -> None:
+    # no worker: the signals stay received, so what the history holds is what was sent
+    handle = await client.start(Approval, "o-6", 60, id=new_id("approval"))
+    assert await handle.signal("approve", "ann", request_id="approve-ann") is True
+    assert await handle.signal("approve", "ann", request_id="approve-ann") is False
+    assert await handle.signal("approve", "ann") is True  # no request id: a new signal
+    with pytest.raises(durable.ConfigurationError, match="already names signal 'approve'"):
+        await handle.signal("reject", "ann", request_id="approve-ann")
+    with pytest.raises(durable.ConfigurationError, match="already names signal 'approve'"):
+        await handle.update("set_limit", 1, update_id="approve-ann", timeout=5)
+    await handle.terminate("done")
+    # a retry after the run closed still learns its signal arrived
+    assert await handle.signal("approve", "ann", request_id="approve-ann") is False
+    received = [e.data for e in await handle.history() if e.type == "SignalReceived"]
+    assert [d.get("request_id") for d in received] == ["approve-ann", None]
+
+
 # ---------------------------------------------------------------- function workflows
 
 

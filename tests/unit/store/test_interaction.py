@@ -18,8 +18,8 @@ pytestmark = pytest.mark.anyio
 async def test_a_signal_is_durable_and_numbered_before_any_worker_sees_it(store: Store) -> None:
     run = await started_and_claimed(store, "signalled")
     wakes = Wakes(store)
-    first = await store.send_signal(NS, "signalled", None, "add", '["a"]', T0)
-    second = await store.send_signal(NS, "signalled", None, "add", '["b"]', T0 + 1)
+    first = (await store.send_signal(NS, "signalled", None, "add", '["a"]', T0)).item
+    second = (await store.send_signal(NS, "signalled", None, "add", '["b"]', T0 + 1)).item
     assert (first.seq, second.seq) == (1, 2) and first.status == "received"
     # its owner is woken with the item itself: no read needed
     assert Wake.run(run.run_id, first) in wakes.seen
