@@ -31,6 +31,7 @@ from . import (
     reset,
     retention,
     runs,
+    schedule_pass,
     schedule_reads,
     schedule_stats,
     schedules,
@@ -453,16 +454,16 @@ class Store:
     # ---------------------------------------------------------------- schedules
 
     async def fire_schedules(self, namespace: str, now: float, limit: int,
-                             check_waiting: bool) -> schedules.FirePass:
+                             check_waiting: bool) -> schedule_pass.FirePass:
         """Fire what is due (and, with `check_waiting`, buffered fires whose
         blocking run closed); when the namespace is next due."""
-        return await self.driver.run(lambda tx: schedules.fire_due(
+        return await self.driver.run(lambda tx: schedule_pass.fire_due(
             tx, namespace, now, limit, check_waiting))
 
     async def next_schedule_due(self, namespace: str) -> tuple[float | None, bool]:
         """When the namespace's next fire is due (None: none will), and whether
         fires wait for runs to close."""
-        return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+        return await self.driver.run(lambda tx: schedule_pass.next_due(namespace), write=False)
 
     async def schedule_stats(self, after: float | None,
                              limit: int) -> schedule_stats.ScheduleStats:
