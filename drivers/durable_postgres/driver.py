@@ -27,10 +27,11 @@ from durable.driver import Program, Tx, Wake
 from durable.errors import ConfigurationError
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements
+from durable.wakes import address
 
 from .connection import CONFLICT, CONNECTION_LOST, discard, drive, execute, no_reset
 from .dialect import PostgresDialect
-from .listener import Listener
+from .listener import Listener, channel_for
 from .url import channel_name, parse_url, quote_ident, quote_literal
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         self.application_name = self._target.application_name or f"durable:{self.origin}"
         self._listener = Listener(connect=self._connect_one, channel=self.channel,
                                   origin=self.origin, log=self.log)
+        self._wanted: frozenset[str] | None = None  # None: to be computed again
+        self.hub.on_wanted = self._on_wanted
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -264,8 +267,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         # if it happened, and in the same round trip as COMMIT.
         commit = "COMMIT"
         if any(not wake.local for wake in tx.wakes):
-            commit = f"NOTIFY {quote_ident(self.channel)}, {quote_literal(self._payload(tx))};"
-            commit += " COMMIT"
+            commit = f"{self._notify(tx)} COMMIT"
         try:
             await conn.execute(commit)
         except CONNECTION_LOST as exc:
@@ -289,18 +291,49 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         except Exception:
             discard(conn)
 
-    def _payload(self, tx: Tx) -> str:
-        keys = self.remote_keys(tx)
-        text = json.dumps({"o": self.origin, "k": keys}, separators=(",", ":"))
-        if len(text) > _MAX_PAYLOAD:
-            text = json.dumps({"o": self.origin, "k": [Wake.any().key]}, separators=(",", ":"))
-        return text
+    def _notify(self, tx: Tx) -> str:
+        """The NOTIFY statements of a commit: one per channel, each wake-up on
+        the channel of its `address` (the schema's channel when it has none),
+        with the sending driver's id."""
+        by_channel: dict[str, dict[tuple[str, ...], None]] = {}
+        for wake in tx.wakes:
+            if wake.local:
+                continue
+            where = address(wake.key)
+            channel = self.channel if where is None else channel_for(self.channel, where)
+            by_channel.setdefault(channel, {})[wake.key] = None
+        statements = []
+        for channel, keys in by_channel.items():
+            text = json.dumps({"o": self.origin, "k": list(keys)}, separators=(",", ":"))
+            if len(text) > _MAX_PAYLOAD:  # too many keys: everybody looks at everything
+                channel = self.channel
+                text = json.dumps({"o": self.origin, "k": [Wake.any().key]},
+                                  separators=(",", ":"))
+            statements.append(f"NOTIFY {quote_ident(channel)}, {quote_literal(text)};")
+        return " ".join(statements)
 
     # ---------------------------------------------------------------- wake-ups
 
+    def _on_wanted(self) -> None:
+        """The hub's wanted addresses changed: listen again (see `watch`)."""
+        self._wanted = None
+        self._listener.poke()
+
+    def _wanted_channels(self) -> frozenset[str]:
+        if self._wanted is None:
+            self._wanted = frozenset(channel_for(self.channel, where)
+                                     for where in self.hub.wanted)
+        return self._wanted
+
     async def watch(self) -> None:
         """Publish other processes' commits (LISTEN), and `Wake.any()` every
-        `poll_interval` so that a lost notification delays work, never loses it."""
+        `poll_interval` so that a lost notification delays work, never loses it.
+
+        Listens on the schema's channel and on the channel of each address
+        the hub wants (`durable.wakes.WakeHub.want`); once it listens on a
+        new one, it publishes a wake-up for each key wanted there, since one
+        sent before may have been missed.
+        """
         assert self._watch_lock is not None, "open the driver first"
         # One listener per driver however many workers share it; a second
         # watch() takes over when the first is cancelled.
@@ -308,10 +341,14 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             next_any = anyio.current_time() + self.poll_interval
             while True:
                 wait = max(0.0, next_any - anyio.current_time())
-                keys, fresh = await self._call(
-                    functools.partial(self._listener.next_batch, wait), shield=False
-                )
+                keys, fresh, added = await self._call(functools.partial(
+                    self._listener.next_batch, wait, self._wanted_channels()), shield=False)
                 wakes = [Wake(key, remote=True) for key in dict.fromkeys(keys)]
+                if added:
+                    wakes += [Wake(key, remote=True)
+                              for where, wanted in list(self.hub.wanted.items())
+                              if channel_for(self.channel, where) in added
+                              for key in wanted]
                 now = anyio.current_time()
                 if fresh or now >= next_any:
                     wakes.append(Wake.any())
