@@ -415,6 +415,10 @@ class Store:
         """Mark a stopped worker gone."""
         await self.driver.run(lambda tx: workers.deregister_worker(worker_id, now))
 
+    async def forget_worker(self, namespace: str, worker_id: str, now: float) -> str:
+        """Delete a gone worker's record: deleted, alive (kept) or missing."""
+        return await self.driver.run(lambda tx: workers.forget_worker(namespace, worker_id, now))
+
     async def list_workers(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """The namespace's workers, alive and recently gone (`workers.list_workers`)."""
         return await self.driver.run(lambda tx: workers.list_workers(namespace, now),
