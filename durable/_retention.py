@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import anyio
 
+from ._duties import duty
 from ._log import get_logger
-from ._scheduler import one_per_process
 from .clock import Clock, to_iso
 from .store import Store
 from .wakes import Wake
@@ -116,12 +116,8 @@ class RetentionKeeper:
             self._changed.set()
 
     async def run(self) -> None:
-        async with one_per_process(self.store.driver, "retention", self.namespace):
-            unsubscribe = self.store.hub.subscribe(self._on_wake)
-            try:
-                await self._loop()
-            finally:
-                unsubscribe()
+        async with duty(self.store, "retention", self.namespace, self._on_wake):
+            await self._loop()
 
     async def _loop(self) -> None:
         while True:

@@ -19,13 +19,11 @@ fallback poll covers a lost wake-up.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 
+from ._duties import duty
 from ._log import get_logger
 from .clock import Clock
 from .store import Store
@@ -36,25 +34,6 @@ FIRE_BATCH = 100
 #: real seconds to wait before looking again when what is due is being fired
 #: by another process (its rows are locked: PostgreSQL's SKIP LOCKED passed them)
 LOCKED_BACKOFF = 0.02
-
-_Key = tuple[str, str]  # (duty, namespace)
-_duties: weakref.WeakKeyDictionary[Any, dict[_Key, anyio.Event]] = weakref.WeakKeyDictionary()
-
-
-@asynccontextmanager
-async def one_per_process(driver: Any, duty: str, namespace: str) -> AsyncIterator[None]:
-    """Hold the process's turn for `duty` in `namespace` on `driver`: the first
-    worker gets it, the others wait until it gives it back (when it stops)."""
-    key = (duty, namespace)
-    held = _duties.setdefault(driver, {})
-    while key in held:
-        await held[key].wait()
-    done = held[key] = anyio.Event()
-    try:
-        yield
-    finally:
-        del held[key]
-        done.set()
 
 
 class Scheduler:
@@ -86,12 +65,8 @@ class Scheduler:
                 self._woken.set()
 
     async def run(self) -> None:
-        async with one_per_process(self.store.driver, "schedules", self.namespace):
-            unsubscribe = self.store.hub.subscribe(self._on_wake)
-            try:
-                await self._loop()
-            finally:
-                unsubscribe()
+        async with duty(self.store, "schedules", self.namespace, self._on_wake):
+            await self._loop()
 
     async def _loop(self) -> None:
         due, self._waiting = await self.store.next_schedule_due(self.namespace)

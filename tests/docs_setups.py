@@ -196,7 +196,8 @@ SETUPS: dict[str, Setup] = {
     # what durable/cli/_commands.py, where commands live, has in scope
     "cli_commands": _code("from typing import Any\nimport click\nimport durable\n"
                           "from durable.cli._commands import *\n"
-                          "from durable.cli._commands import Session, _fmt, parse_args_json\n"),
+                          "from durable.cli._commands import Session, _fmt, parse_args_json\n"
+                          "from durable.cli._group import cli\n"),
     "ctrl_c": _ctrl_c_after(lambda: Path("app.db").exists()),
     "serve_on_free_port_8233": _serve_on_free_port("port=8233"),
     "serve_on_free_port_8000": _serve_on_free_port("port=8000"),

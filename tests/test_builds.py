@@ -127,8 +127,7 @@ async def check_upgrade(url: str, spec: str) -> tuple[int, dict[str, Any]]:
     thread: the command runs its own event loop); its exit code and output."""
     from click.testing import CliRunner
 
-    from durable.cli import _upgrade  # noqa: F401  (registers the command)
-    from durable.cli._commands import cli
+    from durable.cli._group import cli
 
     def invoke() -> Any:
         return CliRunner().invoke(cli, ["check-upgrade", "--db", url, "--worker",

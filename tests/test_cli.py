@@ -31,7 +31,7 @@ from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 
 import durable
 from durable import present as _fmt
-from durable.cli._commands import cli
+from durable.cli._group import cli
 from durable.cli._params import Duration
 from durable.cli._worker import build_worker
 from durable.cli.schemas import SCHEMAS, validate

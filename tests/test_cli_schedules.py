@@ -18,8 +18,6 @@ import pytest
 from click.testing import Result
 from test_cli import ThreadWorker, as_json, invoke, ok, one_error_line
 
-import durable.cli._schedules  # noqa: F401  (registers `durable schedule` and `prune`)
-
 NEVER = "0 2 1 1 *"  # 02:00 on 1 January: not while a test runs
 
 

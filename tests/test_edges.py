@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 
 import durable
 from durable import workflow
-from durable.cli._commands import cli
+from durable.cli._group import cli
 from durable.http import create_app
 from durable.http.serve import serve_app
 

@@ -23,9 +23,8 @@ from click.testing import CliRunner
 from conftest import REMOTE_ADMIN_TOKEN, REMOTE_TOKEN, remote_plane
 
 import durable
-import durable.cli._schedules
 from durable import ScheduleSpec, workflow
-from durable.cli._commands import cli
+from durable.cli._group import cli
 from durable.http import create_app
 from durable.testing import TimeSkippingEnvironment
 

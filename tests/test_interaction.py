@@ -63,6 +63,8 @@ def _downgrade(tx: Any) -> Any:
         yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 5's
     for column in ("reset_from_run_id", "reset_from_op", "reset_run_id"):
         yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 6's
+    for column in ("description", "created_at"):
+        yield ex(f"ALTER TABLE namespace_settings DROP COLUMN {column}")  # version 8's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 

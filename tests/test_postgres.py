@@ -140,7 +140,7 @@ def test_the_cli_refuses_a_mistyped_schema(pg_url: str) -> None:
     a missing file alike); once the application created it, it reads it."""
     from click.testing import CliRunner
 
-    from durable.cli._commands import cli
+    from durable.cli._group import cli
 
     result = CliRunner().invoke(cli, ["--db", pg_url, "list"])
     schema = pg_url.rsplit("schema=", 1)[1]

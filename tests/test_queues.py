@@ -186,8 +186,7 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
 def run_cli(url: str, *args: str) -> Any:
     from click.testing import CliRunner
 
-    from durable.cli import _commands  # noqa: F401  (registers `start`)
-    from durable.cli._queues import cli
+    from durable.cli._group import cli
 
     result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1"},
                                 prog_name="durable")

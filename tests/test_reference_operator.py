@@ -115,3 +115,48 @@ async def test_history_export_passes_the_reference_clients_own_verifier(live: Li
                 await c.export_history("exp-missing", "r-1")
 
     await run_reference(scenario, live)
+
+
+async def test_namespaces_are_created_updated_described_and_listed(live: Live) -> None:
+    async def scenario(url: str) -> None:
+        async with ref_client(url, token=ADMIN) as c:
+            created = await c.create_namespace("billing", description="invoices",
+                                               retention_days=30)
+            assert (created.name, created.description, created.retention_days,
+                    created.status) == ("billing", "invoices", 30, "active")
+            assert created.created_at is not None
+            with pytest.raises(dw_errors.ServerError) as twice:
+                await c.create_namespace("billing")
+            assert twice.value.status == 409
+            assert twice.value.body["reason"] == "namespace_already_exists"
+            with pytest.raises(dw_errors.ServerError) as taken:
+                await c.create_namespace("default")
+            assert taken.value.status == 409
+
+            updated = await c.update_namespace("billing", retention_days=7)
+            assert (updated.description, updated.retention_days) == ("invoices", 7)
+            updated = await c.update_namespace("billing", description="all invoices")
+            assert (updated.description, updated.retention_days) == ("all invoices", 7)
+            described = await c.describe_namespace("billing")
+            assert described.updated_at is not None and described.retention_days == 7
+            names = [n.name for n in (await c.list_namespaces()).namespaces]
+            assert names == ["billing", "default"]
+            with pytest.raises(dw_errors.NamespaceNotFound):
+                await c.update_namespace("nowhere", description="x")
+            with pytest.raises(dw_errors.NamespaceNotFound):
+                await c.describe_namespace("nowhere")
+            with pytest.raises(dw_errors.InvalidArgument):
+                await c.create_namespace("bad name!")
+        async with ref_client(url, token=ADMIN, namespace="billing") as c:
+            status = await c.retention_status()  # the namespace's retention is its setting
+            assert status["namespace"] == "billing" and status["retention_days"] == 7
+        async with ref_client(url, token=OPERATOR) as c:
+            with pytest.raises(dw_errors.ServerError) as refused:
+                await c.create_namespace("shipping")
+            assert refused.value.status == 403
+
+    await run_reference(scenario, live)
+    async with httpx.AsyncClient(base_url=live.url) as http:
+        response = await http.put("/api/namespaces/billing", json={"retention_days": 0},
+                                  headers=headers(ADMIN))
+        assert response.status_code == 422 and "retention_days" in response.json()["errors"]

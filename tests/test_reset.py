@@ -168,8 +168,7 @@ async def test_reset_over_http_and_from_the_command_line(storage: durable.Client
     from click.testing import CliRunner
     from conftest import REMOTE_TOKEN, remote_plane
 
-    from durable.cli import _upgrade  # noqa: F401  (registers the command)
-    from durable.cli._commands import cli
+    from durable.cli._group import cli
 
     async with worker(storage):
         failed = [await storage.start(six_steps, 6, id=f"rs-{via}") for via in ("http", "cli")]

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 import durable
 from durable import activity, workflow
-from durable.cli._queues import cli
+from durable.cli._group import cli
 from durable.testing import isolated_definitions
 
 pytestmark = pytest.mark.anyio

@@ -2,7 +2,8 @@
 
 ``durable [--db URL | --server URL --token T] [--namespace NS] COMMAND ...``
 
-The commands live in `durable.cli._commands`; this module only checks that the
+The commands live in `durable.cli._commands` and its siblings, added to the
+group in one place (`durable.cli._group`); this module only checks that the
 ``cli`` extra (click and rich) is installed, so that a core install without it
 gets one clear line instead of an ImportError traceback. See docs/cli.md.
 """
@@ -28,9 +29,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ImportError as exc:
         sys.stderr.write(INSTALL_HINT.format(missing=exc.name or "click or rich") + "\n")
         sys.exit(1)
-    # `schedule`, `prune`, `check-upgrade`, `reset`, `workers` and `queue` register
-    # from here, not from _commands, so that they join no import circle (see test_layout)
-    from . import _queues, _schedules, _upgrade  # noqa: F401
-    from ._app import run
+    from ._group import run
 
     run(argv)

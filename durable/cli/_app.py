@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar, cast
@@ -426,9 +426,3 @@ def cli(ctx: click.Context, db: str | None, server: str | None, token: str | Non
     ctx.obj = Session(db=db or None, server=server or None, token=token or None,
                       namespace=namespace, debug=debug)
 
-
-def run(argv: Sequence[str] | None = None) -> None:
-    """Run the command line (imports the commands, then hands over to click)."""
-    from . import _commands  # noqa: F401  (registers the commands on `cli`)
-
-    cli.main(args=list(argv) if argv is not None else None, prog_name="durable")

@@ -23,7 +23,7 @@ import durable
 
 from .. import present as _fmt
 from . import _views
-from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Output, Session, cli, json_option
+from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Output, Session, json_option
 from ._params import (
     DURATION,
     complete_status,
@@ -76,7 +76,7 @@ def _event(event: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------- start
 
 
-@cli.command(short_help="Start a workflow by type name.")
+@click.command(short_help="Start a workflow by type name.")
 @click.argument("workflow_type", metavar="TYPE")
 @click.option("--id", "workflow_id", required=True, metavar="ID",
               help="The workflow id (unique in the namespace).")
@@ -138,7 +138,7 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
 # ---------------------------------------------------------------- list
 
 
-@cli.command("list", short_help="List runs, newest first.")
+@click.command("list", short_help="List runs, newest first.")
 @click.option("--status", metavar="S", shell_complete=complete_status,
               help="Only runs with this status (running, completed, failed, timed_out, ...).")
 @click.option("--type", "workflow_type", metavar="T", help="Only workflows of this type.")
@@ -162,7 +162,7 @@ def list_(session: Session, status: str | None, workflow_type: str | None, limit
 # ---------------------------------------------------------------- describe
 
 
-@cli.command(short_help="Show a run: status, deadlines, pending ops, failures.")
+@click.command(short_help="Show a run: status, deadlines, pending ops, failures.")
 @workflow_id_argument
 @run_option
 @json_option
@@ -180,7 +180,7 @@ def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
 # ---------------------------------------------------------------- history
 
 
-@cli.command(short_help="Print a run's history (--follow streams it).")
+@click.command(short_help="Print a run's history (--follow streams it).")
 @workflow_id_argument
 @run_option
 @click.option("--follow", "-f", is_flag=True,
@@ -246,7 +246,7 @@ def history(session: Session, workflow_id: str, run_id: str | None, follow: bool
 # ---------------------------------------------------------------- result
 
 
-@cli.command(short_help="Print the workflow's result (--wait for it).")
+@click.command(short_help="Print the workflow's result (--wait for it).")
 @workflow_id_argument
 @click.option("--wait", "-w", is_flag=True, help="Wait until the workflow closes.")
 @json_option
@@ -296,7 +296,7 @@ def result(session: Session, workflow_id: str, wait: bool) -> None:
 # ---------------------------------------------------------------- steering
 
 
-@cli.command("request-cancellation", short_help="Ask a run to stop cooperatively, with cleanup.")
+@click.command("request-cancellation", short_help="Ask a run to stop cooperatively, with cleanup.")
 @workflow_id_argument
 @click.option("--reason", required=True, metavar="R", help="Why (kept in every view).")
 @click.option("--cleanup-timeout", type=DURATION, default=30.0, show_default=True,
@@ -324,7 +324,7 @@ def request_cancellation(session: Session, workflow_id: str, reason: str,
     session.out.emit(session.run(body), _views.cancellation_requested)
 
 
-@cli.command("retry-after-review", short_help="Let a run marked for review replay again.")
+@click.command("retry-after-review", short_help="Let a run marked for review replay again.")
 @workflow_id_argument
 @click.option("--units", type=click.Choice(["rerun", "confirm"]),
               help="For a run whose units' outcome is unknown (status unknown): run them "
@@ -353,7 +353,7 @@ args_option = click.option(
     help="The handler's arguments as a JSON array, e.g. '[\"ann\", 3]'.")
 
 
-@cli.command(short_help="Send a running workflow a signal.")
+@click.command(short_help="Send a running workflow a signal.")
 @workflow_id_argument
 @click.argument("name")
 @args_option
@@ -378,7 +378,7 @@ def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
     session.out.emit(session.run(body), _views.signalled)
 
 
-@cli.command(short_help="Ask a workflow a query (read-only).")
+@click.command(short_help="Ask a workflow a query (read-only).")
 @workflow_id_argument
 @click.argument("name")
 @args_option
@@ -407,7 +407,7 @@ def query(session: Session, workflow_id: str, name: str, args_json: str | None,
     session.out.emit(session.run(body), _views.answered)
 
 
-@cli.command(short_help="Run a workflow's update and print its result.")
+@click.command(short_help="Run a workflow's update and print its result.")
 @workflow_id_argument
 @click.argument("name")
 @args_option
@@ -460,7 +460,7 @@ def _close(session: Session, workflow_id: str, run_id: str | None, action: str,
     session.out.emit(session.run(body), _views.closed)
 
 
-@cli.command(short_help="Close a run now as cancelled; no cleanup runs.")
+@click.command(short_help="Close a run now as cancelled; no cleanup runs.")
 @workflow_id_argument
 @click.option("--reason", default="cancelled with the durable CLI", show_default=True,
               metavar="R")
@@ -472,7 +472,7 @@ def cancel(session: Session, workflow_id: str, reason: str, run_id: str | None) 
     _close(session, workflow_id, run_id, "cancelled", reason)
 
 
-@cli.command(short_help="Close a run now as terminated.")
+@click.command(short_help="Close a run now as terminated.")
 @workflow_id_argument
 @click.option("--reason", default="terminated with the durable CLI", show_default=True,
               metavar="R")
@@ -487,7 +487,7 @@ def terminate(session: Session, workflow_id: str, reason: str, run_id: str | Non
 # ---------------------------------------------------------------- cascade and watch
 
 
-@cli.command(short_help="Show a cancellation's cascade as a tree.")
+@click.command(short_help="Show a cancellation's cascade as a tree.")
 @workflow_id_argument
 @run_option
 @json_option
@@ -506,7 +506,7 @@ def cascade(session: Session, workflow_id: str, run_id: str | None) -> None:
     session.out.emit(session.run(body), _views.cascade)
 
 
-@cli.command(short_help="Watch one run live until it closes.")
+@click.command(short_help="Watch one run live until it closes.")
 @workflow_id_argument
 @run_option
 @click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and tests).")
@@ -578,7 +578,7 @@ async def _watch_live(out: Output, handle: durable.WorkflowHandle, info: dict[st
 # ---------------------------------------------------------------- operations
 
 
-@cli.command("repair-pass", short_help="Enforce every deadline that is due, once.")
+@click.command("repair-pass", short_help="Enforce every deadline that is due, once.")
 @json_option
 @pass_session
 def repair_pass(session: Session) -> None:
@@ -591,7 +591,7 @@ def repair_pass(session: Session) -> None:
     session.out.emit(session.run(body), _views.repair)
 
 
-@cli.command(short_help="Run a worker for what MODULE:ATTR lists.")
+@click.command(short_help="Run a worker for what MODULE:ATTR lists.")
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--task-queue", metavar="Q", help="Override the spec's task queue.")
 @click.option("--identity", metavar="NAME", help="Worker id shown in describe() and receipts.")
@@ -628,7 +628,7 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 
 
 
-@cli.command(short_help="Serve the HTTP control plane (and, optionally, a worker).")
+@click.command(short_help="Serve the HTTP control plane (and, optionally, a worker).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; any but loopback needs tokens.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True,

@@ -18,12 +18,12 @@ from rich.text import Text
 import durable
 
 from .. import present as _fmt
-from ._app import Output, Session, cli, json_option
+from ._app import Output, Session, json_option
 
 pass_session = click.make_pass_decorator(Session)
 
 
-@cli.command(short_help="List the workers of the namespace: alive, then gone.")
+@click.command(short_help="List the workers of the namespace: alive, then gone.")
 @click.option("--all", "show_all", is_flag=True, help="Also workers gone in the last hour.")
 @json_option
 @pass_session
@@ -100,7 +100,7 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------- durable queue
 
 
-@cli.group(short_help="See task queues and set their limits.")
+@click.group(short_help="See task queues and set their limits.")
 def queue() -> None:
     """Task queues: what runs and waits on each, and how much may run at once
     across every worker (docs/queues.md)."""

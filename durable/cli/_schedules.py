@@ -20,7 +20,7 @@ from rich.text import Text
 import durable
 
 from .. import present as _fmt
-from ._app import Output, Session, cli, json_option
+from ._app import Output, Session, json_option
 from ._params import DURATION, parse_args_json
 from ._views import _grid, badge, status_badge, when
 
@@ -161,7 +161,7 @@ def _start_options(execution_timeout: float | None, run_timeout: float | None,
 # ---------------------------------------------------------------- the group
 
 
-@cli.group(short_help="Create, see and steer schedules.")
+@click.group(short_help="Create, see and steer schedules.")
 def schedule() -> None:
     """Schedules: start a workflow at given times (cron or a fixed interval), once per fire.
 
@@ -386,7 +386,7 @@ def _act(session: Session, schedule_id: str, action: str, call: Any) -> None:
 # ---------------------------------------------------------------- prune
 
 
-@cli.command(short_help="Delete closed runs older than a duration (retention, now).")
+@click.command(short_help="Delete closed runs older than a duration (retention, now).")
 @click.option("--older-than", type=DURATION, required=True, metavar="S",
               help="Runs closed longer ago than this (30d, 12h, 3600).")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")

@@ -23,12 +23,12 @@ from rich.text import Text
 
 import durable
 
-from ._app import EXIT_ERROR, Output, Session, cli, json_option
+from ._app import EXIT_ERROR, Output, Session, json_option
 
 pass_session = click.make_pass_decorator(Session)
 
 
-@cli.command("check-upgrade",
+@click.command("check-upgrade",
              short_help="Replay every open run against a build's code; exit 1 if any diverge.")
 @click.option("--worker", "target", required=True, metavar="MODULE:ATTR",
               help="The worker spec or factory of the build to check (as `durable worker`).")
@@ -67,7 +67,7 @@ def check_upgrade(session: Session, target: str, db: str | None) -> None:
         raise click.exceptions.Exit(EXIT_ERROR)
 
 
-@cli.command(short_help="Continue a failed or stuck run as a new run from an op.")
+@click.command(short_help="Continue a failed or stuck run as a new run from an op.")
 @click.argument("workflow_id", metavar="ID")
 @click.option("--to-op", required=True, metavar="OP",
               help="The op to continue from, e.g. 0:5 (`durable history ID` shows op ids); "

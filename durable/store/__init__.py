@@ -26,6 +26,7 @@ from . import (
     deadlines,
     inspection,
     interaction,
+    namespaces,
     queues,
     reset,
     retention,
@@ -366,8 +367,20 @@ class Store:
             id_contains=id_contains), write=False)
 
     async def namespaces(self) -> list[dict[str, Any]]:
-        """Every namespace that holds something, with its run counts."""
-        return await self.driver.run(lambda tx: inspection.namespaces(), write=False)
+        """Every namespace that holds something: run counts, description,
+        retention (`durable.store.namespaces`)."""
+        return await self.driver.run(lambda tx: namespaces.listed(), write=False)
+
+    async def create_namespace(self, namespace: str, description: str | None,
+                               retention_seconds: float | None, now: float) -> None:
+        """Create a namespace that holds nothing yet (`namespaces.NamespaceAlreadyExists`)."""
+        await self.driver.run(lambda tx: namespaces.create(
+            tx, namespace, description, retention_seconds, now))
+
+    async def update_namespace(self, namespace: str, fields: dict[str, Any],
+                               now: float) -> None:
+        """Change a namespace's description or retention (`namespaces.NoSuchNamespace`)."""
+        await self.driver.run(lambda tx: namespaces.update(tx, namespace, fields, now))
 
     async def run_ids(self, namespace: str, workflow_id: str) -> list[str]:
         """Every run of a workflow id, oldest first."""

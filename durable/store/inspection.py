@@ -19,7 +19,6 @@ from .records import (
     RunRecord,
     StorageSnapshot,
     loads,
-    open_status_sql,
 )
 from .runs import get_run
 
@@ -370,25 +369,6 @@ def list_runs(
         open_ = summary["status"] in (*OPEN_STATUSES, *REVIEW_STATUSES)
         summary["waiting"] = (summary["run_id"] not in busy) if open_ else None
     return summaries, next_key
-
-
-def namespaces() -> Program[list[dict[str, Any]]]:
-    """Every namespace that holds something (runs, workers, schedules or
-    settings), with its run counts, by name."""
-    found: dict[str, dict[str, Any]] = {}
-    rows = yield q(f"SELECT namespace, COUNT(*) AS runs, "
-                   f"SUM(CASE WHEN {open_status_sql()} THEN 1 ELSE 0 END) AS open_runs, "
-                   "MIN(created_at) AS first_at FROM runs GROUP BY namespace")
-    for r in rows:
-        found[str(r["namespace"])] = {"run_count": int(r["runs"]),
-                                      "open_run_count": int(r["open_runs"] or 0),
-                                      "created_at": to_iso(r["first_at"])}
-    for table in ("workers", "schedules", "namespace_settings"):
-        others = yield q(f"SELECT DISTINCT namespace FROM {table}")
-        for r in others:
-            found.setdefault(str(r["namespace"]), {"run_count": 0, "open_run_count": 0,
-                                                   "created_at": None})
-    return [{"name": name, **facts} for name, facts in sorted(found.items())]
 
 
 def run_ids(namespace: str, workflow_id: str) -> Program[list[str]]:

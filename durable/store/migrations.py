@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -60,6 +60,12 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # 7: who sent an update (the request_senders table is new; an update's
     # sender is kept there until the update is accepted into the inbox)
     7: (),
+    # 8: namespaces created before use (POST /api/namespaces): a description
+    # and a creation time beside the namespace's retention
+    8: (
+        "ALTER TABLE namespace_settings ADD COLUMN description TEXT",
+        "ALTER TABLE namespace_settings ADD COLUMN created_at DOUBLE PRECISION",
+    ),
 }
 
 

@@ -289,7 +289,9 @@ CREATE TABLE IF NOT EXISTS namespace_settings (
     retention_seconds {real},
     pruned {text} NOT NULL,
     last_pruned_at {real},
-    updated_at {real} NOT NULL
+    updated_at {real} NOT NULL,
+    description {text},
+    created_at {real}
 ){options};
 """
 
