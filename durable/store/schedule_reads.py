@@ -22,7 +22,7 @@ from .schedules import (
     ScheduleRecord,
     _fire,
     _fire_view,
-    _record,
+    schedule_from_row,
 )
 
 
@@ -32,7 +32,7 @@ def describe(namespace: str, schedule_id: str) -> Program[dict[str, Any] | None]
                    "schedule_id = ?", namespace, schedule_id)
     if row is None:
         return None
-    s = _record(row)
+    s = schedule_from_row(row)
     fires = yield q(
         f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status "
         "FROM schedule_fires f LEFT JOIN workflows w ON w.namespace = f.namespace "
@@ -105,7 +105,7 @@ def list_schedules(namespace: str, limit: int,
         namespace, after or "", limit)
     out = []
     for row in rows:
-        s = _record(row)
+        s = schedule_from_row(row)
         last = None
         if row["last_outcome"] is not None:
             last = {"scheduled_at": to_iso(row["last_scheduled_at"]),
