@@ -1,0 +1,59 @@
+"""CPU of the event loop's thread per sequential local step, for A/B runs.
+
+Usage::
+
+    python benchmarks/step_cpu.py [asyncio|trio] [steps]
+    PYTHONPATH=/other/checkout:/other/checkout/drivers python benchmarks/step_cpu.py
+
+One workflow of `steps` (default 2,000) trivial local steps on a fresh
+SQLite file (WAL + NORMAL), three times after a warm-up; prints the median
+CPU time of the loop's thread per step (`time.thread_time`, which a loaded
+machine disturbs less than wall time) and the wall time per step. Alternate
+it with another checkout (PYTHONPATH) to compare two builds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+
+import anyio
+
+import durable
+from durable import activity, workflow
+
+
+@activity.defn(name="bench_step")
+async def bench_step(i: int) -> int:
+    return i * 2 + 1
+
+
+@workflow.defn(name="bench_local")
+async def bench_local(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await workflow.execute_local_activity(bench_step, i)
+    return total
+
+
+async def main() -> None:
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
+    cpu: list[float] = []
+    wall: list[float] = []
+    with tempfile.TemporaryDirectory() as d:
+        async with durable.connect(f"sqlite:///{d}/steps.db") as client:
+            async with durable.Worker(client, workflows=[bench_local], activities=[bench_step]):
+                await (await client.start(bench_local, 10, id="warm")).result()
+                for r in range(3):
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    await (await client.start(bench_local, n, id=f"r{r}")).result()
+                    cpu.append((time.thread_time() - c0) / n * 1e6)
+                    wall.append((time.perf_counter() - w0) / n * 1e6)
+    print(f"loop thread CPU {statistics.median(cpu):.1f} µs/step, "
+          f"wall {statistics.median(wall):.1f} µs/step")
+
+
+if __name__ == "__main__":
+    anyio.run(main, backend=sys.argv[1] if len(sys.argv) > 1 else "asyncio")
