@@ -497,11 +497,17 @@ class Store:
         return await self.driver.run(lambda tx: schedule_reads.describe(namespace, schedule_id),
                                      write=False)
 
-    async def list_schedules(self, namespace: str, limit: int,
-                             after: str | None = None) -> list[dict[str, Any]]:
-        """Schedule summaries by id, with their last fire."""
+    async def list_schedules(
+        self, namespace: str, limit: int, after: str | None = None, *,
+        paused: bool | None = None, workflow_type: str | None = None,
+        id_contains: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of schedule summaries by id, with their last fire, and the id the
+        next page starts after (None on the last)."""
         return await self.driver.run(
-            lambda tx: schedule_reads.list_schedules(namespace, limit, after), write=False)
+            lambda tx: schedule_reads.list_schedules(
+                namespace, limit, after, paused=paused, workflow_type=workflow_type,
+                id_contains=id_contains), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:
