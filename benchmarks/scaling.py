@@ -28,6 +28,13 @@
     change the server's configuration, so the harness samples instead.  See
     ``BackendSampler``.
 
+    Counted, not timed (issue 26), so that a loaded machine does not blur
+    them: the wake-ups each worker process heard from other processes
+    (``remote`` ones published by its driver's ``watch()``, by kind) and the
+    claim passes its worker began (runs + activity attempts), asked of each
+    process on stdin (``stats``) once every run is closed; reported per step,
+    summed over the processes.
+
 (b) ``failover``: a worker process (the victim) owns ``--runs`` (40) running
     workflows: half wait on a remote activity that the victim runs and that
     never finishes there, half on a durable timer due 0.3 s after the planned
