@@ -223,3 +223,15 @@ async def test_workers_search_attributes_and_the_worker_plane(
             assert twice.value.body["reason"] == "worker_not_found"
 
     await run_reference(scenario, live)
+
+
+async def test_versioned_answers_echo_the_control_plane_version(live: Live) -> None:
+    async with httpx.AsyncClient(base_url=live.url) as http:
+        for path in ("/api/workflows", "/api/workflows/none-such", "/api/namespaces"):
+            response = await http.get(path, headers=headers(OPERATOR))
+            assert response.headers["X-Durable-Workflow-Control-Plane-Version"] == "2", path
+        missing = await http.get("/api/workflows", headers={"Authorization": f"Bearer {VIEWER}"})
+        assert missing.status_code == 400
+        assert missing.headers["X-Durable-Workflow-Control-Plane-Version"] == "2"
+        health = await http.get("/api/health")  # not versioned: nothing to echo
+        assert "X-Durable-Workflow-Control-Plane-Version" not in health.headers

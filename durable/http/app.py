@@ -388,6 +388,12 @@ class ControlPlaneServer:
 
     def endpoint(self, op: Operation) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
+            response = await answer(request)
+            if op.versioned:  # echoed on every answer of a versioned route, as the reference
+                response.headers[VERSION_HEADER] = VERSION
+            return response
+
+        async def answer(request: Request) -> Response:
             request.scope["durable.route"] = op.path
             request_id = str(request.scope.get("durable.request_id") or uuid.uuid4().hex)
             try:

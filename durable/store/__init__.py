@@ -72,6 +72,9 @@ class Store:
         #: queues (kind, namespace, name) last seen with limits: their claims go
         #: straight to the limited path (`durable.store.queues`)
         self._limited: set[tuple[str, str, str]] = set()
+        #: the limits each limited queue had at its last claim: a one-statement
+        #: claim checks them against the queue's row (`queues.claim_limited_in_one`)
+        self._limits: dict[tuple[str, str, str], str] = {}
 
     @property
     def hub(self) -> WakeHub:
@@ -129,11 +132,13 @@ class Store:
         limited queue is claimed within its limits (`durable.store.queues`)."""
         queue = ("runs", namespace, task_queue)
         limited = queue in self._limited
+        limits = self._limits.get(queue) if limited else None
         claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
-            capabilities, build_id, limited))
-        if claimed.limited and not limited and not claimed:
-            # the one-statement claim found the queue limited: claim within its limits
+            capabilities, build_id, limited, limits))
+        if (claimed.limited and not limited and not claimed) or claimed.stale:
+            # the one-statement claim found the queue limited, or could not
+            # trust its snapshot: claim within the limits in a transaction
             claimed = await self.driver.run(lambda tx: claims.claim_runs(
                 tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds,
                 now, capabilities, build_id, True))
@@ -141,6 +146,10 @@ class Store:
             self._limited.add(queue)
         else:
             self._limited.discard(queue)
+        if claimed.limits is not None:
+            self._limits[queue] = claimed.limits
+        else:
+            self._limits.pop(queue, None)
         if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
@@ -488,11 +497,17 @@ class Store:
         return await self.driver.run(lambda tx: schedule_reads.describe(namespace, schedule_id),
                                      write=False)
 
-    async def list_schedules(self, namespace: str, limit: int,
-                             after: str | None = None) -> list[dict[str, Any]]:
-        """Schedule summaries by id, with their last fire."""
+    async def list_schedules(
+        self, namespace: str, limit: int, after: str | None = None, *,
+        paused: bool | None = None, workflow_type: str | None = None,
+        id_contains: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of schedule summaries by id, with their last fire, and the id the
+        next page starts after (None on the last)."""
         return await self.driver.run(
-            lambda tx: schedule_reads.list_schedules(namespace, limit, after), write=False)
+            lambda tx: schedule_reads.list_schedules(
+                namespace, limit, after, paused=paused, workflow_type=workflow_type,
+                id_contains=id_contains), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:
