@@ -120,8 +120,11 @@ UPDATE_BODY = check_schema({
     "properties": {
         "input": PAYLOAD,
         "wait_for": {"type": ["string", "null"], "enum": ["accepted", "completed", None],
-                     "description": "Both answer with the outcome: an update is accepted "
-                                    "and run by the worker that holds the run."},
+                     "description": "completed (the default): answer with the handler's "
+                                    "result; accepted: answer once the worker that holds "
+                                    "the run validated and recorded it (update_status "
+                                    "accepted, result null), or with the result if it "
+                                    "completed by then."},
         "wait_timeout_seconds": seconds(
             "How long to wait for the outcome (null or above the server's max_wait: "
             "max_wait). An update still running then fails with 422 update_failed and "
@@ -403,14 +406,23 @@ async def update(call: Call) -> tuple[int, Any]:
     wait = call.max_wait if requested is None else min(float(requested), call.max_wait)
     update_id = body.get("request_id") or uuid.uuid4().hex
     args = _arguments(body.get("input"), "input")
-    answer = await call.client.control.update(p["workflowId"], p.get("runId"),
-                                              p["updateName"], encode_payload(args),
-                                              update_id, wait, sender=_sender(call))
+    stage = body.get("wait_for") or "completed"
+    control = call.client.control
+    if stage == "accepted":  # answer once validated and recorded
+        answer = await control.update_accepted(p["workflowId"], p.get("runId"),
+                                               p["updateName"], encode_payload(args),
+                                               update_id, wait, sender=_sender(call))
+    else:
+        answer = await control.update(p["workflowId"], p.get("runId"), p["updateName"],
+                                      encode_payload(args), update_id, wait,
+                                      sender=_sender(call))
+    reply = {"workflow_id": p["workflowId"], "update_name": p["updateName"],
+             "update_id": update_id, "request_id": update_id, "wait_for": stage}
+    if answer is None:  # accepted, still running
+        return 200, {**reply, "outcome": "update_accepted", "update_status": "accepted",
+                     "result": None, "result_envelope": None}
     value, envelope = model.payload_pair(parse_payload(answer, "the update's result"))
-    return 200, {"workflow_id": p["workflowId"], "update_name": p["updateName"],
-                 "update_id": update_id, "request_id": update_id,
-                 "outcome": "update_completed", "update_status": "completed",
-                 "wait_for": body.get("wait_for") or "completed",
+    return 200, {**reply, "outcome": "update_completed", "update_status": "completed",
                  "result": value, "result_envelope": envelope}
 
 
@@ -625,7 +637,9 @@ def workflow_operations() -> list[Operation]:
         "Run an update and wait for its outcome", update, role="operator",
         params=(_name("updateName", "update"),), body=UPDATE_BODY, long_poll=True,
         operation="update",
-        replies=(Reply(200, "Completed (update_status completed).", RESULT_REPLY),
+        replies=(Reply(200, "Completed (update_status completed), or accepted and still "
+                            "running (update_status accepted, wait_for accepted).",
+                       RESULT_REPLY),
                  Reply(409, "update_rejected (nothing recorded) or run_not_active.",
                        ERROR_SCHEMA),
                  Reply(422, "update_failed (update_status failed): the handler raised, "
