@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..present import wait_of
-from ..store.records import LISTED_STATUSES, HistoryEvent
+from ..store.records import LISTED_STATUSES, OPEN_STATUSES, REVIEW_STATUSES, HistoryEvent
 from . import avro
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ WIRE_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancel
                  "terminated")
 #: the reference's list filter: a bucket of statuses
 BUCKETS = ("running", "completed", "failed")
-OPEN_DURABLE = frozenset({"pending", "running", "needs_review", "unknown"})
+OPEN_DURABLE = frozenset(str(s) for s in (*OPEN_STATUSES, *REVIEW_STATUSES))
 
 _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed",
             "failed": "failed", "cancelled": "cancelled", "terminated": "terminated",
@@ -57,7 +57,7 @@ _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed"
             "unknown": "running"}
 #: the durable statuses in each bucket (what the list filter selects)
 BUCKET_MEMBERS: dict[str, tuple[str, ...]] = {
-    "running": ("pending", "running"),
+    "running": tuple(str(s) for s in OPEN_STATUSES),
     "completed": ("completed", "continued"),
     "failed": ("failed", "cancelled", "timed_out", "terminated"),
 }
