@@ -23,10 +23,10 @@ minutes, every fire is read back from storage:
 * fires expected in the window vs recorded (a missed or skipped fire shows).
 
 ``--statements`` measures instead, with no load and no clock, how many
-statements (round trips, BEGIN and COMMIT included) the scheduler's pass
-spends per fire when each transaction fires one due schedule (what a steady
-stream of fires spread over the minute gives): 60 schedules, every run
-closed before its schedule's next fire; deterministic, so a change shows.
+statements (round trips, BEGIN and COMMIT included) the scheduler spends per
+fire and per pass (transaction) when 1, 10 or 60 schedules are due at once
+and one pass fires them: 60 schedules, every run closed before its
+schedule's next fire; deterministic, so a change shows.
 
 SQLite: a file in a temporary directory (WAL, synchronous=NORMAL, the
 defaults). PostgreSQL: a schema of its own at ``DURABLE_BENCH_POSTGRES_URL``
@@ -166,13 +166,15 @@ async def measure(url: str, label: str, args: argparse.Namespace) -> dict[str, A
     return result
 
 
-async def statements_per_fire(url: str, schedules: int = 60, minutes: int = 2) -> float:
-    """Statements (BEGIN and COMMIT included) per fire of the scheduler's pass,
-    one due schedule a transaction (see the module docstring)."""
-    from durable.store import schedules as store_schedules
+async def statements_per_fire(url: str, schedules: int = 60, minutes: int = 2,
+                              together: int = 1) -> tuple[float, float]:
+    """Statements (BEGIN and COMMIT included) per fire and per pass of the
+    scheduler, `together` schedules due at once (one pass fires them; see the
+    module docstring)."""
+    from durable.store import schedule_pass
 
     counts = {"statements": 0, "transactions": 0}
-    original = store_schedules.fire_due
+    original = schedule_pass.fire_due
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         program = original(*args, **kwargs)
@@ -186,11 +188,13 @@ async def statements_per_fire(url: str, schedules: int = 60, minutes: int = 2) -
         except StopIteration as stop:
             return stop.value
 
-    store_schedules.fire_due = counted  # type: ignore[assignment]
+    schedule_pass.fire_due = counted  # type: ignore[assignment]
+    seconds = math.ceil(schedules / together)
     try:
         async with durable.connect(url) as client:
             for k in range(schedules):
-                await client.create_schedule(f"stmt-{k:03d}", ScheduleSpec(every=60, offset=k),
+                await client.create_schedule(f"stmt-{k:03d}",
+                                             ScheduleSpec(every=60, offset=k // together),
                                              scheduled, overlap=Overlap.ALLOW_ALL)
             base = (int(client.clock.now()) // 60 + 1) * 60
             fires = 0
@@ -198,7 +202,7 @@ async def statements_per_fire(url: str, schedules: int = 60, minutes: int = 2) -
                 if minute == 1:  # the first minute warms up (the runs' first closes)
                     counts.update(statements=0, transactions=0)
                     fires = 0
-                for k in range(schedules):
+                for k in range(seconds):
                     done = await client.store.fire_schedules(
                         client.namespace, base + minute * 60 + k + 0.001, 100, False)
                     fires += len(done.fires)
@@ -208,24 +212,28 @@ async def statements_per_fire(url: str, schedules: int = 60, minutes: int = 2) -
             if drop is not None and "schema=" in url:
                 await drop()
     finally:
-        store_schedules.fire_due = original
-    return (counts["statements"] + 2 * counts["transactions"]) / max(1, fires)
+        schedule_pass.fire_due = original
+    total = counts["statements"] + 2 * counts["transactions"]
+    return total / max(1, fires), total / max(1, counts["transactions"])
 
 
 async def main(args: argparse.Namespace) -> None:
     if args.statements:
         with tempfile.TemporaryDirectory() as tmp:
             urls = []
-            if args.db in ("sqlite", "both"):
-                urls.append(("sqlite", f"sqlite:///{Path(tmp) / 'stmt.db'}"))
-            if args.db in ("postgres", "both"):
-                sep = "&" if "?" in PG_URL else "?"
-                urls.append(("postgres",
-                             f"{PG_URL}{sep}schema=bench_stmt_{uuid.uuid4().hex[:8]}"))
-            for label, url in urls:
-                per_fire = await statements_per_fire(url)
-                print(json.dumps({"db": label, "statements_per_fire": round(per_fire, 2)}),
-                      flush=True)
+            for together in (1, 10, 60):
+                if args.db in ("sqlite", "both"):
+                    urls.append(("sqlite", together,
+                                 f"sqlite:///{Path(tmp) / f'stmt{together}.db'}"))
+                if args.db in ("postgres", "both"):
+                    sep = "&" if "?" in PG_URL else "?"
+                    urls.append(("postgres", together,
+                                 f"{PG_URL}{sep}schema=bench_stmt_{uuid.uuid4().hex[:8]}"))
+            for label, together, url in urls:
+                per_fire, per_pass = await statements_per_fire(url, together=together)
+                print(json.dumps({"db": label, "due_together": together,
+                                  "statements_per_fire": round(per_fire, 2),
+                                  "statements_per_pass": round(per_pass, 2)}), flush=True)
         return
     print(f"python {sys.version.split()[0]}, backend {args.backend}, load average "
           f"{os.getloadavg()[0]:.2f} / {os.getloadavg()[1]:.2f}", flush=True)

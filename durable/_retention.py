@@ -16,8 +16,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from ._duties import duty
-from ._log import get_logger
+from ._duties import Duty
 from .clock import Clock, to_iso
 from .store import Store
 from .wakes import Wake
@@ -95,18 +94,16 @@ class EmbeddedRetention:
         return await prune(self.store, self.namespace, now - older_than, now, dry_run=dry_run)
 
 
-class RetentionKeeper:
+class RetentionKeeper(Duty):
     """A worker's share of retention (see the module docstring)."""
+
+    name = "retention"
 
     def __init__(self, store: Store, clock: Clock, namespace: str, retention: float | None, *,
                  poll_interval: float, worker_id: str) -> None:
-        self.store = store
-        self.clock = clock
-        self.namespace = namespace
-        self.poll_interval = poll_interval
+        super().__init__(store, clock, namespace, poll_interval=poll_interval,
+                         worker_id=worker_id)
         self.retention = retention
-        self.log = get_logger("durable.retention").bind(namespace=namespace,
-                                                          worker_id=worker_id)
         self._changed = anyio.Event()
         #: rows this worker's passes deleted, by table
         self.deleted: dict[str, int] = {}
@@ -114,10 +111,6 @@ class RetentionKeeper:
     def _on_wake(self, wake: Wake) -> None:
         if wake == Wake.retention(self.namespace):
             self._changed.set()
-
-    async def run(self) -> None:
-        async with duty(self.store, "retention", self.namespace, self._on_wake):
-            await self._loop()
 
     async def _loop(self) -> None:
         while True:

@@ -10,6 +10,8 @@ again (fire times that fired are left alone).
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from .clock import Clock
@@ -19,6 +21,26 @@ from .store import Store
 
 #: the most fire times one backfill call may cover
 MAX_BACKFILL_FIRES = 100_000
+_CURSOR_PREFIX = "s:"
+
+
+def encode_schedule_cursor(schedule_id: str) -> str:
+    """An opaque cursor for the page after `schedule_id` (keyset paging by id)."""
+    return base64.urlsafe_b64encode((_CURSOR_PREFIX + schedule_id).encode()).decode("ascii")
+
+
+def decode_schedule_cursor(cursor: str) -> str:
+    """The schedule id a cursor of `encode_schedule_cursor` pages after; a clear
+    `ConfigurationError` for one it did not make."""
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode()
+    except (ValueError, binascii.Error, UnicodeError):
+        text = ""
+    if not text.startswith(_CURSOR_PREFIX):
+        raise ConfigurationError(
+            f"schedule list cursor {cursor!r} is not one this server returned; pass the "
+            "next_cursor (HTTP: next_page_token) of the previous page, or none for the first")
+    return text[len(_CURSOR_PREFIX):]
 
 
 class EmbeddedSchedules:
@@ -40,8 +62,13 @@ class EmbeddedSchedules:
                 f"no schedule {schedule_id!r} in namespace {self.namespace!r}")
         return info
 
-    async def list(self, limit: int) -> list[dict[str, Any]]:
-        return await self.store.list_schedules(self.namespace, limit)
+    async def list(self, limit: int, cursor: str | None = None, *, paused: bool | None = None,
+                   workflow_type: str | None = None,
+                   query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        items, last = await self.store.list_schedules(
+            self.namespace, limit, decode_schedule_cursor(cursor) if cursor else None,
+            paused=paused, workflow_type=workflow_type, id_contains=query)
+        return items, encode_schedule_cursor(last) if last is not None else None
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         await self.store.pause_schedule(self.namespace, schedule_id, note, self.clock.now())

@@ -23,8 +23,7 @@ from typing import Any
 
 import anyio
 
-from ._duties import duty
-from ._log import get_logger
+from ._duties import Duty
 from .clock import Clock
 from .store import Store
 from .wakes import Wake, WakeKind
@@ -36,17 +35,15 @@ FIRE_BATCH = 100
 LOCKED_BACKOFF = 0.02
 
 
-class Scheduler:
+class Scheduler(Duty):
     """Fires the schedules of a worker's namespace (see the module docstring)."""
+
+    name = "scheduler"
 
     def __init__(self, store: Store, clock: Clock, namespace: str, *, poll_interval: float,
                  worker_id: str) -> None:
-        self.store = store
-        self.clock = clock
-        self.namespace = namespace
-        self.poll_interval = poll_interval
-        self.log = get_logger("durable.scheduler").bind(namespace=namespace,
-                                                          worker_id=worker_id)
+        super().__init__(store, clock, namespace, poll_interval=poll_interval,
+                         worker_id=worker_id)
         self._woken = anyio.Event()
         #: a run of a schedule closed (or another process committed): buffered
         #: fires may start now
@@ -63,10 +60,6 @@ class Scheduler:
             # a closed run matters only to fires waiting for one; a change, always
             if wake != Wake.schedule_run_closed(self.namespace) or self._waiting:
                 self._woken.set()
-
-    async def run(self) -> None:
-        async with duty(self.store, "schedules", self.namespace, self._on_wake):
-            await self._loop()
 
     async def _loop(self) -> None:
         due, self._waiting = await self.store.next_schedule_due(self.namespace)

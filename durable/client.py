@@ -52,6 +52,7 @@ from .schedules import (
     ScheduleSpec,
     check_schedule_id,
     schedule_fields,
+    schedule_list_args,
 )
 from .store import Store
 from .store.records import HistoryEvent, StartRequest
@@ -553,11 +554,17 @@ class Client:
         return ScheduleHandle(self, check_schedule_id(schedule_id))
 
     async def list_schedules(self, *, limit: int = 1000) -> builtins.list[dict[str, Any]]:
-        """Summaries of the namespace's schedules by id: spec, paused, next fire,
-        counters and the last fire with its run's status."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise ConfigurationError(f"limit must be an integer from 1 to 10000, got {limit!r}")
-        return await self.schedule_control.list(limit)
+        """The first `limit` schedule summaries by id: spec, paused, next fire, counters,
+        the last fire and its run's status (`list_schedules_page` pages and filters)."""
+        return (await self.list_schedules_page(limit=limit)).items
+
+    async def list_schedules_page(self, *, limit: int = 100, cursor: str | None = None,
+                                  status: str | None = None, workflow_type: str | None = None,
+                                  query: str | None = None) -> Page:
+        """A page of schedule summaries by id and the next page's `next_cursor` (None on
+        the last); filters: `status` ("active", "paused"), `workflow_type`, `query`."""
+        return Page(*await self.schedule_control.list(
+            **schedule_list_args(limit, cursor, status, workflow_type, query)))
 
     async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str) -> None:
         if workflow_defn_of(workflow) is None and wf_type not in (

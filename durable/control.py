@@ -36,7 +36,8 @@ class RunState:
 
 @dataclass(frozen=True)
 class Page:
-    """One page of run summaries, newest first; `next_cursor` is None on the last."""
+    """One page of summaries (runs newest first, schedules by id); `next_cursor`
+    is None on the last."""
 
     items: list[dict[str, Any]] = field(default_factory=list)
     next_cursor: str | None = None

@@ -103,6 +103,11 @@ class Dialect:
     #: a claim, a group of runs' events and a group commit are one statement
     #: each (`durable.store.fastpath`); SQLite, MariaDB: no
     writable_cte = False
+    #: the most parameters one statement may bind: statements over a batch (the
+    #: scheduler's pass, `durable.store.schedule_pass`) split to stay under it.
+    #: 999 by default, the lowest limit of the databases we know (SQLite
+    #: before 3.32)
+    max_params = 999
     #: a statement that makes the space of deleted rows reusable, run outside a
     #: transaction after retention deleted runs (``{tables}``: a comma-separated
     #: list); None where the database reuses it by itself (SQLite's free pages)

@@ -287,6 +287,22 @@ class ScheduleDefinition:
 _UNSET: Any = object()
 
 
+def schedule_list_args(limit: int, cursor: str | None, status: str | None,
+                       workflow_type: str | None, query: str | None) -> dict[str, Any]:
+    """`Client.list_schedules_page`'s arguments checked, as `ScheduleControl.list`
+    takes them."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ConfigurationError(f"limit must be an integer from 1 to 10000, got {limit!r}")
+    if status not in (None, "active", "paused"):
+        raise ConfigurationError(
+            f"status must be 'active' or 'paused' (or None for both), got {status!r}")
+    for name, value in (("cursor", cursor), ("workflow_type", workflow_type), ("query", query)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(f"{name} must be a string or None, got {value!r}")
+    return {"limit": limit, "cursor": cursor or None, "workflow_type": workflow_type,
+            "paused": None if status is None else status == "paused", "query": query or None}
+
+
 class ScheduleControl(Protocol):
     """How a client reaches schedules: storage in this process, or HTTP.
 
@@ -301,7 +317,11 @@ class ScheduleControl(Protocol):
     async def describe(self, schedule_id: str) -> dict[str, Any]:
         ...
 
-    async def list(self, limit: int) -> list[dict[str, Any]]:
+    async def list(self, limit: int, cursor: str | None = None, *, paused: bool | None = None,
+                   workflow_type: str | None = None,
+                   query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of summaries by id after `cursor` (an opaque cursor a previous
+        page returned), and the cursor of the next page (None on the last)."""
         ...
 
     async def pause(self, schedule_id: str, note: str | None) -> None:

@@ -5,7 +5,9 @@ the constructors below, one per `WakeKind`); once it has committed, the
 driver publishes them on its `WakeHub`, and every subscriber in the process
 (workers, waiting clients, the observers) hears them. A driver that tells
 other processes about commits (PostgreSQL's NOTIFY) sends the keys of the
-non-`local` ones; a driver that only knows *that* another process committed
+non-`local` ones, each only to the processes that want its `address` (a
+run's to whoever holds or waits on the run, a task queue's to its workers:
+`WakeHub.want`); a driver that only knows *that* another process committed
 publishes `Wake.any()` ("look at everything"). A wake-up is a hint, never
 the news itself: whoever hears one re-reads what it cares about, so a lost
 or duplicated wake-up costs latency, never correctness (every waiter also
@@ -191,6 +193,33 @@ class Wake:
         return self.key in keys or self.kind is WakeKind.ANY
 
 
+#: The kinds whose wake-ups concern only the processes that asked for them
+#: (`address`); every other kind concerns every process.
+_BY_RUN = frozenset({WakeKind.RUN, WakeKind.DELIVERED, WakeKind.UPDATE})
+_BY_QUEUE = frozenset({WakeKind.RUNS, WakeKind.ACTIVITIES, WakeKind.REQUESTS})
+
+
+def address(key: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Who in other processes a wake-up with this key concerns, or None: every process.
+
+    A driver that tells other processes about commits (PostgreSQL's NOTIFY)
+    may send a wake-up only to the processes that asked for its address
+    (`WakeHub.want`), instead of to all: ``("run", run_id)`` for what names
+    one run (an op closed, a signal, a query, an update, the run's state: its
+    owner and whoever waits on it), the key itself for what names a task
+    queue (``RUNS``, ``ACTIVITIES``, ``REQUESTS``: the workers of that queue).
+    The rest (``ANY``, schedules, retention, an attempt's stop, a request's
+    answer, kinds this version does not know) goes to every process: rare,
+    or wanted by whoever runs the namespace.
+    """
+    kind = _KINDS.get(key[0]) if key else None
+    if kind in _BY_RUN and len(key) > 1:
+        return (WakeKind.RUN.value, key[1])
+    if kind in _BY_QUEUE and len(key) == 3:
+        return key
+    return None
+
+
 WakeCallback = Callable[[Wake], None]
 
 
@@ -229,11 +258,21 @@ class WakeHub:
     `waiting` counts the waits in progress (`Listening.wait`): a test can
     wait until a long poll really waits before it makes the change the poll
     should notice, instead of sleeping.
+
+    `wanted` counts, by `address`, who here waits for wake-ups from other
+    processes (`want`; `listen` says it for its keys): a driver that can
+    address its notifications listens for those addresses only, and after it
+    starts listening for one publishes a remote wake-up for each wanted key
+    of it, so that a waiter re-reads whatever was committed before (no
+    wake-up is lost between the read and the start of listening). A driver
+    sets `on_wanted`, called whenever the set of addresses changes.
     """
 
     def __init__(self) -> None:
         self._callbacks: list[WakeCallback] = []
         self.waiting = 0
+        self.wanted: dict[tuple[str, ...], dict[tuple[str, ...], int]] = {}
+        self.on_wanted: Callable[[], None] | None = None
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call `callback` for every wake-up; returns the unsubscribe function."""
@@ -254,14 +293,58 @@ class WakeHub:
             for wake in wakes:
                 callback(wake)
 
+    def want(self, keys: Iterable[tuple[str, ...]]) -> Callable[[], None]:
+        """Say that someone here waits for wake-ups naming `keys` from other
+        processes too (see the class); returns the function that says it no more."""
+        added: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        changed = False
+        for key in keys:
+            where = address(key)
+            if where is None:
+                continue  # sent to every process anyway
+            counts = self.wanted.get(where)
+            if counts is None:
+                counts = self.wanted[where] = {}
+                changed = True
+            counts[key] = counts.get(key, 0) + 1
+            added.append((where, key))
+        if changed and self.on_wanted is not None:
+            self.on_wanted()
+        released = False
+
+        def unwant() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            gone = False
+            for where, key in added:
+                counts = self.wanted.get(where)
+                if counts is None:
+                    continue
+                left = counts.get(key, 0) - 1
+                if left > 0:
+                    counts[key] = left
+                else:
+                    counts.pop(key, None)
+                if not counts:
+                    del self.wanted[where]
+                    gone = True
+            if gone and self.on_wanted is not None:
+                self.on_wanted()
+
+        return unwant
+
     @contextmanager
     def listen(self, keys: Collection[tuple[str, ...]]) -> Iterator[Listening]:
         """Hear wake-ups naming `keys` (or `ANY`) for the duration of the block."""
         listening = Listening(self, keys)
         unsubscribe = self.subscribe(listening.on_wake)
+        unwant = self.want(keys)
         try:
             yield listening
         finally:
+            unwant()
             unsubscribe()
 
     async def wait(self, keys: Collection[tuple[str, ...]], timeout: float) -> bool:  # noqa: ASYNC109

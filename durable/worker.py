@@ -25,7 +25,6 @@ the runs it executes.
 from __future__ import annotations
 
 import math
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -43,6 +42,7 @@ from ._runtime.claiming import ClaimLoop, Trigger
 from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
+from ._runtime.hearing import Hearing
 from ._runtime.outage import FIRST_DELAY, Outage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
@@ -66,11 +66,6 @@ if TYPE_CHECKING:
     from .client import Client
 
 CAPABILITIES = ("cooperative_cancellation", "activity_supervision")
-#: an in-process signal/query/update wake-up for a run no executor of ours has
-#: yet is remembered this long (seconds, monotonic), in case the run was just
-#: claimed by us; at most this many are kept
-EARLY_WINDOW = 5.0
-EARLY_REMEMBERED = 1000
 #: how long the watchdog gathers wake-ups before it re-reads the next deadline
 WATCHDOG_COALESCE = 0.02
 
@@ -175,13 +170,11 @@ class Worker:
         self._watchdog_trigger = Trigger()
         self._resync_trigger = Trigger()
         self._resync: set[str] = set()
-        # runs named by a signal/query/update wake-up while no executor of ours
-        # had them: one may be ours, claimed a moment ago (its claim read the
-        # run's counters before that interaction was recorded); see _start_run
-        self._early: dict[str, float] = {}
+        #: which wake-ups are this worker's, and which it asks other processes for
+        self.hearing = Hearing(self.store.hub, self.namespace, self.task_queue,
+                               workflows=bool(self.workflows), activities=bool(self.activities))
         self._known_names: set[str] = set(self.activities)
         self._known_checked = -math.inf
-        self._unsubscribe: Callable[[], None] | None = None
         self._to_release: list[str] = []
         self._crash_at: frozenset[str] = frozenset()
         self._crashed = anyio.Event()
@@ -220,7 +213,7 @@ class Worker:
             raise ConfigurationError("a Worker runs once; create a new Worker to run again")
         self._entered = True
         await self.presence.register(self.lease_seconds * 2, self.clock.now())
-        self._unsubscribe = self.store.hub.subscribe(self._on_wake)
+        self.hearing.start(self._on_wake)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -284,8 +277,7 @@ class Worker:
         """Leave like a killed process: hand nothing back, deregister nothing."""
         tg, self._tg = self._tg, None
         self._stopping = True
-        if self._unsubscribe is not None:
-            self._unsubscribe()
+        self.hearing.stop()
         self._stopped.set()
         if tg is None:
             return False
@@ -302,8 +294,7 @@ class Worker:
         # The body's own exception is not ours to pass in: it comes out of
         # `async with` unchanged (none of our tasks raises).
         await tg.__aexit__(None, None, None)
-        if self._unsubscribe is not None:
-            self._unsubscribe()
+        self.hearing.stop()
         with anyio.CancelScope(shield=True):
             await self._release_all()
         self._stopped.set()
@@ -376,6 +367,8 @@ class Worker:
     # ---------------------------------------------------------------- wake-ups
 
     def _on_wake(self, wake: Wake) -> None:
+        if not self.hearing.concerns(wake):
+            return  # another task queue's: nothing of ours to claim
         match wake.kind:
             case WakeKind.RUN:
                 self._on_run_wake(wake)
@@ -410,7 +403,7 @@ class Worker:
                 self._resync.add(run_id)
                 self._resync_trigger.set()
         elif isinstance(wake.data, InboxItem | ClientRequest):
-            self._remember_early(run_id)
+            self.hearing.remember_early(run_id)
 
     async def _watch_driver(self) -> None:
         await self.driver.watch()
@@ -466,13 +459,6 @@ class Worker:
         await self.remote.claims.claim_now()
         return self.runs.claimed + self.remote.claims.claimed > before
 
-    def _remember_early(self, run_id: str) -> None:
-        """Note an interaction for a run we run no executor for (yet)."""
-        now = time.monotonic()
-        if len(self._early) >= EARLY_REMEMBERED:
-            self._early = {r: t for r, t in self._early.items() if now - t < EARLY_WINDOW}
-        self._early[run_id] = now
-
     def _start_run(self, claimed: ClaimedRun, checked: bool = False) -> None:
         run = claimed.run
         if self._tg is None or self._stopping:
@@ -486,11 +472,11 @@ class Worker:
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
         self.executors[run.run_id] = executor
+        self.hearing.hold(run.run_id)  # its wake-ups from other processes come here
         if claimed.ops:  # started before (a restart, a lost worker): say it was taken up
             self.log.info("run_resumed", workflow_id=run.workflow_id, run_id=run.run_id,
                           workflow_type=run.workflow_type, recorded_ops=len(claimed.ops))
-        noticed = self._early.pop(run.run_id, None)
-        if noticed is not None and time.monotonic() - noticed < EARLY_WINDOW:
+        if self.hearing.noticed_early(run.run_id):
             # an interaction was recorded after the claim read the run's counters
             # and before this executor existed: re-read them (a resync) so it is
             # fetched instead of waiting for the next one
@@ -501,6 +487,7 @@ class Worker:
     def _run_done(self, executor: RunExecutor) -> None:
         if self.executors.get(executor.run.run_id) is executor:
             del self.executors[executor.run.run_id]
+            self.hearing.drop(executor.run.run_id)
         if executor.needs_release:
             self._hand_back(executor.run.run_id)
         if len(self.executors) + 1 >= self.max_concurrent_runs:

@@ -49,7 +49,8 @@ DRIVERS = [d.strip() for d in os.environ.get("DURABLE_TEST_DRIVERS",
 # (they cannot see a driver registered in this process) or PostgreSQL itself.
 _NOT_FOR_STEPWISE = ("test_crash.py", "test_postgres.py")
 # MariaDB, the third database, proves the seam on the conformance suite (both
-# host loops) and on the interaction, timeout, cancellation and crash suites
+# host loops) and on the interaction, timeout, cancellation and crash suites and
+# the scheduler's batched pass
 # (asyncio): the rest of the suite does not depend on the database, and the
 # whole suite must stay fast.
 _MARIADB_BOTH_LOOPS = ("test_engine.py",)
@@ -57,7 +58,7 @@ _MARIADB_BOTH_LOOPS = ("test_engine.py",)
 _MARIADB_TRIO_EVERYWHERE = os.environ.get("DURABLE_TEST_MARIADB_TRIO") == "1"
 _MARIADB_ASYNCIO = ("test_interaction.py", "test_timeouts.py", "test_cancellation.py",
                     "test_crash.py", "test_mariadb.py", "test_builds.py", "test_reset.py",
-                    "test_queues.py")
+                    "test_queues.py", "test_schedule_statements.py")
 
 
 def postgres_reachable() -> str | None:

@@ -68,6 +68,33 @@ def test_create_list_describe_show_the_schedule_and_its_next_fires(url: str) -> 
         assert " ".join(text.split()) in " ".join(shown.split()), shown
 
 
+def test_list_pages_by_id_keeping_its_filters(url: str) -> None:
+    for n in range(5):
+        create(url, f"paged-{n}")
+    run_json(url, "schedule", "pause", "paged-1")
+    first = run_json(url, "schedule", "list", "--query", "paged-", "--limit", "2")
+    assert [s["schedule_id"] for s in first["schedules"]] == ["paged-0", "paged-1"]
+    assert first["count"] == 2 and first["next_cursor"]
+    human = ok(url, "schedule", "list", "--query", "paged-", "--limit", "2").stdout
+    assert (f"More: durable schedule list --cursor {first['next_cursor']}"
+            in " ".join(human.split())), human
+    seen, cursor = [], first["next_cursor"]
+    while cursor:
+        page = run_json(url, "schedule", "list", "--query", "paged-", "--limit", "2",
+                        "--cursor", cursor)
+        seen += [s["schedule_id"] for s in page["schedules"]]
+        cursor = page["next_cursor"]
+    assert seen == ["paged-2", "paged-3", "paged-4"]
+    paused = run_json(url, "schedule", "list", "--status", "paused", "--query", "paged-")
+    assert [s["schedule_id"] for s in paused["schedules"]] == ["paged-1"]
+    assert paused["next_cursor"] is None and "More:" not in ok(
+        url, "schedule", "list", "--status", "paused", "--query", "paged-").stdout
+    typed = run_json(url, "schedule", "list", "--type", "no-such-type")
+    assert typed == {"schedules": [], "count": 0, "next_cursor": None}
+    bad = invoke(url, "schedule", "list", "--cursor", "nope")
+    assert bad.exit_code != 0 and "not one this server returned" in one_error_line(bad)
+
+
 def test_trigger_starts_one_run_named_after_the_fire_and_describe_shows_it(url: str) -> None:
     create(url, "greeter")
     fired = run_json(url, "schedule", "trigger", "greeter", "--overlap", "allow_all")

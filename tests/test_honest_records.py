@@ -18,7 +18,7 @@ from rich.console import Console
 import durable
 from durable import activity, workflow
 from durable import present as _fmt
-from durable.cli import _views
+from durable.cli import _cascade, _views
 from durable.cli._app import Output
 
 pytestmark = pytest.mark.anyio
@@ -196,7 +196,7 @@ async def test_a_terminated_parent_shows_its_cancelled_childs_real_end(
         (parent_id, "terminated"), (f"{parent_id}-child", "cancelled")]
     propagation = cascade["runs"][0]["child_propagation"][f"{parent_id}-child"]
     assert propagation["outcome"] == "cancelled"
-    tree = rendered(_views.cascade_tree(Output(), {**cascade, "workflow_id": parent_id},
+    tree = rendered(_cascade.cascade_tree(Output(), {**cascade, "workflow_id": parent_id},
                                         _fmt.utcnow()))
     assert "did to its children" in tree and f"{parent_id}-child" in tree, tree
 

@@ -45,6 +45,11 @@ async def echo(value: str) -> str:
     return value
 
 
+@workflow.defn(name="http-sched-other")
+async def other() -> None:
+    return None
+
+
 def reason(response: httpx.Response) -> str:
     """The error's code, in the reference's flat body or the older nested one."""
     body = response.json()
@@ -113,6 +118,39 @@ async def test_the_schedule_api_gives_the_same_answers_embedded_and_remote(
         await client.create_schedule("bad", ScheduleSpec(cron="* * *"), echo)
 
 
+@pytest.mark.remote_client
+async def test_schedule_lists_page_by_id_with_filters_embedded_and_remote(
+        client: durable.Client) -> None:
+    for n in range(7):
+        handle = await client.create_schedule(f"page-{n}", ScheduleSpec(cron=NEVER), echo, "x")
+        if n % 2:
+            await handle.pause(note="odd")
+    await client.create_schedule("zeta", ScheduleSpec(cron=NEVER), other)
+    ids, cursor, pages = [], None, 0
+    while True:  # three at a time, each exactly once, in id order
+        page = await client.list_schedules_page(limit=3, cursor=cursor)
+        ids += [s["schedule_id"] for s in page.items]
+        pages += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert ids == [f"page-{n}" for n in range(7)] + ["zeta"] and pages == 3
+    # filters apply before the page is cut: a page of paused ones is full
+    paused = await client.list_schedules_page(limit=2, status="paused")
+    assert [s["schedule_id"] for s in paused.items] == ["page-1", "page-3"]
+    rest = await client.list_schedules_page(limit=2, status="paused", cursor=paused.next_cursor)
+    assert [s["schedule_id"] for s in rest.items] == ["page-5"] and rest.next_cursor is None
+    active = (await client.list_schedules_page(status="active", query="page-")).items
+    assert [s["schedule_id"] for s in active] == ["page-0", "page-2", "page-4", "page-6"]
+    typed = (await client.list_schedules_page(workflow_type="http-sched-other")).items
+    assert [s["schedule_id"] for s in typed] == ["zeta"]
+    assert (await client.list_schedules_page(query="%")).items == []  # a character
+    with pytest.raises(durable.ConfigurationError, match="not one this server returned"):
+        await client.list_schedules_page(cursor="not-a-cursor")
+    with pytest.raises(durable.ConfigurationError, match="'active' or 'paused'"):
+        await client.list_schedules_page(status="running")
+
+
 @pytest.mark.remote_client(role="admin")
 async def test_retention_settings_and_prune_embedded_and_remote(
         client: durable.Client, storage_client: durable.Client, make_worker: Any) -> None:
@@ -163,6 +201,19 @@ async def test_routes_speak_the_reference_shape(http: httpx.AsyncClient) -> None
     paused_only = await http.get("/api/schedules", params={"status": "paused"},
                                  headers=AS_VIEWER)
     assert paused_only.json()["schedules"] == []
+    await http.post("/api/schedules", json=dict(body, schedule_id="hourly-2"),
+                    headers=AS_OPERATOR)
+    first = (await http.get("/api/schedules", params={"page_size": 1},
+                            headers=AS_VIEWER)).json()
+    assert [s["schedule_id"] for s in first["schedules"]] == ["hourly"]
+    second = (await http.get("/api/schedules", headers=AS_VIEWER, params={
+        "page_size": 1, "next_page_token": first["next_page_token"]})).json()
+    assert [s["schedule_id"] for s in second["schedules"]] == ["hourly-2"]
+    assert second["next_page_token"] is None and second["schedule_count"] == 1
+    bad = await http.get("/api/schedules", params={"next_page_token": "x"}, headers=AS_VIEWER)
+    assert bad.status_code == 400 and reason(bad) == "invalid_argument"
+    assert bad.json()["field"] == "next_page_token"
+    await http.delete("/api/schedules/hourly-2", headers=AS_OPERATOR)
 
     fired = await http.post("/api/schedules/hourly/trigger", json={}, headers=AS_OPERATOR)
     assert fired.json()["outcome"] == "triggered"

@@ -65,6 +65,7 @@ def _downgrade(tx: Any) -> Any:
         yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 6's
     for column in ("description", "created_at"):
         yield ex(f"ALTER TABLE namespace_settings DROP COLUMN {column}")  # version 8's
+    yield ex("ALTER TABLE task_queues DROP COLUMN claims")  # version 9's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 

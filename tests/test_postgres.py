@@ -241,6 +241,7 @@ async def test_a_commit_in_another_process_wakes_this_one(pg_url: str) -> None:
         anyio.create_task_group() as tg,
     ):
         wakes = Wakes(here)
+        here.driver.hub.want([("runs", "default", q) for q in ("q1", "q2", "q4")])
         tg.start_soon(here.driver.watch)
         await wakes.until("any")  # listening: a (re)connect says "any"
         await elsewhere.start(greeting, "x", id="remote-start", task_queue="q1")
@@ -255,6 +256,91 @@ async def test_a_commit_in_another_process_wakes_this_one(pg_url: str) -> None:
         tg.cancel_scope.cancel()
 
 
+async def test_a_process_hears_only_the_queues_and_runs_it_wants(pg_url: str) -> None:
+    """NOTIFY goes to the channel of a wake-up's address (durable.wakes.address):
+    a process hears another queue's work, or another run's steps, not at all.
+    Notifications reach one listener in commit order whatever their channel,
+    so a later marker shows that the earlier ones were never sent here."""
+    async with (
+        durable.connect(pg_url, poll_interval=60) as here,
+        durable.connect(pg_url, poll_interval=60) as elsewhere,
+        anyio.create_task_group() as tg,
+    ):
+        wakes = Wakes(here)
+        tg.start_soon(here.driver.watch)
+        await wakes.until("any")
+        # wanted once listening: the LISTEN is followed by a wake-up of the key
+        # itself, since a notification sent before it may have been missed
+        unwant = here.driver.hub.want([("runs", "default", "mine")])
+        await wakes.until("runs", "default", "mine")
+        wakes.seen.clear()
+        await elsewhere.start(greeting, "x", id="theirs", task_queue="theirs")
+        ours = await elsewhere.start(greeting, "y", id="ours", task_queue="mine")
+        await wakes.until("runs", "default", "mine")
+        assert Wake(("runs", "default", "theirs")) not in wakes.seen, wakes.seen
+
+        # a run's wake-ups reach whoever wants the run (its owner, a waiter) only
+        assert ours.run_id is not None
+        hold = here.driver.hub.want([Wake.run(ours.run_id).key])
+        await wakes.until("run", ours.run_id)
+        other = await elsewhere.start(greeting, "z", id="other", task_queue="mine")
+        wakes.seen.clear()
+        await other.cancel()
+        await ours.cancel()
+        await wakes.until("run", ours.run_id)
+        assert Wake.run(other.run_id or "") not in wakes.seen, wakes.seen
+
+        # wanted no more: nothing is heard of it
+        unwant()
+        hold()
+        marker = here.driver.hub.want([("runs", "default", "marker")])
+        await wakes.until("runs", "default", "marker")  # listening for the marker
+        wakes.seen.clear()
+        await elsewhere.start(greeting, "w", id="late", task_queue="mine")
+        await elsewhere.start(greeting, "m", id="marker", task_queue="marker")
+        await wakes.until("runs", "default", "marker")
+        assert Wake(("runs", "default", "mine")) not in wakes.seen, wakes.seen
+        marker()
+        tg.cancel_scope.cancel()
+
+
+async def test_a_wake_up_for_queue_a_makes_no_worker_of_queue_b_claim(pg_url: str) -> None:
+    """Counted, not timed: a published wake-up either leaves the claim loop's
+    trigger set or has begun a claim pass (`ClaimLoop.begun`), so a worker of
+    queue b that shows neither after queue a's wake-ups (from this process,
+    and from another one, heard before a later marker) never scanned for them."""
+    async with (
+        durable.connect(pg_url, poll_interval=60) as here,
+        durable.connect(pg_url, poll_interval=60) as elsewhere,
+    ):
+        wakes = Wakes(here)
+        async with durable.Worker(here, workflows=[greeting], activities=[greet],
+                                  task_queue="b", poll_interval=60) as worker:
+            # the worker's watch() listens, on queue b's channels too ("any" follows
+            # the LISTENs of a (re)connect)
+            await wakes.until("any")
+            await worker.runs.claim_now()
+            await worker.remote.claims.claim_now()
+            begun = (worker.runs.begun, worker.remote.claims.begun)
+            unwant = here.driver.hub.want([("runs", "default", "marker")])
+            await wakes.until("runs", "default", "marker")
+            wakes.seen.clear()
+
+            await here.start(greeting, "local", id="a-here", task_queue="a")
+            await elsewhere.start(greeting, "remote", id="a-elsewhere", task_queue="a")
+            await elsewhere.start(greeting, "m", id="marker", task_queue="marker")
+            await wakes.until("runs", "default", "marker")  # commit order: a's came first
+            assert Wake(("runs", "default", "a")) in wakes.seen  # the local one only
+            assert not worker.runs.trigger.pending
+            assert not worker.remote.claims.trigger.pending
+            assert (worker.runs.begun, worker.remote.claims.begun) == begun
+
+            # its own queue's work, started in another process, is claimed at once
+            handle = await elsewhere.start(greeting, "b", id="b-elsewhere", task_queue="b")
+            assert await handle.result() == "hello b"
+            unwant()
+
+
 async def test_watch_reconnects_after_its_connection_is_killed(pg_url: str) -> None:
     async with (
         durable.connect(pg_url, poll_interval=60) as here,
@@ -262,6 +348,7 @@ async def test_watch_reconnects_after_its_connection_is_killed(pg_url: str) -> N
         anyio.create_task_group() as tg,
     ):
         wakes = Wakes(here)
+        here.driver.hub.want([("runs", "default", "q3")])  # heard again after the reconnect
         tg.start_soon(here.driver.watch)
         await wakes.until("any")
         wakes.seen.clear()

@@ -388,9 +388,9 @@ async def test_error_mapping(live: Live) -> None:
             with pytest.raises(dw_errors.WorkflowAlreadyStarted):
                 await c.start_workflow(workflow_type="ref_nap", task_queue="default",
                                        workflow_id="e-1", input=[3600])
-            with pytest.raises(dw_errors.InvalidArgument):
+            with pytest.raises(dw_errors.InvalidArgument):  # fairness is not supported
                 await c.start_workflow(workflow_type="ref_nap", task_queue="default",
-                                       workflow_id="e-2", input=[1], priority=3)
+                                       workflow_id="e-2", input=[1], fairness_key="tenant-a")
             await c.terminate_workflow("e-1")
         async with client(url, token="not-a-token") as stranger:
             with pytest.raises(dw_errors.Unauthorized):

@@ -11,6 +11,8 @@ no method for are driven with httpx against the same server.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from test_reference_client import (
@@ -22,6 +24,7 @@ from test_reference_client import (
     anyio_backend,
     driver_name,
     live,
+    ref_greet,
     run_reference,
     setup,
 )
@@ -160,3 +163,75 @@ async def test_namespaces_are_created_updated_described_and_listed(live: Live) -
         response = await http.put("/api/namespaces/billing", json={"retention_days": 0},
                                   headers=headers(ADMIN))
         assert response.status_code == 422 and "retention_days" in response.json()["errors"]
+
+
+async def test_workers_search_attributes_and_the_worker_plane(
+        live: Live, make_worker: Any) -> None:
+    async with make_worker(workflows=[ref_greet], identity="gone-worker") as gone:
+        pass  # started and stopped: its record stays, not alive
+    gone_id = gone.worker_id
+
+    async def scenario(url: str) -> None:
+        async with ref_client(url) as c:
+            listed = await c.list_workers()
+            assert listed.workers and all(w.status == "active" for w in listed.workers)
+            live_id = listed.workers[0].worker_id
+            assert gone_id not in {w.worker_id for w in listed.workers}
+            described = await c.describe_worker(gone_id)
+            assert described.status == "stopped"
+
+            attributes = await c.list_search_attributes()
+            assert attributes.system_attributes == {} and attributes.custom_attributes == {}
+            for refused in (c.create_search_attribute("Region", "keyword"),
+                            c.delete_search_attribute("Region")):
+                with pytest.raises(dw_errors.ServerError) as unsupported:
+                    await refused
+                assert unsupported.value.status == 409
+                assert unsupported.value.body["reason"] == "capability_unsupported"
+                assert unsupported.value.body["capability"] == "search_attributes"
+            with pytest.raises(dw_errors.InvalidArgument):
+                await c.create_search_attribute("Region", "colour")
+
+            for refused in (c.register_worker(worker_id="py-1", task_queue="default",
+                                              supported_workflow_types=["ref_greet"],
+                                              capability_manifest={}),
+                            c.heartbeat_worker(worker_id="py-1")):
+                with pytest.raises(dw_errors.ServerError) as no_plane:
+                    await refused
+                assert no_plane.value.status == 409
+                assert no_plane.value.body["capability"] == "workflow_tasks"
+            info = await c.get_cluster_info()
+            capabilities = info["capabilities"]
+            assert capabilities["search_attributes"] is False
+            assert capabilities["workflow_tasks"] is False
+            assert capabilities["history_export"] is True
+
+            with pytest.raises(dw_errors.ServerError) as not_admin:
+                await c.deregister_worker(gone_id)
+            assert not_admin.value.status == 403
+        async with ref_client(url, token=ADMIN) as c:
+            with pytest.raises(dw_errors.ServerError) as alive:
+                await c.deregister_worker(live_id)
+            assert alive.value.status == 409 and alive.value.body["reason"] == "worker_alive"
+            assert await c.deregister_worker(gone_id) == {"worker_id": gone_id,
+                                                          "outcome": "deregistered"}
+            with pytest.raises(dw_errors.ServerError) as missing:
+                await c.describe_worker(gone_id)
+            assert missing.value.status == 404
+            with pytest.raises(dw_errors.ServerError) as twice:
+                await c.deregister_worker(gone_id)
+            assert twice.value.body["reason"] == "worker_not_found"
+
+    await run_reference(scenario, live)
+
+
+async def test_versioned_answers_echo_the_control_plane_version(live: Live) -> None:
+    async with httpx.AsyncClient(base_url=live.url) as http:
+        for path in ("/api/workflows", "/api/workflows/none-such", "/api/namespaces"):
+            response = await http.get(path, headers=headers(OPERATOR))
+            assert response.headers["X-Durable-Workflow-Control-Plane-Version"] == "2", path
+        missing = await http.get("/api/workflows", headers={"Authorization": f"Bearer {VIEWER}"})
+        assert missing.status_code == 400
+        assert missing.headers["X-Durable-Workflow-Control-Plane-Version"] == "2"
+        health = await http.get("/api/health")  # not versioned: nothing to echo
+        assert "X-Durable-Workflow-Control-Plane-Version" not in health.headers

@@ -27,7 +27,7 @@ from starlette.routing import Mount
 import durable
 from durable import activity, workflow
 from durable.http import create_app
-from durable.http.ui import views
+from durable.http.ui import cascade, views
 from durable.http.ui.session import COOKIE_NAME, SessionCodec, session_key
 
 pytestmark = pytest.mark.anyio
@@ -839,7 +839,7 @@ def test_a_timeout_event_names_its_kind_in_the_timeline() -> None:
 
 
 def test_a_stop_in_an_unknown_state_is_shown_as_not_verified() -> None:
-    tree = views.cascade_tree({
+    tree = cascade.cascade_tree({
         "root": {"request_id": "r"}, "inspection_complete": True, "findings": [],
         "runs": [{"workflow_id": "a", "run_id": "1", "status": "cancelled",
                   "lifecycle": "cancelled", "activity_stops": [
@@ -853,7 +853,7 @@ def test_a_stop_in_an_unknown_state_is_shown_as_not_verified() -> None:
 
 
 def test_the_cascade_tree_nests_children_under_their_parents() -> None:
-    tree = views.cascade_tree({
+    tree = cascade.cascade_tree({
         "root": {"request_id": "r"}, "inspection_complete": False,
         "findings": [{"workflow_id": "c", "finding": "attempt 1 of x has no stop receipt"}],
         "runs": [{"workflow_id": "a", "run_id": "1"}, {"workflow_id": "b", "run_id": "2"},

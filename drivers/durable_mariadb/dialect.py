@@ -40,6 +40,9 @@ class MariaDBDialect(Dialect):
     partial_indexes = False
     limit_subquery = False
     writable_cte = False
+    # a prepared statement's limit (65535); the driver formats parameters into
+    # the text, so only the packet size bounds it there
+    max_params = 65535
     # InnoDB reuses a deleted row's space by itself
     vacuum = None
 

@@ -27,21 +27,18 @@ import asyncio
 import functools
 import json
 import time
-import uuid
-from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import anyio
 import asyncmy
 import asyncmy.errors as myerr
-import sniffio
 from asyncmy.constants import CLIENT
 from asyncmy.cursors import DictCursor
 
-from durable._bridge import LoopThread
-from durable._log import get_logger
-from durable.driver import Program, ProgramFactory, Stmt, Tx, Wake, WakeHub, drive
-from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
+from durable._pooled import CommitOutcomeUnknown, Failure, PooledDriver
+from durable.driver import Program, Stmt, Tx, Wake, drive
+from durable.errors import ConfigurationError
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements
 
@@ -99,10 +96,6 @@ def _conflict(exc: BaseException) -> bool:
     return isinstance(exc, myerr.MySQLError) and _code(exc) in _CONFLICT_CODES
 
 
-class _CommitOutcomeUnknown(Exception):
-    """The connection broke while COMMIT was on the wire."""
-
-
 @functools.lru_cache(maxsize=4096)
 def _format(sql: str) -> str:
     """``?`` placeholders as asyncmy's ``%s`` (a literal ``%`` doubled); the
@@ -126,7 +119,7 @@ async def execute(conn: Any, stmt: Stmt) -> Any:
         return cur.rowcount
 
 
-class MariaDBDriver:
+class MariaDBDriver(PooledDriver[Any, Any]):
     """Storage on MariaDB 10.6+ (10.11 tested), shared by any number of worker
     processes.
 
@@ -135,7 +128,14 @@ class MariaDBDriver:
     looks at everything; `retries` is how often a transaction is retried after
     a conflict or a lost connection before `StorageUnavailable`;
     `wake_retention` is how long (seconds) the wake log keeps a row.
+
+    The pool, the trio bridge, open/close and the retried transaction are
+    `durable._pooled.PooledDriver`'s; this class says what is MariaDB's.
     """
+
+    engine = "MariaDB"
+    retry_base = 0.01
+    connect_errors = (OSError, myerr.MySQLError)
 
     def __init__(
         self,
@@ -149,47 +149,17 @@ class MariaDBDriver:
         retries: int = 8,
         wake_retention: float = 60.0,
     ) -> None:
-        self.hub = WakeHub()
-        self.dialect = MariaDBDialect()
-        if min_pool < 0 or max_pool < 1 or min_pool > max_pool:
-            raise ConfigurationError(
-                f"min_pool={min_pool}, max_pool={max_pool}: need 0 <= min_pool <= max_pool "
-                "and max_pool >= 1")
         if poll_interval <= 0 or any_interval <= 0:
             raise ConfigurationError("poll_interval and any_interval must be positive")
         if wake_retention < 1:
             raise ConfigurationError("wake_retention must be at least 1 second")
-        self.url = url
         self._target = parse_url(url)
-        self.min_pool = min_pool
-        self.max_pool = max_pool
+        super().__init__(url, self._target.masked, MariaDBDialect(), min_pool=min_pool,
+                         max_pool=max_pool, connect_timeout=connect_timeout, retries=retries,
+                         logger="durable.mariadb")
         self.poll_interval = poll_interval
         self.any_interval = any_interval
-        self.connect_timeout = connect_timeout
-        self.retries = retries
         self.wake_retention = wake_retention
-        self.origin = uuid.uuid4().hex[:16]
-        self.log = get_logger("durable.mariadb").bind(url=self._target.masked)
-        self._pool: Any = None
-        self._thread: LoopThread | None = None
-        self._bridged = False
-        self._watch_lock: anyio.Lock | None = None
-
-    # ---------------------------------------------------------------- host bridge
-
-    async def _call(self, fn: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
-        """Run `fn` where asyncmy lives; shielded by default: a transaction, once
-        started, runs to its end, so a cancelled caller never leaves a claim
-        committed but unseen."""
-        if self._thread is not None:
-            return await self._thread.run(fn, shield=shield)
-        if self._bridged:
-            raise StorageClosed(f"the MariaDB driver for {self._target.masked!r} is closed "
-                                "(the client was closed); nothing more can be recorded "
-                                "through it")
-        with anyio.CancelScope(shield=shield):
-            result = await fn()
-        return result
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -230,41 +200,12 @@ class MariaDBDriver:
             hint = "check the URL and the server's log"
         return ConfigurationError(f"cannot connect to MariaDB at {t.masked!r}: {exc}; {hint}")
 
-    async def open(self) -> None:
-        if self._pool is not None:
-            return
-        self._watch_lock = anyio.Lock()
-        host = sniffio.current_async_library()
-        if host == "trio":
-            self._thread = LoopThread("the MariaDB driver")
-            self._bridged = True
-        elif host != "asyncio":
-            raise ConfigurationError(
-                f"the MariaDB driver runs under asyncio or trio, not {host!r}")
-        try:
-            await self._call(self._open_pool)
-        except BaseException:
-            if self._thread is not None:
-                await self._thread.stop()
-                self._thread = None
-            raise
+    async def _create_pool(self) -> Any:
+        return await asyncmy.create_pool(minsize=self.min_pool, maxsize=self.max_pool,
+                                         pool_recycle=3600, **self._connect_kwargs())
 
-    async def _open_pool(self) -> None:
-        try:
-            pool = await asyncmy.create_pool(minsize=self.min_pool, maxsize=self.max_pool,
-                                             pool_recycle=3600, **self._connect_kwargs())
-        except (OSError, myerr.MySQLError) as exc:
-            raise self._connect_error(exc) from exc
-        try:
-            async with pool.acquire() as conn:
-                await self._migrate(conn)
-        except ConfigurationError as exc:
-            await self._close_pool(pool)
-            raise ConfigurationError(f"cannot use {self._target.masked!r}: {exc}") from exc
-        except (OSError, myerr.MySQLError) as exc:
-            await self._close_pool(pool)
-            raise self._connect_error(exc) from exc
-        self._pool = pool
+    async def _prepare(self, conn: Any) -> None:
+        await self._migrate(conn)
 
     async def _migrate(self, conn: Any) -> None:
         """Create or check the schema under a named lock (GET_LOCK), so that
@@ -303,17 +244,7 @@ class MariaDBDriver:
         await conn.commit()
         return result
 
-    async def close(self) -> None:
-        with anyio.CancelScope(shield=True):
-            if self._pool is not None:
-                pool, self._pool = self._pool, None
-                await self._call(lambda: self._close_pool(pool))
-            if self._thread is not None:
-                thread, self._thread = self._thread, None
-                await thread.stop()
-
-    @staticmethod
-    async def _close_pool(pool: Any) -> None:
+    async def _close_pool(self, pool: Any) -> None:
         pool.close()
         try:
             await asyncio.wait_for(pool.wait_closed(), 10)
@@ -324,68 +255,24 @@ class MariaDBDriver:
         """Drop this URL's database and everything in it (tests clean up with it)."""
         statement = f"DROP DATABASE IF EXISTS `{self._target.database}`"
 
-        async def drop() -> None:
-            async with self._require_pool().acquire() as conn:
-                await execute(conn, Stmt(statement, (), "exec"))
+        async def drop(conn: Any) -> None:
+            await execute(conn, Stmt(statement, (), "exec"))
 
-        await self._call(drop)
-
-    def _require_pool(self) -> Any:
-        if self._pool is None:
-            raise StorageClosed(f"the MariaDB connection pool for {self._target.masked!r} "
-                                "is closed (the client was closed); nothing more can be "
-                                "recorded through it")
-        return self._pool
+        await self._on_pool(drop)
 
     # ---------------------------------------------------------------- transactions
 
-    async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
-        """Run the program as one transaction (see the module docstring)."""
-        self._require_pool()
-        result, tx = await self._call(lambda: self._run_on_loop(program, write))
-        self.hub.publish(tx.wakes)
-        return result
+    def _acquire(self, pool: Any) -> AbstractAsyncContextManager[Any]:
+        acquired: AbstractAsyncContextManager[Any] = pool.acquire()
+        return acquired
 
-    async def _run_on_loop(self, build: ProgramFactory[T], write: bool) -> tuple[T, Tx]:
-        """Run a program, retrying it whole while nothing can have been committed."""
-        attempt = 0
-        while True:
-            pool = self._require_pool()
-            tx = Tx(self.dialect)
-            try:
-                async with pool.acquire() as conn:
-                    try:
-                        result = await self._transaction(conn, build(tx), tx, write)
-                    except BaseException as exc:
-                        if _lost(exc) or isinstance(exc, _CommitOutcomeUnknown):
-                            conn.close()  # the pool drops a closed connection
-                        raise
-                return result, tx
-            except _CommitOutcomeUnknown as unknown:
-                cause = unknown.__cause__
-                raise StorageUnavailable(
-                    f"lost the connection to MariaDB at {self._target.masked!r} while "
-                    f"committing ({cause!r}); the transaction may or may not have been "
-                    "recorded: read the state back from storage before acting on it",
-                    outcome_unknown=True,
-                ) from cause
-            except (OSError, myerr.MySQLError) as exc:
-                lost = _lost(exc)
-                if not lost and not _conflict(exc):
-                    raise
-                if attempt >= self.retries:
-                    what = ("is unavailable" if lost else
-                            "kept colliding with other transactions")
-                    raise StorageUnavailable(
-                        f"MariaDB at {self._target.masked!r} {what} after {attempt + 1} "
-                        f"attempts ({exc!r}); nothing was recorded", outcome_unknown=False,
-                    ) from exc
-                attempt += 1
-                self.log.debug("transaction_conflict", error=repr(exc), attempt=attempt)
-                if lost:
-                    self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
-                # asyncio's sleep: this runs where asyncmy lives (a loop thread on trio)
-                await asyncio.sleep(0 if attempt == 1 else min(0.01 * 2 ** attempt, 2.0))
+    def _failure(self, exc: BaseException) -> Failure | None:
+        if _lost(exc):
+            return "lost"
+        return "conflict" if _conflict(exc) else None
+
+    def _discard(self, conn: Any) -> None:
+        conn.close()  # the pool drops a closed connection
 
     async def _transaction(self, conn: Any, program: Program[T], tx: Tx, write: bool) -> T:
         statement = functools.partial(execute, conn)
@@ -405,7 +292,7 @@ class MariaDBDriver:
             await conn.commit()
         except BaseException as exc:
             if _lost(exc):
-                raise _CommitOutcomeUnknown() from exc
+                raise CommitOutcomeUnknown() from exc
             await self._rollback(conn, exc)
             raise
         return result
@@ -421,9 +308,8 @@ class MariaDBDriver:
         except Exception:
             conn.close()
 
-    @staticmethod
-    def _payload(tx: Tx) -> str:
-        keys = list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
+    def _payload(self, tx: Tx) -> str:
+        keys = self.remote_keys(tx)
         text = json.dumps(keys, separators=(",", ":"))
         return text if len(text) <= _MAX_PAYLOAD else json.dumps([Wake.any().key])
 

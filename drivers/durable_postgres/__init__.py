@@ -19,7 +19,9 @@ a round trip of its own.
 
 asyncpg is an asyncio library. On an asyncio host it runs in the host's loop;
 on a trio host the driver runs its own asyncio loop on a daemon thread and the
-engine awaits each call there without blocking trio (see `bridge.LoopThread`).
+engine awaits each call there without blocking trio (see `durable._bridge.LoopThread`;
+the pool, the bridge and the retried transaction are `durable._pooled`'s, shared
+with the MariaDB driver).
 Wake-ups are always published on the host loop, where the engine's callbacks
 expect them.
 

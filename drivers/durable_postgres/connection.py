@@ -101,7 +101,3 @@ def discard(conn: Connection) -> None:
     refuses every call: nothing is left to close.)"""
     with contextlib.suppress(Exception):
         conn.terminate()
-
-
-class CommitOutcomeUnknown(Exception):
-    """The connection broke while COMMIT was on the wire."""

@@ -15,33 +15,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import uuid
-from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import asyncpg
 import asyncpg.exceptions as pgerr
-import sniffio
 
-from durable._log import get_logger
-from durable.driver import Program, ProgramFactory, Tx, Wake, WakeHub
-from durable.errors import ConfigurationError, StorageClosed, StorageUnavailable
+from durable._pooled import CommitOutcomeUnknown, Failure, PooledDriver
+from durable.driver import Program, Tx, Wake
+from durable.errors import ConfigurationError
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements
+from durable.wakes import address
 
-from .bridge import LoopThread
-from .connection import (
-    CONFLICT,
-    CONNECTION_LOST,
-    CommitOutcomeUnknown,
-    discard,
-    drive,
-    execute,
-    no_reset,
-)
+from .connection import CONFLICT, CONNECTION_LOST, discard, drive, execute, no_reset
 from .dialect import PostgresDialect
-from .listener import Listener
+from .listener import Listener, channel_for
 from .url import channel_name, parse_url, quote_ident, quote_literal
 
 if TYPE_CHECKING:
@@ -57,7 +47,7 @@ _DDL_LOCK_CLASS = 0x64757261
 _MAX_PAYLOAD = 7000
 
 
-class PostgresDriver:
+class PostgresDriver(PooledDriver["Pool", "Connection"]):
     """Storage on PostgreSQL, shared by any number of worker processes.
 
     `min_pool`/`max_pool` bound the connection pool (plus one LISTEN
@@ -69,7 +59,14 @@ class PostgresDriver:
     `create_schema=False` refuses a ``?schema=NAME`` that does not exist
     yet (a mistyped name would otherwise be created, empty, and show no
     runs); ``durable`` CLI commands that only read pass it.
+
+    The pool, the trio bridge, open/close and the retried transaction are
+    `durable._pooled.PooledDriver`'s; this class says what is PostgreSQL's.
     """
+
+    engine = "PostgreSQL"
+    retry_base = 0.05
+    connect_errors = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
     def __init__(
         self,
@@ -84,52 +81,23 @@ class PostgresDriver:
         statement_cache_size: int = 512,
         create_schema: bool = True,
     ) -> None:
-        self.hub = WakeHub()
-        self.dialect = PostgresDialect()
-        if min_pool < 0 or max_pool < 1 or min_pool > max_pool:
-            raise ConfigurationError(
-                f"min_pool={min_pool}, max_pool={max_pool}: need 0 <= min_pool <= max_pool "
-                "and max_pool >= 1"
-            )
         if poll_interval <= 0:
             raise ConfigurationError("poll_interval must be positive")
-        self.url = url
         self._target = parse_url(url)
+        super().__init__(url, self._target.masked, PostgresDialect(), min_pool=min_pool,
+                         max_pool=max_pool, connect_timeout=connect_timeout, retries=retries,
+                         logger="durable.postgres")
         self.schema = self._target.schema
         self.channel = channel_name(self.schema)
-        self.min_pool = min_pool
-        self.max_pool = max_pool
         self.poll_interval = poll_interval
-        self.connect_timeout = connect_timeout
         self.command_timeout = command_timeout
-        self.retries = retries
         self.statement_cache_size = statement_cache_size
         self.create_schema = create_schema
-        self.origin = uuid.uuid4().hex[:16]
         self.application_name = self._target.application_name or f"durable:{self.origin}"
-        self.log = get_logger("durable.postgres").bind(url=self._target.masked)
-        self._pool: Pool | None = None
-        self._thread: LoopThread | None = None
-        self._bridged = False  # asyncpg runs on a LoopThread (a trio host)
         self._listener = Listener(connect=self._connect_one, channel=self.channel,
                                   origin=self.origin, log=self.log)
-        self._watch_lock: anyio.Lock | None = None
-
-    # ---------------------------------------------------------------- host bridge
-
-    async def _call(self, fn: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
-        """Run `fn` where asyncpg lives. Shielded by default: a transaction, once
-        started, runs to its end like the SQLite driver's thread hop, so a
-        cancelled caller never leaves a claim committed but unseen."""
-        if self._thread is not None:
-            return await self._thread.run(fn, shield=shield)
-        if self._bridged:  # on trio, after close: asyncpg's loop is gone
-            raise StorageClosed(f"the PostgreSQL driver for {self._target.masked!r} is closed "
-                                "(the client was closed); nothing more can be recorded "
-                                "through it")
-        with anyio.CancelScope(shield=shield):
-            result = await fn()
-        return result
+        self._wanted: frozenset[str] | None = None  # None: to be computed again
+        self.hub.on_wanted = self._on_wanted
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -169,52 +137,23 @@ class PostgresDriver:
             hint = "check the URL and the server's log"
         return ConfigurationError(f"cannot connect to {where}: {exc}; {hint}")
 
-    async def open(self) -> None:
-        if self._pool is not None:
-            return
-        self._watch_lock = anyio.Lock()
-        host = sniffio.current_async_library()
-        if host == "trio":
-            self._thread = LoopThread()
-            self._bridged = True
-        elif host != "asyncio":
-            raise ConfigurationError(
-                f"the PostgreSQL driver runs under asyncio or trio, not {host!r}"
-            )
-        try:
-            await self._call(self._open_pool)
-        except BaseException:
-            if self._thread is not None:
-                await self._thread.stop()
-                self._thread = None
-            raise
+    async def _create_pool(self) -> Pool:
+        pool: Pool = await asyncpg.create_pool(
+            self._target.dsn,
+            min_size=self.min_pool,
+            max_size=self.max_pool,
+            timeout=self.connect_timeout,
+            command_timeout=self.command_timeout,
+            statement_cache_size=self.statement_cache_size,
+            server_settings=self._server_settings(),
+            reset=no_reset,
+        )
+        return pool
 
-    async def _open_pool(self) -> None:
-        try:
-            pool = await asyncpg.create_pool(
-                self._target.dsn,
-                min_size=self.min_pool,
-                max_size=self.max_pool,
-                timeout=self.connect_timeout,
-                command_timeout=self.command_timeout,
-                statement_cache_size=self.statement_cache_size,
-                server_settings=self._server_settings(),
-                reset=no_reset,
-            )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise self._connect_error(exc) from exc
-        try:
-            async with pool.acquire() as conn:
-                if not self.create_schema:
-                    await self._require_schema(conn)
-                await self._migrate(conn)
-        except ConfigurationError as exc:
-            await pool.close()
-            raise ConfigurationError(f"cannot use {self._target.masked!r}: {exc}") from exc
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            await pool.close()
-            raise self._connect_error(exc) from exc
-        self._pool = pool
+    async def _prepare(self, conn: Connection) -> None:
+        if not self.create_schema:
+            await self._require_schema(conn)
+        await self._migrate(conn)
 
     async def _require_schema(self, conn: Connection) -> None:
         """Refuse a schema that is not there (create_schema=False), naming the
@@ -259,16 +198,7 @@ class PostgresDriver:
             await conn.execute(";\n".join(schema_statements(self.dialect)))
             await drive(conn, migrate())
 
-    async def close(self) -> None:
-        with anyio.CancelScope(shield=True):
-            if self._pool is not None:
-                pool, self._pool = self._pool, None
-                await self._call(lambda: self._close_on_loop(pool))
-            if self._thread is not None:
-                thread, self._thread = self._thread, None
-                await thread.stop()
-
-    async def _close_on_loop(self, pool: Pool) -> None:
+    async def _close_pool(self, pool: Pool) -> None:
         await self._listener.close()
         try:
             await asyncio.wait_for(pool.close(), 10)
@@ -284,74 +214,29 @@ class PostgresDriver:
             )
         statement = f"DROP SCHEMA IF EXISTS {quote_ident(self.schema)} CASCADE"
 
-        async def drop() -> None:
-            async with self._require_pool().acquire() as conn:
-                await conn.execute(statement)
+        async def drop(conn: Connection) -> None:
+            await conn.execute(statement)
 
-        await self._call(drop)
-
-    def _require_pool(self) -> Pool:
-        if self._pool is None:
-            raise StorageClosed(f"the PostgreSQL connection pool for {self._target.masked!r} "
-                                "is closed (the client was closed); nothing more can be "
-                                "recorded through it")
-        return self._pool
+        await self._on_pool(drop)
 
     # ---------------------------------------------------------------- transactions
 
-    async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
-        """Run the program as one transaction (see the module docstring)."""
-        self._require_pool()
-        result, tx = await self._call(lambda: self._run_on_loop(program, write))
-        self.hub.publish(tx.wakes)
-        return result
+    def _acquire(self, pool: Pool) -> AbstractAsyncContextManager[Connection]:
+        return pool.acquire(timeout=self.connect_timeout)
 
-    async def _run_on_loop(self, build: ProgramFactory[T], write: bool) -> tuple[T, Tx]:
-        """Run a program, retrying it whole while nothing can have been committed."""
-        pool = self._require_pool()
-        attempt = 0
-        while True:
-            tx = Tx(self.dialect)
-            try:
-                async with pool.acquire(timeout=self.connect_timeout) as conn:
-                    try:
-                        result = await self._transaction(conn, build(tx), tx, write)
-                    except CONNECTION_LOST:
-                        discard(conn)
-                        raise
-                return result, tx
-            except CommitOutcomeUnknown as unknown:
-                cause = unknown.__cause__
-                await pool.expire_connections()
-                raise StorageUnavailable(
-                    f"lost the connection to PostgreSQL at {self._target.masked!r} while "
-                    f"committing ({cause!r}); the transaction may or may not have been "
-                    "recorded: read the state back from storage before acting on it",
-                    outcome_unknown=True,
-                ) from cause
-            except (*CONNECTION_LOST, *CONFLICT) as exc:
-                lost = isinstance(exc, CONNECTION_LOST)
-                if attempt >= self.retries:
-                    if not lost:
-                        raise StorageUnavailable(
-                            f"PostgreSQL at {self._target.masked!r}: the transaction kept "
-                            f"colliding with others ({exc!r}) after {attempt + 1} attempts; "
-                            "nothing was recorded", outcome_unknown=False,
-                        ) from exc
-                    raise StorageUnavailable(
-                        f"PostgreSQL at {self._target.masked!r} is unavailable after "
-                        f"{attempt + 1} attempts ({exc!r}); check that the server is up and "
-                        "reachable; nothing was recorded",
-                        outcome_unknown=False,
-                    ) from exc
-                attempt += 1
-                if lost:
-                    self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
-                    if not isinstance(exc, TimeoutError):
-                        # The pool's other connections likely died with this one
-                        # (a restart, a failover): replace them all, not one by one.
-                        await pool.expire_connections()
-                await asyncio.sleep(0 if attempt == 1 else min(0.05 * 2 ** attempt, 2.0))
+    def _failure(self, exc: BaseException) -> Failure | None:
+        if isinstance(exc, CONNECTION_LOST):
+            return "lost"
+        return "conflict" if isinstance(exc, CONFLICT) else None
+
+    def _discard(self, conn: Connection) -> None:
+        discard(conn)
+
+    async def _connection_lost(self, pool: Pool, exc: BaseException) -> None:
+        if not isinstance(exc, TimeoutError):
+            # The pool's other connections likely died with this one (a
+            # restart, a failover): replace them all, not one by one.
+            await pool.expire_connections()
 
     async def _transaction(
         self, conn: Connection, program: Program[T], tx: Tx, write: bool
@@ -382,8 +267,7 @@ class PostgresDriver:
         # if it happened, and in the same round trip as COMMIT.
         commit = "COMMIT"
         if any(not wake.local for wake in tx.wakes):
-            commit = f"NOTIFY {quote_ident(self.channel)}, {quote_literal(self._payload(tx))};"
-            commit += " COMMIT"
+            commit = f"{self._notify(tx)} COMMIT"
         try:
             await conn.execute(commit)
         except CONNECTION_LOST as exc:
@@ -407,18 +291,49 @@ class PostgresDriver:
         except Exception:
             discard(conn)
 
-    def _payload(self, tx: Tx) -> str:
-        keys = list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
-        text = json.dumps({"o": self.origin, "k": keys}, separators=(",", ":"))
-        if len(text) > _MAX_PAYLOAD:
-            text = json.dumps({"o": self.origin, "k": [Wake.any().key]}, separators=(",", ":"))
-        return text
+    def _notify(self, tx: Tx) -> str:
+        """The NOTIFY statements of a commit: one per channel, each wake-up on
+        the channel of its `address` (the schema's channel when it has none),
+        with the sending driver's id."""
+        by_channel: dict[str, dict[tuple[str, ...], None]] = {}
+        for wake in tx.wakes:
+            if wake.local:
+                continue
+            where = address(wake.key)
+            channel = self.channel if where is None else channel_for(self.channel, where)
+            by_channel.setdefault(channel, {})[wake.key] = None
+        statements = []
+        for channel, keys in by_channel.items():
+            text = json.dumps({"o": self.origin, "k": list(keys)}, separators=(",", ":"))
+            if len(text) > _MAX_PAYLOAD:  # too many keys: everybody looks at everything
+                channel = self.channel
+                text = json.dumps({"o": self.origin, "k": [Wake.any().key]},
+                                  separators=(",", ":"))
+            statements.append(f"NOTIFY {quote_ident(channel)}, {quote_literal(text)};")
+        return " ".join(statements)
 
     # ---------------------------------------------------------------- wake-ups
 
+    def _on_wanted(self) -> None:
+        """The hub's wanted addresses changed: listen again (see `watch`)."""
+        self._wanted = None
+        self._listener.poke()
+
+    def _wanted_channels(self) -> frozenset[str]:
+        if self._wanted is None:
+            self._wanted = frozenset(channel_for(self.channel, where)
+                                     for where in self.hub.wanted)
+        return self._wanted
+
     async def watch(self) -> None:
         """Publish other processes' commits (LISTEN), and `Wake.any()` every
-        `poll_interval` so that a lost notification delays work, never loses it."""
+        `poll_interval` so that a lost notification delays work, never loses it.
+
+        Listens on the schema's channel and on the channel of each address
+        the hub wants (`durable.wakes.WakeHub.want`); once it listens on a
+        new one, it publishes a wake-up for each key wanted there, since one
+        sent before may have been missed.
+        """
         assert self._watch_lock is not None, "open the driver first"
         # One listener per driver however many workers share it; a second
         # watch() takes over when the first is cancelled.
@@ -426,10 +341,14 @@ class PostgresDriver:
             next_any = anyio.current_time() + self.poll_interval
             while True:
                 wait = max(0.0, next_any - anyio.current_time())
-                keys, fresh = await self._call(
-                    functools.partial(self._listener.next_batch, wait), shield=False
-                )
+                keys, fresh, added = await self._call(functools.partial(
+                    self._listener.next_batch, wait, self._wanted_channels()), shield=False)
                 wakes = [Wake(key, remote=True) for key in dict.fromkeys(keys)]
+                if added:
+                    wakes += [Wake(key, remote=True)
+                              for where, wanted in list(self.hub.wanted.items())
+                              if channel_for(self.channel, where) in added
+                              for key in wanted]
                 now = anyio.current_time()
                 if fresh or now >= next_any:
                     wakes.append(Wake.any())

@@ -26,6 +26,9 @@ HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 class SQLiteDialect(Dialect):
     """The base dialect (SQLite's defaults) with the local-steps fast path."""
 
+    # SQLITE_MAX_VARIABLE_NUMBER's default: 32766 since 3.32.0, 999 before
+    max_params = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
     ) -> Program[CommitResult | None] | None:

@@ -22,9 +22,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime
+import dis
+import functools
 import multiprocessing
 import threading
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,11 +294,19 @@ async def call_activity(
 ) -> Any:
     """Run the activity function with its context set; stoppable through ctx.
 
+    An async function that cannot suspend (`never_suspends`) takes the
+    synchronous lane (`begin`): it runs right here, with no cancel scope.
+
     A sync function runs in a worker thread: cancelling waits for it to return
     (after its next heartbeat/check_cancelled raises) for at most
     `ctx.stop_grace` seconds, then abandons the thread (`ctx.abandoned`);
     with `abandon_on_cancel` it is abandoned at once.
     """
+    if is_async and never_suspends(fn):
+        started = begin(ctx, fn, args)
+        if started.done:
+            return started.value
+        return await finish(ctx, started)
     observer = EXECUTIONS.get()
     if observer is not None:
         observer(ctx.info)
@@ -318,6 +329,145 @@ async def call_activity(
     finally:
         _current_budget.reset(budget_token)
         _current.reset(token)
+
+
+# ---------------------------------------------------------------- the synchronous lane
+
+
+class Started:
+    """An async attempt driven up to its first suspension (`begin`).
+
+    `done`: it returned and `value` is its result (its context variables
+    reset). Otherwise `coro` is suspended (`yielded` is what it gave the
+    loop; `_NOT_STARTED`: not run yet), its context set until `finish`.
+    """
+
+    __slots__ = ("coro", "done", "tokens", "value", "yielded")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.value: Any = None
+        self.coro: Any = None
+        self.yielded: Any = None
+        self.tokens: tuple[Any, Any] | None = None
+
+    def close(self) -> None:
+        """End the attempt's coroutine (if unfinished) and reset its context."""
+        if self.coro is not None:
+            self.coro.close()
+            self.coro = None
+        tokens, self.tokens = self.tokens, None
+        if tokens is not None:
+            _current_budget.reset(tokens[1])
+            _current.reset(tokens[0])
+
+
+_NOT_STARTED: Any = object()
+
+#: Opcodes through which a coroutine's own frame can suspend (3.11-3.13): an
+#: ``await`` (GET_AWAITABLE, SEND, YIELD_VALUE), ``async with``, ``async for``.
+_SUSPENDING = frozenset({"YIELD_VALUE", "SEND", "GET_AWAITABLE", "BEFORE_ASYNC_WITH",
+                         "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR", "ASYNC_GEN_WRAP"})
+
+
+def never_suspends(fn: Any) -> bool:
+    """Whether calling `fn` makes a coroutine that cannot suspend: a plain
+    ``async def`` whose own code has no ``await``, ``async with`` or ``async
+    for`` (a nested function's awaits run only when the outer code awaits
+    it). Anything else (a wrapper, a partial, a callable object) may."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(code, types.CodeType):
+        return False
+    return _code_never_suspends(code)
+
+
+@functools.cache
+def _code_never_suspends(code: types.CodeType) -> bool:
+    return not any(ins.opname in _SUSPENDING for ins in dis.get_instructions(code))
+
+
+def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:
+    """The synchronous lane of an async attempt: call it and run it right here,
+    on the calling task, up to its first suspension (for a function that
+    `never_suspends`, to its end).
+
+    Why: many activities of a durable step (a computation, a lookup in
+    memory, a value already at hand) are `async def` functions that return
+    without ever suspending. For those, the cancel scope, the deadline
+    watcher task and the task switches of a supervised attempt are pure
+    cost: a stop (a cancellation, a timeout, a worker stop) only reaches an
+    attempt at an await that suspends, so nothing could have stopped them.
+    The same records are written and the same outcome is returned or raised.
+
+    Should one suspend after all, `finish` resumes the same coroutine in the
+    attempt's cancel scope with what the loop sends back: nothing runs twice
+    or is lost. That is safe only if the attempt suspended outside any cancel
+    scope of its own (anyio and trio refuse scopes exited out of order), so
+    the lane is for functions without an await (`never_suspends`), not for
+    any coroutine tried once: one suspended inside ``anyio.fail_after()``
+    could not be given its scope afterwards. An attempt already asked to
+    stop is started by `finish`, in its cancelled scope, as before.
+    """
+    observer = EXECUTIONS.get()
+    if observer is not None:
+        observer(ctx.info)
+    started = Started()
+    started.tokens = (_current.set(ctx), _current_budget.set(ctx.budget))
+    try:
+        coro = fn(*args)
+        if ctx.stopped:
+            started.coro, started.yielded = coro, _NOT_STARTED
+            return started
+        try:
+            started.yielded = coro.send(None)
+        except StopIteration as stop:
+            started.done, started.value = True, stop.value
+            started.close()
+            return started
+        started.coro = coro
+        return started
+    except BaseException:
+        started.close()
+        raise
+
+
+async def finish(ctx: ActivityContext, started: Started) -> Any:
+    """The slow lane: go on with a suspended attempt in its cancel scope."""
+    try:
+        with anyio.CancelScope() as scope:
+            ctx.scope = scope
+            if ctx.stopped:
+                scope.cancel()
+            coro, yielded = started.coro, started.yielded
+            if yielded is _NOT_STARTED:
+                return await coro
+            return await _resume(coro, yielded)
+        raise _stopped(ctx)
+    finally:
+        started.close()  # a no-op for a coroutine the await ran to its end
+
+
+@types.coroutine
+def _resume(coro: Any, yielded: Any) -> Generator[Any, Any, Any]:
+    """Await a coroutine that already ran to its first suspension: hand what it
+    yielded to the event loop, and pass what the loop sends or throws back
+    to it, until it returns (`yield from` would restart it with None)."""
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            continue
+        try:
+            yielded = coro.send(sent)
+        except StopIteration as stop:
+            return stop.value
 
 
 async def _run_in_thread(ctx: ActivityContext, fn: Any, args: list[Any],

@@ -3,8 +3,10 @@
 A worker claims when it is woken (work was created here or, heard through
 the driver, in another process) and at a fallback poll, never more than it
 has room for nor more than its fair share (`durable.store.claims.fair_limit`).
-With many processes every notification wakes every claimer, so two rules
-keep them from stampeding (docs/deployment.md): after a claim that left
+A worker hears only its own task queue's wake-ups (`durable._runtime.hearing`;
+on PostgreSQL the others are not even sent to its process). With many
+processes on one queue every notification of it wakes every claimer, so two
+rules keep them from stampeding (docs/deployment.md): after a claim that left
 ready work for others, a worker with room waits `CLAIM_TURN` first; a worker
 whose claim after another process's notification found nothing gathers such
 notifications for `CLAIM_GATHER` before claiming again.
@@ -53,6 +55,13 @@ class Trigger:
         self._event.set()
         if not remote:
             self._local.set()
+
+    @property
+    def pending(self) -> bool:
+        """Set and not consumed yet: a wait now would return at once. (For
+        tests: once a wake-up is published, its claim loop either has this
+        set or has begun a pass, so a test can show that none came.)"""
+        return self._event.is_set()
 
     async def wait(self, at_most: float, gather: float = 0.0) -> str | None:
         """Wait until set, or `at_most` seconds (None); "local" if a local

@@ -265,6 +265,14 @@ async def _attempt(ctx: WorkflowContext, actx: attempts.ActivityContext,
     abandon = policy is CancellationPolicy.TRY_CANCEL
     if deadline_at is None:  # the common case: no watcher task needed
         return await attempts.run_attempt(actx, defn, call_args, abandon_on_cancel=abandon)
+    started: attempts.Started | None = None
+    if defn.is_async and attempts.never_suspends(defn.fn):
+        # The synchronous lane (attempts.begin): an attempt that cannot suspend
+        # needs no watcher, since its deadline could only have stopped it at
+        # an await that suspends (should it suspend, the watcher starts then).
+        started = attempts.begin(actx, defn.fn, call_args)
+        if started.done:
+            return started.value
     try:
         async with anyio.create_task_group() as tg:
 
@@ -276,6 +284,8 @@ async def _attempt(ctx: WorkflowContext, actx: attempts.ActivityContext,
 
             tg.start_soon(expire)
             try:
+                if started is not None:
+                    return await attempts.finish(actx, started)
                 return await attempts.run_attempt(actx, defn, call_args,
                                                   abandon_on_cancel=abandon)
             finally:
@@ -291,6 +301,9 @@ async def _attempt(ctx: WorkflowContext, actx: attempts.ActivityContext,
         if first is not None:
             raise first from None
         raise
+    finally:
+        if started is not None:
+            started.close()  # a no-op unless the task group failed to start
 
 
 def _stop_receipt(ctx: WorkflowContext, defn: ActivityDefn,

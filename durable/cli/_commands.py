@@ -1,10 +1,16 @@
-"""The commands of ``durable``: each is one small function.
+"""The commands of ``durable`` about runs (start, list, describe, history, result,
+and steering one): each is one small function.
+
+Commands of other concepts live beside it, each with its views: `_watch`,
+`_cascade`, `_operations` (worker, serve, repair-pass), `_queues`,
+`_schedules`, `_upgrade`; `_group` adds them all to the ``durable`` group.
 
 To add one, declare its click arguments, write an ``async def body(client)``
 that calls the public client API and returns a JSON-able dict, and hand it to
 ``session.run``; print it with ``session.out.emit(data, view)``. Connecting,
 --json, NO_COLOR and exit codes are handled around it (`_app`). The JSON shape
-of a new read command goes in `schemas.py` and docs/cli.md.
+of a new read command goes in `schemas.py` and docs/cli.md; the command
+joins the group in `_group`.
 """
 
 from __future__ import annotations
@@ -23,20 +29,16 @@ import durable
 
 from .. import present as _fmt
 from . import _views
-from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Output, Session, json_option
+from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Session, json_option
 from ._params import (
     DURATION,
     complete_status,
-    complete_workflow_id,
     parse_args_json,
+    run_option,
+    workflow_id_argument,
 )
 
 pass_session = click.make_pass_decorator(Session)
-
-workflow_id_argument = click.argument("workflow_id", metavar="ID",
-                                      shell_complete=complete_workflow_id)
-run_option = click.option("--run", "run_id", metavar="RUN",
-                          help="A given run of the workflow (default: its current run).")
 
 _FAILURES = (durable.WorkflowFailed, durable.WorkflowCancelled, durable.WorkflowTimedOut,
              durable.WorkflowTerminated)
@@ -482,217 +484,3 @@ def cancel(session: Session, workflow_id: str, reason: str, run_id: str | None) 
 def terminate(session: Session, workflow_id: str, reason: str, run_id: str | None) -> None:
     """Close a run at once as terminated, revoking all its authority."""
     _close(session, workflow_id, run_id, "terminated", reason)
-
-
-# ---------------------------------------------------------------- cascade and watch
-
-
-@click.command(short_help="Show a cancellation's cascade as a tree.")
-@workflow_id_argument
-@run_option
-@json_option
-@pass_session
-def cascade(session: Session, workflow_id: str, run_id: str | None) -> None:
-    """Show what a cancellation did across the tree of runs.
-
-    Runs, lifecycles, policies, stop receipts, deadlines, cleanup outcomes, and
-    every stop that could not be verified (marked NOT VERIFIED).
-    """
-
-    async def body(client: durable.Client) -> dict[str, Any]:
-        view = await client.get_handle(workflow_id, run_id=run_id).cancellation_cascade()
-        return {"workflow_id": workflow_id, **_fmt.jsonable(view)}
-
-    session.out.emit(session.run(body), _views.cascade)
-
-
-@click.command(short_help="Watch one run live until it closes.")
-@workflow_id_argument
-@run_option
-@click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and tests).")
-@click.option("--interval", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
-              metavar="S", help="Longest wait between two reads of the run.")
-@json_option
-@pass_session
-def watch(session: Session, workflow_id: str, run_id: str | None, once: bool,
-          interval: float) -> None:
-    """Watch one run live until it closes.
-
-    Status, current phase, current activity with its heartbeat progress (a
-    bar when the details carry {"done": n, "total": m}) and deadlines
-    counting down. With --json: describe() objects, one per line, each time
-    the run changes.
-    """
-    out = session.out
-
-    async def body(client: durable.Client) -> None:
-        handle = client.get_handle(workflow_id, run_id=run_id)
-        info = await handle.describe()
-        if once:
-            out.emit(info, lambda o, i: o.console.print(_views.watch_frame(o, i, _fmt.utcnow())))
-            return
-        # follow the run that is current now, not a later one after continue-as-new
-        handle = client.get_handle(workflow_id, run_id=(info.get("run") or {}).get("run_id"))
-        live_view = out.console.is_terminal and not out.json
-        if live_view:
-            await _watch_live(out, handle, info, interval)
-            return
-        shown = ""
-        delay = 0.1
-        while True:
-            snapshot = _fmt.dumps(info)
-            if snapshot != shown:
-                shown, delay = snapshot, 0.1
-                if out.json:
-                    out.print_json(info, lines=True)
-                else:
-                    out.console.print(_views.watch_frame(out, info, _fmt.utcnow()))
-                    out.console.print()
-            else:
-                delay = min(delay * 2, interval)
-            if info.get("status") not in _fmt.OPEN_STATUSES:
-                return
-            await anyio.sleep(delay)
-            info = await handle.describe()
-
-    session.run(body)
-
-
-async def _watch_live(out: Output, handle: durable.WorkflowHandle, info: dict[str, Any],
-                      interval: float) -> None:
-    from rich.live import Live
-
-    with Live(_views.watch_frame(out, info, _fmt.utcnow()), console=out.console,
-              refresh_per_second=4, transient=False) as live:
-        delay = 0.1
-        previous = _fmt.dumps(info)
-        while info.get("status") in _fmt.OPEN_STATUSES:
-            await anyio.sleep(delay)
-            info = await handle.describe()
-            snapshot = _fmt.dumps(info)
-            delay = 0.1 if snapshot != previous else min(delay * 2, interval)
-            previous = snapshot
-            live.update(_views.watch_frame(out, info, _fmt.utcnow()))
-
-
-# ---------------------------------------------------------------- operations
-
-
-@click.command("repair-pass", short_help="Enforce every deadline that is due, once.")
-@json_option
-@pass_session
-def repair_pass(session: Session) -> None:
-    """Enforce every deadline that is due now, once (works with no worker running)."""
-
-    async def body(client: durable.Client) -> dict[str, Any]:
-        counts = await client.repair_pass()
-        return {"repaired": dict(counts), "total": sum(counts.values())}
-
-    session.out.emit(session.run(body), _views.repair)
-
-
-@click.command(short_help="Run a worker for what MODULE:ATTR lists.")
-@click.argument("target", metavar="MODULE:ATTR")
-@click.option("--task-queue", metavar="Q", help="Override the spec's task queue.")
-@click.option("--identity", metavar="NAME", help="Worker id shown in describe() and receipts.")
-@click.option("--backend", type=click.Choice(["asyncio", "trio"]), default="asyncio",
-              show_default=True, help="Event loop to run the worker on.")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
-                                               case_sensitive=False),
-              default="INFO", show_default=True, help="Level of the worker's log on stderr.")
-@pass_session
-def worker(session: Session, target: str, task_queue: str | None, identity: str | None,
-           backend: str, log_level: str) -> None:
-    """Run a worker for the workflows and activities MODULE:ATTR names.
-
-    ATTR is a spec, a dict or object listing them:
-
-    \b
-        WORKER = {"workflows": [order], "activities": [charge], "task_queue": "orders"}
-
-    or a factory: a function taking the client and returning a durable.Worker.
-    MODULE is imported from the current directory too. SIGINT/SIGTERM stop
-    the worker gracefully; a second signal exits at once.
-    """
-    from . import _worker
-
-    if session.server:
-        raise click.UsageError(
-            "a worker reads and writes the database itself: give --db URL (or DURABLE_DB_URL), "
-            "not --server")
-    loaded = _worker.load_target(target)
-    _worker.configure_logging(log_level)
-    overrides = {"task_queue": task_queue, "identity": identity}
-    session.run(lambda client: _worker.serve(client, loaded, target, overrides, session.out),
-                create_database=True, backend=backend)
-
-
-
-@click.command(short_help="Serve the HTTP control plane (and, optionally, a worker).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on; any but loopback needs tokens.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True,
-              help="Port to listen on (0: any free port).")
-@click.option("--worker", "worker_targets", metavar="MODULE:ATTR", multiple=True,
-              help="Also run a worker in this process (a spec or factory, as `durable "
-                   "worker`); repeat for several (e.g. one per task queue).")
-@click.option("--loop", type=click.Choice(["asyncio", "trio"]), default="asyncio",
-              show_default=True, help="asyncio runs uvicorn; trio runs hypercorn.")
-@click.option("--tokens-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Bearer tokens, one `token:role` per line (also DURABLE_TOKENS).")
-@click.option("--max-wait", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
-              help="The longest long poll a request may ask for, in seconds.")
-@click.option("--public-metrics", is_flag=True, help="Serve /metrics without a token.")
-@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-              help="A name clients reach the server by (the Host header; *.example.com for "
-                   "subdomains, * for any); repeat for several. Others are refused (DNS "
-                   "rebinding). Default: loopback names without tokens, any host with them.")
-@click.option("--max-auth-failures", type=click.IntRange(0), default=10, show_default=True,
-              help="Failed authentications per client address within a minute before it is "
-                   "refused (429) for a while; 0: no limit (e.g. behind a proxy that limits).")
-@click.option("--ui/--no-ui", default=True, show_default=True,
-              help="Serve the web UI at /ui (the API is the same either way).")
-@pass_session
-def serve(session: Session, host: str, port: int, worker_targets: tuple[str, ...], loop: str,
-          tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool,
-          allowed_hosts: tuple[str, ...], max_auth_failures: int) -> None:
-    """Serve the control plane for the database of --db (DURABLE_DB_URL).
-
-    Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
-    then reach the runs over HTTP. Tokens come from DURABLE_TOKENS
-    ("tok1:operator,tok2:viewer") or --tokens-file; without tokens only a
-    loopback address is allowed. The UI's session key comes from
-    DURABLE_UI_SECRET (several servers behind one address need the same).
-    Ctrl-C stops it.
-    """
-    if session.server or not session.db:
-        raise click.UsageError(
-            "serve needs the database itself: give --db URL (or DURABLE_DB_URL)")
-    try:
-        from ..http.serve import serve as serve_http
-    except ImportError as exc:
-        raise CliError(f"the control plane is not installed ({exc.name} is missing)",
-                       fix="pip install 'durable-sdk[server]'") from None
-    from ..http.serve import urls
-    from . import _worker
-
-    specs: list[Any] = []
-    for target in worker_targets:
-        loaded = _worker.load_target(target)
-        specs.append(_worker.spec_kwargs(loaded, target) if _worker.is_spec(loaded) else loaded)
-
-    def ready(bound: int) -> None:
-        api, web = urls(host, bound)
-        session.out.note(f"durable serve: the API at {api}"
-                         + (f", the web UI at {web}" if ui else "")
-                         + (f"; {len(specs)} worker(s) in this process" if specs else "")
-                         + " (Ctrl-C stops it)")
-
-    _worker.configure_logging("INFO")
-    try:
-        serve_http(session.db, host, port, tokens_file=tokens_file, worker=specs or None,
-                   loop=loop, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
-                   allowed_hosts=list(allowed_hosts) or None,
-                   max_auth_failures=max_auth_failures, on_ready=ready)
-    except KeyboardInterrupt:
-        session.out.note("durable serve stopped")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import _commands, _queues, _schedules, _upgrade
+from . import _cascade, _commands, _operations, _queues, _schedules, _upgrade, _watch
 from ._app import cli
 
 __all__ = ["cli", "run"]
@@ -20,13 +20,13 @@ __all__ = ["cli", "run"]
 for _command in (
     # runs: start, see, wait
     _commands.start, _commands.list_, _commands.describe, _commands.history,
-    _commands.result, _commands.watch, _commands.cascade,
+    _commands.result, _watch.watch, _cascade.cascade,
     # runs: steer
     _commands.signal, _commands.query, _commands.update,
     _commands.request_cancellation, _commands.cancel, _commands.terminate,
     _commands.retry_after_review, _upgrade.reset,
     # processes and upkeep
-    _commands.worker, _commands.serve, _commands.repair_pass, _upgrade.check_upgrade,
+    _operations.worker, _operations.serve, _operations.repair_pass, _upgrade.check_upgrade,
     _queues.workers, _queues.queue,
     # schedules and retention
     _schedules.schedule, _schedules.prune,

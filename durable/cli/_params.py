@@ -92,3 +92,9 @@ def complete_workflow_id(ctx: click.Context, param: click.Parameter,
     except Exception:
         return []
     return [CompletionItem(i) for i in found if i.startswith(incomplete)]
+
+
+workflow_id_argument = click.argument("workflow_id", metavar="ID",
+                                      shell_complete=complete_workflow_id)
+run_option = click.option("--run", "run_id", metavar="RUN",
+                          help="A given run of the workflow (default: its current run).")

@@ -5,6 +5,11 @@ Each command is one call of the client's schedule or retention API
 same over ``--db`` and ``--server``; connecting, ``--json`` and exit codes are
 `_app`'s. The human views live here too (they are only used here). See
 docs/cli.md, "durable schedule" and "durable prune".
+
+Kept whole: each command and the view that prints its answer are read
+together (the view renders exactly the dict the command returns), and the
+views are used nowhere else; a split would pair every command with a
+function in another module.
 """
 
 from __future__ import annotations
@@ -223,15 +228,26 @@ def create(session: Session, schedule_id: str, workflow_type: str, crons: tuple[
 
 @schedule.command("list", short_help="List the namespace's schedules.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True,
-              help="At most this many schedules, by id.")
+              help="At most this many schedules (one page), by id.")
+@click.option("--cursor", metavar="C",
+              help="The next page: the cursor the previous page printed (same filters).")
+@click.option("--status", type=click.Choice(["active", "paused"]),
+              help="Only active or only paused schedules.")
+@click.option("--type", "workflow_type", metavar="T",
+              help="Only schedules starting this workflow type.")
+@click.option("--query", metavar="TEXT", help="Only schedule ids containing TEXT.")
 @json_option
 @pass_session
-def list_(session: Session, limit: int) -> None:
-    """List schedules by id: when they fire, the next fire, the last fire and its run."""
+def list_(session: Session, limit: int, cursor: str | None, status: str | None,
+          workflow_type: str | None, query: str | None) -> None:
+    """List schedules by id: when they fire, the next fire, the last fire and its run.
+    A page ends with the cursor of the next one when there are more."""
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        found = await client.list_schedules(limit=limit)
-        return {"schedules": _fmt.jsonable(found), "count": len(found)}
+        page = await client.list_schedules_page(limit=limit, cursor=cursor, status=status,
+                                                workflow_type=workflow_type, query=query)
+        return {"schedules": _fmt.jsonable(page.items), "count": len(page.items),
+                "next_cursor": page.next_cursor}
 
     session.out.emit(session.run(body), _list_view)
 
@@ -435,6 +451,7 @@ def _fire_outcome(fire: Mapping[str, Any]) -> Text:
 
 def _list_view(out: Output, data: Mapping[str, Any]) -> None:
     items = data.get("schedules") or []
+    following = data.get("next_cursor")
     if not items:
         out.console.print("No schedules in this namespace.")
         return
@@ -456,6 +473,9 @@ def _list_view(out: Output, data: Mapping[str, Any]) -> None:
                       when(last.get("scheduled_at"), now), last_run,
                       str(s.get("fires_count", 0)), str(s.get("skipped_count", 0)))
     out.console.print(table)
+    if following:
+        out.console.print(Text(f"More: durable schedule list --cursor {following} "
+                               "(with the same filters)", style="dim"))
 
 
 def _describe_view(out: Output, info: Mapping[str, Any]) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from .. import present as _fmt
 from ._app import Output
@@ -112,7 +111,7 @@ def _grid() -> Table:
     return grid
 
 
-def _short(value: Any, n: int = 12) -> str:
+def short(value: Any, n: int = 12) -> str:
     text = str(value or "-")
     return text if len(text) <= n else text[:n] + "…"
 
@@ -173,7 +172,7 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
             Text.assemble(status_badge(run.get("status")), (
                 "" if run.get("waiting") is None else
                 " waiting" if run.get("waiting") else " busy", "dim")),
-            Text(f"{run.get('run_number') or '-'} {_short(run.get('run_id'), 8)}"),
+            Text(f"{run.get('run_number') or '-'} {short(run.get('run_id'), 8)}"),
             when(started_at, now), took,
         )
     out.console.print(table)
@@ -347,20 +346,20 @@ def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table
         if c.get("cleanup_timeout_seconds") is not None else ""))
     if c.get("delivered_at"):
         grid.add_row("delivered", Text.assemble(when(c.get("delivered_at"), now),
-                                                f"  at {_boundary(c.get('boundary'))}"))
+                                                f"  at {boundary_text(c.get('boundary'))}"))
     if c.get("closed_at") and not cleanup_open:
         grid.add_row("cleanup finished", when(c.get("closed_at"), now))
     if c.get("cleanup_outcome"):
         grid.add_row("cleanup outcome", Text(str(c.get("cleanup_outcome")),
-                                             style=_outcome_style(c.get("cleanup_outcome"))))
+                                             style=outcome_style(c.get("cleanup_outcome"))))
     return grid
 
 
-def _outcome_style(outcome: Any) -> str:
+def outcome_style(outcome: Any) -> str:
     return "green" if outcome == "completed" else "red"
 
 
-def _boundary(boundary: Any) -> str:
+def boundary_text(boundary: Any) -> str:
     if not boundary:
         return "no pending op"
     return ", ".join(f"{b.get('op_id')} ({b.get('kind')})" for b in boundary
@@ -534,248 +533,3 @@ def repair(out: Output, data: Mapping[str, Any]) -> None:
     for kind, count in sorted(counts.items()):
         table.add_row(kind, str(count))
     out.console.print(table)
-
-
-# ---------------------------------------------------------------- cascade
-
-
-def cascade(out: Output, data: Mapping[str, Any]) -> None:
-    view = cascade_tree(out, data, _fmt.utcnow())
-    out.console.print(view, soft_wrap=isinstance(view, Text))
-
-
-def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> RenderableType:
-    root = data.get("root")
-    workflow_id = data.get("workflow_id")
-    runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
-    if not isinstance(root, Mapping) and runs:  # a closed parent: its close reached children
-        tree = Tree(Text.assemble(
-            ("What closing ", "bold"), (str(workflow_id), "bold"), " (",
-            status_badge(runs[0].get("status")), ") did to its children "
-            "(no cancellation request: its parent-close policy applied)"))
-        for finding in data.get("findings") or []:
-            if isinstance(finding, Mapping):
-                tree.add(Text.assemble(not_verified(out), " ",
-                                       (f"{finding.get('workflow_id')}: ", "bold red"),
-                                       (str(finding.get("finding")), "red")))
-        _cascade_runs(out, tree, data, runs, now)
-        return tree
-    if not isinstance(root, Mapping):
-        return Text(f"Workflow {workflow_id} has no cancellation request: there is no cascade "
-                    "to show (durable request-cancellation ID --reason R asks for one).")
-    tree = Tree(Text.assemble(("Cancellation cascade of ", "bold"),
-                              (str(root.get("root_workflow_id") or workflow_id), "bold"),
-                              f": \"{root.get('reason')}\""))
-    tree.add(Text.assemble(
-        f"request {root.get('request_id')} by {_requester(root.get('requester'))}"
-        f" via {root.get('source')}, requested ", when(root.get("requested_at"), now)))
-    runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
-    any_open = any(r.get("status") in _fmt.OPEN_STATUSES for r in runs)
-    tree.add(Text.assemble(
-        "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open,
-                                      runs[0].get("cleanup_closed_at") if runs else None),
-        f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
-        if root.get("cleanup_timeout_seconds") is not None else ""))
-    findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
-    if data.get("inspection_complete") and not findings:
-        tree.add(Text.assemble(verified(out), ": inspection complete, every stop is confirmed "
-                               "by a receipt"))
-    else:
-        branch = tree.add(Text.assemble(
-            not_verified(out),
-            (f": inspection incomplete, {len(findings)} "
-             f"{'finding' if len(findings) == 1 else 'findings'}: could not verify",
-             "bold red")))
-        for finding in findings:
-            branch.add(Text.assemble(not_verified(out), " ",
-                                     (f"{finding.get('workflow_id')}: ", "bold red"),
-                                     (str(finding.get("finding")), "red")))
-    _cascade_runs(out, tree, data, runs, now)
-    return tree
-
-
-def _cascade_runs(out: Output, tree: Tree, data: Mapping[str, Any],
-                  runs: list[Mapping[str, Any]], now: datetime) -> None:
-    if data.get("truncated"):
-        tree.add(Text(f"truncated: only the first {len(runs)} runs of the tree are shown",
-                      style="bold yellow"))
-    by_run = {r.get("run_id"): r for r in runs}
-    edges: dict[Any, list[Mapping[str, Any]]] = {}
-    for edge in data.get("edges") or []:
-        if isinstance(edge, Mapping):
-            edges.setdefault(edge.get("parent_run_id"), []).append(edge)
-    shown: set[Any] = set()
-    if runs:
-        _run_node(out, tree, runs[0], by_run, edges, shown, now)
-    for run in runs:
-        if run.get("run_id") not in shown:
-            _run_node(out, tree, run, by_run, edges, shown, now)
-
-
-def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping[Any, Any],
-              edges: Mapping[Any, list[Mapping[str, Any]]], shown: set[Any],
-              now: datetime) -> None:
-    shown.add(run.get("run_id"))
-    open_ = run.get("status") in _fmt.OPEN_STATUSES
-    node = parent.add(Text.assemble(
-        (str(run.get("workflow_id")), "bold"), f" ({run.get('workflow_type')}) run "
-        f"{_short(run.get('run_id'))}  status ", status_badge(run.get("status")),
-        "  lifecycle ", lifecycle_badge(run.get("lifecycle")),
-        *(("  cleanup ", Text(str(run.get("cleanup_outcome")),
-                              style=_outcome_style(run.get("cleanup_outcome"))))
-          if run.get("cleanup_outcome") else ()),
-    ))
-    request = run.get("request")
-    if isinstance(request, Mapping) and request.get("parent_request_id"):
-        node.add(Text(f"request {request.get('request_id')} from parent request "
-                      f"{request.get('parent_request_id')} via {request.get('source')}"))
-    if run.get("deadline_at"):
-        cleanup_open = open_ and run.get("lifecycle") in ("requested", "delivered", "cleaning_up")
-        node.add(Text.assemble("cleanup deadline ",
-                               deadline(run.get("deadline_at"), now, cleanup_open,
-                                        run.get("cleanup_closed_at"))))
-    delivery = run.get("delivery")
-    if isinstance(delivery, Mapping) and delivery.get("delivered_at"):
-        node.add(Text.assemble("delivered ", when(delivery.get("delivered_at"), now),
-                               f" at {_boundary(delivery.get('boundary'))}"))
-    elif run.get("lifecycle") == "requested":
-        node.add(Text("not delivered yet: no worker has taken the request", style="yellow"))
-    for stop in run.get("activity_stops") or []:
-        if isinstance(stop, Mapping):
-            node.add(_stop_text(out, stop, now))
-    propagation = run.get("child_propagation") or {}
-    linked: set[Any] = set()
-    for edge in edges.get(run.get("run_id"), []):
-        child_id = edge.get("child_workflow_id")
-        linked.add(child_id)
-        item = propagation.get(child_id, {}) if isinstance(propagation, Mapping) else {}
-        branch = node.add(_propagation_text(child_id, edge.get("policy"), item))
-        child = by_run.get(edge.get("child_run_id"))
-        if child is not None and child.get("run_id") not in shown:
-            _run_node(out, branch, child, by_run, edges, shown, now)
-    if isinstance(propagation, Mapping):
-        for child_id, item in propagation.items():
-            if child_id not in linked and isinstance(item, Mapping):
-                node.add(_propagation_text(child_id, item.get("policy"), item))
-
-
-def _propagation_text(child_id: Any, policy: Any, item: Mapping[str, Any]) -> Text:
-    text = Text.assemble("child ", (str(child_id), "bold"), f"  policy {policy or '-'}")
-    if item.get("parent_close_policy"):
-        text.append(f"  parent close {item.get('parent_close_policy')}")
-    if item.get("request_id"):
-        text.append(f"  request {_short(item.get('request_id'))}")
-    if item.get("waited") is False:
-        text.append("  not waited for (abandoned)", style="yellow")
-    if item.get("outcome"):
-        text.append("  outcome ")
-        text.append_text(status_badge(item.get("outcome")))
-    return text
-
-
-def _stop_text(out: Output, stop: Mapping[str, Any], now: datetime) -> Text:
-    fence = stop.get("fence") or {}
-    state = stop.get("state")
-    text = Text.assemble(
-        "activity ", (str(stop.get("activity_type")), "bold"),
-        f" op {stop.get('op_id')} attempt {fence.get('attempt', '-')}"
-        f"  policy {stop.get('policy') or '-'}  ")
-    if state == "completed":
-        text.append(f"{out.glyph('✓', 'OK')} completed before the stop landed "
-                    "(its effect happened)", style="bold green")
-    elif state == "stopped":
-        text.append(f"{out.glyph('✓', 'OK')} stopped", style="bold green")
-    elif state == "signalled":
-        text.append(f"{out.glyph('⚠', '!')} SIGNALLED, NOT CONFIRMED", style="bold yellow")
-    elif state == "stopping":
-        text.append(f"{out.glyph('…', '...')} stopping (no receipt yet, worker alive)",
-                    style="yellow")
-    else:
-        text.append_text(not_verified(out))
-        text.append(" no stop receipt", style="bold red")
-    receipt = stop.get("stop_receipt")
-    if isinstance(receipt, Mapping):
-        text.append(f"  receipt {receipt.get('kind')}")
-        if receipt.get("worker_id"):
-            text.append(f" by {receipt.get('worker_id')}")
-        if receipt.get("exit_code") is not None:
-            text.append(f" exit code {receipt.get('exit_code')}")
-        if stop.get("acknowledged_at"):
-            text.append(" ")
-            text.append_text(when(stop.get("acknowledged_at"), now))
-        if stop.get("received_after_deadline"):
-            text.append("  received after the cleanup deadline", style="bold red")
-    else:
-        text.append(f"  worker {fence.get('owner') or '-'}, attempt {fence.get('status')}")
-    return text
-
-
-# ---------------------------------------------------------------- watch
-
-
-def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> RenderableType:
-    """One frame of `durable watch`: what is happening now, and how long is left."""
-    run = info.get("run") or {}
-    open_ = info.get("status") in _fmt.OPEN_STATUSES
-    title = Text.assemble(
-        (str(info.get("workflow_id")), "bold"), f" ({info.get('workflow_type')}) run "
-        f"{_short(run.get('run_id'))} ", status_badge(info.get("status")),
-        (f"   at {now.strftime('%H:%M:%S')} UTC", "dim"))
-    grid = _grid()
-    started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
-    if started_at is not None:
-        end = closed_at or now
-        grid.add_row("elapsed", Text(_fmt.duration((end - started_at).total_seconds())))
-    if info.get("reason"):
-        grid.add_row("reason", Text(str(info.get("reason"))))
-    elif info.get("closed_reason"):
-        grid.add_row("closed reason", Text(str(info.get("closed_reason"))))
-    phase = info.get("phase")
-    if isinstance(phase, Mapping):
-        grid.add_row("phase", phase_text(phase, now, open_))
-    elif "phase" in info:
-        grid.add_row("phase", Text("none", style="dim"))
-    progress = _fmt.progress_of(info.get("progress"))
-    if progress is not None:
-        grid.add_row("units", progress_bar(out, *progress))
-    if open_ and "waiting_for" in info:
-        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now))
-    pending = [op for op in info.get("pending_operations") or [] if isinstance(op, Mapping)]
-    activities = [op for op in pending if op.get("kind") in ("activity", "local_activity")]
-    if not pending:
-        grid.add_row("current", Text("nothing pending" if open_ else "-", style="dim"))
-    for op in activities:
-        grid.add_row("activity", Text(
-            f"{op.get('name')} (op {op.get('op_id')}) attempt {op.get('attempt') or '-'} "
-            f"{op.get('task_status') or ''}".rstrip()))
-        op_progress = _fmt.progress_of(op.get("heartbeat_details"))
-        if op_progress is not None:
-            grid.add_row("progress", progress_bar(out, *op_progress))
-        elif op.get("heartbeat_details") is not None:
-            grid.add_row("heartbeat", Text(_fmt.compact(op.get("heartbeat_details"), 80)))
-    for op in pending:
-        if op in activities:
-            continue
-        label = str(op.get("kind") or "op")
-        name = op.get("name") or op.get("child_workflow_id") or ""
-        detail = Text(f"{name} (op {op.get('op_id')})")
-        if op.get("fire_at"):
-            detail.append("  times out " if op.get("kind") == "condition" else "  fires ")
-            detail.append_text(deadline(op.get("fire_at"), now, open_))
-        grid.add_row(label, detail)
-    grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,
-                                          run.get("closed_at")))
-    grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_,
-                                                run.get("closed_at")))
-    cancellation = info.get("cancellation")
-    if isinstance(cancellation, Mapping):
-        cleanup_open = open_ and cancellation.get("lifecycle") in (
-            "requested", "delivered", "cleaning_up")
-        grid.add_row("cancellation", Text.assemble(
-            lifecycle_badge(cancellation.get("lifecycle")), f" \"{cancellation.get('reason')}\""
-            "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open,
-                                            cancellation.get("closed_at"))))
-    for failure in (info.get("failures") or [])[-1:]:
-        if isinstance(failure, Mapping):
-            grid.add_row("last failure", failure_text(failure, now))
-    return Group(title, grid)

@@ -183,7 +183,8 @@ SCHEDULE_SUMMARY = obj({
     "remaining_actions": {"type": ["integer", "null"]},
 }, closed=False)
 
-SCHEDULE_LIST = obj({"schedules": array(SCHEDULE_SUMMARY), "count": INTEGER})
+SCHEDULE_LIST = obj({"schedules": array(SCHEDULE_SUMMARY), "count": INTEGER,
+                     "next_cursor": NULLABLE_STRING})
 
 SCHEDULE_DESCRIBE = obj({
     **SCHEDULE_SUMMARY["properties"], "next_fires": array(INSTANT),

@@ -46,6 +46,7 @@ from . import hosts, paths
 from .auth import ROLES, Grant, TokenSet, load_tokens, role_allows
 from .errors import VERSION, VERSION_HEADER, HTTPError, classify, error_body
 from .export import export_operations
+from .fleet import fleet_operations
 from .metrics import Metrics
 from .openapi import build_spec
 from .queues import queue_operations
@@ -140,7 +141,7 @@ class ControlPlaneServer:
         self.public_metrics = public_metrics
         self.operations = (operations() + workflow_operations() + schedule_operations()
                            + queue_operations() + system_operations()
-                           + export_operations())
+                           + export_operations() + fleet_operations())
         self.by_id = {op.operation_id: op for op in self.operations}
         self.metrics = Metrics(client.store)
         self.spec = build_spec(self.operations, anonymous=anonymous_role is not None,
@@ -387,6 +388,12 @@ class ControlPlaneServer:
 
     def endpoint(self, op: Operation) -> Callable[[Request], Awaitable[Response]]:
         async def handle(request: Request) -> Response:
+            response = await answer(request)
+            if op.versioned:  # echoed on every answer of a versioned route, as the reference
+                response.headers[VERSION_HEADER] = VERSION
+            return response
+
+        async def answer(request: Request) -> Response:
             request.scope["durable.route"] = op.path
             request_id = str(request.scope.get("durable.request_id") or uuid.uuid4().hex)
             try:

@@ -64,7 +64,7 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
                 for name, (target, params) in op.links.items()
             }
     errors: dict[int, str] = {}
-    if op.versioned or op.params:
+    if op.versioned or op.params or op.body is not None:  # a body may not be JSON
         errors[400] = ("missing_control_plane_version / unsupported_control_plane_version (the "
                        "version header), invalid_parameter (a path, "
                        "query or header parameter), invalid_json, invalid_argument, "

@@ -204,9 +204,19 @@ class RemoteSchedules:
         data = await self._call("GET", self._path(schedule_id), schedule_id)
         return schedule_from_wire(data)
 
-    async def list(self, limit: int) -> list[dict[str, Any]]:
-        data = await self._call("GET", "", params={"page_size": limit})
-        return [schedule_from_wire(item) for item in data["schedules"]]
+    async def list(self, limit: int, cursor: str | None = None, *, paused: bool | None = None,
+                   workflow_type: str | None = None,
+                   query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        params: dict[str, Any] = {"page_size": limit}
+        for name, value in (("next_page_token", cursor), ("workflow_type", workflow_type),
+                            ("query", query),
+                            ("status", None if paused is None else
+                             "paused" if paused else "active")):
+            if value is not None:
+                params[name] = value
+        data = await self._call("GET", "", params=params)
+        return ([schedule_from_wire(item) for item in data["schedules"]],
+                data.get("next_page_token"))
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         await self._call("POST", self._path(schedule_id, "pause"), schedule_id,

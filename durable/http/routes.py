@@ -274,7 +274,10 @@ def cluster_info_body(client: Client) -> dict[str, Any]:
             "child_workflows": True, "schedules": True, "payload_codec_envelope": True,
             "payload_codec_envelope_responses": True, "payload_codecs": [CODEC],
             "cooperative_cancellation": True, "history_export": True,
-            "search_attributes": False,
+            # no search attributes, and no worker plane: workers run against
+            # storage, never poll this server for tasks (`durable.http.fleet`)
+            "search_attributes": False, "workflow_tasks": False, "activity_tasks": False,
+            "history_retention": True,
         },
         "limits": {"max_payload_bytes": client.limits.payload_bytes,
                    "max_memo_bytes": client.limits.memo_bytes},

@@ -23,6 +23,7 @@ from ..errors import ConfigurationError, PayloadRejected
 from ..options import StartOptions
 from ..schedules import Overlap, ScheduleDefinition, ScheduleSpec, check_schedule_id
 from . import avro, model
+from .errors import HTTPError
 from .remote_schedules import TRIGGER_OUTCOMES, schedule_to_wire, spec_from_wire
 from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Operation, Param, Reply, seconds, text
 from .schema import check_schema
@@ -166,15 +167,18 @@ def _options(action: dict[str, Any], memo: Any) -> StartOptions:
 
 
 async def list_schedules(call: Call) -> tuple[int, Any]:
-    items = await call.client.list_schedules(limit=call.params["page_size"])
-    status = call.params.get("status")
-    wf_type = call.params.get("workflow_type")
-    query = call.params.get("query")
-    shown = [schedule_to_wire(i) for i in items
-             if (status is None or (status == "paused") == bool(i["paused"]))
-             and (wf_type is None or i["workflow_type"] == wf_type)
-             and (query is None or query in i["schedule_id"])]
-    return 200, {"schedules": shown, "schedule_count": len(shown), "next_page_token": None}
+    """One page by schedule id, filtered in storage (so a page is full whatever
+    the filters); ``next_page_token`` is null on the last page."""
+    p = call.params
+    try:
+        page = await call.client.list_schedules_page(
+            limit=p["page_size"], cursor=p.get("next_page_token") or None,
+            status=p.get("status"), workflow_type=p.get("workflow_type"), query=p.get("query"))
+    except ConfigurationError as exc:
+        raise HTTPError(400, "invalid_argument", str(exc), field="next_page_token") from None
+    shown = [schedule_to_wire(i) for i in page.items]
+    return 200, {"schedules": shown, "schedule_count": len(shown),
+                 "next_page_token": page.next_cursor}
 
 
 async def create_schedule(call: Call) -> tuple[int, Any]:
@@ -368,8 +372,13 @@ def schedule_operations() -> list[Operation]:
                       "Only schedules starting this type."),
                 Param("query", "query", text(200, "A part of the schedule id."),
                       "Only ids containing this."),
+                Param("next_page_token", "query", text(1000, "The previous page's token."),
+                      "The next_page_token of the previous page (same filters)."),
             ),
-            replies=(Reply(200, "{schedules, schedule_count, next_page_token}", ANY_OBJECT),),
+            replies=(Reply(200, "{schedules, schedule_count, next_page_token}: by id; "
+                                "next_page_token is null on the last page", ANY_OBJECT),
+                     Reply(400, "invalid_argument: a next_page_token this server did not "
+                                "give", ERROR_SCHEMA)),
         ),
         Operation(
             "POST", "/api/schedules", "createSchedule", "Create a schedule", create_schedule,

@@ -31,6 +31,7 @@ from . import (
     reset,
     retention,
     runs,
+    schedule_pass,
     schedule_reads,
     schedule_stats,
     schedules,
@@ -71,6 +72,9 @@ class Store:
         #: queues (kind, namespace, name) last seen with limits: their claims go
         #: straight to the limited path (`durable.store.queues`)
         self._limited: set[tuple[str, str, str]] = set()
+        #: the limits each limited queue had at its last claim: a one-statement
+        #: claim checks them against the queue's row (`queues.claim_limited_in_one`)
+        self._limits: dict[tuple[str, str, str], str] = {}
 
     @property
     def hub(self) -> WakeHub:
@@ -128,11 +132,13 @@ class Store:
         limited queue is claimed within its limits (`durable.store.queues`)."""
         queue = ("runs", namespace, task_queue)
         limited = queue in self._limited
+        limits = self._limits.get(queue) if limited else None
         claimed = await self.driver.run(lambda tx: claims.claim_runs(
             tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds, now,
-            capabilities, build_id, limited))
-        if claimed.limited and not limited and not claimed:
-            # the one-statement claim found the queue limited: claim within its limits
+            capabilities, build_id, limited, limits))
+        if (claimed.limited and not limited and not claimed) or claimed.stale:
+            # the one-statement claim found the queue limited, or could not
+            # trust its snapshot: claim within the limits in a transaction
             claimed = await self.driver.run(lambda tx: claims.claim_runs(
                 tx, namespace, task_queue, worker_id, workflow_types, limit, lease_seconds,
                 now, capabilities, build_id, True))
@@ -140,6 +146,10 @@ class Store:
             self._limited.add(queue)
         else:
             self._limited.discard(queue)
+        if claimed.limits is not None:
+            self._limits[queue] = claimed.limits
+        else:
+            self._limits.pop(queue, None)
         if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
@@ -414,6 +424,10 @@ class Store:
         """Mark a stopped worker gone."""
         await self.driver.run(lambda tx: workers.deregister_worker(worker_id, now))
 
+    async def forget_worker(self, namespace: str, worker_id: str, now: float) -> str:
+        """Delete a gone worker's record: deleted, alive (kept) or missing."""
+        return await self.driver.run(lambda tx: workers.forget_worker(namespace, worker_id, now))
+
     async def list_workers(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """The namespace's workers, alive and recently gone (`workers.list_workers`)."""
         return await self.driver.run(lambda tx: workers.list_workers(namespace, now),
@@ -453,16 +467,16 @@ class Store:
     # ---------------------------------------------------------------- schedules
 
     async def fire_schedules(self, namespace: str, now: float, limit: int,
-                             check_waiting: bool) -> schedules.FirePass:
+                             check_waiting: bool) -> schedule_pass.FirePass:
         """Fire what is due (and, with `check_waiting`, buffered fires whose
         blocking run closed); when the namespace is next due."""
-        return await self.driver.run(lambda tx: schedules.fire_due(
+        return await self.driver.run(lambda tx: schedule_pass.fire_due(
             tx, namespace, now, limit, check_waiting))
 
     async def next_schedule_due(self, namespace: str) -> tuple[float | None, bool]:
         """When the namespace's next fire is due (None: none will), and whether
         fires wait for runs to close."""
-        return await self.driver.run(lambda tx: schedules.next_due(namespace), write=False)
+        return await self.driver.run(lambda tx: schedule_pass.next_due(namespace), write=False)
 
     async def schedule_stats(self, after: float | None,
                              limit: int) -> schedule_stats.ScheduleStats:
@@ -483,11 +497,17 @@ class Store:
         return await self.driver.run(lambda tx: schedule_reads.describe(namespace, schedule_id),
                                      write=False)
 
-    async def list_schedules(self, namespace: str, limit: int,
-                             after: str | None = None) -> list[dict[str, Any]]:
-        """Schedule summaries by id, with their last fire."""
+    async def list_schedules(
+        self, namespace: str, limit: int, after: str | None = None, *,
+        paused: bool | None = None, workflow_type: str | None = None,
+        id_contains: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of schedule summaries by id, with their last fire, and the id the
+        next page starts after (None on the last)."""
         return await self.driver.run(
-            lambda tx: schedule_reads.list_schedules(namespace, limit, after), write=False)
+            lambda tx: schedule_reads.list_schedules(
+                namespace, limit, after, paused=paused, workflow_type=workflow_type,
+                id_contains=id_contains), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:

@@ -108,6 +108,7 @@ def claim_runs(
     capabilities: tuple[str, ...] = (),
     build_id: str | None = None,
     limited: bool = False,
+    limits: str | None = None,
 ) -> Program[Claimed[ClaimedRun]]:
     """Take up to `limit` runnable runs of these types, with their recorded ops,
     by priority then age; at most this worker's fair share of the ready runs
@@ -125,7 +126,11 @@ def claim_runs(
     are read after it (`read_claimed_ops`); if the queue turns out limited it
     claims nothing and says so (`Claimed.limited`), and the caller claims
     again with `limited=True`. Elsewhere a transaction that first reads the
-    queue's limits (locking its row when it has some).
+    queue's limits (locking its row when it has some). A queue known to be
+    limited, with the `limits` the store last read, is claimed in ONE
+    statement on those dialects too (`queues.claim_limited_in_one`), which
+    says when it could not (`Claimed.stale`: the caller claims again in a
+    transaction, with `limits=None`).
     """
     if limit <= 0 or not types:
         return Claimed()
@@ -145,6 +150,10 @@ def claim_runs(
     claim_params = (build_id, build_id, worker_id, now + lease_seconds, now,
                     json.dumps(list(capabilities)))
     order = "ORDER BY priority, ready_at"
+    if tx.dialect.writable_cte and limited and limits is not None:
+        return (yield from queues.claim_limited_in_one(
+            tx, namespace, task_queue, ready_sql, ready_params, counted, counted_params,
+            f"UPDATE runs SET {claim} ", claim_params, limit, now, limits))
     if tx.dialect.writable_cte and not limited:
         share, share_params = yield from share_limit(
             tx, ready_sql, ready_params, limit, namespace, task_queue, now, "workflow_types")
@@ -170,7 +179,13 @@ def claim_runs(
         ready, live = (int(rows[0]["ready"]), int(rows[0]["live"])) if rows else (0, 0)
     claimed = yield from _claim_ids(tx, claim, claim_params, ids, ready, live,
                                     recheck=None if queue is None else now)
+    if queue is not None and claimed and tx.dialect.writable_cte:
+        # tells a one-statement claim waiting for the row that its snapshot's
+        # counts are stale (queues.claim_limited_in_one)
+        yield ex("UPDATE task_queues SET claims = claims + 1 WHERE namespace = ? AND name = ?",
+                 namespace, task_queue)
     claimed.limited = queue is not None
+    claimed.limits = None if queue is None else str(queue["limits"])
     claimed.next_at = next_at
     return claimed
 

@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -66,6 +66,10 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "ALTER TABLE namespace_settings ADD COLUMN description TEXT",
         "ALTER TABLE namespace_settings ADD COLUMN created_at DOUBLE PRECISION",
     ),
+    # 9: a count of the claims of a limited queue that took runs: a one-statement
+    # limited claim compares the count its snapshot saw with the locked row's
+    # (`durable.store.queues.claim_limited_in_one`)
+    9: ("ALTER TABLE task_queues ADD COLUMN claims BIGINT NOT NULL DEFAULT 0",),
 }
 
 

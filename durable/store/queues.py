@@ -8,7 +8,10 @@ They hold across processes because every claim of a limited queue locks its
 row first (``FOR UPDATE``; SQLite's write lock does it by itself): limited
 claims of one queue take turns, then count what runs under a live lease and
 take at most what is left. A slot held by a dead worker comes back when its
-lease ends: only live leases count.
+lease ends: only live leases count. Where the dialect has writable CTEs that
+is one statement (`claim_limited_in_one`), which trusts its snapshot's
+counts only when no claim committed while it waited for the row (the row's
+``claims``), and otherwise hands over to the transaction (`pick_runs`).
 
 An unlimited queue costs nothing more: the one-statement claim
 (`claims._claim_runs_in_one`) carries a guard that claims nothing when the
@@ -29,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import to_iso
-from ..driver import Program, Row, Tx, ex, placeholders, q, q1
+from ..driver import Program, Row, Stmt, Tx, ex, placeholders, q, q1
 from ..wakes import Wake
-from .records import OPEN_SQL
+from .records import OPEN_SQL, RUN_COLUMNS, Claimed, ClaimedRun, run_from_row
 
 #: the limits a queue may have, and what kind of work each bounds
 RUN_LIMITS = ("max_running", "max_running_per_key", "rate")
@@ -193,6 +196,145 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
         yield ex("UPDATE task_queues SET run_tokens = ?, run_refilled_at = ? WHERE namespace = ? "
                  "AND name = ?", bucket.tokens, bucket.at, namespace, task_queue)
     return Pick(chosen, ready, live, next_at)
+
+
+def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str,
+                         ready_params: tuple[Any, ...], counted: str,
+                         counted_params: tuple[Any, ...], claim: str,
+                         claim_params: tuple[Any, ...], limit: int, now: float,
+                         limits_text: str) -> Program[Claimed[ClaimedRun]]:
+    """A claim of a limited queue as ONE self-committing statement (data-modifying
+    CTEs), for limits the store last read as `limits_text`: one round trip
+    where `pick_runs`' transaction takes five or six.
+
+    Why it can be one statement: the statement's snapshot is taken before it
+    waits for the queue's row, so its counts could miss a claim committed
+    while it waited. Every claim of a limited queue that takes runs bumps the
+    row's ``claims`` in its own transaction; the statement reads ``claims``
+    twice, as its snapshot saw it and as the locked row has it (``FOR
+    UPDATE`` returns the newest version), and claims only when the two agree
+    and the limits are still `limits_text`: then no claim committed in
+    between and the snapshot's counts are the truth under the lock. When
+    they do not agree it claims nothing and says so (`Claimed.stale`): the
+    store claims again in a transaction (`pick_runs`), which reads after the
+    lock. Runs that closed meanwhile only make the count too high (a slot
+    missed until the next claim), never too low.
+
+    The choice is `pick_runs`' in SQL: candidates by priority then age, keys
+    at their limit left out, at most ``max_running_per_key`` minus what runs
+    per key, first starts within the rate's tokens, at most the fair share
+    and ``max_running`` minus what runs."""
+    limits = json.loads(limits_text)
+    per_key, max_running, rate = (limits.get("max_running_per_key"), limits.get("max_running"),
+                                  limits.get("rate"))
+    order = "priority, ready_at, run_id"
+    window = limit * 2 + 8
+    key_params: tuple[Any, ...]
+    parts: list[str] = []
+    params: list[Any] = []
+
+    def add(sql: str, *values: Any) -> None:
+        parts.append(sql)
+        params.extend(values)
+
+    add("WITH snap AS (SELECT claims FROM task_queues WHERE namespace = ? AND name = ?), ",
+        namespace, task_queue)
+    add("lk AS MATERIALIZED (SELECT claims, limits, run_tokens, run_refilled_at FROM "
+        f"task_queues WHERE namespace = ? AND name = ?{tx.lock}), ", namespace, task_queue)
+    add("ok AS MATERIALIZED (SELECT lk.run_tokens AS t0, lk.run_refilled_at AS at0 FROM lk "
+        "JOIN snap ON snap.claims = lk.claims WHERE lk.limits = ?), ", limits_text)
+    running = f"(SELECT count(*) FROM {RUNNING_RUNS})"
+    add(f"s AS MATERIALIZED (SELECT {counted}, {running} AS running), ", *counted_params,
+        namespace, task_queue, now)
+    if per_key is not None:
+        add(f"rk AS MATERIALIZED (SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
+            "AND concurrency_key IS NOT NULL GROUP BY concurrency_key), ",
+            namespace, task_queue, now)
+        # keys at their limit are left out before the window, so one busy key
+        # cannot fill it (docs/queues.md, "no key starves the others")
+        add("head AS MATERIALIZED (SELECT run_id, concurrency_key, started_at, priority, "
+            f"ready_at FROM {ready_sql}AND (concurrency_key IS NULL OR concurrency_key NOT IN "
+            f"(SELECT concurrency_key FROM rk WHERE n >= ?)) ORDER BY {order} LIMIT ?), ",
+            *ready_params, int(per_key), window * PREFIX)
+        add("c AS (SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
+            "THEN 1 ELSE 0 END AS is_first, ROW_NUMBER() OVER (PARTITION BY "
+            "COALESCE(h.concurrency_key, h.run_id) ORDER BY h.priority, h.ready_at, h.run_id) "
+            "+ COALESCE(rk.n, 0) AS key_n FROM head h LEFT JOIN rk "
+            "ON rk.concurrency_key = h.concurrency_key), ")
+        key_filter, key_params = "WHERE key_n <= ?", (int(per_key),)
+    else:
+        add("c AS (SELECT run_id, priority, ready_at, CASE WHEN started_at IS NULL THEN 1 "
+            f"ELSE 0 END AS is_first FROM {ready_sql}ORDER BY {order} LIMIT ?), ",
+            *ready_params, window)
+        key_filter, key_params = "", ()
+    add("e AS (SELECT run_id, priority, ready_at, is_first, SUM(is_first) OVER (ORDER BY "
+        f"{order} ROWS UNBOUNDED PRECEDING) AS firsts FROM c {key_filter}), ", *key_params)
+    if rate is not None:
+        count, per = float(rate["count"]), float(rate["per"])
+        # `_bucket` in SQL: one token at first, then refilled continuously up to `count`
+        add("tok AS MATERIALIZED (SELECT CASE WHEN ok.t0 IS NULL OR ok.at0 IS NULL "
+            "THEN CAST(? AS DOUBLE PRECISION) ELSE CASE WHEN ok.t0 + (CASE WHEN ? > ok.at0 "
+            "THEN ? - ok.at0 ELSE 0 END) * CAST(? AS DOUBLE PRECISION) < ? THEN ok.t0 + "
+            "(CASE WHEN ? > ok.at0 THEN ? - ok.at0 ELSE 0 END) * CAST(? AS DOUBLE PRECISION) "
+            "ELSE ? END END AS tokens FROM ok), ",
+            min(1.0, count), now, now, count / per, count, now, now, count / per, count)
+        add("f AS (SELECT e.run_id, e.is_first, ROW_NUMBER() OVER (ORDER BY e.priority, "
+            "e.ready_at, e.run_id) AS rn FROM e, tok WHERE e.is_first = 0 OR "
+            "e.firsts <= FLOOR(tok.tokens + 1e-9)), ")
+    else:
+        add("f AS (SELECT run_id, is_first, ROW_NUMBER() OVER (ORDER BY priority, ready_at, "
+            "run_id) AS rn FROM e), ")
+    fair = ("(CASE WHEN s.live < 1 THEN ? WHEN (s.ready + s.live - 1) / s.live < ? "
+            "THEN (s.ready + s.live - 1) / s.live ELSE ? END)")
+    if max_running is not None:
+        room = f"(CASE WHEN {fair} < ? - s.running THEN {fair} ELSE ? - s.running END)"
+        room_params: tuple[Any, ...] = (limit, limit, limit, int(max_running), limit, limit,
+                                        limit, int(max_running))
+    else:
+        room, room_params = fair, (limit, limit, limit)
+    add(f"pick AS MATERIALIZED (SELECT f.run_id, f.is_first FROM f, s, ok WHERE f.rn <= {room}), ",
+        *room_params)
+    add(f"claimed AS ({claim}WHERE run_id IN (SELECT run_id FROM pick) AND status IN "
+        f"{OPEN_SQL} AND (owner IS NULL OR lease_expires_at <= ?) RETURNING {RUN_COLUMNS}), ",
+        *claim_params, now)
+    add("started AS (UPDATE workflows w SET status = 'running' FROM claimed c "
+        "WHERE w.namespace = c.namespace AND w.workflow_id = c.workflow_id "
+        "AND w.current_run_id = c.run_id AND w.status = 'pending'), ")
+    spent = ("(SELECT COALESCE(SUM(pick.is_first), 0) FROM pick WHERE pick.run_id IN "
+             "(SELECT run_id FROM claimed))")
+    if rate is not None:
+        add(f"bump AS (UPDATE task_queues SET claims = claims + 1, run_tokens = tok.tokens - "
+            f"{spent}, run_refilled_at = CASE WHEN ok.at0 IS NULL OR ok.at0 < ? THEN ? "
+            "ELSE ok.at0 END FROM ok, tok WHERE namespace = ? AND name = ? "
+            "AND EXISTS (SELECT 1 FROM claimed)) ", now, now, namespace, task_queue)
+    else:
+        add("bump AS (UPDATE task_queues SET claims = claims + 1 WHERE namespace = ? "
+            "AND name = ? AND EXISTS (SELECT 1 FROM claimed)) ", namespace, task_queue)
+    add("SELECT claimed.*, pick.is_first AS first_start, s.ready, s.live, lk.limits AS "
+        "queue_limits, lk.run_tokens AS queue_tokens, lk.run_refilled_at AS queue_refilled_at, "
+        "(SELECT count(*) FROM ok) AS fresh FROM lk CROSS JOIN s LEFT JOIN claimed ON TRUE "
+        "LEFT JOIN pick ON pick.run_id = claimed.run_id")
+    rows: list[Row] = yield Stmt("".join(parts), tuple(params), "all", autocommit=True)
+    if not rows or not int(rows[0]["fresh"]):
+        stale: Claimed[ClaimedRun] = Claimed()
+        stale.stale = True
+        stale.limited = bool(rows)
+        stale.limits = str(rows[0]["queue_limits"]) if rows else None
+        return stale
+    taken = [r for r in rows if r["run_id"] is not None]
+    claimed = Claimed.of([ClaimedRun(run_from_row(r), {}) for r in taken], int(rows[0]["ready"]),
+                         int(rows[0]["live"]))
+    claimed.limited = True
+    claimed.limits = limits_text
+    # a reset's new run starts with the ops it kept (durable.store.reset)
+    claimed.unread = [c.run.run_id for c in claimed
+                      if c.run.epoch > 1 or c.run.reset_from_run_id is not None]
+    bucket = _bucket(rate, rows[0]["queue_tokens"], rows[0]["queue_refilled_at"], now)
+    if bucket is not None:
+        bucket.tokens -= sum(int(r["first_start"] or 0) for r in taken)
+        if bucket.tokens < 1:
+            claimed.next_at = bucket.next_token_at()
+    return claimed
 
 
 def activity_room(tx: Tx, row: Row, namespace: str, task_queue: str, limit: int,

@@ -201,13 +201,15 @@ class Claimed(list[T]):
     left: int = 0
     #: live workers that share this kind of work (from the worker registry)
     live: int = 0
-    #: claimed runs whose recorded ops are still to be read
-    #: (`durable.store.claims.read_claimed_ops`)
+    #: claimed runs whose ops are still to be read (`claims.read_claimed_ops`)
     unread: list[str]
-    #: whether the queue has limits for this kind of work (`durable.store.queues`)
+    #: the queue limits this work (`durable.store.queues`); when its rate lets the next
+    #: held-back item start; its limits as read (JSON); a one-statement claim's snapshot
+    #: missed a claim, so it took nothing (`queues.claim_limited_in_one`)
     limited: bool = False
-    #: when a queue's rate lets the next held-back item start (None: not held by a rate)
     next_at: float | None = None
+    limits: str | None = None
+    stale: bool = False
 
     def __init__(self, items: Any = ()) -> None:
         super().__init__(items)

@@ -28,6 +28,25 @@ from .records import (
     run_from_row,
 )
 
+#: a new instance's row. Every value is a parameter (no literal in VALUES), so
+#: that a driver's ``executemany`` may send many rows as one multi-row INSERT
+#: (the scheduler's pass sends its runs so, `durable.store.schedule_pass`)
+WORKFLOW_INSERT = (
+    "INSERT INTO workflows (namespace, workflow_id, workflow_type, current_run_id, status, "
+    "execution_timeout, execution_deadline_at, run_count, memo, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: a new run's row, every value a parameter (see `WORKFLOW_INSERT`)
+RUN_INSERT = (
+    "INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, run_number, "
+    "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
+    "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
+    "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
+    "ready_at, cancellation, schedule_id, scheduled_at, priority, concurrency_key, "
+    "event_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+    "?, ?, ?, ?)"
+)
+
 
 def start_workflow(tx: Tx, req: StartRequest, now: float) -> Program[StartResult]:
     """Start an instance, honouring its id-reuse policy."""
@@ -74,11 +93,8 @@ def insert_run(
                 req.namespace, req.workflow_id,
             )
         yield ex(
-            "INSERT INTO workflows (namespace, workflow_id, workflow_type, current_run_id, "
-            "status, execution_timeout, execution_deadline_at, run_count, memo, created_at) "
-            "VALUES (?, ?, ?, ?, 'pending', ?, ?, 1, ?, ?)",
-            req.namespace, req.workflow_id, req.workflow_type, run_id,
-            req.execution_timeout, execution_deadline, req.memo, now,
+            WORKFLOW_INSERT, req.namespace, req.workflow_id, req.workflow_type, run_id,
+            RunStatus.PENDING.value, req.execution_timeout, execution_deadline, 1, req.memo, now,
         )
     else:
         yield ex(
@@ -87,20 +103,14 @@ def insert_run(
             run_id, req.namespace, req.workflow_id,
         )
     yield ex(
-        "INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, run_number, "
-        "task_queue, status, input, parent_run_id, parent_workflow_id, parent_op_id, "
-        "parent_close_policy, cleanup_timeout, run_timeout, execution_timeout, "
-        "execution_deadline_at, run_deadline_at, cleanup_deadline_at, deadline_at, created_at, "
-        "ready_at, cancellation, schedule_id, scheduled_at, priority, concurrency_key, "
-        "event_seq) "
-        "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "?, ?, 1)",
+        RUN_INSERT,
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
-        req.task_queue, req.input, req.parent_run_id, req.parent_workflow_id, req.parent_op_id,
+        req.task_queue, RunStatus.PENDING.value, req.input, req.parent_run_id,
+        req.parent_workflow_id, req.parent_op_id,
         req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
         execution_deadline, run_deadline, cleanup_deadline, deadlines.earliest,
         now, now, dumps(req.cancellation), req.schedule_id, req.scheduled_at, req.priority,
-        req.concurrency_key,
+        req.concurrency_key, 1,
     )
     data: dict[str, Any] = {
         "workflow_type": req.workflow_type,

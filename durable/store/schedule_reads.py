@@ -22,7 +22,7 @@ from .schedules import (
     ScheduleRecord,
     _fire,
     _fire_view,
-    _record,
+    schedule_from_row,
 )
 
 
@@ -32,7 +32,7 @@ def describe(namespace: str, schedule_id: str) -> Program[dict[str, Any] | None]
                    "schedule_id = ?", namespace, schedule_id)
     if row is None:
         return None
-    s = _record(row)
+    s = schedule_from_row(row)
     fires = yield q(
         f"SELECT f.{FIRE_COLUMNS.replace(', ', ', f.')}, w.status AS instance_status "
         "FROM schedule_fires f LEFT JOIN workflows w ON w.namespace = f.namespace "
@@ -90,22 +90,40 @@ def _summary(s: ScheduleRecord) -> dict[str, Any]:
     }
 
 
-def list_schedules(namespace: str, limit: int,
-                   after: str | None) -> Program[list[dict[str, Any]]]:
-    """Summaries by schedule id (those after `after`), each with its last fire
-    and that fire's run status."""
-    rows = yield q(
+def list_schedules(
+    namespace: str, limit: int, after: str | None, *, paused: bool | None = None,
+    workflow_type: str | None = None, id_contains: str | None = None,
+) -> Program[tuple[list[dict[str, Any]], str | None]]:
+    """One page of summaries by schedule id (those after `after`: keyset paging,
+    stable while schedules come and go), each with its last fire and that
+    fire's run status; and the id to page on after (None on the last page).
+    `paused` keeps paused (True) or active (False) schedules, `workflow_type`
+    those starting that type, `id_contains` ids holding that text."""
+    sql = (
         f"SELECT s.{SCHEDULE_COLUMNS.replace(', ', ', s.')}, f.outcome AS last_outcome, "
         "f.scheduled_at AS last_scheduled_at, f.workflow_id AS last_workflow_id, "
         "f.run_id AS last_run_id, w.status AS last_status FROM schedules s "
         "LEFT JOIN schedule_fires f ON f.namespace = s.namespace AND "
         "f.schedule_id = s.schedule_id AND f.seq = s.fire_seq "
         "LEFT JOIN workflows w ON w.namespace = f.namespace AND w.workflow_id = f.workflow_id "
-        "WHERE s.namespace = ? AND s.schedule_id > ? ORDER BY s.schedule_id LIMIT ?",
-        namespace, after or "", limit)
+        "WHERE s.namespace = ? AND s.schedule_id > ?")
+    params: list[Any] = [namespace, after or ""]
+    if paused is not None:
+        sql += " AND s.paused = ?"
+        params.append(int(paused))
+    if workflow_type is not None:
+        sql += " AND s.workflow_type = ?"
+        params.append(workflow_type)
+    if id_contains:
+        escaped = id_contains.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        sql += " AND s.schedule_id LIKE ? ESCAPE '!'"
+        params.append(f"%{escaped}%")
+    rows = yield q(sql + " ORDER BY s.schedule_id LIMIT ?", *params, limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
     out = []
     for row in rows:
-        s = _record(row)
+        s = schedule_from_row(row)
         last = None
         if row["last_outcome"] is not None:
             last = {"scheduled_at": to_iso(row["last_scheduled_at"]),
@@ -114,5 +132,5 @@ def list_schedules(namespace: str, limit: int,
                     "status": (row["last_status"] or "deleted")
                     if row["last_outcome"] == "started" else None}
         out.append(dict(_summary(s), last_fire=last))
-    return out
+    return out, (out[-1]["schedule_id"] if more else None)
 

@@ -22,16 +22,18 @@ run's close never locks a schedule (it only publishes the wake-up), so the
 two orders never meet.
 
 Kept whole: firing and control go through the same locked row and fire
-records (`ScheduleRecord`, `FireRecord`, `_Firing`), and trigger and backfill
+records (`ScheduleRecord`, `FireRecord`, `Firing`), and trigger and backfill
 are fires, so the halves of a split would import each other. Reading (describe,
-list) takes no lock and lives in `durable.store.schedule_reads`.
+list) takes no lock and lives in `durable.store.schedule_reads`; the scheduler's
+pass, which fires a batch of schedules and writes their fires together, in
+`durable.store.schedule_pass`.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..clock import to_iso
@@ -68,6 +70,9 @@ FIRE_COLUMNS = (
     "scheduled_at, seq, origin, outcome, reason, workflow_id, run_id, due_at, fired_at, "
     "started_at, run_open"
 )
+#: a fire's row (every value a parameter: a driver may send many as one INSERT)
+FIRE_INSERT = (f"INSERT INTO schedule_fires (namespace, schedule_id, {FIRE_COLUMNS}) "
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 #: fires kept per schedule besides open runs and waiting fires (describe's "recent")
 RECENT_KEPT = 20
@@ -132,26 +137,13 @@ class FireRecord:
     run_open: bool
 
 
-@dataclass
-class FirePass:
-    """What one scheduler transaction did, and when the namespace is next due."""
-
-    fires: list[dict[str, Any]] = field(default_factory=list)
-    missed: int = 0
-    next_due: float | None = None
-    #: a limit cut the pass short: more is due now
-    more: bool = False
-    #: some schedule has fires waiting for a run to close
-    waiting: bool = False
-
-
 @functools.lru_cache(maxsize=16384)
 def _spec(text: str) -> ScheduleSpec:
     """The spec stored as `text` (specs are immutable; parsing one costs a cron parse)."""
     return ScheduleSpec.from_dict(loads(text))
 
 
-def _record(row: Row) -> ScheduleRecord:
+def schedule_from_row(row: Row) -> ScheduleRecord:
     return ScheduleRecord(
         namespace=row["namespace"], schedule_id=row["schedule_id"],
         workflow_type=row["workflow_type"], task_queue=row["task_queue"], input=row["input"],
@@ -206,7 +198,7 @@ def _lock(tx: Tx, namespace: str, schedule_id: str) -> Program[ScheduleRecord]:
                    "AND schedule_id = ?" + tx.lock, namespace, schedule_id)
     if row is None:
         raise ScheduleNotFound(f"no schedule {schedule_id!r} in namespace {namespace!r}")
-    return _record(row)
+    return schedule_from_row(row)
 
 
 def _save(s: ScheduleRecord, now: float) -> Program[None]:
@@ -225,7 +217,7 @@ def _save(s: ScheduleRecord, now: float) -> Program[None]:
     return None
 
 
-class _Firing:
+class Firing:
     """One schedule while one transaction fires it (its row is locked)."""
 
     def __init__(self, tx: Tx, s: ScheduleRecord, now: float) -> None:
@@ -238,7 +230,9 @@ class _Firing:
         self.missed = 0
         self.fires: list[dict[str, Any]] = []
         self._first_seq = s.fire_seq
-        self.closed: list[float] = []  # fires whose run closed, still flagged open
+        #: the row as read (the scheduler's pass saves only what changed)
+        self.before = dict(vars(s))
+        self.closed: list[FireRecord] = []  # fires whose run closed, still flagged open
         # (fire time, its record or None, its workflow id taken): read by load(at)
         self.checked: tuple[float, FireRecord | None, bool] | None = None
 
@@ -264,6 +258,15 @@ class _Firing:
                 + f" UNION ALL SELECT {nulls}, (SELECT current_run_id FROM workflows WHERE "
                 "namespace = ? AND workflow_id = ?)",
                 *args, at, s.namespace, fire_workflow_id(s.schedule_id, at))
+        taken = None
+        if at is not None:
+            taken = next(r for r in rows if r["seq"] is None)["taken"] is not None
+        self.take(rows, at, bool(taken))
+        return None
+
+    def take(self, rows: list[Row], at: float | None, taken: bool) -> None:
+        """Note the fires read for this schedule (`load`'s rows, or its share of
+        the scheduler pass's one read); `at` and `taken` as `load` says."""
         found: FireRecord | None = None
         for row in sorted((r for r in rows if r["seq"] is not None), key=lambda r: r["seq"]):
             fire = _fire(row)
@@ -276,12 +279,10 @@ class _Firing:
             elif row["instance_status"] in OPEN_STATUSES:
                 self.running.append(fire)
             else:  # flagged closed when the record is next trimmed (finish)
-                self.closed.append(fire.scheduled_at)
+                self.closed.append(fire)
         if at is not None:
-            marker = next(r for r in rows if r["seq"] is None)
-            self.checked = (at, found, marker["taken"] is not None)
-        s.buffered = len(self.waiting)
-        return None
+            self.checked = (at, found, taken)
+        self.s.buffered = len(self.waiting)
 
     # ---------------------------------------------------------------- one fire
 
@@ -339,10 +340,8 @@ class _Firing:
         s.fire_seq += 1
         fire.seq = s.fire_seq
         yield ex(
-            f"INSERT INTO schedule_fires (namespace, schedule_id, {FIRE_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            s.namespace, s.schedule_id, fire.scheduled_at, fire.seq, fire.origin, fire.outcome,
-            fire.reason, fire.workflow_id, fire.run_id, fire.due_at, fire.fired_at,
+            FIRE_INSERT, s.namespace, s.schedule_id, fire.scheduled_at, fire.seq, fire.origin,
+            fire.outcome, fire.reason, fire.workflow_id, fire.run_id, fire.due_at, fire.fired_at,
             fire.started_at, int(fire.run_open))
         return None
 
@@ -502,15 +501,22 @@ class _Firing:
                 s.due_at = _due(s, s.next_fire_at)
         return None
 
+    @property
+    def trim_due(self) -> bool:
+        """This transaction's fires crossed a multiple of TRIM_EVERY: trim the record
+        (fires whose run closed are flagged then too, not at each load: one
+        statement less a fire)."""
+        return self.s.fire_seq // TRIM_EVERY != self._first_seq // TRIM_EVERY
+
     def finish(self) -> Program[None]:
         """Trim the record of fires (every TRIM_EVERY fires) and save the schedule."""
         s = self.s
-        if s.fire_seq // TRIM_EVERY != self._first_seq // TRIM_EVERY:
-            if self.closed:  # (flagged here, not at each load: one statement less a fire)
+        if self.trim_due:
+            if self.closed:
                 yield ex(f"UPDATE schedule_fires SET run_open = 0 WHERE namespace = ? AND "
                          f"schedule_id = ? AND scheduled_at IN "
                          f"({placeholders(len(self.closed))})",
-                         s.namespace, s.schedule_id, *self.closed)
+                         s.namespace, s.schedule_id, *(f.scheduled_at for f in self.closed))
             yield ex("DELETE FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
                      "seq <= ? AND run_open = 0 AND outcome <> 'buffered'",
                      s.namespace, s.schedule_id, s.fire_seq - RECENT_KEPT)
@@ -526,79 +532,6 @@ def _fire_view(fire: FireRecord) -> dict[str, Any]:
         "run_id": fire.run_id, "due_at": to_iso(fire.due_at),
         "fired_at": to_iso(fire.fired_at), "started_at": to_iso(fire.started_at),
     }
-
-
-# ---------------------------------------------------------------- the scheduler's pass
-
-
-def fire_due(tx: Tx, namespace: str, now: float, limit: int,
-             check_waiting: bool) -> Program[FirePass]:
-    """Fire what is due in the namespace (at most `limit` schedules) and, with
-    `check_waiting`, start buffered fires whose blocking runs have closed.
-
-    Rows another transaction holds are skipped (PostgreSQL: SKIP LOCKED), so
-    workers share a busy namespace instead of queueing on it.
-    """
-    result = FirePass()
-    # the same statement reads what the pass's end needs to say when the namespace
-    # is next due: the earliest due time after now, how many are due now (more
-    # than this pass takes: another worker holds some, or the limit cut), and
-    # whether fires wait (one round trip less a pass than asking at the end)
-    rows = yield q(f"SELECT {SCHEDULE_COLUMNS}, (SELECT MIN(due_at) FROM schedules WHERE "
-                   "namespace = ? AND due_at > ?) AS later_due, (SELECT COUNT(*) FROM "
-                   "schedules WHERE namespace = ? AND due_at <= ?) AS due_now, (SELECT "
-                   "MAX(buffered) FROM schedules WHERE namespace = ?) AS any_waiting "
-                   "FROM schedules WHERE namespace = ? AND due_at <= ? ORDER BY due_at "
-                   "LIMIT ?" + tx.skip_locked,
-                   namespace, now, namespace, now, namespace, namespace, now, limit)
-    seen: set[str] = set()
-    firings: list[_Firing] = []
-    for row in rows:
-        firing = _Firing(tx, _record(row), now)
-        seen.add(firing.s.schedule_id)
-        yield from firing.load(firing.s.next_fire_at)
-        yield from firing.start_waiting()
-        yield from firing.advance()
-        firings.append(firing)
-    if check_waiting:
-        waiting = yield q(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
-                          "buffered > 0 ORDER BY schedule_id LIMIT ?" + tx.skip_locked,
-                          namespace, limit)
-        for row in waiting:
-            if row["schedule_id"] in seen:
-                continue
-            firing = _Firing(tx, _record(row), now)
-            yield from firing.load()
-            yield from firing.start_waiting()
-            if firing.fires or firing.s.buffered != int(row["buffered"]):
-                firings.append(firing)
-    for firing in firings:
-        yield from firing.finish()
-        result.fires.extend(dict(f, schedule_id=firing.s.schedule_id) for f in firing.fires)
-        result.missed += firing.missed
-        result.more = result.more or firing.more
-    result.more = result.more or len(rows) >= limit
-    if not rows:  # nothing was due: ask
-        result.next_due, result.waiting = yield from next_due(namespace)
-        return result
-    first = rows[0]
-    dues = [float(first["later_due"])] if first["later_due"] is not None else []
-    dues += [f.s.due_at for f in firings if f.s.due_at is not None]
-    if int(first["due_now"]) > len(rows):
-        dues.append(now)  # due now, and not this pass's: held by another worker
-    result.next_due = min(dues) if dues else None
-    result.waiting = bool(first["any_waiting"]) or any(f.s.buffered for f in firings)
-    return result
-
-
-def next_due(namespace: str) -> Program[tuple[float | None, bool]]:
-    """When the namespace's next fire is due (None: no schedule will fire), and
-    whether some schedule has fires waiting for a run to close."""
-    row = yield q1("SELECT (SELECT MIN(due_at) FROM schedules WHERE namespace = ?) AS due, "
-                   "(SELECT MAX(buffered) FROM schedules WHERE namespace = ?) AS waiting",
-                   namespace, namespace)
-    due = None if row is None or row["due"] is None else float(row["due"])
-    return due, bool(row is not None and row["waiting"])
 
 
 # ---------------------------------------------------------------- control
@@ -696,7 +629,7 @@ def trigger(tx: Tx, namespace: str, schedule_id: str, overlap: str | None,
     """Fire now: at the current whole second (a second trigger in the same
     second is the same fire)."""
     s = yield from _lock(tx, namespace, schedule_id)
-    firing = _Firing(tx, s, now)
+    firing = Firing(tx, s, now)
     at = float(math.floor(now))
     yield from firing.load(at)
     yield from firing.start_waiting()
@@ -710,7 +643,7 @@ def backfill(tx: Tx, namespace: str, schedule_id: str, start: float, end: float,
     """Fire the spec's fire times in [start, end), at most FIRES_PER_TX of them;
     the fires, and where the next transaction resumes (None: done)."""
     s = yield from _lock(tx, namespace, schedule_id)
-    firing = _Firing(tx, s, now)
+    firing = Firing(tx, s, now)
     yield from firing.load()
     yield from firing.start_waiting()
     results: list[dict[str, Any]] = []

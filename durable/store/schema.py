@@ -236,6 +236,7 @@ CREATE TABLE IF NOT EXISTS task_queues (
     activity_tokens {real},
     activity_refilled_at {real},
     updated_at {real} NOT NULL,
+    claims {int} NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, name)
 ){options};
 CREATE TABLE IF NOT EXISTS schedules (

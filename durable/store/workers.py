@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from ..clock import to_iso
-from ..driver import Program, ex, q
+from ..driver import Program, ex, q, q1
 from .records import OPEN_SQL, DefinitionClash, WorkerRegistration
 
 #: how long a gone worker stays listed (seconds)
@@ -74,6 +74,21 @@ def deregister_worker(worker_id: str, now: float) -> Program[None]:
     yield ex("UPDATE workers SET stopped_at = ?, heartbeat_at = ?, expires_at = ? "
              "WHERE worker_id = ?", now, now, now - 1.0, worker_id)
     return None
+
+
+def forget_worker(namespace: str, worker_id: str, now: float) -> Program[str]:
+    """Delete the record of a worker that is no longer alive: ``"deleted"``;
+    ``"alive"`` (kept: a live worker writes its record again at its next
+    renewal, so deleting it would only hide the worker and the names it
+    serves for a while) or ``"missing"``."""
+    row = yield q1("SELECT stopped_at, expires_at FROM workers WHERE worker_id = ? "
+                   "AND namespace = ?", worker_id, namespace)
+    if row is None:
+        return "missing"
+    if _alive(row, now):
+        return "alive"
+    yield ex("DELETE FROM workers WHERE worker_id = ? AND namespace = ?", worker_id, namespace)
+    return "deleted"
 
 
 def registered_names(namespace: str, now: float) -> Program[tuple[set[str], set[str]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from durable.wakes import Wake, WakeHub, WakeKind
+from durable.wakes import Wake, WakeHub, WakeKind, address
 
 pytestmark = pytest.mark.anyio
 
@@ -55,6 +55,34 @@ def test_a_key_from_a_newer_process_has_no_kind_and_matches_nothing() -> None:
     wake = Wake(("archived", "r1"))
     assert wake.kind is None
     assert not wake.matches({("run", "r1")})
+
+
+def test_a_run_or_a_queue_is_the_address_of_what_names_it_the_rest_goes_to_all() -> None:
+    assert address(Wake.run("r1").key) == ("run", "r1")
+    assert address(Wake.delivered("r1").key) == ("run", "r1")
+    assert address(Wake.update("r1", "u1").key) == ("run", "r1")
+    for wake in (Wake.runs("ns", "q"), Wake.activities("ns", "q"), Wake.requests("ns", "q")):
+        assert address(wake.key) == wake.key
+    for wake in (Wake.any(), Wake.schedules("ns"), Wake.retention("ns"),
+                 Wake.activity_stop("t1"), Wake.request("req-1"), Wake(("archived", "r1"))):
+        assert address(wake.key) is None, wake
+
+
+def test_the_hub_counts_wanted_addresses_and_says_when_they_change() -> None:
+    hub = WakeHub()
+    changes: list[set[tuple[str, ...]]] = []
+    hub.on_wanted = lambda: changes.append(set(hub.wanted))
+    owner = hub.want([Wake.run("r1").key, Wake.any().key])  # "any" needs no address
+    waiter = hub.want([Wake.update("r1", "u1").key])  # the same address: no change
+    assert changes == [{("run", "r1")}]
+    owner()
+    owner()  # a second call does nothing
+    assert changes == [{("run", "r1")}] and hub.wanted == {("run", "r1"): {
+        ("update", "r1", "u1"): 1}}
+    with hub.listen({Wake.runs("ns", "q").key}):
+        assert ("runs", "ns", "q") in hub.wanted
+    waiter()
+    assert hub.wanted == {} and changes[-1] == set()
 
 
 async def test_wait_returns_on_a_wake_up_for_its_keys_only() -> None:

@@ -16,12 +16,12 @@ from ...errors import ConfigurationError
 if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
-    from ..app import ControlPlaneServer
+    from .plane import Plane
 
 __all__ = ["ui_routes"]
 
 
-def ui_routes(plane: ControlPlaneServer, secret: str | bytes | None = None,
+def ui_routes(plane: Plane, secret: str | bytes | None = None,
               environ: Mapping[str, str] | None = None) -> list[BaseRoute]:
     """The UI's routes for `plane` (all under /ui), signing sessions with `secret`
     (else ``DURABLE_UI_SECRET``, else a random key for this process)."""
@@ -35,12 +35,14 @@ def ui_routes(plane: ControlPlaneServer, secret: str | bytes | None = None,
     from .dashboard import DashboardPage
     from .pages import WebUI
     from .queues import QueuePages
+    from .run_actions import RunActionPages
     from .schedules import SchedulePages
     from .session import session_key
 
     web = WebUI(plane, session_key(secret, environ))
     routes = web.routes()
     # before the last route, the catch-all "/ui/{rest:path}" (a 404 page)
-    return (routes[:-1] + SchedulePages(web).routes() + QueuePages(web).routes()
+    return (routes[:-1] + RunActionPages(web).routes() + SchedulePages(web).routes()
+            + QueuePages(web).routes()
             + DashboardPage(web).routes()
             + routes[-1:])

@@ -1,6 +1,6 @@
 """The web UI's routes: server-rendered pages, forms and one event stream.
 
-Every read and every action goes through `ControlPlaneServer.perform`, that
+Every read and every action goes through the control plane's `perform`, that
 is through the API route's own operation: the same role check (a viewer's
 POST is a 403 here exactly as on ``/api``), the same parameter and body
 schemas, the same handler and errors. The UI adds only what a browser
@@ -11,14 +11,17 @@ Pages work without JavaScript. ``static/ui.js`` adds live updates (an
 EventSource on ``/ui/run/stream``, which follows the run through the history
 long poll and holds no database connection while it waits), countdowns that
 keep deadlines current, and an auto-refresh of the runs list.
+
+Beside this module: what the pages show is built by `views.py` (and
+`cascade.py`, `chart.py`); the run's operator actions are `run_actions.py`
+(their data `actions.py`), the Schedules, Queues and dashboard pages their
+own modules, all added to the routes by `ui_routes`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,14 +43,13 @@ from .. import model
 from ..auth import role_allows
 from ..errors import HTTPError, classify
 from ..throttle import client_of
-from ..wire import loads_finite
 from . import chart, views
-from .actions import ACTIONS, ANSWERED, QUERY_WAIT, Action
 from .asgi import EventStream, Labelled
+from .cascade import cascade_tree
 from .session import COOKIE_NAME, Session, SessionCodec
 
 if TYPE_CHECKING:
-    from ..app import ControlPlaneServer
+    from .plane import Plane
 
 log = get_logger("durable.http.ui")
 
@@ -134,7 +136,7 @@ def _signal_supported() -> bool:
 class WebUI:
     """The pages for one control plane (`create_app(ui=True)` mounts them at /ui)."""
 
-    def __init__(self, plane: ControlPlaneServer, key: bytes) -> None:
+    def __init__(self, plane: Plane, key: bytes) -> None:
         self.plane = plane
         self.codec = SessionCodec(key)
         self.env = Environment(
@@ -171,8 +173,6 @@ class WebUI:
             Route("/ui/run/stream", self._page("/ui/run/stream", self.stream),
                   methods=["GET"]),
             Route("/ui/run/live", self._page("/ui/run/live", self.live), methods=["GET"]),
-            Route("/ui/run/{action}", self._page("/ui/run/{action}", self.action),
-                  methods=["GET", "POST"]),
             Mount("/ui/static", Labelled("/ui/static", StaticFiles(directory=str(STATIC))),
                   name="ui-static"),
             Route("/ui/{rest:path}", self._page("/ui/{rest}", self.not_found, public=True),
@@ -525,7 +525,7 @@ class WebUI:
         _, data = await self.perform(request, visitor, "getCancellationCascadeRun",
                                      {"workflowId": info["workflow_id"], "runId": run["run_id"]})
         return self.render(request, visitor, "cascade.html", info=info, run=run,
-                           tab="cascade", c=views.cascade_tree(data), last_sequence=None)
+                           tab="cascade", c=cascade_tree(data), last_sequence=None)
 
     async def stream(self, request: Request, visitor: Visitor) -> Response:
         """Server-sent events for a run page: ``history`` when events were recorded
@@ -570,175 +570,6 @@ class WebUI:
                 yield ": waiting\n\n"
 
         return EventStream(events, {"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-
-    # ------------------------------------------------------------ actions
-
-    async def action(self, request: Request, visitor: Visitor) -> Response:
-        name = str(request.path_params.get("action"))
-        action = ACTIONS.get(name)
-        if action is None or (name == "signal" and not _signal_supported()):
-            raise UIError(404, "Not found", f"There is no action {name!r} for runs.")
-        values: dict[str, str] = {}
-        error: str | None = None
-        answer: dict[str, Any] | None = None
-        status = 200
-        if request.method == "POST" and name in ANSWERED:
-            values = await self._form(request, visitor)
-            try:
-                answer = await self._ask(request, visitor, action, values)
-            except UIError as exc:
-                if exc.status in (401, 403):
-                    raise
-                status, error = exc.status, exc.message
-            except HTTPError as exc:
-                if exc.status in (401, 403):
-                    raise
-                status, error = exc.status, exc.message
-            except Exception as exc:
-                known = classify(exc)
-                if known is None:
-                    raise
-                status, error = known[0], str(exc)
-        elif request.method == "POST":
-            values = await self._form(request, visitor)
-            workflow_id = _required(request, "wf", "workflow id")
-            run_id = _required(request, "run", "run id")
-            assert visitor.role is not None
-            try:
-                if name == "reset":  # shows the new run
-                    run_id = await self._reset(request, visitor, workflow_id, run_id, values)
-                    notice = action.notice
-                else:
-                    notice = await self._act(request, visitor, action, workflow_id, run_id,
-                                             values)
-                return RedirectResponse(visitor.url("/run", wf=workflow_id, run=run_id,
-                                                    notice=notice), status_code=303)
-            except UIError as exc:
-                if exc.status in (401, 403):
-                    raise
-                status, error = exc.status, exc.message
-            except HTTPError as exc:
-                if exc.status in (401, 403):
-                    raise
-                status, error = exc.status, exc.message
-            except Exception as exc:
-                known = classify(exc)
-                if known is None:
-                    raise
-                status, error = known[0], str(exc)
-        elif not visitor.can_act and name != "query":
-            raise UIError(403, "Not allowed",
-                          f"A {visitor.role} may only read; {action.title.lower()} needs the "
-                          "operator role. Sign in with an operator token.")
-        info = await self._describe(request, visitor)
-        return self.render(request, visitor, "action.html", status_code=status, info=info,
-                           run=info.get("run") or {}, tab="", action=action, values=values,
-                           error=error, answer=answer, request_id=uuid.uuid4().hex,
-                           last_sequence=None)
-
-    async def _ask(self, request: Request, visitor: Visitor, action: Action,
-                   form: Mapping[str, str]) -> dict[str, Any]:
-        """A query or an update through its API operation; what to show of the answer."""
-        workflow_id = _required(request, "wf", "workflow id")
-        run_id = _required(request, "run", "run id")
-        what = action.name
-        name = form.get("name", "").strip()
-        if not name:
-            raise UIError(422, f"The {what} name is missing",
-                          f"Give the name of the workflow's {what} handler.")
-        args = _arguments(form)
-        params = {"workflowId": workflow_id, "runId": run_id, f"{what}Name": name}
-        if what == "query":
-            _, answer = await self.perform(request, visitor, action.operation_id, params,
-                                           {"input": args, "timeout_seconds": QUERY_WAIT})
-            return {"name": name, "result": answer.get("result")}
-        request_id = form.get("request_id", "").strip() or uuid.uuid4().hex
-        _, answer = await self.perform(request, visitor, action.operation_id, params, {
-            "input": args, "request_id": request_id, "source": "web_ui",
-            "requester": {"type": "web_ui", "id": None, "label": visitor.role}})
-        return {"name": name, "result": answer.get("result"),
-                "update_id": answer.get("update_id")}
-
-    async def _act(self, request: Request, visitor: Visitor, action: Action,
-                   workflow_id: str, run_id: str, form: Mapping[str, str]) -> str:
-        """Perform the action through its API operation; the notice to show after."""
-        params = {"workflowId": workflow_id, "runId": run_id}
-        reason = form.get("reason", "").strip()
-        if action.name == "request-cancellation":
-            raw = form.get("cleanup_timeout_seconds", "").strip() or "30"
-            try:
-                timeout = float(raw)
-            except ValueError:
-                timeout = math.nan
-            if not math.isfinite(timeout):
-                raise UIError(422, "Bad cleanup timeout",
-                              f"The cleanup timeout must be a number of seconds, got {raw!r}.")
-            body: dict[str, Any] = {
-                "cleanup_timeout_seconds": timeout, "source": "web_ui",
-                "requester": {"type": "web_ui", "id": None, "label": visitor.role},
-            }
-            if reason:
-                body["reason"] = reason
-            status, _ = await self.perform(request, visitor, action.operation_id, params, body)
-            return "cancellation-requested" if status == 202 else "cancellation-repeated"
-        if action.name == "signal":
-            await self._signal(request, visitor, workflow_id, run_id, form)
-            return action.notice
-        if action.name == "retry-after-review":
-            units = form.get("units", "").strip()
-            if units not in ("", "rerun", "confirm"):
-                raise UIError(422, "Unknown choice",
-                              f"Units are run again (rerun) or recorded done (confirm), "
-                              f"not {units!r}.")
-            _, answer = await self.perform(request, visitor, action.operation_id,
-                                           {"workflowId": workflow_id},
-                                           {"units": units} if units else {})
-            return "review-cleared" if answer.get("cleared") else "review-not-marked"
-        await self.perform(request, visitor, action.operation_id, params,
-                           {"reason": reason} if reason else {})
-        return action.notice
-
-    async def _reset(self, request: Request, visitor: Visitor, workflow_id: str, run_id: str,
-                     form: Mapping[str, str]) -> str:
-        """Through the API's reset route; the new run's id."""
-        to_op = form.get("to_op", "").strip()
-        if not to_op:
-            raise UIError(422, "Op missing", "Give the op to continue from, e.g. 0:5 (the "
-                                             "timeline shows each op's id).")
-        _, answer = await self.perform(
-            request, visitor, "resetWorkflow", {"workflowId": workflow_id},
-            {"to_op": to_op, "reason": form.get("reason", "").strip() or "reset from the web UI",
-             "run_id": run_id})
-        return str(answer["run_id"])
-
-    async def _signal(self, request: Request, visitor: Visitor, workflow_id: str, run_id: str,
-                      form: Mapping[str, str]) -> None:
-        """Through the API's own signal route (its role check, schema and errors)."""
-        name = form.get("name", "").strip()
-        if not name:
-            raise UIError(422, "Signal name missing", "Give the signal's name.")
-        args = _arguments(form)
-        await self.perform(request, visitor, "signalWorkflowRun",
-                           {"workflowId": workflow_id, "runId": run_id, "signalName": name},
-                           {"input": args, "source": "web_ui",
-                            "requester": {"type": "web_ui", "id": None,
-                                          "label": visitor.role}})
-
-
-def _arguments(form: Mapping[str, str]) -> list[Any]:
-    """The form's ``args`` field: a JSON array (the handler's positional arguments)."""
-    raw = form.get("args", "").strip() or "[]"
-    try:
-        args = loads_finite(raw)
-    except ValueError as exc:
-        raise UIError(422, "Arguments are not JSON",
-                      f"The arguments must be a JSON array, e.g. [\"approved\", 3] ({exc})."
-                      ) from None
-    if not isinstance(args, list):
-        raise UIError(422, "Arguments are not a list",
-                      "The arguments must be a JSON array (the handler's positional "
-                      "arguments), e.g. [] or [\"approved\"].")
-    return args
 
 
 def _event(item: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,273 @@
+"""A driver on a pool of asyncio connections: what PostgreSQL's and MariaDB's share.
+
+Both drivers run `durable.store`'s programs as transactions on pooled
+connections of an asyncio library (asyncpg, asyncmy) and differ only in the
+library and the database: how to open and close a pool, take a connection,
+run one transaction, tell a lost connection from a conflict, and wake other
+processes. What they do alike lives here once (`PooledDriver`):
+
+- the host bridge: on asyncio the library runs in the host's loop; on trio
+  on a loop thread of its own (`durable._bridge.LoopThread`), and every call
+  hops there, shielded (a transaction, once started, runs to its end, so a
+  cancelled caller never leaves a claim committed but unseen);
+- the lifecycle: open (pick the loop, open the pool, check or create the
+  schema on one connection, turn a failure into a `ConfigurationError` that
+  says what to fix), close, and the pool guard (`StorageClosed` once closed);
+- `run()`: a program as one transaction, retried whole while nothing can
+  have been committed (a lost connection before COMMIT, a conflict the
+  server rolled back), with backoff; a connection lost during COMMIT is
+  `StorageUnavailable(outcome_unknown=True)`. The wake-ups of a committed
+  transaction are published on the host, where the engine listens.
+
+A subclass says what differs by the hooks marked below. Not a public seam:
+an outside driver implements `durable.driver.Driver` in its own way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import ClassVar, Generic, Literal, TypeVar
+
+import anyio
+import sniffio
+
+from ._bridge import LoopThread
+from ._log import get_logger
+from .driver import Dialect, Program, ProgramFactory, Tx, WakeHub
+from .errors import ConfigurationError, StorageClosed, StorageUnavailable
+
+T = TypeVar("T")
+PoolT = TypeVar("PoolT")
+ConnT = TypeVar("ConnT")
+
+#: what went wrong with a transaction, as far as retrying it goes: the
+#: connection is gone ("lost"), or the server rolled it back because of
+#: another transaction ("conflict"); either way nothing was committed
+Failure = Literal["lost", "conflict"]
+
+
+class CommitOutcomeUnknown(Exception):
+    """The connection broke while COMMIT was on the wire."""
+
+
+class PooledDriver(ABC, Generic[PoolT, ConnT]):
+    """The shared part of a pooled asyncio driver (see the module docstring).
+
+    `masked` is the URL to show (no password); `retries` how often a
+    transaction is retried after a lost connection or a conflict before
+    `StorageUnavailable`.
+    """
+
+    #: the database's name in messages ("PostgreSQL")
+    engine: ClassVar[str]
+    #: retry n (from 2) waits min(retry_base * 2**n, 2) seconds; the first, none
+    retry_base: ClassVar[float]
+    #: the library's errors that opening a pool or a connection may raise
+    connect_errors: ClassVar[tuple[type[BaseException], ...]]
+
+    def __init__(self, url: str, masked: str, dialect: Dialect, *, min_pool: int,
+                 max_pool: int, connect_timeout: float, retries: int, logger: str) -> None:
+        if min_pool < 0 or max_pool < 1 or min_pool > max_pool:
+            raise ConfigurationError(
+                f"min_pool={min_pool}, max_pool={max_pool}: need 0 <= min_pool <= max_pool "
+                "and max_pool >= 1")
+        self.hub = WakeHub()
+        self.dialect = dialect
+        self.url = url
+        self.masked = masked
+        self.min_pool = min_pool
+        self.max_pool = max_pool
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.origin = uuid.uuid4().hex[:16]
+        self.log = get_logger(logger).bind(url=masked)
+        self._pool: PoolT | None = None
+        self._thread: LoopThread | None = None
+        self._bridged = False  # the library runs on a LoopThread (a trio host)
+        self._watch_lock: anyio.Lock | None = None
+
+    # ---------------------------------------------------------------- what differs
+
+    @abstractmethod
+    async def _create_pool(self) -> PoolT:
+        """Open the library's pool (on its loop)."""
+
+    @abstractmethod
+    async def _close_pool(self, pool: PoolT) -> None:
+        """Close a pool (and whatever else the driver opened on its loop)."""
+
+    @abstractmethod
+    def _acquire(self, pool: PoolT) -> AbstractAsyncContextManager[ConnT]:
+        """Take a connection from the pool for one transaction."""
+
+    @abstractmethod
+    async def _prepare(self, conn: ConnT) -> None:
+        """Check or create the schema, on the first connection of a new pool."""
+
+    @abstractmethod
+    async def _transaction(self, conn: ConnT, program: Program[T], tx: Tx, write: bool) -> T:
+        """Run one program on `conn` (`write`: in a transaction that wakes
+        others on commit); raise `CommitOutcomeUnknown` from the error when
+        the connection broke during COMMIT."""
+
+    @abstractmethod
+    def _failure(self, exc: BaseException) -> Failure | None:
+        """Whether `exc` means a lost connection or a conflict (None: neither,
+        the error is the program's outcome)."""
+
+    @abstractmethod
+    def _discard(self, conn: ConnT) -> None:
+        """Close a broken connection at once, so the pool opens a new one."""
+
+    @abstractmethod
+    def _connect_error(self, exc: BaseException) -> ConfigurationError:
+        """Why connecting failed and what to fix, from the library's error."""
+
+    async def _connection_lost(self, pool: PoolT, exc: BaseException) -> None:
+        """A connection was lost (`exc`): what else to do before a retry."""
+
+    # ---------------------------------------------------------------- host bridge
+
+    async def _call(self, fn: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
+        """Run `fn` where the library lives; shielded by default (see the module
+        docstring)."""
+        if self._thread is not None:
+            return await self._thread.run(fn, shield=shield)
+        if self._bridged:  # on trio, after close: the library's loop is gone
+            raise StorageClosed(f"the {self.engine} driver for {self.masked!r} is closed "
+                                "(the client was closed); nothing more can be recorded "
+                                "through it")
+        with anyio.CancelScope(shield=shield):
+            result = await fn()
+        return result
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        self._watch_lock = anyio.Lock()
+        host = sniffio.current_async_library()
+        if host == "trio":
+            self._thread = LoopThread(f"the {self.engine} driver")
+            self._bridged = True
+        elif host != "asyncio":
+            raise ConfigurationError(
+                f"the {self.engine} driver runs under asyncio or trio, not {host!r}")
+        try:
+            await self._call(self._open_pool)
+        except BaseException:
+            if self._thread is not None:
+                await self._thread.stop()
+                self._thread = None
+            raise
+
+    async def _open_pool(self) -> None:
+        try:
+            pool = await self._create_pool()
+        except self.connect_errors as exc:
+            raise self._connect_error(exc) from exc
+        try:
+            async with self._acquire(pool) as conn:
+                await self._prepare(conn)
+        except ConfigurationError as exc:
+            await self._close_pool(pool)
+            raise ConfigurationError(f"cannot use {self.masked!r}: {exc}") from exc
+        except self.connect_errors as exc:
+            await self._close_pool(pool)
+            raise self._connect_error(exc) from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self._pool is not None:
+                pool, self._pool = self._pool, None
+                await self._call(lambda: self._close_pool(pool))
+            if self._thread is not None:
+                thread, self._thread = self._thread, None
+                await thread.stop()
+
+    def _require_pool(self) -> PoolT:
+        if self._pool is None:
+            raise StorageClosed(f"the {self.engine} connection pool for {self.masked!r} "
+                                "is closed (the client was closed); nothing more can be "
+                                "recorded through it")
+        return self._pool
+
+    async def _on_pool(self, fn: Callable[[ConnT], Awaitable[T]]) -> T:
+        """`fn` on a pooled connection, where the library lives (outside `run`:
+        the schema's upkeep, the wake log)."""
+
+        async def call() -> T:
+            async with self._acquire(self._require_pool()) as conn:
+                return await fn(conn)
+
+        return await self._call(call)
+
+    # ---------------------------------------------------------------- transactions
+
+    async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
+        """Run the program as one transaction (see the module docstring)."""
+        self._require_pool()
+        result, tx = await self._call(lambda: self._run_on_loop(program, write))
+        self.hub.publish(tx.wakes)
+        return result
+
+    async def _run_on_loop(self, build: ProgramFactory[T], write: bool) -> tuple[T, Tx]:
+        """Run a program, retrying it whole while nothing can have been committed."""
+        attempt = 0
+        while True:
+            pool = self._require_pool()
+            tx = Tx(self.dialect)
+            try:
+                async with self._acquire(pool) as conn:
+                    try:
+                        result = await self._transaction(conn, build(tx), tx, write)
+                    except BaseException as exc:
+                        if (isinstance(exc, CommitOutcomeUnknown)
+                                or self._failure(exc) == "lost"):
+                            self._discard(conn)
+                        raise
+                return result, tx
+            except CommitOutcomeUnknown as unknown:
+                cause = unknown.__cause__
+                await self._connection_lost(pool, unknown)
+                raise StorageUnavailable(
+                    f"lost the connection to {self.engine} at {self.masked!r} while "
+                    f"committing ({cause!r}); the transaction may or may not have been "
+                    "recorded: read the state back from storage before acting on it",
+                    outcome_unknown=True,
+                ) from cause
+            except Exception as exc:
+                failure = self._failure(exc)
+                if failure is None:
+                    raise
+                lost = failure == "lost"
+                if attempt >= self.retries:
+                    what = ("is unavailable" if lost else
+                            "kept colliding with other transactions")
+                    fix = "check that the server is up and reachable; " if lost else ""
+                    raise StorageUnavailable(
+                        f"{self.engine} at {self.masked!r} {what} after {attempt + 1} "
+                        f"attempts ({exc!r}); {fix}nothing was recorded",
+                        outcome_unknown=False,
+                    ) from exc
+                attempt += 1
+                if lost:
+                    self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+                    await self._connection_lost(pool, exc)
+                else:
+                    self.log.debug("transaction_conflict", error=repr(exc), attempt=attempt)
+                # asyncio's sleep: this runs where the library lives (a loop thread on trio)
+                await asyncio.sleep(0 if attempt == 1 else min(self.retry_base * 2 ** attempt,
+                                                               2.0))
+
+    @staticmethod
+    def remote_keys(tx: Tx) -> list[tuple[str, ...]]:
+        """The keys of a transaction's wake-ups that other processes must hear."""
+        return list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
+
