@@ -444,21 +444,6 @@ class Worker:
         self.runs.trigger.set()
         self.remote.claims.trigger.set()
 
-    async def _claim_pass(self) -> bool:
-        """A claim pass of each claim loop, now; whether one claimed something.
-
-        For `durable.testing.TimeSkippingEnvironment`: a claim that ran while
-        another transaction held a row (``SKIP LOCKED``) found nothing, and no
-        wake-up will name that row again; in real time the fallback poll takes
-        it, but virtual time must not jump past it meanwhile.
-        """
-        if self._tg is None or self._stopping:
-            return False
-        before = self.runs.claimed + self.remote.claims.claimed
-        await self.runs.claim_now()
-        await self.remote.claims.claim_now()
-        return self.runs.claimed + self.remote.claims.claimed > before
-
     def _start_run(self, claimed: ClaimedRun, checked: bool = False) -> None:
         run = claimed.run
         if self._tg is None or self._stopping:

@@ -100,16 +100,16 @@ class ClaimLoop(Generic[T]):
         self.passes = 0
         #: items claimed so far (a test environment learns whether a pass found work)
         self.claimed = 0
-        #: whether `run()` is under way (a pass can be asked for)
-        self.running = False
+        #: whether `run()` ended (no pass will come until it runs again)
+        self.ended = False
         self._passed = anyio.Event()
 
     async def run(self) -> None:
-        self.running = True
+        self.ended = False
         try:
             await self._loop()
         finally:
-            self.running = False
+            self.ended = True
             self._passed.set()  # no pass will come: release whoever waits for one
 
     async def _loop(self) -> None:
@@ -148,8 +148,8 @@ class ClaimLoop(Generic[T]):
         """Claim now, and return once a claim pass begun after this call has
         finished: whatever was claimable then has been claimed and started.
         (For tests: shows that nothing was claimed, without sleeping.) Returns
-        at once when the loop does not run (not started, stopped)."""
+        at once when the loop ended (a loop not started yet is waited for)."""
         target = self.begun + 1  # a pass under way may have read before this call
         self.trigger.set()
-        while self.passes < target and self.running:
+        while self.passes < target and not self.ended:
             await self._passed.wait()

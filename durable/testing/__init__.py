@@ -267,7 +267,14 @@ class TimeSkippingEnvironment:
             return False  # claims wait for each other (SQLite): none passes a ready row by
         found = False
         for worker in list(self._workers):
-            found = await worker._claim_pass() or found
+            if worker._tg is None or worker.stopping:
+                continue
+            before = worker.runs.claimed + worker.remote.claims.claimed
+            if worker.workflows:  # a loop that never runs would never pass
+                await worker.runs.claim_now()
+            if worker.activities:
+                await worker.remote.claims.claim_now()
+            found = found or worker.runs.claimed + worker.remote.claims.claimed > before
         return found
 
     async def _skip_when_idle(self) -> None:
