@@ -228,12 +228,30 @@ class EmbeddedControl:
     async def update(self, workflow_id: str, run_id: str | None, name: str, args: str,
                      update_id: str, wait: float | None, *,
                      sender: dict[str, Any] | None = None) -> str:
+        done = await self._await_update(workflow_id, run_id, name, args, update_id, wait,
+                                        sender, accepted_is_enough=False)
+        assert done is not None  # only a wait that accepted_is_enough ends without a result
+        return done
+
+    async def update_accepted(self, workflow_id: str, run_id: str | None, name: str,
+                              args: str, update_id: str, wait: float | None, *,
+                              sender: dict[str, Any] | None = None) -> str | None:
+        return await self._await_update(workflow_id, run_id, name, args, update_id, wait,
+                                        sender, accepted_is_enough=True)
+
+    async def _await_update(self, workflow_id: str, run_id: str | None, name: str, args: str,
+                            update_id: str, wait: float | None,
+                            sender: dict[str, Any] | None, *,
+                            accepted_is_enough: bool) -> str | None:
+        """Submit the update (or find it by `update_id`) and wait for its result,
+        or only until it is accepted (validated and recorded) when
+        `accepted_is_enough`: then None while it still runs."""
         store = self.store
         ticket = await store.submit_request(self.namespace, workflow_id, run_id, "update", name,
                                             args, update_id, self.clock.now(), sender)
         if ticket.existing is not None:
             done = _update_outcome(ticket.existing)
-            if done is not None:
+            if done is not None or accepted_is_enough:
                 return done
         limit = math.inf if wait is None else wait
         keys = {Wake.update(ticket.run_id, update_id).key}
@@ -241,14 +259,14 @@ class EmbeddedControl:
             keys.add(Wake.request(ticket.request_id).key)
         accepted = False
 
-        async def outcome() -> str | None:
+        async def outcome() -> tuple[str | None] | None:
             nonlocal accepted
             state = await store.update_state(ticket.run_id, update_id, ticket.request_id)
             if state.item is not None:
                 accepted = True
                 done = _update_outcome(state.item)
-                if done is not None:
-                    return done
+                if done is not None or accepted_is_enough:
+                    return (done,)
             elif state.answer is not None and state.answer.get("rejected"):
                 raise _error(UpdateRejected, state.answer.get("error") or {})
             if state.run_status not in OPEN_STATUSES:
@@ -259,9 +277,9 @@ class EmbeddedControl:
                 )
             return None
 
-        done = await store.hub.until(keys, outcome, limit, poll=0.2)
-        if done is not None:
-            return done
+        found = await store.hub.until(keys, outcome, limit, poll=0.2)
+        if found is not None:
+            return found[0]
         if not accepted and ticket.request_id is not None:
             await store.withdraw_request(ticket.request_id)
             message = (

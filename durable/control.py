@@ -147,6 +147,17 @@ class ControlPlane(Protocol):
         `RunAlreadyClosed`, `WorkflowNotFound`."""
         ...
 
+    async def update_accepted(self, workflow_id: str, run_id: str | None, name: str,
+                              args: str, update_id: str, wait: float | None, *,
+                              sender: dict[str, Any] | None = None) -> str | None:
+        """As `update`, but wait only until the update is accepted (validated
+        by the worker that holds the run and recorded, ``UpdateAccepted``):
+        the encoded result when it has completed by then, else None (it goes
+        on; `update` with the same `update_id` waits for its result). Raises
+        as `update` does; `UpdateFailed` when no worker accepted it within
+        `wait` (nothing recorded)."""
+        ...
+
     async def registered_types(self) -> set[str]:
         """Workflow types that live workers have registered."""
         ...

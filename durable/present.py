@@ -221,3 +221,15 @@ def wait_of(waiting: Any) -> tuple[str | None, str | None]:
     else:
         reason = compact(dict(waiting), 120)
     return _WAIT_KINDS.get(kind, kind), reason
+
+
+def cascade_links(data: Mapping[str, Any]
+                  ) -> tuple[dict[Any, Mapping[str, Any]], dict[Any, list[Mapping[str, Any]]]]:
+    """A `cancellation_cascade()` view's runs by run id, and its edges (parent
+    to child) by parent run id: what the CLI's and the UI's trees walk."""
+    runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
+    edges: dict[Any, list[Mapping[str, Any]]] = {}
+    for edge in data.get("edges") or []:
+        if isinstance(edge, Mapping):
+            edges.setdefault(edge.get("parent_run_id"), []).append(edge)
+    return {r.get("run_id"): r for r in runs}, edges

@@ -105,7 +105,40 @@ class RefGate:
             raise ValueError("value must be at least 0")
 
 
-WORKFLOWS = [ref_greet, ref_fail, ref_nap, ref_order, RefGate]
+@workflow.defn(name="ref_hold")
+class RefHold:
+    """Its `hold` update waits until a `release` signal: accepted long before
+    it completes, so `wait_for: accepted` can only answer at acceptance."""
+
+    def __init__(self) -> None:
+        self.released = False
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.done)
+        return "done"
+
+    @workflow.signal
+    def release(self) -> None:
+        self.released = True
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+    @workflow.update
+    async def hold(self, value: int) -> int:
+        await workflow.wait_condition(lambda: self.released)
+        return value * 2
+
+    @hold.validator
+    def _positive(self, value: int) -> None:
+        if value <= 0:
+            raise ValueError("value must be positive")
+
+
+WORKFLOWS = [ref_greet, ref_fail, ref_nap, ref_order, RefGate, RefHold]
 
 
 @dataclass
@@ -371,6 +404,39 @@ async def test_signal_query_update_and_request_cancellation(live: Live) -> None:
             assert types[0] == "CancellationRequested"
             assert "ActivityCompleted" in types  # the shielded cleanup ran
             assert types[-1] == "WorkflowCancelled"
+
+    await run_reference(scenario, live)
+
+
+async def test_an_update_waited_for_accepted_answers_at_acceptance(live: Live) -> None:
+    async def scenario(url: str) -> None:
+        async with client(url) as c:
+            run = await c.start_workflow(workflow_type="ref_hold", task_queue="default",
+                                         workflow_id="h-1", input=[])
+            # the handler waits for `release`, which nobody has sent: this answer
+            # can only be the acceptance (validated, recorded)
+            accepted = await c.update_workflow("h-1", "hold", args=[21], wait_for="accepted",
+                                               request_id="hold-21")
+            assert accepted["update_status"] == "accepted", accepted
+            assert accepted["outcome"] == "update_accepted" and accepted["result"] is None
+            history = await c.get_history("h-1", run.run_id)
+            types = [e["event_type"] for e in history["events"]]
+            assert "UpdateAccepted" in types and "UpdateCompleted" not in types
+            with pytest.raises(dw_errors.UpdateRejected):  # validated before accepted
+                await c.update_workflow("h-1", "hold", args=[0], wait_for="accepted")
+            await c.signal_workflow("h-1", "release")
+            done = await c.update_workflow("h-1", "hold", args=[21], wait_for="completed",
+                                           request_id="hold-21")
+            assert done["update_status"] == "completed" and done["result"] == 42
+            # accepted again once completed: the result comes with it
+            again = await c.update_workflow("h-1", "hold", args=[21], wait_for="accepted",
+                                            request_id="hold-21")
+            assert again["update_status"] == "completed" and again["result"] == 42
+            await c.signal_workflow("h-1", "finish")
+            assert await run.result(timeout=RESULT_TIMEOUT, poll_interval=0.05) == "done"
+            history = await c.get_history("h-1", run.run_id)
+            types = [e["event_type"] for e in history["events"]]
+            assert types.count("UpdateAccepted") == types.count("UpdateCompleted") == 1
 
     await run_reference(scenario, live)
 

@@ -31,9 +31,8 @@ class Committer:
                  clock: Clock) -> None:
         self._commit = commit
         self._clock = clock
-        self._queue: list[tuple[RunWrites, list[CommitResult | BaseException]]] = []
-        self._busy = False
-        self._idle = anyio.Event()
+        self._busy = False  # a commit is in flight
+        self._next: _Batch | None = None  # what queued behind it: the next commit
 
     async def submit(self, run_id: str, epoch: int, writes: list[Write],
                      quiet: bool = False) -> CommitResult:
@@ -41,49 +40,71 @@ class Committer:
 
         Raises `WriteRejected` when storage refuses these writes as invalid,
         `StorageUnavailable` when storage cannot be reached.
+
+        One wake-up per caller per commit: a caller that queues behind the
+        commit in flight waits on its own batch (`_Batch.done`), which is set
+        once, when the batch's own commit ended; the first caller of a batch
+        is woken once more, alone, to lead it (`_Batch.turn`). (Waiting on
+        one "idle" event woke every queued caller at each commit, and all but
+        one went back to sleep.)
         """
         slot: list[CommitResult | BaseException] = []
-        self._queue.append((RunWrites(run_id, epoch, list(writes), quiet), slot))
+        entry = (RunWrites(run_id, epoch, list(writes), quiet), slot)
         # Shielded: a caller cancelled while its writes wait for a commit still
         # learns whether they were recorded (the cancellation lands right after),
         # so code never goes on believing a recorded write was not.
         with anyio.CancelScope(shield=True):
-            await self._until_committed(slot)
+            if not self._busy:
+                self._busy = True
+                await self._lead([entry])
+            else:
+                batch = self._next
+                if batch is None:
+                    batch = self._next = _Batch()
+                batch.entries.append(entry)
+                if len(batch.entries) > 1:
+                    await batch.done.wait()
+                else:  # the first of its batch leads it once the commit in flight ended
+                    await batch.turn.wait()
+                    self._next = None  # it closes now: later callers form the next
+                    try:
+                        await self._lead(batch.entries)
+                    finally:
+                        batch.done.set()
         outcome = slot[0]
         if isinstance(outcome, BaseException):
             raise _own(outcome)
         return outcome
 
-    async def _until_committed(self, slot: list[CommitResult | BaseException]) -> None:
-        while not slot:
-            if self._busy:
-                await self._idle.wait()
-                continue
-            self._busy = True
-            batch, self._queue = self._queue, []
-            try:
-                merged: dict[tuple[str, int], RunWrites] = {}
-                for entry, _ in batch:
-                    target = merged.get((entry.run_id, entry.epoch))
-                    if target is None:
-                        merged[(entry.run_id, entry.epoch)] = RunWrites(
-                            entry.run_id, entry.epoch, list(entry.writes), entry.quiet)
-                    else:
-                        target.writes.extend(entry.writes)
-                        target.quiet = target.quiet and entry.quiet
-                keys = list(merged)
-                results = await self._commit_group([merged[k] for k in keys])
-                by_key = dict(zip(keys, results, strict=True))
-                for entry, out in batch:
-                    out.append(by_key[(entry.run_id, entry.epoch)])
-            except BaseException as exc:
-                for _, out in batch:
-                    if not out:
-                        out.append(exc)
-            finally:
+    async def _lead(self, batch: list[tuple[RunWrites, list[CommitResult | BaseException]]]
+                    ) -> None:
+        """Commit one batch (its runs' writes merged by run and epoch) and give
+        every caller in it its outcome; then hand the turn to the next batch."""
+        try:
+            merged: dict[tuple[str, int], RunWrites] = {}
+            for entry, _ in batch:
+                target = merged.get((entry.run_id, entry.epoch))
+                if target is None:
+                    merged[(entry.run_id, entry.epoch)] = RunWrites(
+                        entry.run_id, entry.epoch, list(entry.writes), entry.quiet)
+                else:
+                    target.writes.extend(entry.writes)
+                    target.quiet = target.quiet and entry.quiet
+            keys = list(merged)
+            results = await self._commit_group([merged[k] for k in keys])
+            by_key = dict(zip(keys, results, strict=True))
+            for entry, out in batch:
+                out.append(by_key[(entry.run_id, entry.epoch)])
+        except BaseException as exc:
+            for _, out in batch:
+                if not out:
+                    out.append(exc)
+        finally:
+            waiting = self._next
+            if waiting is not None:
+                waiting.turn.set()  # still busy: the next batch's leader commits now
+            else:
                 self._busy = False
-                idle, self._idle = self._idle, anyio.Event()
-                idle.set()
 
     async def _commit_group(self, batches: list[RunWrites]
                             ) -> list[CommitResult | BaseException]:
@@ -104,6 +125,17 @@ class Committer:
             except Exception as exc:
                 results.append(_rejected(batch, exc))
         return results
+
+
+class _Batch:
+    """Callers queued behind the commit in flight: committed together next."""
+
+    __slots__ = ("done", "entries", "turn")
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[RunWrites, list[CommitResult | BaseException]]] = []
+        self.turn = anyio.Event()  # the commit in flight ended: its first caller leads
+        self.done = anyio.Event()  # its commit ended: every caller has its outcome
 
 
 def _rejected(batch: RunWrites, exc: Exception) -> WriteRejected:

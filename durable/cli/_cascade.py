@@ -119,11 +119,7 @@ def _cascade_runs(out: Output, tree: Tree, data: Mapping[str, Any],
     if data.get("truncated"):
         tree.add(Text(f"truncated: only the first {len(runs)} runs of the tree are shown",
                       style="bold yellow"))
-    by_run = {r.get("run_id"): r for r in runs}
-    edges: dict[Any, list[Mapping[str, Any]]] = {}
-    for edge in data.get("edges") or []:
-        if isinstance(edge, Mapping):
-            edges.setdefault(edge.get("parent_run_id"), []).append(edge)
+    by_run, edges = _fmt.cascade_links(data)
     shown: set[Any] = set()
     if runs:
         _run_node(out, tree, runs[0], by_run, edges, shown, now)

@@ -308,6 +308,21 @@ class RemoteControl:
                 raise
             return encode_payload(data["result"])
 
+    async def update_accepted(self, workflow_id: str, run_id: str | None, name: str,
+                              args: str, update_id: str, wait: float | None, *,
+                              sender: dict[str, Any] | None = None) -> str | None:
+        step = _MAX_WAIT if wait is None else max(0.001, min(_MAX_WAIT, wait))
+        _, data = await self._call(
+            "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
+            body={"input": json.loads(args), "request_id": update_id,
+                  "wait_for": "accepted", "wait_timeout_seconds": step,
+                  **({} if sender is None else {"requester": sender.get("requester"),
+                                                "source": sender.get("source")})},
+            read_timeout=step + self.timeout)
+        if data.get("update_status") != "completed":
+            return None
+        return encode_payload(data["result"])
+
     async def registered_types(self) -> set[str]:
         _, data = await self._call("GET", "/api/workflow-types")
         return {str(t) for t in data["workflow_types"]}

@@ -264,12 +264,12 @@ async def _storage(url: str, time_skipping: bool) -> AsyncIterator[_Storage]:
     """Storage for one exploration: SQLite as given (the default: a private
     in-memory database), PostgreSQL in a schema of its own, dropped after."""
     if time_skipping:
-        from . import TimeSkippingEnvironment
+        from .environment import TimeSkippingEnvironment
 
         async with TimeSkippingEnvironment(url) as env:
             yield _Storage(env.client, cast(Driver, env._counting), env.clock, True)
         return
-    from . import _own_storage  # the time-skipping environment's (a schema of its own)
+    from .environment import _own_storage  # a schema of its own, as the environment's
 
     url, schema = _own_storage(url)
     driver = driver_factory(url)(url)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ... import present as _fmt
 from .views import _RECEIPT_KEYS, _REQUEST_KEYS, filled, is_open
 
 STOP_STATES = {
@@ -51,11 +52,7 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
     delivery, cleanup outcome and deadline, activity stops, and its children
     (with the policy that reached them); runs no edge reaches are listed too."""
     runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
-    by_run = {r.get("run_id"): r for r in runs}
-    edges: dict[Any, list[Mapping[str, Any]]] = {}
-    for edge in data.get("edges") or []:
-        if isinstance(edge, Mapping):
-            edges.setdefault(edge.get("parent_run_id"), []).append(edge)
+    by_run, edges = _fmt.cascade_links(data)
     shown: set[Any] = set()
 
     def node(run: Mapping[str, Any], depth: int) -> dict[str, Any]:

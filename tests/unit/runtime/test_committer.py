@@ -170,3 +170,43 @@ async def test_a_failed_commit_raises_in_every_waiter_of_its_batch() -> None:
     # the committer is not left busy: the next submission commits
     after = await committer.submit("r2", 1, [timer("again")])
     assert after.committed and len(storage.calls) == 3
+
+
+async def test_a_queued_caller_waits_once_for_its_own_commit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Callers queued behind the commit in flight wait once each: the first
+    for its turn to lead their batch, the others for that batch's commit;
+    not once per commit that ends before theirs (issue 26: one wake-up per
+    group commit, not per caller)."""
+    from durable._runtime import committer as module
+
+    waits: list[str] = []
+
+    class CountingEvent:
+        def __init__(self) -> None:
+            self._event = anyio.Event()
+
+        def set(self) -> None:
+            self._event.set()
+
+        async def wait(self) -> None:
+            waits.append(anyio.get_current_task().name)
+            await self._event.wait()
+
+    monkeypatch.setattr(module, "anyio", type("anyio", (), {
+        "Event": CountingEvent, "CancelScope": anyio.CancelScope}))
+    storage = Storage()
+    storage.gate = anyio.Event()
+
+    async def commit(batches: list[RunWrites], now: float) -> list[CommitResult]:
+        await anyio.lowlevel.checkpoint()  # every commit suspends, as storage's do
+        return await storage.commit(batches, now)
+
+    committer = Committer(commit, VirtualClock(start=500.0))
+    async with anyio.create_task_group() as tg:
+        for name in ("leader", "b", "c", "d"):
+            tg.start_soon(committer.submit, "r1", 2, [timer(name)], name=name)
+            await anyio.wait_all_tasks_blocked()
+        storage.gate.set()
+    assert len(storage.calls) == 2  # the leader's, then b, c and d together
+    assert sorted(waits) == ["b", "c", "d"]  # b for its turn to lead, c and d for b's commit
