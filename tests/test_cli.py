@@ -748,7 +748,9 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
         wait_for(lambda: remote("list", "--json").exit_code == 0 or proc.poll() is not None,
                  "durable serve to answer")
         assert proc.poll() is None, log.read_text()
-        assert f"the web UI at http://127.0.0.1:{port}/ui" in log.read_text()
+        # the addresses are printed once the server is up; a request may be answered first
+        wait_for(lambda: f"the web UI at http://127.0.0.1:{port}/ui" in log.read_text(),
+                 "durable serve to print its addresses")
         # the second --worker serves the types the first does not
         as_json(remote("start", "ui-greet", "--id", "http-ui", "--input", '["bo"]', "--json"),
                 "start")

@@ -28,13 +28,13 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..present import wait_of
-from ..store.records import LISTED_STATUSES, HistoryEvent
+from ..store.records import LISTED_STATUSES, OPEN_STATUSES, REVIEW_STATUSES, HistoryEvent
 from . import avro
-from .wire import parse_payload
 
 if TYPE_CHECKING:
     from ..control import ControlPlane, Page
@@ -49,7 +49,7 @@ WIRE_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancel
                  "terminated")
 #: the reference's list filter: a bucket of statuses
 BUCKETS = ("running", "completed", "failed")
-OPEN_DURABLE = frozenset({"pending", "running", "needs_review", "unknown"})
+OPEN_DURABLE = frozenset(str(s) for s in (*OPEN_STATUSES, *REVIEW_STATUSES))
 
 _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed",
             "failed": "failed", "cancelled": "cancelled", "terminated": "terminated",
@@ -57,7 +57,7 @@ _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed"
             "unknown": "running"}
 #: the durable statuses in each bucket (what the list filter selects)
 BUCKET_MEMBERS: dict[str, tuple[str, ...]] = {
-    "running": ("pending", "running"),
+    "running": tuple(str(s) for s in OPEN_STATUSES),
     "completed": ("completed", "continued"),
     "failed": ("failed", "cancelled", "timed_out", "terminated"),
 }
@@ -223,6 +223,19 @@ def describe_from_wire(body: dict[str, Any]) -> dict[str, Any]:
     out["closed_reason"] = body.get("durable_closed_reason", body.get("closed_reason"))
     out["memo"] = body.get("durable_memo")
     return out
+
+
+def parse_payload(text: str | None, what: str) -> Any:
+    """A stored payload as a JSON value (the wire carries values, not text)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"{what} is not JSON text; the HTTP control plane carries JSON payloads, so "
+            "clients and workers must use a JSON payload converter"
+        ) from exc
 
 
 async def read_run_description(control: ControlPlane, workflow_id: str,

@@ -24,6 +24,7 @@ from ..errors import NameNotRegistered, PayloadRejected, WorkflowNotFound
 from ..options import IdReusePolicy, StartOptions
 from ..store.records import HistoryEvent, StartRequest
 from . import avro, model
+from .model import parse_payload
 from .routes import (
     ERROR_SCHEMA,
     RUN_ID,
@@ -39,7 +40,7 @@ from .routes import (
     seconds,
     text,
 )
-from .wire import encode_payload, parse_payload, record_to_wire
+from .wire import encode_payload, record_to_wire
 
 PAYLOAD = {"type": ["object", "array", "null"],
            "description": "An Avro envelope {codec: 'avro', blob} holding the list of "
