@@ -468,10 +468,14 @@ def _talk_to_a_gate(run: Callable[..., Result], workflow_id: str) -> None:
     assert refused.exit_code == 4 and "limit must be at least 0" in one_error_line(refused)
     bad = run("signal", workflow_id, "open", "--args", "ann")
     assert bad.exit_code == 2 and "--args" in bad.stderr
-    sent = as_json(run("signal", workflow_id, "open", "--args", '["ann"]', "--json"), "signal")
+    sent = as_json(run("signal", workflow_id, "open", "--args", '["ann"]', "--request-id",
+                       "open-ann", "--json"), "signal")
     assert sent["recorded"] is True
     assert json.loads(run("result", workflow_id, "--wait", "--json").stdout)["result"] == {
         "opened_by": "ann", "limit": 9}
+    # a retry with the same request id: recorded once, even now that the run has closed
+    again = run("signal", workflow_id, "open", "--args", '["ann"]', "--request-id", "open-ann")
+    assert again.exit_code == 0 and "was already recorded" in again.stdout
     late = run("signal", workflow_id, "open", "--args", '["bob"]')
     assert late.exit_code == 4 and "durable describe" in one_error_line(late)
 

@@ -379,23 +379,26 @@ args_option = click.option(
 @workflow_id_argument
 @click.argument("name")
 @args_option
+@click.option("--request-id", metavar="ID",
+              help="Idempotency key: the same id again is recorded once (safe to retry).")
 @run_option
 @json_option
 @pass_session
 def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
-           run_id: str | None) -> None:
+           request_id: str | None, run_id: str | None) -> None:
     """Send the workflow's signal NAME; returns once it is recorded.
 
     The workflow's handler gets it in the order signals were sent, exactly
-    once. A closed run refuses it (exit 4).
+    once. A closed run refuses it (exit 4). With --request-id, sending again
+    (a retry after a lost answer) records nothing new: `recorded` is false.
     """
     args = parse_args_json(args_json, "--args", "handler's")
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        await client.get_handle(workflow_id, run_id=run_id).signal(
-            name, *args, requester=_requester(), source="cli")
+        recorded = await client.get_handle(workflow_id, run_id=run_id).signal(
+            name, *args, requester=_requester(), source="cli", request_id=request_id)
         return {"workflow_id": workflow_id, "run_id": run_id, "signal": name,
-                "recorded": True}
+                "recorded": recorded}
 
     session.out.emit(session.run(body), _views.signalled)
 

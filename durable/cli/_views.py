@@ -505,8 +505,9 @@ def reviewed(out: Output, data: Mapping[str, Any]) -> None:
 
 
 def signalled(out: Output, data: Mapping[str, Any]) -> None:
+    what = " recorded for " if data.get("recorded", True) else " was already recorded for "
     out.console.print(Text.assemble(
-        "Signal ", (str(data.get("signal")), "bold"), " recorded for ",
+        "Signal ", (str(data.get("signal")), "bold"), what,
         (str(data.get("workflow_id")), "bold")), soft_wrap=True)
 
 
