@@ -28,6 +28,13 @@
     change the server's configuration, so the harness samples instead.  See
     ``BackendSampler``.
 
+    Counted, not timed (issue 26), so that a loaded machine does not blur
+    them: the wake-ups each worker process heard from other processes
+    (``remote`` ones published by its driver's ``watch()``, by kind) and the
+    claim passes its worker began (runs + activity attempts), asked of each
+    process on stdin (``stats``) once every run is closed; reported per step,
+    summed over the processes.
+
 (b) ``failover``: a worker process (the victim) owns ``--runs`` (40) running
     workflows: half wait on a remote activity that the victim runs and that
     never finishes there, half on a durable timer due 0.3 s after the planned
@@ -160,9 +167,28 @@ async def _serve(args: argparse.Namespace) -> None:
             await anyio.to_thread.run_sync(sys.stdin.readline)
         worker = durable.Worker(client, workflows=WORKFLOWS, activities=ACTIVITIES,
                                 lease_seconds=args.lease, identity=args.name)
+        # counted, not timed (issue 26): wake-ups heard from other processes, and
+        # claim passes begun (runs and activity attempts)
+        heard = Counter[str]()
+
+        def on_wake(wake: Any) -> None:
+            if wake.remote:
+                heard[str(wake.key[0])] += 1
+
+        client.driver.hub.subscribe(on_wake)
         async with worker:
             print("ready", flush=True)
-            await anyio.sleep_forever()
+            while True:  # answers "stats" on stdin until the parent kills it
+                line = await anyio.to_thread.run_sync(sys.stdin.readline,
+                                                      abandon_on_cancel=True)
+                if not line:
+                    await anyio.sleep_forever()
+                if line.strip() == "stats":
+                    listener = getattr(client.driver, "_listener", None)
+                    print("stats " + json.dumps({
+                        "heard": dict(heard),
+                        "claim_passes": worker.runs.begun + worker.remote.claims.begun,
+                        "listen_statements": getattr(listener, "listens", None)}), flush=True)
 
 
 @dataclass
@@ -191,6 +217,25 @@ class Proc:
         stdin: IO[str] | None = self.popen.stdin
         assert stdin is not None
         stdin.write("go\n")
+        stdin.flush()
+
+    async def stats(self) -> dict[str, Any]:
+        """The worker's counters (see `_serve`)."""
+        self.go_line("stats")
+        said, rest = "", ""
+        with anyio.fail_after(30):
+            while said != "stats":  # "ready" may come first (nobody waited for it)
+                line = await anyio.to_thread.run_sync(self._line, abandon_on_cancel=True)
+                if not line:
+                    raise RuntimeError(f"worker {self.name} ended before its stats")
+                said, _, rest = line.partition(" ")
+        found: dict[str, Any] = json.loads(rest)
+        return found
+
+    def go_line(self, text: str) -> None:
+        stdin: IO[str] | None = self.popen.stdin
+        assert stdin is not None
+        stdin.write(text + "\n")
         stdin.flush()
 
     def cpu_seconds(self) -> float:
@@ -495,6 +540,7 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
                 tg.cancel_scope.cancel()
             busy1, total1 = cpu_busy()
             cpu = [round(p.cpu_seconds() - c, 2) for p, c in zip(procs, cpu0, strict=True)]
+            counters = [await p.stats() for p in procs]
             if sampler is not None:
                 backends = sampler.finish()
             elif db == "postgres":
@@ -532,6 +578,12 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
         "workers_without_closed_runs": sorted(k for k, v in closed_by.items() if v == 0),
         "activity_attempts_by": dict(sorted(attempts.items())),
         "worker_cpu_s": cpu,
+        "counters": counters,
+        # remote wake-ups heard, summed over the processes (load-independent)
+        "wakeups_heard_per_step": round(
+            sum(sum(c["heard"].values()) for c in counters) / total_steps, 3),
+        "claim_passes_per_step": round(
+            sum(c["claim_passes"] for c in counters) / total_steps, 3),
         "worker_cpu_s_per_1000_steps": round(ours_cpu * 1000 / total_steps, 3),
         "machine_cpu_busy": round((busy1 - busy0) / max(1.0, total1 - total0), 3),
     }
@@ -708,7 +760,8 @@ def summarise_throughput(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"db": db, "workers": workers, "rounds": len(rs)}
         for name in ("steps_per_s", "cpu_s_per_1000_steps", "worker_cpu_s_per_1000_steps",
                      "backend_cpu_s_per_1000_steps", "lock_waits_per_step",
-                     "lock_wait_ms_per_step", "machine_cpu_busy"):
+                     "lock_wait_ms_per_step", "machine_cpu_busy",
+                     "wakeups_heard_per_step", "claim_passes_per_step"):
             row[name] = _median_range([r[name] for r in rs if name in r])
         row["rounds_where_a_worker_closed_no_run"] = sum(
             1 for r in rs if r["workers_without_closed_runs"])
@@ -780,9 +833,10 @@ def markdown_throughput(report: dict[str, Any]) -> str:
              f"{report['load_average_before']} before, {report['load_average_after']} after; "
              "median [min-max] over rounds.", "",
              "| storage | processes | steps/s | CPU s / 1,000 steps (ours + PG backends) "
-             "| ours | PG backends | vs 1 process | lock waits / step | lock wait ms / step "
+             "| ours | PG backends | vs 1 process | wake-ups heard / step "
+             "| claim passes / step | lock waits / step | lock wait ms / step "
              "| runs closed per process (each round) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in report.get("throughput_summary", []):
         closed = "; ".join(" / ".join(str(v) for v in by.values())
                            for by in row["runs_closed_by"])
@@ -791,7 +845,10 @@ def markdown_throughput(report: dict[str, Any]) -> str:
             f"{_mr(row['cpu_s_per_1000_steps'], '.2f')} | "
             f"{_mr(row['worker_cpu_s_per_1000_steps'], '.2f')} | "
             f"{_mr(row['backend_cpu_s_per_1000_steps'], '.2f')} | "
-            f"{row.get('cpu_vs_1_process', '-')} | {_mr(row['lock_waits_per_step'], '.3f')} | "
+            f"{row.get('cpu_vs_1_process', '-')} | "
+            f"{_mr(row.get('wakeups_heard_per_step'), '.2f')} | "
+            f"{_mr(row.get('claim_passes_per_step'), '.3f')} | "
+            f"{_mr(row['lock_waits_per_step'], '.3f')} | "
             f"{_mr(row['lock_wait_ms_per_step'], '.2f')} | {closed} |")
     return "\n".join(lines) + "\n"
 

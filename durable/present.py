@@ -20,7 +20,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-OPEN_STATUSES = frozenset({"pending", "running"})
+from .store import records as _records
+
+#: the statuses of an open run (the store's list, not typed again here)
+OPEN_STATUSES = frozenset(str(s) for s in _records.OPEN_STATUSES)
 
 
 def utcnow() -> datetime:

@@ -139,7 +139,7 @@ def describe(url: str, workflow_id: str, *extra: str) -> dict[str, Any]:
 
 def event_types(url: str, workflow_id: str) -> list[str]:
     data = as_json(ok(url, "history", workflow_id, "--json"), "history")
-    return [e["type"] for e in data["events"]]
+    return [e["event_type"] for e in data["events"]]
 
 
 def start(url: str, workflow_type: str, workflow_id: str, *args: Any, extra: tuple[str, ...] = ()
@@ -158,7 +158,7 @@ def activity_running(url: str, workflow_id: str) -> Callable[[], bool]:
         if result.exit_code == 3:
             return False
         assert result.exit_code == 0, result.stderr
-        return "ActivityStarted" in [e["type"] for e in json.loads(result.stdout)["events"]]
+        return "ActivityStarted" in [e["event_type"] for e in json.loads(result.stdout)["events"]]
 
     return check
 
@@ -298,20 +298,24 @@ def test_result_follows_continue_as_new_and_runs_can_be_named(url: str) -> None:
 # ---------------------------------------------------------------- reading
 
 
-def test_list_filters_by_status_and_type_and_reports_truncation(url: str) -> None:
+def test_list_filters_by_status_and_type_and_pages_as_the_wire(url: str) -> None:
     start(url, "cli-greet", "list-a", "a")
     start(url, "cli-greet", "list-b", "b")
     ok(url, "result", "list-a", "--wait")
     ok(url, "result", "list-b", "--wait")
     data = as_json(ok(url, "list", "--type", "cli-greet", "--status", "completed", "--json"),
                    "list")
-    ids = [r["workflow_id"] for r in data["runs"]]
+    ids = [r["workflow_id"] for r in data["workflows"]]
     assert {"list-a", "list-b"} <= set(ids)
-    assert {r["status"] for r in data["runs"]} == {"completed"}
-    assert {r["workflow_type"] for r in data["runs"]} == {"cli-greet"}
-    assert data["count"] == len(ids) and data["truncated"] is False
+    assert {r["status"] for r in data["workflows"]} == {"completed"}
+    assert {r["workflow_type"] for r in data["workflows"]} == {"cli-greet"}
+    assert data["workflow_count"] == len(ids) and data["next_page_token"] is None
     one = as_json(ok(url, "list", "--type", "cli-greet", "--limit", "1", "--json"), "list")
-    assert one["count"] == 1 and one["truncated"] is True
+    assert one["workflow_count"] == 1 and one["next_page_token"]
+    # the same page as the wire's: the token reads the next one
+    two = as_json(ok(url, "list", "--type", "cli-greet", "--limit", "1", "--next-page-token",
+                     one["next_page_token"], "--json"), "list")
+    assert [r["workflow_id"] for r in one["workflows"] + two["workflows"]] == ids[:2]
     human = ok(url, "list", "--type", "cli-greet").stdout
     assert human.splitlines()[0].split()[:3] == ["WORKFLOW", "ID", "TYPE"]
     assert "[completed]" in human and "list-a" in human
@@ -348,8 +352,9 @@ def test_history_lists_events_in_order(url: str) -> None:
     started = start(url, "cli-greet", "hist-1", "h")
     ok(url, "result", "hist-1", "--wait")
     data = as_json(ok(url, "history", "hist-1", "--json"), "history")
-    assert data["run_id"] == started["run_id"] and data["workflow_type"] == "cli-greet"
-    types = [e["type"] for e in data["events"]]
+    assert data["run_id"] == started["run_id"] and data["workflow_id"] == "hist-1"
+    assert data["next_page_token"] is None
+    types = [e["event_type"] for e in data["events"]]
     assert types[0] == "WorkflowStarted" and types[-1] == "WorkflowCompleted"
     assert [e["sequence"] for e in data["events"]] == list(range(1, len(types) + 1))
     human = ok(url, "history", "hist-1").stdout
@@ -363,8 +368,8 @@ def test_history_follow_streams_events_until_the_run_closes(url: str) -> None:
     events = [json.loads(line) for line in result.stdout.splitlines()]
     for event in events:
         assert not validate(event, SCHEMAS["history_event"])
-    assert events[0]["type"] == "WorkflowStarted"
-    assert events[-1]["type"] == "WorkflowCompleted"
+    assert events[0]["event_type"] == "WorkflowStarted"
+    assert events[-1]["event_type"] == "WorkflowCompleted"
     assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
     human = ok(url, "history", "follow-1", "--follow")
     assert "WorkflowCompleted" in human.stdout
@@ -463,10 +468,14 @@ def _talk_to_a_gate(run: Callable[..., Result], workflow_id: str) -> None:
     assert refused.exit_code == 4 and "limit must be at least 0" in one_error_line(refused)
     bad = run("signal", workflow_id, "open", "--args", "ann")
     assert bad.exit_code == 2 and "--args" in bad.stderr
-    sent = as_json(run("signal", workflow_id, "open", "--args", '["ann"]', "--json"), "signal")
+    sent = as_json(run("signal", workflow_id, "open", "--args", '["ann"]', "--request-id",
+                       "open-ann", "--json"), "signal")
     assert sent["recorded"] is True
     assert json.loads(run("result", workflow_id, "--wait", "--json").stdout)["result"] == {
         "opened_by": "ann", "limit": 9}
+    # a retry with the same request id: recorded once, even now that the run has closed
+    again = run("signal", workflow_id, "open", "--args", '["ann"]', "--request-id", "open-ann")
+    assert again.exit_code == 0 and "was already recorded" in again.stdout
     late = run("signal", workflow_id, "open", "--args", '["bob"]')
     assert late.exit_code == 4 and "durable describe" in one_error_line(late)
 
@@ -479,14 +488,14 @@ def test_signal_query_and_update_a_running_workflow(url: str) -> None:
 
 def test_units_whose_effect_is_unknown_are_shown_and_cleared_after_review(url: str) -> None:
     start(url, "cli-units", "units-1", ["a", "stuck", "b"])
-    wait_for(lambda: describe(url, "units-1")["status"] == "unknown",
+    wait_for(lambda: describe(url, "units-1")["durable_status"] == "unknown",
              "the run to wait for review")
     info = describe(url, "units-1")
     assert "stuck" in info["reason"] and "could not be confirmed" in info["reason"]
     human = ok(url, "describe", "units-1").stdout
     assert "unknown" in human and "retry-after-review" in human and "stuck" in human
     listed = as_json(ok(url, "list", "--status", "unknown", "--json"), "list")
-    assert "units-1" in [r["workflow_id"] for r in listed["runs"]]
+    assert "units-1" in [r["workflow_id"] for r in listed["workflows"]]
     undecided = invoke(url, "retry-after-review", "units-1")
     assert undecided.exit_code == 1 and "units='rerun'" in one_error_line(undecided)
     cleared = as_json(ok(url, "retry-after-review", "units-1", "--units", "confirm", "--json"),
@@ -606,7 +615,9 @@ def test_repair_pass_enforces_a_deadline_no_worker_is_left_to_enforce(
     counts = as_json(ok(db, "repair-pass", "--json"), "repair-pass")
     assert counts["total"] >= 1 and sum(counts["repaired"].values()) == counts["total"]
     info = describe(db, "late-1")
-    assert info["status"] == "timed_out" and info["closed_reason"] == "run_timeout"
+    # the wire's words (a timed-out run is failed, closed timed_out), ours beside them
+    assert info["status"] == "failed" and info["closed_reason"] == "timed_out"
+    assert info["durable_status"] == "timed_out" and info["timeout_kind"] == "run_timeout"
     assert "Repair pass: nothing was due." in ok(db, "repair-pass").stdout
 
 
@@ -694,7 +705,7 @@ def test_commands_work_the_same_on_postgresql() -> None:
         answer = as_json(ok(pg, "result", "pg-1", "--wait", "--json"), "result")
         assert answer["result"] == "hello, pat" and answer["run_id"] == started["run_id"]
         listed = as_json(ok(pg, "list", "--json"), "list")
-        assert [r["workflow_id"] for r in listed["runs"]] == ["pg-1"]
+        assert [r["workflow_id"] for r in listed["workflows"]] == ["pg-1"]
         assert describe(pg, "pg-1")["run"]["run_timeout_seconds"] == 300.0
         start(pg, "cli-guarded", "pg-2", "k")
         wait_for(activity_running(pg, "pg-2"), "the activity to start")
@@ -741,7 +752,9 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
         wait_for(lambda: remote("list", "--json").exit_code == 0 or proc.poll() is not None,
                  "durable serve to answer")
         assert proc.poll() is None, log.read_text()
-        assert f"the web UI at http://127.0.0.1:{port}/ui" in log.read_text()
+        # the addresses are printed once the server is up; a request may be answered first
+        wait_for(lambda: f"the web UI at http://127.0.0.1:{port}/ui" in log.read_text(),
+                 "durable serve to print its addresses")
         # the second --worker serves the types the first does not
         as_json(remote("start", "ui-greet", "--id", "http-ui", "--input", '["bo"]', "--json"),
                 "start")
@@ -751,16 +764,17 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
                                  "--json"), "start")
         answer = as_json(remote("result", "http-1", "--wait", "--json"), "result")
         assert answer["result"] == "hello, ann" and answer["run_id"] == started["run_id"]
-        assert [r["workflow_id"] for r in as_json(remote("list", "--json"), "list")["runs"]] == [
-            "http-1", "http-ui"]
+        listed = as_json(remote("list", "--json"), "list")["workflows"]
+        assert [r["workflow_id"] for r in listed] == ["http-1", "http-ui"]
         info = as_json(remote("describe", "http-1", "--json"), "describe")
         assert info["status"] == "completed"
-        types = [e["type"] for e in as_json(remote("history", "http-1", "--json"),
+        types = [e["event_type"] for e in as_json(remote("history", "http-1", "--json"),
                                             "history")["events"]]
         assert types[0] == "WorkflowStarted" and types[-1] == "WorkflowCompleted"
         remote("start", "cli-guarded", "--id", "http-2", "--input", '["k"]')
         wait_for(lambda: "ActivityStarted" in [
-            e["type"] for e in json.loads(remote("history", "http-2", "--json").stdout)["events"]],
+            e["event_type"]
+            for e in json.loads(remote("history", "http-2", "--json").stdout)["events"]],
             "the activity to start")
         assert remote("request-cancellation", "http-2", "--reason", "stop").exit_code == 0
         assert remote("result", "http-2", "--wait").exit_code == 1
@@ -864,7 +878,7 @@ def test_installed_script_runs_as_a_subprocess(url: str) -> None:
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     assert not validate(data, SCHEMAS["list"])
-    assert "script-1" in [r["workflow_id"] for r in data["runs"]]
+    assert "script-1" in [r["workflow_id"] for r in data["workflows"]]
     missing = subprocess.run([str(SCRIPT), "describe", "nope"], capture_output=True, text=True,
                              env=env, timeout=60, check=False)
     assert missing.returncode == 3
@@ -926,9 +940,11 @@ def test_the_shape_validator_reports_what_is_wrong() -> None:
     assert validate({"total": True, "more": 1}, SCHEMAS["repair-pass"]) == [
         "$: missing key 'repaired'", "$.total: expected integer, got bool True",
         "$: unexpected key 'more'"]
+    # a history event is the wire's (durable.http.model.EVENT_SCHEMA)
     event = {"sequence": 1, "type": "T", "recorded_at": "2026-04-12T12:00:00", "data": {}}
     assert validate(event, SCHEMAS["history_event"]) == [
-        "$.recorded_at: '2026-04-12T12:00:00' has no UTC offset"]
+        "$: missing key 'event_type'", "$: missing key 'timestamp'",
+        "$: missing key 'payload'"]
 
 
 def test_the_json_examples_in_docs_cli_md_have_the_documented_shapes() -> None:

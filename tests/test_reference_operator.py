@@ -235,3 +235,25 @@ async def test_versioned_answers_echo_the_control_plane_version(live: Live) -> N
         assert missing.headers["X-Durable-Workflow-Control-Plane-Version"] == "2"
         health = await http.get("/api/health")  # not versioned: nothing to echo
         assert "X-Durable-Workflow-Control-Plane-Version" not in health.headers
+
+
+async def test_an_admin_limited_to_namespaces_changes_only_those(
+        storage_client: Any) -> None:
+    from durable.http import create_app
+
+    app = create_app(storage_client, {"all": "admin", "billing-only": "admin@billing"},
+                     environ={})
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        limited = headers("billing-only", "billing")
+        created = await http.post("/api/namespaces", json={"name": "billing"}, headers=limited)
+        assert created.status_code == 201
+        for method, path, body in (("POST", "/api/namespaces", {"name": "shipping"}),
+                                   ("PUT", "/api/namespaces/default", {"retention_days": 1}),
+                                   ("GET", "/api/namespaces/default", None)):
+            response = await http.request(method, path, json=body, headers=limited)
+            assert response.status_code == 403, (method, path)
+        listed = (await http.get("/api/namespaces", headers=limited)).json()["namespaces"]
+        assert [n["name"] for n in listed] == ["billing"]
+        everything = (await http.get("/api/namespaces", headers=headers("all"))).json()
+        assert [n["name"] for n in everything["namespaces"]] == ["billing", "default"]

@@ -86,8 +86,11 @@ class Listener:
         """End the current `next_batch` wait now (thread-safe): the wanted
         channels changed."""
         loop, queue = self._loop, self._queue
-        if loop is not None and queue is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(queue.put_nowait, _POKE)
+        if loop is not None and queue is not None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, _POKE)
+            except RuntimeError:  # its loop closed (the driver closes): nothing to poke
+                pass
 
     async def _connect(self, wanted: Collection[str]) -> None:
         self._queue = asyncio.Queue()

@@ -98,9 +98,21 @@ class ClaimLoop(Generic[T]):
         #: claim passes begun and finished (a pass: claim, then start what it got)
         self.begun = 0
         self.passes = 0
+        #: items claimed so far (a test environment learns whether a pass found work)
+        self.claimed = 0
+        #: whether `run()` ended (no pass will come until it runs again)
+        self.ended = False
         self._passed = anyio.Event()
 
     async def run(self) -> None:
+        self.ended = False
+        try:
+            await self._loop()
+        finally:
+            self.ended = True
+            self._passed.set()  # no pass will come: release whoever waits for one
+
+    async def _loop(self) -> None:
         woken: str | None = None
         while True:
             self.begun += 1
@@ -108,6 +120,7 @@ class ClaimLoop(Generic[T]):
             claimed: Claimed[T] = Claimed()
             if room > 0:
                 claimed = await self._claim(min(room, CLAIM_BATCH))
+                self.claimed += len(claimed)
                 for item in claimed:
                     self._start(item)
             self._pass_done()
@@ -134,8 +147,9 @@ class ClaimLoop(Generic[T]):
     async def claim_now(self) -> None:
         """Claim now, and return once a claim pass begun after this call has
         finished: whatever was claimable then has been claimed and started.
-        (For tests: shows that nothing was claimed, without sleeping.)"""
+        (For tests: shows that nothing was claimed, without sleeping.) Returns
+        at once when the loop ended (a loop not started yet is waited for)."""
         target = self.begun + 1  # a pass under way may have read before this call
         self.trigger.set()
-        while self.passes < target:
+        while self.passes < target and not self.ended:
             await self._passed.wait()

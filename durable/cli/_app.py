@@ -171,10 +171,12 @@ class Output:
     def glyph(self, fancy: str, ascii_: str) -> str:
         return fancy if self.unicode else ascii_
 
-    def emit(self, data: Any, human: Callable[[Output, Any], None]) -> None:
-        """JSON when --json was given, else the human view of `data`."""
+    def emit(self, data: Any, human: Callable[[Output, Any], None], *,
+             wire: Any = None) -> None:
+        """JSON when --json was given (`wire`, the wire model's shape of it, when
+        given, else `data`), else the human view of `data`."""
         if self.json:
-            self.print_json(data)
+            self.print_json(data if wire is None else wire)
         else:
             human(self, data)
 

@@ -10,7 +10,9 @@ that calls the public client API and returns a JSON-able dict, and hand it to
 ``session.run``; print it with ``session.out.emit(data, view)``. Connecting,
 --json, NO_COLOR and exit codes are handled around it (`_app`). The JSON shape
 of a new read command goes in `schemas.py` and docs/cli.md; the command
-joins the group in `_group`.
+joins the group in `_group`. A run, a page of runs and a history event print
+as the HTTP wire carries them (`durable.http.model`), so a script reads the
+same JSON from ``durable --json`` and from ``/api``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import click
 import durable
 
 from .. import present as _fmt
+from ..http import model
 from . import _views
 from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Session, json_option
 from ._params import (
@@ -122,7 +125,7 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--run-timeout") from exc
 
-    async def body(client: durable.Client) -> dict[str, Any]:
+    async def body(client: durable.Client) -> tuple[dict[str, Any], dict[str, Any] | None]:
         try:
             handle = await client.start(workflow_type, *args, id=workflow_id, options=options,
                                         task_queue=task_queue)
@@ -132,9 +135,13 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
                 f"type {workflow_type!r}",
                 fix="start a worker that registers it with `durable worker MODULE:ATTR`, or "
                     "check the name and --namespace") from exc
-        return _run_shape(await handle.describe())
+        info = await handle.describe()
+        wire = await model.read_run_description(client.control, workflow_id,
+                                                (info.get("run") or {}).get("run_id"))
+        return _run_shape(info), wire
 
-    session.out.emit(session.run(body), _views.started)
+    human, wire = session.run(body)
+    session.out.emit(human, _views.started, wire=wire)
 
 
 # ---------------------------------------------------------------- list
@@ -144,19 +151,24 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
 @click.option("--status", metavar="S", shell_complete=complete_status,
               help="Only runs with this status (running, completed, failed, timed_out, ...).")
 @click.option("--type", "workflow_type", metavar="T", help="Only workflows of this type.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True,
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True,
               help="At most this many runs, newest first.")
+@click.option("--next-page-token", "token", metavar="TOKEN",
+              help="The next page: the next_page_token of the previous page (--json).")
 @json_option
 @pass_session
-def list_(session: Session, status: str | None, workflow_type: str | None, limit: int) -> None:
-    """List workflow runs, newest first."""
+def list_(session: Session, status: str | None, workflow_type: str | None, limit: int,
+          token: str | None) -> None:
+    """List workflow runs, newest first.
+
+    With --json: the wire's page, ``{workflows, workflow_count,
+    next_page_token}``; pass --next-page-token for the page after.
+    """
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        runs = await client.list(status=status, workflow_type=workflow_type, limit=limit + 1)
-        keys = ("workflow_id", "run_id", "workflow_type", "status", "run_number",
-                "task_queue", "created_at", "started_at", "closed_at", "closed_reason", "waiting")
-        shaped = [{k: _fmt.jsonable(r.get(k)) for k in keys} for r in runs[:limit]]
-        return {"runs": shaped, "count": len(shaped), "truncated": len(runs) > limit}
+        page = await client.list_page(status=status, workflow_type=workflow_type,
+                                      limit=limit, cursor=token)
+        return model.list_to_wire(page)
 
     session.out.emit(session.run(body), _views.run_list)
 
@@ -172,11 +184,16 @@ def list_(session: Session, status: str | None, workflow_type: str | None, limit
 def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
     """Show a run: status, timeouts and deadlines, pending operations, failures, cancellation."""
 
-    async def body(client: durable.Client) -> dict[str, Any]:
+    async def body(client: durable.Client) -> tuple[dict[str, Any], dict[str, Any] | None]:
         info = await client.get_handle(workflow_id, run_id=run_id).describe()
-        return dict(_fmt.jsonable(info))
+        wire = None
+        if session.out.json:
+            wire = await model.read_run_description(client.control, workflow_id,
+                                                    (info.get("run") or {}).get("run_id"))
+        return dict(_fmt.jsonable(info)), wire
 
-    session.out.emit(session.run(body), _views.describe)
+    human, wire = session.run(body)
+    session.out.emit(human, _views.describe, wire=wire)
 
 
 # ---------------------------------------------------------------- history
@@ -192,25 +209,27 @@ def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
 def history(session: Session, workflow_id: str, run_id: str | None, follow: bool) -> None:
     """Print a run's history events.
 
-    With --json: one object with every event; with --follow --json: one
-    event per line (JSON Lines) as they are recorded.
+    With --json: the wire's history page with every event (``{workflow_id,
+    run_id, events, next_page_token: null, last_sequence}``); with --follow
+    --json: one wire event per line (JSON Lines) as they are recorded.
     """
     out = session.out
 
-    async def body(client: durable.Client) -> dict[str, Any] | None:
+    async def body(client: durable.Client) -> tuple[dict[str, Any], dict[str, Any]] | None:
         info = await client.get_handle(workflow_id, run_id=run_id).describe()
         pinned = (info.get("run") or {}).get("run_id")
         handle = client.get_handle(workflow_id, run_id=pinned)
-        events = [_event(e) for e in await handle.history()]
+        recorded = await handle.history()
+        events = [_event(e) for e in recorded]
         data = {"workflow_id": info.get("workflow_id"), "run_id": pinned,
                 "namespace": info.get("namespace"), "workflow_type": info.get("workflow_type"),
                 "events": events}
         if not follow:
-            return data
+            return data, model.history_to_wire(workflow_id, str(pinned), recorded, more=False)
         started = _fmt.instant(events[0]["recorded_at"]) if events else None
         if out.json:
-            for event in events:
-                out.print_json(event, lines=True)
+            for event in recorded:
+                out.print_json(model.event_to_wire(event), lines=True)
         else:
             _views.history(out, data)
         last = events[-1]["sequence"] if events else 0
@@ -220,14 +239,15 @@ def history(session: Session, workflow_id: str, run_id: str | None, follow: bool
             still_open = status in _fmt.OPEN_STATUSES
             if still_open:
                 await anyio.sleep(delay)
-            new = [_event(e) for e in await handle.history() if e.sequence > last]
+            fresh = [e for e in await handle.history() if e.sequence > last]
+            new = [_event(e) for e in fresh]
             if new:
                 delay = 0.05
                 last = new[-1]["sequence"]
                 started = started or _fmt.instant(new[0]["recorded_at"])
                 if out.json:
-                    for event in new:
-                        out.print_json(event, lines=True)
+                    for event in fresh:
+                        out.print_json(model.event_to_wire(event), lines=True)
                 else:
                     out.console.print(_views.history_table(new, started, header=False))
             else:
@@ -240,9 +260,9 @@ def history(session: Session, workflow_id: str, run_id: str | None, follow: bool
             out.note(f"run {pinned} is {status}; no more events to follow")
         return None
 
-    data = session.run(body)
-    if data is not None:
-        out.emit(data, _views.history)
+    shown = session.run(body)
+    if shown is not None:
+        out.emit(shown[0], _views.history, wire=shown[1])
 
 
 # ---------------------------------------------------------------- result
@@ -359,23 +379,26 @@ args_option = click.option(
 @workflow_id_argument
 @click.argument("name")
 @args_option
+@click.option("--request-id", metavar="ID",
+              help="Idempotency key: the same id again is recorded once (safe to retry).")
 @run_option
 @json_option
 @pass_session
 def signal(session: Session, workflow_id: str, name: str, args_json: str | None,
-           run_id: str | None) -> None:
+           request_id: str | None, run_id: str | None) -> None:
     """Send the workflow's signal NAME; returns once it is recorded.
 
     The workflow's handler gets it in the order signals were sent, exactly
-    once. A closed run refuses it (exit 4).
+    once. A closed run refuses it (exit 4). With --request-id, sending again
+    (a retry after a lost answer) records nothing new: `recorded` is false.
     """
     args = parse_args_json(args_json, "--args", "handler's")
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        await client.get_handle(workflow_id, run_id=run_id).signal(
-            name, *args, requester=_requester(), source="cli")
+        recorded = await client.get_handle(workflow_id, run_id=run_id).signal(
+            name, *args, requester=_requester(), source="cli", request_id=request_id)
         return {"workflow_id": workflow_id, "run_id": run_id, "signal": name,
-                "recorded": True}
+                "recorded": recorded}
 
     session.out.emit(session.run(body), _views.signalled)
 

@@ -145,7 +145,10 @@ def started(out: Output, data: Mapping[str, Any]) -> None:
 
 
 def run_list(out: Output, data: Mapping[str, Any]) -> None:
-    runs = data.get("runs") or []
+    """A page of the wire (`durable.http.model.list_to_wire`) as a table; the
+    status shown is ours (``durable_status``: timed_out, needs_review, ...)."""
+    runs = [{**run, "status": run.get("durable_status", run.get("status"))}
+            for run in data.get("workflows") or []]
     if not runs:
         out.console.print(Text("No workflow runs match.", style="dim"))
         return
@@ -176,8 +179,9 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
             when(started_at, now), took,
         )
     out.console.print(table)
-    if data.get("truncated"):
-        out.console.print(Text(f"(first {len(runs)} shown: raise --limit for more)",
+    if data.get("next_page_token"):
+        out.console.print(Text(f"(first {len(runs)} shown: raise --limit, or pass "
+                               f"--next-page-token {data['next_page_token']} for the next page)",
                                style="dim"))
 
 
@@ -501,8 +505,9 @@ def reviewed(out: Output, data: Mapping[str, Any]) -> None:
 
 
 def signalled(out: Output, data: Mapping[str, Any]) -> None:
+    what = " recorded for " if data.get("recorded", True) else " was already recorded for "
     out.console.print(Text.assemble(
-        "Signal ", (str(data.get("signal")), "bold"), " recorded for ",
+        "Signal ", (str(data.get("signal")), "bold"), what,
         (str(data.get("workflow_id")), "bold")), soft_wrap=True)
 
 

@@ -23,6 +23,7 @@ from rich.text import Text
 import durable
 
 from .. import present as _fmt
+from ..http import model
 from ._app import Output, Session, json_option
 from ._params import run_option, workflow_id_argument
 from ._views import (
@@ -54,16 +55,22 @@ def watch(session: Session, workflow_id: str, run_id: str | None, once: bool,
 
     Status, current phase, current activity with its heartbeat progress (a
     bar when the details carry {"done": n, "total": m}) and deadlines
-    counting down. With --json: describe() objects, one per line, each time
-    the run changes.
+    counting down. With --json: the wire's run description (as describe
+    --json), one per line, each time the run changes.
     """
     out = session.out
 
     async def body(client: durable.Client) -> None:
         handle = client.get_handle(workflow_id, run_id=run_id)
         info = await handle.describe()
+
+        async def wire() -> dict[str, Any] | None:
+            return await model.read_run_description(
+                client.control, workflow_id, (info.get("run") or {}).get("run_id"))
+
         if once:
-            out.emit(info, lambda o, i: o.console.print(watch_frame(o, i, _fmt.utcnow())))
+            out.emit(info, lambda o, i: o.console.print(watch_frame(o, i, _fmt.utcnow())),
+                     wire=await wire() if out.json else None)
             return
         # follow the run that is current now, not a later one after continue-as-new
         handle = client.get_handle(workflow_id, run_id=(info.get("run") or {}).get("run_id"))
@@ -78,7 +85,7 @@ def watch(session: Session, workflow_id: str, run_id: str | None, once: bool,
             if snapshot != shown:
                 shown, delay = snapshot, 0.1
                 if out.json:
-                    out.print_json(info, lines=True)
+                    out.print_json(await wire(), lines=True)
                 else:
                     out.console.print(watch_frame(out, info, _fmt.utcnow()))
                     out.console.print()

@@ -1,11 +1,18 @@
 """The JSON shapes ``durable COMMAND --json`` prints, and a small validator for them.
 
+A run (``start``, ``describe``, ``watch``), a page of runs (``list``), a
+history and its events are not defined here: they are the HTTP wire's
+(`durable.http.model`: ``RUN_SCHEMA``, ``LIST_SCHEMA``, ``HISTORY_SCHEMA``,
+``EVENT_SCHEMA``), so ``durable --json`` and ``/api`` answer the same JSON.
+The rest are the answers only the command line gives (receipts of signals,
+updates and closes, the cascade, schedules, prune).
+
 The shapes are a stable interface for scripts (docs/cli.md, "JSON output"):
 keys listed as required are always present (with ``null`` when unset);
 objects marked closed (``additionalProperties: False``) never gain keys
-without a note in the changelog; the open ones (``describe``, the cascade's
-runs) are the client's own dicts, which newer engines extend. Instants are
-ISO 8601 strings with a UTC offset.
+without a note in the changelog; the open ones (the cascade's runs) are the
+client's own dicts, which newer engines extend. Instants are ISO 8601
+strings with a UTC offset.
 
 The schemas use a subset of JSON Schema (type, properties, required,
 additionalProperties, items, enum, format "date-time") so that the test suite
@@ -19,7 +26,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..store.records import LISTED_STATUSES
+from ..http import model
 
 Schema = dict[str, Any]
 
@@ -33,7 +40,7 @@ INSTANT: Schema = {"type": "string", "format": "date-time"}
 NULLABLE_INSTANT: Schema = {"type": ["string", "null"], "format": "date-time"}
 NULLABLE_OBJECT: Schema = {"type": ["object", "null"]}
 
-STATUSES = list(LISTED_STATUSES)
+STATUSES = list(model.DURABLE_STATUSES)  # ours: the receipts below say timed_out
 
 
 def obj(properties: Mapping[str, Schema], *, closed: bool = True,
@@ -52,56 +59,6 @@ def array(items: Schema) -> Schema:
 
 
 STATUS: Schema = {"type": "string", "enum": STATUSES}
-
-START = obj({
-    "workflow_id": STRING, "run_id": STRING, "workflow_type": STRING, "namespace": STRING,
-    "status": STATUS, "task_queue": NULLABLE_STRING, "started_at": NULLABLE_INSTANT,
-    "execution_timeout_seconds": NULLABLE_NUMBER, "run_timeout_seconds": NULLABLE_NUMBER,
-    "execution_deadline_at": NULLABLE_INSTANT, "run_deadline_at": NULLABLE_INSTANT,
-})
-
-RUN_SUMMARY = obj({
-    "workflow_id": STRING, "run_id": STRING, "workflow_type": STRING, "status": STATUS,
-    "run_number": {"type": ["integer", "null"]}, "task_queue": NULLABLE_STRING,
-    "created_at": NULLABLE_INSTANT, "started_at": NULLABLE_INSTANT,
-    "closed_at": NULLABLE_INSTANT, "closed_reason": NULLABLE_STRING,
-    "waiting": {"type": ["boolean", "null"]},
-}, optional=("waiting",))
-
-LIST = obj({"runs": array(RUN_SUMMARY), "count": INTEGER, "truncated": BOOLEAN})
-
-CANCELLATION_STATE = obj({
-    "request_id": STRING, "root_request_id": STRING, "parent_request_id": NULLABLE_STRING,
-    "reason": STRING, "source": NULLABLE_STRING, "requester": NULLABLE_OBJECT,
-    "requested_at": INSTANT, "deadline_at": INSTANT, "lifecycle": STRING,
-    "cleanup_outcome": NULLABLE_STRING,
-}, closed=False)
-
-DESCRIBE = obj({
-    "workflow_id": STRING, "workflow_type": STRING, "namespace": STRING, "status": STATUS,
-    "closed_reason": NULLABLE_STRING, "execution_timeout_seconds": NULLABLE_NUMBER,
-    "run_count": INTEGER,
-    "run": obj({
-        "run_id": STRING, "run_number": INTEGER, "status": STATUS,
-        "run_timeout_seconds": NULLABLE_NUMBER, "execution_deadline_at": NULLABLE_INSTANT,
-        "run_deadline_at": NULLABLE_INSTANT, "started_at": NULLABLE_INSTANT,
-        "closed_at": NULLABLE_INSTANT,
-    }, closed=False),
-    "pending_operations": array(obj({
-        "op_id": STRING, "kind": STRING, "name": NULLABLE_STRING,
-        "heartbeat_details": ANY,
-    }, closed=False, optional=("name", "heartbeat_details"))),
-    "failures": array({"type": "object"}),
-    "cancellation": {"anyOf": [{"type": "null"}, CANCELLATION_STATE]},
-}, closed=False)
-
-EVENT = obj({"sequence": INTEGER, "type": STRING, "recorded_at": INSTANT,
-             "data": {"type": "object"}})
-
-HISTORY = obj({
-    "workflow_id": STRING, "run_id": STRING, "namespace": STRING, "workflow_type": STRING,
-    "events": array(EVENT),
-})
 
 RESULT = obj({
     "workflow_id": STRING, "run_id": NULLABLE_STRING, "status": STATUS, "result": ANY,
@@ -212,17 +169,17 @@ PRUNE = obj({
 #: ``watch --json`` print JSON Lines: one ``history_event`` / ``describe``
 #: object per line.
 SCHEMAS: dict[str, Schema] = {
-    "start": START,
-    "list": LIST,
-    "describe": DESCRIBE,
-    "history": HISTORY,
-    "history_event": EVENT,
+    "start": model.RUN_SCHEMA,
+    "list": model.LIST_SCHEMA,
+    "describe": model.RUN_SCHEMA,
+    "history": model.HISTORY_SCHEMA,
+    "history_event": model.EVENT_SCHEMA,
     "result": RESULT,
     "request-cancellation": REQUEST_CANCELLATION,
     "cancel": CLOSE,
     "terminate": CLOSE,
     "cascade": CASCADE,
-    "watch": DESCRIBE,
+    "watch": model.RUN_SCHEMA,
     "repair-pass": REPAIR_PASS,
     "retry-after-review": REVIEW,
     "signal": SIGNAL,

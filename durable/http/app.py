@@ -308,12 +308,15 @@ class ControlPlaneServer:
         return data
 
     def call(self, *, role: str | None, namespace: str, params: dict[str, Any],
-             body: dict[str, Any], request_id: str) -> Call:
-        """What a handler is given: the request's namespace view of the client."""
+             body: dict[str, Any], request_id: str,
+             namespaces: frozenset[str] | None = None) -> Call:
+        """What a handler is given: the request's namespace view of the client
+        (and the namespaces the token is limited to, for routes that name one)."""
         return Call(
             client=self.client.with_namespace(namespace), namespace=namespace,
             role=role, params=params, body=body, request_id=request_id,
             max_wait=self.max_wait, wait_for_change=self.wait_for_change,
+            namespaces=namespaces,
         )
 
     async def perform(self, operation_id: str, *, role: str, namespace: str,
@@ -343,7 +346,7 @@ class ControlPlaneServer:
         values = self.params_from(op, lookup)
         checked = self.check_body(op, {} if body is None else body)
         call = self.call(role=role, namespace=namespace, params=values, body=checked,
-                         request_id=request_id or uuid.uuid4().hex)
+                         request_id=request_id or uuid.uuid4().hex, namespaces=namespaces)
         return await op.handler(call)
 
     # ------------------------------------------------------------ waiting
@@ -408,7 +411,8 @@ class ControlPlaneServer:
                 params = self._params(op, request)
                 body = await self._body(op, request)
                 call = self.call(role=role, namespace=namespace, params=params, body=body,
-                                 request_id=request_id)
+                                 request_id=request_id,
+                                 namespaces=grant.namespaces if grant else None)
                 # a GET long-polls only when asked to wait; a POST that waits
                 # (a query, an update) always may
                 if op.long_poll and (op.method != "GET" or params.get("wait")

@@ -28,11 +28,16 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..present import wait_of
-from ..store.records import LISTED_STATUSES, HistoryEvent
+from ..store.records import LISTED_STATUSES, OPEN_STATUSES, REVIEW_STATUSES, HistoryEvent
 from . import avro
+
+if TYPE_CHECKING:
+    from ..control import ControlPlane, Page
 
 # ---------------------------------------------------------------- statuses
 
@@ -44,7 +49,7 @@ WIRE_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancel
                  "terminated")
 #: the reference's list filter: a bucket of statuses
 BUCKETS = ("running", "completed", "failed")
-OPEN_DURABLE = frozenset({"pending", "running", "needs_review", "unknown"})
+OPEN_DURABLE = frozenset(str(s) for s in (*OPEN_STATUSES, *REVIEW_STATUSES))
 
 _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed",
             "failed": "failed", "cancelled": "cancelled", "terminated": "terminated",
@@ -52,7 +57,7 @@ _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed"
             "unknown": "running"}
 #: the durable statuses in each bucket (what the list filter selects)
 BUCKET_MEMBERS: dict[str, tuple[str, ...]] = {
-    "running": ("pending", "running"),
+    "running": tuple(str(s) for s in OPEN_STATUSES),
     "completed": ("completed", "continued"),
     "failed": ("failed", "cancelled", "timed_out", "terminated"),
 }
@@ -220,6 +225,37 @@ def describe_from_wire(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def parse_payload(text: str | None, what: str) -> Any:
+    """A stored payload as a JSON value (the wire carries values, not text)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"{what} is not JSON text; the HTTP control plane carries JSON payloads, so "
+            "clients and workers must use a JSON payload converter"
+        ) from exc
+
+
+async def read_run_description(control: ControlPlane, workflow_id: str,
+                               run_id: str | None) -> dict[str, Any] | None:
+    """A run's description as the wire carries it (its input and, once
+    completed, its output read too), or None for no such run: what
+    ``GET /api/workflows/{id}`` answers and ``durable describe --json`` prints."""
+    info = await control.describe(workflow_id, run_id)
+    if info is None:
+        return None
+    actual = str((info.get("run") or {}).get("run_id"))
+    first = await control.history(workflow_id, actual, after_sequence=0, limit=1)
+    started = first[0].data if first and first[0].type == "WorkflowStarted" else {}
+    state = await control.run_state(workflow_id, actual)
+    completed = state is not None and state.status == "completed"
+    output = (parse_payload(state.result, "the workflow's result")
+              if state is not None and completed else None)
+    return describe_to_wire(info, started.get("input"), output, has_output=completed)
+
+
 # ---------------------------------------------------------------- run summary
 
 
@@ -261,6 +297,13 @@ def summary_from_wire(item: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str):
             out[key] = datetime.datetime.fromisoformat(value)
     return out
+
+
+def list_to_wire(page: Page) -> dict[str, Any]:
+    """A page of run summaries: ``{workflows, workflow_count, next_page_token}``."""
+    workflows = [summary_to_wire(item) for item in page.items]
+    return {"workflows": workflows, "workflow_count": len(workflows),
+            "next_page_token": page.next_cursor}
 
 
 # ---------------------------------------------------------------- history events
@@ -310,6 +353,18 @@ def event_from_wire(item: dict[str, Any]) -> HistoryEvent:
         else recorded,
         data=payload,
     )
+
+
+def history_to_wire(workflow_id: str, run_id: str, events: Sequence[HistoryEvent], *,
+                    more: bool, after: int = 0) -> dict[str, Any]:
+    """A page of a run's history: ``{workflow_id, run_id, events, next_page_token,
+    last_sequence}``; `more` says whether events follow the page's last."""
+    return {
+        "workflow_id": workflow_id, "run_id": run_id,
+        "events": [event_to_wire(e) for e in events],
+        "next_page_token": encode_token(events[-1].sequence) if more and events else None,
+        "last_sequence": events[-1].sequence if events else after,
+    }
 
 
 # ---------------------------------------------------------------- JSON Schemas

@@ -58,6 +58,9 @@ class Call:
     # each wake-up naming the run (or a bounded poll); None after `seconds`
     # (`durable.wakes.WakeHub.until`)
     wait_for_change: Callable[[str, Callable[[], Awaitable[Any]], float], Awaitable[Any]]
+    # the namespaces the token may act in (None: every one); a route that names
+    # a namespace other than the request's checks it (`system.py`)
+    namespaces: frozenset[str] | None = None
 
 
 Handler = Callable[[Call], Awaitable[tuple[int, Any]]]

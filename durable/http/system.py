@@ -63,12 +63,26 @@ def _days(seconds: float | None) -> float | int | None:
     return int(days) if days == int(days) else days
 
 
+def _allowed(call: Call, name: str) -> None:
+    """403 unless the token may act in `name` (a token limited to namespaces
+    names them; the request's X-Namespace was checked already)."""
+    if call.namespaces is not None and name not in call.namespaces:
+        raise HTTPError(403, "forbidden",
+                        f"this token may act in the namespaces "
+                        f"{', '.join(sorted(call.namespaces))} only, not in {name!r}",
+                        namespace=name)
+
+
 async def _namespaces(call: Call) -> list[dict[str, Any]]:
     found = await call.client.store.namespaces()
-    if "default" not in {item["name"] for item in found}:
+    if call.namespaces is not None:  # a limited token sees its own only
+        found = [item for item in found if item["name"] in call.namespaces]
+    if "default" not in {item["name"] for item in found} and (
+            call.namespaces is None or "default" in call.namespaces):
         found.insert(0, {"name": "default", "run_count": 0, "open_run_count": 0,
                          "created_at": None, "updated_at": None, "description": None,
                          "retention_seconds": None})
+        found.sort(key=lambda item: str(item["name"]))  # by name, as listed
     return [{"name": item["name"], "description": item["description"],
              "retention_days": _days(item["retention_seconds"]), "status": "active",
              "external_payload_storage": None, "created_at": item["created_at"],
@@ -77,6 +91,7 @@ async def _namespaces(call: Call) -> list[dict[str, Any]]:
 
 
 async def _one(call: Call, name: str) -> dict[str, Any]:
+    _allowed(call, name)
     for item in await _namespaces(call):
         if item["name"] == name:
             return item
@@ -94,6 +109,7 @@ async def describe_namespace(call: Call) -> tuple[int, Any]:
 async def create_namespace(call: Call) -> tuple[int, Any]:
     body = call.body
     name: str = body["name"]
+    _allowed(call, name)
     days = body.get("retention_days")
     try:
         await call.client.store.create_namespace(
@@ -109,6 +125,7 @@ async def create_namespace(call: Call) -> tuple[int, Any]:
 
 async def update_namespace(call: Call) -> tuple[int, Any]:
     name: str = call.params["namespace"]
+    _allowed(call, name)
     body = call.body
     # as the reference: a field left out or null is left as it is
     fields: dict[str, Any] = {}

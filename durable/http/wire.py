@@ -16,6 +16,7 @@ from typing import Any
 from ..clock import to_iso
 from ..control import RunState
 from ..errors import PayloadRejected
+from .model import parse_payload, payload_pair, status_fields
 
 # Keys of a cancellation request record that are instants (epoch seconds in storage).
 _RECORD_INSTANTS = ("requested_at", "deadline_at", "delivered_at", "closed_at")
@@ -79,19 +80,6 @@ def loads_finite(text: str) -> Any:
     return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
 
 
-def parse_payload(text: str | None, what: str) -> Any:
-    """A stored payload as a JSON value (the wire carries values, not text)."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise ValueError(
-            f"{what} is not JSON text; the HTTP control plane carries JSON payloads, so "
-            "clients and workers must use a JSON payload converter"
-        ) from exc
-
-
 def encode_payload(value: Any) -> str:
     """A JSON value back to the compact text `JSONConverter` writes (a
     non-finite number is refused as the converter refuses it)."""
@@ -126,8 +114,6 @@ def record_from_wire(data: dict[str, Any]) -> dict[str, Any]:
 def state_to_wire(workflow_id: str, state: RunState) -> dict[str, Any]:
     """The result route's body (our extension): the outcome of a closed run,
     or its open status, in the wire's status fields."""
-    from .model import payload_pair, status_fields
-
     body: dict[str, Any] = {"workflow_id": workflow_id, "run_id": state.run_id,
                             **status_fields(state.status, None)}
     if state.status == "completed":

@@ -19,10 +19,12 @@ import uuid
 from typing import Any
 
 from .._embedded import decode_cursor, encode_cursor
+from ..control import Page
 from ..errors import NameNotRegistered, PayloadRejected, WorkflowNotFound
 from ..options import IdReusePolicy, StartOptions
 from ..store.records import HistoryEvent, StartRequest
 from . import avro, model
+from .model import parse_payload
 from .routes import (
     ERROR_SCHEMA,
     RUN_ID,
@@ -38,7 +40,7 @@ from .routes import (
     seconds,
     text,
 )
-from .wire import encode_payload, parse_payload, record_to_wire
+from .wire import encode_payload, record_to_wire
 
 PAYLOAD = {"type": ["object", "array", "null"],
            "description": "An Avro envelope {codec: 'avro', blob} holding the list of "
@@ -288,18 +290,10 @@ async def signal_with_start(call: Call) -> tuple[int, Any]:
 
 
 async def _describe_run(call: Call, workflow_id: str, run_id: str | None) -> dict[str, Any]:
-    control = call.client.control
-    info = await control.describe(workflow_id, run_id)
-    if info is None:
+    found = await model.read_run_description(call.client.control, workflow_id, run_id)
+    if found is None:
         raise _not_found(call, workflow_id, run_id)
-    actual = str((info.get("run") or {}).get("run_id"))
-    first = await control.history(workflow_id, actual, after_sequence=0, limit=1)
-    started = first[0].data if first and first[0].type == "WorkflowStarted" else {}
-    state = await control.run_state(workflow_id, actual)
-    completed = state is not None and state.status == "completed"
-    output = (parse_payload(state.result, "the workflow's result")
-              if state is not None and completed else None)
-    return model.describe_to_wire(info, started.get("input"), output, has_output=completed)
+    return found
 
 
 async def describe(call: Call) -> tuple[int, Any]:
@@ -325,9 +319,8 @@ async def list_workflows(call: Call) -> tuple[int, Any]:
         call.namespace, p.get("durable_status"), p.get("workflow_type"), p["page_size"],
         before, statuses=model.BUCKET_MEMBERS[bucket] if bucket else None,
         id_contains=p.get("query"))
-    workflows = [model.summary_to_wire(item) for item in items]
-    return 200, {"workflows": workflows, "workflow_count": len(workflows),
-                 "next_page_token": encode_cursor(next_key) if next_key else None}
+    return 200, model.list_to_wire(
+        Page(items, encode_cursor(next_key) if next_key else None))
 
 
 async def history(call: Call) -> tuple[int, Any]:
@@ -357,14 +350,8 @@ async def history(call: Call) -> tuple[int, Any]:
                                          limit=size + 1) or None
 
         events = await call.wait_for_change(state.run_id, newer, wait) or []
-    more = len(events) > size
-    page = events[:size]
-    return 200, {
-        "workflow_id": wf, "run_id": state.run_id,
-        "events": [model.event_to_wire(e) for e in page],
-        "next_page_token": model.encode_token(page[-1].sequence) if more else None,
-        "last_sequence": page[-1].sequence if page else after,
-    }
+    return 200, model.history_to_wire(wf, state.run_id, events[:size],
+                                      more=len(events) > size, after=after)
 
 
 # ---------------------------------------------------------------- messages

@@ -227,6 +227,9 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
     limits = json.loads(limits_text)
     per_key, max_running, rate = (limits.get("max_running_per_key"), limits.get("max_running"),
                                   limits.get("rate"))
+    # the scans of runs go in the index's order (runs_claim_order), so that they
+    # stop after their LIMIT; run_id only breaks ties among the few they return
+    scan = "priority, ready_at"
     order = "priority, ready_at, run_id"
     window = limit * 2 + 8
     key_params: tuple[Any, ...]
@@ -254,7 +257,7 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
         # cannot fill it (docs/queues.md, "no key starves the others")
         add("head AS MATERIALIZED (SELECT run_id, concurrency_key, started_at, priority, "
             f"ready_at FROM {ready_sql}AND (concurrency_key IS NULL OR concurrency_key NOT IN "
-            f"(SELECT concurrency_key FROM rk WHERE n >= ?)) ORDER BY {order} LIMIT ?), ",
+            f"(SELECT concurrency_key FROM rk WHERE n >= ?)) ORDER BY {scan} LIMIT ?), ",
             *ready_params, int(per_key), window * PREFIX)
         add("c AS (SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
             "THEN 1 ELSE 0 END AS is_first, ROW_NUMBER() OVER (PARTITION BY "
@@ -264,7 +267,7 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
         key_filter, key_params = "WHERE key_n <= ?", (int(per_key),)
     else:
         add("c AS (SELECT run_id, priority, ready_at, CASE WHEN started_at IS NULL THEN 1 "
-            f"ELSE 0 END AS is_first FROM {ready_sql}ORDER BY {order} LIMIT ?), ",
+            f"ELSE 0 END AS is_first FROM {ready_sql}ORDER BY {scan} LIMIT ?), ",
             *ready_params, window)
         key_filter, key_params = "", ()
     add("e AS (SELECT run_id, priority, ready_at, is_first, SUM(is_first) OVER (ORDER BY "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, cast
@@ -117,6 +118,8 @@ class TimeSkippingEnvironment:
         self._client: Client | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._paused = 0
+        #: the workers of `worker()`: each makes a claim pass before time moves
+        self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
 
     @property
     def client(self) -> Client:
@@ -157,7 +160,9 @@ class TimeSkippingEnvironment:
         """A Worker on this environment's client; leases never expire in virtual time."""
         kwargs.setdefault("lease_seconds", _FOREVER)
         kwargs.setdefault("poll_interval", 0.05)
-        return Worker(self.client, **kwargs)
+        worker = Worker(self.client, **kwargs)
+        self._workers.add(worker)
+        return worker
 
     def now(self) -> float:
         return self.clock.now()
@@ -168,13 +173,13 @@ class TimeSkippingEnvironment:
         self._paused += 1
         try:
             while True:
-                await self._idle()
+                await self._settled()
                 next_at = self.clock.next_wakeup()
                 if next_at is None or next_at > target:
                     break
                 self.clock.advance_to(next_at)
             self.clock.advance_to(target)
-            await self._idle()
+            await self._settled()
         finally:
             self._paused -= 1
 
@@ -200,12 +205,45 @@ class TimeSkippingEnvironment:
                 with anyio.move_on_after(0.05):
                     await self._counting.settled.wait()
 
+    async def _settled(self) -> None:
+        """`_idle`, and then no worker's claim pass finds work: time may move.
+
+        Idle tasks alone are not enough: a claim that ran while another
+        transaction held a ready row skipped it (``SKIP LOCKED``) and waits
+        for its real-time fallback poll, so a jump now would pass that work by
+        (a sync activity's 60 s timeout skipped over before it even started).
+        """
+        while True:
+            await self._idle()
+            if not await self._claims_found_work():
+                await self._idle()  # what the passes started (nothing) has settled too
+                return
+
+    async def _claims_found_work(self) -> bool:
+        if not getattr(getattr(self._counting._inner, "dialect", None), "skip_locked", ""):
+            return False  # claims wait for each other (SQLite): none passes a ready row by
+        found = False
+        for worker in list(self._workers):
+            if worker._tg is None or worker.stopping:
+                continue
+            before = worker.runs.claimed + worker.remote.claims.claimed
+            if worker.workflows:  # a loop that never runs would never pass
+                await worker.runs.claim_now()
+            if worker.activities:
+                await worker.remote.claims.claim_now()
+            found = found or worker.runs.claimed + worker.remote.claims.claimed > before
+        return found
+
     async def _skip_when_idle(self) -> None:
         while True:
             await self._idle()
             next_at = self.clock.next_wakeup()
             if self._paused or not self.auto_skip or next_at is None:
                 await anyio.sleep(0.005)
+                continue
+            await self._settled()
+            next_at = self.clock.next_wakeup()
+            if self._paused or not self.auto_skip or next_at is None:
                 continue
             self.clock.advance_to(next_at)
 

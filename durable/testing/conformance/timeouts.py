@@ -19,6 +19,7 @@ import pytest
 
 import durable
 from durable import activity, workflow
+from durable.store.records import Claimed
 from durable.testing import TimeSkippingEnvironment
 
 pytestmark = pytest.mark.anyio
@@ -438,6 +439,34 @@ async def test_virtual_time_holds_still_while_a_sync_activity_works(
         before = env.now()
         assert await env.client.execute(quick_sync, 0.3, id="quick") == "worked"
     assert env.now() - before < 60
+
+
+async def test_virtual_time_waits_for_a_run_a_claim_passed_by(
+    env: TimeSkippingEnvironment,
+) -> None:
+    """A claim that ran while another transaction held the new run's row
+    skipped it (``SKIP LOCKED``) and waits for its real-time poll; virtual time
+    must not jump to the hour-long timer meanwhile (it did, once in CI, on
+    MariaDB). The pass-by is made deterministic: the first claim after the
+    start returns nothing."""
+    if not getattr(env.client.store.driver.dialect, "skip_locked", ""):
+        pytest.skip("this driver's claims wait for each other: none passes a ready row by")
+    async with env.worker(workflows=[quick_sync, sleeper], activities=[real_work]) as worker:
+        await env.client.start(sleeper, HOUR, id="elsewhere")  # something to skip to
+        await worker.runs.claim_now()  # elsewhere is claimed: the next claim is quick's
+        claim = worker.runs._claim
+        passed_by: list[int] = []
+
+        async def passes_the_first_by(n: int) -> Any:
+            if not passed_by:
+                passed_by.append(n)
+                return Claimed()
+            return await claim(n)
+
+        worker.runs._claim = passes_the_first_by
+        before = env.now()
+        assert await env.client.execute(quick_sync, 0.01, id="quick") == "worked"
+    assert passed_by and env.now() - before < 60
 
 
 def test_a_hold_longer_than_its_limit_lets_virtual_time_move() -> None:
