@@ -48,6 +48,8 @@ import durable.subprocess
 from durable import activity, workflow
 from durable.testing import crash_at, crashed, declare_dead
 
+#: the warehouse the units write to; beside the run's SQLite database when one
+#: is given (`warehouse_beside`), so two imports at once never share one
 WAREHOUSE = Path(tempfile.gettempdir()) / "durable-example" / "warehouse.db"
 ROWS_PER_NIGHT = 8
 
@@ -266,6 +268,15 @@ async def main(db_url: str) -> None:
                 print(f"   warehouse rows of n3: {warehouse_rows('n3')} (each exactly once)")
 
 
+def warehouse_beside(db_url: str) -> Path:
+    """The warehouse file next to a ``sqlite:///path`` database; the default
+    otherwise (a server database names no directory)."""
+    if db_url.startswith("sqlite:///") and ":memory:" not in db_url:
+        database = Path(db_url.removeprefix("sqlite:///").split("?", 1)[0])
+        return database.with_name(f"{database.stem}-warehouse.db")
+    return WAREHOUSE
+
+
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--trio"]
     default = Path(tempfile.gettempdir()) / "durable-example" / "nightly.db"
@@ -274,4 +285,5 @@ if __name__ == "__main__":
         for leftover in default.parent.glob("nightly.db*"):
             leftover.unlink()
     url = args[0] if args else f"sqlite:///{default}"
+    WAREHOUSE = warehouse_beside(url)
     anyio.run(main, url, backend="trio" if "--trio" in sys.argv else "asyncio")
