@@ -97,6 +97,9 @@ async def wait_condition(ctx: WorkflowContext, state: TaskState, predicate: Call
             async def timer() -> None:
                 nonlocal fired
                 await ctx.clock.sleep_until(fire_at)
+                # signals received before the timeout fell due come first, as for
+                # a timer (a worker resuming the run late finds both due at once)
+                await ctx.host.deliver_received_by(fire_at)
                 fired = True
                 race.cancel_scope.cancel()
 
