@@ -529,7 +529,7 @@ class Client:
         """Create a schedule that starts `workflow(*args)` at every fire time of `spec`.
 
         Each fire starts one run with id ``{schedule_id}-{time:%Y%m%dT%H%M%SZ}``
-        (UTC), exactly once whatever the number of workers and crashes;
+        (UTC; a trigger's has milliseconds), once whatever the number of workers and crashes;
         `overlap` says what a fire does while an earlier run of the schedule
         is open; `jitter` delays each fire by up to that many seconds (the same
         delay for a given fire on every worker); a fire missed while no worker

@@ -255,9 +255,24 @@ def jitter_delay(namespace: str, schedule_id: str, scheduled_at: float, jitter: 
 def fire_workflow_id(schedule_id: str, scheduled_at: float) -> str:
     """The id of the run a fire starts: the schedule's id and the fire's UTC time,
     ``nightly-import-20260412T020000Z`` (unique per fire, so a fire can start
-    one run only)."""
-    when = datetime.datetime.fromtimestamp(scheduled_at, datetime.UTC)
-    return f"{schedule_id}-{when:%Y%m%dT%H%M%SZ}"
+    one run only). A trigger's time has milliseconds (`trigger_time`), and so
+    has its id: ``nightly-import-20260412T020000.001Z``."""
+    millis = round(scheduled_at * 1000)
+    when = datetime.datetime.fromtimestamp(millis // 1000, datetime.UTC)
+    fraction = f".{millis % 1000:03d}" if millis % 1000 else ""
+    return f"{schedule_id}-{when:%Y%m%dT%H%M%S}{fraction}Z"
+
+
+def trigger_time(now: float) -> float:
+    """The fire time of a trigger at `now`: now to the millisecond, and never a
+    whole second, since whole seconds are the spec's fire times (`ScheduleSpec`
+    only has whole-second fires). A trigger in the very second of a scheduled
+    fire is then a fire of its own, with a run of its own, and neither is taken
+    for the other; two triggers at the same millisecond are one fire."""
+    millis = math.floor(now * 1000)
+    if millis % 1000 == 0:
+        millis += 1
+    return millis / 1000
 
 
 # ---------------------------------------------------------------- what a client sends

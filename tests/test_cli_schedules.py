@@ -99,7 +99,7 @@ def test_trigger_starts_one_run_named_after_the_fire_and_describe_shows_it(url: 
     create(url, "greeter")
     fired = run_json(url, "schedule", "trigger", "greeter", "--overlap", "allow_all")
     assert fired["outcome"] == "started"
-    assert re.fullmatch(r"greeter-\d{8}T\d{6}Z", fired["workflow_id"])
+    assert re.fullmatch(r"greeter-\d{8}T\d{6}\.\d{3}Z", fired["workflow_id"])
     result = as_json(ok(url, "result", fired["workflow_id"], "--wait", "--json"), "result")
     assert result["result"] == "hello, sched"
     info = run_json(url, "schedule", "describe", "greeter")

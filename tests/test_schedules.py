@@ -335,7 +335,7 @@ async def test_pause_and_resume_with_a_note(env: TimeSkippingEnvironment) -> Non
     assert info["fires_count"] == 2 and info["skipped_count"] == 0
 
 
-async def test_trigger_fires_now_once_per_second(env: TimeSkippingEnvironment) -> None:
+async def test_trigger_fires_now_once_per_instant(env: TimeSkippingEnvironment) -> None:
     async with env.worker(workflows=[Gate]):
         handle = await env.client.create_schedule("t", ScheduleSpec(every=3600), Gate, "t")
         await env.sleep(30.4)
@@ -346,12 +346,41 @@ async def test_trigger_fires_now_once_per_second(env: TimeSkippingEnvironment) -
         await env.sleep(1)
         forced = await handle.trigger(overlap=Overlap.ALLOW_ALL)
         info = await handle.describe()
-    assert (first["outcome"], first["workflow_id"]) == ("started", "t-20260101T000030Z")
+    assert (first["outcome"], first["workflow_id"]) == ("started", "t-20260101T000030.400Z")
     assert again["duplicate"] and again["workflow_id"] == first["workflow_id"]
     assert (skipped["outcome"], skipped["reason"]) == ("skipped", "overlap")
     assert forced["outcome"] == "started"
-    assert sorted(info["running"]) == ["t-20260101T000030Z", "t-20260101T000032Z"]
+    assert sorted(info["running"]) == ["t-20260101T000030.400Z", "t-20260101T000032.400Z"]
     assert info["next_fire_at"] == at("2026-01-01T01:00")  # triggers leave the spec alone
+
+
+async def test_a_trigger_in_the_second_of_a_scheduled_fire_is_a_fire_of_its_own(
+        env: TimeSkippingEnvironment) -> None:
+    """Whole seconds are the spec's fire times; a trigger at exactly such a
+    second (here: the second the schedule fires, and the next fire's second,
+    before the schedule reaches it) starts its own run and takes nothing from
+    the scheduled fires (once, a trigger was taken for the scheduled fire of
+    its second, or the other way round)."""
+    async with env.worker(workflows=[note]):
+        handle = await env.client.create_schedule(
+            "w", ScheduleSpec(every=60), note, "w", overlap=Overlap.ALLOW_ALL)
+        await env.sleep(60)  # exactly 00:01:00, the first fire's second
+        assert env.now() == START.timestamp() + 60
+        same = await handle.trigger()
+        again = await handle.trigger()
+        await env.sleep(60)
+        info = await handle.describe()
+        results = [await env.client.get_handle(wid).result()
+                   for wid in ("w-20260101T000100Z", "w-20260101T000100.001Z",
+                               "w-20260101T000200Z")]
+    assert (same["outcome"], same["workflow_id"]) == ("started", "w-20260101T000100.001Z")
+    assert again["duplicate"] and again["workflow_id"] == same["workflow_id"]
+    assert same["scheduled_at"] == "2026-01-01T00:01:00.001000+00:00"
+    assert [r["scheduled_at"] for r in results] == [
+        at("2026-01-01T00:01"), "2026-01-01T00:01:00.001000+00:00", at("2026-01-01T00:02")]
+    assert info["fires_count"] == 3
+    assert [(f["origin"], f["outcome"]) for f in info["recent"]] == [  # newest first
+        ("schedule", "started"), ("trigger", "started"), ("schedule", "started")]
 
 
 async def test_update_changes_timing_and_what_starts(env: TimeSkippingEnvironment) -> None:

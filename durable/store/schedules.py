@@ -32,7 +32,6 @@ pass, which fires a batch of schedules and writes their fires together, in
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +52,7 @@ from ..schedules import (
     ScheduleSpec,
     fire_workflow_id,
     jitter_delay,
+    trigger_time,
 )
 from ..wakes import Wake
 from . import cancellation
@@ -626,11 +626,12 @@ def delete(tx: Tx, namespace: str, schedule_id: str) -> Program[None]:
 
 def trigger(tx: Tx, namespace: str, schedule_id: str, overlap: str | None,
             now: float) -> Program[dict[str, Any]]:
-    """Fire now: at the current whole second (a second trigger in the same
-    second is the same fire)."""
+    """Fire now, at `trigger_time(now)`: never a whole second, so never the
+    time of a scheduled fire (a trigger at the same millisecond as another is
+    the same fire)."""
     s = yield from _lock(tx, namespace, schedule_id)
     firing = Firing(tx, s, now)
-    at = float(math.floor(now))
+    at = trigger_time(now)
     yield from firing.load(at)
     yield from firing.start_waiting()
     result = yield from firing.fire(at, "trigger", overlap or s.overlap, now)
