@@ -32,7 +32,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -92,6 +92,9 @@ def _parse(url: str) -> tuple[str, dict[str, str]]:
 
 class SQLiteDriver:
     """Storage on one SQLite file (or in memory), shared safely by processes."""
+
+    #: `run` is shielded whole, from before its first await (durable.driver.Driver)
+    runs_shielded: ClassVar[bool] = True
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
                  checkpoint_every: int = 200, file_mode: int = 0o600):
@@ -314,7 +317,25 @@ def _waiter() -> tuple[Any, Notify, Notify]:
     if sniffio is not None and sniffio.current_async_library() == "trio":
         return _trio_waiter()
     loop = asyncio.get_running_loop()
-    return asyncio.Event(), loop.call_soon_threadsafe, loop.call_soon
+    return _Once(loop), loop.call_soon_threadsafe, loop.call_soon
+
+
+class _Once:
+    """asyncio.Event's ``set()`` and ``wait()`` for the one caller of a call,
+    on a bare future: an Event keeps a queue of waiters and makes a future
+    per wait, which a sequential step paid for every commit (issue 26)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        if not self._future.done():  # its waiter may have been cancelled
+            self._future.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        return self._future
 
 
 _trio_soon: Any = None  # trio.lowlevel.RunVar[_TrioSoon], made on first use
