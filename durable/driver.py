@@ -119,6 +119,11 @@ class Dialect:
         by default. MariaDB cannot index a TEXT: a VARCHAR there."""
         return "TEXT"
 
+    def index_text(self, column: str) -> str:
+        """A `text` column as an index names it: whole by default; MariaDB
+        indexes a prefix of a LONGTEXT only."""
+        return column
+
     def quote(self, name: str) -> str:
         """A column or table name quoted as an identifier (``key`` is a keyword
         in MariaDB); the SQL standard's double quotes by default."""
