@@ -62,6 +62,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     `StorageUnavailable`.
     """
 
+    #: `run` is shielded whole, from before its first await (durable.driver.Driver)
+    runs_shielded: ClassVar[bool] = True
     #: the database's name in messages ("PostgreSQL")
     engine: ClassVar[str]
     #: retry n (from 2) waits min(retry_base * 2**n, 2) seconds; the first, none

@@ -65,9 +65,11 @@ __all__ = ["Budget", "Phase", "PhaseRecord"]
 
 _log = get_logger("durable.budget")
 
-_current: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
-    "durable_budget", default=None
-)
+#: the current budget, or a function that makes it on first use (an activity
+#: attempt's: most attempts never ask for it, and making one costs more than a
+#: trivial activity does); the function returns the same budget every time
+_current: contextvars.ContextVar[Budget | Callable[[], Budget] | None] = (
+    contextvars.ContextVar("durable_budget", default=None))
 
 
 def _fmt(seconds: float) -> str:
@@ -193,7 +195,9 @@ class Budget:
         budget" then behaves as it would without one.
         """
         budget = _current.get()
-        return budget if budget is not None else cls(name="unbounded")
+        if budget is None:
+            return cls(name="unbounded")
+        return budget if isinstance(budget, Budget) else budget()
 
     @contextlib.contextmanager
     def use(self) -> Iterator[Budget]:
@@ -568,7 +572,7 @@ class Phase:
         self._parent = parent
         self._budget: Budget | None = None
         self._record: PhaseRecord | None = None
-        self._token: contextvars.Token[Budget | None] | None = None
+        self._token: contextvars.Token[Budget | Callable[[], Budget] | None] | None = None
         self._scope: anyio.CancelScope | None = None
 
     @property

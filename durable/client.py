@@ -504,11 +504,7 @@ class Client:
         """Where this client's schedule requests go (storage, or the control plane)."""
         if self._store is not None:
             return EmbeddedSchedules(self._store, self.namespace, self.clock)
-        plane: ScheduleControl | None = getattr(self.control, "schedules", None)
-        if plane is None:
-            raise CapabilityUnsupported(
-                "this client's control plane does not serve schedules; connect with a "
-                "database URL, or to a `durable serve` that does")
+        plane: ScheduleControl = self._plane_part("schedules", "schedules")
         return plane
 
     async def create_schedule(
@@ -586,11 +582,7 @@ class Client:
         """Where this client's retention requests go (storage, or the control plane)."""
         if self._store is not None:
             return EmbeddedRetention(self._store, self.namespace, self.clock)
-        plane: RetentionControl | None = getattr(self.control, "retention", None)
-        if plane is None:
-            raise CapabilityUnsupported(
-                "this client's control plane does not serve retention; connect with a "
-                "database URL, or to a `durable serve` that does")
+        plane: RetentionControl = self._plane_part("retention", "retention")
         return plane
 
     async def set_retention(self, namespace: str | None = None, *,
@@ -629,11 +621,17 @@ class Client:
         """Where this client's queue and worker requests go (storage, or the plane)."""
         if self._store is not None:
             return EmbeddedQueues(self._store, self.namespace, self.clock)
-        plane: QueueControl | None = getattr(self.control, "queues", None)
+        plane: QueueControl = self._plane_part("queues", "queues and workers")
+        return plane
+
+    def _plane_part(self, attribute: str, what: str) -> Any:
+        """The remote control plane's part serving `what` (its `attribute`), or
+        `CapabilityUnsupported` when that plane has none."""
+        plane = getattr(self.control, attribute, None)
         if plane is None:
             raise CapabilityUnsupported(
-                "this client's control plane does not serve queues and workers; connect "
-                "with a database URL, or to a `durable serve` that does")
+                f"this client's control plane does not serve {what}; connect with a "
+                "database URL, or to a `durable serve` that does")
         return plane
 
     async def list_workers(self) -> builtins.list[dict[str, Any]]:

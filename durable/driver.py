@@ -130,6 +130,11 @@ class Dialect:
         by default. MariaDB cannot index a TEXT: a VARCHAR there."""
         return "TEXT"
 
+    def index_text(self, column: str) -> str:
+        """A `text` column as an index names it: whole by default; MariaDB
+        indexes a prefix of a LONGTEXT only."""
+        return column
+
     def quote(self, name: str) -> str:
         """A column or table name quoted as an identifier (``key`` is a keyword
         in MariaDB); the SQL standard's double quotes by default."""
@@ -201,6 +206,14 @@ class Driver(Protocol):
     `hub` is where the driver publishes wake-ups: those collected by each
     committed program, and `Wake.any()` when `watch()` notices another
     process's commit. `dialect` tells the programs how to write their SQL.
+
+    Optional: a driver class may set ``runs_shielded = True`` when `run` is
+    shielded whole from cancellation, from before its first await to its
+    end (the built-in drivers are): a caller cancelled meanwhile still gets
+    the transaction's outcome, and the cancellation lands after. The worker's
+    group committer then enters no cancel scope of its own for a commit it
+    sends alone (`runs_shielded`). A subclass whose `run` awaits anything
+    outside that shield must set it back to False.
     """
 
     hub: WakeHub
@@ -237,6 +250,12 @@ class Driver(Protocol):
         another process commits (SQLite: data_version polling; PostgreSQL:
         LISTEN/NOTIFY with a polling fallback)."""
         ...
+
+
+def runs_shielded(driver: object) -> bool:
+    """Whether `driver`'s class promises a `run` shielded whole (see `Driver`);
+    read from the class, so that a wrapper forwarding attributes never claims it."""
+    return getattr(type(driver), "runs_shielded", False) is True
 
 
 _registered: dict[str, Callable[..., Driver]] = {}

@@ -236,3 +236,43 @@ def cascade_links(data: Mapping[str, Any]
         if isinstance(edge, Mapping):
             edges.setdefault(edge.get("parent_run_id"), []).append(edge)
     return {r.get("run_id"): r for r in runs}, edges
+
+
+# ---------------------------------------------------------------- who, and what an event says
+
+
+def requester_text(requester: Any) -> str:
+    """Who asked: ``user ana (durable CLI on h)``; ``-`` when not recorded."""
+    if isinstance(requester, Mapping):
+        text = str(requester.get("type") or "-")
+        if requester.get("id"):
+            text += f" {requester.get('id')}"
+        if requester.get("label"):
+            text += f" ({requester.get('label')})"
+        return text
+    return str(requester or "-")
+
+
+def sender_text(sender: Any) -> str:
+    """Who sent a signal or an update: ``user ana (durable CLI on h) via cli``, or
+    the workflow whose code signalled (an external signal)."""
+    if not isinstance(sender, Mapping):
+        return "unknown (not recorded)"
+    if sender.get("workflow_id"):
+        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
+    return f"{requester_text(sender.get('requester'))} via {sender.get('source') or '-'}"
+
+
+#: an event's fields that say what happened, shown first and in this order
+#: by the CLI's history and the UI's timeline
+EVENT_SUMMARY_KEYS = (
+    "activity_type", "workflow_type", "op_id", "attempt", "timeout_kind", "policy", "reason",
+    "child_workflow_id", "fire_at", "next_attempt_at", "deadline_at", "worker_id",
+)
+#: an event's fields neither shows in an event's one line (they are plumbing,
+#: or shown elsewhere: lineage in the tree, the requester on the request)
+EVENT_SKIPPED_KEYS = frozenset({
+    "task_id", "retry_policy", "lineage", "requester", "root_request_id", "root_workflow_id",
+    "root_run_id", "parent_request_id", "task_queue", "schedule_to_start_timeout",
+    "start_to_close_timeout", "schedule_to_close_timeout", "heartbeat_timeout", "local",
+})

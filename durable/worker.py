@@ -150,7 +150,8 @@ class Worker:
         self.workflows = self.registry.workflows
         self.activities = self.registry.activities
         self.executors: dict[str, RunExecutor] = {}
-        self.committer = Committer(self.store.commit, self.clock)
+        self.committer = Committer(self.store.commit, self.clock,
+                                   commit_shielded=self.store.commit_shielded)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
         #: its record in the registry (``durable workers``) and clash warnings
         self.presence = Presence(

@@ -31,8 +31,9 @@ import sqlite3
 import weakref
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
@@ -92,6 +93,9 @@ def _parse(url: str) -> tuple[str, dict[str, str]]:
 
 class SQLiteDriver:
     """Storage on one SQLite file (or in memory), shared safely by processes."""
+
+    #: `run` is shielded whole, from before its first await (durable.driver.Driver)
+    runs_shielded: ClassVar[bool] = True
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, poll_interval: float = 0.05,
                  checkpoint_every: int = 200, file_mode: int = 0o600):
@@ -255,7 +259,10 @@ class SQLiteDriver:
         writer.queue.put(call)
         try:
             if shield:
-                with anyio.CancelScope(shield=True):
+                soon = call.soon  # trio: a shield of trio's own (anyio's wraps one, at a cost)
+                scope: AbstractContextManager[Any] = (
+                    soon.shield() if type(soon) is _TrioSoon else anyio.CancelScope(shield=True))
+                with scope:
                     await call.event.wait()  # type: ignore[attr-defined]
             else:
                 await call.event.wait()  # type: ignore[attr-defined]
@@ -314,7 +321,25 @@ def _waiter() -> tuple[Any, Notify, Notify]:
     if sniffio is not None and sniffio.current_async_library() == "trio":
         return _trio_waiter()
     loop = asyncio.get_running_loop()
-    return asyncio.Event(), loop.call_soon_threadsafe, loop.call_soon
+    return _Once(loop), loop.call_soon_threadsafe, loop.call_soon
+
+
+class _Once:
+    """asyncio.Event's ``set()`` and ``wait()`` for the one caller of a call,
+    on a bare future: an Event keeps a queue of waiters and makes a future
+    per wait, which a sequential step paid for every commit (issue 26)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        if not self._future.done():  # its waiter may have been cancelled
+            self._future.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        return self._future
 
 
 _trio_soon: Any = None  # trio.lowlevel.RunVar[_TrioSoon], made on first use
@@ -352,10 +377,13 @@ class _TrioSoon:
     caller resumes. Once the run ends the task is gone and calls fall back
     to the token (which then refuses them, as it did before)."""
 
-    __slots__ = ("ended", "parked", "pending", "task", "token")
+    __slots__ = ("ended", "parked", "pending", "scope", "task", "token")
 
     def __init__(self, token: Any) -> None:
+        import trio
+
         self.token = token
+        self.scope = trio.CancelScope
         self.pending: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self.task: Any = None
         self.parked = False
@@ -371,6 +399,11 @@ class _TrioSoon:
 
             self.parked = False
             trio.lowlevel.reschedule(self.task)
+
+    def shield(self) -> AbstractContextManager[Any]:
+        """A shielded cancel scope of trio's own (what anyio's wraps)."""
+        scope: AbstractContextManager[Any] = self.scope(shield=True)
+        return scope
 
     def _abort(self, _: Any) -> Any:
         import trio

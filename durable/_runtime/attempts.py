@@ -194,12 +194,13 @@ class ActivityContext:
         """The attempt's time budget: its binding deadline (start-to-close,
         schedule-to-close) on the engine's clock, cancelled when the attempt
         must stop (a cancellation, a timeout fence, a shutdown)."""
-        if self._budget is None:
-            budget = Budget(deadline=self.deadline, clock=self.clock.now,
-                            name=f"activity {self.activity_type}")
-            if self._stop:
-                budget.cancel(self.stop_reason or "stop requested")
-            self._budget = budget
+        with self._lock:  # made on first use (`begin`), maybe in a thread of the attempt's
+            if self._budget is None:
+                budget = Budget(deadline=self.deadline, clock=self.clock.now,
+                                name=f"activity {self.activity_type}")
+                if self._stop:
+                    budget.cancel(self.stop_reason or "stop requested")
+                self._budget = budget
         return self._budget
 
 
@@ -412,7 +413,7 @@ def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:
     if observer is not None:
         observer(ctx.info)
     started = Started()
-    started.tokens = (_current.set(ctx), _current_budget.set(ctx.budget))
+    started.tokens = (_current.set(ctx), _current_budget.set(lambda: ctx.budget))  # if asked
     try:
         coro = fn(*args)
         if ctx.stopped:

@@ -22,6 +22,7 @@ from rich.tree import Tree
 import durable
 
 from .. import present as _fmt
+from ..present import requester_text as _requester
 from ._app import Output, Session, json_option
 from ._params import run_option, workflow_id_argument
 from ._views import (
@@ -35,7 +36,6 @@ from ._views import (
     verified,
     when,
 )
-from ._words import requester_text as _requester
 
 pass_session = click.make_pass_decorator(Session)
 

@@ -20,10 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import present as _fmt
+from ..present import EVENT_SKIPPED_KEYS as _SKIPPED_KEYS
+from ..present import EVENT_SUMMARY_KEYS as _SUMMARY_KEYS
+from ..present import requester_text as _requester
+from ..present import sender_text as sender_text  # re-exported: views elsewhere use them
 from ._app import Output
 from ._words import received_lines
-from ._words import requester_text as _requester
-from ._words import sender_text as sender_text  # re-exported: views elsewhere use them
 from ._words import waiting_text as waiting_text
 from ._words import when as when
 
@@ -371,16 +373,6 @@ def boundary_text(boundary: Any) -> str:
 
 
 # ---------------------------------------------------------------- history
-
-_SUMMARY_KEYS = (
-    "activity_type", "workflow_type", "op_id", "attempt", "timeout_kind", "policy", "reason",
-    "child_workflow_id", "fire_at", "next_attempt_at", "deadline_at", "worker_id",
-)
-_SKIPPED_KEYS = frozenset({
-    "task_id", "retry_policy", "lineage", "requester", "root_request_id", "root_workflow_id",
-    "root_run_id", "parent_request_id", "task_queue", "schedule_to_start_timeout",
-    "start_to_close_timeout", "schedule_to_close_timeout", "heartbeat_timeout", "local",
-})
 
 
 def _value(value: Any, day: datetime | None = None) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from rich.text import Text
 
 from .. import present as _fmt
+from ..present import sender_text
 
 
 def when(value: Any, now: datetime) -> Text:
@@ -22,16 +23,6 @@ def when(value: Any, now: datetime) -> Text:
         return Text("-", style="dim")
     return Text.assemble(_fmt.absolute(moment), (f" ({_fmt.relative(moment, now)})", "dim"))
 
-
-def requester_text(requester: Any) -> str:
-    if isinstance(requester, Mapping):
-        text = str(requester.get("type") or "-")
-        if requester.get("id"):
-            text += f" {requester.get('id')}"
-        if requester.get("label"):
-            text += f" ({requester.get('label')})"
-        return text
-    return str(requester or "-")
 
 
 def waiting_text(waiting: Any, now: datetime) -> Text:
@@ -81,15 +72,6 @@ def waiting_text(waiting: Any, now: datetime) -> Text:
         text.append(_fmt.compact(dict(waiting), 120))
     return text
 
-
-def sender_text(sender: Any) -> str:
-    """Who sent a signal or update: ``user ana (durable CLI on h) via cli``, or
-    the workflow whose code signalled (an external signal)."""
-    if not isinstance(sender, Mapping):
-        return "unknown (not recorded)"
-    if sender.get("workflow_id"):
-        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
-    return f"{requester_text(sender.get('requester'))} via {sender.get('source') or '-'}"
 
 
 def received_lines(info: Mapping[str, Any], now: datetime) -> list[Text]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..driver import Driver, WakeHub
+from ..driver import Driver, WakeHub, runs_shielded
 from ..failure import Failure
 from . import (
     activities,
@@ -80,6 +80,12 @@ class Store:
     def hub(self) -> WakeHub:
         """Where the driver publishes wake-ups."""
         return self.driver.hub
+
+    @property
+    def commit_shielded(self) -> bool:
+        """Whether `commit` is shielded whole from cancellation (its driver
+        `runs_shielded`: `commit` awaits nothing but the driver's `run`)."""
+        return runs_shielded(self.driver)
 
     # ---------------------------------------------------------------- runs
 

@@ -147,7 +147,7 @@ class WebUI:
             statuses=views.STATUSES, lifecycles=views.LIFECYCLES, is_open=views.is_open,
             seconds_text=views.seconds_text, pretty=views.pretty, compact=views.compact,
             failure_chain=views.failure_chain, failure_message=views.failure_message,
-            requester_text=views.requester_text, sender_text=views.sender_text,
+            requester_text=_fmt.requester_text, sender_text=_fmt.sender_text,
             boundary_text=views.boundary_text,
             duration=_fmt.duration, progress_of=_fmt.progress_of,
         )

@@ -107,15 +107,6 @@ def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def sender_text(sender: Any) -> str:
-    """Who sent a signal or an update, as the CLI says it: the requester and the
-    source, or the workflow whose code sent it."""
-    if not isinstance(sender, Mapping):
-        return "unknown (not recorded)"
-    if sender.get("workflow_id"):
-        return f"workflow {sender.get('workflow_id')} (op {sender.get('op_id')})"
-    return f"{requester_text(sender.get('requester'))} via {sender.get('source') or '-'}"
-
 
 # ---------------------------------------------------------------- time
 
@@ -428,16 +419,8 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
 
 # ---------------------------------------------------------------- timeline
 
-_SUMMARY_KEYS = (
-    "activity_type", "workflow_type", "op_id", "attempt", "timeout_kind", "policy", "reason",
-    "child_workflow_id", "fire_at", "next_attempt_at", "deadline_at", "worker_id",
-)
-_SKIPPED_KEYS = frozenset({
-    "task_id", "retry_policy", "lineage", "requester", "root_request_id", "root_workflow_id",
-    "root_run_id", "parent_request_id", "task_queue", "schedule_to_start_timeout",
-    "start_to_close_timeout", "schedule_to_close_timeout", "heartbeat_timeout", "local",
-    "traceback",
-})
+_SUMMARY_KEYS = _fmt.EVENT_SUMMARY_KEYS
+_SKIPPED_KEYS = _fmt.EVENT_SKIPPED_KEYS | {"traceback"}  # the failure panel shows it
 _BAD = ("Failed", "TimedOut", "Terminated", "Refused", "NeedsReview")
 
 
@@ -529,16 +512,6 @@ def timeline(events: Sequence[Mapping[str, Any]], started: Any) -> list[dict[str
 
 # ---------------------------------------------------------------- cancellation
 
-
-def requester_text(requester: Any) -> str:
-    if isinstance(requester, Mapping):
-        text = str(requester.get("type") or "-")
-        if requester.get("id"):
-            text += f" {requester.get('id')}"
-        if requester.get("label"):
-            text += f" ({requester.get('label')})"
-        return text
-    return str(requester or "-")
 
 
 def boundary_text(boundary: Any) -> str:
