@@ -31,6 +31,7 @@ import sqlite3
 import weakref
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -258,7 +259,10 @@ class SQLiteDriver:
         writer.queue.put(call)
         try:
             if shield:
-                with anyio.CancelScope(shield=True):
+                soon = call.soon  # trio: a shield of trio's own (anyio's wraps one, at a cost)
+                scope: AbstractContextManager[Any] = (
+                    soon.shield() if type(soon) is _TrioSoon else anyio.CancelScope(shield=True))
+                with scope:
                     await call.event.wait()  # type: ignore[attr-defined]
             else:
                 await call.event.wait()  # type: ignore[attr-defined]
@@ -373,10 +377,13 @@ class _TrioSoon:
     caller resumes. Once the run ends the task is gone and calls fall back
     to the token (which then refuses them, as it did before)."""
 
-    __slots__ = ("ended", "parked", "pending", "task", "token")
+    __slots__ = ("ended", "parked", "pending", "scope", "task", "token")
 
     def __init__(self, token: Any) -> None:
+        import trio
+
         self.token = token
+        self.scope = trio.CancelScope
         self.pending: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self.task: Any = None
         self.parked = False
@@ -392,6 +399,11 @@ class _TrioSoon:
 
             self.parked = False
             trio.lowlevel.reschedule(self.task)
+
+    def shield(self) -> AbstractContextManager[Any]:
+        """A shielded cancel scope of trio's own (what anyio's wraps)."""
+        scope: AbstractContextManager[Any] = self.scope(shield=True)
+        return scope
 
     def _abort(self, _: Any) -> Any:
         import trio
