@@ -300,17 +300,17 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
         key_n = ("ROW_NUMBER() OVER (PARTITION BY COALESCE(h.concurrency_key, h.run_id) "
                  "ORDER BY h.priority, h.ready_at, h.run_id) + "
                  "COALESCE(CAST(rkm.m ->> h.concurrency_key AS BIGINT), 0)")
+        keyed = ("SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
+                 f"THEN 1 ELSE 0 END AS is_first, {key_n} AS key_n FROM")
         # The first `window` of head first (a CTE is read as far as its readers
         # go): only when keys at their limit crowd them out is head read on,
         # as `pick_runs` reads a second time
-        add("near AS MATERIALIZED (SELECT * FROM head LIMIT ?), ", window)
-        add(f"wide AS MATERIALIZED (SELECT count(*) = ? AND COALESCE(bool_or(k.key_n > ?), "
-            f"FALSE) AS go FROM (SELECT {key_n} AS key_n FROM near h CROSS JOIN rkm) AS k), ",
-            window, int(per_key))
-        add("view AS (SELECT * FROM near WHERE NOT (SELECT go FROM wide) UNION ALL "
-            "SELECT * FROM head WHERE (SELECT go FROM wide)), ")
-        add("c AS (SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
-            f"THEN 1 ELSE 0 END AS is_first, {key_n} AS key_n FROM view h CROSS JOIN rkm), ")
+        add(f"near AS MATERIALIZED ({keyed} (SELECT * FROM head LIMIT ?) AS h CROSS JOIN rkm), ",
+            window)
+        add("wide AS MATERIALIZED (SELECT count(*) = ? AND COALESCE(bool_or(key_n > ?), FALSE) "
+            "AS go FROM near), ", window, int(per_key))
+        add("c AS (SELECT * FROM near WHERE NOT (SELECT go FROM wide) UNION ALL "
+            f"SELECT * FROM ({keyed} head h CROSS JOIN rkm) AS far WHERE (SELECT go FROM wide)), ")
         key_filter, key_params = "WHERE key_n <= ?", (int(per_key),)
     else:
         add("c AS (SELECT run_id, priority, ready_at, CASE WHEN started_at IS NULL THEN 1 "
