@@ -40,6 +40,7 @@ class MariaDBDialect(Dialect):
     partial_indexes = False
     limit_subquery = False
     writable_cte = False
+    pipelined_many = False
     # a prepared statement's limit (65535); the driver formats parameters into
     # the text, so only the packet size bounds it there
     max_params = 65535
