@@ -16,8 +16,8 @@ cost:
 - ``none``: no limits (PostgreSQL: the one-statement claim);
 - ``max_running``: ``max_running=10**9`` (the limited claim: the queue's row
   locked, live leases counted, runs picked by priority then age);
-- ``per_key``: ``max_running_per_key=10**9`` over 100 keys (candidates by key,
-  a window function over the ready runs);
+- ``per_key``: ``max_running_per_key=10**9`` over 100 keys (what runs per key
+  counted; a window over the candidates only when keys at their limit crowd them);
 - ``rate``: ``rate=Rate(10**9, per=1)`` (a token bucket in the queue's row).
 
 Rounds interleave the cells (each round starts one cell further on);
