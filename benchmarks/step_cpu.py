@@ -3,7 +3,12 @@
 Usage::
 
     python benchmarks/step_cpu.py [asyncio|trio] [steps]
-    PYTHONPATH=/other/checkout:/other/checkout/drivers python benchmarks/step_cpu.py
+    DURABLE_TREE=/other/checkout python benchmarks/step_cpu.py
+
+`DURABLE_TREE` runs the `durable` and `durable_sqlite` of another checkout.
+(``PYTHONPATH`` alone does not: an editable install's import hook keeps
+`durable` on the installed checkout, and only the drivers came from the
+other one.)
 
 One workflow of `steps` (default 2,000) trivial local steps on a fresh
 SQLite file (WAL + NORMAL), three times after a warm-up; prints the median
@@ -14,10 +19,16 @@ it with another checkout (PYTHONPATH) to compare two builds.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
 import time
+
+if os.environ.get("DURABLE_TREE"):  # before durable is imported: see the docstring
+    _tree = os.environ["DURABLE_TREE"]
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+    sys.path[:0] = [_tree, os.path.join(_tree, "drivers")]
 
 import anyio
 
@@ -52,7 +63,7 @@ async def main() -> None:
                     cpu.append((time.thread_time() - c0) / n * 1e6)
                     wall.append((time.perf_counter() - w0) / n * 1e6)
     print(f"loop thread CPU {statistics.median(cpu):.1f} µs/step, "
-          f"wall {statistics.median(wall):.1f} µs/step")
+          f"wall {statistics.median(wall):.1f} µs/step ({os.path.dirname(durable.__file__)})")
 
 
 if __name__ == "__main__":

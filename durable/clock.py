@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import heapq
 import itertools
 import time
@@ -150,7 +151,9 @@ def to_datetime(instant: float | None) -> datetime.datetime | None:
     return datetime.datetime.fromtimestamp(instant, tz=datetime.UTC)
 
 
+@functools.lru_cache(maxsize=4096)
 def to_iso(instant: float | None) -> str | None:
-    """Epoch seconds to ISO 8601 with an explicit +00:00 offset."""
+    """Epoch seconds to ISO 8601 with an explicit +00:00 offset (cached: a
+    scheduler pass's fires share their fire time, due time and clock reading)."""
     value = to_datetime(instant)
     return value.isoformat() if value is not None else None

@@ -103,6 +103,17 @@ class Dialect:
     #: a claim, a group of runs' events and a group commit are one statement
     #: each (`durable.store.fastpath`); SQLite, MariaDB: no
     writable_cte = False
+    #: array parameters joined ``LATERAL`` (``unnest(CAST(? AS TEXT[]))``): a
+    #: read of a batch's rows by key is then one statement of fixed text whose
+    #: plan probes the key for each element whatever the planner's statistics
+    #: (PostgreSQL; elsewhere an ``IN`` list, which SQLite and MariaDB probe
+    #: by key without statistics)
+    lateral_arrays = False
+    #: ``executemany`` of any statement costs about one round trip (SQLite: in
+    #: process; PostgreSQL: asyncpg pipelines it), so a batch's UPDATE goes row
+    #: by row by primary key; False (MariaDB's client sends each row of a non-
+    #: INSERT apart): one UPDATE of ``CASE`` expressions over the batch's keys
+    pipelined_many = True
     #: the most parameters one statement may bind: statements over a batch (the
     #: scheduler's pass, `durable.store.schedule_pass`) split to stay under it.
     #: 999 by default, the lowest limit of the databases we know (SQLite
@@ -118,6 +129,11 @@ class Dialect:
         `length` characters (ids and names: 255, `durable._validate`); TEXT
         by default. MariaDB cannot index a TEXT: a VARCHAR there."""
         return "TEXT"
+
+    def index_text(self, column: str) -> str:
+        """A `text` column as an index names it: whole by default; MariaDB
+        indexes a prefix of a LONGTEXT only."""
+        return column
 
     def quote(self, name: str) -> str:
         """A column or table name quoted as an identifier (``key`` is a keyword

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -257,10 +258,16 @@ def fire_workflow_id(schedule_id: str, scheduled_at: float) -> str:
     ``nightly-import-20260412T020000Z`` (unique per fire, so a fire can start
     one run only). A trigger's time has milliseconds (`trigger_time`), and so
     has its id: ``nightly-import-20260412T020000.001Z``."""
-    millis = round(scheduled_at * 1000)
+    return f"{schedule_id}-{_fire_time_text(round(scheduled_at * 1000))}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _fire_time_text(millis: int) -> str:
+    """`fire_workflow_id`'s time part (a scheduler pass's fires mostly share their
+    fire time: formatted once, not once per schedule)."""
     when = datetime.datetime.fromtimestamp(millis // 1000, datetime.UTC)
     fraction = f".{millis % 1000:03d}" if millis % 1000 else ""
-    return f"{schedule_id}-{when:%Y%m%dT%H%M%S}{fraction}Z"
+    return f"{when:%Y%m%dT%H%M%S}{fraction}Z"
 
 
 def trigger_time(now: float) -> float:

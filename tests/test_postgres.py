@@ -377,6 +377,32 @@ async def test_watch_says_any_every_poll_interval_without_notifications(pg_url: 
     assert anyio.current_time() - began >= 4 * 0.1
 
 
+async def test_tables_that_changed_are_analyzed_where_autovacuum_is_off(pg_url: str) -> None:
+    """Never-analyzed tables make the planner scan whole namespaces (docs/benchmarks.md,
+    "Schedules"): where the server's autovacuum is off, the driver analyzes them."""
+    async with durable.connect(pg_url) as client:
+        off = (await sql(client, "SELECT current_setting('autovacuum') = 'off' AS off",
+                         mode="one"))["off"]
+        for k in range(80):  # past autovacuum's threshold, 50 rows plus a tenth
+            await sql(client, "INSERT INTO namespace_settings (namespace, pruned, updated_at) "
+                      "VALUES (?, '{}', 0)", f"ns-{k}")
+        analyzed: list[str] = []
+        # the server counts a backend's changes when that backend reports them (up
+        # to a second later): look until they show
+        with anyio.fail_after(30):
+            while off and not analyzed:
+                analyzed = await client.driver.keep_statistics()  # type: ignore[attr-defined]
+                await anyio.sleep(0.1)
+        last = await sql(client, "SELECT last_analyze FROM pg_stat_user_tables WHERE "
+                         "schemaname = current_schema() AND relname = 'namespace_settings'",
+                         mode="one")
+    if off:
+        assert "namespace_settings" in analyzed
+        assert last["last_analyze"] is not None
+    else:  # autovacuum analyzes them
+        assert analyzed == []
+
+
 # ---------------------------------------------------------------- lost connections
 
 CALLS: dict[str, int] = {}

@@ -376,6 +376,30 @@ async def test_a_key_longer_than_a_claims_view_delays_the_others_one_round_at_mo
         "cold0-0", "cold1-0", "cold2-0"]
 
 
+async def test_a_key_that_crowds_a_claims_first_view_is_looked_past_in_the_same_claim(
+    storage_client: durable.Client,
+) -> None:
+    # A claim first reads 2 x limit + 8 candidates; only when keys at their
+    # limit crowd them out does it look further (PREFIX x as many), in the
+    # same claim: the first claim is a transaction on every storage, the
+    # second one statement where the dialect has writable CTEs.
+    client, store = storage_client, storage_client.store
+    limit = 4  # a first view of 16 ready runs, a longer one of 64
+    await start(client, 20, prefix="hot", concurrency_key="hot")  # older than the rest
+    for key in range(3):
+        await start(client, 1, prefix=f"cold{key}", concurrency_key=f"cold-{key}")
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=1))
+    now = client.clock.now()
+    assert sorted(await claim(store, client, "w", now, limit=limit)) == [
+        "cold0-0", "cold1-0", "cold2-0", "hot-0"]
+    await start(client, 20, prefix="warm", concurrency_key="warm")
+    for key in range(3, 6):
+        await start(client, 1, prefix=f"cold{key}", concurrency_key=f"cold-{key}")
+    now = client.clock.now()  # the first claim's leases still hold
+    assert sorted(await claim(store, client, "w", now, limit=limit)) == [
+        "cold3-0", "cold4-0", "cold5-0", "warm-0"]
+
+
 @workflow.defn(name="queued_parent")
 async def queued_parent(child_priority: int | None) -> list[int]:
     options = durable.ChildOptions(priority=child_priority, concurrency_key="child-key")

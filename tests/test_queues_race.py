@@ -65,11 +65,12 @@ async def start(client: durable.Client, n: int, **options: Any) -> None:
 
 
 async def wait_for_lock(conn: Any) -> None:
-    """Until another session waits for a row lock (the statement under test)."""
+    """Until another session waits for a lock this one holds (the statement
+    under test; not any session of the database, which other test runs share)."""
     with anyio.fail_after(20):
         while not await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND pid <> pg_backend_pid() AND datname = current_database()"):
+                "AND pg_backend_pid() = ANY(pg_blocking_pids(pid))"):
             await anyio.sleep(0.01)
 
 

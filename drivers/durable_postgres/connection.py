@@ -1,7 +1,8 @@
 """Talking to one asyncpg connection: statements, programs, failures.
 
 A program's statements are sent one by one on the connection (asyncpg keeps
-them prepared), their results fed back. The error tuples say which failures
+them prepared), their results fed back; several rows of one INSERT go as one
+statement of arrays (`_insert_rows`). The error tuples say which failures
 leave a transaction safe to retry (the server rolled it back) and which mean
 the connection is gone.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -71,6 +74,35 @@ def _rowcount(status: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+#: an INSERT whose values are all parameters (several rows of it: one statement)
+_INSERT_VALUES = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(\?(?:, \?)*\)")
+#: such an INSERT's form with arrays, by its text (found by `_insert_rows`)
+_UNNEST: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _inserts_values(sql: str) -> bool:
+    return _INSERT_VALUES.fullmatch(sql) is not None
+
+
+async def _insert_rows(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Insert `rows` with one statement: ``INSERT ... SELECT * FROM unnest($1::t[],
+    ...)``, each column an array. ``executemany`` binds and executes the INSERT
+    once a row (one round trip, but the server starts and ends a statement per
+    row, the client encodes a message per row); this form is one of each. The
+    columns' types are read once per text from the INSERT prepared."""
+    unnest = _UNNEST.get(sql)
+    if unnest is None:
+        match = _INSERT_VALUES.fullmatch(sql)
+        assert match is not None
+        prepared = await conn.prepare(_numbered(sql))
+        arrays = ", ".join(f"${n}::{t.name}[]"
+                           for n, t in enumerate(prepared.get_parameters(), start=1))
+        unnest = _UNNEST[sql] = (f"INSERT INTO {match[1]} ({match[2]}) "
+                                 f"SELECT * FROM unnest({arrays})")
+    await conn.execute(unnest, *(list(column) for column in zip(*rows, strict=True)))
+
+
 async def execute(conn: Connection, stmt: Stmt) -> Any:
     sql = _numbered(stmt.sql)
     if stmt.mode == "all":
@@ -78,7 +110,9 @@ async def execute(conn: Connection, stmt: Stmt) -> Any:
     if stmt.mode == "one":
         return await conn.fetchrow(sql, *stmt.params)
     if stmt.mode == "many":
-        if stmt.params_seq:
+        if len(stmt.params_seq) > 1 and _inserts_values(stmt.sql):
+            await _insert_rows(conn, stmt.sql, stmt.params_seq)
+        elif stmt.params_seq:
             await conn.executemany(sql, stmt.params_seq)
         return None
     return _rowcount(await conn.execute(sql, *stmt.params))

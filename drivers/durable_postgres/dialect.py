@@ -20,6 +20,7 @@ class PostgresDialect(Dialect):
     integer = "BIGINT"
     serial = "BIGSERIAL"
     writable_cte = True
+    lateral_arrays = True
     # the protocol's parameter count is 16 bits (Bind), the server's limit 32767
     max_params = 32767
     # deleted rows' space is reused only after VACUUM (autovacuum may be off or late)

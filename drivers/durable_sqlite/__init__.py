@@ -257,7 +257,9 @@ class SQLiteDriver:
         the thread still serves it and wakes nobody."""
         writer.queue.put(call)
         try:
-            if shield:
+            if shield and type(call.soon) is _TrioSoon:
+                await call.event.shielded()  # type: ignore[attr-defined]
+            elif shield:
                 with anyio.CancelScope(shield=True):
                     await call.event.wait()  # type: ignore[attr-defined]
             else:
@@ -354,7 +356,63 @@ def _trio_waiter() -> tuple[Any, Notify, Notify]:
         soon = _TrioSoon(token)
         _trio_soon.set(soon)
         trio.lowlevel.spawn_system_task(soon.serve, name="durable-sqlite turns")
-    return trio.Event(), token.run_sync_soon, soon
+    return _TrioOnce(trio.lowlevel), token.run_sync_soon, soon
+
+
+class _TrioOnce:
+    """trio.Event's ``set()`` and ``wait()`` for the one caller of a call,
+    parked with trio's low-level wait. ``shielded()`` waits through a
+    cancellation as under a shielded cancel scope (the abort fails: the
+    cancellation is raised at the caller's next checkpoint; a
+    KeyboardInterrupt still gets through, as it does through a shield)
+    without entering a scope or an Event's parking lot, which a sequential
+    step paid for every commit (issue 26)."""
+
+    __slots__ = ("_lowlevel", "_set", "_task")
+
+    def __init__(self, lowlevel: Any) -> None:
+        self._lowlevel = lowlevel  # trio.lowlevel (trio is imported only when used)
+        self._set = False
+        self._task: Any = None  # the waiting task, while it waits
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        task, self._task = self._task, None
+        if task is not None:
+            self._lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """As ``trio.Event.wait()``: a checkpoint, cancellable."""
+        await self._park(shielded=False)
+
+    async def shielded(self) -> None:
+        """As ``trio.Event.wait()`` under a shielded cancel scope."""
+        await self._park(shielded=True)
+
+    async def _park(self, *, shielded: bool) -> None:
+        lowlevel = self._lowlevel
+        if self._set:
+            if shielded:
+                await lowlevel.cancel_shielded_checkpoint()
+            else:
+                await lowlevel.checkpoint()
+            return
+        self._task = lowlevel.current_task()
+
+        def abort(raise_cancel: Callable[[], object]) -> Any:
+            if shielded:
+                try:
+                    raise_cancel()  # no side effect but raising, for a cancellation
+                except KeyboardInterrupt:
+                    pass  # trio delivers it through a shielded scope too
+                except BaseException:
+                    return lowlevel.Abort.FAILED
+            self._task = None
+            return lowlevel.Abort.SUCCEEDED
+
+        await lowlevel.wait_task_rescheduled(abort)
 
 
 class _TrioSoon:

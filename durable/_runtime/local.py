@@ -262,11 +262,16 @@ async def _attempt(ctx: WorkflowContext, actx: attempts.ActivityContext,
                    overall: float | None, timed_out: list[str],
                    policy: CancellationPolicy) -> Any:
     """One attempt, stopped at its deadline (the kind that expired goes in `timed_out`)."""
-    abandon = policy is CancellationPolicy.TRY_CANCEL
+    lane = defn.is_async and attempts.never_suspends(defn.fn)
     if deadline_at is None:  # the common case: no watcher task needed
-        return await attempts.run_attempt(actx, defn, call_args, abandon_on_cancel=abandon)
+        if lane:  # the synchronous lane (attempts.call_activity takes it alike)
+            begun = attempts.begin(actx, defn.fn, call_args)
+            return begun.value if begun.done else await attempts.finish(actx, begun)
+        return await attempts.run_attempt(actx, defn, call_args,
+                                          abandon_on_cancel=policy is CancellationPolicy.TRY_CANCEL)
+    abandon = policy is CancellationPolicy.TRY_CANCEL
     started: attempts.Started | None = None
-    if defn.is_async and attempts.never_suspends(defn.fn):
+    if lane:
         # The synchronous lane (attempts.begin): an attempt that cannot suspend
         # needs no watcher, since its deadline could only have stopped it at
         # an await that suspends (should it suspend, the watcher starts then).

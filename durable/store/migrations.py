@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -70,6 +70,9 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # limited claim compares the count its snapshot saw with the locked row's
     # (`durable.store.queues.claim_limited_in_one`)
     9: ("ALTER TABLE task_queues ADD COLUMN claims BIGINT NOT NULL DEFAULT 0",),
+    # 10: the runs under a lease per queue and key (LATE_INDEXES' runs_running):
+    # a limited claim counts what runs from it, not from the queue's waiting runs
+    10: (),
 }
 
 

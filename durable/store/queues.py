@@ -121,6 +121,8 @@ class Pick:
     live: int
     #: when a rate token comes next, if the rate held work back
     next_at: float | None = None
+    #: keys at their limit held candidates back and it took fewer than it might
+    crowded: bool = False
 
 
 def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
@@ -128,59 +130,90 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
               limit: int, now: float) -> Program[Pick]:
     """Choose the runs a claim of a limited queue takes (the row is locked).
 
-    One read brings the candidates (by priority, then age; with a per-key
-    limit at most that many per key, keys at their limit left out), the
-    ready and live counts of the fair share, and what runs now; the choice
-    is made here, within every limit."""
+    One read brings the candidates (by priority, then age; keys at their
+    limit left out), the ready and live counts of the fair share and, with
+    ``max_running``, what runs now; the choice is made here, within every
+    limit. With a per-key limit, what runs per key is read first (an index
+    read: ``runs_running``); only when keys at their limit crowd the
+    candidates out of a claim (it takes fewer than it may) is a second read
+    made, at most ``max_running_per_key`` per key over a longer view."""
     limits = json.loads(row["limits"])
     per_key = limits.get("max_running_per_key")
     order = "ORDER BY priority, ready_at"
-    # a few more candidates than a claim takes: some may be dropped (their
-    # key's slots, the rate) and the next ones in line go instead
-    window = limit * 2 + 8
     by_key: dict[Any, int] = {}
-    running_sql = f"(SELECT count(*) FROM {RUNNING_RUNS}) AS running"
-    running_params = (namespace, task_queue, now)
-    if per_key is None:
-        rows = yield q(f"SELECT run_id, concurrency_key, started_at, {counted}, {running_sql} "
-                       f"FROM {ready_sql}{order} LIMIT ?" + tx.skip_locked,
-                       *counted_params, *running_params, *ready_params, window)
-    else:
+    columns = f"run_id, concurrency_key, started_at, {counted}"
+    columns_params: tuple[Any, ...] = counted_params
+    if limits.get("max_running") is not None:  # the count only a queue-wide limit needs
+        columns += f", (SELECT count(*) FROM {RUNNING_RUNS}) AS running"
+        columns_params += (namespace, task_queue, now)
+    skip, full = "", []
+    if per_key is not None:
         running_rows = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
-                               "GROUP BY concurrency_key", *running_params)
+                               "AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
+                               namespace, task_queue, now)
         by_key = {r["concurrency_key"]: int(r["n"]) for r in running_rows}
-        full = [k for k, n in by_key.items() if k is not None and n >= int(per_key)]
+        full = [k for k, n in by_key.items() if n >= int(per_key)]
         skip = ("" if not full else "AND (concurrency_key IS NULL OR concurrency_key NOT IN "
                 f"({placeholders(len(full))})) ")
-        # The window looks at the first PREFIX x window ready runs in claim
-        # order only, so a claim costs the same over a backlog of millions. A
-        # key with more runs than that at the head of the queue can fill the
-        # prefix for one claim round; the next round it is at its limit and
-        # left out above, so the other keys wait at most one round.
+    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+    # A few more candidates than a claim takes where some may be dropped (a
+    # key's slots, the rate's tokens) and the next ones in line go instead; as
+    # many as it takes where no limit can drop one (max_running only bounds
+    # how many: a claim takes the first ones)
+    droppable = ((bucket is not None and math.floor(bucket.tokens + 1e-9) < limit)
+                 or (per_key is not None and max(by_key.values(), default=0) + limit
+                     > int(per_key)))
+    window = limit * 2 + 8 if droppable else limit
+    rows = yield q(f"SELECT {columns} FROM {ready_sql}{skip}{order} LIMIT ?" + tx.skip_locked,
+                   *columns_params, *ready_params, *full, window)
+    pick = _choose(rows, limit, limits, dict(by_key), bucket)
+    if per_key is not None and pick.crowded and len(rows) == window:
+        # Keys at their limit crowded this view: look again, at most per_key
+        # candidates a key. The window looks at the first PREFIX x window ready
+        # runs in claim order only, so a claim costs the same over a backlog of
+        # millions. A key with more runs than that at the head of the queue can
+        # fill the prefix for one claim round; the next round it is at its
+        # limit and left out above, so the other keys wait at most one round.
         rows = yield q(
-            f"SELECT run_id, concurrency_key, started_at, {counted}, {running_sql} FROM "
+            f"SELECT {columns} FROM "
             "(SELECT run_id, concurrency_key, started_at, priority, ready_at, ROW_NUMBER() "
             f"OVER (PARTITION BY COALESCE(concurrency_key, run_id) {order}) AS nth FROM "
             "(SELECT run_id, concurrency_key, started_at, priority, ready_at FROM "
             f"{ready_sql}{skip}{order} LIMIT ?) AS head) AS candidates WHERE nth <= ? "
             f"{order} LIMIT ?",
-            *counted_params, *running_params, *ready_params, *full, window * PREFIX,
-            int(per_key), window)
+            *columns_params, *ready_params, *full, window * PREFIX, int(per_key), window)
+        bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+        pick = _choose(rows, limit, limits, by_key, bucket)
+    if bucket is not None:
+        yield ex("UPDATE task_queues SET run_tokens = ?, run_refilled_at = ? WHERE namespace = ? "
+                 "AND name = ?", bucket.tokens, bucket.at, namespace, task_queue)
+    return pick
+
+
+def _choose(rows: list[Row], limit: int, limits: dict[str, Any], by_key: dict[Any, int],
+            bucket: Bucket | None) -> Pick:
+    """The candidates a claim takes, in order, within every limit: its fair
+    share, ``max_running``, each key's slots (`by_key`: what runs per key,
+    counted up as runs are chosen) and the rate's tokens (spent from
+    `bucket`). `Pick.crowded`: it took fewer than it might because keys at
+    their limit held candidates back."""
     if not rows:
         return Pick([], 0, 0)
-    ready, live, running = int(rows[0]["ready"]), int(rows[0]["live"]), int(rows[0]["running"])
+    per_key = limits.get("max_running_per_key")
+    ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
     room = limit if live < 1 else min(limit, -(-ready // live))  # the fair share
     if limits.get("max_running") is not None:
-        room = min(room, int(limits["max_running"]) - running)
-    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+        room = min(room, int(limits["max_running"]) - int(rows[0]["running"]))
     new_room = math.inf if bucket is None else math.floor(bucket.tokens + 1e-9)
     chosen: list[str] = []
     next_at = None
+    held = False
     for r in rows:
         if len(chosen) >= room:
             break
         key = r["concurrency_key"]
         if per_key is not None and key is not None and by_key.get(key, 0) >= int(per_key):
+            held = True
             continue
         if r["started_at"] is None:  # a first start spends a token of the rate
             if new_room < 1:
@@ -192,10 +225,7 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
         if key is not None:
             by_key[key] = by_key.get(key, 0) + 1
         chosen.append(r["run_id"])
-    if bucket is not None:
-        yield ex("UPDATE task_queues SET run_tokens = ?, run_refilled_at = ? WHERE namespace = ? "
-                 "AND name = ?", bucket.tokens, bucket.at, namespace, task_queue)
-    return Pick(chosen, ready, live, next_at)
+    return Pick(chosen, ready, live, next_at, crowded=held and len(chosen) < room)
 
 
 def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str,
@@ -231,7 +261,9 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
     # stop after their LIMIT; run_id only breaks ties among the few they return
     scan = "priority, ready_at"
     order = "priority, ready_at, run_id"
-    window = limit * 2 + 8
+    # more candidates than a claim takes where a limit may drop some (as
+    # `pick_runs`); the rate's tokens are read in the statement itself
+    window = limit if per_key is None and rate is None else limit * 2 + 8
     key_params: tuple[Any, ...]
     parts: list[str] = []
     params: list[Any] = []
@@ -246,9 +278,11 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
         f"task_queues WHERE namespace = ? AND name = ?{tx.lock}), ", namespace, task_queue)
     add("ok AS MATERIALIZED (SELECT lk.run_tokens AS t0, lk.run_refilled_at AS at0 FROM lk "
         "JOIN snap ON snap.claims = lk.claims WHERE lk.limits = ?), ", limits_text)
-    running = f"(SELECT count(*) FROM {RUNNING_RUNS})"
-    add(f"s AS MATERIALIZED (SELECT {counted}, {running} AS running), ", *counted_params,
-        namespace, task_queue, now)
+    if max_running is not None:  # the count only a queue-wide limit needs
+        add(f"s AS MATERIALIZED (SELECT {counted}, (SELECT count(*) FROM {RUNNING_RUNS}) "
+            "AS running), ", *counted_params, namespace, task_queue, now)
+    else:
+        add(f"s AS MATERIALIZED (SELECT {counted}), ", *counted_params)
     if per_key is not None:
         add(f"rk AS MATERIALIZED (SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
             "AND concurrency_key IS NOT NULL GROUP BY concurrency_key), ",
@@ -259,11 +293,24 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
             f"ready_at FROM {ready_sql}AND (concurrency_key IS NULL OR concurrency_key NOT IN "
             f"(SELECT concurrency_key FROM rk WHERE n >= ?)) ORDER BY {scan} LIMIT ?), ",
             *ready_params, int(per_key), window * PREFIX)
-        add("c AS (SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
-            "THEN 1 ELSE 0 END AS is_first, ROW_NUMBER() OVER (PARTITION BY "
-            "COALESCE(h.concurrency_key, h.run_id) ORDER BY h.priority, h.ready_at, h.run_id) "
-            "+ COALESCE(rk.n, 0) AS key_n FROM head h LEFT JOIN rk "
-            "ON rk.concurrency_key = h.concurrency_key), ")
+        # what runs per key as one JSON object, looked up per candidate: a join
+        # of the candidates with rk, planned from a fresh table's statistics,
+        # compared every candidate with every key (17 ms a claim of 100 keys)
+        add("rkm AS MATERIALIZED (SELECT jsonb_object_agg(concurrency_key, n) AS m FROM rk), ")
+        key_n = ("ROW_NUMBER() OVER (PARTITION BY COALESCE(h.concurrency_key, h.run_id) "
+                 "ORDER BY h.priority, h.ready_at, h.run_id) + "
+                 "COALESCE(CAST(rkm.m ->> h.concurrency_key AS BIGINT), 0)")
+        keyed = ("SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
+                 f"THEN 1 ELSE 0 END AS is_first, {key_n} AS key_n FROM")
+        # The first `window` of head first (a CTE is read as far as its readers
+        # go): only when keys at their limit crowd them out is head read on,
+        # as `pick_runs` reads a second time
+        add(f"near AS MATERIALIZED ({keyed} (SELECT * FROM head LIMIT ?) AS h CROSS JOIN rkm), ",
+            window)
+        add("wide AS MATERIALIZED (SELECT count(*) = ? AND COALESCE(bool_or(key_n > ?), FALSE) "
+            "AS go FROM near), ", window, int(per_key))
+        add("c AS (SELECT * FROM near WHERE NOT (SELECT go FROM wide) UNION ALL "
+            f"SELECT * FROM ({keyed} head h CROSS JOIN rkm) AS far WHERE (SELECT go FROM wide)), ")
         key_filter, key_params = "WHERE key_n <= ?", (int(per_key),)
     else:
         add("c AS (SELECT run_id, priority, ready_at, CASE WHEN started_at IS NULL THEN 1 "

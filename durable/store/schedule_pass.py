@@ -9,14 +9,18 @@ many schedules fire in it:
 
 1. the due select (it also reads when the namespace is next due);
 2. one read of the batch's open and waiting fires, of the fire times about
-   to fire (fired already?) and of whether their runs' workflow ids are taken;
+   to fire (fired already?) and of whether their runs' workflow ids are taken
+   (where the dialect has `lateral_arrays`, PostgreSQL, one text for every
+   batch whose plan probes the keys whatever the planner's statistics);
 3. one multi-row insert per table for the started runs (instance, run, first
    event) and the fire records: while the pass runs, these inserts are held
    back (`Held`) and sent together;
 4. every TRIM_EVERY fires of a schedule, its record's trim: one statement or
    two for all the batch's schedules at once;
 5. one UPDATE of the batch's schedules: what changed (next fire time,
-   counters), each column a ``CASE`` over the schedule ids.
+   counters); row by row by key in one ``executemany`` where that is one
+   round trip (`Dialect.pipelined_many`: SQLite, PostgreSQL), else each
+   column a ``CASE`` over the schedule ids (MariaDB).
 
 Only those four inserts are held back. Any other statement (a read; an
 update or a delete: a policy that terminates or cancels a run, a waiting
@@ -197,26 +201,11 @@ def load_all(namespace: str, firings: list[Firing]) -> Program[None]:
     ids = [f.s.schedule_id for f in firings]
     nexts = {f.s.schedule_id: f.s.next_fire_at for f in firings if f.s.next_fire_at is not None}
     times = sorted(set(nexts.values()))
-    columns = FIRE_COLUMNS.split(", ")
-    sql = (f"SELECT f.schedule_id AS sid, {', '.join('f.' + c for c in columns)}, "
-           "w.status AS instance_status, NULL AS taken FROM schedule_fires f LEFT JOIN "
-           "workflows w ON w.namespace = f.namespace AND w.workflow_id = f.workflow_id "
-           f"WHERE f.namespace = ? AND f.schedule_id IN ({placeholders(len(ids))}) AND "
-           "(f.run_open = 1 OR f.outcome = 'buffered'")
-    args: list[Any] = [namespace, *ids]
-    if times:  # (a fire time of another schedule of the batch matches too: ignored)
-        sql += f" OR f.scheduled_at IN ({placeholders(len(times))})"
-        args += times
-    sql += ")"
-    if nexts:
-        # one more row per taken id, all NULL but the workflow id and its run
-        before = ", ".join(["NULL"] * (1 + columns.index("workflow_id")))
-        after = ", ".join(["NULL"] * (len(columns) - columns.index("workflow_id")))
-        sql += (f" UNION ALL SELECT {before}, workflow_id, {after}, current_run_id FROM "
-                f"workflows WHERE namespace = ? AND workflow_id IN "
-                f"({placeholders(len(nexts))})")
-        args += [namespace, *(fire_workflow_id(sid, at) for sid, at in nexts.items())]
-    rows = yield q(sql, *args)
+    wids = [fire_workflow_id(sid, at) for sid, at in nexts.items()]
+    if firings[0].tx.dialect.lateral_arrays:
+        rows = yield q(_LOAD_LATERAL, ids, namespace, times, wids, namespace)
+    else:
+        rows = yield from _load_in(namespace, ids, times, wids)
     taken = {r["workflow_id"] for r in rows if r["seq"] is None}
     fires: dict[str, list[Row]] = {}
     for row in rows:
@@ -229,11 +218,66 @@ def load_all(namespace: str, firings: list[Firing]) -> Program[None]:
     return None
 
 
+_COLUMNS = FIRE_COLUMNS.split(", ")
+#: `load_all`'s read where the dialect joins array parameters LATERAL: one text
+#: for every batch (prepared once), and a plan that probes the fires' and the
+#: workflows' primary keys element by element (an ``IN`` list, planned without
+#: statistics, as on a server whose autovacuum is off, scanned the namespace)
+_LOAD_LATERAL = (
+    f"SELECT f.schedule_id AS sid, {', '.join('f.' + c for c in _COLUMNS)}, "
+    "w.status AS instance_status, NULL AS taken FROM unnest(CAST(? AS TEXT[])) AS b(sid) "
+    "CROSS JOIN LATERAL (SELECT * FROM schedule_fires WHERE namespace = ? AND schedule_id = "
+    "b.sid AND (run_open = 1 OR outcome = 'buffered' OR scheduled_at = "
+    "ANY(CAST(? AS DOUBLE PRECISION[]))) OFFSET 0) AS f LEFT JOIN workflows w ON "
+    "w.namespace = f.namespace AND w.workflow_id = f.workflow_id UNION ALL SELECT "
+    f"{', '.join(['NULL'] * (1 + _COLUMNS.index('workflow_id')))}, x.workflow_id, "
+    f"{', '.join(['NULL'] * (len(_COLUMNS) - _COLUMNS.index('workflow_id')))}, "
+    "x.current_run_id FROM unnest(CAST(? AS TEXT[])) AS t(wid) CROSS JOIN LATERAL (SELECT "
+    "workflow_id, current_run_id FROM workflows WHERE namespace = ? AND workflow_id = t.wid "
+    "OFFSET 0) AS x")
+
+
+def _load_in(namespace: str, ids: list[str], times: list[float],
+             wids: list[str]) -> Program[list[Row]]:
+    """`load_all`'s read with ``IN`` lists."""
+    columns = _COLUMNS
+    sql = (f"SELECT f.schedule_id AS sid, {', '.join('f.' + c for c in columns)}, "
+           "w.status AS instance_status, NULL AS taken FROM schedule_fires f LEFT JOIN "
+           "workflows w ON w.namespace = f.namespace AND w.workflow_id = f.workflow_id "
+           f"WHERE f.namespace = ? AND f.schedule_id IN ({placeholders(len(ids))}) AND "
+           "(f.run_open = 1 OR f.outcome = 'buffered'")
+    args: list[Any] = [namespace, *ids]
+    if times:  # (a fire time of another schedule of the batch matches too: ignored)
+        sql += f" OR f.scheduled_at IN ({placeholders(len(times))})"
+        args += times
+    sql += ")"
+    if wids:
+        # one more row per taken id, all NULL but the workflow id and its run
+        before = ", ".join(["NULL"] * (1 + columns.index("workflow_id")))
+        after = ", ".join(["NULL"] * (len(columns) - columns.index("workflow_id")))
+        sql += (f" UNION ALL SELECT {before}, workflow_id, {after}, current_run_id FROM "
+                f"workflows WHERE namespace = ? AND workflow_id IN "
+                f"({placeholders(len(wids))})")
+        args += [namespace, *wids]
+    rows: list[Row] = yield q(sql, *args)
+    return rows
+
+
 def trim_all(namespace: str, firings: list[Firing], max_params: int) -> Program[None]:
     """`Firing.finish`'s trims for every schedule of the pass that is due one: its
     fires whose run closed flagged, then its old fires deleted."""
     due = [f for f in firings if f.trim_due]
     closed = [(f.s.schedule_id, fire.workflow_id) for f in due for fire in f.closed]
+    if due and due[0].tx.dialect.pipelined_many:
+        # row by row by the fires' key prefix (see save_all)
+        if closed:
+            yield many("UPDATE schedule_fires SET run_open = 0 WHERE namespace = ? AND "
+                       "schedule_id = ? AND workflow_id = ? AND run_open = 1",
+                       [(namespace, sid, wid) for sid, wid in closed])
+        yield many("DELETE FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
+                   "seq <= ? AND run_open = 0 AND outcome <> 'buffered'",
+                   [(namespace, f.s.schedule_id, f.s.fire_seq - RECENT_KEPT) for f in due])
+        return None
     for chunk in _chunks(closed, 2, max_params - 1):
         # a started fire's workflow id names its schedule and time: the pairs match exactly
         yield ex(f"UPDATE schedule_fires SET run_open = 0 WHERE namespace = ? AND run_open = 1 "
@@ -254,8 +298,17 @@ def save_all(namespace: str, firings: list[Firing], now: float,
              max_params: int) -> Program[None]:
     """Save the pass's schedules in one UPDATE (more only past `max_params`):
     each column some schedule changed is a ``CASE`` over the ids that changed it."""
-    changes = [(f, [c for c in _SAVED if f.before[c] != getattr(f.s, c)]) for f in firings]
+    changes = [(f, [c for c in _SAVED if _changed(f.before[c], getattr(f.s, c))])
+               for f in firings]
     columns = [c for c in _SAVED if any(c in changed for _, changed in changes)]
+    if firings and firings[0].tx.dialect.pipelined_many:
+        # row by row by primary key (one executemany): each row a probe of the
+        # key, where the CASEs cost the batch's size for each row and column
+        assigned = ", ".join(f"{column} = ?" for column in [*columns, "updated_at"])
+        yield many(f"UPDATE schedules SET {assigned} WHERE namespace = ? AND schedule_id = ?",
+                   [(*(_stored(f.s, c) for c in columns), now, namespace, f.s.schedule_id)
+                    for f in firings])
+        return None
     for part in _chunks(changes, 1 + 2 * len(columns), max_params - 2):
         sets, args = [], []
         for column in columns:
@@ -269,6 +322,12 @@ def save_all(namespace: str, firings: list[Firing], now: float,
                  f"namespace = ? AND schedule_id IN ({placeholders(len(part))})",
                  *args, now, namespace, *(f.s.schedule_id for f, _ in part))
     return None
+
+
+def _changed(before: Any, after: Any) -> bool:
+    """Whether a field changed (the same object did not: a spec or options
+    compared field by field only when replaced)."""
+    return before is not after and before != after
 
 
 def _stored(s: ScheduleRecord, column: str) -> Any:
