@@ -20,7 +20,9 @@ The policy (`Checkpoints`, driven by the database thread; defaults from
 - **a reset on the thread**: once the ``-wal`` file holds more than
   ``wal_limit / 4``, the database thread runs ``PRAGMA
   wal_checkpoint(RESTART)`` on its own connection between two drains: at
-  the first quiet point (nothing queued), or at the end of the next drain
+  the first quiet point (nothing queued for 20 ms, `_writer.QUIET_GRACE`:
+  not in the instant a caller's next transaction is on its way), or at the
+  end of the next drain
   whatever is queued once the file passes ``wal_limit / 2`` (waiting for a
   running passive checkpoint to end first: two cannot run at once, and
   none starts while a reset is due). Nothing of
@@ -155,6 +157,11 @@ class Checkpoints:
         self._passive = threading.Thread(target=self._checkpoint_passive,
                                          name="durable-sqlite-checkpoint", daemon=True)
         self._passive.start()
+
+    def reset_wanted(self) -> bool:
+        """Whether `after_drain` would reset the log at a quiet point now (the
+        thread then makes sure the quiet lasts: see `QUIET_GRACE`)."""
+        return self._look and self.wal_bytes() >= self.reset_at
 
     def after_drain(self, conn: sqlite3.Connection, quiet: bool) -> None:
         """Between drains: reset the log when it has grown past `reset_at`

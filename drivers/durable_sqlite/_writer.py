@@ -59,6 +59,9 @@ T = TypeVar("T")
 #: several transactions (a transaction holds SQLite's write lock, which other
 #: processes wait for, for as long as it runs)
 MAX_PROGRAMS_PER_TRANSACTION = 256
+#: seconds the queue must stay empty after a drain for a quiet point at which
+#: the write-ahead log is reset (`Writer._quiet_lasts`)
+QUIET_GRACE = 0.02
 
 
 def _execute(conn: sqlite3.Connection, stmt: Stmt) -> Any:
@@ -298,6 +301,7 @@ class Writer:
         self.checkpoints = checkpoints  # the -wal file's upkeep (None in memory)
         self.conn: sqlite3.Connection | None = None
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._held: Any = None  # taken from the queue while waiting for a quiet point
         self.stopped = False
         self.transactions = 0
         self.programs = 0
@@ -327,7 +331,8 @@ class Writer:
         get, get_nowait = self.queue.get, self.queue.get_nowait
         stopping = False
         while not stopping:
-            batch: list[Any] = [get()]
+            held, self._held = self._held, None
+            batch: list[Any] = [held if held is not None else get()]
             while True:
                 try:
                     batch.append(get_nowait())
@@ -360,7 +365,21 @@ class Writer:
             self._complete(calls)
             if self.checkpoints is not None and self.conn is not None:
                 # between drains, its callers already woken: see _checkpoints
-                self.checkpoints.after_drain(self.conn, quiet=self.queue.empty())
+                quiet = self.queue.empty()
+                if quiet and not stopping and self.checkpoints.reset_wanted():
+                    quiet = self._quiet_lasts()
+                self.checkpoints.after_drain(self.conn, quiet=quiet)
+
+    def _quiet_lasts(self) -> bool:
+        """Whether nothing is queued for `QUIET_GRACE` seconds (what came meanwhile
+        is served next). A reset takes the thread for 5-70 ms: not in the instant
+        a caller's next transaction is on its way (the scheduler's second pass of
+        a second's fires came just then and waited for the whole reset)."""
+        try:
+            self._held = self.queue.get(timeout=QUIET_GRACE)
+        except queue.Empty:
+            return True
+        return False
 
     def _take_rest(self) -> list[Call[Any]]:
         rest: list[Call[Any]] = []

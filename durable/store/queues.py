@@ -305,10 +305,16 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
         # The first `window` of head first (a CTE is read as far as its readers
         # go): only when keys at their limit crowd them out is head read on,
         # as `pick_runs` reads a second time
-        add(f"near AS MATERIALIZED ({keyed} (SELECT * FROM head LIMIT ?) AS h CROSS JOIN rkm), ",
-            window)
-        add("wide AS MATERIALIZED (SELECT count(*) = ? AND COALESCE(bool_or(key_n > ?), FALSE) "
-            "AS go FROM near), ", window, int(per_key))
+        # as many as the claim takes where no key can reach its limit in it and
+        # no rate drops any (`pick_runs`' rule)
+        first = limit if rate is None else window
+        add("nearn AS MATERIALIZED (SELECT CASE WHEN COALESCE(max(n), 0) + ? <= ? "
+            "THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END AS n FROM rk), ",
+            limit, int(per_key), first, window)
+        add(f"near AS MATERIALIZED ({keyed} (SELECT * FROM head LIMIT (SELECT n FROM nearn)) "
+            "AS h CROSS JOIN rkm), ")
+        add("wide AS MATERIALIZED (SELECT count(*) = (SELECT n FROM nearn) AND "
+            "COALESCE(bool_or(key_n > ?), FALSE) AS go FROM near), ", int(per_key))
         add("c AS (SELECT * FROM near WHERE NOT (SELECT go FROM wide) UNION ALL "
             f"SELECT * FROM ({keyed} head h CROSS JOIN rkm) AS far WHERE (SELECT go FROM wide)), ")
         key_filter, key_params = "WHERE key_n <= ?", (int(per_key),)
