@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import math
 from typing import Any
 
-from .clock import Clock
+from .clock import Clock, held
 from .control import Page, RunState
 from .errors import (
     ConfigurationError,
@@ -208,8 +209,10 @@ class EmbeddedControl:
                                             args, None, self.clock.now())
         assert ticket.request_id is not None
         request_id = ticket.request_id
-        answer = await store.hub.until({Wake.request(request_id).key},
-                                       lambda: store.take_answer(request_id), wait, poll=0.2)
+        with held(self.clock, wait):  # a worker answers at once: virtual time waits for it
+            answer = await store.hub.until({Wake.request(request_id).key},
+                                           lambda: store.take_answer(request_id), wait,
+                                           poll=0.2)
         if answer is None:
             answer = await store.withdraw_request(request_id)
             if answer is None:
@@ -258,12 +261,16 @@ class EmbeddedControl:
         if ticket.request_id is not None:
             keys.add(Wake.request(ticket.request_id).key)
         accepted = False
+        # a worker accepts at once: virtual time waits for that, not for the handler
+        holding = contextlib.ExitStack()
+        holding.enter_context(held(self.clock))
 
         async def outcome() -> tuple[str | None] | None:
             nonlocal accepted
             state = await store.update_state(ticket.run_id, update_id, ticket.request_id)
             if state.item is not None:
                 accepted = True
+                holding.close()
                 done = _update_outcome(state.item)
                 if done is not None or accepted_is_enough:
                     return (done,)
@@ -277,7 +284,8 @@ class EmbeddedControl:
                 )
             return None
 
-        found = await store.hub.until(keys, outcome, limit, poll=0.2)
+        with holding:
+            found = await store.hub.until(keys, outcome, limit, poll=0.2)
         if found is not None:
             return found[0]
         if not accepted and ticket.request_id is not None:

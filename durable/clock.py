@@ -86,22 +86,23 @@ class VirtualClock:
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
         self._background: list[tuple[float, int, anyio.Event]] = []
         self._counter = itertools.count()
-        self._holds: list[float] = []
+        self._holds: list[tuple[float, float]] = []  # (began, limit), real seconds
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
-        """Keep time from being skipped while real work runs (see `hold_limit`)."""
-        started = time.monotonic()
-        self._holds.append(started)
+    def hold(self, limit: float | None = None) -> Iterator[None]:
+        """Keep time from being skipped while real work runs, for at most `limit`
+        real seconds (default `hold_limit`)."""
+        entry = (time.monotonic(), self.hold_limit if limit is None else limit)
+        self._holds.append(entry)
         try:
             yield
         finally:
-            self._holds.remove(started)
+            self._holds.remove(entry)
 
     def holding(self) -> bool:
-        """Whether real work begun less than `hold_limit` seconds ago still runs."""
+        """Whether real work still runs that began less than its limit ago."""
         now = time.monotonic()
-        return any(now - started < self.hold_limit for started in self._holds)
+        return any(now - started < limit for started, limit in self._holds)
 
     def now(self) -> float:
         return self._now
@@ -128,6 +129,19 @@ class VirtualClock:
             while heap and heap[0][0] <= self._now:
                 _, _, event = heapq.heappop(heap)
                 event.set()
+
+
+def held(clock: Clock, limit: float | None = None) -> contextlib.AbstractContextManager[None]:
+    """Keep virtual time still while a worker is expected to answer at once (a
+    query, for as long as its caller waits; an update until it is accepted):
+    the caller waits in real time, and a jump meanwhile would pass the run by
+    (its condition timed out before the query that precedes the approval was
+    even answered). `VirtualClock.hold`; real time: nothing to hold."""
+    hold = getattr(clock, "hold", None)
+    if hold is None:
+        return contextlib.nullcontext()
+    manager: contextlib.AbstractContextManager[None] = hold(limit)
+    return manager
 
 
 def to_datetime(instant: float | None) -> datetime.datetime | None:

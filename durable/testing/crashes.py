@@ -40,6 +40,7 @@ import inspect
 import json
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -257,6 +258,11 @@ class _Storage:
     driver: Driver  # the storage under it, which killable views wrap
     clock: Clock
     virtual: bool
+    #: the workers whose claims virtual time waits for (`TimeSkippingEnvironment`):
+    #: a claim that skipped a locked row waits for its real-time poll, and a
+    #: jump meanwhile passes the run by (its condition timed out at a point
+    #: where nothing should have changed)
+    workers: weakref.WeakSet[Worker] = field(default_factory=weakref.WeakSet)
 
 
 @contextlib.asynccontextmanager
@@ -267,7 +273,8 @@ async def _storage(url: str, time_skipping: bool) -> AsyncIterator[_Storage]:
         from .environment import TimeSkippingEnvironment
 
         async with TimeSkippingEnvironment(url) as env:
-            yield _Storage(env.client, cast(Driver, env._counting), env.clock, True)
+            yield _Storage(env.client, cast(Driver, env._counting), env.clock, True,
+                           env._workers)
         return
     from .environment import _own_storage  # a schema of its own, as the environment's
 
@@ -326,10 +333,13 @@ class _Run:
     interact_error: BaseException | None = None
 
 
-def _workers(client: Client, plan: _Plan, virtual: bool) -> list[Worker]:
-    lease = 10 * 365 * 24 * 3600.0 if virtual else 15.0  # a dead worker is declared dead
-    return [Worker(client, workflows=plan.workflows, activities=plan.activities, task_queue=tq,
-                   lease_seconds=lease, poll_interval=0.05) for tq in plan.task_queues]
+def _workers(client: Client, plan: _Plan, storage: _Storage) -> list[Worker]:
+    lease = 10 * 365 * 24 * 3600.0 if storage.virtual else 15.0  # a dead worker is declared dead
+    workers = [Worker(client, workflows=plan.workflows, activities=plan.activities,
+                      task_queue=tq, lease_seconds=lease, poll_interval=0.05)
+               for tq in plan.task_queues]
+    storage.workers.update(workers)
+    return workers
 
 
 async def _outcome(handle: WorkflowHandle, review: Review | None) -> Any:
@@ -381,11 +391,12 @@ async def _one_run(plan: _Plan, storage: _Storage, namespace: str, limit: int | 
     client = storage.client.with_namespace(namespace)
     killable = _KillableDriver(storage.driver, namespace, limit, after=after)
     doomed = Client(cast(Driver, killable), namespace=namespace, clock=storage.clock)
-    workers = _workers(doomed, plan, storage.virtual)
+    workers = _workers(doomed, plan, storage)
     killable.workers = workers
     outcome: Any = None
     finished = False
     failed: list[BaseException] = []  # what the application's side (interact) raised
+    phase = "starting the run"  # where a run that does not end within the bound was
     token = EXECUTIONS.set(executed)
     try:
         with anyio.move_on_after(plan.seconds) as bound:
@@ -395,20 +406,29 @@ async def _one_run(plan: _Plan, storage: _Storage, namespace: str, limit: int | 
                 if plan.interact is not None:
                     user.start_soon(_play, plan.interact, handle, failed)
                 async with contextlib.AsyncExitStack() as stack:
+                    phase = "starting the first worker"
                     for worker in workers:
                         await stack.enter_async_context(worker)
+                    phase = "waiting for the outcome with the first worker"
                     outcome = await _outcome(handle, plan.review)  # a kill cancels this
                     finished = True
+                    phase = "stopping the first worker"
                 if not finished:  # killed: a fresh worker recovers the run
+                    phase = "expiring the killed worker's leases"
                     for worker in workers:
                         await client.store.expire_leases(worker.worker_id, storage.clock.now())
                     async with contextlib.AsyncExitStack() as stack:
-                        for worker in _workers(client, plan, storage.virtual):
+                        phase = "starting the recovering worker"
+                        for worker in _workers(client, plan, storage):
                             await stack.enter_async_context(worker)
+                        phase = "waiting for the outcome with the recovering worker"
                         outcome = await _outcome(handle, plan.review)
+                        phase = "stopping the recovering worker"
+                phase = "waiting for the application's side (interact) to return"
         if bound.cancelled_caught:
             outcome = TimeoutError(f"the run did not end within {plan.seconds} s "
-                                   f"(seconds_per_run); status {await _status(client, plan)}")
+                                   f"(seconds_per_run) while {phase}; status "
+                                   f"{await _status(client, plan)}")
         history = await client.get_handle(plan.workflow_id).history()
         events = await _all_events(storage.driver, namespace)
     finally:
@@ -418,10 +438,14 @@ async def _one_run(plan: _Plan, storage: _Storage, namespace: str, limit: int | 
 
 
 async def _status(client: Client, plan: _Plan) -> str:
+    """The run's status and its last events: what an unended point was doing."""
     try:
-        return str((await client.get_handle(plan.workflow_id).describe())["status"])
+        handle = client.get_handle(plan.workflow_id)
+        status = str((await handle.describe())["status"])
+        last = [event.type for event in (await handle.history())[-5:]]
     except DurableError as exc:
         return repr(exc)
+    return f"{status}, last events {', '.join(last)}"
 
 
 async def _play(interact: Interact, handle: WorkflowHandle, failed: list[BaseException]) -> None:

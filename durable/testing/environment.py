@@ -224,8 +224,8 @@ class TimeSkippingEnvironment:
             return False  # claims wait for each other (SQLite): none passes a ready row by
         found = False
         for worker in list(self._workers):
-            if worker._tg is None or worker.stopping:
-                continue
+            if worker._tg is None or worker.stopping or worker.crashed_at is not None:
+                continue  # a worker killed on purpose claims nothing more
             before = worker.runs.claimed + worker.remote.claims.claimed
             if worker.workflows:  # a loop that never runs would never pass
                 await worker.runs.claim_now()
