@@ -10,11 +10,14 @@ The parent reads what the child printed and the traceback it left.
 from __future__ import annotations
 
 import ast
+import faulthandler
 import importlib
 import inspect
 import multiprocessing
 import os
+import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,9 @@ def run(steps: list[dict[str, Any]], *, workdir: Path, replace: dict[str, str],
     proc.start()
     proc.join(timeout)
     if proc.is_alive():
+        # where it hangs: every thread's stack, into its output (child_main)
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(1.0)
         proc.kill()
         proc.join()
         return False, _read(out), f"the block did not finish within {timeout} s"
@@ -64,6 +70,7 @@ def child_main(steps: list[dict[str, Any]], workdir: str, replace: dict[str, str
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's timeout asks
     code = 0
     try:
         _run_chain(steps, replace, checks, backends)
