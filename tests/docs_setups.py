@@ -118,6 +118,9 @@ def _ctrl_c_after(wait: Callable[[], bool], timeout: float = 20.0) -> Setup:
                 time.sleep(0.05)
             time.sleep(0.3)
             os.kill(os.getpid(), signal.SIGINT)
+        # Ctrl-C raises KeyboardInterrupt, as in a terminal, even where this
+        # suite was started with SIGINT ignored (a shell's background job)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Thread(target=press, daemon=True).start()
         ns["__expect__"] = KeyboardInterrupt
     return setup
