@@ -562,23 +562,33 @@ class Worker:
                     enforce = True  # already due: enforce at once
                     continue
             woken = False
-            async with anyio.create_task_group() as race:
+            # The first to finish ends the others by their own scopes, not the
+            # group's: a task that ends cancelled leaves a reference cycle (anyio's
+            # task_done) only a full collection frees (docs/benchmarks.md).
+            racers = [anyio.CancelScope() for _ in range(3)]
 
-                async def until(at: float, background: bool) -> None:
+            def won(racers: list[anyio.CancelScope] = racers) -> None:
+                for scope in racers:
+                    scope.cancel()
+
+            async def until(at: float, background: bool, scope: anyio.CancelScope) -> None:
+                with scope:
                     await self.clock.sleep_until(at, background=background)
-                    race.cancel_scope.cancel()
+                    won()
 
-                async def until_trigger() -> None:
-                    nonlocal woken
+            async def until_trigger(scope: anyio.CancelScope) -> None:
+                nonlocal woken
+                with scope:
                     woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
                     await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
-                    race.cancel_scope.cancel()
+                    won()
 
+            async with anyio.create_task_group() as race:
                 if next_at is not None:
-                    race.start_soon(until, next_at, False)
+                    race.start_soon(until, next_at, False, racers[0])
                 if lease_at is not None:
-                    race.start_soon(until, lease_at, True)
-                race.start_soon(until_trigger)
+                    race.start_soon(until, lease_at, True, racers[1])
+                race.start_soon(until_trigger, racers[2])
             enforce = not woken
 
 
