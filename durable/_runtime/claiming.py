@@ -15,11 +15,15 @@ Fewer notifications in the first place (issue 26): a driver that addresses
 its notifications (PostgreSQL) does not send a queue's ``ACTIVITIES``
 wake-up to other processes while a worker here takes that queue's attempts
 (`durable.wakes.WakeHub.claimed_here`): the local wake-up makes this
-process claim, the others are not disturbed. Such a loop is given `spread`
-(the driver's `announce`) and passes the baton: after a pass woken here that
-left ready work, it takes a few left over itself (fewer than one each for
-the live workers) or, when more are left or it has no room for them, tells
-the other processes, which then claim their share as before.
+process claim them (those its own runs scheduled first,
+`durable._runtime.remote`), the others are not disturbed. Such a queue is
+*quiet* (`quiet()`), and its loop is given `spread` (the driver's
+`announce`) to pass the baton: after a pass woken here while work
+announced here is unclaimed (`unheard()`), it tells the other processes if
+it has no room or more is left than it takes by itself (it takes a few left
+over, fewer than one each for the live workers, a pass later). On a quiet
+queue nobody else may be claiming, so a worker that took some and left
+more claims again after `CLAIM_TURN`, whatever woke it.
 
 `ClaimLoop.claim_now()` returns once a claim pass begun after the call has
 finished, so that a test can show that nothing was claimed without sleeping.
