@@ -552,20 +552,22 @@ class Worker:
         enforce = True
         poked = self.clock.now()  # when the claim loops were last poked
         while True:
-            now = self.clock.now()
             if enforce:  # a deadline, a lease expiry, a retry's backoff or the poll
-                counts = await self.store.enforce_expired(self.namespace, now)
-                if counts:
-                    for kind, n in counts.items():
+                # one transaction, at the instant it runs (store.deadlines.watchdog_pass)
+                done = await self.store.watchdog_pass(self.namespace, self.clock.now)
+                if done.counts:
+                    for kind, n in done.counts.items():
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
-                    self.log.info("deadlines_enforced", **counts)
+                    self.log.info("deadlines_enforced", **done.counts)
                 self._claim_all()
-                poked = now
-            # a retry available since the last poke is due now (deadlines.next_deadline)
-            next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
-            if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
-                enforce = True  # already due: enforce at once
-                continue
+                poked, next_at, lease_at = done.now, done.next_at, done.lease_at
+            else:
+                now = self.clock.now()
+                # a retry available since the last poke is due now (deadlines.next_deadline)
+                next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
+                if any(at is not None and at <= now for at in (next_at, lease_at)):
+                    enforce = True  # already due: enforce at once
+                    continue
             woken = False
             async with anyio.create_task_group() as race:
 

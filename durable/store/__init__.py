@@ -12,6 +12,7 @@ supplies a `Dialect` and runs programs (`durable.driver`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..driver import Driver, WakeHub, runs_shielded
@@ -250,6 +251,13 @@ class Store:
         """Enforce every deadline due at `now`; counts by kind."""
         return await self.driver.run(
             lambda tx: deadlines.enforce_expired(tx, namespace, now, run_id))
+
+    async def watchdog_pass(self, namespace: str, clock: Callable[[], float]
+                            ) -> deadlines.WatchPass:
+        """Enforce every deadline due at `clock()` read inside the transaction,
+        and when something is next due, in one transaction."""
+        return await self.driver.run(
+            lambda tx: deadlines.watchdog_pass(tx, namespace, clock))
 
     # ---------------------------------------------------------------- control
 
