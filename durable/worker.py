@@ -24,6 +24,7 @@ the runs it executes.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +47,7 @@ from ._runtime.hearing import Hearing
 from ._runtime.outage import FIRST_DELAY, Outage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
+from ._runtime.race import first_of
 from ._runtime.remote import RemoteActivities
 from ._runtime.upgrade import UpgradeGate
 from ._scheduler import Scheduler
@@ -569,33 +571,17 @@ class Worker:
                     enforce = True  # already due: enforce at once
                     continue
             woken = False
-            # The first to finish ends the others by their own scopes, not the
-            # group's: a task that ends cancelled leaves a reference cycle (anyio's
-            # task_done) only a full collection frees (docs/benchmarks.md).
-            racers = [anyio.CancelScope() for _ in range(3)]
 
-            def won(racers: list[anyio.CancelScope] = racers) -> None:
-                for scope in racers:
-                    scope.cancel()
-
-            async def until(at: float, background: bool, scope: anyio.CancelScope) -> None:
-                with scope:
-                    await self.clock.sleep_until(at, background=background)
-                    won()
-
-            async def until_trigger(scope: anyio.CancelScope) -> None:
+            async def until_trigger() -> None:
                 nonlocal woken
-                with scope:
-                    woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
-                    await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
-                    won()
+                woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
+                await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
 
-            async with anyio.create_task_group() as race:
-                if next_at is not None:
-                    race.start_soon(until, next_at, False, racers[0])
-                if lease_at is not None:
-                    race.start_soon(until, lease_at, True, racers[1])
-                race.start_soon(until_trigger, racers[2])
+            # the first to finish ends the others (leaving no cyclic garbage: race.py)
+            await first_of(*(
+                functools.partial(self.clock.sleep_until, at, background=background)
+                for at, background in ((next_at, False), (lease_at, True)) if at is not None
+            ), until_trigger)
             enforce = not woken
 
 
