@@ -23,7 +23,6 @@ import contextlib
 import contextvars
 import datetime
 import dis
-import functools
 import multiprocessing
 import threading
 import types
@@ -379,12 +378,23 @@ def never_suspends(fn: Any) -> bool:
     code = getattr(fn, "__code__", None)
     if code is None or not isinstance(code, types.CodeType):
         return False
+    known = _NEVER_SUSPENDS.get(id(code))
+    if known is not None and known[0] is code:
+        return known[1]
     return _code_never_suspends(code)
 
 
-@functools.cache
+#: `never_suspends` by code object, keyed by identity: every local step asks,
+#: and hashing a code object (what functools.cache did) hashes its bytecode,
+#: constants and names again each time. The entry holds its code object, so
+#: an id is never reused while its entry exists.
+_NEVER_SUSPENDS: dict[int, tuple[types.CodeType, bool]] = {}
+
+
 def _code_never_suspends(code: types.CodeType) -> bool:
-    return not any(ins.opname in _SUSPENDING for ins in dis.get_instructions(code))
+    result = not any(ins.opname in _SUSPENDING for ins in dis.get_instructions(code))
+    _NEVER_SUSPENDS[id(code)] = (code, result)
+    return result
 
 
 def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:

@@ -12,6 +12,7 @@ supplies a `Dialect` and runs programs (`durable.driver`).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..driver import Driver, WakeHub, runs_shielded
@@ -197,9 +198,13 @@ class Store:
 
     # ---------------------------------------------------------------- the owner's commit
 
-    async def commit(self, batches: list[RunWrites], now: float) -> list[CommitResult]:
-        """Record runs' writes in one transaction, each run fenced by its epoch."""
-        return await self.driver.run(lambda tx: commit.commit(tx, batches, now))
+    def commit(self, batches: list[RunWrites], now: float) -> Awaitable[list[CommitResult]]:
+        """Record runs' writes in one transaction, each run fenced by its epoch.
+
+        The driver's `run` itself, not a coroutine around it: the owner's
+        commit is every step's, and each await layer is paid again at each
+        suspension and resume (issue 26)."""
+        return self.driver.run(lambda tx: commit.commit(tx, batches, now))
 
     # ---------------------------------------------------------------- activities
 
