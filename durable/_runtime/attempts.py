@@ -368,6 +368,8 @@ _NOT_STARTED: Any = object()
 #: ``await`` (GET_AWAITABLE, SEND, YIELD_VALUE), ``async with``, ``async for``.
 _SUSPENDING = frozenset({"YIELD_VALUE", "SEND", "GET_AWAITABLE", "BEFORE_ASYNC_WITH",
                          "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR", "ASYNC_GEN_WRAP"})
+#: by code identity (a code's hash hashes its bytecode); holding it keeps its id
+_NEVER_SUSPENDS: dict[int, tuple[types.CodeType, bool]] = {}
 
 
 def never_suspends(fn: Any) -> bool:
@@ -379,22 +381,10 @@ def never_suspends(fn: Any) -> bool:
     if code is None or not isinstance(code, types.CodeType):
         return False
     known = _NEVER_SUSPENDS.get(id(code))
-    if known is not None and known[0] is code:
-        return known[1]
-    return _code_never_suspends(code)
-
-
-#: `never_suspends` by code object, keyed by identity: every local step asks,
-#: and hashing a code object (what functools.cache did) hashes its bytecode,
-#: constants and names again each time. The entry holds its code object, so
-#: an id is never reused while its entry exists.
-_NEVER_SUSPENDS: dict[int, tuple[types.CodeType, bool]] = {}
-
-
-def _code_never_suspends(code: types.CodeType) -> bool:
-    result = not any(ins.opname in _SUSPENDING for ins in dis.get_instructions(code))
-    _NEVER_SUSPENDS[id(code)] = (code, result)
-    return result
+    if known is None or known[0] is not code:
+        known = _NEVER_SUSPENDS[id(code)] = (code, not any(
+            ins.opname in _SUSPENDING for ins in dis.get_instructions(code)))
+    return known[1]
 
 
 def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:
