@@ -119,9 +119,10 @@ class Wake:
         return cls((WakeKind.RUNS, namespace, task_queue))
 
     @classmethod
-    def activities(cls, namespace: str, task_queue: str) -> Wake:
-        """Activity attempts of this queue may be ready to claim."""
-        return cls((WakeKind.ACTIVITIES, namespace, task_queue))
+    def activities(cls, namespace: str, task_queue: str, task_id: str | None = None) -> Wake:
+        """Activity attempts of this queue may be ready to claim; `task_id`
+        names the one a commit of this process scheduled (in process only)."""
+        return cls((WakeKind.ACTIVITIES, namespace, task_queue), task_id)
 
     @classmethod
     def activity_stop(cls, task_id: str) -> Wake:
@@ -266,6 +267,13 @@ class WakeHub:
     of it, so that a waiter re-reads whatever was committed before (no
     wake-up is lost between the read and the start of listening). A driver
     sets `on_wanted`, called whenever the set of addresses changes.
+
+    `claim_here` registers who takes a task queue's activity attempts in this
+    process: while one of them can (`claimed_here`), such a driver does not
+    send that queue's ``ACTIVITIES`` wake-up of a commit made here to the
+    other processes (docs/design/postgres-driver.md#wake-ups): the work is
+    this process's to claim, and every other process of the queue would
+    otherwise claim on it too, and find it taken.
     """
 
     def __init__(self) -> None:
@@ -273,6 +281,8 @@ class WakeHub:
         self.waiting = 0
         self.wanted: dict[tuple[str, ...], dict[tuple[str, ...], int]] = {}
         self.on_wanted: Callable[[], None] | None = None
+        # replaced whole, never changed in place: a driver reads it on its own thread
+        self._claimers: dict[tuple[str, ...], tuple[Callable[[], bool], ...]] = {}
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call `callback` for every wake-up; returns the unsubscribe function."""
@@ -334,6 +344,34 @@ class WakeHub:
                 self.on_wanted()
 
         return unwant
+
+    def claim_here(self, key: tuple[str, ...], takes: Callable[[], bool]) -> Callable[[], None]:
+        """Say that a claimer here takes the work a wake-up with `key` announces
+        whenever `takes()` is true (it runs, has room, and claims everything
+        such a wake-up may name); returns the function that says it no more.
+        `takes` may be called on the driver's thread: it must only read."""
+        self._claimers = {**self._claimers, key: (*self._claimers.get(key, ()), takes)}
+        released = False
+
+        def unclaim() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            left = tuple(t for t in self._claimers.get(key, ()) if t is not takes)
+            claimers = dict(self._claimers)
+            if left:
+                claimers[key] = left
+            else:
+                claimers.pop(key, None)
+            self._claimers = claimers
+
+        return unclaim
+
+    def claimed_here(self, key: tuple[str, ...]) -> bool:
+        """Whether a claimer of this process takes the work that a wake-up with
+        `key` announces now (`claim_here`)."""
+        return any(takes() for takes in self._claimers.get(key, ()))
 
     @contextmanager
     def listen(self, keys: Collection[tuple[str, ...]]) -> Iterator[Listening]:

@@ -214,7 +214,9 @@ class Worker:
             raise ConfigurationError("a Worker runs once; create a new Worker to run again")
         self._entered = True
         await self.presence.register(self.lease_seconds * 2, self.clock.now())
-        self.hearing.start(self._on_wake)
+        if self.activities:
+            await self.remote.check_cover()
+        self.hearing.start(self._on_wake, self.remote.takes if self.activities else None)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -379,7 +381,10 @@ class Worker:
                 self.runs.trigger.set(wake.remote)
                 self._watchdog_trigger.set()
             case WakeKind.ACTIVITIES:
-                self.remote.claims.trigger.set(wake.remote)
+                if isinstance(wake.data, str) and not wake.remote:
+                    self.remote.claim_mine(wake.data)  # a run here scheduled it
+                else:
+                    self.remote.claim_any(wake.remote)
                 self._watchdog_trigger.set()
             case WakeKind.ACTIVITY_STOP:
                 self.remote.stop(wake.subject, "the attempt was fenced (timed out or cancelled)")
@@ -443,7 +448,7 @@ class Worker:
     def _claim_all(self) -> None:
         """Claim runs and attempts now (work may be ready that no wake-up named)."""
         self.runs.trigger.set()
-        self.remote.claims.trigger.set()
+        self.remote.poll()
 
     def _start_run(self, claimed: ClaimedRun, checked: bool = False) -> None:
         run = claimed.run
@@ -519,6 +524,8 @@ class Worker:
                 if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
             await self.presence.register(self.lease_seconds * 2, now)
+            if self.activities:
+                await self.remote.check_cover()
 
     async def known_activity_names(self) -> set[str]:
         """Activity names any live worker has registered (cached, refreshed on a miss)."""
@@ -545,20 +552,22 @@ class Worker:
         enforce = True
         poked = self.clock.now()  # when the claim loops were last poked
         while True:
-            now = self.clock.now()
             if enforce:  # a deadline, a lease expiry, a retry's backoff or the poll
-                counts = await self.store.enforce_expired(self.namespace, now)
-                if counts:
-                    for kind, n in counts.items():
+                # one transaction, at the instant it runs (store.deadlines.watchdog_pass)
+                done = await self.store.watchdog_pass(self.namespace, self.clock.now)
+                if done.counts:
+                    for kind, n in done.counts.items():
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
-                    self.log.info("deadlines_enforced", **counts)
+                    self.log.info("deadlines_enforced", **done.counts)
                 self._claim_all()
-                poked = now
-            # a retry available since the last poke is due now (deadlines.next_deadline)
-            next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
-            if not enforce and any(at is not None and at <= now for at in (next_at, lease_at)):
-                enforce = True  # already due: enforce at once
-                continue
+                poked, next_at, lease_at = done.now, done.next_at, done.lease_at
+            else:
+                now = self.clock.now()
+                # a retry available since the last poke is due now (deadlines.next_deadline)
+                next_at, lease_at = await self.store.next_deadline(self.namespace, now, poked)
+                if any(at is not None and at <= now for at in (next_at, lease_at)):
+                    enforce = True  # already due: enforce at once
+                    continue
             woken = False
             async with anyio.create_task_group() as race:
 

@@ -330,7 +330,7 @@ async def test_an_internal_error_stops_the_worker_and_is_raised_at_exit(
     async def broken(*args: Any) -> Any:
         raise RuntimeError("a bug in durable")
 
-    client.store.next_deadline = broken  # type: ignore[method-assign]
+    client.store.watchdog_pass = broken  # type: ignore[method-assign]  # every pass calls it
     caplog.set_level(logging.ERROR, logger="durable.worker")
     body_finished = False
     with pytest.raises(durable.WorkerFailed) as err:

@@ -341,6 +341,82 @@ async def test_a_wake_up_for_queue_a_makes_no_worker_of_queue_b_claim(pg_url: st
             unwant()
 
 
+async def test_an_attempt_is_claimed_where_its_run_runs_and_announced_nowhere_else(
+        pg_url: str) -> None:
+    """Issue 26, counted: an attempt a run schedules is claimed by the worker of
+    the run's process (its outcome then reaches the run in process), and while
+    that worker takes its queue's attempts the queue's other processes are not
+    told: another process's worker of the queue heard nothing and began no
+    claim pass before a later marker (notifications arrive in commit order)."""
+    async with (
+        durable.connect(pg_url, poll_interval=60) as here,
+        durable.connect(pg_url, poll_interval=60) as elsewhere,
+    ):
+        theirs = Wakes(elsewhere)
+        async with (
+            durable.Worker(here, workflows=[greeting], activities=[greet], task_queue="q",
+                           poll_interval=60) as ours,
+            durable.Worker(elsewhere, activities=[greet], task_queue="q",
+                           poll_interval=60) as other,
+        ):
+            await theirs.until("any")
+            await other.remote.claims.claim_now()
+            counted = (other.remote.claims.begun, other.remote.claims.claimed)
+            marker = elsewhere.driver.hub.want([("runs", "default", "marker")])
+            await theirs.until("runs", "default", "marker")
+            theirs.seen.clear()
+
+            handle = await here.start(greeting, "x", id="x", task_queue="q")
+            assert await handle.result() == "hello x"
+            await here.start(greeting, "m", id="marker", task_queue="marker")
+            await theirs.until("runs", "default", "marker")
+            assert Wake.activities("default", "q") not in theirs.seen, theirs.seen
+            assert not other.remote.claims.trigger.pending
+            assert (other.remote.claims.begun, other.remote.claims.claimed) == counted
+            assert ours.remote.claims.claimed == 1 and ours.remote.claims.spread == 0
+            marker()
+
+
+_parking: dict[str, anyio.Event] = {}
+
+
+@activity.defn
+async def parked(i: int) -> int:
+    await _parking["open"].wait()
+    return i
+
+
+@workflow.defn
+async def fan_out(n: int) -> int:
+    handles = [workflow.start_activity(parked, i) for i in range(n)]
+    return sum([await h for h in handles])
+
+
+async def test_attempts_beyond_the_room_of_their_runs_process_go_to_the_others(
+        pg_url: str) -> None:
+    """Issue 26, the baton: a run schedules 4 attempts where its worker has room
+    for 1; the others' processes were not told by the commit, so that worker
+    tells them, and the other process's worker drains the rest."""
+    _parking["open"] = anyio.Event()
+    async with (
+        durable.connect(pg_url, poll_interval=60) as here,
+        durable.connect(pg_url, poll_interval=60) as elsewhere,
+    ):
+        async with (
+            durable.Worker(here, workflows=[fan_out], activities=[parked], task_queue="fan",
+                           max_concurrent_activities=1, poll_interval=60) as ours,
+            durable.Worker(elsewhere, activities=[parked], task_queue="fan",
+                           poll_interval=60) as other,
+        ):
+            handle = await here.start(fan_out, 4, id="fan", task_queue="fan")
+            with anyio.fail_after(30):
+                while other.remote.claims.claimed < 3:
+                    await anyio.sleep(0.01)
+            assert ours.remote.claims.claimed == 1 and ours.remote.claims.spread >= 1
+            _parking["open"].set()
+            assert await handle.result() == 6
+
+
 async def test_watch_reconnects_after_its_connection_is_killed(pg_url: str) -> None:
     async with (
         durable.connect(pg_url, poll_interval=60) as here,

@@ -173,7 +173,10 @@ ACTIVITIES: list[Any] = [greet_activity, charge, slow, hang, release, steady]
 WORKER: dict[str, Any] = {"workflows": WORKFLOWS, "activities": ACTIVITIES,
                           "poll_interval": 0.1, "lease_seconds": 5.0}
 
-# `durable worker tests.ui_app:DOOMED`: the process the cascade test kills.
+# `durable worker tests.ui_app:DOOMED`: the process the cascade test kills. Its
+# lease outlives the test, so the cascade finds the killed worker's attempt unended
+# (no stop receipt): with a 5 s lease, on a loaded machine the in-process worker
+# judged the attempt lost (ended, worker_lost) before the run was terminated.
 DOOMED: dict[str, Any] = {"workflows": [root, mid, leaf], "activities": [hang],
                           "task_queue": DOOMED_QUEUE, "poll_interval": 0.1,
-                          "lease_seconds": 5.0}
+                          "lease_seconds": 600.0}

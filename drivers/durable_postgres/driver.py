@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
 
@@ -27,7 +28,7 @@ from durable.driver import Program, Tx, Wake
 from durable.errors import ConfigurationError
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements, table_names
-from durable.wakes import address
+from durable.wakes import WakeKind, address
 
 from .connection import CONFLICT, CONNECTION_LOST, discard, drive, execute, no_reset
 from .dialect import PostgresDialect
@@ -303,16 +304,27 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             discard(conn)
 
     def _notify(self, tx: Tx) -> str:
-        """The NOTIFY statements of a commit: one per channel, each wake-up on
-        the channel of its `address` (the schema's channel when it has none),
-        with the sending driver's id."""
+        """The NOTIFY statements of a commit (`_notify_keys`)."""
+        return self._notify_keys(
+            wake.key for wake in tx.wakes
+            if not wake.local and not (wake.kind is WakeKind.ACTIVITIES
+                                       and self.hub.claimed_here(wake.key)))
+
+    def _notify_keys(self, keys: Iterable[tuple[str, ...]]) -> str:
+        """NOTIFY statements: one per channel, each key on the channel of its
+        `address` (the schema's channel when it has none), with the sending
+        driver's id.
+
+        A task queue's ``ACTIVITIES`` wake-up is not sent while a worker of
+        this process takes that queue's attempts (`WakeHub.claimed_here`): it
+        claims them on the local wake-up, and passes the baton (`announce`)
+        when it leaves some behind. Sent, it made every process of the queue
+        claim, all but one for nothing (issue 26)."""
         by_channel: dict[str, dict[tuple[str, ...], None]] = {}
-        for wake in tx.wakes:
-            if wake.local:
-                continue
-            where = address(wake.key)
+        for key in keys:
+            where = address(key)
             channel = self.channel if where is None else channel_for(self.channel, where)
-            by_channel.setdefault(channel, {})[wake.key] = None
+            by_channel.setdefault(channel, {})[key] = None
         statements = []
         for channel, keys in by_channel.items():
             text = json.dumps({"o": self.origin, "k": list(keys)}, separators=(",", ":"))
@@ -322,6 +334,20 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
                                   separators=(",", ":"))
             statements.append(f"NOTIFY {quote_ident(channel)}, {quote_literal(text)};")
         return " ".join(statements)
+
+    async def announce(self, wakes: Iterable[Wake]) -> None:
+        """Tell the other processes that want them about these wake-ups now,
+        outside any transaction (one round trip): a claimer that was woken
+        here, and whose commit's notification was therefore not sent, passes
+        the baton with it when it left work for others (`durable._runtime.claiming`)."""
+        text = self._notify_keys(wake.key for wake in wakes if not wake.local)
+        if not text:
+            return
+
+        async def send(conn: Connection) -> None:
+            await conn.execute(text)
+
+        await self._on_pool(send)
 
     # ---------------------------------------------------------------- statistics
 

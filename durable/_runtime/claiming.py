@@ -11,6 +11,20 @@ ready work for others, a worker with room waits `CLAIM_TURN` first; a worker
 whose claim after another process's notification found nothing gathers such
 notifications for `CLAIM_GATHER` before claiming again.
 
+Fewer notifications in the first place (issue 26): a driver that addresses
+its notifications (PostgreSQL) does not send a queue's ``ACTIVITIES``
+wake-up to other processes while a worker here takes that queue's attempts
+(`durable.wakes.WakeHub.claimed_here`): the local wake-up makes this
+process claim them (those its own runs scheduled first,
+`durable._runtime.remote`), the others are not disturbed. Such a queue is
+*quiet* (`quiet()`), and its loop is given `spread` (the driver's
+`announce`) to pass the baton: after a pass woken here while work
+announced here is unclaimed (`unheard()`), it tells the other processes if
+it has no room or more is left than it takes by itself (it takes a few left
+over, fewer than one each for the live workers, a pass later). On a quiet
+queue nobody else may be claiming, so a worker that took some and left
+more claims again after `CLAIM_TURN`, whatever woke it.
+
 `ClaimLoop.claim_now()` returns once a claim pass begun after the call has
 finished, so that a test can show that nothing was claimed without sleeping.
 """
@@ -84,12 +98,24 @@ class ClaimLoop(Generic[T]):
     `room()` is how many more items the worker can take now, `claim(n)`
     claims at most n of them (one storage transaction), `start(item)` starts
     one. `trigger` is set by wake-ups (and when a full worker frees room).
+    `spread()` tells the other processes that there is work (the baton, see
+    the module docstring); `quiet()` says that they are not told of work
+    announced here (nor this process of theirs), `unheard()` that some work
+    announced here is still to be claimed.
     """
 
     def __init__(self, *, room: Callable[[], int], claim: Callable[[int], Awaitable[Claimed[T]]],
                  start: Callable[[T], None], poll_interval: float,
-                 now: Callable[[], float] | None = None) -> None:
+                 now: Callable[[], float] | None = None,
+                 spread: Callable[[], Awaitable[None]] | None = None,
+                 quiet: Callable[[], bool] = lambda: True,
+                 unheard: Callable[[], bool] = lambda: True) -> None:
         self._room = room
+        self._spread = spread
+        self._quiet = quiet
+        self._unheard = unheard
+        #: batons passed (`spread` called: the other processes were told)
+        self.spread = 0
         self._now = now
         self._claim = claim
         self._start = start
@@ -103,6 +129,12 @@ class ClaimLoop(Generic[T]):
         #: whether `run()` ended (no pass will come until it runs again)
         self.ended = False
         self._passed = anyio.Event()
+
+    @property
+    def alone(self) -> bool:
+        """Whether the other processes are not told of work announced here, nor
+        this one of theirs (then they pass batons)."""
+        return self._spread is not None and self._quiet()
 
     async def run(self) -> None:
         self.ended = False
@@ -123,9 +155,23 @@ class ClaimLoop(Generic[T]):
                 self.claimed += len(claimed)
                 for item in claimed:
                     self._start(item)
+            spread = self._spread
+            alone = self.alone
+            more = claimed.left > 0 and room > len(claimed)
+            if woken == "local" and spread is not None and alone and self._unheard() and (
+                    room <= 0 or (claimed.left > 0 and (not more or not claimed
+                                                        or claimed.backlog))):
+                # Woken here, the other processes may not have heard of this work,
+                # and this worker has no room for it, or more is left than it
+                # takes by itself: the baton.
+                self.spread += 1
+                await spread()
+                woken = "told"  # once: from now on they claim by the rules below
             self._pass_done()
-            if claimed and claimed.backlog and room > len(claimed):
-                await anyio.sleep(CLAIM_TURN)  # the other workers' turn first
+            if claimed and more and (claimed.backlog or alone):
+                # the other workers' turn first; alone: a few left over, or the
+                # baton's rest, that nobody else may be claiming: take them too
+                await anyio.sleep(CLAIM_TURN)
                 continue
             # Lost the race for what a notification announced (every worker of
             # every process heard it): gather the next ones before claiming.

@@ -52,8 +52,15 @@ class Hearing:
         self._stops: list[Callable[[], None]] = []
         self._early: dict[str, float] = {}
 
-    def start(self, on_wake: Callable[[Wake], None]) -> None:
+    def start(self, on_wake: Callable[[Wake], None],
+              takes_activities: Callable[[], bool] | None = None) -> None:
+        """Subscribe; `takes_activities` says when this worker claims alone the
+        attempts a commit of this process makes ready on its queue
+        (`WakeHub.claim_here`)."""
         self._stops = [self._hub.subscribe(on_wake), self._hub.want(self._keys)]
+        if takes_activities is not None:
+            key = Wake.activities(*self._queue).key
+            self._stops.append(self._hub.claim_here(key, takes_activities))
 
     def stop(self) -> None:
         for stop in (*self._stops, *self._held.values()):

@@ -22,6 +22,7 @@ a failure is retried.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,6 +34,7 @@ from ..converter import check_size
 from ..errors import StorageClosed, StorageUnavailable
 from ..failure import Failure
 from ..store.records import ActivityOutcome, ActivityTask, AttemptStatus, Claimed
+from ..wakes import Wake
 from . import attempts
 from .claiming import ClaimLoop
 from .outage import Outage
@@ -40,6 +42,13 @@ from .serving import ServingWorker
 
 if TYPE_CHECKING:
     pass
+
+
+#: at most this many attempts scheduled here are remembered to be claimed first
+#: (more wait for a claim of any attempt, as before)
+MINE_AT_MOST = 10_000
+#: a fallback poll leaves attempts this young to the process that scheduled them
+OWN_GRACE = 1.0
 
 
 class AttemptWorker(ServingWorker, Protocol):
@@ -73,17 +82,97 @@ class RemoteActivities:
         #: attempts running now, by task id
         self.running: dict[str, attempts.ActivityContext] = {}
         names = tuple(sorted(activities))
+        #: whether this worker claims every activity its queue's live workers
+        #: registered (`check_cover`): only then may it claim alone (`takes`)
+        self.covers = False
+        # attempts this process's runs scheduled, not claimed yet (`claim_mine`)
+        self._mine: set[str] = set()
+        self._any = False  # a pass is due that claims any ready attempt (`claim_any`)
+        self._stale_only = False  # a poll is due (`poll`)
+        self.wake = Wake.activities(worker.namespace, worker.task_queue)
+        announce = getattr(worker.store.driver, "announce", None)
         self.claims: ClaimLoop[ActivityTask] = ClaimLoop(
-            room=lambda: worker.max_concurrent_activities - len(self.running),
+            room=self._room,
             claim=lambda n: self._claim(names, n),
             start=lambda task: self.start(task),  # looked up at each call (tests wrap it)
-            poll_interval=worker.poll_interval, now=worker.run_setup.clock.now)
+            poll_interval=worker.poll_interval, now=worker.run_setup.clock.now,
+            spread=None if announce is None else functools.partial(announce, [self.wake]),
+            quiet=lambda: self.covers, unheard=lambda: bool(self._mine))
+
+    def _room(self) -> int:
+        return self.worker.max_concurrent_activities - len(self.running)
+
+    def takes(self) -> bool:
+        """Whether this worker claims, on its local wake-up, any attempt that a
+        commit of this process makes ready on its queue: it claims every
+        activity the queue's workers registered, runs, and has room. The
+        driver then tells no other process (`durable.wakes.WakeHub.claim_here`).
+        Called on the driver's thread too: it only reads."""
+        return (self.covers and self._room() > 0 and not self.worker.stopping
+                and not self.claims.ended)
+
+    async def check_cover(self) -> None:
+        """Whether this worker has every activity the live workers of its queue
+        registered (at start, then at each lease renewal): one that lacks some
+        must let the others hear of the attempts it would not claim."""
+        worker = self.worker
+        _, names = await worker.store.registered_names(
+            worker.namespace, worker.run_setup.clock.now(), worker.task_queue)
+        self.covers = names <= set(self.activities)
+
+    def claim_mine(self, task_id: str) -> None:
+        """A commit of this process scheduled attempt `task_id` on our queue:
+        claim it (and its like) first (`_claim`)."""
+        if len(self._mine) < MINE_AT_MOST:
+            self._mine.add(task_id)
+        self.claims.trigger.set()
+
+    def claim_any(self, remote: bool = False) -> None:
+        """Claim whatever is ready (another process's wake-up, room freed)."""
+        self._any = True
+        self.claims.trigger.set(remote)
+
+    def poll(self) -> None:
+        """The fallback poll: claim what is ready, but where other processes
+        announce their own work to themselves (`claims.alone`), only what has
+        waited `OWN_GRACE` or more: an attempt scheduled a moment ago in another
+        process is that process's to claim (taking it would cost both a
+        wake-up and a read, issue 26); one that waited longer is stranded."""
+        if self._any:
+            self.claims.trigger.set()  # a claim of anything is due anyway
+            return
+        self._stale_only = True
+        self.claims.trigger.set()
 
     async def _claim(self, names: tuple[str, ...], n: int) -> Claimed[ActivityTask]:
+        """Claim the attempts this process's runs scheduled, if only they were
+        announced since the last pass; else any (within the fair share).
+
+        Why the process's own first: an attempt run here reports to a run held
+        here, so its outcome reaches the run in process (with its record);
+        run in another process, it costs a notification, a read of the run's
+        ops and the backends' CPU for them (issue 26: taken by whichever
+        process claimed next, 3 attempts in 4 crossed over with 4 processes).
+        """
         worker = self.worker
-        return await worker.store.claim_activities(
+        now = worker.run_setup.clock.now()
+        if self._any or not self._mine:
+            stale_only = self._stale_only and not self._any and self.claims.alone
+            self._any = self._stale_only = False
+            claimed = await worker.store.claim_activities(
+                worker.namespace, worker.task_queue, worker.worker_id, names, n,
+                worker.lease_seconds, now, (), now - OWN_GRACE if stale_only else None)
+            self._mine.difference_update(task.task_id for task in claimed)
+            if self._mine:
+                self.claims.trigger.set()  # ours are left: the next pass takes them
+            return claimed
+        mine, self._mine = tuple(self._mine), set()
+        claimed = await worker.store.claim_activities(
             worker.namespace, worker.task_queue, worker.worker_id, names, n,
-            worker.lease_seconds, worker.run_setup.clock.now())
+            worker.lease_seconds, now, mine)
+        if claimed.left > 0:  # some of ours left for want of room or of share
+            self._mine.update(set(mine) - {task.task_id for task in claimed})
+        return claimed
 
     def stop(self, task_id: str, reason: str) -> None:
         """Ask the running attempt of `task_id`, if it is ours, to stop."""
@@ -160,7 +249,7 @@ class RemoteActivities:
                                         "code that cannot check activity.heartbeat()")
             self.running.pop(task.task_id, None)
             if len(self.running) + 1 >= worker.max_concurrent_activities:
-                self.claims.trigger.set()  # it was full: claim again now
+                self.claim_any()  # it was full: claim again now
 
     async def _record(self, task: ActivityTask, result: str | None,
                       failure: Failure | None) -> ActivityOutcome | None:

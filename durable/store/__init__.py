@@ -12,7 +12,7 @@ supplies a `Dialect` and runs programs (`durable.driver`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..driver import Driver, WakeHub, runs_shielded
@@ -210,11 +210,14 @@ class Store:
 
     async def claim_activities(
         self, namespace: str, task_queue: str, worker_id: str, names: tuple[str, ...],
-        limit: int, lease_seconds: float, now: float,
+        limit: int, lease_seconds: float, now: float, task_ids: tuple[str, ...] = (),
+        available_by: float | None = None,
     ) -> Claimed[ActivityTask]:
-        """Start pending attempts of these activities on this worker."""
+        """Start pending attempts of these activities on this worker (of these
+        task ids only, or available since `available_by` only, if given)."""
         return await self.driver.run(lambda tx: activities.claim_activities(
-            tx, namespace, task_queue, worker_id, names, limit, lease_seconds, now))
+            tx, namespace, task_queue, worker_id, names, limit, lease_seconds, now, task_ids,
+            available_by))
 
     async def complete_activity(
         self, task_id: str, attempt: int, worker_id: str, result: str | None,
@@ -252,6 +255,13 @@ class Store:
         """Enforce every deadline due at `now`; counts by kind."""
         return await self.driver.run(
             lambda tx: deadlines.enforce_expired(tx, namespace, now, run_id))
+
+    async def watchdog_pass(self, namespace: str, clock: Callable[[], float]
+                            ) -> deadlines.WatchPass:
+        """Enforce every deadline due at `clock()` read inside the transaction,
+        and when something is next due, in one transaction."""
+        return await self.driver.run(
+            lambda tx: deadlines.watchdog_pass(tx, namespace, clock))
 
     # ---------------------------------------------------------------- control
 
@@ -444,10 +454,12 @@ class Store:
         return await self.driver.run(lambda tx: workers.list_workers(namespace, now),
                                      write=False)
 
-    async def registered_names(self, namespace: str, now: float) -> tuple[set[str], set[str]]:
-        """Workflow types and activity names live workers have registered."""
-        return await self.driver.run(lambda tx: workers.registered_names(namespace, now),
-                                     write=False)
+    async def registered_names(self, namespace: str, now: float, task_queue: str | None = None,
+                               ) -> tuple[set[str], set[str]]:
+        """Workflow types and activity names live workers have registered (of
+        one task queue, if given)."""
+        return await self.driver.run(
+            lambda tx: workers.registered_names(namespace, now, task_queue), write=False)
 
     # ---------------------------------------------------------------- queue limits
 

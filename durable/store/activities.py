@@ -36,6 +36,12 @@ from .records import (
     plus,
 )
 
+#: a claim of the attempts this process's runs scheduled takes at least this
+#: many of them (its room allowing), even beyond its fair share of the queue's
+#: ready attempts: below it, attempts of runs held here would go to other
+#: processes (a wake-up and a read each); above, a fan-out is shared as before
+OWN_AT_LEAST = 64
+
 
 def claim_activities(
     tx: Tx,
@@ -46,10 +52,20 @@ def claim_activities(
     limit: int,
     lease_seconds: float,
     now: float,
+    task_ids: tuple[str, ...] = (),
+    available_by: float | None = None,
 ) -> Program[Claimed[ActivityTask]]:
     """Start up to `limit` pending attempts of these activities on this worker,
     by priority then age, at most its fair share of the ready ones
-    (`claims.fair_limit`) and within the queue's limits (`durable.store.queues`)."""
+    (`claims.fair_limit`) and within the queue's limits (`durable.store.queues`).
+
+    `task_ids`: only among these (attempts this process's runs just
+    scheduled: run where their run runs, their outcome reaches it in process),
+    at most the fair share of all the queue's ready attempts but at least
+    `OWN_AT_LEAST`, so that a large fan-out is still shared; `left` then
+    counts those ids left ready. `available_by`: only attempts available since
+    then (a fallback poll's claim leaves attempts just scheduled elsewhere to
+    the process that scheduled them)."""
     if limit <= 0 or not names:
         return Claimed()
     queue = yield from queues.read_limits(tx, namespace, task_queue, "activities")
@@ -68,11 +84,23 @@ def claim_activities(
         "activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'pending' "
         "AND available_at <= ? AND (deadline_at IS NULL OR deadline_at > ?) AND activity_name "
         f"IN ({placeholders(len(names))}) ")
-    ready_params = (namespace, task_queue, now, now, *names)
-    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
-                                          now, "activity_names")
+    ready_params = (namespace, task_queue, now if available_by is None else min(now, available_by),
+                    now, *names)
     share, share_params = yield from share_limit(
         tx, ready_sql, ready_params, limit, namespace, task_queue, now, "activity_names")
+    if task_ids:
+        ready_sql += f"AND task_id IN ({placeholders(len(task_ids))}) "
+        ready_params = (*ready_params, *task_ids)
+        # its own: at least OWN_AT_LEAST of them, whatever the fair share
+        floor = min(limit, OWN_AT_LEAST)
+        if share == "?":
+            share_params = (max(int(share_params[0]), floor),)
+        else:
+            share = (f"(SELECT CASE WHEN s.f < ? THEN ? ELSE s.f END FROM (SELECT {share} AS f) "
+                     "AS s)")
+            share_params = (floor, floor, *share_params)
+    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
+                                          now, "activity_names")
     rows = yield q(
         "SELECT task_id, run_id, workflow_id, op_id, activity_name, input, attempt, options, "
         f"scheduled_at, schedule_to_close_deadline, heartbeat_details, {counted} "

@@ -137,7 +137,8 @@ def _schedule_activity(c: _RunCommit, w: ScheduleActivity) -> Program[None]:
         "schedule_to_start_deadline": to_iso(s2s),
         "schedule_to_close_deadline": to_iso(s2c),
     }))
-    c.tx.wake(Wake.activities(run.namespace, w.task_queue))
+    # its task id: a worker of this process claims it first (`RemoteActivities.claim`)
+    c.tx.wake(Wake.activities(run.namespace, w.task_queue, w.task_id))
     return None
 
 

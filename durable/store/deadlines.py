@@ -8,7 +8,8 @@ commit gets to it first.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from ..driver import Program, Tx, q, q1
 from ..failure import Failure
@@ -100,3 +101,33 @@ def enforce_expired(
         if task_kind is not None:
             counts[task_kind] = counts.get(task_kind, 0) + 1
     return counts
+
+
+class WatchPass(NamedTuple):
+    """What one watchdog pass did: the instant it enforced at, counts by kind,
+    and when something is next due (a deadline, a lease expiry)."""
+
+    now: float
+    counts: dict[str, int]
+    next_at: float | None
+    lease_at: float | None
+
+
+def watchdog_pass(tx: Tx, namespace: str, clock: Callable[[], float],
+                  limit: int = 500) -> Program[WatchPass]:
+    """Enforce what expired, then read when something is next due: one transaction.
+
+    The instant is read from `clock` when the transaction runs, not when the
+    watchdog queued it. Why (issue 26, docs/benchmarks.md "Deadline
+    lateness"): the watchdog's transactions wait behind the worker's others
+    (a group commit, its claims); a deadline that passed during that wait was
+    left for the next pass, one more round trip later, and the time it was
+    recorded at was already stale when it was written. Reading the next
+    deadline in the same transaction saves the pass its second wait; it
+    counts a retry from this instant, since the caller pokes its claim loops
+    right after (`next_deadline`'s `since`).
+    """
+    now = clock()
+    counts = yield from enforce_expired(tx, namespace, now, limit=limit)
+    next_at, lease_at = yield from next_deadline(namespace, now, now)
+    return WatchPass(now, counts, next_at, lease_at)

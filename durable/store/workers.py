@@ -91,12 +91,15 @@ def forget_worker(namespace: str, worker_id: str, now: float) -> Program[str]:
     return "deleted"
 
 
-def registered_names(namespace: str, now: float) -> Program[tuple[set[str], set[str]]]:
-    """Workflow types and activity names that live workers have registered."""
+def registered_names(namespace: str, now: float, task_queue: str | None = None,
+                     ) -> Program[tuple[set[str], set[str]]]:
+    """Workflow types and activity names that live workers have registered
+    (those of one task queue's workers, if given)."""
+    on_queue = "" if task_queue is None else " AND task_queue = ?"
     rows = yield q(
         "SELECT workflow_types, activity_names FROM workers WHERE namespace = ? "
-        "AND expires_at >= ?",
-        namespace, now,
+        f"AND expires_at >= ?{on_queue}",
+        namespace, now, *(() if task_queue is None else (task_queue,)),
     )
     types: set[str] = set()
     names: set[str] = set()

@@ -80,3 +80,99 @@ async def test_a_claim_never_takes_more_than_a_batch() -> None:
                 await loop.claim_now()
         tg.cancel_scope.cancel()
     assert max(queue.asked) == CLAIM_BATCH and len(started) == CLAIM_BATCH * 3
+
+
+class SharedQueue:
+    """Ready work that `live` workers share: a claim takes at most its fair
+    share, ceil(ready / live), as the store's claims do."""
+
+    def __init__(self, ready: int, live: int) -> None:
+        self.ready = ready
+        self.live = live
+
+    async def claim(self, n: int) -> Claimed[int]:
+        took = min(n, self.ready, -(-self.ready // self.live))
+        self.ready -= took
+        return Claimed.of(list(range(took)), ready=self.ready + took, live=self.live)
+
+
+class Baton:
+    """Counts the batons a loop passes (`ClaimLoop(spread=...)`)."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+
+    async def spread(self) -> None:
+        self.passed += 1
+
+
+async def test_woken_here_with_no_room_for_what_is_left_a_worker_passes_the_baton() -> None:
+    """Issue 26: the other processes did not hear of work a commit here made
+    ready (the driver did not notify them): a worker that cannot take it all
+    tells them, once per wake-up, for as long as some of it is unclaimed."""
+    queue = SharedQueue(ready=0, live=1)
+    started: list[int] = []
+    baton = Baton()
+    loop: ClaimLoop[int] = ClaimLoop(room=lambda: 2 - len(started), claim=queue.claim,
+                                     start=started.append, poll_interval=3600,
+                                     spread=baton.spread, unheard=lambda: queue.ready > 0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await loop.claim_now()  # the loop's first pass: nothing ready yet
+        queue.ready = 5  # a commit here made work ready, and woke the loop
+        await loop.claim_now()
+        assert len(started) == 2 and queue.ready == 3
+        assert baton.passed == loop.spread == 1
+        await loop.claim_now()  # full: nothing claimed, and the rest still waits
+        assert baton.passed == 2 and queue.ready == 3
+        queue.ready = 0  # the others took it
+        await loop.claim_now()
+        assert baton.passed == 2
+        tg.cancel_scope.cancel()
+
+
+async def test_alone_a_worker_takes_the_few_left_over_itself_without_a_baton() -> None:
+    """Fewer left than one each for the live workers: the worker woken here
+    takes them too (the others were not told), pass after pass."""
+    queue = SharedQueue(ready=0, live=4)
+    started: list[int] = []
+    baton = Baton()
+    loop: ClaimLoop[int] = ClaimLoop(room=lambda: 10 - len(started), claim=queue.claim,
+                                     start=started.append, poll_interval=3600,
+                                     spread=baton.spread)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await loop.claim_now()  # the loop's first pass: nothing ready yet
+        queue.ready = 3
+        await loop.claim_now()
+        with anyio.fail_after(10):
+            while queue.ready:
+                await anyio.wait_all_tasks_blocked()  # the loop's CLAIM_TURN
+                await anyio.sleep(0.01)
+        assert len(started) == 3 and baton.passed == 0
+        tg.cancel_scope.cancel()
+
+
+async def test_a_remote_wake_up_or_a_heard_queue_passes_no_baton() -> None:
+    """Only work announced here may be unheard elsewhere; and where the other
+    processes hear every wake-up (`unheard()` false) nobody passes a baton."""
+    for remote, unheard in ((True, True), (False, False)):
+        queue = SharedQueue(ready=0, live=1)
+        started: list[int] = []
+        baton = Baton()
+        loop: ClaimLoop[int] = ClaimLoop(room=lambda: 2 - len(started),  # noqa: B023
+                                         claim=queue.claim, start=started.append,
+                                         poll_interval=3600, spread=baton.spread,
+                                         unheard=lambda: unheard)  # noqa: B023
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop.run)
+            await loop.claim_now()  # the loop's first pass: nothing ready yet
+            await anyio.wait_all_tasks_blocked()  # waiting for a wake-up
+            queue.ready = 5
+            passes = loop.passes
+            loop.trigger.set(remote=remote)
+            with anyio.fail_after(10):
+                while loop.passes == passes:
+                    await anyio.sleep(0.001)
+            assert len(started) == 2 and baton.passed == 0
+            tg.cancel_scope.cancel()

@@ -126,6 +126,34 @@ async def test_a_running_attempt_times_out_by_its_earliest_deadline(
     assert event["timeout_kind"] == kind
 
 
+async def test_a_watchdog_pass_enforces_at_the_instant_its_transaction_runs(
+    store: Store,
+) -> None:
+    """The pass reads its clock inside the transaction: a deadline that passed
+    while the pass waited for its turn is enforced by that pass, recorded at
+    that instant, and the next deadline comes back from the same transaction."""
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", max_attempts=1, heartbeat_timeout=3,
+                                      start_to_close_timeout=60))
+    await commit(store, run, schedule("0:2", max_attempts=1, heartbeat_timeout=9,
+                                      start_to_close_timeout=60))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 2, 100.0, T0)
+    reads: list[float] = []
+
+    def clock() -> float:
+        reads.append(T0 + 3.25)
+        return reads[-1]
+
+    done = await store.watchdog_pass(NS, clock)
+    assert reads == [T0 + 3.25]
+    assert done == (T0 + 3.25, {"heartbeat": 1}, T0 + 9, T0 + 30)  # 30: the run's lease
+    [event] = await events_of(store, run.run_id, "ActivityTimedOut")
+    assert event["timeout_kind"] == "heartbeat"
+    again = await store.watchdog_pass(NS, lambda: T0 + 4)
+    assert again.counts == {}  # recorded once
+    assert len(await events_of(store, run.run_id, "ActivityTimedOut")) == 1
+
+
 async def test_a_timed_out_attempt_with_attempts_left_is_retried(store: Store) -> None:
     run = await started_and_claimed(store, "wf")
     await commit(store, run, schedule("0:1", start_to_close_timeout=5, max_attempts=2))
