@@ -199,11 +199,9 @@ class Store:
     # ---------------------------------------------------------------- the owner's commit
 
     def commit(self, batches: list[RunWrites], now: float) -> Awaitable[list[CommitResult]]:
-        """Record runs' writes in one transaction, each run fenced by its epoch.
-
-        The driver's `run` itself, not a coroutine around it: the owner's
-        commit is every step's, and each await layer is paid again at each
-        suspension and resume (issue 26)."""
+        """Record runs' writes in one transaction, each run fenced by its epoch
+        (the driver's `run` itself, not a coroutine around it: one await layer
+        less on every step's commit, paid at each suspension and resume)."""
         return self.driver.run(lambda tx: commit.commit(tx, batches, now))
 
     # ---------------------------------------------------------------- activities
