@@ -24,6 +24,7 @@ the runs it executes.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +47,7 @@ from ._runtime.hearing import Hearing
 from ._runtime.outage import FIRST_DELAY, Outage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
+from ._runtime.race import first_of
 from ._runtime.remote import RemoteActivities
 from ._runtime.upgrade import UpgradeGate
 from ._scheduler import Scheduler
@@ -569,23 +571,17 @@ class Worker:
                     enforce = True  # already due: enforce at once
                     continue
             woken = False
-            async with anyio.create_task_group() as race:
 
-                async def until(at: float, background: bool) -> None:
-                    await self.clock.sleep_until(at, background=background)
-                    race.cancel_scope.cancel()
+            async def until_trigger() -> None:
+                nonlocal woken
+                woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
+                await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
 
-                async def until_trigger() -> None:
-                    nonlocal woken
-                    woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
-                    await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
-                    race.cancel_scope.cancel()
-
-                if next_at is not None:
-                    race.start_soon(until, next_at, False)
-                if lease_at is not None:
-                    race.start_soon(until, lease_at, True)
-                race.start_soon(until_trigger)
+            # the first to finish ends the others (leaving no cyclic garbage: race.py)
+            await first_of(*(
+                functools.partial(self.clock.sleep_until, at, background=background)
+                for at, background in ((next_at, False), (lease_at, True)) if at is not None
+            ), until_trigger)
             enforce = not woken
 
 

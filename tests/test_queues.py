@@ -400,6 +400,25 @@ async def test_a_key_that_crowds_a_claims_first_view_is_looked_past_in_the_same_
         "cold3-0", "cold4-0", "cold5-0", "warm-0"]
 
 
+async def test_a_key_far_from_its_limit_is_claimed_in_order_until_it_nears_it(
+    storage_client: durable.Client,
+) -> None:
+    # While no key can reach its limit in a claim (what runs of it + the
+    # claim's size <= the limit), a claim takes the first ready runs in order
+    # with no per-key window (PostgreSQL's statement skips it); once one can,
+    # the key's runs past its limit are passed over for the next key's.
+    client, store = storage_client, storage_client.store
+    await start(client, 8, prefix="a", concurrency_key="a")  # older than b's
+    await start(client, 2, prefix="b", concurrency_key="b")
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=5))
+    now = client.clock.now()
+    assert sorted(await claim(store, client, "w", now, limit=2)) == ["a-0", "a-1"]
+    assert sorted(await claim(store, client, "w", now, limit=2)) == ["a-2", "a-3"]
+    assert sorted(await claim(store, client, "w", now, limit=2)) == ["a-4", "b-0"]
+    assert await claim(store, client, "w", now, limit=2) == ["b-1"]
+    assert await claim(store, client, "w", now, limit=2) == []
+
+
 @workflow.defn(name="queued_parent")
 async def queued_parent(child_priority: int | None) -> list[int]:
     options = durable.ChildOptions(priority=child_priority, concurrency_key="child-key")

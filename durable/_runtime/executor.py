@@ -11,8 +11,9 @@ exception at those awaits. Replay re-delivers at the same boundary.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -33,7 +34,7 @@ from ..errors import (
 from ..failure import Failure, leaf_exceptions
 from ..store.records import ClientRequest, InboxItem, OpRecord, RunRecord, RunStatus
 from ..store.writes import CloseRun, DeliverCancellation, Write
-from .context import RunSetup, WorkflowContext
+from .context import RunHost, RunSetup, WorkflowContext
 from .handlers import Handler
 from .inbox import Inbox
 from .phases import phase_failure
@@ -260,6 +261,21 @@ class RunExecutor:
             self._dropped(exc)
         finally:
             self._on_done(self)
+            if not self.scratch:  # a read-only replay's owner still reads its context
+                self._release()
+
+    def _release(self) -> None:
+        """Nothing runs for this run any more (the code, its tasks, its
+        inbox all ended in `execute`, and the worker dropped it): cut the
+        back-references that make the executor, its context, runtime and inbox
+        a reference cycle, so reference counting frees them at once. A cycle
+        that lived past a few collections is only freed by a full garbage
+        collection, which stops the process for tens of milliseconds
+        (docs/benchmarks.md, "One transaction a watchdog pass")."""
+        self.ctx.host = cast(RunHost, weakref.proxy(self))
+        self.ctx.parking.detach()
+        self._inbox = None
+        self._on_done = _done_already
 
     def _dropped(self, exc: BaseException) -> None:
         leaves = leaf_exceptions(exc)
@@ -465,3 +481,7 @@ class RunExecutor:
             await self.ctx.worker.store.enforce_expired(
                 self.run.namespace, self.ctx.clock.now(), self.run.run_id
             )
+
+
+def _done_already(executor: RunExecutor) -> None:
+    """A released executor's `on_done` (the worker was told already)."""

@@ -52,6 +52,12 @@ class Parking:
         self.replay_delivery_pending = False
         self.cancel_after = 0
 
+    def detach(self) -> None:
+        """The run is done: forget its callbacks (bound methods of its context
+        and executor), so the context and this do not keep each other alive in
+        a reference cycle only a full garbage collection frees."""
+        self._on_stop = self._on_quiet = self._redeliver = _nothing
+
     def expect_redelivery(self, boundary: Iterable[str], after: int) -> None:
         """History delivered a cancellation at `boundary` after `after` deliveries:
         replay delivers it again there."""
@@ -167,3 +173,7 @@ class Parking:
         """Deliver the recorded cancellation again now (once)."""
         self.replay_delivery_pending = False
         self._redeliver()
+
+
+def _nothing() -> None:
+    """A detached parking's callbacks (the run is done)."""

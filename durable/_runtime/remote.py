@@ -222,8 +222,15 @@ class RemoteActivities:
         result: str | None = None
         failure: Failure | None = None
         try:
+            # The supervisor and the deadline watch end by their own scopes, not
+            # by the group's: a child task that ends cancelled leaves its
+            # exception in a reference cycle (anyio's task_done) that only a full
+            # garbage collection frees, one per attempt (docs/benchmarks.md).
+            helpers = anyio.CancelScope(), anyio.CancelScope()
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._supervise, task, actx)
+                tg.start_soon(self._supervise, task, actx, helpers[0])
+                if actx.deadline is not None:
+                    tg.start_soon(self._expire, actx, actx.deadline, helpers[1])
                 try:
                     args = attempts.arguments(defn, setup.converter, task.input)
                     value = await attempts.run_attempt(actx, defn, args)
@@ -233,7 +240,8 @@ class RemoteActivities:
                 except Exception as exc:
                     result, failure = None, attempts.attempt_failure(exc, actx, defn)
                 finally:
-                    tg.cancel_scope.cancel()
+                    for scope in helpers:
+                        scope.cancel()
             if worker.stopping and failure is not None and failure.category == "stopped":
                 return  # stopped by this worker's shutdown: handed back without a retry
             with anyio.CancelScope(shield=True):
@@ -296,21 +304,22 @@ class RemoteActivities:
         ours = await worker.outage.retry("record_attempt", still_ours)
         return not ours  # None (the worker stops): nothing more to do either
 
-    async def _supervise(self, task: ActivityTask, actx: attempts.ActivityContext) -> None:
-        """Flush heartbeats (throttled) and stop the attempt when storage says so."""
+    async def _expire(self, actx: attempts.ActivityContext, deadline: float,
+                      scope: anyio.CancelScope) -> None:
+        """Stop the attempt at its deadline (until `scope` is cancelled: it ended)."""
+        with scope:
+            await self.worker.run_setup.clock.sleep_until(deadline)
+            actx.request_stop("the attempt's deadline passed")
+
+    async def _supervise(self, task: ActivityTask, actx: attempts.ActivityContext,
+                         scope: anyio.CancelScope) -> None:
+        """Flush heartbeats (throttled) and stop the attempt when storage says so,
+        until `scope` is cancelled (the attempt ended)."""
         worker = self.worker
         clock = worker.run_setup.clock
         hb_timeout = task.options.get("heartbeat_timeout")
         throttle = max(0.05, min(1.0, hb_timeout * 0.4)) if hb_timeout else 1.0
-        local_deadline = actx.deadline
-
-        async def expire() -> None:
-            if local_deadline is not None:
-                await clock.sleep_until(local_deadline)
-                actx.request_stop("the attempt's deadline passed")
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(expire)
+        with scope:
             last_flush = -math.inf
             while True:
                 with anyio.move_on_after(throttle):  # fallback tick for non-anyio threads

@@ -284,11 +284,24 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
     else:
         add(f"s AS MATERIALIZED (SELECT {counted}), ", *counted_params)
     if per_key is not None:
+        is_first = "CASE WHEN started_at IS NULL THEN 1 ELSE 0 END"
+        # what runs per key: one read of runs_running, the queue's leased runs
         add(f"rk AS MATERIALIZED (SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
             "AND concurrency_key IS NOT NULL GROUP BY concurrency_key), ",
             namespace, task_queue, now)
-        # keys at their limit are left out before the window, so one busy key
-        # cannot fill it (docs/queues.md, "no key starves the others")
+        # Where no key can reach its limit even if the claim took only its runs
+        # (`pick_runs`' rule), the candidates are the first ready runs in claim
+        # order, as many as the claim takes (the window where a rate may drop
+        # some): no key left out, no window over the keys, no per-key lookup
+        first = limit if rate is None else window
+        add("safe AS MATERIALIZED (SELECT COALESCE(max(n), 0) + ? <= ? AS ok FROM rk), ",
+            limit, int(per_key))
+        add("h0 AS MATERIALIZED (SELECT run_id, started_at, priority, ready_at "
+            f"FROM {ready_sql}ORDER BY {scan} LIMIT ?), ", *ready_params, first)
+        # Otherwise (read only then: a CTE is read as far as its readers go, and
+        # the branches of c are guarded) keys at their limit are left out before
+        # the window, so one busy key cannot fill it (docs/queues.md, "no key
+        # starves the others")
         add("head AS MATERIALIZED (SELECT run_id, concurrency_key, started_at, priority, "
             f"ready_at FROM {ready_sql}AND (concurrency_key IS NULL OR concurrency_key NOT IN "
             f"(SELECT concurrency_key FROM rk WHERE n >= ?)) ORDER BY {scan} LIMIT ?), ",
@@ -302,21 +315,17 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
                  "COALESCE(CAST(rkm.m ->> h.concurrency_key AS BIGINT), 0)")
         keyed = ("SELECT h.run_id, h.priority, h.ready_at, CASE WHEN h.started_at IS NULL "
                  f"THEN 1 ELSE 0 END AS is_first, {key_n} AS key_n FROM")
-        # The first `window` of head first (a CTE is read as far as its readers
-        # go): only when keys at their limit crowd them out is head read on,
-        # as `pick_runs` reads a second time
-        # as many as the claim takes where no key can reach its limit in it and
-        # no rate drops any (`pick_runs`' rule)
-        first = limit if rate is None else window
-        add("nearn AS MATERIALIZED (SELECT CASE WHEN COALESCE(max(n), 0) + ? <= ? "
-            "THEN CAST(? AS BIGINT) ELSE CAST(? AS BIGINT) END AS n FROM rk), ",
-            limit, int(per_key), first, window)
-        add(f"near AS MATERIALIZED ({keyed} (SELECT * FROM head LIMIT (SELECT n FROM nearn)) "
-            "AS h CROSS JOIN rkm), ")
-        add("wide AS MATERIALIZED (SELECT count(*) = (SELECT n FROM nearn) AND "
-            "COALESCE(bool_or(key_n > ?), FALSE) AS go FROM near), ", int(per_key))
-        add("c AS (SELECT * FROM near WHERE NOT (SELECT go FROM wide) UNION ALL "
-            f"SELECT * FROM ({keyed} head h CROSS JOIN rkm) AS far WHERE (SELECT go FROM wide)), ")
+        # The first `window` of head first; only when keys at their limit crowd
+        # them out is head read on, as `pick_runs` reads a second time
+        add(f"near AS MATERIALIZED ({keyed} (SELECT * FROM head LIMIT ?) AS h CROSS JOIN rkm), ",
+            window)
+        add("wide AS MATERIALIZED (SELECT count(*) = ? AND COALESCE(bool_or(key_n > ?), FALSE) "
+            "AS go FROM near), ", window, int(per_key))
+        add(f"c AS (SELECT run_id, priority, ready_at, {is_first} AS is_first, CAST(0 AS BIGINT) "
+            "AS key_n FROM h0 WHERE (SELECT ok FROM safe) UNION ALL SELECT * FROM near WHERE "
+            "NOT (SELECT ok FROM safe) AND NOT (SELECT go FROM wide) UNION ALL SELECT * FROM "
+            f"({keyed} head h CROSS JOIN rkm) AS far WHERE NOT (SELECT ok FROM safe) AND "
+            "(SELECT go FROM wide)), ")
         key_filter, key_params = "WHERE key_n <= ?", (int(per_key),)
     else:
         add("c AS (SELECT run_id, priority, ready_at, CASE WHEN started_at IS NULL THEN 1 "
