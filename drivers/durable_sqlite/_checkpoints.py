@@ -158,17 +158,24 @@ class Checkpoints:
                                          name="durable-sqlite-checkpoint", daemon=True)
         self._passive.start()
 
-    def reset_wanted(self) -> bool:
-        """Whether `after_drain` would reset the log at a quiet point now (the
-        thread then makes sure the quiet lasts: see `QUIET_GRACE`)."""
-        return self._look and self.wal_bytes() >= self.reset_at
+    def look(self) -> int | None:
+        """The -wal file's size if `after_drain` would look at it (something was
+        committed since it last did), else None: one ``stat`` a drain, which
+        the database thread takes between its caller's wake-up and the next
+        caller's transaction (issue 26). Past `reset_at` the thread makes sure
+        the quiet lasts before `after_drain` resets at a quiet point (see
+        `QUIET_GRACE`)."""
+        return self.wal_bytes() if self._look else None
 
-    def after_drain(self, conn: sqlite3.Connection, quiet: bool) -> None:
+    def after_drain(self, conn: sqlite3.Connection, quiet: bool,
+                    size: int | None = None) -> None:
         """Between drains: reset the log when it has grown past `reset_at`
-        (at a quiet point, or at once past `force_at`)."""
+        (at a quiet point, or at once past `force_at`). `size`: the file's
+        size read by `look` in this same pause (read again when not given)."""
         if not self._look:
             return
-        size = self.wal_bytes()
+        if size is None:
+            size = self.wal_bytes()
         if size < self.reset_at:
             self._look = self._due = False
             self._back_under(size)

@@ -363,12 +363,16 @@ class Writer:
             self.drains += 1
             self.largest_drain = max(self.largest_drain, len(calls))
             self._complete(calls)
-            if self.checkpoints is not None and self.conn is not None:
+            checkpoints = self.checkpoints
+            if checkpoints is not None and self.conn is not None:
                 # between drains, its callers already woken: see _checkpoints
-                quiet = self.queue.empty()
-                if quiet and not stopping and self.checkpoints.reset_wanted():
-                    quiet = self._quiet_lasts()
-                self.checkpoints.after_drain(self.conn, quiet=quiet)
+                size = checkpoints.look()  # None: nothing to look at
+                if size is not None:
+                    quiet = self.queue.empty()
+                    if quiet and not stopping and size >= checkpoints.reset_at:
+                        # the quiet must last (the size is read again after it)
+                        quiet, size = self._quiet_lasts(), None
+                    checkpoints.after_drain(self.conn, quiet=quiet, size=size)
 
     def _quiet_lasts(self) -> bool:
         """Whether nothing is queued for `QUIET_GRACE` seconds (what came meanwhile

@@ -23,7 +23,6 @@ import contextlib
 import contextvars
 import datetime
 import dis
-import functools
 import multiprocessing
 import threading
 import types
@@ -369,6 +368,8 @@ _NOT_STARTED: Any = object()
 #: ``await`` (GET_AWAITABLE, SEND, YIELD_VALUE), ``async with``, ``async for``.
 _SUSPENDING = frozenset({"YIELD_VALUE", "SEND", "GET_AWAITABLE", "BEFORE_ASYNC_WITH",
                          "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR", "ASYNC_GEN_WRAP"})
+#: by code identity (a code's hash hashes its bytecode); holding it keeps its id
+_NEVER_SUSPENDS: dict[int, tuple[types.CodeType, bool]] = {}
 
 
 def never_suspends(fn: Any) -> bool:
@@ -379,12 +380,11 @@ def never_suspends(fn: Any) -> bool:
     code = getattr(fn, "__code__", None)
     if code is None or not isinstance(code, types.CodeType):
         return False
-    return _code_never_suspends(code)
-
-
-@functools.cache
-def _code_never_suspends(code: types.CodeType) -> bool:
-    return not any(ins.opname in _SUSPENDING for ins in dis.get_instructions(code))
+    known = _NEVER_SUSPENDS.get(id(code))
+    if known is None or known[0] is not code:
+        known = _NEVER_SUSPENDS[id(code)] = (code, not any(
+            ins.opname in _SUSPENDING for ins in dis.get_instructions(code)))
+    return known[1]
 
 
 def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:

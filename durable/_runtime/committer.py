@@ -51,19 +51,34 @@ class Committer:
         one "idle" event woke every queued caller at each commit, and all but
         one went back to sleep.)
         """
-        slot: list[CommitResult | BaseException] = []
-        entry = (RunWrites(run_id, epoch, list(writes), quiet), slot)
+        batch_writes = RunWrites(run_id, epoch, list(writes), quiet)
         if not self._busy and self._commit_shielded:
             # Idle, and the commit is shielded by the driver (from before its
             # first await to its end): the same guarantee as the scope below,
             # without entering one more (a cancel scope per step is a
             # noticeable share of a sequential step's CPU, issue 26).
+            # `_lead` and `_commit_group` for this lone batch, in this frame:
+            # every await layer is paid again at each suspension and resume,
+            # and a sequential step commits this way every time.
             self._busy = True
-            await self._lead([entry])
-            outcome = slot[0]
-            if isinstance(outcome, BaseException):
-                raise _own(outcome)
-            return outcome
+            failed: BaseException | None = None
+            try:
+                results = await self._commit([batch_writes], self._clock.now())
+            except (StorageUnavailable, AuthorityLost) as exc:
+                failed = exc
+            except Exception as exc:
+                failed = _rejected(batch_writes, exc)
+            finally:
+                waiting = self._next
+                if waiting is not None:
+                    waiting.turn.set()  # still busy: the next batch's leader commits now
+                else:
+                    self._busy = False
+            if failed is not None:  # raised here, as below from a slot's outcome
+                raise _own(failed)
+            return results[0]
+        slot: list[CommitResult | BaseException] = []
+        entry = (batch_writes, slot)
         # Shielded: a caller cancelled while its writes wait for a commit still
         # learns whether they were recorded (the cancellation lands right after),
         # so code never goes on believing a recorded write was not.

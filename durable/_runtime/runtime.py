@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -210,10 +210,13 @@ class WorkflowRuntime(Runtime):
                                options: ActivityOptions) -> Any:
         return await execute_activity(self.ctx, current_task_state(), activity, args, options)
 
-    async def execute_local_activity(self, activity: Callable[..., Any] | str,
-                                     args: tuple[Any, ...], options: ActivityOptions) -> Any:
-        return await execute_local_activity(self.ctx, current_task_state(), activity, args,
-                                            options)
+    def execute_local_activity(self, activity: Callable[..., Any] | str,
+                               args: tuple[Any, ...], options: ActivityOptions
+                               ) -> Coroutine[Any, Any, Any]:
+        # the op's coroutine itself (one await layer less on a local step's
+        # every suspension and resume); the task's state is read here, where
+        # the caller awaits it at once (durable.workflow)
+        return execute_local_activity(self.ctx, current_task_state(), activity, args, options)
 
     async def sleep(self, duration: Seconds) -> None:
         await sleep(self.ctx, current_task_state(), duration)

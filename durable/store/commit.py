@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import to_iso
-from ..driver import Program, Tx, ex, placeholders, q, q1
+from ..driver import Program, Tx, ex, many, placeholders, q, q1
 from ..failure import Failure
 from ..wakes import Wake
 from . import cancellation, interaction
@@ -306,6 +306,26 @@ def _record_batched_local_activity(c: _RunCommit, w: RecordBatchedLocalActivity
     return None
 
 
+def _record_kept(c: _RunCommit, kept: list[RecordBatchedLocalActivity]) -> Program[None]:
+    """Consecutive successful batched outcomes: the rows, records and events
+    `_record_batched_local_activity` gives each, its op rows in one
+    ``executemany`` (a flush carries up to `local_batch` of them, and a
+    statement each was most of its time on the database thread, issue 26)."""
+    if len(kept) == 1:
+        yield from _record_batched_local_activity(c, kept[0])
+        return None
+    run_id = c.run.run_id
+    yield many(LOCAL_OP_INSERT, [local_op_row(run_id, w.step, OpStatus.COMPLETED, w.closed_at)
+                                 for w in kept])
+    for w in kept:
+        step = w.step
+        c.ops[step.op_id] = OpRecord(step.op_id, OpKind.LOCAL_ACTIVITY, step.name,
+                                     OpStatus.COMPLETED, step.result, None, step.started_at,
+                                     w.closed_at, interrupted=step.interrupted)
+        c.events.extend(local_step_events(step))
+    return None
+
+
 HANDLERS: dict[type[Write], Handler] = {
     RecordLocalActivity: _record_local_activity,
     RecordBatchedLocalActivity: _record_batched_local_activity,
@@ -391,8 +411,17 @@ def _commit_run(tx: Tx, batch: RunWrites, now: float, *,
     c = _RunCommit(tx, run_from_row(fence), now)
     if not all(isinstance(w, DeliverCancellation) for w in batch.writes):
         yield from cancellation.mark_cleaning_up(c.run)
+    kept: list[RecordBatchedLocalActivity] = []
     for write in batch.writes:
+        if type(write) is RecordBatchedLocalActivity and write.step.failure is None:
+            kept.append(write)  # recorded together, in order, at the next other write
+            continue
+        if kept:
+            yield from _record_kept(c, kept)
+            kept = []
         yield from HANDLERS[type(write)](c, write)
+    if kept:
+        yield from _record_kept(c, kept)
     yield from c.flush()
     return CommitResult(batch.run_id, True, c.ops, c.next_run_id)
 
