@@ -171,6 +171,8 @@ class Worker:
         self._stopped = anyio.Event()
         self._loop_scopes: list[anyio.CancelScope] = []
         self._watchdog_trigger = Trigger()
+        #: set once a watchdog pass poked the claim loops (tests count passes after)
+        self.watchdog_poked = anyio.Event()
         self._resync_trigger = Trigger()
         self._resync: set[str] = set()
         #: which wake-ups are this worker's, and which it asks other processes for
@@ -562,6 +564,7 @@ class Worker:
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
                     self.log.info("deadlines_enforced", **done.counts)
                 self._claim_all()
+                self.watchdog_poked.set()
                 poked, next_at, lease_at = done.now, done.next_at, done.lease_at
             else:
                 now = self.clock.now()

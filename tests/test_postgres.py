@@ -319,6 +319,7 @@ async def test_a_wake_up_for_queue_a_makes_no_worker_of_queue_b_claim(pg_url: st
             # the worker's watch() listens, on queue b's channels too ("any" follows
             # the LISTENs of a (re)connect)
             await wakes.until("any")
+            await worker.watchdog_poked.wait()  # its first pass pokes the claim loops
             await worker.runs.claim_now()
             await worker.remote.claims.claim_now()
             begun = (worker.runs.begun, worker.remote.claims.begun)
@@ -360,6 +361,7 @@ async def test_an_attempt_is_claimed_where_its_run_runs_and_announced_nowhere_el
                            poll_interval=60) as other,
         ):
             await theirs.until("any")
+            await other.watchdog_poked.wait()  # its first pass pokes the claim loops
             await other.remote.claims.claim_now()
             counted = (other.remote.claims.begun, other.remote.claims.claimed)
             marker = elsewhere.driver.hub.want([("runs", "default", "marker")])

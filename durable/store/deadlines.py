@@ -28,7 +28,11 @@ def next_deadline(namespace: str, now: float,
     the caller slept past it for another reason. Without it a watchdog woken
     by a wake-up at the very instant a retry became available never poked
     the claim loops, and on virtual time the clock skipped on to the retry's
-    schedule-to-start deadline (issue 21).
+    schedule-to-start deadline (issue 21). An attempt available the instant it
+    was scheduled is not counted: its scheduling commit's wake-up announces it
+    to whoever should claim it, and on PostgreSQL that is its run's process
+    alone (docs/design/postgres-driver.md): counted here, every other process's
+    watchdog, woken by any wake-up, poked its claim loops to claim it.
 
     The two are apart because a lease expires only when its worker is gone: a
     virtual clock (durable.testing) must never skip ahead to a lease expiry,
@@ -42,7 +46,8 @@ def next_deadline(namespace: str, now: float,
         " THEN NULL ELSE deadline_at END) FROM activity_tasks WHERE namespace = ? "
         f" AND status IN {OPEN_SQL}) AS task_deadline, "
         "(SELECT MIN(available_at) FROM activity_tasks WHERE namespace = ? "
-        " AND status = 'pending' AND available_at > ?) AS task_available, "
+        " AND status = 'pending' AND available_at > ? AND available_at > scheduled_at)"
+        " AS task_available, "
         "(SELECT MIN(lease_expires_at) FROM runs WHERE namespace = ? "
         f" AND status IN {OPEN_SQL} AND owner IS NOT NULL) AS run_lease, "
         "(SELECT MIN(lease_expires_at) FROM activity_tasks WHERE namespace = ? "
