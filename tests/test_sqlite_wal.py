@@ -142,8 +142,10 @@ async def test_two_thousand_runs_without_a_pause_keep_the_log_under_the_limit(
     async with TimeSkippingEnvironment(f"sqlite:///{path}") as env:
         await _runs_without_a_pause(env, watch, 2000, describe=False)
         stats = env.client.driver.stats
-    # 120 MB of log written in all: started over several times
-    assert stats.wal_resets >= 4, stats
+    # some 60-120 MB of log written in all (less as a step writes fewer pages):
+    # started over more than once, each time past `reset_at` (16 MB), when the
+    # writer paused; how many times depends on the pauses, not on correctness
+    assert stats.wal_resets >= 2, stats
     assert stats.wal_resets_blocked == 0
     assert 0 < watch.largest < DEFAULT_WAL_LIMIT, watch.largest
 
@@ -168,7 +170,7 @@ async def test_the_log_stays_bounded_with_readers_polling_all_the_time(
         reader.stop()
     assert not reader.failures, reader.failures
     assert reader.reads > 100  # it really read all along
-    assert stats.wal_resets >= 4, stats
+    assert stats.wal_resets >= 2, stats  # started over more than once (above)
     assert 0 < watch.largest < DEFAULT_WAL_LIMIT, watch.largest
 
 
