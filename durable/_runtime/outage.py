@@ -58,7 +58,13 @@ class Outage:
         delay = FIRST_DELAY
         while True:
             try:
-                return await call()
+                try:
+                    return await call()
+                except BaseExceptionGroup as group:
+                    error = _storage_error(group)
+                    if error is group:
+                        raise
+                    raise error from None
             except StorageClosed:
                 return None
             except StorageUnavailable as exc:
@@ -69,3 +75,23 @@ class Outage:
                     return None
                 await anyio.sleep(delay)
                 delay = min(delay * 2, MAX_DELAY)
+
+
+def _storage_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What a loop's own task group raised, when all of it is one storage error.
+
+    A loop that runs helpers in a task group (the PostgreSQL listener does) gets
+    their errors wrapped in an exception group (trio, anyio 4): a client closed
+    under it came back as ``ExceptionGroup([StorageClosed(...)])``, which was
+    taken for a bug and failed the worker. A group of nothing but
+    `StorageClosed` (or of nothing but `StorageUnavailable`) is that error;
+    anything else is the group itself.
+    """
+    for kind in (StorageClosed, StorageUnavailable):
+        matched, rest = group.split(kind)
+        if matched is not None and rest is None:
+            first: BaseException = matched
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return first
+    return group
