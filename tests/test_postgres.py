@@ -388,7 +388,7 @@ async def parked(i: int) -> int:
     return i
 
 
-@workflow.defn
+@workflow.defn(name="baton_fan_out")  # conformance.engine has a fan_out
 async def fan_out(n: int) -> int:
     handles = [workflow.start_activity(parked, i) for i in range(n)]
     return sum([await h for h in handles])
