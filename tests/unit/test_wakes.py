@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from durable import wakes
 from durable.wakes import Wake, WakeHub, WakeKind, address
 
 pytestmark = pytest.mark.anyio
@@ -115,7 +116,13 @@ async def test_a_wake_up_heard_between_two_waits_is_kept() -> None:
         assert await listening.wait(0.01) is False  # consumed
 
 
-async def test_until_rereads_on_each_wake_up_and_returns_the_first_value() -> None:
+async def test_until_rereads_on_each_wake_up_and_returns_the_first_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No poll at all, so that the wake-ups alone drive the reads: the first
+    # poll comes after FIRST_POLL (5 ms), and on a loaded box a read it made
+    # skipped the state this test waits for (the loop below spun for ever in
+    # one of three CI runs side by side).
+    monkeypatch.setattr(wakes, "FIRST_POLL", 60.0)
     hub = WakeHub()
     answers: list[str | None] = [None, None, "done"]
     reads = 0
@@ -126,16 +133,16 @@ async def test_until_rereads_on_each_wake_up_and_returns_the_first_value() -> No
         return answers[reads - 1]
 
     result: list[str | None] = []
-    async with anyio.create_task_group() as tg:
-        async def waiter() -> None:
-            # a poll too slow to matter: the wake-ups drive the reads
-            result.append(await hub.until({Wake.run("r1").key}, read, 60, poll=60))
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            async def waiter() -> None:
+                result.append(await hub.until({Wake.run("r1").key}, read, 60, poll=60))
 
-        tg.start_soon(waiter)
-        for done in (1, 2):
-            while reads != done or hub.waiting != 1:  # read, then waiting again
-                await anyio.lowlevel.checkpoint()
-            hub.publish([Wake.run("r1")])
+            tg.start_soon(waiter)
+            for done in (1, 2):
+                while reads != done or hub.waiting != 1:  # read, then waiting again
+                    await anyio.lowlevel.checkpoint()
+                hub.publish([Wake.run("r1")])
     assert result == ["done"] and reads == 3
 
 
@@ -173,5 +180,6 @@ async def test_until_returns_none_after_its_timeout_and_passes_errors_on() -> No
 
 async def until_waiting(hub: WakeHub, n: int) -> None:
     """Until exactly `n` waits are in progress (the hub counts them)."""
-    while hub.waiting != n:
-        await anyio.lowlevel.checkpoint()
+    with anyio.fail_after(30):  # a test that fails, never one that spins for ever
+        while hub.waiting != n:
+            await anyio.lowlevel.checkpoint()
