@@ -42,9 +42,12 @@ from .state import TaskState, current_task_state
 
 def advance(ctx: WorkflowContext, state: TaskState, op: OpRecord) -> None:
     """Workflow time moves to a closed op's instant (never back)."""
-    if op.closed_at is not None:
-        state.clock = max(state.clock, op.closed_at)
-        ctx.latest = max(ctx.latest, op.closed_at)
+    at = op.closed_at
+    if at is not None:  # (comparisons: max() is a call, at every op)
+        if at > state.clock:
+            state.clock = at
+        if at > ctx.latest:
+            ctx.latest = at
 
 
 def outcome(ctx: WorkflowContext, state: TaskState, op: OpRecord, hint: Any = None) -> Any:
