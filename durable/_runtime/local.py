@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -70,7 +71,6 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     if call_args is None:
         payload = ctx.encode(list(args), f"the arguments of activity {defn.name!r}")
         call_args = attempts.arguments(defn, ctx.converter, payload)
-    retry = options.retry_policy
     batched = (options.record or ctx.local_record) == "batched" and not ctx.scratch
     # validated (to float seconds) when the options were built
     s2c = options.schedule_to_close_timeout
@@ -84,6 +84,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     overall = started + s2c if s2c is not None else None
     running_local = ctx.running_local
     attempt = 0
+    scalar = False
     failure: Failure | None = None
     result: str | None = None
     value: Any = None
@@ -105,8 +106,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             if not deadline_at:  # as before: an instant of 0 is no deadline
                 deadline_at = None
             actx = attempts.ActivityContext(
-                _LocalInfo(defn.name, op_id, attempt, ctx.run, started, attempt_start,
-                           deadline_at).make,
+                partial(_local_info, defn.name, op_id, attempt, ctx.run, started,
+                        attempt_start, deadline_at),
                 ctx.clock, deadline_at, encode_details=details, stop_grace=ctx.stop_grace,
                 activity_type=defn.name, attempt=attempt)
             running_local[op_id] = actx
@@ -122,8 +123,9 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 if timed_out:
                     raise ActivityStopRequested(timed_out[0])
                 await ctx.worker.crash_point("after_effect")
-                result = _scalar_text(value, ctx)
-                if result is None:
+                result = _scalar_text(value, ctx)  # a scalar: its text, and its own copy
+                scalar = result is not None
+                if not scalar:
                     result = ctx.encode(value, f"the result of activity {defn.name!r}")
                 failure = None
                 break
@@ -141,8 +143,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 retryable = True
             finally:
                 running_local.pop(op_id, None)
-            next_at = retry.next_attempt_at(failure, attempt, ctx.clock.now(), overall,
-                                            retryable=retryable)
+            next_at = options.retry_policy.next_attempt_at(
+                failure, attempt, ctx.clock.now(), overall, retryable=retryable)
             if next_at is None:
                 break
             if ctx.batched:  # the backoff is a wait: what the run did so far is recorded
@@ -175,7 +177,7 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     if failure is None and facts.return_as_is and type(ctx.converter) is JSONConverter:
         # What decoding the recorded result would give, without decoding it:
         # a plain value's copy (replay decodes the record to the same value).
-        plain = _plain_copy(value, [ctx.limits.payload_bytes])
+        plain = value if scalar else _plain_copy(value, [ctx.limits.payload_bytes])
         if plain is not _NOT_PLAIN:
             advance(ctx, state, record)
             return plain
@@ -227,26 +229,16 @@ def _facts(defn: ActivityDefn) -> _Facts:
     return known[1]
 
 
-class _LocalInfo:
+def _local_info(name: str, op_id: str, attempt: int, run: RunRecord, scheduled_at: float,
+                started_at: float, deadline: float | None) -> attempts.ActivityInfo:
     """A local attempt's `ActivityInfo`, built only if its code asks for it
-    (`attempts.new_context` builds the same, from a closure of its arguments)."""
-
-    __slots__ = ("attempt", "deadline", "name", "op_id", "run", "scheduled_at", "started_at")
-
-    def __init__(self, name: str, op_id: str, attempt: int, run: RunRecord,
-                 scheduled_at: float, started_at: float, deadline: float | None) -> None:
-        self.name, self.op_id, self.attempt, self.run = name, op_id, attempt, run
-        self.scheduled_at, self.started_at, self.deadline = scheduled_at, started_at, deadline
-
-    def make(self) -> attempts.ActivityInfo:
-        run = self.run
-        return attempts.ActivityInfo(
-            activity_id=self.op_id, activity_type=self.name, attempt=self.attempt,
-            workflow_id=run.workflow_id, run_id=run.run_id, task_queue=run.task_queue,
-            local=True, scheduled_at=to_datetime(self.scheduled_at),
-            started_at=to_datetime(self.started_at), deadline=to_datetime(self.deadline),
-            heartbeat_timeout=None, heartbeat_details=None,
-        )
+    (the same as `attempts.new_context` builds, from a closure of its arguments)."""
+    return attempts.ActivityInfo(
+        activity_id=op_id, activity_type=name, attempt=attempt, workflow_id=run.workflow_id,
+        run_id=run.run_id, task_queue=run.task_queue, local=True,
+        scheduled_at=to_datetime(scheduled_at), started_at=to_datetime(started_at),
+        deadline=to_datetime(deadline), heartbeat_timeout=None, heartbeat_details=None,
+    )
 
 
 def _scalar_text(value: Any, ctx: WorkflowContext) -> str | None:
