@@ -707,6 +707,8 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
             counters = [await p.stats() for p in procs]
             if sampler is not None:
                 backends = sampler.finish()
+            elif db == "postgres":
+                backends = {"unavailable": "a worker did not report its application_name"}
             # the fixed cost: every run closed, the processes idle on (polls,
             # watchdog, lease renewals, registrations), CPU per second of one
             idle: dict[str, float] | None = None
@@ -716,13 +718,11 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
                 idle = {"worker_cpu_s_per_s_per_process": round(
                     idle_cpu / args.idle_seconds / len(procs), 4)}
                 if sampler is not None and backends is not None:
-                    await sampler._sample(0.0)
+                    await sampler._sample(0.0)  # backends opened while idle count too
                     later = sampler.finish()
                     idle["backend_cpu_s_per_s_per_process"] = round(
                         (later["backend_cpu_s"] - backends["backend_cpu_s"])
                         / args.idle_seconds / len(procs), 4)
-            elif db == "postgres":
-                backends = {"unavailable": "a worker did not report its application_name"}
             t_end = max(_epoch(r["closed_at"]) for r in rows)
             statuses = Counter(r["status"] for r in rows)
             closed_by: Counter[str] = Counter({p.name: 0 for p in procs})
