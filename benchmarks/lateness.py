@@ -23,7 +23,7 @@ One process, one ``durable.Worker`` on SQLite (our default WAL +
 ``--sqlite-dir``.  Everything is read back with ``await handle.history()``.
 ``recorded_at`` is the engine's clock reading for the transaction that
 records the event (taken just before it runs); the event is visible to other
-readers one commit later.  Target: p99 <= 50 ms.
+readers one commit later.  Target: p99 <= 20 ms at 1,000 (issue [8/9]; 50 ms before).
 
 Usage::
 
@@ -51,7 +51,7 @@ import durable
 from durable import activity, workflow
 
 HERE = Path(__file__).resolve().parent
-TARGET_P99_MS = 50.0
+TARGET_P99_MS = 20.0  # issue [8/9]: no regression at 1,000 timers / activities
 
 
 @activity.defn(name="lateness_silent")

@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/queues.py [--db sqlite,postgres] [--rounds 5] [--runs 2000]
         [--claimers 1] [--warmup 1] [--no-analyze] [--postgres-url URL]
+        [--cells none,max_running,per_key,rate,per_key_near]
 
 Each cell starts a backlog of `--runs` runs on a queue of its own, then
 `--claimers` concurrent claimers take them through `Store.claim_runs` in
@@ -18,7 +19,14 @@ cost:
   locked, live leases counted, runs picked by priority then age);
 - ``per_key``: ``max_running_per_key=10**9`` over 100 keys (what runs per key
   counted; a window over the candidates only when keys at their limit crowd them);
-- ``rate``: ``rate=Rate(10**9, per=1)`` (a token bucket in the queue's row).
+- ``rate``: ``rate=Rate(10**9, per=1)`` (a token bucket in the queue's row);
+- ``per_key_near``: ``max_running_per_key`` equal to what each of the 100
+  keys holds in the backlog (21 at the default ``--runs``): it never binds
+  either, but a claim cannot tell that from what runs (the most any key runs
+  plus the claim's size passes the limit), so every claim takes the full
+  per-key path (keys at their limit left out, the candidates numbered per
+  key) that ``per_key`` skips. This is the cost where keys are near their
+  limit.
 
 Rounds interleave the cells (each round starts one cell further on);
 median [min-max]; the cost is against ``none`` of the same storage. On
@@ -72,7 +80,9 @@ CELLS: dict[str, durable.QueueLimits] = {
     "max_running": durable.QueueLimits(max_running=10**9),
     "per_key": durable.QueueLimits(max_running_per_key=10**9),
     "rate": durable.QueueLimits(rate=durable.Rate(10**9, per=1)),
+    "per_key_near": durable.QueueLimits(),  # set in `cell`: what a key holds in the backlog
 }
+KEYS = 100
 BATCH = 100
 
 
@@ -81,7 +91,7 @@ async def backlog(client: durable.Client, queue: str, runs: int) -> None:
     for i in range(runs):
         await store.start_workflow(StartRequest(
             client.namespace, f"{queue}-{i}", "bench", queue, "[]", "reject_duplicate", None,
-            None, concurrency_key=f"key-{i % 100}"), now)
+            None, concurrency_key=f"key-{i % KEYS}"), now)
 
 
 def analyzed() -> Program[None]:
@@ -119,7 +129,10 @@ async def cell(url: str, name: str, runs: int, claimers: int,
     queue = f"{name}-{uuid.uuid4().hex[:8]}"
     async with durable.connect(url) as client:
         await backlog(client, queue, runs + BATCH)
-        await client.set_queue_limits(queue, CELLS[name])
+        limits = CELLS[name]
+        if name == "per_key_near":  # each key's share of the backlog: never binds
+            limits = durable.QueueLimits(max_running_per_key=-(-(runs + BATCH) // KEYS))
+        await client.set_queue_limits(queue, limits)
         if analyze and client.driver.dialect.writable_cte:  # PostgreSQL
             await client.driver.run(lambda tx: analyzed(), write=True)
         # the untimed first claim: the store learns whether the queue is limited
@@ -204,9 +217,16 @@ async def main() -> None:
                         help="PostgreSQL: claim without analyzing the backlog's tables first")
     parser.add_argument("--postgres-url", default=os.environ.get(
         "DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    parser.add_argument("--cells", default=",".join(CELLS),
+                        help="which cells, comma-separated (none is always run): "
+                        f"{', '.join(CELLS)}")
     parser.add_argument("--rate-check", type=float, metavar="SECONDS",
                         help="measure Rate(100, per=10) over this long instead")
     args = parser.parse_args()
+    unknown = set(args.cells.split(",")) - set(CELLS)
+    if unknown:
+        parser.error(f"--cells: no cell named {', '.join(sorted(unknown))} (cells: "
+                     f"{', '.join(CELLS)})")
     if args.rate_check:
         with tempfile.TemporaryDirectory() as workdir:
             for db in args.db.split(","):
@@ -228,7 +248,7 @@ async def main() -> None:
             urls[db] = (f"sqlite:///{workdir}/bench.db" if db == "sqlite"
                         else postgres_url(args.postgres_url))
         try:
-            names = list(CELLS)
+            names = ["none", *(n for n in args.cells.split(",") if n in CELLS and n != "none")]
             for r in range(-args.warmup, args.rounds):
                 order = names[r % len(names):] + names[:r % len(names)]
                 for db, url in urls.items():
@@ -253,7 +273,7 @@ async def main() -> None:
     for db in urls:
         base = statistics.median(figures[(db, "none")])
         cpu_base = statistics.median(cpus[(db, "none")])
-        for name in CELLS:
+        for name in names:
             f, c = figures[(db, name)], cpus[(db, name)]
             median, cpu = statistics.median(f), statistics.median(c)
             cost = "-" if name == "none" else f"{(1 - median / base) * 100:+.1f}%"

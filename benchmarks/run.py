@@ -160,10 +160,11 @@ MODE_LABEL = {"delete-full": "rollback journal, FULL", "wal-normal": "WAL, NORMA
 # (ours, DBOS, what the pair means, target factor per workload)
 COMPARISONS: dict[str, list[tuple[str, str, str, dict[str, float]]]] = {
     "sqlite": [
+        # issue [8/9]: at the same settings >= 5x sequentially, >= 8x concurrently
         ("ours", "dbos-wal-normal", "same settings: both WAL + NORMAL",
-         {"sequential": 5.0, "concurrent": 5.0}),
+         {"sequential": 5.0, "concurrent": 8.0}),
         ("ours-full", "dbos-wal-full", "same settings: both WAL + FULL",
-         {"sequential": 5.0, "concurrent": 5.0}),
+         {"sequential": 5.0, "concurrent": 8.0}),
         ("ours", "dbos", "defaults: ours WAL + NORMAL vs DBOS rollback journal + FULL",
          {"sequential": 10.0, "concurrent": 10.0}),
         ("ours-full", "dbos", "fsync per commit: ours WAL + FULL vs DBOS default", {}),
@@ -177,7 +178,11 @@ COMPARISONS: dict[str, list[tuple[str, str, str, dict[str, float]]]] = {
         ("ours-batched", "dbos", "batched vs DBOS, same server", {}),
     ],
 }
-FLOOR_TARGET = 1.5  # a step's cost <= 1.5 x (one raw commit + one hop), ours per-step
+#: a sequential step's cost against (one raw commit + one hop) in the same mode:
+#: <= 1.5x at WAL + NORMAL, <= 1.2x at FULL, where the fsync'd commit dominates
+#: (issue [8/9]); PostgreSQL's steps are held to 1.5x of one asyncpg commit
+FLOOR_TARGET = 1.5
+FLOOR_TARGET_BY_VARIANT = {"ours-full": 1.2}
 
 
 def _spread(values: list[float], digits: int = 3) -> dict[str, Any] | None:
@@ -654,14 +659,16 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _floor_verdicts(report: dict[str, Any]) -> list[str]:
-    """The per-step floor target for ours (a): a step <= 1.5 x (commit + hop)."""
+    """The per-step floor target for ours (a): a step <= 1.5 x (commit + hop),
+    1.2 x where every commit is fsync'd (`FLOOR_TARGET_BY_VARIANT`)."""
     out = []
     for c in report["cells"]:
         if (c["side"] == "durable" and not c["batched"] and c["workload"] == "sequential"
                 and c.get("x_floor")):
             x = c["x_floor"]["median"]
-            verdict = "PASS" if x <= FLOOR_TARGET else f"MISS ({x / FLOOR_TARGET:.2f}x over)"
-            out.append(f"{c['key']}: {x:.2f}x floor, target <= {FLOOR_TARGET}x: {verdict}")
+            target = FLOOR_TARGET_BY_VARIANT.get(c["variant"], FLOOR_TARGET)
+            verdict = "PASS" if x <= target else f"MISS ({x / target:.2f}x over)"
+            out.append(f"{c['key']}: {x:.2f}x floor, target <= {target}x: {verdict}")
     return out
 
 
