@@ -35,6 +35,24 @@
     process on stdin (``stats``) once every run is closed; reported per step,
     summed over the processes.
 
+    Where the CPU goes (12-06), to tell fixed costs from per-step work and
+    from the machine: each worker process counts, from the release on, the
+    transactions it ran by `durable.store.Store` method, its other pooled
+    calls (statistics, announcements), the statements it sent by kind and its
+    LISTEN/UNLISTEN statements; the CPU it spent starting its worker; its
+    system CPU and context switches (``/proc``; involuntary ones mean more
+    runnable processes than CPUs); the PostgreSQL backends opened after the
+    release and their CPU; and, once every run is closed, the CPU per second
+    of an idle process and its backends (``--idle-seconds``, 2).  By default
+    (``--warmup`` 200) each process first runs 200 workflows of a queue of
+    its own, before the release, so that its pool has grown, its connections
+    have prepared their statements and its LISTEN connection is open: the
+    figure is the steady state's.  Before 12-06 (``--warmup 0``) the window
+    held each process's pool growing from 1 to 10 connections, their
+    backends' start and their first statements' planning.  A cProfile of each
+    process's measured work: ``DURABLE_SCALING_PROFILE=/tmp/prefix``.
+    ``--max-pool`` sets the processes' pool size (diagnosis).
+
 (b) ``failover``: a worker process (the victim) owns ``--runs`` (40) running
     workflows: half wait on a remote activity that the victim runs and that
     never finishes there, half on a durable timer due 0.3 s after the planned
@@ -61,7 +79,8 @@ Usage::
 
     python benchmarks/scaling.py [--part throughput|failover|all] [--db sqlite|postgres|all]
         [--workers 1,2,4] [--workflows 200] [--steps 5] [--rounds 3]
-        [--lock-sample-interval 0.05] [--runs 40] [--leases 2,15]
+        [--lock-sample-interval 0.05] [--warmup 200] [--idle-seconds 2]
+        [--max-pool N] [--runs 40] [--leases 2,15]
 
 Prints a table, the throughput summary as markdown (ready for
 docs/benchmarks.md) and one JSON object, and writes
@@ -129,6 +148,12 @@ async def flow(base: int, n: int) -> list[Any]:
     return [total, WORKER_NAME]
 
 
+@workflow.defn(name="sc_flow_warm")
+async def flow_warm(base: int, n: int) -> list[Any]:
+    """`flow` under another name, on the warm-up task queue (`--warmup`)."""
+    return await flow(base, n)
+
+
 @activity.defn(name="sc_hold")
 async def hold() -> str:
     """Never finishes in the victim; returns at once anywhere else."""
@@ -151,6 +176,8 @@ async def wait_timer(fire_at: float) -> str:
 
 
 WORKFLOWS: list[Callable[..., Any]] = [flow, wait_activity, wait_timer]
+#: the task queue of the warm-up runs (`--warmup`), which only a warm-up worker takes
+WARM_QUEUE = "sc_warm"
 ACTIVITIES: list[Callable[..., Any]] = [step, hold]
 
 
@@ -158,13 +185,35 @@ ACTIVITIES: list[Callable[..., Any]] = [step, hold]
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    async with durable.connect(args.serve_db) as client:
+    options = {"max_pool": args.max_pool} if args.max_pool and "postgres" in args.serve_db else {}
+    async with durable.connect(args.serve_db, **options) as client:
         # the PostgreSQL driver names its sessions `durable:<origin>`: the parent
         # finds this process's backends in pg_stat_activity by that name
         app = getattr(client.driver, "application_name", None) or "-"
         print(f"connected {app}", flush=True)
+        counts = _count_storage_calls(client.driver)
+        if args.warm:
+            # steady state: a worker of the warm-up queue runs the parent's warm-up
+            # workflows (the pool grows, its connections prepare their statements,
+            # the LISTEN connection opens), then leaves; the pool stays open
+            async with durable.Worker(client, workflows=[flow_warm], activities=ACTIVITIES,
+                                      lease_seconds=args.lease, identity=args.name + "-warm",
+                                      task_queue=WARM_QUEUE):
+                print("warming", flush=True)
+                await anyio.to_thread.run_sync(sys.stdin.readline)
+            print("warm", flush=True)
         if args.gate:
             await anyio.to_thread.run_sync(sys.stdin.readline)
+        cpu_go = time.process_time()
+        at_go = {k: Counter(v) for k, v in counts.items()}
+        listener = getattr(client.driver, "_listener", None)
+        listens_go = getattr(listener, "listens", None)
+        profile = None
+        if os.environ.get("DURABLE_SCALING_PROFILE"):  # a cProfile of the measured work
+            import cProfile
+
+            profile = cProfile.Profile()
+            profile.enable()
         worker = durable.Worker(client, workflows=WORKFLOWS, activities=ACTIVITIES,
                                 lease_seconds=args.lease, identity=args.name)
         # counted, not timed (issue 26): wake-ups heard from other processes, and
@@ -177,6 +226,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
         client.driver.hub.subscribe(on_wake)
         async with worker:
+            cpu_ready = time.process_time()
             print("ready", flush=True)
             while True:  # answers "stats" on stdin until the parent kills it
                 line = await anyio.to_thread.run_sync(sys.stdin.readline,
@@ -184,11 +234,72 @@ async def _serve(args: argparse.Namespace) -> None:
                 if not line:
                     await anyio.sleep_forever()
                 if line.strip() == "stats":
-                    listener = getattr(client.driver, "_listener", None)
+                    if profile is not None:
+                        profile.disable()
+                        profile.dump_stats(f"{os.environ['DURABLE_SCALING_PROFILE']}"
+                                           f".{os.getpid()}.prof")
+                        profile = None
+                    listens = getattr(listener, "listens", None)
                     print("stats " + json.dumps({
                         "heard": dict(heard),
                         "claim_passes": worker.runs.begun + worker.remote.claims.begun,
-                        "listen_statements": getattr(listener, "listens", None)}), flush=True)
+                        "listen_statements": None if listens is None or listens_go is None
+                                             else listens - listens_go,
+                        # CPU seconds of this process from the release to the worker
+                        # having started (registered, its loops begun), and so far
+                        "cpu_s_starting": round(cpu_ready - cpu_go, 4),
+                        "cpu_s_since_go": round(time.process_time() - cpu_go, 4),
+                        "pool_size": _pool_size(client.driver),
+                        # storage calls since the release, by kind
+                        **{k: dict(v - at_go[k]) for k, v in counts.items()}}),
+                        flush=True)
+
+
+def _count_storage_calls(driver: Any) -> dict[str, Counter[str]]:
+    """Count (instrumentation of this benchmark only) the transactions a worker
+    process runs, by the `durable.store.Store` method that ran them (``read``:
+    a program run without BEGIN/COMMIT), the other uses of a pooled connection
+    (the driver's upkeep: statistics, announcements), and on PostgreSQL the
+    statements sent by kind (their first word; BEGIN and COMMIT, sent apart,
+    are the write transactions)."""
+    transactions: Counter[str] = Counter()
+    upkeep: Counter[str] = Counter()
+    statements: Counter[str] = Counter()
+    run = driver.run
+
+    def run_counted(program: Any, *, write: bool = True) -> Any:
+        name = getattr(program, "__qualname__", "?").split(".<locals>")[0]
+        transactions[name.rsplit(".", 1)[-1] + ("" if write else " (read)")] += 1
+        return run(program, write=write)
+
+    driver.run = run_counted
+    on_pool = getattr(driver, "_on_pool", None)
+    if on_pool is not None:
+        def on_pool_counted(fn: Any) -> Any:
+            upkeep[getattr(fn, "__qualname__", "?").split(".<locals>")[0]] += 1
+            return on_pool(fn)
+
+        driver._on_pool = on_pool_counted
+    if getattr(driver, "engine", "") == "PostgreSQL":
+        pg_driver = sys.modules[type(driver).__module__]
+        pg_connection = sys.modules[pg_driver.drive.__module__]
+
+        execute = getattr(pg_connection, "execute")  # noqa: B009 (a module found at run time)
+
+        async def execute_counted(conn: Any, stmt: Any) -> Any:
+            statements[stmt.sql.split(None, 1)[0].upper()] += 1
+            return await execute(conn, stmt)
+
+        setattr(pg_connection, "execute", execute_counted)  # noqa: B010
+        setattr(pg_driver, "execute", execute_counted)  # noqa: B010
+    return {"transactions": transactions, "upkeep": upkeep, "statements": statements}
+
+
+def _pool_size(driver: Any) -> int | None:
+    """Connections in the driver's pool now (asyncpg), None if unknown."""
+    pool = getattr(driver, "_pool", None)
+    get_size = getattr(pool, "get_size", None)
+    return int(get_size()) if get_size is not None else None
 
 
 @dataclass
@@ -250,11 +361,15 @@ class Proc:
 
 
 def spawn(db: str, name: str, workdir: Path, *, lease: float = 15.0, gate: bool = False,
-          victim: bool = False) -> Proc:
+          victim: bool = False, warm: bool = False, max_pool: int = 0) -> Proc:
     argv = [sys.executable, str(SCRIPT), "--serve", "--db-url", db, "--name", name,
             "--lease", str(lease)]
     if gate:
         argv.append("--gate")
+    if warm:
+        argv.append("--warm")
+    if max_pool:
+        argv += ["--max-pool", str(max_pool)]
     if victim:
         argv.append("--victim")
     log = workdir / f"{name}.log"
@@ -262,6 +377,23 @@ def spawn(db: str, name: str, workdir: Path, *, lease: float = 15.0, gate: bool 
         popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=err, text=True)
     return Proc(name, popen, log)
+
+
+def proc_sched(pid: int) -> dict[str, float]:
+    """A process's system CPU seconds and context switches so far (/proc), {} once
+    it is gone: a process descheduled while it runs (``nonvoluntary``) tells
+    of more runnable processes than CPUs."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    out = {"system_s": int(fields[12]) / os.sysconf("SC_CLK_TCK")}
+    for line in status:
+        name, _, value = line.partition(":")
+        if name in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            out[name.split("_")[0]] = float(value)
+    return out
 
 
 def proc_cpu_seconds(pid: int) -> float | None:
@@ -317,6 +449,7 @@ class BackendSampler:
         self.base: dict[int, float] = {}  # pid -> CPU seconds at release (0: opened later)
         self.last: dict[int, float] = {}  # pid -> latest CPU reading
         self.app_of: dict[int, str] = {}
+        self.opened: set[int] = set()  # backends opened after the release
         self.samples = 0
         self.lock_wait_s = 0.0
         self.lock_wait_samples = 0
@@ -357,6 +490,7 @@ class BackendSampler:
                 self.app_of[pid] = app
                 if started is not None and started >= self.t_go:
                     self.base[pid] = 0.0  # opened during the run: all its CPU counts
+                    self.opened.add(pid)
                 else:
                     self.base[pid] = proc_cpu_seconds(pid) or 0.0
             self._read_cpu(pid)
@@ -397,15 +531,25 @@ class BackendSampler:
             cpu = proc_cpu_seconds(pid)
             if cpu is not None:
                 self.background_last[pid] = cpu
-        per_app: Counter[str] = Counter()
+        per_app: dict[str, float] = {}
+        opened = 0
+        opened_cpu = 0.0
         for pid, base in self.base.items():
-            per_app[self.app_of[pid]] += self.last.get(pid, base) - base
+            per_app[self.app_of[pid]] = (per_app.get(self.app_of[pid], 0.0)
+                                         + self.last.get(pid, base) - base)
+            if pid in self.opened:
+                opened += 1
+                opened_cpu += self.last.get(pid, base) - base
         background = {kind: round(self.background_last.get(pid, cpu0) - cpu0, 3)
                       for pid, (kind, cpu0) in self.background.items()}
         return {
             "backends": len(self.base),
             "backend_cpu_s": round(sum(per_app.values()), 3),
             "backend_cpu_s_by_worker_app": {k: round(v, 3) for k, v in sorted(per_app.items())},
+            # connections the workers opened after the release (all their CPU counts,
+            # from the backend's start: fork, authentication, catalog caches, plans)
+            "backends_opened_after_release": opened,
+            "backend_cpu_s_opened_after_release": round(opened_cpu, 3),
             "background_cpu_s": background,
             "samples": self.samples,
             "sample_interval_s": self.interval,
@@ -518,15 +662,30 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
         try:
             for k in range(n):
                 await client.start(flow, k * steps, steps, id=f"flow-{k}")
-            procs = [spawn(storage.url, f"w{i}", workdir, gate=True) for i in range(workers)]
+            warm = args.warmup > 0
+            procs = [spawn(storage.url, f"w{i}", workdir, gate=True, warm=warm,
+                           max_pool=args.max_pool)
+                     for i in range(workers)]
             for p in procs:
                 await p.expect("connected")
+            if warm:
+                for p in procs:
+                    await p.expect("warming")
+                for k in range(args.warmup):
+                    await client.start(flow_warm, k * steps, steps, id=f"warm-{k}",
+                                       task_queue=WARM_QUEUE)
+                await wait_closed(client, "sc_flow_warm", args.warmup, args.time_limit)
+                for p in procs:
+                    p.go_line("warmed")
+                for p in procs:
+                    await p.expect("warm")
             apps = [p.app_name for p in procs if p.app_name]
             if db == "postgres" and len(apps) == len(procs):
                 sampler = BackendSampler(args.pg_url, apps, args.lock_sample_interval)
                 await sampler.open()
                 await sampler.snapshot_before_release()
             cpu0 = [p.cpu_seconds() for p in procs]
+            sched0 = [proc_sched(p.popen.pid) for p in procs]
             busy0, total0 = cpu_busy()
             t_go = time.time()
             if sampler is not None:
@@ -539,12 +698,31 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
                 rows = await wait_closed(client, "sc_flow", n, args.time_limit)
                 tg.cancel_scope.cancel()
             busy1, total1 = cpu_busy()
-            cpu = [round(p.cpu_seconds() - c, 2) for p, c in zip(procs, cpu0, strict=True)]
+            cpu_end = [p.cpu_seconds() for p in procs]
+            sched: Counter[str] = Counter()
+            for p, before in zip(procs, sched0, strict=True):
+                sched.update({k: v - before.get(k, 0.0)
+                              for k, v in proc_sched(p.popen.pid).items()})
+            cpu = [round(c1 - c, 2) for c1, c in zip(cpu_end, cpu0, strict=True)]
             counters = [await p.stats() for p in procs]
             if sampler is not None:
                 backends = sampler.finish()
             elif db == "postgres":
                 backends = {"unavailable": "a worker did not report its application_name"}
+            # the fixed cost: every run closed, the processes idle on (polls,
+            # watchdog, lease renewals, registrations), CPU per second of one
+            idle: dict[str, float] | None = None
+            if args.idle_seconds > 0:
+                await anyio.sleep(args.idle_seconds)
+                idle_cpu = sum(p.cpu_seconds() for p in procs) - sum(cpu_end)
+                idle = {"worker_cpu_s_per_s_per_process": round(
+                    idle_cpu / args.idle_seconds / len(procs), 4)}
+                if sampler is not None and backends is not None:
+                    await sampler._sample(0.0)  # backends opened while idle count too
+                    later = sampler.finish()
+                    idle["backend_cpu_s_per_s_per_process"] = round(
+                        (later["backend_cpu_s"] - backends["backend_cpu_s"])
+                        / args.idle_seconds / len(procs), 4)
             t_end = max(_epoch(r["closed_at"]) for r in rows)
             statuses = Counter(r["status"] for r in rows)
             closed_by: Counter[str] = Counter({p.name: 0 for p in procs})
@@ -585,8 +763,36 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
         "claim_passes_per_step": round(
             sum(c["claim_passes"] for c in counters) / total_steps, 3),
         "worker_cpu_s_per_1000_steps": round(ours_cpu * 1000 / total_steps, 3),
+        # of which in the kernel; how often the processes were descheduled while
+        # runnable (nonvoluntary) or waiting (voluntary), per step
+        "worker_system_cpu_s_per_1000_steps": round(
+            sched["system_s"] * 1000 / total_steps, 3),
+        "worker_nonvoluntary_switches_per_step": round(
+            sched["nonvoluntary"] / total_steps, 3),
+        "worker_voluntary_switches_per_step": round(sched["voluntary"] / total_steps, 3),
+        # the part of it spent between the release and each worker having started
+        "worker_start_cpu_s_per_1000_steps": round(
+            sum(c["cpu_s_starting"] for c in counters) * 1000 / total_steps, 3),
+        "transactions_per_step": round(
+            sum(sum(c["transactions"].values()) for c in counters) / total_steps, 3),
+        "transactions_per_step_by_kind": _per_step(
+            [c["transactions"] for c in counters], total_steps),
+        "upkeep_per_step_by_kind": _per_step([c["upkeep"] for c in counters], total_steps),
+        "statements_per_step": round(
+            sum(sum(c["statements"].values()) for c in counters) / total_steps, 3),
+        "statements_per_step_by_kind": _per_step(
+            [c["statements"] for c in counters], total_steps),
+        "listen_statements_per_step": round(
+            sum(c["listen_statements"] or 0 for c in counters) / total_steps, 3),
+        "pool_sizes": [c["pool_size"] for c in counters],
+        "idle": idle,
+        "idle_worker_cpu_s_per_s": idle and idle.get("worker_cpu_s_per_s_per_process"),
+        "idle_backend_cpu_s_per_s": idle and idle.get("backend_cpu_s_per_s_per_process"),
         "machine_cpu_busy": round((busy1 - busy0) / max(1.0, total1 - total0), 3),
     }
+    if db != "postgres":  # counted on PostgreSQL only
+        for name in ("statements_per_step", "listen_statements_per_step"):
+            out[name] = None
     if backends is not None:
         out["postgres"] = backends
         if "backend_cpu_s" in backends:
@@ -595,11 +801,22 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
             out["cpu_s_per_1000_steps"] = round(
                 (ours_cpu + backends["backend_cpu_s"]) * 1000 / total_steps, 3)
             out["lock_waits_per_step"] = round(backends["distinct_lock_waits"] / total_steps, 4)
+            out["backends_opened_after_release"] = backends["backends_opened_after_release"]
+            out["opened_backend_cpu_s_per_1000_steps"] = round(
+                backends["backend_cpu_s_opened_after_release"] * 1000 / total_steps, 3)
             out["lock_wait_ms_per_step"] = round(
                 backends["lock_wait_s_estimated"] * 1000 / total_steps, 3)
     else:
         out["cpu_s_per_1000_steps"] = out["worker_cpu_s_per_1000_steps"]
     return out
+
+
+def _per_step(counters: list[dict[str, int]], steps: int) -> dict[str, float]:
+    """Summed over the processes, per step, most first."""
+    total: Counter[str] = Counter()
+    for c in counters:
+        total.update(c)
+    return {k: round(v / steps, 4) for k, v in total.most_common()}
 
 
 # ---------------------------------------------------------------- (b) failover
@@ -761,8 +978,15 @@ def summarise_throughput(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for name in ("steps_per_s", "cpu_s_per_1000_steps", "worker_cpu_s_per_1000_steps",
                      "backend_cpu_s_per_1000_steps", "lock_waits_per_step",
                      "lock_wait_ms_per_step", "machine_cpu_busy",
-                     "wakeups_heard_per_step", "claim_passes_per_step"):
-            row[name] = _median_range([r[name] for r in rs if name in r])
+                     "wakeups_heard_per_step", "claim_passes_per_step",
+                     "worker_start_cpu_s_per_1000_steps", "opened_backend_cpu_s_per_1000_steps",
+                     "backends_opened_after_release", "transactions_per_step",
+                     "statements_per_step", "listen_statements_per_step",
+                     "idle_worker_cpu_s_per_s", "idle_backend_cpu_s_per_s",
+                     "worker_system_cpu_s_per_1000_steps",
+                     "worker_nonvoluntary_switches_per_step",
+                     "worker_voluntary_switches_per_step"):
+            row[name] = _median_range([r[name] for r in rs if r.get(name) is not None])
         row["rounds_where_a_worker_closed_no_run"] = sum(
             1 for r in rs if r["workers_without_closed_runs"])
         row["runs_closed_by"] = [r["runs_closed_by"] for r in rs]
@@ -791,6 +1015,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="throughput, PostgreSQL: seconds between pg_stat_activity/pg_locks "
                         "samples (0.05)")
     p.add_argument("--steps", type=int, default=5, help="remote activities per workflow (5)")
+    p.add_argument("--warmup", type=int, default=200,
+                   help="throughput: workflows (of --steps steps) each measurement's processes "
+                        "run first, on a queue of their own, before the release, so that "
+                        "the figures are the steady state's: pools grown, statements prepared, "
+                        "LISTEN connection open (200; 0: cold start, as before 12-06)")
+    p.add_argument("--max-pool", type=int, default=0,
+                   help="throughput, PostgreSQL: each worker process's pool size "
+                        "(max_pool; 0: the driver's default, 10)")
+    p.add_argument("--idle-seconds", type=float, default=2.0,
+                   help="throughput: after every run closed, seconds the processes idle on "
+                        "to measure their fixed CPU per second (2; 0: skip)")
     p.add_argument("--time-limit", type=float, default=300.0,
                    help="give up on a throughput run after this many seconds")
     p.add_argument("--runs", type=int, default=40, help="runs the failover victim owns (40)")
@@ -807,6 +1042,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--name", default="worker", help=argparse.SUPPRESS)
     p.add_argument("--lease", type=float, default=15.0, help=argparse.SUPPRESS)
     p.add_argument("--gate", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--victim", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.workers = [int(x) for x in _floats(args.workers)]
@@ -850,6 +1086,27 @@ def markdown_throughput(report: dict[str, Any]) -> str:
             f"{_mr(row.get('claim_passes_per_step'), '.3f')} | "
             f"{_mr(row['lock_waits_per_step'], '.3f')} | "
             f"{_mr(row['lock_wait_ms_per_step'], '.2f')} | {closed} |")
+    lines += ["", "Where it goes (worker processes' own counters since the release, summed "
+              f"over the processes; warm-up {report['args'].get('warmup', 0)} workflows "
+              "before the release):", "",
+              "| storage | processes | transactions / step | statements / step "
+              "| LISTEN+UNLISTEN / step | worker start CPU s / 1,000 steps "
+              "| backends opened after release | their CPU s / 1,000 steps "
+              "| worker system CPU s / 1,000 steps | involuntary switches / step "
+              "| idle CPU s / s per process (worker, backends) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in report.get("throughput_summary", []):
+        lines.append(
+            f"| {row['db']} | {row['workers']} | {_mr(row.get('transactions_per_step'), '.3f')} | "
+            f"{_mr(row.get('statements_per_step'), '.2f')} | "
+            f"{_mr(row.get('listen_statements_per_step'), '.2f')} | "
+            f"{_mr(row.get('worker_start_cpu_s_per_1000_steps'), '.3f')} | "
+            f"{_mr(row.get('backends_opened_after_release'), '.0f')} | "
+            f"{_mr(row.get('opened_backend_cpu_s_per_1000_steps'), '.2f')} | "
+            f"{_mr(row.get('worker_system_cpu_s_per_1000_steps'), '.2f')} | "
+            f"{_mr(row.get('worker_nonvoluntary_switches_per_step'), '.1f')} | "
+            f"{_mr(row.get('idle_worker_cpu_s_per_s'), '.4f')}, "
+            f"{_mr(row.get('idle_backend_cpu_s_per_s'), '.4f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -911,7 +1168,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started.isoformat(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "args": {k: v for k, v in vars(args).items()
-                 if k not in ("serve", "serve_db", "name", "lease", "gate", "victim")},
+                 if k not in ("serve", "serve_db", "name", "lease", "gate", "victim", "warm")},
         "git": git_revision(),
         "cpus": os.cpu_count(),
         "load_average_before": load_before,
