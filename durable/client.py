@@ -113,7 +113,9 @@ class WorkflowHandle:
         WorkflowTerminated when it does not complete.
         """
         control = self.client.control
-        state = await self._state(self.run_id)
+        # a known run: straight to the wait, which reads it first (one read less when open)
+        state = await (control.await_run(self.workflow_id, self.run_id, _RESULT_POLL)
+                       if self.run_id is not None else self._state(None))
         while True:
             if state.is_open:
                 state = await control.await_run(self.workflow_id, state.run_id, _RESULT_POLL)

@@ -196,9 +196,13 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             data["attempt_running"] = True
         events.append(("ActivityCancelled", data))
         tx.wake(Wake.activity_stop(task["task_id"]))
-    phases = yield q(
-        "SELECT op_id, name, kind FROM ops WHERE run_id = ? AND status = 'scheduled' "
-        "AND kind IN ('phase', 'units')", run_id)
+    # the run's open ops of every kind settled here, in one read (one round
+    # trip less per close than a read for markers and one for the rest)
+    scheduled = yield q(
+        f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
+        "AND kind IN ('phase', 'units', 'activity', 'timer', 'condition')", run_id)
+    phases = [row for row in scheduled if row["kind"] in (OpKind.PHASE, OpKind.UNITS)]
+    open_ops = [row for row in scheduled if row["kind"] not in (OpKind.PHASE, OpKind.UNITS)]
     for marker in phases:
         yield ex("UPDATE ops SET status = 'cancelled', closed_at = ? WHERE run_id = ? AND "
                  "op_id = ?", now, run_id, marker["op_id"])
@@ -206,10 +210,6 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             events.append(("PhaseCancelled", {
                 "op_id": marker["op_id"], "phase": marker["name"], "outcome": "cancelled",
                 "reason": f"workflow {status}"}))
-    open_ops = yield q(
-        f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
-        "AND kind IN ('activity', 'timer', 'condition')", run_id
-    )
     for op_row in open_ops:
         op = op_from_row(op_row)
         if op.kind == OpKind.ACTIVITY and op.task_id not in fenced:
