@@ -112,10 +112,9 @@ class WorkflowHandle:
         Raises WorkflowFailed / WorkflowCancelled / WorkflowTimedOut /
         WorkflowTerminated when it does not complete.
         """
-        control = self.client.control
-        # a known run: straight to the wait, which reads it first (one read less when open)
-        state = await (control.await_run(self.workflow_id, self.run_id, _RESULT_POLL)
-                       if self.run_id is not None else self._state(None))
+        control = self.client.control  # a known run: straight to the wait (it reads it first)
+        state = await (self._state(None) if self.run_id is None else
+                       control.await_run(self.workflow_id, self.run_id, _RESULT_POLL))
         while True:
             if state.is_open:
                 state = await control.await_run(self.workflow_id, state.run_id, _RESULT_POLL)

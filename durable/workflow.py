@@ -25,6 +25,7 @@ from ._runtime.handlers import RUN_ATTR, declare
 from ._runtime.interact import ActivityHandle, ExternalWorkflowHandle
 from ._runtime.ops import Acknowledgement, ChildHandle
 from ._runtime.runtime import TaskGroup, WorkflowInfo, current
+from ._runtime.state import current_task_state
 from ._runtime.units import UnitsResult
 from .cancellation import CancellationContext
 from .clock import to_datetime
@@ -280,8 +281,9 @@ async def execute_local_activity(
 
     One write records its outcome; a crash before that write re-runs it.
     """
-    return await current().execute_local_activity(activity, args,
-                                                  options or _DEFAULT_ACTIVITY_OPTIONS)
+    state = current_task_state()  # once: the runtime is told it (as the op needs it)
+    return await state.runtime.execute_local_activity(
+        activity, args, options or _DEFAULT_ACTIVITY_OPTIONS, state)
 
 
 async def sleep(duration: Seconds) -> None:

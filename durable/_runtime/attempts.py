@@ -82,6 +82,17 @@ DEFAULT_STOP_GRACE = 10.0
 class ActivityContext:
     """State of one running attempt, shared by its code and its supervisor."""
 
+    # what most attempts never change: class attributes (set, an instance's own)
+    scope: anyio.CancelScope | None = None
+    _details: str | None = None
+    _dirty = False
+    _stop = False  # set once, read from any thread (a plain flag suffices)
+    stop_reason: str | None = None
+    abandoned = False  # a sync thread that ignored its stop was left running
+    _budget: Budget | None = None
+    _wakeup: anyio.Event | None = None  # made on first use: most attempts never poke
+    process_stop: dict[str, Any] | None = None
+
     def __init__(self, info: ActivityInfo | Callable[[], ActivityInfo], clock: Clock,
                  deadline: float | None, *,
                  encode_details: Callable[[Any], str] | None = None,
@@ -99,19 +110,10 @@ class ActivityContext:
         self.attempt = attempt
         self.clock = clock
         self.deadline = deadline
-        self.scope: anyio.CancelScope | None = None
         self._lock = threading.Lock()
         self._encode_details = encode_details
-        self._details: str | None = None
-        self._dirty = False
-        self._stop = False  # set once, read from any thread (a plain flag suffices)
-        self.stop_reason: str | None = None
         self.stop_grace = stop_grace
-        self.abandoned = False  # a sync thread that ignored its stop was left running
-        self._budget: Budget | None = None
-        self._wakeup: anyio.Event | None = None  # made on first use: most attempts never poke
         self.loop_thread = threading.get_ident()
-        self.process_stop: dict[str, Any] | None = None
 
     @property
     def info(self) -> ActivityInfo:
@@ -342,14 +344,12 @@ class Started:
     loop; `_NOT_STARTED`: not run yet), its context set until `finish`.
     """
 
-    __slots__ = ("coro", "done", "tokens", "value", "yielded")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.value: Any = None
-        self.coro: Any = None
-        self.yielded: Any = None
-        self.tokens: tuple[Any, Any] | None = None
+    # class attributes as the defaults: no __init__ to run
+    done = False
+    value: Any = None
+    coro: Any = None
+    yielded: Any = None
+    tokens: tuple[Any, Any] | None = None
 
     def close(self) -> None:
         """End the attempt's coroutine (if unfinished) and reset its context."""
@@ -416,7 +416,7 @@ def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:
     started.tokens = (_current.set(ctx), _current_budget.set(lambda: ctx.budget))  # if asked
     try:
         coro = fn(*args)
-        if ctx.stopped:
+        if ctx._stop:
             started.coro, started.yielded = coro, _NOT_STARTED
             return started
         try:

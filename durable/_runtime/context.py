@@ -183,6 +183,10 @@ class WorkflowContext:
                                redeliver=host.interrupt_code)
         self.shields: set[anyio.CancelScope] = set()
         self.running_local: dict[str, Any] = {}
+        # how local attempts check heartbeat details (the converter and limit are the run's)
+        self.details_encoder: Callable[[Any], str] | None = None
+        # the host's checkpoint_if_cancelled, found at the first op (ops.live_gate)
+        self.checkpoint_if_cancelled: Callable[[], Awaitable[None]] | None = None
         # signals, queries, updates: see durable/_runtime/inbox.py
         self.handlers = HandlerTable()
         self.instance: Any = None  # the run's instance of a class-based workflow

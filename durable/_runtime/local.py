@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
 
 from .. import _validate
 from .._registry import ActivityDefn, require_activity
-from ..clock import to_iso
+from ..clock import to_datetime, to_iso
 from ..converter import JSONConverter, rebuild
 from ..errors import ActivityStopRequested, PolicyRejected, StructuralLimitExceeded
 from ..failure import Failure, leaf_exceptions
 from ..options import ActivityOptions, CancellationPolicy
-from ..store.records import OpKind
+from ..store.records import OpKind, RunRecord
 from ..store.writes import RecordLocalActivity
 from . import attempts, caps
 from .context import WorkflowContext
@@ -61,28 +62,37 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
             lambda: _record_interrupt(ctx, op_id, defn, started, policy,
                                       {"kind": "not_restarted", "confirmed": True}, 0),
         )
-    left = caps.time_left(ctx, state)  # inside a phase: never past its deadline
+    # inside a phase: never past its deadline
+    left = caps.time_left(ctx, state) if state.phases else None
     await live_gate(ctx)
     go_live(state)
-    call_args = _plain_arguments(ctx, defn, args)
+    facts = _facts(defn)
+    call_args = _plain_arguments(ctx, defn, args, facts)
     if call_args is None:
         payload = ctx.encode(list(args), f"the arguments of activity {defn.name!r}")
         call_args = attempts.arguments(defn, ctx.converter, payload)
-    retry = options.retry_policy
     batched = (options.record or ctx.local_record) == "batched" and not ctx.scratch
     # validated (to float seconds) when the options were built
-    s2c = _validate.optional_duration(options.schedule_to_close_timeout, "duration")
+    s2c = options.schedule_to_close_timeout
+    if s2c is not None:
+        s2c = _validate.optional_duration(s2c, "duration")
     if left is not None and (s2c is None or s2c > left):
         s2c = left
-    stc = _validate.optional_duration(options.start_to_close_timeout, "duration")
+    stc = options.start_to_close_timeout
+    if stc is not None:
+        stc = _validate.optional_duration(stc, "duration")
     overall = started + s2c if s2c is not None else None
     running_local = ctx.running_local
     attempt = 0
+    scalar = False
     failure: Failure | None = None
     result: str | None = None
     value: Any = None
     actx: attempts.ActivityContext | None = None
-    details = attempts.details_encoder(ctx.converter, ctx.limits.payload_bytes)
+    details = ctx.details_encoder
+    if details is None:  # the converter and the limit are the run's: made once
+        details = ctx.details_encoder = attempts.details_encoder(ctx.converter,
+                                                                 ctx.limits.payload_bytes)
     ctx.parking.park(op_id, OpKind.LOCAL_ACTIVITY)
     try:
         while True:
@@ -95,22 +105,28 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                     deadline_at = ends
             if not deadline_at:  # as before: an instant of 0 is no deadline
                 deadline_at = None
-            actx = attempts.new_context(
-                defn, activity_id=op_id, attempt=attempt, workflow_id=ctx.run.workflow_id,
-                run_id=ctx.run.run_id, task_queue=ctx.run.task_queue, local=True,
-                scheduled_at=started, started_at=attempt_start, deadline=deadline_at,
-                heartbeat_timeout=None, heartbeat_details=None, clock=ctx.clock,
-                encode_details=details, stop_grace=ctx.stop_grace,
-            )
+            actx = attempts.ActivityContext(
+                partial(_local_info, defn.name, op_id, attempt, ctx.run, started,
+                        attempt_start, deadline_at),
+                ctx.clock, deadline_at, encode_details=details, stop_grace=ctx.stop_grace,
+                activity_type=defn.name, attempt=attempt)
             running_local[op_id] = actx
             timed_out: list[str] = []
             try:
-                value = await _attempt(ctx, actx, defn, call_args, deadline_at, overall,
-                                       timed_out, policy)
+                if (deadline_at is None and defn.is_async
+                        and attempts.never_suspends(defn.fn)):  # the synchronous lane, inline
+                    begun = attempts.begin(actx, defn.fn, call_args)
+                    value = begun.value if begun.done else await attempts.finish(actx, begun)
+                else:
+                    value = await _attempt(ctx, actx, defn, call_args, deadline_at, overall,
+                                           timed_out, policy)
                 if timed_out:
                     raise ActivityStopRequested(timed_out[0])
                 await ctx.worker.crash_point("after_effect")
-                result = ctx.encode(value, f"the result of activity {defn.name!r}")
+                result = _scalar_text(value, ctx)  # a scalar: its text, and its own copy
+                scalar = result is not None
+                if not scalar:
+                    result = ctx.encode(value, f"the result of activity {defn.name!r}")
                 failure = None
                 break
             except StructuralLimitExceeded:
@@ -127,8 +143,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                 retryable = True
             finally:
                 running_local.pop(op_id, None)
-            next_at = retry.next_attempt_at(failure, attempt, ctx.clock.now(), overall,
-                                            retryable=retryable)
+            next_at = options.retry_policy.next_attempt_at(
+                failure, attempt, ctx.clock.now(), overall, retryable=retryable)
             if next_at is None:
                 break
             if ctx.batched:  # the backoff is a wait: what the run did so far is recorded
@@ -144,8 +160,11 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
         raise
     finally:
         ctx.parking.unpark(op_id)
-    write = RecordLocalActivity(op_id=op_id, name=defn.name, started_at=started,
-                                attempts=attempt, result=result, failure=failure)
+    if failure is None:
+        write = RecordLocalActivity.succeeded(op_id, defn.name, started, attempt, result)
+    else:
+        write = RecordLocalActivity(op_id=op_id, name=defn.name, started_at=started,
+                                    attempts=attempt, result=result, failure=failure)
     if batched and failure is None:
         # Kept for the run's next commit; a failure is recorded at once (it is
         # rare, and describe() shows it), carrying the outcomes kept so far.
@@ -155,11 +174,11 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     else:
         await ctx.commit([write])
         record = ctx.recorded[op_id]
-    if failure is None and type(ctx.converter) is JSONConverter:
+    if failure is None and facts.return_as_is and type(ctx.converter) is JSONConverter:
         # What decoding the recorded result would give, without decoding it:
         # a plain value's copy (replay decodes the record to the same value).
-        plain = _plain_copy(value, [ctx.limits.payload_bytes])
-        if plain is not _NOT_PLAIN and _as_is(defn.return_hint):
+        plain = value if scalar else _plain_copy(value, [ctx.limits.payload_bytes])
+        if plain is not _NOT_PLAIN:
             advance(ctx, state, record)
             return plain
     return outcome(ctx, state, record, defn.return_hint)
@@ -186,8 +205,76 @@ async def _record_interrupt(ctx: WorkflowContext, op_id: str, defn: ActivityDefn
 _SCALARS = (str, int, float, bool, type(None))
 
 
+class _Facts:
+    """What a local step asks of its activity's definition every time, found
+    once per definition (`_facts`)."""
+
+    __slots__ = ("params_as_is", "return_as_is")
+
+    def __init__(self, defn: ActivityDefn) -> None:
+        #: `rebuild` returns plain arguments, and a plain result, unchanged
+        self.params_as_is = all(_as_is(hint) for hint in defn.param_hints)
+        self.return_as_is = _as_is(defn.return_hint)
+
+
+#: by definition identity (a definition holds a list, so it has no hash); holding
+#: it keeps its id
+_FACTS: dict[int, tuple[ActivityDefn, _Facts]] = {}
+
+
+def _facts(defn: ActivityDefn) -> _Facts:
+    known = _FACTS.get(id(defn))
+    if known is None or known[0] is not defn:
+        known = _FACTS[id(defn)] = (defn, _Facts(defn))
+    return known[1]
+
+
+def _local_info(name: str, op_id: str, attempt: int, run: RunRecord, scheduled_at: float,
+                started_at: float, deadline: float | None) -> attempts.ActivityInfo:
+    """A local attempt's `ActivityInfo`, built only if its code asks for it
+    (the same as `attempts.new_context` builds, from a closure of its arguments)."""
+    return attempts.ActivityInfo(
+        activity_id=op_id, activity_type=name, attempt=attempt, workflow_id=run.workflow_id,
+        run_id=run.run_id, task_queue=run.task_queue, local=True,
+        scheduled_at=to_datetime(scheduled_at), started_at=to_datetime(started_at),
+        deadline=to_datetime(deadline), heartbeat_timeout=None, heartbeat_details=None,
+    )
+
+
+def _scalar_text(value: Any, ctx: WorkflowContext) -> str | None:
+    """The JSON text the default converter writes for a scalar result, without
+    calling it (None, a bool, an int of at most 18 digits, a finite float, a
+    string of printable ASCII without a quote or a backslash: text JSON writes
+    as it is, and the size stays under the payload limit); None otherwise,
+    and for another converter: `ctx.encode` then decides (and raises)."""
+    if type(ctx.converter) is not JSONConverter:
+        return None
+    kind = type(value)
+    if kind is int:
+        if not -_INT_BOUND < value < _INT_BOUND:
+            return None
+        text = str(value)
+    elif value is None:
+        text = "null"
+    elif kind is bool:
+        text = "true" if value else "false"
+    elif kind is str:
+        if not (value.isascii() and value.isprintable() and '"' not in value
+                and "\\" not in value):
+            return None
+        text = f'"{value}"'
+    elif kind is float and math.isfinite(value):
+        text = repr(value)  # what json writes for a finite float (float.__repr__)
+    else:
+        return None
+    return text if len(text) <= ctx.limits.payload_bytes else None
+
+
+_INT_BOUND = 10**18
+
+
 def _plain_arguments(ctx: WorkflowContext, defn: ActivityDefn,
-                     args: tuple[Any, ...]) -> list[Any] | None:
+                     args: tuple[Any, ...], facts: _Facts | None = None) -> list[Any] | None:
     """The arguments as the activity would get them after a JSON round trip,
     without one, when they are plain (str, int, float, bool, None, lists and
     str-keyed dicts of them) and the converter is the default one; None otherwise.
@@ -207,6 +294,8 @@ def _plain_arguments(ctx: WorkflowContext, defn: ActivityDefn,
         if plain is _NOT_PLAIN:
             return None
         copied.append(plain)
+    if facts is not None and facts.params_as_is:
+        return copied
     hints = defn.param_hints
     for i, value in enumerate(copied):
         hint = hints[i] if i < len(hints) else None

@@ -24,7 +24,7 @@ from .context import WorkflowContext
 from .interact import ActivityHandle
 from .ops import ChildHandle
 from .runtime import Runtime, TaskGroup, WorkflowInfo, run_info
-from .state import current_task_state
+from .state import TaskState, current_task_state
 from .units import UnitsResult
 
 
@@ -48,7 +48,8 @@ class QueryRuntime(Runtime):
         self.refuse("workflow.execute_activity()")
 
     async def execute_local_activity(self, activity: Callable[..., Any] | str,
-                                     args: tuple[Any, ...], options: ActivityOptions) -> Any:
+                                     args: tuple[Any, ...], options: ActivityOptions,
+                                     state: TaskState | None = None) -> Any:
         self.refuse("workflow.execute_local_activity()")
 
     async def sleep(self, duration: Seconds) -> None:

@@ -105,8 +105,10 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     async def execute_local_activity(self, activity: Callable[..., Any] | str,
-                                     args: tuple[Any, ...], options: ActivityOptions) -> Any:
-        """A local activity's result (or its failure raised)."""
+                                     args: tuple[Any, ...], options: ActivityOptions,
+                                     state: TaskState | None = None) -> Any:
+        """A local activity's result (or its failure raised); `state` is the
+        calling task's, when the caller has it at hand."""
 
     @abc.abstractmethod
     async def sleep(self, duration: Seconds) -> None:
@@ -211,12 +213,13 @@ class WorkflowRuntime(Runtime):
         return await execute_activity(self.ctx, current_task_state(), activity, args, options)
 
     def execute_local_activity(self, activity: Callable[..., Any] | str,
-                               args: tuple[Any, ...], options: ActivityOptions
-                               ) -> Coroutine[Any, Any, Any]:
+                               args: tuple[Any, ...], options: ActivityOptions,
+                               state: TaskState | None = None) -> Coroutine[Any, Any, Any]:
         # the op's coroutine itself (one await layer less on a local step's
         # every suspension and resume); the task's state is read here, where
-        # the caller awaits it at once (durable.workflow)
-        return execute_local_activity(self.ctx, current_task_state(), activity, args, options)
+        # the caller awaits it at once (durable.workflow), unless it was given
+        return execute_local_activity(self.ctx, state or current_task_state(), activity, args,
+                                      options)
 
     async def sleep(self, duration: Seconds) -> None:
         await sleep(self.ctx, current_task_state(), duration)

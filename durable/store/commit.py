@@ -307,22 +307,24 @@ def _record_batched_local_activity(c: _RunCommit, w: RecordBatchedLocalActivity
 
 
 def _record_kept(c: _RunCommit, kept: list[RecordBatchedLocalActivity]) -> Program[None]:
-    """Consecutive successful batched outcomes: the rows, records and events
+    """Consecutive successful batched outcomes: the rows and events
     `_record_batched_local_activity` gives each, its op rows in one
     ``executemany`` (a flush carries up to `local_batch` of them, and a
-    statement each was most of its time on the database thread, issue 26)."""
+    statement each was most of its time on the database thread, issue 26).
+
+    Their records are not returned in the result's `ops`: the run's context
+    made each when it kept the outcome (`WorkflowContext.record_batched`,
+    the same fields), and resolving them again on the loop changed nothing
+    (no task waits on a local op)."""
     if len(kept) == 1:
         yield from _record_batched_local_activity(c, kept[0])
         return None
     run_id = c.run.run_id
     yield many(LOCAL_OP_INSERT, [local_op_row(run_id, w.step, OpStatus.COMPLETED, w.closed_at)
                                  for w in kept])
+    events = c.events
     for w in kept:
-        step = w.step
-        c.ops[step.op_id] = OpRecord(step.op_id, OpKind.LOCAL_ACTIVITY, step.name,
-                                     OpStatus.COMPLETED, step.result, None, step.started_at,
-                                     w.closed_at, interrupted=step.interrupted)
-        c.events.extend(local_step_events(step))
+        events.extend(local_step_events(w.step))
     return None
 
 

@@ -37,6 +37,19 @@ class RecordLocalActivity:
     failure: Failure | None = None
     interrupted: bool = False
 
+    @classmethod
+    def succeeded(cls, op_id: str, name: str, started_at: float, attempts: int,
+                  result: str | None) -> RecordLocalActivity:
+        """``RecordLocalActivity(op_id=..., ..., result=...)`` of a success, made
+        without the frozen dataclass's ``__init__`` (an ``object.__setattr__``
+        per field: 1.2 µs of a local step's Python, issue 26); the same
+        fields, still frozen."""
+        write = object.__new__(cls)
+        write.__dict__.update(op_id=op_id, name=name, started_at=started_at,
+                              attempts=attempts, result=result, failure=None,
+                              interrupted=False)
+        return write
+
 
 @dataclass(frozen=True)
 class RecordBatchedLocalActivity:
