@@ -409,7 +409,8 @@ class Worker:
                 executor.ctx.resolve(wake.data)
             elif isinstance(wake.data, InboxItem | ClientRequest):
                 executor.on_interaction(wake.data)  # a signal, query or update
-            else:
+            elif not executor.ctx.closing or wake.remote:  # not a local change (its own
+                # close) once its code returned: a re-read then changes nothing
                 self._resync.add(run_id)
                 self._resync_trigger.set()
         elif isinstance(wake.data, InboxItem | ClientRequest):

@@ -66,6 +66,18 @@ def _cancellation_outcome(cancellation: dict[str, Any], status: str, closed_reas
     return dict(cancellation, lifecycle=lifecycle, cleanup_outcome=outcome, closed_at=now)
 
 
+_SETTLED_KINDS = "('phase', 'units', 'activity', 'timer', 'condition')"
+#: whether a closing run has open attempts, open ops `_cancel_open_work`
+#: settles, open children (the same conditions as the reads that settle them)
+_OPEN_WORK = (
+    "SELECT EXISTS (SELECT 1 FROM activity_tasks WHERE run_id = ? "
+    f"AND status IN {OPEN_SQL}) AS tasks, "
+    "EXISTS (SELECT 1 FROM ops WHERE run_id = ? AND status = 'scheduled' "
+    f"AND kind IN {_SETTLED_KINDS}) AS ops, "
+    f"EXISTS (SELECT 1 FROM runs WHERE parent_run_id = ? AND status IN {OPEN_SQL}) AS children"
+)
+
+
 def close_run(
     tx: Tx,
     run_id: str,
@@ -106,8 +118,13 @@ def close_run(
         status, result, dump_failure(failure), now, closed_reason, dumps(cancellation_record),
         run_id,
     )
+    # What the close settles (open attempts, open ops, open children), asked in
+    # one read: there is none for most runs, and a read per kind costs a round
+    # trip each on a server (issue 26)
+    found = yield q1(_OPEN_WORK, run_id, run_id, run_id)
     events: list[Event] = []
-    yield from _cancel_open_work(tx, run_id, status, now, events)
+    if found is None or found["tasks"] or found["ops"]:
+        yield from _cancel_open_work(tx, run_id, status, now, events)
     data: dict[str, Any] = {"reason": closed_reason}
     if result is not None:
         data["result"] = loads(result)
@@ -129,11 +146,13 @@ def close_run(
         assert next_run_id is not None
         yield from _continue(tx, run, next_run_id, continue_input, now)
     else:
-        children = yield q(
-            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? "
-            f"AND status IN {OPEN_SQL}",
-            run_id,
-        )
+        children: list[Row] = []
+        if found is None or found["children"]:
+            children = yield q(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? "
+                f"AND status IN {OPEN_SQL}",
+                run_id,
+            )
         for child_row in children:
             yield from apply_parent_close_policy(tx, run, child_row, now)
         yield ex(
@@ -196,9 +215,13 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             data["attempt_running"] = True
         events.append(("ActivityCancelled", data))
         tx.wake(Wake.activity_stop(task["task_id"]))
-    phases = yield q(
-        "SELECT op_id, name, kind FROM ops WHERE run_id = ? AND status = 'scheduled' "
-        "AND kind IN ('phase', 'units')", run_id)
+    # the run's open ops of every kind settled here, in one read (one round
+    # trip less per close than a read for markers and one for the rest)
+    scheduled = yield q(
+        f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
+        f"AND kind IN {_SETTLED_KINDS}", run_id)
+    phases = [row for row in scheduled if row["kind"] in (OpKind.PHASE, OpKind.UNITS)]
+    open_ops = [row for row in scheduled if row["kind"] not in (OpKind.PHASE, OpKind.UNITS)]
     for marker in phases:
         yield ex("UPDATE ops SET status = 'cancelled', closed_at = ? WHERE run_id = ? AND "
                  "op_id = ?", now, run_id, marker["op_id"])
@@ -206,10 +229,6 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
             events.append(("PhaseCancelled", {
                 "op_id": marker["op_id"], "phase": marker["name"], "outcome": "cancelled",
                 "reason": f"workflow {status}"}))
-    open_ops = yield q(
-        f"SELECT {OP_COLUMNS} FROM ops WHERE run_id = ? AND status = 'scheduled' "
-        "AND kind IN ('activity', 'timer', 'condition')", run_id
-    )
     for op_row in open_ops:
         op = op_from_row(op_row)
         if op.kind == OpKind.ACTIVITY and op.task_id not in fenced:
