@@ -419,6 +419,35 @@ async def test_a_key_far_from_its_limit_is_claimed_in_order_until_it_nears_it(
     assert await claim(store, client, "w", now, limit=2) == []
 
 
+async def test_many_keys_each_with_some_running_are_claimed_in_order_within_their_limit(
+    storage_client: durable.Client,
+) -> None:
+    # Many keys, a few runs of each among a claim's candidates, some of each
+    # running: where the first ready runs leave every key within its limit
+    # (PostgreSQL's statement then skips the per-key numbering, though the
+    # claim's size alone could pass a limit), a claim takes them in order;
+    # where one key's runs would pass it, its extra run is passed over.
+    client, store = storage_client, storage_client.store
+
+    async def start_one(k: int, i: int) -> None:
+        await client.start(queued, i, id=f"k{k}-{i}", options=durable.StartOptions(
+            task_queue="q", concurrency_key=f"k{k}"))
+
+    for i in range(2):  # age order: k0-0, k1-0, k2-0, k3-0, k0-1, ...
+        for k in range(4):
+            await start_one(k, i)
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=2))
+    now = client.clock.now()
+    assert sorted(await claim(store, client, "w", now, limit=4)) == [
+        "k0-0", "k1-0", "k2-0", "k3-0"]
+    # one running of each key: the next two in order take k0 and k1 to 2
+    assert sorted(await claim(store, client, "w", now, limit=2)) == ["k0-1", "k1-1"]
+    await start_one(2, 2)  # k2: one running, k2-1 and k2-2 waiting
+    now = client.clock.now()  # (k2-2 is ready from now on)
+    assert sorted(await claim(store, client, "w", now, limit=5)) == ["k2-1", "k3-1"]
+    assert await claim(store, client, "w", now, limit=5) == []  # k2-2 waits for a slot
+
+
 @workflow.defn(name="queued_parent")
 async def queued_parent(child_priority: int | None) -> list[int]:
     options = durable.ChildOptions(priority=child_priority, concurrency_key="child-key")
