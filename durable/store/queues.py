@@ -289,16 +289,10 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
         add(f"rk AS MATERIALIZED (SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
             "AND concurrency_key IS NOT NULL GROUP BY concurrency_key), ",
             namespace, task_queue, now)
-        # Where taking the first ready runs in claim order, as many as the claim
-        # takes (the window where a rate may drop some), leaves every key among
-        # them within its limit (what runs of the key plus how many of them are
-        # its), those are the candidates: no key left out, no window over the
-        # keys, no per-key numbering. The full path below would choose the same
-        # runs: no key at its limit is among them, and none of them is past its
-        # key's limit in claim order. It covers `pick_runs`' rule (no key can
-        # reach its limit even if the claim took only its runs) and the common
-        # case it misses: many keys, each a few runs among the candidates, with
-        # some running (12-06: the full path cost +17% of claim throughput there)
+        # Where the first ready runs in claim order, as many as the claim takes
+        # (a rate's window), leave every key among them within its limit, they
+        # are the candidates, as the full path below would choose (no per-key
+        # numbering: it cost +17% of claim throughput, docs/benchmarks.md 12-06)
         first = limit if rate is None else window
         add("h0 AS MATERIALIZED (SELECT run_id, concurrency_key, started_at, priority, "
             f"ready_at FROM {ready_sql}ORDER BY {scan} LIMIT ?), ", *ready_params, first)
@@ -314,12 +308,8 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
             f"ready_at FROM {ready_sql}AND (concurrency_key IS NULL OR concurrency_key NOT IN "
             f"(SELECT concurrency_key FROM rk WHERE n >= ?)) ORDER BY {scan} LIMIT ?), ",
             *ready_params, int(per_key), window * PREFIX)
-        # what runs per key as one JSON object, looked up per candidate: a join
-        # of the candidates with rk, planned from a fresh table's statistics,
-        # compared every candidate with every key (17 ms a claim of 100 keys).
-        # The object is read as a scalar subquery (evaluated once), not joined
-        # in: joined, every candidate carried it through the sort by key
-        # (a 250 kB sort of 100 rows at 100 keys)
+        # what runs per key as one JSON object, read once (a join with rk compared
+        # every candidate with every key; the object joined in went through the sort)
         add("rkm AS MATERIALIZED (SELECT jsonb_object_agg(concurrency_key, n) AS m FROM rk), ")
         key_n = ("ROW_NUMBER() OVER (PARTITION BY COALESCE(h.concurrency_key, h.run_id) "
                  "ORDER BY h.priority, h.ready_at, h.run_id) + "
