@@ -122,8 +122,9 @@ def close_run(
     # one read: there is none for most runs, and a read per kind costs a round
     # trip each on a server (issue 26)
     found = yield q1(_OPEN_WORK, run_id, run_id, run_id)
+    assert found is not None  # (a SELECT of three EXISTS always has its row)
     events: list[Event] = []
-    if found is None or found["tasks"] or found["ops"]:
+    if found["tasks"] or found["ops"]:
         yield from _cancel_open_work(tx, run_id, status, now, events)
     data: dict[str, Any] = {"reason": closed_reason}
     if result is not None:
@@ -147,7 +148,7 @@ def close_run(
         yield from _continue(tx, run, next_run_id, continue_input, now)
     else:
         children: list[Row] = []
-        if found is None or found["children"]:
+        if found["children"]:
             children = yield q(
                 f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? "
                 f"AND status IN {OPEN_SQL}",
