@@ -20,6 +20,7 @@ import pytest
 from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 
 import durable
+import durable.store.commit
 from durable import activity, workflow
 from durable.driver import Program, Stmt, Tx
 from durable.failure import Failure
@@ -444,3 +445,65 @@ async def test_a_one_statement_close_stores_what_the_general_close_stores(
     assert status == {"done": "completed", "failed": "failed", "timer": "completed",
                       "continued": "pending"}
     assert ("type", "TimerCancelled") in {pair for e in one["events"] for pair in e}
+
+
+# ---------------------------------------------------------------- groups with other writes
+
+
+async def _mixed(client: durable.Client, per_run: bool,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], dict[str, Any]]:
+    """Seven runs in one group commit: two record local steps, one is stale,
+    one past its deadline, one closed, one closes now after a last step, one schedules
+    a timer. `per_run`: the group's one statement records nothing (every run
+    by the general path, as before it). What was stored, by workflow id."""
+    ids = [f"m-{i}" for i in range(7)]
+    for wid in ids:
+        await client.store.start_workflow(_request(wid), _NOW - 10)
+    claimed = await client.store.claim_runs(
+        client.namespace, "default", "tester", ("scale_flow",), 10, 60.0, _NOW - 1)
+    run_of = {c.run.workflow_id: c.run for c in claimed}
+    wid_of = {run.run_id: wid for wid, run in run_of.items()}
+    await rows(client, "UPDATE runs SET deadline_at = ? WHERE run_id = ? RETURNING run_id",
+               _NOW - 5, run_of["m-3"].run_id)
+    await rows(client, "UPDATE runs SET status = 'completed' WHERE run_id = ? RETURNING run_id",
+               run_of["m-4"].run_id)
+
+    def step_of(wid: str, k: int) -> RecordLocalActivity:
+        return RecordLocalActivity(f"0.{k}", "scale_step", _NOW - 0.5 + k / 10, 1, f'"{wid}"')
+
+    writes: dict[str, list[Any]] = {wid: [step_of(wid, 0), step_of(wid, 1)] for wid in ids}
+    writes["m-5"] = [step_of("m-5", 0), CloseRun("completed", '"m-5"')]
+    writes["m-6"] = [ScheduleTimer("0.9", _NOW + 60, 60.0)]
+    batches = [RunWrites(run_of[wid].run_id, run_of[wid].epoch - (wid == "m-2"), writes[wid],
+                         quiet=True) for wid in ids]
+    grouped: list[int] = []
+    original = durable.store.commit.local_steps_in_group
+
+    def spy(batches: list[RunWrites], now: float, others: list[str]
+            ) -> Program[list[CommitResult]]:
+        grouped.append(len(batches))
+        if not per_run:
+            return (yield from original(batches, now, others))
+        return [CommitResult(b.run_id, False) for b in batches]  # nothing recorded
+
+    monkeypatch.setattr(durable.store.commit, "local_steps_in_group", spy)
+    results = await client.store.commit(batches, _NOW)
+    monkeypatch.undo()
+    assert grouped == [5]  # m-0 .. m-4: the steps-only batches
+    stored = {t: sorted(sorted((k, str(wid_of.get(v, v))) for k, v in r.items() if k != "id")
+                        for r in await rows(client, f"SELECT * FROM {t}"))
+              for t in ("runs", "ops", "events", "workflows")}
+    return [(wid_of[r.run_id], r.committed, r.ops) for r in results], stored
+
+
+async def test_a_group_with_other_writes_stores_what_run_by_run_stores(
+        pg_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    async with durable.connect(pg_urls[0]) as grouped, durable.connect(pg_urls[1]) as single:
+        results, stored = await _mixed(grouped, False, monkeypatch)
+        expected_results, expected_stored = await _mixed(single, True, monkeypatch)
+    assert results == expected_results
+    assert stored == expected_stored
+    assert [committed for _, committed, _ in results] == [True, True, False, False, False,
+                                                          True, True]
+    statuses = {dict(r)["workflow_id"]: dict(r)["status"] for r in stored["runs"]}
+    assert statuses["m-5"] == "completed" and statuses["m-0"] == "running"

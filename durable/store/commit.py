@@ -21,7 +21,7 @@ from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
 from .events import Event, append_events, local_step_events, record_failure
-from .fastpath import LOCAL_OP_INSERT, local_op_row
+from .fastpath import LOCAL_OP_INSERT, local_op_row, local_steps_in_group
 from .records import (
     OPEN_STATUSES,
     RUN_COLUMNS,
@@ -454,7 +454,20 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
             return (yield from group)
     results: list[CommitResult | None] = [None] * len(batches)
     yield from _lock_attempts_to_stop(tx, batches)
+    fast = not alone  # (a lone batch has had its fast path tried above)
+    steps = [i for i, b in enumerate(batches) if b.local_steps_only()]
+    if len(steps) > 1 and tx.dialect.writable_cte:
+        # a group with other writes: its runs' local steps in one statement,
+        # which locks every run of the group first (the others' too, in order)
+        chosen = set(steps)
+        grouped = yield from local_steps_in_group(
+            [batches[i] for i in steps], now,
+            [b.run_id for i, b in enumerate(batches) if i not in chosen])
+        for index, result in zip(steps, grouped, strict=True):
+            if result.committed:  # (else: the general path below says why not)
+                results[index] = result
+        fast = False
     for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order
-        # (a lone batch has had its fast path tried above)
-        results[index] = yield from _commit_run(tx, batches[index], now, fast=not alone)
+        if results[index] is None:
+            results[index] = yield from _commit_run(tx, batches[index], now, fast=fast)
     return [r for r in results if r is not None]

@@ -184,9 +184,10 @@ def _local_steps_in_one(batch: RunWrites, now: float, *, autocommit: bool
 _GROUP_SQL = (
     "WITH v AS MATERIALIZED (SELECT * FROM unnest(CAST(? AS INT[]), CAST(? AS TEXT[]), "
     "CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS v(b, run_id, epoch, n)), "
-    # the store's lock order (run_id), whatever order the join below takes
-    "locked AS MATERIALIZED (SELECT run_id FROM runs WHERE run_id IN (SELECT run_id FROM v) "
-    "ORDER BY run_id FOR UPDATE), "
+    # the store's lock order (run_id), whatever order the join below takes; with
+    # the group's other runs (a group with other writes, `local_steps_in_group`)
+    "locked AS MATERIALIZED (SELECT run_id FROM runs WHERE run_id IN (SELECT run_id FROM v "
+    "UNION ALL SELECT unnest(CAST(? AS TEXT[]))) ORDER BY run_id FOR UPDATE), "
     "fence AS (UPDATE runs SET event_seq = runs.event_seq + v.n FROM v "
     "WHERE runs.run_id = v.run_id AND runs.run_id IN (SELECT run_id FROM locked) AND "
     + fence("runs", epoch="v.epoch", now="CAST(? AS DOUBLE PRECISION)") + " "
@@ -258,7 +259,21 @@ def _local_steps_group_locked(dialect: Dialect, batches: list[RunWrites],
             else CommitResult(b.run_id, False) for b in batches]
 
 
-def _local_steps_group(batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
+def local_steps_in_group(batches: list[RunWrites], now: float,
+                         others: list[str]) -> Program[list[CommitResult]]:
+    """The local steps of a group commit that has other writes too (a run's
+    close, a durable op): every steps-only batch in ONE statement of the
+    transaction (`Dialect.writable_cte`), which first locks the group's runs,
+    these and the `others`, in run_id order (the store's lock order). Each
+    run is fenced on its own; a run that fails its fence gets
+    ``CommitResult(run_id, False)`` with nothing written, and the caller
+    records it by the general path for the precise outcome. Run by run, it
+    was one statement per run (most of a busy worker's steps, issue 26)."""
+    return _local_steps_group(batches, now, others)
+
+
+def _local_steps_group(batches: list[RunWrites], now: float,
+                       others: list[str] | None = None) -> Program[list[CommitResult]]:
     run_b: list[int] = []
     run_ids: list[str] = []
     epochs: list[int] = []
@@ -291,10 +306,11 @@ def _local_steps_group(batches: list[RunWrites], now: float) -> Program[list[Com
             seqs += [2 * i + 1, 2 * i + 2]
             types += ["ActivityScheduled", "ActivityCompleted"]
             data += [scheduled, completed]
-    rows = yield Stmt(_GROUP_SQL, (run_b, run_ids, epochs, counts, now, now, op_b, op_ids,
-                                   names, results, started, now, event_b, seqs, types, data),
+    rows = yield Stmt(_GROUP_SQL, (run_b, run_ids, epochs, counts, others or [], now, now,
+                                   op_b, op_ids, names, results, started, now, event_b, seqs,
+                                   types, data),
                       "all",
-                      autocommit=True)
+                      autocommit=others is None)
     fenced = {int(r["b"]) for r in rows}
     return [
         CommitResult(batch.run_id, True, _ops(writes, now))
