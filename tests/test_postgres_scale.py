@@ -393,32 +393,44 @@ async def test_a_start_retried_after_its_answer_was_lost_finds_its_own_run(
 
 
 async def _closed(url: str, one_statement: bool) -> dict[str, Any]:
-    """Four runs closed by their owner's commits at `_NOW`: completed after a
-    last local step (its events go with the close's), failed, one with a timer
-    open (the one-statement close writes nothing for it: the general close
-    settles the timer), one continued as new (always the general close). What
-    was stored, run ids replaced by workflow ids (and the next run's by "next")."""
+    """Runs closed by their owner's commits at `_NOW`: completed alone (the
+    owner's one-statement close) and after a last local step (its events go
+    with the close's), failed, one with a timer open (the one-statement
+    closes write nothing for it: the general close settles the timer), one
+    continued as new and one with a cancellation record (always the general
+    close), one whose owner is stale, one past its deadline (refused, the
+    general path says why). What was stored and the commits' outcomes, run
+    ids replaced by workflow ids (and the next run's by "next")."""
     async with durable.connect(url) as client:
-        ids = ["done", "failed", "timer", "continued"]
+        ids = ["plain", "done", "failed", "timer", "continued", "cancelling", "stale", "late"]
         for wid in ids:
             await client.store.start_workflow(_request(wid), _NOW - 10)
         claimed = await client.store.claim_runs(
             client.namespace, "default", "tester", ("scale_flow",), 10, 60.0, _NOW - 1)
         client.driver.dialect.writable_cte = one_statement  # type: ignore[misc]
         run_of = {c.run.workflow_id: c.run for c in claimed}
+        await rows(client, "UPDATE runs SET cancellation = ? WHERE run_id = ? RETURNING run_id",
+                   '{"lifecycle": "requested", "reason": "asked"}', run_of["cancelling"].run_id)
+        await rows(client, "UPDATE runs SET deadline_at = ? WHERE run_id = ? RETURNING run_id",
+                   _NOW - 5, run_of["late"].run_id)
         failure = Failure.from_exception(ValueError("no"))
         writes: dict[str, list[Any]] = {
+            "plain": [CloseRun("completed", '"p"')],
             "done": [RecordLocalActivity("0.0", "scale_step", _NOW - 0.5, 1, "1"),
                      CloseRun("completed", "1")],
             "failed": [CloseRun("failed", None, failure)],
             "timer": [ScheduleTimer("0.1", _NOW + 60, 60.0), CloseRun("completed", "2")],
             "continued": [CloseRun("continued", continue_input="[2]")],
+            "cancelling": [CloseRun("cancelled", None, failure)],
+            "stale": [CloseRun("completed", "3")],
+            "late": [CloseRun("completed", "4")],
         }
+        committed = {}
         for wid in ids:  # one commit each: a close alone or with its run's last writes
             run = run_of[wid]
-            [result] = await client.store.commit([RunWrites(run.run_id, run.epoch, writes[wid])],
-                                                 _NOW)
-            assert result.committed
+            [result] = await client.store.commit(
+                [RunWrites(run.run_id, run.epoch - (wid == "stale"), writes[wid])], _NOW)
+            committed[wid] = result.committed
         wid_of = {run.run_id: wid for wid, run in run_of.items()}
         for row in await rows(client, "SELECT run_id FROM runs WHERE run_number = 2"):
             wid_of[row["run_id"]] = "next"
@@ -433,8 +445,9 @@ async def _closed(url: str, one_statement: bool) -> dict[str, Any]:
             if row.get("data") and "new_run_id" in row["data"]:
                 row["data"] = row["data"].replace(row["data"].split('"new_run_id":"')[1][:32],
                                                   "next")
-    return {name: sorted(sorted((k, str(v)) for k, v in r.items()) for r in table)
-            for name, table in tables.items()}
+    return {"committed": committed,
+            **{name: sorted(sorted((k, str(v)) for k, v in r.items()) for r in table)
+               for name, table in tables.items()}}
 
 
 async def test_a_one_statement_close_stores_what_the_general_close_stores(
@@ -442,8 +455,10 @@ async def test_a_one_statement_close_stores_what_the_general_close_stores(
     one = await _closed(pg_urls[0], True)
     assert one == await _closed(pg_urls[1], False)
     status = {dict(r)["workflow_id"]: dict(r)["status"] for r in one["workflows"]}
-    assert status == {"done": "completed", "failed": "failed", "timer": "completed",
-                      "continued": "pending"}
+    assert status == {"plain": "completed", "done": "completed", "failed": "failed",
+                      "timer": "completed", "continued": "pending", "cancelling": "cancelled",
+                      "stale": "running", "late": status["late"]}
+    assert one["committed"] == {**{wid: True for wid in status}, "stale": False, "late": False}
     assert ("type", "TimerCancelled") in {pair for e in one["events"] for pair in e}
 
 

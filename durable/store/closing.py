@@ -16,6 +16,7 @@ from ..failure import Failure
 from ..wakes import Wake
 from . import cancellation
 from .events import Event, append_events, event_text, insert_events, record_failure
+from .fastpath import fence
 from .records import (
     OP_COLUMNS,
     OPEN_SQL,
@@ -94,6 +95,25 @@ _CLOSE_SQL = (
     "FROM closed WHERE namespace = ? AND workflow_id = ? AND current_run_id = ?) "
     "SELECT event_seq FROM closed"
 )
+#: the owner's close in one statement (`close_owned_in_one`): fenced as its
+#: commit fences (`durable.store.fastpath.fence`), and only for a run whose
+#: close needs nothing of its row but its identity and has no open work
+_OWNED_CLOSE_SQL = (
+    "WITH closed AS (UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, "
+    "closed_reason = ?, owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, "
+    "deadline_at = NULL, event_seq = event_seq + 1 WHERE run_id = ? AND "
+    + fence(epoch="CAST(? AS BIGINT)", now="CAST(? AS DOUBLE PRECISION)")
+    + " AND cancellation IS NULL AND parent_run_id IS NULL AND schedule_id IS NULL "
+    f"AND NOT EXISTS ({_OPEN_TASKS}) AND NOT EXISTS ({_OPEN_OPS}) "
+    f"AND NOT EXISTS ({_OPEN_CHILDREN}) RETURNING {RUN_COLUMNS}), "
+    "new_event AS (INSERT INTO events (run_id, seq, type, recorded_at, data) "
+    "SELECT closed.run_id, closed.event_seq, CAST(? AS TEXT), CAST(? AS DOUBLE PRECISION), "
+    "CAST(? AS TEXT) FROM closed), "
+    "instance AS (UPDATE workflows w SET status = ?, closed_reason = ?, closed_at = ? "
+    "FROM closed WHERE w.namespace = closed.namespace AND w.workflow_id = closed.workflow_id "
+    "AND w.current_run_id = closed.run_id) "
+    "SELECT * FROM closed"
+)
 
 
 def close_run(
@@ -142,19 +162,8 @@ def close_run(
     if cancellation_record is not None and status != RunStatus.CONTINUED:
         cancellation_record = _cancellation_outcome(cancellation_record, status, closed_reason,
                                                     reason, now)
-    data: dict[str, Any] = {"reason": closed_reason}
-    if result is not None:
-        data["result"] = loads(result)
-    if failure is not None:
-        data["failure"] = failure.to_dict()
-        if failure.timeout_kind is not None:
-            data["timeout_kind"] = failure.timeout_kind
-            data["deadline_at"] = failure.get("deadline_at")
-    next_run_id: str | None = None
-    if status == RunStatus.CONTINUED:
-        next_run_id = new_id()
-        data["new_run_id"] = next_run_id
-    close_event = (_CLOSE_EVENT[RunStatus(status)], data)
+    next_run_id = new_id() if status == RunStatus.CONTINUED else None
+    close_event = _close_event(status, closed_reason, result, failure, next_run_id)
     if tx.dialect.writable_cte and status != RunStatus.CONTINUED:
         row = yield Stmt(_CLOSE_SQL, (
             status, result, dump_failure(failure), now, closed_reason,
@@ -207,6 +216,45 @@ def close_run(
         )
     return (yield from _closed(tx, run, status, result, failure, closed_reason, now,
                                next_run_id))
+
+
+def _close_event(status: str, closed_reason: str, result: str | None,
+                 failure: Failure | None, next_run_id: str | None) -> Event:
+    """A run's close event (WorkflowCompleted, ...), as every close path writes it."""
+    data: dict[str, Any] = {"reason": closed_reason}
+    if result is not None:
+        data["result"] = loads(result)
+    if failure is not None:
+        data["failure"] = failure.to_dict()
+        if failure.timeout_kind is not None:
+            data["timeout_kind"] = failure.timeout_kind
+            data["deadline_at"] = failure.get("deadline_at")
+    if next_run_id is not None:
+        data["new_run_id"] = next_run_id
+    return _CLOSE_EVENT[RunStatus(status)], data
+
+
+def close_owned_in_one(tx: Tx, run_id: str, epoch: int, status: str, result: str | None,
+                       failure: Failure | None, now: float) -> Program[bool]:
+    """The owner's close of its run, fenced, in ONE statement of its commit
+    (`Dialect.writable_cte`): what `close_run` writes, without the commit's
+    locking read of the run first. Only for a close that `close_run` would
+    write so (the run has no open work) and that needs nothing of the run's
+    row but its identity: no cancellation record, no parent, no schedule; the
+    statement checks all that with the fence, and writes nothing otherwise
+    (False: the general path, in the same transaction, then gives the precise
+    outcome). Not for a continue-as-new or a review."""
+    closed_reason = status
+    etype, data = _close_event(status, closed_reason, result, failure, None)
+    row = yield q1(_OWNED_CLOSE_SQL, status, result, dump_failure(failure), now, closed_reason,
+                   run_id, epoch, now, run_id, run_id, run_id, etype, now, event_text(data),
+                   status, closed_reason, now)
+    if row is None:
+        return False
+    if failure is not None:
+        yield from record_failure(run_id, failure, now)
+    yield from _closed(tx, run_from_row(row), status, result, failure, closed_reason, now)
+    return True
 
 
 def _closed(tx: Tx, run: RunRecord, status: str, result: str | None, failure: Failure | None,

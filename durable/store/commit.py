@@ -18,7 +18,7 @@ from ..driver import Program, Tx, ex, many, placeholders, q, q1
 from ..failure import Failure
 from ..wakes import Wake
 from . import cancellation, interaction
-from .closing import close_run
+from .closing import close_owned_in_one, close_run
 from .deadlines import enforce_expired
 from .events import Event, append_events, local_step_events, record_failure
 from .fastpath import LOCAL_OP_INSERT, local_op_row, local_steps_in_group
@@ -30,6 +30,7 @@ from .records import (
     OpRecord,
     OpStatus,
     RunRecord,
+    RunStatus,
     dump_failure,
     dumps,
     earliest,
@@ -408,6 +409,12 @@ def _commit_run(tx: Tx, batch: RunWrites, now: float, *,
         result = yield from _fast_local_steps(tx, batch, now, autocommit=False)
         if result is not None:
             return result
+    if tx.dialect.writable_cte and len(batch.writes) == 1:
+        w = batch.writes[0]
+        if (type(w) is CloseRun and w.status != RunStatus.CONTINUED and not w.needs_review
+                and (yield from close_owned_in_one(tx, batch.run_id, batch.epoch, w.status,
+                                                   w.result, w.failure, now))):
+            return CommitResult(batch.run_id, True, {})  # (else: nothing written)
     fence = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock,
                      batch.run_id)
     if (
