@@ -285,27 +285,37 @@ def _grow(conn: sqlite3.Connection, checkpoints: Checkpoints, size: int) -> None
         k += 1
 
 
-def test_a_reset_waits_for_a_quiet_point_unless_the_log_is_past_half_the_limit(
+def test_a_reset_comes_at_a_quiet_point_after_a_passive_checkpoint_or_past_half_the_limit(
     tmp_path: Path,
 ) -> None:
     """Past a quarter of the limit the database thread starts the log over
-    only when nothing is queued; past half, at the end of the next drain
-    whatever is queued."""
+    at once when nothing is queued; else it first has a passive checkpoint
+    copy the bulk off the thread and resets right after it ended (at the end
+    of the next drain, whatever is queued), so that the reset, which stops
+    every transaction, copies only what came meanwhile. Past half the limit
+    it resets at the end of the next drain."""
     checkpoints = Checkpoints(str(tmp_path / "q.db"), busy_timeout=7, every=10**9,
                               limit=4 * MiB)
     conn = _connection(tmp_path / "q.db", checkpoints)
     try:
         _grow(conn, checkpoints, checkpoints.reset_at)
         checkpoints.after_drain(conn, quiet=False)
-        assert checkpoints.resets == 0
-        checkpoints.after_drain(conn, quiet=True)
+        assert (checkpoints.resets, checkpoints.checkpoints) == (0, 0)  # the passive one runs
+        checkpoints.join()
+        assert checkpoints.checkpoints == 1
+        checkpoints.after_drain(conn, quiet=False)  # not quiet, but the bulk is copied
         assert checkpoints.resets == 1
         conn.execute("INSERT INTO t (v) VALUES ('after')")  # starts over, trims
         checkpoints.committed(1)
         assert checkpoints.wal_bytes() <= checkpoints.trim_to
+        _grow(conn, checkpoints, checkpoints.reset_at)
+        checkpoints.after_drain(conn, quiet=True)  # quiet: at once, no passive first
+        assert (checkpoints.resets, checkpoints.checkpoints) == (2, 1)
+        conn.execute("INSERT INTO t (v) VALUES ('after')")
+        checkpoints.committed(1)
         _grow(conn, checkpoints, checkpoints.force_at)
         checkpoints.after_drain(conn, quiet=False)
-        assert checkpoints.resets == 2
+        assert (checkpoints.resets, checkpoints.checkpoints) == (3, 1)
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 7000  # restored
     finally:
         conn.close()
