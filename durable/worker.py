@@ -581,11 +581,7 @@ class Worker:
                 if await self._watchdog_trigger.wait(self.poll_interval) is None:
                     return  # the fallback poll: enforce
                 await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
-                # Woken only if the gathering ended the wait: a deadline that came
-                # meanwhile ended it first and is enforced now, not after a re-read
-                # of the next deadline (one more transaction in the queue: at 100
-                # deadlines/s and ~200 wake-ups/s, most passes paid it, issue 26).
-                woken = True
+                woken = True  # a deadline due meanwhile ends the wait first: no re-read
 
             # the first to finish ends the others (leaving no cyclic garbage: race.py)
             await first_of(*(
