@@ -21,21 +21,21 @@ The policy (`Checkpoints`, driven by the database thread; defaults from
   ``wal_limit / 4``, the database thread runs ``PRAGMA
   wal_checkpoint(RESTART)`` on its own connection between two drains: at
   the first quiet point (nothing queued for 20 ms, `_writer.QUIET_GRACE`:
-  not in the instant a caller's next transaction is on its way), or, if
-  none comes, right after a passive checkpoint started for it has ended
-  (at the end of the next drain whatever is queued), or at once past
-  ``wal_limit / 2`` (waiting for a running passive checkpoint to end
-  first: two cannot run at once, and none other starts while a reset is
-  due). Nothing of this process can append while it runs, so it copies the
-  tail the last passive checkpoint had not seen, and its time grows with
-  that tail (measured: 88 frames 1.6 ms, 456 frames 14 ms, 1,710 frames
-  16 ms, 5,135 frames 40 ms): hence the passive checkpoint right before
-  it, which leaves only what was appended while it ran. Without it, under
-  writes that never leave 20 ms of quiet, every reset came at
-  ``wal_limit / 2`` and copied up to ``checkpoint_every`` programs' log:
-  17-32 ms in which no transaction ran, six times in the 12 s of the
-  heartbeat-timeout benchmark (docs/benchmarks.md, "Heartbeat-timeout
-  lateness tail"). The next write starts the log at its beginning. It waits
+  not in the instant a caller's next transaction is on its way), or at the
+  end of the next drain
+  whatever is queued once the file passes ``wal_limit / 2`` (waiting for a
+  running passive checkpoint to end first: two cannot run at once). Nothing
+  of this process can append while it runs, so it copies the tail the last
+  passive checkpoint had not seen, and takes the longer the longer that
+  tail (measured: 88 frames 1.6 ms, 456 frames 14 ms, 1,710 frames 16 ms,
+  5,135 frames 40 ms); the next write starts the log at its beginning.
+  While a reset is due the passive checkpoints come four times as often
+  (every ``checkpoint_every / 4`` programs), so that whenever it comes the
+  tail is short. (They used to stop while a reset was due: where 20 ms of
+  quiet never come, every reset was forced and copied what half the limit
+  had held since the last one, 17-32 ms in which no transaction ran, six
+  times in the 12 s of the heartbeat-timeout benchmark: docs/benchmarks.md,
+  "Heartbeat-timeout lateness tail".) It waits
   at most `RESET_WAIT` for another process's writer or readers (SQLite's
   busy handler); if they hold on longer it gives up, counts
   ``wal_resets_blocked`` and tries again ``checkpoint_every`` programs
@@ -121,8 +121,7 @@ class Checkpoints:
         self._writes = 0  # committed write programs since the last passive checkpoint
         self._since_blocked: int | None = None  # programs since a blocked reset
         self._look = False  # look at the file's size after the next drain
-        self._due = False  # a reset is due: no new passive checkpoint meanwhile
-        self._primed = False  # a passive checkpoint was started for the due reset
+        self._due = False  # a reset is due: passive checkpoints come more often
         self._over = False  # warned that the file is over the limit
         self._passive: threading.Thread | None = None
         self.checkpoints = 0
@@ -150,19 +149,17 @@ class Checkpoints:
     def committed(self, programs: int) -> None:
         """After a COMMIT: count write programs (not transactions, so a
         passive checkpoint comes every `every` programs' worth of log however
-        they were grouped) and start one when due (not while a reset is due:
-        two checkpoints cannot run at once, and the reset copies what is left)."""
+        they were grouped) and start one when due: every `every / 4` while a
+        reset is due, so that the reset, which stops every transaction while
+        it copies what no passive checkpoint has, finds little left."""
         self._look = True
         if self._since_blocked is not None:
             self._since_blocked += programs
         self._writes += programs
-        if self._writes < self.every or self._due:
+        if self._writes < ((self.every // 4 or 1) if self._due else self.every):
             return
         if self._passive is not None and self._passive.is_alive():
             return
-        self._start_passive()
-
-    def _start_passive(self) -> None:
         self._writes = 0
         self._passive = threading.Thread(target=self._checkpoint_passive,
                                          name="durable-sqlite-checkpoint", daemon=True)
@@ -179,34 +176,29 @@ class Checkpoints:
 
     def after_drain(self, conn: sqlite3.Connection, quiet: bool,
                     size: int | None = None) -> None:
-        """Between drains: reset the log when it has grown past `reset_at`:
-        at a quiet point, or once a passive checkpoint started for it has
-        copied the bulk, or at once past `force_at`. `size`: the file's size
-        read by `look` in this same pause (read again when not given)."""
+        """Between drains: reset the log when it has grown past `reset_at`
+        (at a quiet point, or at once past `force_at`). `size`: the file's
+        size read by `look` in this same pause (read again when not given)."""
         if not self._look:
             return
         if size is None:
             size = self.wal_bytes()
         if size < self.reset_at:
-            self._look = self._due = self._primed = False
+            self._look = self._due = False
             self._back_under(size)
             return
         if self._since_blocked is not None and self._since_blocked < self.every:
             return  # blocked a moment ago: let the other process get on
         self._due = True
         forced = size >= self.force_at
+        if not quiet and not forced:
+            return  # look again after the next drain
         passive = self._passive
         if passive is not None and passive.is_alive():
-            if not forced:
-                return  # it ends soon (none starts while a reset is due)
-            passive.join()  # two checkpoints cannot run at once
-        elif not quiet and not forced and not self._primed:
-            # Not quiet: copy the bulk first, off the thread; the reset
-            # after it copies only what is appended meanwhile (module docstring).
-            self._primed = True
-            self._start_passive()
-            return
-        self._look = self._primed = False
+            # two checkpoints cannot run at once; this one has little to copy
+            # (every `every / 4` programs while a reset is due)
+            passive.join()
+        self._look = False
         self._reset(conn, size)
 
     def _reset(self, conn: sqlite3.Connection, size: int) -> None:
