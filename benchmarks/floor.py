@@ -26,7 +26,15 @@ row; ``COMMIT``:
   thread design.
 
 plus the bare round trips without a transaction (``hop_to_thread``,
-``hop_queue_thread``).
+``hop_queue_thread``), and, in our two modes (``wal-normal``, ``wal-full``),
+a sequential local step's own transaction replayed raw on durable's schema
+(``step_inline``, ``step_queue_thread``): ``BEGIN IMMEDIATE``, the fenced
+``UPDATE runs ... RETURNING event_seq``, one ``ops`` row and two ``events``
+rows (``executemany`` each), ``COMMIT``: the statements and rows the SQLite
+driver runs for a step, without the engine. A step's distance from these is
+the engine's (Python on both threads); their distance from the INSERT +
+UPDATE transaction is SQLite's own work on our rows (wider rows, four
+b-trees, a fence).
 
 PostgreSQL (asyncpg, a fresh schema on ``--pg-url``, dropped afterwards), the
 same transaction (INSERT + UPDATE in ``conn.transaction()``):
@@ -175,6 +183,53 @@ class _Table:
         self.conn.close()
 
 
+class _StepTable:
+    """A fresh SQLite file with durable's schema and one open run: a sequential
+    local step's transaction, statement for statement as the driver runs it
+    (`durable.store.fastpath`), with no engine around it."""
+
+    def __init__(self, path: str, journal: str, synchronous: str) -> None:
+        from durable_sqlite.dialect import SQLiteDialect
+
+        from durable.store.events import EVENT_INSERT
+        from durable.store.fastpath import LOCAL_OP_INSERT, fence
+        from durable.store.schema import late_indexes, schema_statements
+
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute(f"PRAGMA journal_mode={journal}")
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
+        dialect = SQLiteDialect()  # checkpoints as `_Table`'s: SQLite's automatic ones
+        for ddl in [*schema_statements(dialect), *late_indexes(dialect)]:
+            self.conn.execute(ddl)
+        self.conn.execute(
+            "INSERT INTO runs (run_id, namespace, workflow_id, workflow_type, run_number, "
+            "task_queue, status, input, created_at, epoch) VALUES ('run-1', 'default', "
+            "'wf-1', 'bench_local', 1, 'default', 'running', '[2000]', ?, 1)", (time.time(),))
+        self.bump = ("UPDATE runs SET event_seq = event_seq + ? WHERE run_id = ? AND "
+                     + fence() + " RETURNING event_seq")
+        self.op_insert, self.event_insert = LOCAL_OP_INSERT, EVENT_INSERT
+        self.step = 0
+
+    def transaction(self) -> None:
+        """One step's record: fence and count, one op, its two events."""
+        self.step += 1
+        c, now, op_id = self.conn, time.time(), f"0:{self.step}"
+        c.execute("BEGIN IMMEDIATE")
+        cursor = c.execute(self.bump, (2, "run-1", 1, now))
+        seq = cursor.fetchone()[0]
+        cursor.fetchall()
+        c.executemany(self.op_insert, [("run-1", op_id, "bench_step", "completed",
+                                        str(self.step), None, now, now, 0)])
+        head = f'{{"op_id":"{op_id}","activity_type":"bench_step","local":true'
+        c.executemany(self.event_insert, [
+            ("run-1", seq - 1, "ActivityScheduled", now, head + "}"),
+            ("run-1", seq, "ActivityCompleted", now, f'{head},"attempt":1,"result":1}}')])
+        c.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 class _QueueThread:
     """One dedicated thread fed by a `queue.SimpleQueue`; completes callers with
     one loop wake-up each (asyncio: `call_soon_threadsafe`; trio: its token)."""
@@ -218,6 +273,15 @@ def _noop() -> None:
     return None
 
 
+def inline_of(tx: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+    """`tx` as an awaitable that runs on the loop's thread (blocking it)."""
+
+    async def inline() -> None:
+        tx()
+
+    return inline
+
+
 async def _sqlite_floor(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
     import anyio
 
@@ -247,6 +311,16 @@ async def _sqlite_floor(args: argparse.Namespace, workdir: str) -> dict[str, Any
                 }
             finally:
                 table.close()
+            if name == "delete-full":
+                continue  # DBOS's mode: ours never runs in it
+            step = _StepTable(os.path.join(workdir, f"step_{name}.db"), journal, synchronous)
+            try:
+                out[name]["step_inline"] = await _timed(inline_of(step.transaction),
+                                                        args.seconds)
+                out[name]["step_queue_thread"] = await _timed(
+                    lambda tx=step.transaction: qt.call(tx), args.seconds)
+            finally:
+                step.close()
     finally:
         qt.close()
     return {"sqlite": out, "hops": hops}

@@ -13,8 +13,10 @@ other one.)
 One workflow of `steps` (default 2,000) trivial local steps on a fresh
 SQLite file (WAL + NORMAL), three times after a warm-up; prints the median
 CPU time of the loop's thread per step (`time.thread_time`, which a loaded
-machine disturbs less than wall time), the process's CPU per step (the
-database thread's transaction included) and the wall time per step; with
+machine disturbs less than wall time), of the SQLite driver's database thread
+(its transactions, its wake-ups and the caller's; read through
+`time.pthread_getcpuclockid`), the process's CPU per step (both, and the
+passive checkpoints' threads) and the wall time per step; with
 ``batched``, the steps are recorded with ``record="batched"`` (one commit per
 64 steps: what is left is the engine's Python per step). Alternate
 it with another checkout (PYTHONPATH) to compare two builds.
@@ -59,19 +61,24 @@ async def bench_local(n: int) -> int:
 async def main() -> None:
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 2000
     cpu: list[float] = []
+    db: list[float] = []
     proc: list[float] = []
     wall: list[float] = []
     with tempfile.TemporaryDirectory() as d:
         async with durable.connect(f"sqlite:///{d}/steps.db") as client:
+            clock = time.pthread_getcpuclockid(client.driver._writer.thread.ident)  # type: ignore[attr-defined]
             async with durable.Worker(client, workflows=[bench_local], activities=[bench_step]):
                 await (await client.start(bench_local, 10, id="warm")).result()
                 for r in range(3):
                     c0, p0, w0 = time.thread_time(), time.process_time(), time.perf_counter()
+                    d0 = time.clock_gettime(clock)
                     await (await client.start(bench_local, n, id=f"r{r}")).result()
                     cpu.append((time.thread_time() - c0) / n * 1e6)
+                    db.append((time.clock_gettime(clock) - d0) / n * 1e6)
                     proc.append((time.process_time() - p0) / n * 1e6)
                     wall.append((time.perf_counter() - w0) / n * 1e6)
     print(f"loop thread CPU {statistics.median(cpu):.1f} µs/step, "
+          f"database thread CPU {statistics.median(db):.1f} µs/step, "
           f"process CPU {statistics.median(proc):.1f} µs/step, "
           f"wall {statistics.median(wall):.1f} µs/step ({os.path.dirname(durable.__file__)})")
 

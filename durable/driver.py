@@ -88,6 +88,14 @@ class Dialect:
     text = "TEXT"
     #: appended to every CREATE TABLE (MariaDB: engine, charset, collation)
     table_options = ""
+    #: appended (after `table_options`) to the CREATE TABLE of ``ops``, whose
+    #: rows are written one per step and only ever found by their primary key:
+    #: SQLite's ``" WITHOUT ROWID"`` keeps them in their key's b-tree alone,
+    #: one b-tree (and one page in the write-ahead log) per step fewer than a
+    #: rowid table beside its key's index (`durable.store.schema`; an existing
+    #: table is rebuilt so by `durable.store.migrations`, version 11). Empty by
+    #: default: InnoDB keeps a table in its key already, PostgreSQL cannot
+    keyed_table_options = ""
     #: ``UPDATE ... RETURNING`` exists; without it `durable.store.returning`
     #: locks, updates and reads back (MariaDB 10.11 has INSERT/DELETE
     #: ... RETURNING only)

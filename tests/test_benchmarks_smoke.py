@@ -45,7 +45,9 @@ def test_quick_run_of_ours_measures_every_workload_against_the_floor(tmp_path: P
 
     floor = report["floor"][0]["figures"]
     assert {"wal-normal/inline/us", "wal-normal/to_thread/us", "wal-full/queue_thread/us",
-            "delete-full/inline/us", "hop_to_thread/us"} <= set(floor)
+            "delete-full/inline/us", "hop_to_thread/us", "wal-normal/step_inline/us",
+            "wal-full/step_queue_thread/us"} <= set(floor)
+    assert "delete-full/step_inline/us" not in floor  # DBOS's mode: ours never runs in it
 
     # the batched variant is measured when the build has it, else said to be skipped
     batched = [c for c in report["cells"] if c["variant"] == "ours-batched"]

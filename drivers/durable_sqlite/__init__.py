@@ -187,7 +187,7 @@ class SQLiteDriver:
                 raise
         except sqlite3.DatabaseError as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.url!r}: {exc}") from exc
-        _run_program(conn, migrate(), True)
+        _run_program(conn, migrate(self.dialect), True)
         return conn
 
     def _create_private(self) -> None:

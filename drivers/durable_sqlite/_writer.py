@@ -336,16 +336,13 @@ class Writer:
     # ------------------------------------------------------------ the thread
 
     def _serve(self) -> None:
-        get, get_nowait = self.queue.get, self.queue.get_nowait
+        get, get_nowait, empty = self.queue.get, self.queue.get_nowait, self.queue.empty
         stopping = False
         while not stopping:
             held, self._held = self._held, None
             batch: list[Any] = [held if held is not None else get()]
-            while True:
-                try:
-                    batch.append(get_nowait())
-                except queue.Empty:
-                    break
+            while not empty():  # this thread alone takes from the queue: no
+                batch.append(get_nowait())  # queue.Empty raised and caught per drain
             calls: list[Call[Any]] = []
             late: list[Call[Any]] = []
             urgent = False
@@ -489,12 +486,12 @@ class Writer:
         program that failed on its own)."""
         conn = self.conn
         assert conn is not None
-        write = any(call.write for call in calls)
+        single = len(calls) == 1
+        write = calls[0].write if single else any(call.write for call in calls)
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.Error as exc:
             return self._fail_all(calls, exc, outcome_unknown=False)
-        single = len(calls) == 1
         done: list[Call[Any]] = []
         writes = 0
         for index, call in enumerate(calls):
@@ -503,7 +500,7 @@ class Writer:
             # Savepoint names are unique in the transaction and unlike any a
             # domain program uses for itself, so a program's own savepoints
             # nest inside its batch savepoint without clashing.
-            savepoint = f"durable_batch_{index}"
+            savepoint = "" if single else f"durable_batch_{index}"
             try:
                 if not single:
                     conn.execute(f"SAVEPOINT {savepoint}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..driver import Dialect, Program, Row, Stmt, Tx, ex, many, placeholders, q
+from ..driver import Dialect, Program, Row, Stmt, Tx, ex, many, placeholders, q, q1
 from .events import EVENT_INSERT, Event, append_events, event_text, local_step_events
 from .records import (
     RUN_COLUMNS,
@@ -95,10 +95,13 @@ def _local_steps_counted(dialect: Dialect, batch: RunWrites,
     writes = _steps(batch)
     events = [event for w in writes for event in local_step_events(w)]
     run_id = batch.run_id
-    row = yield from update_one_returning(
-        dialect, "runs", "event_seq = event_seq + ?", (len(events),),
-        f"run_id = ? AND {fence()}", (run_id, batch.epoch, now), "event_seq",
-        key="run_id", value=run_id)
+    if dialect.returning:  # `update_one_returning`'s statement, its text made once
+        row = yield q1(_COUNTED_RETURNING, len(events), run_id, batch.epoch, now)
+    else:
+        row = yield from update_one_returning(
+            dialect, "runs", "event_seq = event_seq + ?", (len(events),),
+            f"run_id = ? AND {fence()}", (run_id, batch.epoch, now), "event_seq",
+            key="run_id", value=run_id)
     if row is None:
         return None
     yield many(LOCAL_OP_INSERT,
@@ -107,6 +110,13 @@ def _local_steps_counted(dialect: Dialect, batch: RunWrites,
     yield many(EVENT_INSERT, [(run_id, first + i, etype, now, event_text(data))
                               for i, (etype, data) in enumerate(events)])
     return CommitResult(run_id, True, _ops(writes, now))
+
+
+#: `_local_steps_counted`'s fenced bump of the event counter where UPDATE
+#: returns (SQLite): the text `update_one_returning` builds, made once instead
+#: of at every step on the database thread (issue 26)
+_COUNTED_RETURNING = (f"UPDATE runs SET event_seq = event_seq + ? WHERE run_id = ? AND {fence()} "
+                      "RETURNING event_seq")
 
 
 def _event_texts(w: RecordLocalActivity) -> tuple[str, str]:

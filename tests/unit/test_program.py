@@ -69,3 +69,24 @@ def test_a_first_statement_already_taken_is_executed_first() -> None:
     gen = program(log)
     first = next(gen)
     assert drive_sync(gen, results, first) == ({"x": 1}, 3)
+
+
+def test_the_statement_helpers_make_the_dataclass_own_values() -> None:
+    """`q`, `q1`, `ex` and `many` build `Stmt` without its ``__init__`` (issue
+    26): the same fields, equal and hashed as the dataclass makes them, and
+    still frozen."""
+    import dataclasses
+
+    from durable.driver import many, q
+
+    made = [q("SELECT ?", 1), q1("SELECT ?", 2), ex("UPDATE t SET x = ?", 3),
+            many("INSERT INTO t VALUES (?)", [(1,), (2,)])]
+    expected = [Stmt("SELECT ?", (1,), "all"), Stmt("SELECT ?", (2,), "one"),
+                Stmt("UPDATE t SET x = ?", (3,), "exec"),
+                Stmt("INSERT INTO t VALUES (?)", (), "many", [(1,), (2,)])]
+    assert made == expected
+    assert [repr(s) for s in made] == [repr(s) for s in expected]
+    assert hash(made[0]) == hash(expected[0])
+    assert all(s.autocommit is False for s in made)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made[0].sql = "DELETE FROM t"  # type: ignore[misc]
