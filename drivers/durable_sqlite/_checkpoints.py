@@ -21,17 +21,19 @@ The policy (`Checkpoints`, driven by the database thread; defaults from
   ``wal_limit / 4``, the database thread runs ``PRAGMA
   wal_checkpoint(RESTART)`` on its own connection between two drains: at
   the first quiet point (nothing queued for 20 ms, `_writer.QUIET_GRACE`:
-  not in the instant a caller's next transaction is on its way), or at the
-  end of the next drain
-  whatever is queued once the file passes ``wal_limit / 2`` (waiting for a
-  running passive checkpoint to end first: two cannot run at once). Nothing
+  not in the instant a caller's next transaction is on its way; one where a
+  passive checkpoint still runs is let pass), or at the end of the next
+  drain whatever is queued once the file passes ``wal_limit / 2`` (waiting
+  for a running passive checkpoint to end first: two cannot run at once). Nothing
   of this process can append while it runs, so it copies the tail the last
   passive checkpoint had not seen, and takes the longer the longer that
   tail (measured: 88 frames 1.6 ms, 456 frames 14 ms, 1,710 frames 16 ms,
   5,135 frames 40 ms); the next write starts the log at its beginning.
   While a reset is due the passive checkpoints come four times as often
   (every ``checkpoint_every / 4`` programs), so that whenever it comes the
-  tail is short. (They used to stop while a reset was due: where 20 ms of
+  tail is short, and often SQLite starts the log over by itself first (a
+  write that begins after a passive checkpoint copied all of it, with no
+  reader in the log, does). (They used to stop while a reset was due: where 20 ms of
   quiet never come, every reset was forced and copied what half the limit
   had held since the last one, 17-32 ms in which no transaction ran, six
   times in the 12 s of the heartbeat-timeout benchmark: docs/benchmarks.md,
@@ -195,9 +197,9 @@ class Checkpoints:
             return  # look again after the next drain
         passive = self._passive
         if passive is not None and passive.is_alive():
-            # two checkpoints cannot run at once; this one has little to copy
-            # (every `every / 4` programs while a reset is due)
-            passive.join()
+            if not forced:
+                return  # it ends soon: not a quiet point to stall in
+            passive.join()  # two cannot run at once; it has little to copy
         self._look = False
         self._reset(conn, size)
 
