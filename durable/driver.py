@@ -27,7 +27,7 @@ core code never imports a driver module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
@@ -88,14 +88,6 @@ class Dialect:
     text = "TEXT"
     #: appended to every CREATE TABLE (MariaDB: engine, charset, collation)
     table_options = ""
-    #: appended (after `table_options`) to the CREATE TABLE of ``ops``, whose
-    #: rows are written one per step and only ever found by their primary key:
-    #: SQLite's ``" WITHOUT ROWID"`` keeps them in their key's b-tree alone,
-    #: one b-tree (and one page in the write-ahead log) per step fewer than a
-    #: rowid table beside its key's index (`durable.store.schema`; an existing
-    #: table is rebuilt so by `durable.store.migrations`, version 11). Empty by
-    #: default: InnoDB keeps a table in its key already, PostgreSQL cannot
-    keyed_table_options = ""
     #: ``UPDATE ... RETURNING`` exists; without it `durable.store.returning`
     #: locks, updates and reads back (MariaDB 10.11 has INSERT/DELETE
     #: ... RETURNING only)
@@ -190,6 +182,14 @@ class Tx:
 
     dialect: Dialect
     wakes: list[Wake] = field(default_factory=list)
+    #: how this driver tells other processes of wake-ups from INSIDE a
+    #: statement: the channels and payloads to send for them (PostgreSQL:
+    #: ``pg_notify(channel, payload)``, delivered when the statement's
+    #: transaction commits), so that a self-committing statement carries its
+    #: own notification and still costs one round trip; None where a driver
+    #: cannot. A program that used it adds those wake-ups with `wake` after
+    #: the statement, so that they are published in this process only.
+    notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
 
     @property
     def lock(self) -> str:

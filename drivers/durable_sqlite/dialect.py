@@ -26,11 +26,6 @@ HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 class SQLiteDialect(Dialect):
     """The base dialect (SQLite's defaults) with the local-steps fast path."""
 
-    #: ops in their key's b-tree only: per local step one b-tree insert and
-    #: one page written at COMMIT fewer than a rowid table and its key's index
-    #: (measured: docs/benchmarks.md, "The SQLite database thread per
-    #: sequential step")
-    keyed_table_options = " WITHOUT ROWID"
     # SQLITE_MAX_VARIABLE_NUMBER's default: 32766 since 3.32.0, 999 before
     max_params = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 

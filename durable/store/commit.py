@@ -21,7 +21,7 @@ from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
 from .events import Event, append_events, local_step_events, record_failure
-from .fastpath import LOCAL_OP_INSERT, local_op_row
+from .fastpath import LOCAL_OP_INSERT, local_op_row, local_steps_in_group
 from .records import (
     OPEN_STATUSES,
     RUN_COLUMNS,
@@ -70,6 +70,10 @@ class _RunCommit:
     events: list[Event] = field(default_factory=list)
     ops: dict[str, OpRecord] = field(default_factory=dict)
     next_run_id: str | None = None
+    #: `run` is the run's row as locked and fenced in this transaction: no
+    #: write recorded so far changed a column of it but its event counter
+    #: (a close need not read it again, `close_run`'s `locked`)
+    fresh: bool = True
 
     def flush(self) -> Program[None]:
         events, self.events = self.events, []
@@ -284,10 +288,12 @@ def _request_child_cancellation(c: _RunCommit, w: RequestChildCancellation) -> P
 
 
 def _close(c: _RunCommit, w: CloseRun) -> Program[None]:
-    yield from c.flush()  # the run's last events come before its close event
+    # the run's last events come before its close event, appended with it
+    events, c.events = c.events, []
     c.next_run_id = yield from close_run(
         c.tx, c.run.run_id, w.status, c.now, result=w.result, failure=w.failure,
         continue_input=w.continue_input, needs_review=w.needs_review,
+        locked=c.run if c.fresh else None, events=events,
     )
     return None
 
@@ -346,6 +352,11 @@ HANDLERS: dict[type[Write], Handler] = {
     CloseRun: _close,
     **interaction.HANDLERS,  # signals, updates, conditions, markers, external ops
 }
+
+
+#: the writes whose handlers change no column of the run's row but its event
+#: counter (`_RunCommit.fresh`)
+_KEEPS_RUN_ROW = frozenset({RecordLocalActivity, RecordBatchedLocalActivity})
 
 
 def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
@@ -422,6 +433,7 @@ def _commit_run(tx: Tx, batch: RunWrites, now: float, *,
             yield from _record_kept(c, kept)
             kept = []
         yield from HANDLERS[type(write)](c, write)
+        c.fresh = c.fresh and type(write) in _KEEPS_RUN_ROW
     if kept:
         yield from _record_kept(c, kept)
     yield from c.flush()
@@ -442,7 +454,20 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
             return (yield from group)
     results: list[CommitResult | None] = [None] * len(batches)
     yield from _lock_attempts_to_stop(tx, batches)
+    fast = not alone  # (a lone batch has had its fast path tried above)
+    steps = [i for i, b in enumerate(batches) if b.local_steps_only()]
+    if len(steps) > 1 and tx.dialect.writable_cte:
+        # a group with other writes: its runs' local steps in one statement,
+        # which locks every run of the group first (the others' too, in order)
+        chosen = set(steps)
+        grouped = yield from local_steps_in_group(
+            [batches[i] for i in steps], now,
+            [b.run_id for i, b in enumerate(batches) if i not in chosen])
+        for index, result in zip(steps, grouped, strict=True):
+            if result.committed:  # (else: the general path below says why not)
+                results[index] = result
+        fast = False
     for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order
-        # (a lone batch has had its fast path tried above)
-        results[index] = yield from _commit_run(tx, batches[index], now, fast=not alone)
+        if results[index] is None:
+            results[index] = yield from _commit_run(tx, batches[index], now, fast=fast)
     return [r for r in results if r is not None]

@@ -8,11 +8,9 @@ migration only has to change existing tables, guarded by the recorded version.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
-from .schema import late_indexes, rebuild_keyed
+from .schema import late_indexes
 
 SCHEMA_VERSION = 11
 
@@ -75,15 +73,11 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # 10: the runs under a lease per queue and key (LATE_INDEXES' runs_running):
     # a limited claim counts what runs from it, not from the queue's waiting runs
     10: (),
-    # 11: SQLite keeps ops in their key's b-tree (WITHOUT ROWID): `DIALECT_UPGRADES`
+    # 11: nothing. A build of main on 12-06 (c29cbd9) rebuilt SQLite's ops
+    # table WITHOUT ROWID at this version; that was taken back (rows with
+    # results of 1-2.5 kB spilled to overflow pages: docs/design/decisions.md
+    # (ae)). A database it made keeps that table, which works the same.
     11: (),
-}
-
-#: Upgrades whose statements depend on the dialect, after that version's `UPGRADES`.
-DIALECT_UPGRADES: dict[int, Callable[[Dialect], list[str]]] = {
-    # the ops table rebuilt with the dialect's `keyed_table_options` (SQLite:
-    # one b-tree and one page written fewer per local step; nothing elsewhere)
-    11: rebuild_keyed,
 }
 
 
@@ -109,9 +103,6 @@ def migrate(dialect: Dialect | None = None) -> Program[int]:
     for version in range(found + 1, SCHEMA_VERSION + 1):
         for statement in UPGRADES.get(version, ()):
             yield ex(statement)
-        if version in DIALECT_UPGRADES:
-            for statement in DIALECT_UPGRADES[version](dialect):
-                yield ex(statement)
         yield ex(f"UPDATE durable_meta SET value = ? WHERE {key} = 'schema_version'",
                  str(version))
     if found < SCHEMA_VERSION:

@@ -111,7 +111,7 @@ CREATE TABLE IF NOT EXISTS ops (
     task_id {text},
     interrupted {int} NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, op_id)
-){options}{keyed};
+){options};
 CREATE TABLE IF NOT EXISTS activity_tasks (
     task_id {key} PRIMARY KEY,
     namespace {key} NOT NULL,
@@ -321,29 +321,8 @@ def schema_statements(dialect: Dialect) -> list[str]:
     text = _SCHEMA.format(
         real=dialect.real, int=dialect.integer, serial=dialect.serial,
         key=dialect.key_type(255), long_key=dialect.key_type(512), text=dialect.text,
-        options=dialect.table_options, keyed=dialect.keyed_table_options,
-        quoted_key=dialect.quote("key"))
+        options=dialect.table_options, quoted_key=dialect.quote("key"))
     return [for_dialect(dialect, s.strip()) for s in text.split(";") if s.strip()]
-
-
-def rebuild_keyed(dialect: Dialect) -> list[str]:
-    """Statements that rebuild an existing ``ops`` table as the schema now
-    creates it, with `Dialect.keyed_table_options` (none where it is empty):
-    a copy under another name, every row copied, the old table dropped, the
-    copy renamed. The rows and their columns stay as they were."""
-    if not dialect.keyed_table_options:
-        return []
-    head = "CREATE TABLE IF NOT EXISTS ops ("
-    [create] = [s for s in schema_statements(dialect) if s.startswith(head)]
-    columns = ", ".join(
-        line.split()[0] for line in create[len(head):].splitlines()
-        if line.strip() and not line.strip().startswith(("PRIMARY KEY", ")")))
-    return [
-        "CREATE TABLE ops_rebuilt (" + create[len(head):],
-        f"INSERT INTO ops_rebuilt ({columns}) SELECT {columns} FROM ops",
-        "DROP TABLE ops",
-        "ALTER TABLE ops_rebuilt RENAME TO ops",
-    ]
 
 
 def for_dialect(dialect: Dialect, statement: str) -> str:

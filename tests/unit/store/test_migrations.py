@@ -38,23 +38,22 @@ def _set_version(version: int):  # type: ignore[no-untyped-def]
     yield ex("UPDATE durable_meta SET value = ? WHERE key = 'schema_version'", str(version))
 
 
-def _ops_as_rowid_table_at_version_10():  # type: ignore[no-untyped-def]
-    """What a database written before version 11 holds: ops in a rowid table."""
-    yield ex("ALTER TABLE ops RENAME TO ops_keyed")
+def _ops_without_rowid():  # type: ignore[no-untyped-def]
+    """What an interim build (c29cbd9, 12-06) made of SQLite's ops at version 11."""
+    yield ex("ALTER TABLE ops RENAME TO ops_rowid")
     yield ex("CREATE TABLE ops (run_id TEXT NOT NULL, op_id TEXT NOT NULL, kind TEXT NOT NULL, "
              "name TEXT NOT NULL, status TEXT NOT NULL, result TEXT, failure TEXT, "
              "scheduled_at REAL, closed_at REAL, fire_at REAL, child_workflow_id TEXT, "
              "child_run_id TEXT, task_id TEXT, interrupted INTEGER NOT NULL DEFAULT 0, "
-             "PRIMARY KEY (run_id, op_id))")
-    yield ex("INSERT INTO ops SELECT * FROM ops_keyed")
-    yield ex("DROP TABLE ops_keyed")
-    yield ex("UPDATE durable_meta SET value = '10' WHERE key = 'schema_version'")
+             "PRIMARY KEY (run_id, op_id)) WITHOUT ROWID")
+    yield ex("INSERT INTO ops SELECT * FROM ops_rowid")
+    yield ex("DROP TABLE ops_rowid")
 
 
-async def test_version_11_rebuilds_sqlite_ops_in_their_key_keeping_every_row(
-        tmp_path: Path) -> None:
-    """A version-10 SQLite database's ops (a rowid table beside its key's index)
-    are rebuilt WITHOUT ROWID on connect: the same rows, and the run goes on."""
+async def test_version_11_keeps_ops_as_they_are_in_either_layout(tmp_path: Path) -> None:
+    """A version-10 database upgrades to 11 with its ops untouched (a rowid
+    table), and one whose ops an interim build made WITHOUT ROWID goes on
+    working as it is: the same rows, and runs go on in both."""
     from durable import activity, workflow
 
     @activity.defn(name="mig_step")
@@ -70,17 +69,20 @@ async def test_version_11_rebuilds_sqlite_ops_in_their_key_keeping_every_row(
 
     url = f"sqlite:///{tmp_path / 'v10.db'}"
     ops_table = "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'ops'"
+    version = "SELECT value FROM durable_meta WHERE key = 'schema_version'"
     async with durable.connect(url) as client:
-        assert (await row(client.store, ops_table))["sql"].endswith("WITHOUT ROWID")
+        assert not (await row(client.store, ops_table))["sql"].endswith("WITHOUT ROWID")
         async with durable.Worker(client, workflows=[mig_flow], activities=[mig_step]):
             assert await (await client.start(mig_flow, 5, id="before")).result() == 15
-        await client.driver.run(lambda tx: _ops_as_rowid_table_at_version_10())
-        assert not (await row(client.store, ops_table))["sql"].endswith("WITHOUT ROWID")
+        await client.driver.run(lambda tx: _set_version(10))
         before = await rows(client.store, "SELECT * FROM ops ORDER BY run_id, op_id")
     assert len(before) == 5
     async with durable.connect(url) as client:
-        assert (await row(client.store, "SELECT value FROM durable_meta "
-                          "WHERE key = 'schema_version'"))["value"] == str(SCHEMA_VERSION)
+        assert (await row(client.store, version))["value"] == str(SCHEMA_VERSION)
+        assert not (await row(client.store, ops_table))["sql"].endswith("WITHOUT ROWID")
+        assert await rows(client.store, "SELECT * FROM ops ORDER BY run_id, op_id") == before
+        await client.driver.run(lambda tx: _ops_without_rowid())
+    async with durable.connect(url) as client:
         assert (await row(client.store, ops_table))["sql"].endswith("WITHOUT ROWID")
         assert await rows(client.store, "SELECT * FROM ops ORDER BY run_id, op_id") == before
         async with durable.Worker(client, workflows=[mig_flow], activities=[mig_step]):
