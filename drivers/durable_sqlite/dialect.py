@@ -28,6 +28,10 @@ class SQLiteDialect(Dialect):
 
     # SQLITE_MAX_VARIABLE_NUMBER's default: 32766 since 3.32.0, 999 before
     max_params = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+    #: a group commit's runs of local steps only go through `local_steps_group`
+    #: even when other runs ride in the same transaction (with 100 runs
+    #: stepping at once nearly every group holds a run that starts or closes)
+    steps_group_mixed = True
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
@@ -36,3 +40,13 @@ class SQLiteDialect(Dialect):
         if not HAS_RETURNING:
             return None
         return fastpath.local_steps(self, batch, now, autocommit=False)
+
+    def local_steps_group(
+        self, batches: list[RunWrites], now: float
+    ) -> Program[list[CommitResult | None]] | None:
+        # one cached UPDATE a run, then one executemany each for every run's
+        # ops and events (`fastpath.local_steps_group_returning`): a group of
+        # k runs was 3k statements, run by run
+        if not HAS_RETURNING:
+            return None
+        return fastpath.local_steps_group_returning(batches, now)

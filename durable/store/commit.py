@@ -436,13 +436,28 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         result = yield from _fast_local_steps(tx, batches[0], now, autocommit=True)
         if result is not None:
             return [result]
-    if len(batches) > 1 and all(b.local_steps_only() for b in batches):
-        group = tx.dialect.local_steps_group(batches, now)
-        if group is not None:  # every run's steps, each fenced, in one statement
-            return (yield from group)
     results: list[CommitResult | None] = [None] * len(batches)
-    yield from _lock_attempts_to_stop(tx, batches)
-    for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order
-        # (a lone batch has had its fast path tried above)
-        results[index] = yield from _commit_run(tx, batches[index], now, fast=not alone)
+    general = list(range(len(batches)))  # the batches the general path records
+    grouped_ids: set[int] = set()  # those the group program tried
+    if len(batches) > 1:
+        steps = [i for i in general if batches[i].local_steps_only()]
+        mixed = tx.dialect.steps_group_mixed
+        if len(steps) == len(batches) or (mixed and len(steps) > 1):
+            group = tx.dialect.local_steps_group([batches[i] for i in steps], now)
+            if group is not None:  # the runs' steps, each fenced, in a few statements
+                grouped = yield from group
+                if len(steps) == len(batches) and all(r is not None for r in grouped):
+                    return [r for r in grouped if r is not None]  # (all of them)
+                for index, result in zip(steps, grouped, strict=True):
+                    results[index] = result
+                # the others, and a run whose fence failed in the group (None:
+                # nothing of it written; the general path gives the precise
+                # outcome), in this transaction
+                general = [i for i in general if results[i] is None]
+                grouped_ids = set(steps)
+    yield from _lock_attempts_to_stop(tx, [batches[i] for i in general])
+    for index in sorted(general, key=lambda i: batches[i].run_id):  # lock order
+        # (a lone batch has had its fast path tried above, a refused one its group)
+        fast = not alone and index not in grouped_ids
+        results[index] = yield from _commit_run(tx, batches[index], now, fast=fast)
     return [r for r in results if r is not None]
