@@ -7,7 +7,10 @@ statements and ~100 µs of Python per step inside the transaction. With
 ``UPDATE ... RETURNING`` (SQLite 3.35 and later) the fence and the event
 counter are one statement, followed by one ``executemany`` for the ops and
 one for the events, whatever the number of steps in the batch
-(`durable.store.fastpath`, which every driver shares).
+(`durable.store.fastpath`, which every driver shares). A group commit's
+runs of local steps only are one such UPDATE each, then one ``executemany``
+for all their ops and one for all their events, whatever else rides in the
+transaction (`local_steps_group`, `steps_group_mixed`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ forms, chosen here by the dialect's capabilities (never by its name):
   (the row is locked by then), and the same two ``executemany``;
 - a group of runs' local steps (`local_steps_group`): one statement with
   CTEs; elsewhere five (lock and fence every run, bump every counter, insert
-  every op, every event), whatever the group's size;
+  every op, every event), whatever the group's size; on SQLite one fenced
+  ``UPDATE ... RETURNING`` a run and one ``executemany`` each for all the
+  ops and events (`local_steps_group_returning`), also beside runs with
+  other writes in the same commit (`Dialect.steps_group_mixed`);
 - one event for each of several runs (`append_events_of_runs`): one
   statement with CTEs, run by run elsewhere;
 - a claim of runs (`claim_runs_in_one`): one statement with CTEs.
