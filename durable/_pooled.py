@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import ClassVar, Generic, Literal, TypeVar
 
@@ -37,7 +37,7 @@ import sniffio
 
 from ._bridge import LoopThread
 from ._log import get_logger
-from .driver import Dialect, Program, ProgramFactory, Tx, WakeHub
+from .driver import Dialect, Program, ProgramFactory, Tx, Wake, WakeHub
 from .errors import ConfigurationError, StorageClosed, StorageUnavailable
 
 T = TypeVar("T")
@@ -91,6 +91,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         self._thread: LoopThread | None = None
         self._bridged = False  # the library runs on a LoopThread (a trio host)
         self._watch_lock: anyio.Lock | None = None
+        #: `Tx.notices` of this driver's transactions (None: a statement cannot notify)
+        self._tx_notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
 
     # ---------------------------------------------------------------- what differs
 
@@ -224,7 +226,7 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         attempt = 0
         while True:
             pool = self._require_pool()
-            tx = Tx(self.dialect)
+            tx = Tx(self.dialect, notices=self._tx_notices)
             try:
                 async with self._acquire(pool) as conn:
                     try:

@@ -27,7 +27,7 @@ core code never imports a driver module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
@@ -193,6 +193,14 @@ class Tx:
 
     dialect: Dialect
     wakes: list[Wake] = field(default_factory=list)
+    #: how this driver tells other processes of wake-ups from INSIDE a
+    #: statement: the channels and payloads to send for them (PostgreSQL:
+    #: ``pg_notify(channel, payload)``, delivered when the statement's
+    #: transaction commits), so that a self-committing statement carries its
+    #: own notification and still costs one round trip; None where a driver
+    #: cannot. A program that used it adds those wake-ups with `wake` after
+    #: the statement, so that they are published in this process only.
+    notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
 
     @property
     def lock(self) -> str:

@@ -1,4 +1,5 @@
-"""PostgreSQL at scale: set-based group commits, one-statement claims, fair claims.
+"""PostgreSQL at scale: set-based group commits, one-statement claims and
+starts, fair claims.
 
 A group commit of several runs' local steps is ONE statement on PostgreSQL
 (`PostgresDialect.local_steps_group`); it must store exactly what the
@@ -14,14 +15,18 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
 from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 
 import durable
+import durable.store.commit
 from durable import activity, workflow
 from durable.driver import Program, Stmt, Tx
-from durable.store.records import CommitResult, WorkerRegistration
-from durable.store.writes import RecordLocalActivity, RunWrites
+from durable.failure import Failure
+from durable.store.fastpath import start_in_one
+from durable.store.records import CommitResult, StartRequest, StartResult, WorkerRegistration
+from durable.store.writes import CloseRun, RecordLocalActivity, RunWrites, ScheduleTimer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -261,3 +266,244 @@ async def test_one_statement_claims_write_the_history_the_general_path_writes(
     """Claims of runs and attempts (one statement each on PostgreSQL) number and
     fill the history as the statement-by-statement path does."""
     assert await _history(pg_urls[0], True) == await _history(pg_urls[1], False)
+
+
+# ---------------------------------------------------------------- one-statement starts
+
+
+def _request(wid: str, **options: Any) -> StartRequest:
+    options = {"execution_timeout": None, "run_timeout": None, **options}
+    return StartRequest(namespace="default", workflow_id=wid, workflow_type="scale_flow",
+                        task_queue="default", input="[3]", id_reuse="reject_duplicate",
+                        **options)
+
+
+_STARTS = [
+    _request("plain"),
+    _request("timed", execution_timeout=30.0, run_timeout=10.0, memo='{"k": "v"}',
+             priority=2, concurrency_key="key-1"),
+    _request("scheduled", schedule_id="every-minute", scheduled_at=_NOW - 60,
+             cancellation={"deadline_at": _NOW + 5, "lifecycle": "requested"},
+             cleanup_timeout=4.0),
+]
+
+
+async def _started(url: str, one_statement: bool) -> dict[str, Any]:
+    """Start `_STARTS` at `_NOW`; what was stored, run ids replaced by workflow ids."""
+    async with durable.connect(url) as client:
+        client.driver.dialect.writable_cte = one_statement  # type: ignore[misc]
+        results = [await client.store.start_workflow(r, _NOW) for r in _STARTS]
+        wid_of = {s.run_id: r.workflow_id for s, r in zip(results, _STARTS, strict=True)}
+        workflows = await rows(client, "SELECT * FROM workflows")
+        runs = await rows(client, "SELECT * FROM runs")
+        events = await rows(client, "SELECT * FROM events")
+    for row in workflows:
+        row["current_run_id"] = wid_of[row["current_run_id"]]
+    for row in [*runs, *events]:
+        row["run_id"] = wid_of[row["run_id"]]
+        row.pop("id", None)
+    return {"results": [(wid_of[s.run_id], s.created, s.status) for s in results],
+            "workflows": {r["workflow_id"]: r for r in workflows},
+            "runs": {r["run_id"]: r for r in runs},
+            "events": {(r["run_id"], r["seq"]): r for r in events}}
+
+
+async def test_a_one_statement_start_stores_what_the_general_start_stores(
+        pg_urls: tuple[str, str]) -> None:
+    one = await _started(pg_urls[0], True)
+    assert one == await _started(pg_urls[1], False)
+    assert [r[1:] for r in one["results"]] == [(True, "pending")] * 3
+    assert len(one["events"]) == 3
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the test's own asyncpg connection
+async def test_a_start_is_one_round_trip_that_wakes_the_queues_listeners(
+        pg_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch, anyio_backend: str) -> None:
+    """BEGIN, a locking read, three INSERTs and NOTIFY + COMMIT were six round
+    trips: one statement now, which sends the queue's notification itself, to
+    a process that listens on the queue's channel."""
+    import asyncpg
+    import asyncpg.connection
+    from durable_postgres.listener import channel_for
+
+    from durable.wakes import Wake, address
+
+    async with durable.connect(pg_urls[0]) as client:
+        driver: Any = client.driver
+        channel = channel_for(driver.channel, address(Wake.runs(client.namespace, "default").key))
+        heard: list[Any] = []
+        listener = await asyncpg.connect(pg_urls[0].split("?")[0])
+        await listener.add_listener(channel, lambda *args: heard.append(json.loads(args[3])))
+        sent: list[str] = []
+        for name in ("execute", "fetch", "fetchrow", "fetchval", "executemany", "prepare"):
+            original = getattr(asyncpg.connection.Connection, name)
+
+            def counted(self: Any, query: str, *args: Any, _original: Any = original,
+                        **kwargs: Any) -> Any:
+                sent.append(query)
+                return _original(self, query, *args, **kwargs)
+
+            monkeypatch.setattr(asyncpg.connection.Connection, name, counted)
+        try:
+            await client.start(flow, 3, id="once")
+            monkeypatch.undo()
+            with anyio.fail_after(5):
+                while not heard:
+                    await anyio.sleep(0.01)
+        finally:
+            await listener.close()
+    assert len(sent) == 1 and sent[0].startswith("WITH existing AS")
+    assert heard == [{"o": driver.origin, "k": [["runs", client.namespace, "default"]]}]
+
+
+async def test_a_one_statement_start_keeps_every_id_reuse_policy(
+        pg_urls: tuple[str, str]) -> None:
+    async with durable.connect(pg_urls[0]) as client:
+        first = await client.start(flow, 1, id="again")
+        with pytest.raises(durable.WorkflowAlreadyStarted):
+            await client.start(flow, 1, id="again")
+        same = await client.start(flow, 1, id="again",
+                                  options=durable.StartOptions.return_existing_active())
+        assert same.run_id == first.run_id
+        await first.terminate("to start it again")
+        with pytest.raises(durable.WorkflowAlreadyStarted):  # reject_duplicate, closed
+            await client.start(flow, 1, id="again")
+        policy = durable.StartOptions(id_reuse=durable.IdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY)
+        second = await client.start(flow, 1, id="again", options=policy)  # the general path
+        assert second.run_id != first.run_id
+        assert (await client.store.get_run(client.namespace, "again")).run_id == second.run_id
+
+
+async def test_a_start_retried_after_its_answer_was_lost_finds_its_own_run(
+        pg_urls: tuple[str, str]) -> None:
+    """The statement commits on its own: when its connection breaks after the
+    commit, the driver retries it, and the retry finds the instance there.
+    With the same run id (fixed per start), that is this start: started, not
+    WorkflowAlreadyStarted."""
+    async with durable.connect(pg_urls[0]) as client:
+        request = _request("lost")
+        first = await client.driver.run(lambda tx: start_in_one(tx, request, "run-lost", _NOW))
+        again = await client.driver.run(lambda tx: start_in_one(tx, request, "run-lost", _NOW))
+        assert first == again == StartResult("run-lost", True, "pending")
+        with pytest.raises(durable.WorkflowAlreadyStarted):
+            await client.driver.run(lambda tx: start_in_one(tx, request, "run-other", _NOW))
+
+
+# ---------------------------------------------------------------- one-statement closes
+
+
+async def _closed(url: str, one_statement: bool) -> dict[str, Any]:
+    """Four runs closed by their owner's commits at `_NOW`: completed after a
+    last local step (its events go with the close's), failed, one with a timer
+    open (the one-statement close writes nothing for it: the general close
+    settles the timer), one continued as new (always the general close). What
+    was stored, run ids replaced by workflow ids (and the next run's by "next")."""
+    async with durable.connect(url) as client:
+        ids = ["done", "failed", "timer", "continued"]
+        for wid in ids:
+            await client.store.start_workflow(_request(wid), _NOW - 10)
+        claimed = await client.store.claim_runs(
+            client.namespace, "default", "tester", ("scale_flow",), 10, 60.0, _NOW - 1)
+        client.driver.dialect.writable_cte = one_statement  # type: ignore[misc]
+        run_of = {c.run.workflow_id: c.run for c in claimed}
+        failure = Failure.from_exception(ValueError("no"))
+        writes: dict[str, list[Any]] = {
+            "done": [RecordLocalActivity("0.0", "scale_step", _NOW - 0.5, 1, "1"),
+                     CloseRun("completed", "1")],
+            "failed": [CloseRun("failed", None, failure)],
+            "timer": [ScheduleTimer("0.1", _NOW + 60, 60.0), CloseRun("completed", "2")],
+            "continued": [CloseRun("continued", continue_input="[2]")],
+        }
+        for wid in ids:  # one commit each: a close alone or with its run's last writes
+            run = run_of[wid]
+            [result] = await client.store.commit([RunWrites(run.run_id, run.epoch, writes[wid])],
+                                                 _NOW)
+            assert result.committed
+        wid_of = {run.run_id: wid for wid, run in run_of.items()}
+        for row in await rows(client, "SELECT run_id FROM runs WHERE run_number = 2"):
+            wid_of[row["run_id"]] = "next"
+        tables = {t: await rows(client, f"SELECT * FROM {t}")
+                  for t in ("workflows", "runs", "events", "ops", "failures")}
+    for table in tables.values():
+        for row in table:
+            row.pop("id", None)
+            for column in ("run_id", "current_run_id", "continued_run_id"):
+                if row.get(column) is not None:
+                    row[column] = wid_of[row[column]]
+            if row.get("data") and "new_run_id" in row["data"]:
+                row["data"] = row["data"].replace(row["data"].split('"new_run_id":"')[1][:32],
+                                                  "next")
+    return {name: sorted(sorted((k, str(v)) for k, v in r.items()) for r in table)
+            for name, table in tables.items()}
+
+
+async def test_a_one_statement_close_stores_what_the_general_close_stores(
+        pg_urls: tuple[str, str]) -> None:
+    one = await _closed(pg_urls[0], True)
+    assert one == await _closed(pg_urls[1], False)
+    status = {dict(r)["workflow_id"]: dict(r)["status"] for r in one["workflows"]}
+    assert status == {"done": "completed", "failed": "failed", "timer": "completed",
+                      "continued": "pending"}
+    assert ("type", "TimerCancelled") in {pair for e in one["events"] for pair in e}
+
+
+# ---------------------------------------------------------------- groups with other writes
+
+
+async def _mixed(client: durable.Client, per_run: bool,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], dict[str, Any]]:
+    """Seven runs in one group commit: two record local steps, one is stale,
+    one past its deadline, one closed, one closes now after a last step, one schedules
+    a timer. `per_run`: the group's one statement records nothing (every run
+    by the general path, as before it). What was stored, by workflow id."""
+    ids = [f"m-{i}" for i in range(7)]
+    for wid in ids:
+        await client.store.start_workflow(_request(wid), _NOW - 10)
+    claimed = await client.store.claim_runs(
+        client.namespace, "default", "tester", ("scale_flow",), 10, 60.0, _NOW - 1)
+    run_of = {c.run.workflow_id: c.run for c in claimed}
+    wid_of = {run.run_id: wid for wid, run in run_of.items()}
+    await rows(client, "UPDATE runs SET deadline_at = ? WHERE run_id = ? RETURNING run_id",
+               _NOW - 5, run_of["m-3"].run_id)
+    await rows(client, "UPDATE runs SET status = 'completed' WHERE run_id = ? RETURNING run_id",
+               run_of["m-4"].run_id)
+
+    def step_of(wid: str, k: int) -> RecordLocalActivity:
+        return RecordLocalActivity(f"0.{k}", "scale_step", _NOW - 0.5 + k / 10, 1, f'"{wid}"')
+
+    writes: dict[str, list[Any]] = {wid: [step_of(wid, 0), step_of(wid, 1)] for wid in ids}
+    writes["m-5"] = [step_of("m-5", 0), CloseRun("completed", '"m-5"')]
+    writes["m-6"] = [ScheduleTimer("0.9", _NOW + 60, 60.0)]
+    batches = [RunWrites(run_of[wid].run_id, run_of[wid].epoch - (wid == "m-2"), writes[wid],
+                         quiet=True) for wid in ids]
+    grouped: list[int] = []
+    original = durable.store.commit.local_steps_in_group
+
+    def spy(batches: list[RunWrites], now: float, others: list[str]
+            ) -> Program[list[CommitResult]]:
+        grouped.append(len(batches))
+        if not per_run:
+            return (yield from original(batches, now, others))
+        return [CommitResult(b.run_id, False) for b in batches]  # nothing recorded
+
+    monkeypatch.setattr(durable.store.commit, "local_steps_in_group", spy)
+    results = await client.store.commit(batches, _NOW)
+    monkeypatch.undo()
+    assert grouped == [5]  # m-0 .. m-4: the steps-only batches
+    stored = {t: sorted(sorted((k, str(wid_of.get(v, v))) for k, v in r.items() if k != "id")
+                        for r in await rows(client, f"SELECT * FROM {t}"))
+              for t in ("runs", "ops", "events", "workflows")}
+    return [(wid_of[r.run_id], r.committed, r.ops) for r in results], stored
+
+
+async def test_a_group_with_other_writes_stores_what_run_by_run_stores(
+        pg_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    async with durable.connect(pg_urls[0]) as grouped, durable.connect(pg_urls[1]) as single:
+        results, stored = await _mixed(grouped, False, monkeypatch)
+        expected_results, expected_stored = await _mixed(single, True, monkeypatch)
+    assert results == expected_results
+    assert stored == expected_stored
+    assert [committed for _, committed, _ in results] == [True, True, False, False, False,
+                                                          True, True]
+    statuses = {dict(r)["workflow_id"]: dict(r)["status"] for r in stored["runs"]}
+    assert statuses["m-5"] == "completed" and statuses["m-0"] == "running"

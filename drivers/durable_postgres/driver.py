@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
 
@@ -110,6 +110,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
                                   origin=self.origin, log=self.log)
         self._wanted: frozenset[str] | None = None  # None: to be computed again
         self.hub.on_wanted = self._on_wanted
+        self._tx_notices = self._notices
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -262,6 +263,8 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             return empty
         if first.autocommit and not any(not wake.local for wake in tx.wakes):
             # A single self-contained statement commits on its own: one round trip.
+            # (Wake-ups its program adds after it are published here only: it
+            # sent their notifications itself, `Tx.notices`.)
             try:
                 program.send(await execute(conn, first))
             except StopIteration as done:
@@ -305,15 +308,31 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
 
     def _notify(self, tx: Tx) -> str:
         """The NOTIFY statements of a commit (`_notify_keys`)."""
-        return self._notify_keys(
-            wake.key for wake in tx.wakes
-            if not wake.local and not (wake.kind is WakeKind.ACTIVITIES
-                                       and self.hub.claimed_here(wake.key)))
+        return self._notify_keys(self._sent(tx.wakes))
+
+    def _sent(self, wakes: Iterable[Wake]) -> Iterator[tuple[str, ...]]:
+        """The keys of these wake-ups that other processes are told of (see
+        `_notifications` for the ``ACTIVITIES`` ones a worker here claims)."""
+        return (wake.key for wake in wakes
+                if not wake.local and not (wake.kind is WakeKind.ACTIVITIES
+                                           and self.hub.claimed_here(wake.key)))
 
     def _notify_keys(self, keys: Iterable[tuple[str, ...]]) -> str:
-        """NOTIFY statements: one per channel, each key on the channel of its
-        `address` (the schema's channel when it has none), with the sending
-        driver's id.
+        """NOTIFY statements of these keys (`_notifications`)."""
+        return " ".join(f"NOTIFY {quote_ident(channel)}, {quote_literal(text)};"
+                        for channel, text in self._notifications(keys))
+
+    def _notices(self, wakes: Iterable[Wake]) -> tuple[list[str], list[str]]:
+        """`Tx.notices`: the channels and payloads of these wake-ups' notifications,
+        for a statement's ``pg_notify`` (`durable.store.fastpath.start_in_one`);
+        the same as a commit's NOTIFY statements would send (`_notify`)."""
+        pairs = self._notifications(self._sent(wakes))
+        return [channel for channel, _ in pairs], [text for _, text in pairs]
+
+    def _notifications(self, keys: Iterable[tuple[str, ...]]) -> list[tuple[str, str]]:
+        """Notifications, as (channel, payload): one per channel, each key on the
+        channel of its `address` (the schema's channel when it has none), with
+        the sending driver's id.
 
         A task queue's ``ACTIVITIES`` wake-up is not sent while a worker of
         this process takes that queue's attempts (`WakeHub.claimed_here`): it
@@ -325,15 +344,15 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             where = address(key)
             channel = self.channel if where is None else channel_for(self.channel, where)
             by_channel.setdefault(channel, {})[key] = None
-        statements = []
+        notifications = []
         for channel, keys in by_channel.items():
             text = json.dumps({"o": self.origin, "k": list(keys)}, separators=(",", ":"))
             if len(text) > _MAX_PAYLOAD:  # too many keys: everybody looks at everything
                 channel = self.channel
                 text = json.dumps({"o": self.origin, "k": [Wake.any().key]},
                                   separators=(",", ":"))
-            statements.append(f"NOTIFY {quote_ident(channel)}, {quote_literal(text)};")
-        return " ".join(statements)
+            notifications.append((channel, text))
+        return notifications
 
     async def announce(self, wakes: Iterable[Wake]) -> None:
         """Tell the other processes that want them about these wake-ups now,

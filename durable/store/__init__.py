@@ -25,6 +25,7 @@ from . import (
     closing,
     commit,
     deadlines,
+    fastpath,
     inspection,
     interaction,
     namespaces,
@@ -56,6 +57,7 @@ from .records import (
     StartResult,
     StorageSnapshot,
     WorkerRegistration,
+    new_id,
 )
 from .writes import RunWrites
 
@@ -91,11 +93,15 @@ class Store:
     # ---------------------------------------------------------------- runs
 
     async def start_workflow(self, request: StartRequest, now: float) -> StartResult:
-        """Start an instance under its id-reuse policy.
-
-        Raises `WorkflowAlreadyStarted` when the policy refuses the id.
-        """
-        return await self.driver.run(lambda tx: runs.start_workflow(tx, request, now))
+        """Start an instance under its id-reuse policy (`WorkflowAlreadyStarted` when
+        it refuses the id); the run's id is fixed for every attempt (`runs.reuse`)."""
+        run_id = new_id()
+        if self.driver.dialect.writable_cte:  # one round trip (`fastpath.start_in_one`)
+            started = await self.driver.run(
+                lambda tx: fastpath.start_in_one(tx, request, run_id, now))
+            if started is not None:
+                return started
+        return await self.driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id))
 
     async def get_run(
         self, namespace: str, workflow_id: str, run_id: str | None = None
@@ -118,10 +124,8 @@ class Store:
 
     async def clear_review(self, namespace: str, workflow_id: str, now: float,
                            units: str | None = None) -> bool:
-        """Let a run marked for review be replayed again; False if it was not marked.
-
-        Raises `WorkflowNotFound`.
-        """
+        """Let a run marked for review be replayed again; False if it was not
+        marked. Raises `WorkflowNotFound`."""
         return await self.driver.run(
             lambda tx: runs.clear_review(tx, namespace, workflow_id, now, units))
 
@@ -268,9 +272,7 @@ class Store:
         now: float,
     ) -> RunRecord:
         """cancel()/terminate(): close the run now (no-op when closed); the run.
-
-        Raises `WorkflowNotFound`.
-        """
+        Raises `WorkflowNotFound`."""
         return await self.driver.run(lambda tx: closing.close_run_externally(
             tx, namespace, workflow_id, run_id, status, reason, now))
 
@@ -279,10 +281,8 @@ class Store:
         cleanup_timeout: float, requester: dict[str, Any] | None, source: str, now: float,
     ) -> tuple[bool, dict[str, Any]]:
         """Record a cooperative request once: (accepted, the request as stored).
-
         Raises `WorkflowNotFound`, `RunNotCurrent`, `RunAlreadyClosed`,
-        `CapabilityUnsupported` (nothing recorded).
-        """
+        `CapabilityUnsupported` (nothing recorded)."""
         return await self.driver.run(lambda tx: cancellation.request_cancellation(
             tx, namespace, workflow_id, run_id, reason, cleanup_timeout, requester, source,
             now))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..driver import Program, Row, Tx, ex, q, q1
+from ..driver import Program, Row, Stmt, Tx, ex, q, q1
 from ..errors import WorkflowNotFound
 from ..failure import Failure
 from ..wakes import Wake
 from . import cancellation
-from .events import Event, append_events, record_failure
+from .events import Event, append_events, event_text, insert_events, record_failure
 from .records import (
     OP_COLUMNS,
     OPEN_SQL,
@@ -34,6 +34,7 @@ from .records import (
     op_from_row,
     run_from_row,
 )
+from .returning import update_one_returning
 from .runs import get_run, insert_run
 
 _CLOSE_EVENT = {
@@ -67,14 +68,31 @@ def _cancellation_outcome(cancellation: dict[str, Any], status: str, closed_reas
 
 
 _SETTLED_KINDS = "('phase', 'units', 'activity', 'timer', 'condition')"
-#: whether a closing run has open attempts, open ops `_cancel_open_work`
-#: settles, open children (the same conditions as the reads that settle them)
-_OPEN_WORK = (
-    "SELECT EXISTS (SELECT 1 FROM activity_tasks WHERE run_id = ? "
-    f"AND status IN {OPEN_SQL}) AS tasks, "
-    "EXISTS (SELECT 1 FROM ops WHERE run_id = ? AND status = 'scheduled' "
-    f"AND kind IN {_SETTLED_KINDS}) AS ops, "
-    f"EXISTS (SELECT 1 FROM runs WHERE parent_run_id = ? AND status IN {OPEN_SQL}) AS children"
+#: a closing run's open attempts, the open ops `_cancel_open_work` settles, its
+#: open children (the same conditions as the reads that settle them)
+_OPEN_TASKS = f"SELECT 1 FROM activity_tasks WHERE run_id = ? AND status IN {OPEN_SQL}"
+_OPEN_OPS = (f"SELECT 1 FROM ops WHERE run_id = ? AND status = 'scheduled' "
+             f"AND kind IN {_SETTLED_KINDS}")
+_OPEN_CHILDREN = f"SELECT 1 FROM runs WHERE parent_run_id = ? AND status IN {OPEN_SQL}"
+#: whether a closing run has open work of each kind, in one read
+_OPEN_WORK = (f"SELECT EXISTS ({_OPEN_TASKS}) AS tasks, EXISTS ({_OPEN_OPS}) AS ops, "
+              f"EXISTS ({_OPEN_CHILDREN}) AS children")
+#: `close_run`'s writes in one statement (`Dialect.writable_cte`), when the run
+#: has no open work: the run's row with its event counter, its events, its
+#: instance's row (`_close_in_one`)
+_CLOSE_SQL = (
+    "WITH closed AS (UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, "
+    "closed_reason = ?, owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, "
+    "deadline_at = NULL, cancellation = ?, event_seq = event_seq + CAST(? AS BIGINT) "
+    f"WHERE run_id = ? AND NOT EXISTS ({_OPEN_TASKS}) AND NOT EXISTS ({_OPEN_OPS}) "
+    f"AND NOT EXISTS ({_OPEN_CHILDREN}) RETURNING event_seq), "
+    "new_events AS (INSERT INTO events (run_id, seq, type, recorded_at, data) "
+    "SELECT CAST(? AS TEXT), closed.event_seq - CAST(? AS BIGINT) + e.n, e.type, "
+    "CAST(? AS DOUBLE PRECISION), e.data FROM closed, unnest(CAST(? AS TEXT[]), "
+    "CAST(? AS TEXT[])) WITH ORDINALITY AS e(type, data, n)), "
+    "instance AS (UPDATE workflows SET status = ?, closed_reason = ?, closed_at = ? "
+    "FROM closed WHERE namespace = ? AND workflow_id = ? AND current_run_id = ?) "
+    "SELECT event_seq FROM closed"
 )
 
 
@@ -89,20 +107,33 @@ def close_run(
     continue_input: str | None = None,
     needs_review: bool = False,
     reason: str | None = None,
+    locked: RunRecord | None = None,
+    events: list[Event] | None = None,
 ) -> Program[str | None]:
-    """Close a run (see the module docstring); the next run's id for continue-as-new."""
-    row = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock, run_id)
-    if row is None or row["status"] not in OPEN_STATUSES:
-        return None
-    run = run_from_row(row)
+    """Close a run (see the module docstring); the next run's id for continue-as-new.
+
+    `locked`: the run as the caller read it, locked, in this transaction, and
+    open (the owner's commit, which fenced it): not read again. `events`: the
+    run's events of this transaction not yet appended, which come before the
+    close's own (appended with them: one counter update for all).
+    """
+    events = list(events or ())
+    if locked is not None:
+        run = locked
+    else:
+        row = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?" + tx.lock, run_id)
+        if row is None or row["status"] not in OPEN_STATUSES:
+            yield from append_events(tx, run_id, events, now)
+            return None
+        run = run_from_row(row)
     if needs_review:
         yield ex(
             "UPDATE runs SET needs_review = 1, owner = NULL, epoch = epoch + 1, "
             "failure = ? WHERE run_id = ?",
             dump_failure(failure), run_id,
         )
-        yield from append_events(
-            tx, run_id, [("WorkflowNeedsReview", failure.to_dict() if failure else {})], now)
+        events.append(("WorkflowNeedsReview", failure.to_dict() if failure else {}))
+        yield from append_events(tx, run_id, events, now)
         if failure is not None:
             yield from record_failure(run_id, failure, now)
         return None
@@ -111,21 +142,6 @@ def close_run(
     if cancellation_record is not None and status != RunStatus.CONTINUED:
         cancellation_record = _cancellation_outcome(cancellation_record, status, closed_reason,
                                                     reason, now)
-    yield ex(
-        "UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, closed_reason = ?, "
-        "owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL, "
-        "cancellation = ? WHERE run_id = ?",
-        status, result, dump_failure(failure), now, closed_reason, dumps(cancellation_record),
-        run_id,
-    )
-    # What the close settles (open attempts, open ops, open children), asked in
-    # one read: there is none for most runs, and a read per kind costs a round
-    # trip each on a server (issue 26)
-    found = yield q1(_OPEN_WORK, run_id, run_id, run_id)
-    assert found is not None  # (a SELECT of three EXISTS always has its row)
-    events: list[Event] = []
-    if found["tasks"] or found["ops"]:
-        yield from _cancel_open_work(tx, run_id, status, now, events)
     data: dict[str, Any] = {"reason": closed_reason}
     if result is not None:
         data["result"] = loads(result)
@@ -138,8 +154,36 @@ def close_run(
     if status == RunStatus.CONTINUED:
         next_run_id = new_id()
         data["new_run_id"] = next_run_id
-    events.append((_CLOSE_EVENT[RunStatus(status)], data))
-    yield from append_events(tx, run_id, events, now)
+    close_event = (_CLOSE_EVENT[RunStatus(status)], data)
+    if tx.dialect.writable_cte and status != RunStatus.CONTINUED:
+        row = yield Stmt(_CLOSE_SQL, (
+            status, result, dump_failure(failure), now, closed_reason,
+            dumps(cancellation_record), len(events) + 1, run_id, run_id, run_id, run_id,
+            run_id, len(events) + 1, now, [etype for etype, _ in [*events, close_event]],
+            [event_text(d) for _, d in [*events, close_event]],
+            status, closed_reason, now, run.namespace, run.workflow_id, run_id), "one")
+        if row is not None:  # closed: no open work (most runs; else nothing was written)
+            if failure is not None:
+                yield from record_failure(run_id, failure, now)
+            return (yield from _closed(tx, run, status, result, failure, closed_reason, now))
+    # What the close settles (open attempts, open ops, open children), asked in
+    # one read: there is none for most runs, and a read per kind costs a round
+    # trip each on a server (issue 26). Asked first, so that the close's events
+    # are all known when the run's row is updated: its counter goes with it.
+    found = yield q1(_OPEN_WORK, run_id, run_id, run_id)
+    assert found is not None  # (a SELECT of three EXISTS always has its row)
+    if found["tasks"] or found["ops"]:
+        yield from _cancel_open_work(tx, run_id, status, now, events)
+    events.append(close_event)
+    closed = yield from update_one_returning(
+        tx.dialect, "runs",
+        "status = ?, result = ?, failure = ?, closed_at = ?, closed_reason = ?, owner = NULL, "
+        "epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL, cancellation = ?, "
+        "event_seq = event_seq + ?",
+        (status, result, dump_failure(failure), now, closed_reason, dumps(cancellation_record),
+         len(events)), "run_id = ?", (run_id,), "event_seq", key="run_id", value=run_id)
+    assert closed is not None  # (the run's row is locked in this transaction)
+    yield from insert_events(run_id, int(closed["event_seq"]), events, now)
     if failure is not None and status != RunStatus.CONTINUED:
         yield from record_failure(run_id, failure, now)
 
@@ -161,8 +205,17 @@ def close_run(
             "WHERE namespace = ? AND workflow_id = ? AND current_run_id = ?",
             status, closed_reason, now, run.namespace, run.workflow_id, run_id,
         )
-        if run.parent_run_id is not None:
-            yield from notify_parent(tx, run, status, result, failure, now)
+    return (yield from _closed(tx, run, status, result, failure, closed_reason, now,
+                               next_run_id))
+
+
+def _closed(tx: Tx, run: RunRecord, status: str, result: str | None, failure: Failure | None,
+            closed_reason: str, now: float, next_run_id: str | None = None
+            ) -> Program[str | None]:
+    """A closed run's last steps: its parent's child op, and the wake-ups."""
+    run_id = run.run_id
+    if run.parent_run_id is not None and status != RunStatus.CONTINUED:
+        yield from notify_parent(tx, run, status, result, failure, now)
     tx.wake(Wake.run(run_id))
     if run.schedule_id is not None and status != RunStatus.CONTINUED:
         tx.wake(Wake.schedule_run_closed(run.namespace))  # a fire may wait for it

@@ -21,7 +21,7 @@ from . import cancellation, interaction
 from .closing import close_run
 from .deadlines import enforce_expired
 from .events import Event, append_events, local_step_events, record_failure
-from .fastpath import LOCAL_OP_INSERT, local_op_row
+from .fastpath import LOCAL_OP_INSERT, local_op_row, local_steps_in_group
 from .records import (
     OPEN_STATUSES,
     RUN_COLUMNS,
@@ -70,6 +70,10 @@ class _RunCommit:
     events: list[Event] = field(default_factory=list)
     ops: dict[str, OpRecord] = field(default_factory=dict)
     next_run_id: str | None = None
+    #: `run` is the run's row as locked and fenced in this transaction: no
+    #: write recorded so far changed a column of it but its event counter
+    #: (a close need not read it again, `close_run`'s `locked`)
+    fresh: bool = True
 
     def flush(self) -> Program[None]:
         events, self.events = self.events, []
@@ -284,10 +288,12 @@ def _request_child_cancellation(c: _RunCommit, w: RequestChildCancellation) -> P
 
 
 def _close(c: _RunCommit, w: CloseRun) -> Program[None]:
-    yield from c.flush()  # the run's last events come before its close event
+    # the run's last events come before its close event, appended with it
+    events, c.events = c.events, []
     c.next_run_id = yield from close_run(
         c.tx, c.run.run_id, w.status, c.now, result=w.result, failure=w.failure,
         continue_input=w.continue_input, needs_review=w.needs_review,
+        locked=c.run if c.fresh else None, events=events,
     )
     return None
 
@@ -346,6 +352,11 @@ HANDLERS: dict[type[Write], Handler] = {
     CloseRun: _close,
     **interaction.HANDLERS,  # signals, updates, conditions, markers, external ops
 }
+
+
+#: the writes whose handlers change no column of the run's row but its event
+#: counter (`_RunCommit.fresh`)
+_KEEPS_RUN_ROW = frozenset({RecordLocalActivity, RecordBatchedLocalActivity})
 
 
 def _lock_attempts_to_stop(tx: Tx, batches: list[RunWrites]) -> Program[None]:
@@ -422,6 +433,7 @@ def _commit_run(tx: Tx, batch: RunWrites, now: float, *,
             yield from _record_kept(c, kept)
             kept = []
         yield from HANDLERS[type(write)](c, write)
+        c.fresh = c.fresh and type(write) in _KEEPS_RUN_ROW
     if kept:
         yield from _record_kept(c, kept)
     yield from c.flush()
@@ -437,27 +449,34 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         if result is not None:
             return [result]
     results: list[CommitResult | None] = [None] * len(batches)
-    general = list(range(len(batches)))  # the batches the general path records
-    grouped_ids: set[int] = set()  # those the group program tried
-    if len(batches) > 1:
-        steps = [i for i in general if batches[i].local_steps_only()]
-        mixed = tx.dialect.steps_group_mixed
-        if len(steps) == len(batches) or (mixed and len(steps) > 1):
-            group = tx.dialect.local_steps_group([batches[i] for i in steps], now)
-            if group is not None:  # the runs' steps, each fenced, in a few statements
-                grouped = yield from group
-                if len(steps) == len(batches) and all(r is not None for r in grouped):
-                    return [r for r in grouped if r is not None]  # (all of them)
-                for index, result in zip(steps, grouped, strict=True):
-                    results[index] = result
-                # the others, and a run whose fence failed in the group (None:
-                # nothing of it written; the general path gives the precise
-                # outcome), in this transaction
-                general = [i for i in general if results[i] is None]
-                grouped_ids = set(steps)
-    yield from _lock_attempts_to_stop(tx, [batches[i] for i in general])
-    for index in sorted(general, key=lambda i: batches[i].run_id):  # lock order
-        # (a lone batch has had its fast path tried above, a refused one its group)
-        fast = not alone and index not in grouped_ids
-        results[index] = yield from _commit_run(tx, batches[index], now, fast=fast)
+    fast = not alone  # (a lone batch has had its fast path tried above)
+    steps = [i for i, b in enumerate(batches) if b.local_steps_only()]
+    grouped_here = False
+    if len(steps) > 1 and (len(steps) == len(batches) or tx.dialect.steps_group_mixed):
+        group = tx.dialect.local_steps_group([batches[i] for i in steps], now)
+        if group is not None:  # the runs' steps, each fenced, in a few statements
+            grouped = yield from group
+            if len(steps) == len(batches) and all(r is not None for r in grouped):
+                return [r for r in grouped if r is not None]  # (all of them)
+            # the others, and a run whose fence failed in the group (None:
+            # nothing of it written; the general path below gives the precise
+            # outcome), in this transaction
+            for index, result in zip(steps, grouped, strict=True):
+                results[index] = result
+            grouped_here, fast = True, False
+    yield from _lock_attempts_to_stop(tx, batches)
+    if len(steps) > 1 and tx.dialect.writable_cte and not grouped_here:
+        # a group with other writes: its runs' local steps in one statement,
+        # which locks every run of the group first (the others' too, in order)
+        chosen = set(steps)
+        in_group = yield from local_steps_in_group(
+            [batches[i] for i in steps], now,
+            [b.run_id for i, b in enumerate(batches) if i not in chosen])
+        for index, result in zip(steps, in_group, strict=True):
+            if result.committed:  # (else: the general path below says why not)
+                results[index] = result
+        fast = False
+    for index in sorted(range(len(batches)), key=lambda i: batches[i].run_id):  # lock order
+        if results[index] is None:
+            results[index] = yield from _commit_run(tx, batches[index], now, fast=fast)
     return [r for r in results if r is not None]

@@ -78,7 +78,14 @@ def append_events(tx: Tx, run_id: str, events: Iterable[Event], now: float) -> P
         (run_id,), "event_seq", key="run_id", value=run_id)
     if row is None:
         return None
-    last = int(row["event_seq"])
+    yield from insert_events(run_id, int(row["event_seq"]), events, now)
+    return None
+
+
+def insert_events(run_id: str, last: int, events: list[Event], now: float) -> Program[None]:
+    """Insert a run's `events`, the last numbered `last`: the run's event
+    counter was bumped by their count, and read back, by the caller (with
+    other columns of the run in the same UPDATE, as a close does)."""
     first = last - len(events) + 1
     yield many(
         EVENT_INSERT,

@@ -18,7 +18,9 @@ forms, chosen here by the dialect's capabilities (never by its name):
   other writes in the same commit (`Dialect.steps_group_mixed`);
 - one event for each of several runs (`append_events_of_runs`): one
   statement with CTEs, run by run elsewhere;
-- a claim of runs (`claim_runs_in_one`): one statement with CTEs.
+- a claim of runs (`claim_runs_in_one`): one statement with CTEs;
+- a start (`start_in_one`): the instance, its run, its first event and the
+  notification, one self-committing statement with CTEs.
 
 Every fenced form uses `fence`: the lease epoch, an open status, the
 deadline not passed. When it matches no row nothing is written and the
@@ -28,9 +30,11 @@ general path runs in the same transaction to give the precise outcome
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..driver import Dialect, Program, Row, Stmt, Tx, ex, many, placeholders, q, q1
+from ..wakes import Wake
 from .events import EVENT_INSERT, Event, append_events, event_text, local_step_events
 from .records import (
     RUN_COLUMNS,
@@ -40,11 +44,16 @@ from .records import (
     OpKind,
     OpRecord,
     OpStatus,
+    RunStatus,
+    StartRequest,
+    StartResult,
     dump_failure,
     open_status_sql,
+    plus,
     run_from_row,
 )
 from .returning import update_one_returning
+from .runs import RUN_INSERT, WORKFLOW_INSERT, new_run_rows, reuse
 from .writes import RecordLocalActivity, RunWrites
 
 #: a local activity's op row; `local_op_row` gives its parameters (shared with
@@ -188,9 +197,10 @@ def _local_steps_in_one(batch: RunWrites, now: float, *, autocommit: bool
 _GROUP_SQL = (
     "WITH v AS MATERIALIZED (SELECT * FROM unnest(CAST(? AS INT[]), CAST(? AS TEXT[]), "
     "CAST(? AS BIGINT[]), CAST(? AS BIGINT[])) AS v(b, run_id, epoch, n)), "
-    # the store's lock order (run_id), whatever order the join below takes
-    "locked AS MATERIALIZED (SELECT run_id FROM runs WHERE run_id IN (SELECT run_id FROM v) "
-    "ORDER BY run_id FOR UPDATE), "
+    # the store's lock order (run_id), whatever order the join below takes; with
+    # the group's other runs (a group with other writes, `local_steps_in_group`)
+    "locked AS MATERIALIZED (SELECT run_id FROM runs WHERE run_id IN (SELECT run_id FROM v "
+    "UNION ALL SELECT unnest(CAST(? AS TEXT[]))) ORDER BY run_id FOR UPDATE), "
     "fence AS (UPDATE runs SET event_seq = runs.event_seq + v.n FROM v "
     "WHERE runs.run_id = v.run_id AND runs.run_id IN (SELECT run_id FROM locked) AND "
     + fence("runs", epoch="v.epoch", now="CAST(? AS DOUBLE PRECISION)") + " "
@@ -311,7 +321,21 @@ def _local_steps_group_locked(dialect: Dialect, batches: list[RunWrites],
             else CommitResult(b.run_id, False) for b in batches]
 
 
-def _local_steps_group(batches: list[RunWrites], now: float) -> Program[list[CommitResult]]:
+def local_steps_in_group(batches: list[RunWrites], now: float,
+                         others: list[str]) -> Program[list[CommitResult]]:
+    """The local steps of a group commit that has other writes too (a run's
+    close, a durable op): every steps-only batch in ONE statement of the
+    transaction (`Dialect.writable_cte`), which first locks the group's runs,
+    these and the `others`, in run_id order (the store's lock order). Each
+    run is fenced on its own; a run that fails its fence gets
+    ``CommitResult(run_id, False)`` with nothing written, and the caller
+    records it by the general path for the precise outcome. Run by run, it
+    was one statement per run (most of a busy worker's steps, issue 26)."""
+    return _local_steps_group(batches, now, others)
+
+
+def _local_steps_group(batches: list[RunWrites], now: float,
+                       others: list[str] | None = None) -> Program[list[CommitResult]]:
     run_b: list[int] = []
     run_ids: list[str] = []
     epochs: list[int] = []
@@ -344,10 +368,11 @@ def _local_steps_group(batches: list[RunWrites], now: float) -> Program[list[Com
             seqs += [2 * i + 1, 2 * i + 2]
             types += ["ActivityScheduled", "ActivityCompleted"]
             data += [scheduled, completed]
-    rows = yield Stmt(_GROUP_SQL, (run_b, run_ids, epochs, counts, now, now, op_b, op_ids,
-                                   names, results, started, now, event_b, seqs, types, data),
+    rows = yield Stmt(_GROUP_SQL, (run_b, run_ids, epochs, counts, others or [], now, now,
+                                   op_b, op_ids, names, results, started, now, event_b, seqs,
+                                   types, data),
                       "all",
-                      autocommit=True)
+                      autocommit=others is None)
     fenced = {int(r["b"]) for r in rows}
     return [
         CommitResult(batch.run_id, True, _ops(writes, now))
@@ -484,3 +509,74 @@ def claim_ids_in_one(claim: str, claim_params: tuple[Any, ...], where: str,
         "AND w.current_run_id = c.run_id AND w.status = 'pending') "
         "SELECT * FROM claimed", *claim_params, *where_params)
     return rows
+
+
+def _cast_select(insert: str, types: str) -> str:
+    """`insert` (``INSERT INTO t (cols) VALUES (?, ...)``) as ``INSERT INTO t
+    (cols) SELECT CAST(? AS type), ...``, so that a CTE may make it
+    conditional: `types` has one letter per column (T text, R double
+    precision, I bigint), the columns' types in the schema."""
+    match = re.fullmatch(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(\?(?:, \?)*\)", insert)
+    assert match is not None and len(match[2].split(", ")) == len(types), insert
+    names = {"T": "TEXT", "R": "DOUBLE PRECISION", "I": "BIGINT"}
+    return (f"INSERT INTO {match[1]} ({match[2]}) SELECT "
+            + ", ".join(f"CAST(? AS {names[t]})" for t in types))
+
+
+# A start in one statement: the instance's row unless one is there, and with
+# it the run's row, its WorkflowStarted event and the notification to other
+# processes; then whether it started, and the instance that was there.
+_START_SQL = (
+    "WITH existing AS (SELECT current_run_id, status FROM workflows "
+    "WHERE namespace = ? AND workflow_id = ?), "
+    f"wf AS ({_cast_select(WORKFLOW_INSERT, 'TTTTTRRITR')} "
+    "WHERE NOT EXISTS (SELECT 1 FROM existing) RETURNING current_run_id), "
+    f"new_run AS ({_cast_select(RUN_INSERT, 'TTTTITTTTTTTRRRRRRRRRTTRITI')} FROM wf), "
+    "new_event AS (INSERT INTO events (run_id, seq, type, recorded_at, data) "
+    "SELECT wf.current_run_id, 1, 'WorkflowStarted', CAST(? AS DOUBLE PRECISION), "
+    "CAST(? AS TEXT) FROM wf), "
+    # volatile, so never inlined: evaluated once per row, for a new instance only
+    "notified AS MATERIALIZED (SELECT pg_notify(n.channel, n.payload) AS sent FROM wf, "
+    "unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[])) AS n(channel, payload)) "
+    "SELECT (SELECT count(*) FROM wf) AS started, (SELECT count(*) FROM notified) AS notified, "
+    "existing.current_run_id, existing.status "
+    "FROM (SELECT 1) AS one LEFT JOIN existing ON TRUE"
+)
+
+
+def start_in_one(tx: Tx, req: StartRequest, run_id: str,
+                 now: float) -> Program[StartResult | None]:
+    """A start as ONE self-committing statement (data-modifying CTEs,
+    `Dialect.writable_cte`): the instance, its run and its first event are
+    inserted unless the instance is there, and the driver's notification
+    (`Tx.notices`) travels in the statement: one round trip instead of six
+    (BEGIN, a locking read, three INSERTs, NOTIFY + COMMIT).
+
+    The rows are those of `durable.store.runs.insert_run` (`new_run_rows`).
+    When the instance is there, nothing was written and `reuse` decides as
+    the general path does; None when the policy lets this start replace it:
+    the caller then runs `durable.store.runs.start_workflow`, which locks the
+    instance first, in a transaction of its own. Two starts of one new id at
+    once: the second's INSERT meets the first's key and is rolled back
+    (unique violation, a conflict the driver retries), as in the general path.
+    """
+    wake = Wake.runs(req.namespace, req.task_queue)
+    channels: list[str] = []
+    payloads: list[str] = []
+    if tx.notices is None:  # the driver tells the others (a transaction of its own)
+        tx.wake(wake)
+    else:
+        channels, payloads = tx.notices([wake])
+    workflow_row, run_row, started = new_run_rows(
+        req, run_id, 1, now, plus(now, req.execution_timeout))
+    row = yield Stmt(_START_SQL, (req.namespace, req.workflow_id, *workflow_row, *run_row,
+                                  now, started, channels, payloads), "one", autocommit=True)
+    assert row is not None  # (a SELECT FROM (SELECT 1) always has its row)
+    if row["started"]:
+        if tx.notices is not None:
+            tx.wake(wake)  # sent by the statement: published in this process only
+        return StartResult(run_id, True, RunStatus.PENDING)
+    # not inserted: the instance is there (else the INSERT ran, and inserted or
+    # raised); the same snapshot read it
+    assert row["current_run_id"] is not None
+    return reuse(req, run_id, row)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..clock import to_iso
 from ..deadlines import Deadlines
-from ..driver import Program, Tx, ex, placeholders, q, q1
+from ..driver import Program, Row, Tx, ex, placeholders, q, q1
 from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
 from ..wakes import Wake
 from .events import EVENT_INSERT, append_events, event_text
@@ -48,25 +48,45 @@ RUN_INSERT = (
 )
 
 
-def start_workflow(tx: Tx, req: StartRequest, now: float) -> Program[StartResult]:
-    """Start an instance, honouring its id-reuse policy."""
+def start_workflow(tx: Tx, req: StartRequest, now: float,
+                   run_id: str | None = None) -> Program[StartResult]:
+    """Start an instance, honouring its id-reuse policy. `run_id`: the new
+    run's id, fixed by the caller across retries (`reuse`)."""
     existing = yield q1(
         "SELECT workflow_id, current_run_id, status FROM workflows "
         "WHERE namespace = ? AND workflow_id = ?" + tx.lock,
         req.namespace, req.workflow_id,
     )
+    run_id = run_id or new_id()
     if existing is not None:
-        is_open = existing["status"] in OPEN_STATUSES
-        if is_open and req.id_reuse == "return_existing_active":
-            return StartResult(existing["current_run_id"], False, existing["status"])
-        if is_open or req.id_reuse != "allow_duplicate_failed_only" or (
-            existing["status"] == RunStatus.COMPLETED
-        ):
-            raise WorkflowAlreadyStarted(req.workflow_id, existing["current_run_id"])
-    run_id = new_id()
+        known = reuse(req, run_id, existing)
+        if known is not None:
+            return known
     execution_deadline = plus(now, req.execution_timeout)
     yield from insert_run(tx, req, run_id, 1, now, execution_deadline, replace=existing is not None)
     return StartResult(run_id, True, RunStatus.PENDING)
+
+
+def reuse(req: StartRequest, run_id: str, existing: Row) -> StartResult | None:
+    """What an instance already there (its row: ``current_run_id``, ``status``)
+    means for a start of run `run_id`: its answer, or None when the start may
+    replace it (`req.id_reuse`); raises `WorkflowAlreadyStarted` when the
+    policy refuses the id.
+
+    An instance whose current run is `run_id` is this very start, recorded by
+    an attempt whose answer was lost (a self-committing statement whose
+    connection broke, `durable.store.fastpath.start_in_one`): it started.
+    """
+    if existing["current_run_id"] == run_id:
+        return StartResult(run_id, True, existing["status"])
+    is_open = existing["status"] in OPEN_STATUSES
+    if is_open and req.id_reuse == "return_existing_active":
+        return StartResult(existing["current_run_id"], False, existing["status"])
+    if is_open or req.id_reuse != "allow_duplicate_failed_only" or (
+        existing["status"] == RunStatus.COMPLETED
+    ):
+        raise WorkflowAlreadyStarted(req.workflow_id, existing["current_run_id"])
+    return None
 
 
 def insert_run(
@@ -81,29 +101,46 @@ def insert_run(
     new_instance: bool = True,
 ) -> Program[None]:
     """Insert a run (and its instance when new) plus its WorkflowStarted event."""
-    run_deadline = plus(now, req.run_timeout)
-    cleanup_deadline = None
-    if req.cancellation is not None:
-        cleanup_deadline = req.cancellation.get("deadline_at")
-    deadlines = Deadlines(execution_deadline, run_deadline, cleanup_deadline)
+    workflow_row, run_row, started = new_run_rows(req, run_id, run_number, now,
+                                                  execution_deadline)
     if new_instance:
         if replace:
             yield ex(
                 "DELETE FROM workflows WHERE namespace = ? AND workflow_id = ?",
                 req.namespace, req.workflow_id,
             )
-        yield ex(
-            WORKFLOW_INSERT, req.namespace, req.workflow_id, req.workflow_type, run_id,
-            RunStatus.PENDING.value, req.execution_timeout, execution_deadline, 1, req.memo, now,
-        )
+        yield ex(WORKFLOW_INSERT, *workflow_row)
     else:
         yield ex(
             "UPDATE workflows SET current_run_id = ?, run_count = run_count + 1, "
             "status = 'pending' WHERE namespace = ? AND workflow_id = ?",
             run_id, req.namespace, req.workflow_id,
         )
-    yield ex(
-        RUN_INSERT,
+    yield ex(RUN_INSERT, *run_row)
+    # the new run's first event: its counter was inserted at 1 above (one round
+    # trip less than append_events' counter update, on every start)
+    yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, started)
+    tx.wake(Wake.runs(req.namespace, req.task_queue))
+    return None
+
+
+def new_run_rows(
+    req: StartRequest, run_id: str, run_number: int, now: float,
+    execution_deadline: float | None,
+) -> tuple[tuple[Any, ...], tuple[Any, ...], str]:
+    """A new run's rows: the parameters of `WORKFLOW_INSERT` (its instance's,
+    when new) and of `RUN_INSERT`, and its WorkflowStarted event's data (the
+    event is numbered 1). Every path that starts a run stores these."""
+    run_deadline = plus(now, req.run_timeout)
+    cleanup_deadline = None
+    if req.cancellation is not None:
+        cleanup_deadline = req.cancellation.get("deadline_at")
+    deadlines = Deadlines(execution_deadline, run_deadline, cleanup_deadline)
+    workflow_row = (
+        req.namespace, req.workflow_id, req.workflow_type, run_id, RunStatus.PENDING.value,
+        req.execution_timeout, execution_deadline, 1, req.memo, now,
+    )
+    run_row = (
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
         req.task_queue, RunStatus.PENDING.value, req.input, req.parent_run_id,
         req.parent_workflow_id, req.parent_op_id,
@@ -130,11 +167,7 @@ def insert_run(
     if req.schedule_id is not None:
         data["schedule_id"] = req.schedule_id
         data["scheduled_at"] = to_iso(req.scheduled_at)
-    # the new run's first event: its counter was inserted at 1 above (one round
-    # trip less than append_events' counter update, on every start)
-    yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, event_text(data))
-    tx.wake(Wake.runs(req.namespace, req.task_queue))
-    return None
+    return workflow_row, run_row, event_text(data)
 
 
 def get_run(namespace: str, workflow_id: str, run_id: str | None) -> Program[RunRecord | None]:
