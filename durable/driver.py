@@ -277,6 +277,24 @@ def runs_shielded(driver: object) -> bool:
     return getattr(type(driver), "runs_shielded", False) is True
 
 
+def urgent(program: ProgramFactory[T]) -> ProgramFactory[T]:
+    """Mark `program` as one whose caller keeps time: the watchdog's pass,
+    which records a deadline as enforced at the instant it runs. A driver
+    that serves transactions one after another (SQLite's database thread)
+    may run it ahead of the others queued with it, in a transaction of its
+    own, and hand its outcome back before theirs; any other may ignore the
+    mark. Why: a deadline that falls while the watchdog's pass is on its way
+    waits for the next pass (docs/benchmarks.md, "Heartbeat-timeout lateness
+    tail")."""
+    program.durable_urgent = True  # type: ignore[attr-defined]
+    return program
+
+
+def is_urgent(program: object) -> bool:
+    """Whether `program` was marked by `urgent`."""
+    return getattr(program, "durable_urgent", False) is True
+
+
 _registered: dict[str, Callable[..., Driver]] = {}
 
 

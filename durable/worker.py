@@ -578,8 +578,10 @@ class Worker:
 
             async def until_trigger() -> None:
                 nonlocal woken
-                woken = await self._watchdog_trigger.wait(self.poll_interval) is not None
+                if await self._watchdog_trigger.wait(self.poll_interval) is None:
+                    return  # the fallback poll: enforce
                 await anyio.sleep(WATCHDOG_COALESCE)  # a burst of wake-ups: one read
+                woken = True  # a deadline due meanwhile ends the wait first: no re-read
 
             # the first to finish ends the others (leaving no cyclic garbage: race.py)
             await first_of(*(

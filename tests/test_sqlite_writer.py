@@ -24,7 +24,7 @@ from durable_sqlite._writer import Call
 
 import durable
 from durable import workflow
-from durable.driver import Dialect, Program, Tx, Wake, ex, q, q1
+from durable.driver import Dialect, Program, Tx, Wake, ex, q, q1, urgent
 
 pytestmark = pytest.mark.anyio
 
@@ -234,6 +234,42 @@ async def test_callers_of_a_drain_resume_in_queue_order_one_round_apart(
             await queued_behind_gate(driver, gate, k + 1)
         gate.release()
     assert order == [f"{who} {k}" for k in range(4) for who in ("caller", "task of")]
+
+
+async def test_an_urgent_program_runs_first_in_its_drain_alone_and_its_caller_resumes_first(
+    driver: SQLiteDriver,
+) -> None:
+    """The watchdog's pass (`durable.driver.urgent`) is served ahead of the
+    calls queued with it, in a transaction of its own, and its caller resumes
+    before theirs: the instant it records does not wait for them."""
+    gate = Gate()
+    order: list[str] = []
+    seen: list[int] = []
+
+    def count(tx: Tx) -> Program[int]:
+        n = yield from _count()
+        seen.append(n)
+        return n
+
+    async def one(name: str, program: Callable[[Tx], Program[int]]) -> None:
+        await driver.run(program)
+        order.append(name)
+
+    before = driver.stats
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gate.hold, driver)
+        await anyio.to_thread.run_sync(gate.started.wait, 10)
+        queued = [("insert 1", insert(1)), ("insert 2", insert(2)),
+                  ("urgent", urgent(count)), ("insert 3", insert(3))]
+        for i, (name, program) in enumerate(queued):
+            tg.start_soon(one, name, program)
+            await queued_behind_gate(driver, gate, i + 1)
+        gate.release()
+    assert seen == [0]  # ahead of the inserts queued before it
+    assert order == ["urgent", "insert 1", "insert 2", "insert 3"]
+    # the gate's, the urgent program's, the rest's
+    assert driver.stats.transactions - before.transactions == 3
+    assert await keys(driver) == [1, 2, 3]
 
 
 async def test_callers_resume_in_queue_order_across_drains() -> None:

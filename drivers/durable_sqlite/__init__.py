@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 
 from durable import _validate
-from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub
+from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub, is_urgent
 from durable.errors import ConfigurationError
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
@@ -281,7 +281,8 @@ class SQLiteDriver:
         writer = self._writer
         if writer is None or self._closing or writer.stopped:
             raise _closed(self.url)
-        call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write)
+        call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write,
+                    urgent=is_urgent(program))
         # `_call`'s shielded wait, in this frame (one await layer less on
         # every commit: each is paid again at the suspension and the resume)
         writer.queue.put(call)

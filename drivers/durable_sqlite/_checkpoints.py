@@ -21,15 +21,23 @@ The policy (`Checkpoints`, driven by the database thread; defaults from
   ``wal_limit / 4``, the database thread runs ``PRAGMA
   wal_checkpoint(RESTART)`` on its own connection between two drains: at
   the first quiet point (nothing queued for 20 ms, `_writer.QUIET_GRACE`:
-  not in the instant a caller's next transaction is on its way), or at the
-  end of the next drain
-  whatever is queued once the file passes ``wal_limit / 2`` (waiting for a
-  running passive checkpoint to end first: two cannot run at once, and
-  none starts while a reset is due). Nothing of
-  this process can append while it runs, so it copies the tail the last
-  passive checkpoint had not seen (a few hundred frames: two fsyncs, 5-30 ms
-  measured on the 2-core machine, against 45-75 ms for a whole 2,000-frame
-  checkpoint) and the next write starts the log at its beginning. It waits
+  not in the instant a caller's next transaction is on its way; one where a
+  passive checkpoint still runs is let pass), or at the end of the next
+  drain whatever is queued once the file passes ``wal_limit / 2`` (waiting
+  for a running passive checkpoint to end first: two cannot run at once). Nothing
+  of this process can append while it runs, so it copies the tail the last
+  passive checkpoint had not seen, and takes the longer the longer that
+  tail (measured: 88 frames 1.6 ms, 456 frames 14 ms, 1,710 frames 16 ms,
+  5,135 frames 40 ms); the next write starts the log at its beginning.
+  While a reset is due the passive checkpoints come four times as often
+  (every ``checkpoint_every / 4`` programs), so that whenever it comes the
+  tail is short, and often SQLite starts the log over by itself first (a
+  write that begins after a passive checkpoint copied all of it, with no
+  reader in the log, does). (They used to stop while a reset was due: where 20 ms of
+  quiet never come, every reset was forced and copied what half the limit
+  had held since the last one, 17-32 ms in which no transaction ran, six
+  times in the 12 s of the heartbeat-timeout benchmark: docs/benchmarks.md,
+  "Heartbeat-timeout lateness tail".) It waits
   at most `RESET_WAIT` for another process's writer or readers (SQLite's
   busy handler); if they hold on longer it gives up, counts
   ``wal_resets_blocked`` and tries again ``checkpoint_every`` programs
@@ -115,7 +123,7 @@ class Checkpoints:
         self._writes = 0  # committed write programs since the last passive checkpoint
         self._since_blocked: int | None = None  # programs since a blocked reset
         self._look = False  # look at the file's size after the next drain
-        self._due = False  # a reset is due: no new passive checkpoint meanwhile
+        self._due = False  # a reset is due: passive checkpoints come more often
         self._over = False  # warned that the file is over the limit
         self._passive: threading.Thread | None = None
         self.checkpoints = 0
@@ -143,13 +151,14 @@ class Checkpoints:
     def committed(self, programs: int) -> None:
         """After a COMMIT: count write programs (not transactions, so a
         passive checkpoint comes every `every` programs' worth of log however
-        they were grouped) and start one when due (not while a reset is due:
-        two checkpoints cannot run at once, and the reset copies what is left)."""
+        they were grouped) and start one when due: every `every / 4` while a
+        reset is due, so that the reset, which stops every transaction while
+        it copies what no passive checkpoint has, finds little left."""
         self._look = True
         if self._since_blocked is not None:
             self._since_blocked += programs
         self._writes += programs
-        if self._writes < self.every or self._due:
+        if self._writes < ((self.every // 4 or 1) if self._due else self.every):
             return
         if self._passive is not None and self._passive.is_alive():
             return
@@ -189,8 +198,8 @@ class Checkpoints:
         passive = self._passive
         if passive is not None and passive.is_alive():
             if not forced:
-                return  # it ends soon (none starts while a reset is due)
-            passive.join()  # two checkpoints cannot run at once
+                return  # it ends soon: not a quiet point to stall in
+            passive.join()  # two cannot run at once; it has little to copy
         self._look = False
         self._reset(conn, size)
 

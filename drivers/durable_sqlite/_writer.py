@@ -12,7 +12,9 @@ their event loop per drain (asyncio: ``loop.call_soon_threadsafe``; trio:
 Why: a commit on SQLite costs one fsync with ``synchronous=FULL`` and a
 thread hop each way in any mode; both are paid once per drain instead of
 once per program, while the loop never waits on SQLite (busy_timeout waits
-stay on this thread).
+stay on this thread). A call marked urgent (`durable.driver.urgent`: the
+watchdog's pass) is served first, in a transaction of its own, and its
+caller woken before the rest of its drain runs (`Writer._serve_urgent`).
 
 Failure rules (a drain's transaction):
 
@@ -36,6 +38,10 @@ Failure rules (a drain's transaction):
   class SQLite answers with a full rollback), the programs that had already
   succeeded in it certainly did not commit: they are run again from their
   factories in a new transaction (the `Driver.run` contract allows it).
+
+Kept whole: one thread's loop and the rules of its transactions (grouping,
+savepoints, what each failure does to whom, the order callers resume in);
+split apart, each part would have to restate the others' invariants.
 """
 
 from __future__ import annotations
@@ -179,6 +185,7 @@ class Call(Generic[T]):
         "soon",
         "turns",
         "tx",
+        "urgent",
         "value",
         "woken",
         "write",
@@ -186,9 +193,10 @@ class Call(Generic[T]):
 
     def __init__(self, event: _Waiter, notify: Notify, soon: Notify, *,
                  factory: ProgramFactory[T] | None = None, tx: Tx | None = None,
-                 write: bool = True,
+                 write: bool = True, urgent: bool = False,
                  fn: Callable[[sqlite3.Connection | None], T] | None = None):
         self.factory = factory
+        self.urgent = urgent  # served first in its drain (`Writer._serve_urgent`)
         self.tx = tx
         self.program: Program[T] | None = (
             factory(tx) if factory is not None and tx is not None else None)
@@ -337,6 +345,7 @@ class Writer:
                 batch.append(get_nowait())  # queue.Empty raised and caught per drain
             calls: list[Call[Any]] = []
             late: list[Call[Any]] = []
+            urgent = False
             for item in batch:
                 if item is _STOP:
                     stopping = True
@@ -344,6 +353,9 @@ class Writer:
                     late.append(item)  # put after close: only from another thread
                 else:
                     calls.append(item)
+                    urgent = urgent or item.urgent
+            if urgent and not stopping and len(calls) > 1:
+                calls = self._serve_urgent(calls)
             try:
                 self._serve_calls(calls)
             except BaseException as exc:  # a bug here must not leave callers waiting
@@ -370,6 +382,31 @@ class Writer:
                         # the quiet must last (the size is read again after it)
                         quiet, size = self._quiet_lasts(), None
                     checkpoints.after_drain(self.conn, quiet=quiet, size=size)
+
+    def _serve_urgent(self, calls: list[Call[Any]]) -> list[Call[Any]]:
+        """Serve a drain's urgent calls (`durable.driver.urgent`: the
+        watchdog's pass) first, in a transaction of their own, and wake their
+        callers before the others run; the others are returned.
+
+        Why: the watchdog records a deadline as enforced at the instant its
+        transaction runs, and one that falls while its pass is on its way
+        waits for the next pass (docs/benchmarks.md, "Heartbeat-timeout
+        lateness tail"). Every call of a drain was queued before any of them
+        was served, so serving some first is an order they could have been
+        queued in; callers resume in the order they ran, as always (`Turns`).
+        """
+        first = [call for call in calls if call.urgent]
+        if len(first) == len(calls):
+            return calls
+        try:
+            self._serve_calls(first)
+        except BaseException as exc:  # a bug here must not leave callers waiting
+            for call in first:
+                if call.error is None and call.value is None:
+                    call.error = exc
+        self.drains += 1
+        self._complete(first)
+        return [call for call in calls if not call.urgent]
 
     def _quiet_lasts(self) -> bool:
         """Whether nothing is queued for `QUIET_GRACE` seconds (what came meanwhile

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..driver import Driver, WakeHub, runs_shielded
+from ..driver import Driver, WakeHub, runs_shielded, urgent
 from ..failure import Failure
 from . import (
     activities,
@@ -262,8 +262,8 @@ class Store:
                             ) -> deadlines.WatchPass:
         """Enforce every deadline due at `clock()` read inside the transaction,
         and when something is next due, in one transaction."""
-        return await self.driver.run(
-            lambda tx: deadlines.watchdog_pass(tx, namespace, clock))
+        return await self.driver.run(  # served first where a driver can (`urgent`)
+            urgent(lambda tx: deadlines.watchdog_pass(tx, namespace, clock)))
 
     # ---------------------------------------------------------------- control
 
