@@ -27,7 +27,7 @@ core code never imports a driver module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
@@ -103,6 +103,14 @@ class Dialect:
     #: a claim, a group of runs' events and a group commit are one statement
     #: each (`durable.store.fastpath`); SQLite, MariaDB: no
     writable_cte = False
+    #: `local_steps_group` runs inside the commit's transaction (never
+    #: ``autocommit``) and gives None for a run that failed its fence, and
+    #: the database has no row locks to order (SQLite's write lock covers
+    #: all): a group commit then records its runs of local steps only with
+    #: that program and its other runs by the general path, in the same
+    #: transaction (`durable.store.commit`). Without it a group takes the
+    #: group program only when every run in it is local steps only.
+    steps_group_mixed = False
     #: array parameters joined ``LATERAL`` (``unnest(CAST(? AS TEXT[]))``): a
     #: read of a batch's rows by key is then one statement of fixed text whose
     #: plan probes the key for each element whatever the planner's statistics
@@ -160,17 +168,20 @@ class Dialect:
 
     def local_steps_group(
         self, batches: list[RunWrites], now: float
-    ) -> Program[list[CommitResult]] | None:
-        """A one-round-trip program recording SEVERAL runs' batches of successful
-        local steps (a group commit), one result per batch in order, or None to
-        record them run by run (the default).
+    ) -> Program[Sequence[CommitResult | None]] | None:
+        """A program recording SEVERAL runs' batches of successful local steps
+        (a group commit) in a few statements, one result per batch in order,
+        or None to record them run by run (the default).
 
         Called only when every batch passes `RunWrites.local_steps_only`. Each
         run is fenced on its own, as `local_steps` would fence it alone: a run
-        whose fence fails gets ``CommitResult(run_id, False)`` and nothing of
-        it is recorded, whatever the others get. Its statement must be the
-        program's only one and commit on its own (``autocommit``), and must
-        lock the runs in run_id order (the store's lock order).
+        whose fence fails has nothing of it recorded, whatever the others
+        get, and its result is ``CommitResult(run_id, False)``, or None when
+        the program does not commit on its own: the general path then runs
+        for that run in the same transaction and gives the precise outcome.
+        It must lock the runs in run_id order (the store's lock order). A
+        self-committing (``autocommit``) statement must be the program's only
+        one.
         """
         return None
 

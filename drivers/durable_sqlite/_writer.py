@@ -356,12 +356,7 @@ class Writer:
                     urgent = urgent or item.urgent
             if urgent and not stopping and len(calls) > 1:
                 calls = self._serve_urgent(calls)
-            try:
-                self._serve_calls(calls)
-            except BaseException as exc:  # a bug here must not leave callers waiting
-                for call in calls:
-                    if call.error is None and call.value is None:
-                        call.error = exc
+            self._serve_guarded(calls)
             if stopping:
                 self._close()
                 self.stopped = True
@@ -383,6 +378,16 @@ class Writer:
                         quiet, size = self._quiet_lasts(), None
                     checkpoints.after_drain(self.conn, quiet=quiet, size=size)
 
+    def _serve_guarded(self, calls: list[Call[Any]]) -> None:
+        """`_serve_calls`, where a bug of ours becomes each unserved caller's
+        error: it must not leave callers waiting."""
+        try:
+            self._serve_calls(calls)
+        except BaseException as exc:
+            for call in calls:
+                if call.error is None and call.value is None:
+                    call.error = exc
+
     def _serve_urgent(self, calls: list[Call[Any]]) -> list[Call[Any]]:
         """Serve a drain's urgent calls (`durable.driver.urgent`: the
         watchdog's pass) first, in a transaction of their own, and wake their
@@ -398,12 +403,7 @@ class Writer:
         first = [call for call in calls if call.urgent]
         if len(first) == len(calls):
             return calls
-        try:
-            self._serve_calls(first)
-        except BaseException as exc:  # a bug here must not leave callers waiting
-            for call in first:
-                if call.error is None and call.value is None:
-                    call.error = exc
+        self._serve_guarded(first)
         self.drains += 1
         self._complete(first)
         return [call for call in calls if not call.urgent]

@@ -7,7 +7,10 @@ statements and ~100 µs of Python per step inside the transaction. With
 ``UPDATE ... RETURNING`` (SQLite 3.35 and later) the fence and the event
 counter are one statement, followed by one ``executemany`` for the ops and
 one for the events, whatever the number of steps in the batch
-(`durable.store.fastpath`, which every driver shares).
+(`durable.store.fastpath`, which every driver shares). A group commit's
+runs of local steps only are one such UPDATE each, then one ``executemany``
+for all their ops and one for all their events, whatever else rides in the
+transaction (`local_steps_group`, `steps_group_mixed`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ class SQLiteDialect(Dialect):
 
     # SQLITE_MAX_VARIABLE_NUMBER's default: 32766 since 3.32.0, 999 before
     max_params = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+    #: a group commit's runs of local steps only go through `local_steps_group`
+    #: even when other runs ride in the same transaction (with 100 runs
+    #: stepping at once nearly every group holds a run that starts or closes)
+    steps_group_mixed = True
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool
@@ -36,3 +43,13 @@ class SQLiteDialect(Dialect):
         if not HAS_RETURNING:
             return None
         return fastpath.local_steps(self, batch, now, autocommit=False)
+
+    def local_steps_group(
+        self, batches: list[RunWrites], now: float
+    ) -> Program[list[CommitResult | None]] | None:
+        # one cached UPDATE a run, then one executemany each for every run's
+        # ops and events (`fastpath.local_steps_group_returning`): a group of
+        # k runs was 3k statements, run by run
+        if not HAS_RETURNING:
+            return None
+        return fastpath.local_steps_group_returning(batches, now)

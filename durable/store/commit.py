@@ -455,22 +455,31 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         result = yield from _fast_local_steps(tx, batches[0], now, autocommit=True)
         if result is not None:
             return [result]
-    if len(batches) > 1 and all(b.local_steps_only() for b in batches):
-        group = tx.dialect.local_steps_group(batches, now)
-        if group is not None:  # every run's steps, each fenced, in one statement
-            return (yield from group)
     results: list[CommitResult | None] = [None] * len(batches)
-    yield from _lock_attempts_to_stop(tx, batches)
     fast = not alone  # (a lone batch has had its fast path tried above)
     steps = [i for i, b in enumerate(batches) if b.local_steps_only()]
-    if len(steps) > 1 and tx.dialect.writable_cte:
+    grouped_here = False
+    if len(steps) > 1 and (len(steps) == len(batches) or tx.dialect.steps_group_mixed):
+        group = tx.dialect.local_steps_group([batches[i] for i in steps], now)
+        if group is not None:  # the runs' steps, each fenced, in a few statements
+            grouped = yield from group
+            if len(steps) == len(batches) and all(r is not None for r in grouped):
+                return [r for r in grouped if r is not None]  # (all of them)
+            # the others, and a run whose fence failed in the group (None:
+            # nothing of it written; the general path below gives the precise
+            # outcome), in this transaction
+            for index, result in zip(steps, grouped, strict=True):
+                results[index] = result
+            grouped_here, fast = True, False
+    yield from _lock_attempts_to_stop(tx, batches)
+    if len(steps) > 1 and tx.dialect.writable_cte and not grouped_here:
         # a group with other writes: its runs' local steps in one statement,
         # which locks every run of the group first (the others' too, in order)
         chosen = set(steps)
-        grouped = yield from local_steps_in_group(
+        in_group = yield from local_steps_in_group(
             [batches[i] for i in steps], now,
             [b.run_id for i, b in enumerate(batches) if i not in chosen])
-        for index, result in zip(steps, grouped, strict=True):
+        for index, result in zip(steps, in_group, strict=True):
             if result.committed:  # (else: the general path below says why not)
                 results[index] = result
         fast = False

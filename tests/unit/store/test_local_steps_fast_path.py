@@ -10,7 +10,7 @@ included (a stale epoch, a closed run, a passed deadline).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,24 @@ class SpyDialect(SQLiteDialect):
             return result
 
         return counted()
+
+    def local_steps_group(self, batches: list[RunWrites], now: float
+                          ) -> Program[Sequence[CommitResult | None]] | None:
+        program = super().local_steps_group(batches, now)
+        if program is None:
+            return None
+        inner = program
+
+        def counted() -> Program[Sequence[CommitResult | None]]:
+            results = yield from inner
+            for batch, result in zip(batches, results, strict=True):
+                (self.declined if result is None else self.recorded).append(batch.run_id)
+            self.groups += 1
+            return results
+
+        return counted()
+
+    groups: int = 0  # group programs run (`fastpath.local_steps_group_returning`)
 
 
 @pytest.fixture
@@ -170,6 +188,43 @@ async def test_a_group_of_runs_takes_the_fast_path_run_by_run(
 
     await both(stores, scenario)
     assert len(spy(stores[0]).recorded) == 2  # b and c; a's timer took the general path
+    assert spy(stores[0]).groups == 1  # b and c in one group program, beside a's timer
+
+
+@needs_returning
+@pytest.mark.parametrize("refusal", ["stale_epoch", "passed_deadline", "closed"])
+async def test_a_run_refused_in_a_mixed_group_takes_the_general_path_in_the_transaction(
+    stores: tuple[Store, Store], refusal: str,
+) -> None:
+    """A group commit holding local-steps runs and a run with other writes: the
+    steps go through one group program; a run of it whose fence fails has
+    nothing written there and gets the general path's precise outcome in the
+    same transaction (a passed deadline is enforced at once), as run by run."""
+    async def scenario(store: Store) -> tuple[list[RunRecord], list[CommitResult]]:
+        a = await started_and_claimed(store, "a")
+        b = await started_and_claimed(store, "b", run_timeout=10.0)
+        await start(store, "c", task_queue="c")
+        c = (await claim_one(store, "w1", T0, lease=5.0, task_queue="c")).run
+        if refusal == "stale_epoch":
+            await claim_one(store, "w2", T0 + 6, task_queue="c")
+        if refusal == "closed":
+            await store.close_run_externally(NS, "c", None, RunStatus.TERMINATED, "test", T0 + 1)
+        now = T0 + 11 if refusal == "passed_deadline" else T0 + 4
+        results = await store.commit([
+            quiet(c, step("0:1", '"c"')),
+            RunWrites(a.run_id, a.epoch, [ScheduleTimer("0:1", T0 + 60, 59.0)]),
+            quiet(b, step("0:1", '"b"'), step("0:2", '"b2"')),
+        ], now)
+        return [c, a, b], results
+
+    results = await both(stores, scenario)
+    refused = {"stale_epoch": "c", "closed": "c", "passed_deadline": "b"}[refusal]
+    committed = [r.committed for r in results]
+    assert committed == [refused != "c", True, refused != "b"]
+    assert len(spy(stores[0]).declined) == 1 and spy(stores[0]).groups == 1
+    if refusal == "passed_deadline":
+        timed_out = await stores[0].get_run(NS, "b")
+        assert timed_out is not None and timed_out.status == RunStatus.TIMED_OUT
 
 
 class GroupDialect(SQLiteDialect):
