@@ -78,13 +78,16 @@ _OPEN_CHILDREN = f"SELECT 1 FROM runs WHERE parent_run_id = ? AND status IN {OPE
 #: whether a closing run has open work of each kind, in one read
 _OPEN_WORK = (f"SELECT EXISTS ({_OPEN_TASKS}) AS tasks, EXISTS ({_OPEN_OPS}) AS ops, "
               f"EXISTS ({_OPEN_CHILDREN}) AS children")
+#: what every close sets on the run's row (its parameters: status, result,
+#: failure, closed_at, closed_reason)
+_CLOSED_SET = ("status = ?, result = ?, failure = ?, closed_at = ?, closed_reason = ?, "
+               "owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL")
 #: `close_run`'s writes in one statement (`Dialect.writable_cte`), when the run
 #: has no open work: the run's row with its event counter, its events, its
 #: instance's row (`_close_in_one`)
 _CLOSE_SQL = (
-    "WITH closed AS (UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, "
-    "closed_reason = ?, owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, "
-    "deadline_at = NULL, cancellation = ?, event_seq = event_seq + CAST(? AS BIGINT) "
+    f"WITH closed AS (UPDATE runs SET {_CLOSED_SET}, cancellation = ?, "
+    "event_seq = event_seq + CAST(? AS BIGINT) "
     f"WHERE run_id = ? AND NOT EXISTS ({_OPEN_TASKS}) AND NOT EXISTS ({_OPEN_OPS}) "
     f"AND NOT EXISTS ({_OPEN_CHILDREN}) RETURNING event_seq), "
     "new_events AS (INSERT INTO events (run_id, seq, type, recorded_at, data) "
@@ -99,9 +102,8 @@ _CLOSE_SQL = (
 #: commit fences (`durable.store.fastpath.fence`), and only for a run whose
 #: close needs nothing of its row but its identity and has no open work
 _OWNED_CLOSE_SQL = (
-    "WITH closed AS (UPDATE runs SET status = ?, result = ?, failure = ?, closed_at = ?, "
-    "closed_reason = ?, owner = NULL, epoch = epoch + 1, lease_expires_at = NULL, "
-    "deadline_at = NULL, event_seq = event_seq + 1 WHERE run_id = ? AND "
+    f"WITH closed AS (UPDATE runs SET {_CLOSED_SET}, event_seq = event_seq + 1 "
+    "WHERE run_id = ? AND "
     + fence(epoch="CAST(? AS BIGINT)", now="CAST(? AS DOUBLE PRECISION)")
     + " AND cancellation IS NULL AND parent_run_id IS NULL AND schedule_id IS NULL "
     f"AND NOT EXISTS ({_OPEN_TASKS}) AND NOT EXISTS ({_OPEN_OPS}) "
@@ -186,9 +188,7 @@ def close_run(
     events.append(close_event)
     closed = yield from update_one_returning(
         tx.dialect, "runs",
-        "status = ?, result = ?, failure = ?, closed_at = ?, closed_reason = ?, owner = NULL, "
-        "epoch = epoch + 1, lease_expires_at = NULL, deadline_at = NULL, cancellation = ?, "
-        "event_seq = event_seq + ?",
+        f"{_CLOSED_SET}, cancellation = ?, event_seq = event_seq + ?",
         (status, result, dump_failure(failure), now, closed_reason, dumps(cancellation_record),
          len(events)), "run_id = ?", (run_id,), "event_seq", key="run_id", value=run_id)
     assert closed is not None  # (the run's row is locked in this transaction)
