@@ -80,6 +80,16 @@ class WakeKind(enum.StrEnum):
 
 _KINDS: dict[str, WakeKind] = {kind.value: kind for kind in WakeKind}
 
+#: The `data` of a ``RUNS`` wake-up whose commit made runs ready without giving
+#: any of them a deadline (starts without an execution, run or cleanup
+#: timeout). Why: every worker's watchdog re-read the namespace's next deadline
+#: on every ``RUNS`` wake-up, in case the new work brought an earlier one; on
+#: PostgreSQL every process of the queue hears every start, so N processes
+#: made N reads per start (0.2 -> 0.8 reads per step from 1 to 4 processes,
+#: docs/benchmarks.md). Other processes learn it from the notification
+#: (`"n"`, see `durable_postgres`); a wake-up without it still re-reads.
+NO_DEADLINE = "no_deadline"
+
 
 @dataclass(frozen=True)
 class Wake:
@@ -87,7 +97,8 @@ class Wake:
 
     `key` is the kind and what it names (see `WakeKind`). `data` may carry the
     changed record (an op's new outcome), so that its owner needs no extra
-    read; it is only ever set in-process.
+    read; records are only ever set in-process. The one exception crosses
+    processes: `NO_DEADLINE` on a ``RUNS`` wake-up (`heard`).
     """
 
     key: tuple[str, ...]
@@ -114,9 +125,11 @@ class Wake:
         return cls((WakeKind.RUN, run_id), data)
 
     @classmethod
-    def runs(cls, namespace: str, task_queue: str) -> Wake:
-        """Runs of this queue may be ready to claim."""
-        return cls((WakeKind.RUNS, namespace, task_queue))
+    def runs(cls, namespace: str, task_queue: str, *, deadline: bool = True) -> Wake:
+        """Runs of this queue may be ready to claim. `deadline=False`: what the
+        commit made ready brings no deadline (a start without timeouts), so a
+        watchdog need not look for an earlier one (`NO_DEADLINE`)."""
+        return cls((WakeKind.RUNS, namespace, task_queue), None if deadline else NO_DEADLINE)
 
     @classmethod
     def activities(cls, namespace: str, task_queue: str, task_id: str | None = None) -> Wake:
@@ -188,6 +201,12 @@ class Wake:
         (the namespace for ``RUNS``, ``ACTIVITIES``, ``REQUESTS``); "" for ``ANY``."""
         return self.key[1] if len(self.key) > 1 else ""
 
+    @property
+    def brings_deadline(self) -> bool:
+        """Whether a watchdog should look for an earlier deadline after this
+        wake-up: False only for a ``RUNS`` one marked `NO_DEADLINE`."""
+        return self.data is not NO_DEADLINE
+
     def matches(self, keys: Collection[tuple[str, ...]]) -> bool:
         """Whether a waiter for `keys` should look again: one of them is named,
         or another process committed something (`ANY`)."""
@@ -219,6 +238,17 @@ def address(key: tuple[str, ...]) -> tuple[str, ...] | None:
     if kind in _BY_QUEUE and len(key) == 3:
         return key
     return None
+
+
+def heard(keys: Iterable[tuple[tuple[str, ...], bool]]) -> list[Wake]:
+    """Remote wake-ups from (key, no deadline) pairs heard from other processes,
+    one per key in the order first heard; a key is `NO_DEADLINE` only if
+    every notification of it said so (one that did not may bring a deadline)."""
+    quiet: dict[tuple[str, ...], bool] = {}
+    for key, no_deadline in keys:
+        quiet[key] = quiet.get(key, True) and no_deadline
+    return [Wake(key, NO_DEADLINE if q and key[:1] == (WakeKind.RUNS.value,) else None,
+                 remote=True) for key, q in quiet.items()]
 
 
 WakeCallback = Callable[[Wake], None]

@@ -383,7 +383,8 @@ class Worker:
                 self.idle_queries.trigger()
             case WakeKind.RUNS:
                 self.runs.trigger.set(wake.remote)
-                self._watchdog_trigger.set()
+                if wake.brings_deadline:  # not a start without timeouts (NO_DEADLINE)
+                    self._watchdog_trigger.set()
             case WakeKind.ACTIVITIES:
                 if isinstance(wake.data, str) and not wake.remote:
                     self.remote.claim_mine(wake.data)  # a run here scheduled it

@@ -353,7 +353,46 @@ async def test_a_start_is_one_round_trip_that_wakes_the_queues_listeners(
         finally:
             await listener.close()
     assert len(sent) == 1 and sent[0].startswith("WITH existing AS")
-    assert heard == [{"o": driver.origin, "k": [["runs", client.namespace, "default"]]}]
+    # "n": the start brings no deadline (durable.wakes.NO_DEADLINE)
+    assert heard == [{"o": driver.origin, "k": [["runs", client.namespace, "default"]],
+                      "n": [0]}]
+
+
+async def test_a_start_tells_the_other_processes_whether_it_brings_a_deadline(
+        pg_urls: tuple[str, str], anyio_backend: str) -> None:
+    """Every process of a queue hears every start, and its watchdog re-read the
+    namespace's next deadline for each (N processes, N reads a start). A start
+    without timeouts says it brings none, so they do not; one with a timeout
+    does not say so, and they still look."""
+    from durable.wakes import Wake, WakeKind
+
+    async with durable.connect(pg_urls[0]) as starter, durable.connect(pg_urls[0]) as other:
+        heard: list[Wake] = []
+        connected = anyio.Event()
+
+        def on_wake(wake: Wake) -> None:
+            if wake.kind is WakeKind.ANY:
+                connected.set()  # its listener is connected: LISTENs sent
+            elif wake.kind is WakeKind.RUNS and wake.remote:
+                heard.append(wake)
+
+        other.driver.hub.subscribe(on_wake)
+        stop_wanting = other.driver.hub.want([Wake.runs(other.namespace, "default").key])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other.driver.watch)
+            with anyio.fail_after(10):
+                await connected.wait()
+                await starter.start(flow, 1, id="no-deadline")
+                while len(heard) < 1:
+                    await anyio.sleep(0.01)
+                await starter.start(flow, 1, id="timed", options=durable.StartOptions(
+                    execution_timeout=3600))
+                while len(heard) < 2:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        stop_wanting()
+    assert [w.key for w in heard] == [("runs", other.namespace, "default")] * 2
+    assert [w.brings_deadline for w in heard] == [False, True]
 
 
 async def test_a_one_statement_start_keeps_every_id_reuse_policy(

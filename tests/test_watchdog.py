@@ -93,3 +93,35 @@ async def test_a_deadline_that_falls_while_wake_ups_are_gathered_is_enforced_at_
         assert calls == ["watchdog_pass {'run_timeout': 1}"]  # no re-read before it
         with pytest.raises(durable.WorkflowTimedOut):
             await handle.result()
+
+
+class CountedTrigger(Trigger):
+    """The watchdog's trigger, counting who set it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self, remote: bool = False) -> None:
+        self.sets += 1
+        super().set(remote)
+
+
+@pytest.mark.parametrize("timeout", [None, HOUR], ids=["no timeout", "run timeout"])
+async def test_a_start_without_timeouts_does_not_make_the_watchdog_look_again(
+        timeout: float | None) -> None:
+    """A start's wake-up makes the queue's workers claim; it made the watchdog
+    re-read the next deadline too, in case the run brought an earlier one.
+    A start without timeouts brings none (`durable.wakes.NO_DEADLINE`): no
+    re-read (on PostgreSQL every process's watchdog heard every start)."""
+    clock = durable.VirtualClock(T0)
+    async with durable.connect("sqlite://:memory:", clock=clock) as client:
+        worker = durable.Worker(client, activities=[unused], poll_interval=HOUR)
+        trigger = worker._watchdog_trigger = CountedTrigger()
+        async with worker:
+            await worker.watchdog_poked.wait()
+            before = trigger.sets
+            options = durable.StartOptions(run_timeout=timeout)
+            handle = await client.start(sleeper, id="started", options=options)
+            assert trigger.sets - before == (0 if timeout is None else 1)
+            await handle.terminate("done")

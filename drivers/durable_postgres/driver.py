@@ -17,7 +17,7 @@ import functools
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import asyncpg
@@ -28,7 +28,7 @@ from durable.driver import Program, Tx, Wake
 from durable.errors import ConfigurationError
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements, table_names
-from durable.wakes import WakeKind, address
+from durable.wakes import WakeKind, address, heard
 
 from .connection import CONFLICT, CONNECTION_LOST, discard, drive, execute, no_reset
 from .dialect import PostgresDialect
@@ -310,17 +310,17 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         """The NOTIFY statements of a commit (`_notify_keys`)."""
         return self._notify_keys(self._sent(tx.wakes))
 
-    def _sent(self, wakes: Iterable[Wake]) -> Iterator[tuple[str, ...]]:
-        """The keys of these wake-ups that other processes are told of (see
-        `_notifications` for the ``ACTIVITIES`` ones a worker here claims)."""
-        return (wake.key for wake in wakes
+    def _sent(self, wakes: Iterable[Wake]) -> Iterator[Wake]:
+        """The wake-ups that other processes are told of (see `_notifications`
+        for the ``ACTIVITIES`` ones a worker here claims)."""
+        return (wake for wake in wakes
                 if not wake.local and not (wake.kind is WakeKind.ACTIVITIES
                                            and self.hub.claimed_here(wake.key)))
 
-    def _notify_keys(self, keys: Iterable[tuple[str, ...]]) -> str:
-        """NOTIFY statements of these keys (`_notifications`)."""
+    def _notify_keys(self, wakes: Iterable[Wake]) -> str:
+        """NOTIFY statements of these wake-ups (`_notifications`)."""
         return " ".join(f"NOTIFY {quote_ident(channel)}, {quote_literal(text)};"
-                        for channel, text in self._notifications(keys))
+                        for channel, text in self._notifications(wakes))
 
     def _notices(self, wakes: Iterable[Wake]) -> tuple[list[str], list[str]]:
         """`Tx.notices`: the channels and payloads of these wake-ups' notifications,
@@ -329,24 +329,33 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         pairs = self._notifications(self._sent(wakes))
         return [channel for channel, _ in pairs], [text for _, text in pairs]
 
-    def _notifications(self, keys: Iterable[tuple[str, ...]]) -> list[tuple[str, str]]:
+    def _notifications(self, wakes: Iterable[Wake]) -> list[tuple[str, str]]:
         """Notifications, as (channel, payload): one per channel, each key on the
         channel of its `address` (the schema's channel when it has none), with
-        the sending driver's id.
+        the sending driver's id, and in ``"n"`` the positions of the keys all
+        of whose wake-ups bring no deadline (`durable.wakes.NO_DEADLINE`: no
+        watchdog re-reads for them; a listener that does not know ``"n"``
+        re-reads, as before).
 
         A task queue's ``ACTIVITIES`` wake-up is not sent while a worker of
         this process takes that queue's attempts (`WakeHub.claimed_here`): it
         claims them on the local wake-up, and passes the baton (`announce`)
         when it leaves some behind. Sent, it made every process of the queue
         claim, all but one for nothing (issue 26)."""
-        by_channel: dict[str, dict[tuple[str, ...], None]] = {}
-        for key in keys:
+        by_channel: dict[str, dict[tuple[str, ...], bool]] = {}
+        for wake in wakes:
+            key = wake.key
             where = address(key)
             channel = self.channel if where is None else channel_for(self.channel, where)
-            by_channel.setdefault(channel, {})[key] = None
+            sent = by_channel.setdefault(channel, {})
+            sent[key] = sent.get(key, True) and not wake.brings_deadline
         notifications = []
-        for channel, keys in by_channel.items():
-            text = json.dumps({"o": self.origin, "k": list(keys)}, separators=(",", ":"))
+        for channel, quiet in by_channel.items():
+            message: dict[str, Any] = {"o": self.origin, "k": list(quiet)}
+            no_deadline = [i for i, q in enumerate(quiet.values()) if q]
+            if no_deadline:
+                message["n"] = no_deadline
+            text = json.dumps(message, separators=(",", ":"))
             if len(text) > _MAX_PAYLOAD:  # too many keys: everybody looks at everything
                 channel = self.channel
                 text = json.dumps({"o": self.origin, "k": [Wake.any().key]},
@@ -359,7 +368,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         outside any transaction (one round trip): a claimer that was woken
         here, and whose commit's notification was therefore not sent, passes
         the baton with it when it left work for others (`durable._runtime.claiming`)."""
-        text = self._notify_keys(wake.key for wake in wakes if not wake.local)
+        text = self._notify_keys(wake for wake in wakes if not wake.local)
         if not text:
             return
 
@@ -444,7 +453,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
                 wait = max(0.0, next_any - anyio.current_time())
                 keys, fresh, added = await self._call(functools.partial(
                     self._listener.next_batch, wait, self._wanted_channels()), shield=False)
-                wakes = [Wake(key, remote=True) for key in dict.fromkeys(keys)]
+                wakes = heard(keys)
                 if added:
                     wakes += [Wake(key, remote=True)
                               for where, wanted in list(self.hub.wanted.items())

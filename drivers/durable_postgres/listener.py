@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: put in the queue to end a wait early: the wanted channels changed
 _POKE = ("",)
+#: a key heard, and whether its notification said it brings no deadline
+Heard = tuple[tuple[str, ...], bool]
 #: at most this many LISTEN/UNLISTEN statements in one round trip
 _LISTEN_BATCH = 500
 
@@ -58,7 +60,8 @@ class Listener:
         self._origin = origin
         self._log = log
         self._conn: Connection | None = None
-        self._queue: asyncio.Queue[tuple[str, ...] | None] | None = None
+        #: (key, no deadline) pairs heard; None: the connection dropped
+        self._queue: asyncio.Queue[Heard | None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._failures = 0
         #: the address channels listened on now (the schema's channel aside)
@@ -73,10 +76,12 @@ class Listener:
             if message.get("o") == self._origin:
                 return  # our own commit: already published, with its op records
             keys = [tuple(str(part) for part in key) for key in message["k"]]
+            # the keys whose wake-ups bring no deadline (durable.wakes.NO_DEADLINE)
+            quiet = {int(i) for i in message.get("n", ())}
         except (ValueError, KeyError, TypeError, AttributeError):
-            keys = [Wake.any().key]
-        for key in keys:
-            self._queue.put_nowait(key)
+            keys, quiet = [Wake.any().key], set()
+        for i, key in enumerate(keys):
+            self._queue.put_nowait((key, i in quiet))
 
     def _on_terminated(self, conn: object) -> None:
         if self._queue is not None:
@@ -88,7 +93,7 @@ class Listener:
         loop, queue = self._loop, self._queue
         if loop is not None and queue is not None:
             try:
-                loop.call_soon_threadsafe(queue.put_nowait, _POKE)
+                loop.call_soon_threadsafe(queue.put_nowait, (_POKE, False))
             except RuntimeError:  # its loop closed (the driver closes): nothing to poke
                 pass
 
@@ -137,8 +142,9 @@ class Listener:
         self.listens += len(statements)
 
     async def next_batch(self, wait: float, wanted: frozenset[str]
-                         ) -> tuple[list[tuple[str, ...]], bool, frozenset[str]]:
-        """Keys notified within `wait` seconds; whether we (re)connected, in which
+                         ) -> tuple[list[Heard], bool, frozenset[str]]:
+        """Keys notified within `wait` seconds, each with whether its notification
+        said it brings no deadline (`durable.wakes.heard`); whether we (re)connected, in which
         case notifications may have been missed and the caller publishes
         `Wake.any()`; and the `wanted` channels listened on since the last call
         (a notification sent before may have been missed: the caller
@@ -173,7 +179,7 @@ class Listener:
             return [], False, frozenset()
         return self._drain([first]), False, frozenset()
 
-    def _drain(self, items: list[tuple[str, ...] | None]) -> list[tuple[str, ...]]:
+    def _drain(self, items: list[Heard | None]) -> list[Heard]:
         """What the queue holds, after `items`; a dropped connection is closed,
         to be opened again by the next call."""
         assert self._queue is not None
@@ -183,7 +189,7 @@ class Listener:
             if self._conn is not None:
                 self._conn.terminate()
             self._conn = None
-        return [key for key in items if key is not None and key != _POKE]
+        return [item for item in items if item is not None and item[0] != _POKE]
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -34,7 +34,6 @@ import re
 from typing import Any
 
 from ..driver import Dialect, Program, Row, Stmt, Tx, ex, many, placeholders, q, q1
-from ..wakes import Wake
 from .events import EVENT_INSERT, Event, append_events, event_text, local_step_events
 from .records import (
     RUN_COLUMNS,
@@ -53,7 +52,7 @@ from .records import (
     run_from_row,
 )
 from .returning import update_one_returning
-from .runs import RUN_INSERT, WORKFLOW_INSERT, new_run_rows, reuse
+from .runs import RUN_INSERT, WORKFLOW_INSERT, new_run_rows, reuse, start_wake
 from .writes import RecordLocalActivity, RunWrites
 
 #: a local activity's op row; `local_op_row` gives its parameters (shared with
@@ -560,15 +559,15 @@ def start_in_one(tx: Tx, req: StartRequest, run_id: str,
     once: the second's INSERT meets the first's key and is rolled back
     (unique violation, a conflict the driver retries), as in the general path.
     """
-    wake = Wake.runs(req.namespace, req.task_queue)
+    execution_deadline = plus(now, req.execution_timeout)
+    wake = start_wake(req, now, execution_deadline)
     channels: list[str] = []
     payloads: list[str] = []
     if tx.notices is None:  # the driver tells the others (a transaction of its own)
         tx.wake(wake)
     else:
         channels, payloads = tx.notices([wake])
-    workflow_row, run_row, started = new_run_rows(
-        req, run_id, 1, now, plus(now, req.execution_timeout))
+    workflow_row, run_row, started = new_run_rows(req, run_id, 1, now, execution_deadline)
     row = yield Stmt(_START_SQL, (req.namespace, req.workflow_id, *workflow_row, *run_row,
                                   now, started, channels, payloads), "one", autocommit=True)
     assert row is not None  # (a SELECT FROM (SELECT 1) always has its row)

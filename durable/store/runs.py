@@ -120,8 +120,25 @@ def insert_run(
     # the new run's first event: its counter was inserted at 1 above (one round
     # trip less than append_events' counter update, on every start)
     yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, started)
-    tx.wake(Wake.runs(req.namespace, req.task_queue))
+    tx.wake(start_wake(req, now, execution_deadline))
     return None
+
+
+def start_wake(req: StartRequest, now: float, execution_deadline: float | None) -> Wake:
+    """The ``RUNS`` wake-up of a start: `NO_DEADLINE` when the new run has no
+    deadline (`Deadlines.earliest` of `new_run_rows` is None), so that no
+    watchdog re-reads for it (`durable.wakes.NO_DEADLINE`)."""
+    return Wake.runs(req.namespace, req.task_queue,
+                     deadline=_deadlines(req, now, execution_deadline).earliest is not None)
+
+
+def _deadlines(req: StartRequest, now: float, execution_deadline: float | None) -> Deadlines:
+    """A new run's deadlines: execution, run (from its timeout) and cleanup (a
+    child started under a parent's cooperative cancellation request)."""
+    cleanup_deadline = None
+    if req.cancellation is not None:
+        cleanup_deadline = req.cancellation.get("deadline_at")
+    return Deadlines(execution_deadline, plus(now, req.run_timeout), cleanup_deadline)
 
 
 def new_run_rows(
@@ -131,11 +148,8 @@ def new_run_rows(
     """A new run's rows: the parameters of `WORKFLOW_INSERT` (its instance's,
     when new) and of `RUN_INSERT`, and its WorkflowStarted event's data (the
     event is numbered 1). Every path that starts a run stores these."""
-    run_deadline = plus(now, req.run_timeout)
-    cleanup_deadline = None
-    if req.cancellation is not None:
-        cleanup_deadline = req.cancellation.get("deadline_at")
-    deadlines = Deadlines(execution_deadline, run_deadline, cleanup_deadline)
+    deadlines = _deadlines(req, now, execution_deadline)
+    run_deadline, cleanup_deadline = deadlines.run, deadlines.cleanup
     workflow_row = (
         req.namespace, req.workflow_id, req.workflow_type, run_id, RunStatus.PENDING.value,
         req.execution_timeout, execution_deadline, 1, req.memo, now,

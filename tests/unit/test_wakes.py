@@ -183,3 +183,18 @@ async def until_waiting(hub: WakeHub, n: int) -> None:
     with anyio.fail_after(30):  # a test that fails, never one that spins for ever
         while hub.waiting != n:
             await anyio.lowlevel.checkpoint()
+
+
+def test_a_runs_wake_up_says_whether_it_brings_a_deadline() -> None:
+    assert Wake.runs("ns", "q").brings_deadline
+    quiet = Wake.runs("ns", "q", deadline=False)
+    assert quiet.key == ("runs", "ns", "q") and not quiet.brings_deadline
+    assert Wake.run("r1", {"not": "a marker"}).brings_deadline
+
+
+def test_heard_wake_ups_bring_no_deadline_only_if_every_notification_said_so() -> None:
+    runs, other = ("runs", "ns", "q"), ("runs", "ns", "q2")
+    got = wakes.heard([(runs, True), (other, True), (runs, False), (("any",), True)])
+    assert [w.key for w in got] == [runs, other, ("any",)]  # one each, first heard first
+    assert [w.brings_deadline for w in got] == [True, False, True]
+    assert all(w.remote for w in got)
