@@ -39,7 +39,7 @@ from ._log import get_logger
 from ._registry import Registry
 from ._retention import RetentionKeeper
 from ._runtime import attempts
-from ._runtime.claiming import ClaimLoop, Trigger
+from ._runtime.claiming import ClaimLoop, RunClaims, Trigger
 from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
@@ -152,7 +152,7 @@ class Worker:
         self.workflows = self.registry.workflows
         self.activities = self.registry.activities
         self.executors: dict[str, RunExecutor] = {}
-        self.committer = Committer(self.store.commit, self.clock,
+        self.committer = Committer(self.store.commit, self.clock, settle=self.store.settle_commit,
                                    commit_shielded=self.store.commit_shielded)
         self.log = get_logger("durable.worker").bind(worker_id=self.worker_id)
         #: its record in the registry (``durable workers``) and clash warnings
@@ -198,9 +198,7 @@ class Worker:
         #: claiming runs: `runs.claim_now()` lets a test see a claim pass through
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
             room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
-            claim=lambda n: self.store.claim_runs(
-                self.namespace, self.task_queue, self.worker_id, types, n, self.lease_seconds,
-                self.clock.now(), self.capabilities, self.build_id),
+            claim=RunClaims(self, types).claim,  # (and what a lost claim took: handed back)
             start=lambda claimed: self._start_run(claimed),  # looked up at each call
             poll_interval=self.poll_interval, now=self.clock.now)
         #: fires the namespace's schedules; deletes closed runs past retention

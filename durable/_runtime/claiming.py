@@ -31,12 +31,14 @@ finished, so that a test can show that nothing was claimed without sleeping.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 
-from ..store.records import Claimed
+from ..errors import StorageUnavailable
+from ..store.records import Claimed, ClaimedRun
+from .serving import ServingWorker
 
 T = TypeVar("T")
 
@@ -199,3 +201,71 @@ class ClaimLoop(Generic[T]):
         self.trigger.set()
         while self.passes < target and not self.ended:
             await self._passed.wait()
+
+
+class _Gate(Protocol):
+    @property
+    def checking(self) -> set[str]: ...
+
+
+class RunClaimer(ServingWorker, Protocol):
+    """What claiming runs needs of its worker."""
+
+    @property
+    def lease_seconds(self) -> float: ...
+    @property
+    def capabilities(self) -> tuple[str, ...]: ...
+    @property
+    def build_id(self) -> str | None: ...
+    @property
+    def executors(self) -> Mapping[str, object]:
+        """The runs it executes, by run id."""
+    @property
+    def gate(self) -> _Gate:
+        """The upgrade gate: `checking` are the claimed runs it replays first."""
+
+
+class RunClaims:
+    """A worker's claims of runs, and what a claim whose answer was lost took.
+
+    Such a claim (its connection lost while its one self-committing statement,
+    or its COMMIT, was on the wire: `StorageUnavailable(outcome_unknown=True)`;
+    or one that committed and whose runs' ops could then not be read) may
+    have taken runs: owned by this worker, their epochs bumped, but unknown
+    to it, so neither run nor renewed, and nobody else could take them
+    before their leases expired. After any failed claim the next one first
+    hands back (`Store.release_strays`) the open runs storage says this
+    worker owns while neither an executor nor the upgrade gate has them: the
+    claim loop runs one claim at a time and starts what a claim returns
+    before the next, so those are exactly such runs, or runs on their way
+    back anyway (dropped after an error). They are claimable at once, by this
+    worker's next claim or another's. Adopting them instead would need their
+    ops read and a second way to start a run; a hand-back costs one claim
+    more, after a failure. Until it succeeds no claim is made (the failure
+    goes to the loop's outage handling, which tries again); after a claim
+    that certainly took nothing it finds nothing (one indexed read).
+    """
+
+    def __init__(self, worker: RunClaimer, types: tuple[str, ...]) -> None:
+        self.worker = worker
+        self.types = types
+        #: a claim failed: hand back what it may have taken before the next
+        self.failed = False
+
+    async def claim(self, n: int) -> Claimed[ClaimedRun]:
+        """Claim up to `n` runs (after handing back what a failed claim took)."""
+        worker = self.worker
+        if self.failed:
+            running = frozenset(worker.executors) | worker.gate.checking
+            strays = await worker.store.release_strays(worker.worker_id, running)
+            if strays:
+                worker.log.warning("claim_outcome_unknown_runs_released", runs=len(strays))
+            self.failed = False
+        try:
+            return await worker.store.claim_runs(
+                worker.namespace, worker.task_queue, worker.worker_id, self.types, n,
+                worker.lease_seconds, worker.run_setup.clock.now(), worker.capabilities,
+                worker.build_id)
+        except StorageUnavailable:
+            self.failed = True
+            raise

@@ -25,11 +25,21 @@ class Committer:
     writes storage refuses as invalid does not drag the others down: the
     group is committed again run by run, and only that run's submitters get
     `WriteRejected`. A storage outage reaches every submitter.
+
+    A commit whose outcome is unknown (its connection lost during COMMIT, or
+    during a self-committing statement) is handed to `settle`, which reads
+    back what landed and sends again what did not (`Store.settle_commit`):
+    its submitters get their results as if the answer had arrived, and the
+    run goes on. Only when storage cannot tell does the unknown outcome reach
+    them (the run is then replayed from storage).
     """
 
     def __init__(self, commit: Callable[[list[RunWrites], float], Awaitable[list[CommitResult]]],
-                 clock: Clock, *, commit_shielded: bool = False) -> None:
+                 clock: Clock, *, commit_shielded: bool = False,
+                 settle: Callable[[list[RunWrites], float],
+                                  Awaitable[list[CommitResult] | None]] | None = None) -> None:
         self._commit = commit
+        self._settle = settle
         self._clock = clock
         # `commit` shields itself whole from its first await (the driver's
         # `runs_shielded`, durable.driver): an idle submit needs no scope of its own
@@ -63,7 +73,10 @@ class Committer:
             self._busy = True
             failed: BaseException | None = None
             try:
-                results = await self._commit([batch_writes], self._clock.now())
+                try:
+                    results = await self._commit([batch_writes], self._clock.now())
+                except StorageUnavailable as exc:
+                    results = await self._settled([batch_writes], exc)
             except (StorageUnavailable, AuthorityLost) as exc:
                 failed = exc
             except Exception as exc:
@@ -144,7 +157,10 @@ class Committer:
                             ) -> list[CommitResult | BaseException]:
         """One transaction for all; run by run if one run's writes are invalid."""
         try:
-            return list(await self._commit(batches, self._clock.now()))
+            try:
+                return list(await self._commit(batches, self._clock.now()))
+            except StorageUnavailable as exc:
+                return list(await self._settled(batches, exc))
         except (StorageUnavailable, AuthorityLost):
             raise
         except Exception as exc:
@@ -153,11 +169,28 @@ class Committer:
         results: list[CommitResult | BaseException] = []
         for batch in batches:
             try:
-                results.extend(await self._commit([batch], self._clock.now()))
+                try:
+                    results.extend(await self._commit([batch], self._clock.now()))
+                except StorageUnavailable as exc:
+                    results.extend(await self._settled([batch], exc))
             except (StorageUnavailable, AuthorityLost):
                 raise
             except Exception as exc:
                 results.append(_rejected(batch, exc))
+        return results
+
+
+    async def _settled(self, batches: list[RunWrites],
+                       exc: StorageUnavailable) -> list[CommitResult]:
+        """After `exc`: the batches' results, read back by `settle` when the
+        outcome was unknown and storage can tell; otherwise `exc` again.
+        Shielded: a submitter cancelled meanwhile still learns the outcome."""
+        if not exc.outcome_unknown or self._settle is None:
+            raise exc
+        with anyio.CancelScope(shield=True):
+            results = await self._settle(batches, self._clock.now())
+        if results is None:
+            raise exc
         return results
 
 

@@ -25,7 +25,6 @@ from . import (
     closing,
     commit,
     deadlines,
-    fastpath,
     inspection,
     interaction,
     namespaces,
@@ -37,6 +36,7 @@ from . import (
     schedule_reads,
     schedule_stats,
     schedules,
+    unknown,
     workers,
 )
 from .interaction import RequestTicket, UpdateState
@@ -57,13 +57,13 @@ from .records import (
     StartResult,
     StorageSnapshot,
     WorkerRegistration,
-    new_id,
 )
 from .writes import RunWrites
 
 if TYPE_CHECKING:
     from ..schedules import ScheduleDefinition
 
+Settled = list[CommitResult] | None  # `settle_commit`: None when storage cannot tell
 ListPage = tuple[list[dict[str, Any]], tuple[float, str] | None]
 
 
@@ -93,15 +93,9 @@ class Store:
     # ---------------------------------------------------------------- runs
 
     async def start_workflow(self, request: StartRequest, now: float) -> StartResult:
-        """Start an instance under its id-reuse policy (`WorkflowAlreadyStarted` when
-        it refuses the id); the run's id is fixed for every attempt (`runs.reuse`)."""
-        run_id = new_id()
-        if self.driver.dialect.writable_cte:  # one round trip (`fastpath.start_in_one`)
-            started = await self.driver.run(
-                lambda tx: fastpath.start_in_one(tx, request, run_id, now))
-            if started is not None:
-                return started
-        return await self.driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id))
+        """Start an instance under its id-reuse policy (`WorkflowAlreadyStarted` when it
+        refuses the id); an unknown outcome is read back (`unknown.start_workflow`)."""
+        return await unknown.start_workflow(self.driver, request, now)
 
     async def get_run(
         self, namespace: str, workflow_id: str, run_id: str | None = None
@@ -173,8 +167,7 @@ class Store:
 
     async def take_for_build(self, run_id: str, epoch: int, build_id: str) -> bool:
         """Record that `build_id` replayed the claimed run and now advances it."""
-        return await self.driver.run(
-            lambda tx: claims.take_for_build(tx, run_id, epoch, build_id))
+        return await self.driver.run(lambda tx: claims.take_for_build(tx, run_id, epoch, build_id))
 
     async def block_run(self, run_id: str, epoch: int, worker_id: str, build_id: str,
                         divergence: str) -> bool:
@@ -196,6 +189,10 @@ class Store:
         await self.driver.run(
             lambda tx: claims.release_runs(tx, worker_id, run_ids, now, attempts))
 
+    async def release_strays(self, worker_id: str, running: frozenset[str]) -> list[str]:
+        """Hand back the runs `worker_id` owns but is not running (`claims.release_strays`)."""
+        return await self.driver.run(lambda tx: claims.release_strays(tx, worker_id, running))
+
     async def expire_leases(self, worker_id: str, now: float) -> int:
         """Declare a worker gone now (its leases expire at once); how many leases."""
         return await self.driver.run(lambda tx: claims.expire_leases(tx, worker_id, now))
@@ -207,6 +204,10 @@ class Store:
         (the driver's `run` itself, not a coroutine around it: one await layer
         less on every step's commit, paid at each suspension and resume)."""
         return self.driver.run(lambda tx: commit.commit(tx, batches, now))
+
+    async def settle_commit(self, batches: list[RunWrites], now: float) -> Settled:
+        """A `commit` whose outcome was unknown, read back (`unknown.settle_commit`)."""
+        return await unknown.settle_commit(self.driver, batches, now)
 
     # ---------------------------------------------------------------- activities
 
@@ -436,8 +437,7 @@ class Store:
                               now: float) -> list[DefinitionClash]:
         """Record a live worker until `now + ttl`; the names another live worker
         of its queue registers with different code."""
-        return await self.driver.run(
-            lambda tx: workers.register_worker(registration, ttl, now))
+        return await self.driver.run(lambda tx: workers.register_worker(registration, ttl, now))
 
     async def deregister_worker(self, worker_id: str, now: float) -> None:
         """Mark a stopped worker gone."""

@@ -370,3 +370,15 @@ def block_run(tx: Tx, run_id: str, epoch: int, worker_id: str, build_id: str,
         return False
     tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
     return True
+
+
+
+def release_strays(tx: Tx, worker_id: str, running: frozenset[str]) -> Program[list[str]]:
+    """Hand back the open runs `worker_id` owns but is not `running` (by the runs'
+    owner index): what a claim whose answer was lost may have taken
+    (`durable._runtime.claiming.RunClaims`). The runs handed back."""
+    rows = yield q(f"SELECT run_id FROM runs WHERE owner = ? AND {open_status_sql()} "
+                   "ORDER BY run_id", worker_id)
+    strays = [r["run_id"] for r in rows if r["run_id"] not in running]
+    yield from release_runs(tx, worker_id, strays, 0.0, attempts=False)
+    return strays

@@ -23,6 +23,7 @@ from .deadlines import enforce_expired
 from .events import Event, append_events, local_step_events, record_failure
 from .fastpath import LOCAL_OP_INSERT, local_op_row, local_steps_in_group
 from .records import (
+    OP_COLUMNS,
     OPEN_STATUSES,
     RUN_COLUMNS,
     CommitResult,
@@ -36,6 +37,7 @@ from .records import (
     earliest,
     loads,
     new_id,
+    op_from_row,
     plus,
     run_from_row,
 )
@@ -487,3 +489,52 @@ def commit(tx: Tx, batches: list[RunWrites], now: float) -> Program[list[CommitR
         if results[index] is None:
             results[index] = yield from _commit_run(tx, batches[index], now, fast=fast)
     return [r for r in results if r is not None]
+
+
+def landed_steps(batches: list[RunWrites]) -> Program[list[CommitResult | None] | None]:
+    """After a commit of these batches whose outcome is unknown (the connection
+    was lost during COMMIT, or during the one self-committing statement of
+    their fast path, `durable.store.fastpath`): which of them landed, read back.
+
+    Only batches of successful local steps can be told apart, and exactly: all
+    of a batch is written in one statement or one transaction (the fenced
+    bump of the run's event counter, its ops, its events) or none of it, and
+    each step's op id is unique in its run. A batch whose ops are all there
+    landed: its result, with the ops as stored. None of them there: it did
+    not land (or its fence refused it, writing nothing), so the caller sends
+    it again, which cannot apply it twice. A run whose epoch moved on was
+    taken over: refused (`committed=False`) whatever landed, as a fresh
+    commit would say. One result per batch (None: commit it again), or None
+    for all when any batch is not local steps only, or only part of a
+    batch's ops is there: the caller cannot tell, and replays the run.
+    """
+    if not batches or not all(b.local_steps_only() for b in batches):
+        return None
+    ids = sorted({b.run_id for b in batches})
+    runs = yield q(f"SELECT run_id, epoch FROM runs WHERE run_id IN ({placeholders(len(ids))})",
+                   *ids)
+    epochs = {r["run_id"]: int(r["epoch"]) for r in runs}
+    wanted = sorted({w.op_id for b in batches for w in b.writes
+                     if isinstance(w, RecordLocalActivity)})
+    rows = yield q(f"SELECT run_id, {OP_COLUMNS} FROM ops WHERE run_id IN "
+                   f"({placeholders(len(ids))}) AND op_id IN ({placeholders(len(wanted))})",
+                   *ids, *wanted)
+    found: dict[str, dict[str, OpRecord]] = {}
+    for row in rows:
+        found.setdefault(row["run_id"], {})[row["op_id"]] = op_from_row(row)
+    results: list[CommitResult | None] = []
+    for batch in batches:
+        if epochs.get(batch.run_id) != batch.epoch:
+            results.append(CommitResult(batch.run_id, False))
+            continue
+        mine = [w.op_id for w in batch.writes if isinstance(w, RecordLocalActivity)]
+        stored = found.get(batch.run_id, {})
+        there = [op_id for op_id in mine if op_id in stored]
+        if not there:
+            results.append(None)
+        elif len(there) == len(mine):
+            results.append(CommitResult(batch.run_id, True,
+                                        {op_id: stored[op_id] for op_id in mine}))
+        else:
+            return None
+    return results

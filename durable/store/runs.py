@@ -291,3 +291,10 @@ def open_runs(namespace: str, task_queue: str, after_run_id: str,
         "AND run_id > ? ORDER BY run_id LIMIT ?",
         namespace, task_queue, after_run_id, limit)
     return [dict(r) for r in rows]
+
+
+def started_run(run_id: str) -> Program[StartResult | None]:
+    """A start's run read back by its id (fixed for every attempt of the start):
+    the start's answer if the run is there (it started), else None."""
+    row = yield q1("SELECT status FROM runs WHERE run_id = ?", run_id)
+    return None if row is None else StartResult(run_id, True, row["status"])

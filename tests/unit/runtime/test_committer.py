@@ -210,3 +210,42 @@ async def test_a_queued_caller_waits_once_for_its_own_commit(
         storage.gate.set()
     assert len(storage.calls) == 2  # the leader's, then b, c and d together
     assert sorted(waits) == ["b", "c", "d"]  # b for its turn to lead, c and d for b's commit
+
+
+# ---------------------------------------------------------------- an unknown outcome
+
+
+async def test_an_unknown_outcome_is_settled_by_reading_back() -> None:
+    storage = Storage()
+    settled: list[list[str]] = []
+
+    async def settle(batches: list[RunWrites], now: float) -> list[CommitResult] | None:
+        settled.append([b.run_id for b in batches])
+        return [CommitResult(b.run_id, True) for b in batches]
+
+    committer = Committer(storage.commit, VirtualClock(start=500.0), commit_shielded=True,
+                          settle=settle)
+    storage.fail_on_call[1] = StorageUnavailable("lost", outcome_unknown=True)
+    result = await committer.submit("r1", 2, [timer("t1")])
+    assert result.committed and settled == [["r1"]]
+    # a failure known not to have committed is not read back: it is raised
+    storage.fail_on_call[2] = StorageUnavailable("down", outcome_unknown=False)
+    with pytest.raises(StorageUnavailable):
+        await committer.submit("r1", 2, [timer("t2")])
+    assert settled == [["r1"]]
+
+
+async def test_an_unknown_outcome_storage_cannot_tell_reaches_the_submitter() -> None:
+    storage = Storage()
+
+    async def settle(batches: list[RunWrites], now: float) -> list[CommitResult] | None:
+        return None
+
+    for shielded in (True, False):
+        committer = Committer(storage.commit, VirtualClock(start=500.0),
+                              commit_shielded=shielded, settle=settle)
+        storage.fail_on_call[len(storage.calls) + 1] = StorageUnavailable(
+            "lost", outcome_unknown=True)
+        with pytest.raises(StorageUnavailable) as err:
+            await committer.submit("r1", 2, [timer("t1")])
+        assert err.value.outcome_unknown
