@@ -15,8 +15,10 @@ processes. What they do alike lives here once (`PooledDriver`):
   says what to fix), close, and the pool guard (`StorageClosed` once closed);
 - `run()`: a program as one transaction, retried whole while nothing can
   have been committed (a lost connection before COMMIT, a conflict the
-  server rolled back), with backoff; a connection lost during COMMIT is
-  `StorageUnavailable(outcome_unknown=True)`. The wake-ups of a committed
+  server rolled back), with backoff; a connection lost during COMMIT, or
+  during a statement that commits on its own (PostgreSQL's one-statement
+  programs, `durable.program.Stmt.autocommit`), is
+  `StorageUnavailable(outcome_unknown=True)`: its caller reads back. The wake-ups of a committed
   transaction are published on the host, where the engine listens.
 
 A subclass says what differs by the hooks marked below. Not a public seam:
@@ -51,7 +53,9 @@ Failure = Literal["lost", "conflict"]
 
 
 class CommitOutcomeUnknown(Exception):
-    """The connection broke while COMMIT was on the wire."""
+    """The connection broke while COMMIT was on the wire, or a statement that
+    commits on its own: the server may have committed it. Never retried here
+    (a blind re-send could apply it twice); the caller reads back."""
 
 
 class PooledDriver(ABC, Generic[PoolT, ConnT]):
@@ -116,7 +120,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     async def _transaction(self, conn: ConnT, program: Program[T], tx: Tx, write: bool) -> T:
         """Run one program on `conn` (`write`: in a transaction that wakes
         others on commit); raise `CommitOutcomeUnknown` from the error when
-        the connection broke during COMMIT."""
+        the connection broke during COMMIT (or during a self-committing
+        statement)."""
 
     @abstractmethod
     def _failure(self, exc: BaseException) -> Failure | None:

@@ -259,7 +259,8 @@ class Driver(Protocol):
         wake-ups are published on `hub`. An exception raised by the program
         rolls the transaction back and propagates unchanged. Raises
         `StorageUnavailable` when storage cannot be reached; with
-        ``outcome_unknown=True`` when COMMIT was sent but not acknowledged.
+        ``outcome_unknown=True`` when COMMIT (or a self-committing statement,
+        `Stmt.autocommit`) was sent but not acknowledged.
         `write=False` promises the program only reads.
         """
         ...

@@ -28,7 +28,9 @@ class Stmt:
     mode ``all`` returns the rows, ``one`` the first row or None, ``exec`` the
     row count, ``many`` runs `sql` once per entry of `params_seq` (None).
     `autocommit` marks a program's only statement as self-contained: a driver
-    may send it without BEGIN/COMMIT (one round trip).
+    may send it without BEGIN/COMMIT (one round trip). Its connection lost
+    once it may have been sent is then an unknown outcome, as a lost COMMIT
+    is (`StorageUnavailable(outcome_unknown=True)`), never a silent retry.
     """
 
     sql: str

@@ -12,13 +12,17 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 import pytest
 from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, require_postgres
+from pg_cut import CuttingProxy
 
 import durable
 from durable import activity, workflow
@@ -569,3 +573,109 @@ async def test_connection_lost_during_commit_is_storage_unavailable(pg_url: str)
         assert "may or may not have been recorded" in str(err.value)
         # the driver goes on with fresh connections
         assert await sql(client, "SELECT 1 AS one", mode="one") is not None
+
+
+# ------------------------------------- a self-committing statement whose answer is lost
+#
+# A step's local activities, a claim and a start are each ONE statement sent
+# without BEGIN/COMMIT: the server commits it when it ends. The proxy
+# (tests/pg_cut.py) cuts the connection right after the server answered such
+# a statement ("after": it committed, the client never hears so) or right
+# before it would have reached the server ("before": it did not). Either way
+# the outcome is unknown to the client; it must read back, not re-send blind.
+
+BODIES: dict[str, int] = {}
+NOTED: dict[str, int] = {}
+
+
+@asynccontextmanager
+async def cutting(url: str) -> AsyncIterator[tuple[CuttingProxy, str]]:
+    """A cutting proxy to the test server, and `url` through it."""
+    parts = urlsplit(POSTGRES_URL)
+    proxy = CuttingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    async with anyio.create_task_group() as tg:
+        await proxy.start(tg)
+        try:
+            yield proxy, proxy.url(url)
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@activity.defn
+async def noted(key: str) -> str:
+    NOTED[key] = NOTED.get(key, 0) + 1
+    return f"{key}-result"
+
+
+@workflow.defn
+async def noted_steps(key: str) -> list[str]:
+    BODIES[key] = BODIES.get(key, 0) + 1  # a replay (the run dropped) runs this again
+    first = await workflow.execute_local_activity(noted, f"{key}-1")
+    second = await workflow.execute_local_activity(noted, f"{key}-2")
+    return [first, second]
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+async def test_a_step_whose_answer_is_lost_is_read_back_and_the_run_goes_on(
+    pg_url: str, when: str,
+) -> None:
+    key = f"step-{when}-{uuid.uuid4().hex[:8]}"
+    async with (
+        durable.connect(pg_url) as direct,
+        cutting(pg_url) as (proxy, via_proxy),
+        durable.connect(via_proxy) as client,
+    ):
+        # the first step's one statement (`fastpath._local_steps_in_one`)
+        cut = proxy.arm("WITH fence AS", when)  # type: ignore[arg-type]
+        async with durable.Worker(client, workflows=[noted_steps], activities=[noted],
+                                  lease_seconds=60):
+            handle = await direct.start(noted_steps, key, id=key)
+            with anyio.fail_after(15):  # far below the 60 s lease
+                assert await handle.result() == [f"{key}-1-result", f"{key}-2-result"]
+        assert cut.is_set() and proxy.cuts == 1
+        history = [e.type for e in await direct.get_handle(key).history()]
+    assert history.count("ActivityCompleted") == 2  # the first step recorded once
+    assert (NOTED[f"{key}-1"], NOTED[f"{key}-2"]) == (1, 1)
+    assert BODIES[key] == 1  # the run went on: never dropped, never replayed
+
+
+@pytest.mark.parametrize("when", ["after", "before"])
+async def test_a_start_whose_answer_is_lost_returns_its_one_run(pg_url: str, when: str) -> None:
+    key = f"start-{when}-{uuid.uuid4().hex[:8]}"
+    async with (
+        durable.connect(pg_url) as direct,
+        cutting(pg_url) as (proxy, via_proxy),
+        durable.connect(via_proxy) as client,
+    ):
+        cut = proxy.arm("WITH existing AS", when)  # type: ignore[arg-type]  # start_in_one
+        handle = await client.start(noted_steps, key, id=key,
+                                    options=durable.StartOptions.reject_duplicate())
+        assert cut.is_set()
+        run_ids = await direct.store.run_ids("default", key)
+        assert run_ids == [handle.run_id]  # the run it started, once
+        async with durable.Worker(direct, workflows=[noted_steps], activities=[noted]):
+            with anyio.fail_after(15):
+                assert await handle.result() == [f"{key}-1-result", f"{key}-2-result"]
+        history = [e.type for e in await direct.get_handle(key).history()]
+    assert history.count("WorkflowStarted") == 1
+
+
+async def test_a_claim_whose_answer_is_lost_strands_no_run_for_a_lease(pg_url: str) -> None:
+    key = f"claim-{uuid.uuid4().hex[:8]}"
+    async with (
+        durable.connect(pg_url) as direct,
+        cutting(pg_url) as (proxy, via_proxy),
+        durable.connect(via_proxy) as client,
+    ):
+        handle = await direct.start(noted_steps, key, id=key)  # ready before any claim
+        # the worker's first claim (`fastpath.claim_runs_in_one`) takes the run,
+        # commits, and its answer is lost
+        cut = proxy.arm("WITH claimed AS", "after")
+        async with durable.Worker(client, workflows=[noted_steps], activities=[noted],
+                                  lease_seconds=60):
+            with anyio.fail_after(15):  # far below the 60 s lease it would have waited
+                assert await handle.result() == [f"{key}-1-result", f"{key}-2-result"]
+        assert cut.is_set() and proxy.cuts == 1
+        history = [e.type for e in await direct.get_handle(key).history()]
+    assert history.count("WorkflowStarted") == 1 and history.count("ActivityCompleted") == 2
+    assert BODIES[key] == 1

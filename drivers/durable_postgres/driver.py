@@ -7,7 +7,11 @@ skip ``BEGIN``/``COMMIT`` (under READ COMMITTED each statement has its own
 snapshot either way); a released connection is not reset (our transactions
 leave no session state), which asyncpg would otherwise do with a round trip
 of its own. A transaction that certainly did not commit (a lost connection
-before COMMIT, a serialization conflict) is re-run whole.
+before COMMIT, a serialization conflict) is re-run whole; a connection lost
+during COMMIT, or during a program's one self-committing statement (a step,
+a claim, a start: `Stmt.autocommit`), may have committed and is
+`StorageUnavailable(outcome_unknown=True)`, which the store resolves by
+reading back (`durable.store.Store`).
 """
 
 from __future__ import annotations
@@ -266,7 +270,30 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             # (Wake-ups its program adds after it are published here only: it
             # sent their notifications itself, `Tx.notices`.)
             try:
-                program.send(await execute(conn, first))
+                answer = await execute(conn, first)
+            except CONNECTION_LOST as exc:
+                if isinstance(exc, pgerr.InternalClientError):
+                    # asyncpg refused the statement before writing a byte of it
+                    # (the server's FATAL already read, the protocol no longer
+                    # idle: `_set_state`, `_ensure_connected`): certainly not
+                    # run, retried whole like a lost BEGIN.
+                    raise
+                # Sent, or maybe sent: this statement is its own transaction and
+                # the server commits it when it ends, whether or not its answer
+                # gets back. A lost connection (ConnectionDoesNotExistError,
+                # AdminShutdownError: a backend terminated after the commit
+                # still reports it), a reset socket or a command timeout (asyncpg
+                # cancels a statement that may have committed already) are the
+                # same as a connection lost during COMMIT: outcome unknown,
+                # resolved by the caller reading back, never by sending it again
+                # blind (a step's fenced counter bumped twice, a claim's runs
+                # owned unseen). asyncpg may have been preparing the statement
+                # (Parse, not Execute) when it broke: it cannot tell us, and an
+                # outcome called unknown that was not costs one read.
+                discard(conn)
+                raise CommitOutcomeUnknown() from exc
+            try:
+                program.send(answer)
             except StopIteration as done:
                 single: T = done.value
                 return single

@@ -26,9 +26,8 @@ import functools
 
 from ..driver import Driver, Program, Tx
 from ..errors import StorageUnavailable
-from ..wakes import Wake
 from . import commit, fastpath, runs
-from .records import CommitResult, StartRequest, StartResult, new_id
+from .records import CommitResult, StartRequest, StartResult, new_id, plus
 from .writes import RunWrites
 
 #: how often a start or a commit is sent again after reading back that it did
@@ -55,7 +54,8 @@ async def start_workflow(driver: Driver, request: StartRequest, now: float) -> S
             except StorageUnavailable:
                 raise exc from None  # still unknown: the caller hears so
             if landed is not None:
-                driver.hub.publish([Wake.runs(request.namespace, request.task_queue)])
+                deadline = plus(now, request.execution_timeout)
+                driver.hub.publish([runs.start_wake(request, now, deadline)])
                 return landed
     raise AssertionError("unreachable")  # (the loop returns or raises)
 
