@@ -102,3 +102,16 @@ async def test_runs_owned_but_not_running_are_handed_back(store: Store) -> None:
     again = await claim_one(store, "w1", task_queue="wf-2")
     assert again.run.run_id == stray.run_id and again.run.epoch == stray.epoch + 1
     assert await store.release_strays("w9", frozenset({running.run_id})) == []
+
+
+async def test_a_group_is_settled_run_by_run(store: Store) -> None:
+    one = await started_and_claimed(store, "wf-1")
+    two = await started_and_claimed(store, "wf-2")
+    landed, lost = steps(one, "a"), steps(two, "b")
+    [done] = await store.commit([landed], T0)
+    assert done.committed
+    # a group of both whose answer was lost: the first landed, the second did not
+    settled = await store.settle_commit([landed, lost], T0)
+    assert settled is not None and [r.run_id for r in settled] == [one.run_id, two.run_id]
+    assert all(r.committed for r in settled) and list(settled[1].ops) == ["b"]
+    assert await ops_of(store, one.run_id) == ["a"] and await ops_of(store, two.run_id) == ["b"]
