@@ -275,8 +275,7 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
                 await asyncio.sleep(0 if attempt == 1 else min(self.retry_base * 2 ** attempt,
                                                                2.0))
 
-    @staticmethod
-    def remote_keys(tx: Tx) -> list[tuple[str, ...]]:
+    def remote_keys(self, tx: Tx) -> list[tuple[str, ...]]:
         """The keys of a transaction's wake-ups that other processes must hear."""
-        return list(dict.fromkeys(wake.key for wake in tx.wakes if not wake.local))
+        return list(dict.fromkeys(wake.key for wake in tx.wakes if self.hub.for_others(wake)))
 

@@ -304,6 +304,11 @@ class WakeHub:
     other processes (docs/design/postgres-driver.md#wake-ups): the work is
     this process's to claim, and every other process of the queue would
     otherwise claim on it too, and find it taken.
+
+    `execute_here` registers the runs a worker of this process executes: a
+    ``RUN`` wake-up carrying its news (an op's outcome, a signal, a query) is
+    for the run's executor, so a driver does not send it to other processes
+    while that executor is here (`for_others`).
     """
 
     def __init__(self) -> None:
@@ -313,6 +318,9 @@ class WakeHub:
         self.on_wanted: Callable[[], None] | None = None
         # replaced whole, never changed in place: a driver reads it on its own thread
         self._claimers: dict[tuple[str, ...], tuple[Callable[[], bool], ...]] = {}
+        # the ``RUN`` keys of the runs executed here, with how many say so
+        # (replaced whole, never changed in place, as `_claimers`)
+        self._executing: dict[tuple[str, ...], int] = {}
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call `callback` for every wake-up; returns the unsubscribe function."""
@@ -402,6 +410,46 @@ class WakeHub:
         """Whether a claimer of this process takes the work that a wake-up with
         `key` announces now (`claim_here`)."""
         return any(takes() for takes in self._claimers.get(key, ()))
+
+    def execute_here(self, run_id: str) -> Callable[[], None]:
+        """Say that a worker of this process executes run `run_id`; returns the
+        function that says it no more."""
+        key = Wake.run(run_id).key
+        self._executing = {**self._executing, key: self._executing.get(key, 0) + 1}
+        released = False
+
+        def done() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            executing = dict(self._executing)
+            left = executing.pop(key, 1) - 1
+            if left > 0:
+                executing[key] = left
+            self._executing = executing
+
+        return done
+
+    def for_others(self, wake: Wake) -> bool:
+        """Whether other processes need to hear of this wake-up, committed here.
+
+        Not a `local` one; not a ``RUN`` one that carries its news (an op's
+        outcome, a signal, a query: `data`) for a run executed here
+        (`execute_here`): the news is for the run's executor, which heard it
+        in process. Why: a remote activity's outcome sent a NOTIFY per step
+        on PostgreSQL, which nobody else read, while every listening backend
+        of the database was woken to filter it, and the notifying commits of
+        all processes queued on the server's one notification lock
+        (docs/design/postgres-driver.md). A run closed, or changed without
+        data, is still sent: whoever waits on it elsewhere re-reads it. If
+        the run moved to another process meanwhile (its lease expired here),
+        that process's resync at its fallback poll reads the outcome.
+        """
+        if wake.local:
+            return False
+        return not (wake.data is not None and wake.kind is WakeKind.RUN
+                    and wake.key in self._executing)
 
     @contextmanager
     def listen(self, keys: Collection[tuple[str, ...]]) -> Iterator[Listening]:

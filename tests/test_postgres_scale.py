@@ -395,6 +395,35 @@ async def test_a_start_tells_the_other_processes_whether_it_brings_a_deadline(
     assert [w.brings_deadline for w in heard] == [False, True]
 
 
+async def test_an_outcome_for_a_run_executed_here_is_not_sent_to_other_processes(
+        pg_urls: tuple[str, str], anyio_backend: str) -> None:
+    """A remote activity's outcome is news for its run's executor: while that
+    runs in this process, no NOTIFY (one per step before, read by nobody,
+    waking every listening backend, queueing every notifying commit on the
+    server's notification lock). The run's close is still sent: a waiter in
+    another process hears it."""
+    from durable.wakes import WakeKind
+
+    async with (durable.connect(pg_urls[0]) as here,
+                durable.connect(pg_urls[0], poll_interval=60) as elsewhere):
+        driver: Any = here.driver
+        sent: list[tuple[str, ...]] = []
+        notifications = driver._notifications
+
+        def counted(wakes: Any) -> Any:
+            wakes = list(wakes)
+            sent.extend(w.key for w in wakes)
+            return notifications(wakes)
+
+        driver._notifications = counted
+        async with durable.Worker(here, workflows=[flow], activities=[step]):
+            handle = await here.start(flow, 3, id="steps")
+            with anyio.fail_after(20):  # the close reaches the other process's waiter
+                assert await elsewhere.get_handle("steps").result() == 6
+    run_keys = [k for k in sent if k[0] == WakeKind.RUN]
+    assert run_keys == [("run", handle.run_id)]  # the close only, not the 3 outcomes
+
+
 async def test_a_one_statement_start_keeps_every_id_reuse_policy(
         pg_urls: tuple[str, str]) -> None:
     async with durable.connect(pg_urls[0]) as client:

@@ -107,9 +107,9 @@ class CountedTrigger(Trigger):
         super().set(remote)
 
 
-@pytest.mark.parametrize("timeout", [None, HOUR], ids=["no timeout", "run timeout"])
+@pytest.mark.parametrize("run_timeout", [None, HOUR], ids=["no timeout", "run timeout"])
 async def test_a_start_without_timeouts_does_not_make_the_watchdog_look_again(
-        timeout: float | None) -> None:
+        run_timeout: float | None) -> None:
     """A start's wake-up makes the queue's workers claim; it made the watchdog
     re-read the next deadline too, in case the run brought an earlier one.
     A start without timeouts brings none (`durable.wakes.NO_DEADLINE`): no
@@ -121,7 +121,7 @@ async def test_a_start_without_timeouts_does_not_make_the_watchdog_look_again(
         async with worker:
             await worker.watchdog_poked.wait()
             before = trigger.sets
-            options = durable.StartOptions(run_timeout=timeout)
+            options = durable.StartOptions(run_timeout=run_timeout)
             handle = await client.start(sleeper, id="started", options=options)
-            assert trigger.sets - before == (0 if timeout is None else 1)
+            assert trigger.sets - before == (0 if run_timeout is None else 1)
             await handle.terminate("done")

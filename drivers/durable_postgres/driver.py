@@ -341,8 +341,8 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         """The wake-ups that other processes are told of (see `_notifications`
         for the ``ACTIVITIES`` ones a worker here claims)."""
         return (wake for wake in wakes
-                if not wake.local and not (wake.kind is WakeKind.ACTIVITIES
-                                           and self.hub.claimed_here(wake.key)))
+                if self.hub.for_others(wake) and not (wake.kind is WakeKind.ACTIVITIES
+                                                      and self.hub.claimed_here(wake.key)))
 
     def _notify_keys(self, wakes: Iterable[Wake]) -> str:
         """NOTIFY statements of these wake-ups (`_notifications`)."""
@@ -395,7 +395,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         outside any transaction (one round trip): a claimer that was woken
         here, and whose commit's notification was therefore not sent, passes
         the baton with it when it left work for others (`durable._runtime.claiming`)."""
-        text = self._notify_keys(wake for wake in wakes if not wake.local)
+        text = self._notify_keys(wake for wake in wakes if self.hub.for_others(wake))
         if not text:
             return
 

@@ -76,7 +76,14 @@ class Hearing:
     def hold(self, run_id: str) -> None:
         """This worker executes `run_id` now: its wake-ups come here too."""
         if run_id not in self._held:
-            self._held[run_id] = self._hub.want([Wake.run(run_id).key])
+            unwant = self._hub.want([Wake.run(run_id).key])
+            executed = self._hub.execute_here(run_id)
+
+            def drop() -> None:
+                unwant()
+                executed()
+
+            self._held[run_id] = drop
 
     def drop(self, run_id: str) -> None:
         """This worker executes `run_id` no more."""

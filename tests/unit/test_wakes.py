@@ -198,3 +198,20 @@ def test_heard_wake_ups_bring_no_deadline_only_if_every_notification_said_so() -
     assert [w.key for w in got] == [runs, other, ("any",)]  # one each, first heard first
     assert [w.brings_deadline for w in got] == [True, False, True]
     assert all(w.remote for w in got)
+
+
+def test_a_runs_news_is_not_for_other_processes_while_its_executor_is_here() -> None:
+    hub = WakeHub()
+    outcome = Wake.run("r1", "an op's record")
+    assert hub.for_others(outcome) and hub.for_others(Wake.run("r1"))
+    done = hub.execute_here("r1")
+    also = hub.execute_here("r1")  # counted: two say so
+    assert not hub.for_others(outcome)  # for the executor, which heard it here
+    assert hub.for_others(Wake.run("r1"))  # changed or closed: waiters elsewhere re-read
+    assert hub.for_others(Wake.run("r2", "an op's record"))  # executed elsewhere
+    assert not hub.for_others(Wake.stopped("r1", {}))  # local notices never travel
+    done()
+    done()  # a second call changes nothing
+    assert not hub.for_others(outcome)
+    also()
+    assert hub.for_others(outcome)
