@@ -95,6 +95,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         self._thread: LoopThread | None = None
         self._bridged = False  # the library runs on a LoopThread (a trio host)
         self._watch_lock: anyio.Lock | None = None
+        #: the host's cancel scope class (`open`): ``anyio.CancelScope`` until then
+        self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
         #: `Tx.notices` of this driver's transactions (None: a statement cannot notify)
         self._tx_notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
 
@@ -150,7 +152,7 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
             raise StorageClosed(f"the {self.engine} driver for {self.masked!r} is closed "
                                 "(the client was closed); nothing more can be recorded "
                                 "through it")
-        with anyio.CancelScope(shield=shield):
+        with self._scope(shield=shield):
             result = await fn()
         return result
 
@@ -167,6 +169,12 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         elif host != "asyncio":
             raise ConfigurationError(
                 f"the {self.engine} driver runs under asyncio or trio, not {host!r}")
+        else:
+            # anyio's class for this host, found once: ``anyio.CancelScope()``
+            # looks the host up at every call (sniffio, then a table), about a
+            # third of the shield's cost, and `_call` enters one per
+            # transaction (issue 26). The same class, made the same way.
+            self._scope = type(anyio.CancelScope())
         try:
             await self._call(self._open_pool)
         except BaseException:

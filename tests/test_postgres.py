@@ -679,3 +679,118 @@ async def test_a_claim_whose_answer_is_lost_strands_no_run_for_a_lease(pg_url: s
         history = [e.type for e in await direct.get_handle(key).history()]
     assert history.count("WorkflowStarted") == 1 and history.count("ActivityCompleted") == 2
     assert BODIES[key] == 1
+
+
+# ---------------------------------------------------------------- kept connections
+
+
+async def test_a_transaction_takes_the_connection_the_last_one_left(pg_url: str) -> None:
+    """One session after another takes the connection the last transaction
+    left, not asyncpg's pool (whose acquire and release cost a tenth of a
+    sequential step: docs/benchmarks.md, "A kept connection")."""
+    async with durable.connect(pg_url) as client:
+        pids = [(await sql(client, "SELECT pg_backend_pid() AS pid", mode="one"))["pid"]
+                for _ in range(5)]
+        assert len(set(pids)) == 1
+        # a failed transaction's connection goes back through the pool (which
+        # resets what asyncpg should); the next one still works
+        with pytest.raises(Exception, match="division by zero"):
+            await sql(client, "SELECT 1 / 0 AS n", mode="one")
+        assert client.driver._kept == []  # type: ignore[attr-defined]
+        assert await sql(client, "SELECT 1 AS one", mode="one") is not None
+
+
+async def test_a_kept_connection_the_server_ended_is_not_used(pg_url: str) -> None:
+    async with durable.connect(pg_url) as client, durable.connect(pg_url) as killer:
+        before = (await sql(client, "SELECT pg_backend_pid() AS pid", mode="one"))["pid"]
+        assert await kill_backends(killer, client) >= 1
+        await anyio.sleep(0.05)  # (the client may or may not have noticed yet: both work)
+        after = (await sql(client, "SELECT pg_backend_pid() AS pid", mode="one"))["pid"]
+        assert after != before
+        await client.start(greeting, "kept", id="after-kill")  # and writes go on
+
+
+async def test_a_kept_connection_goes_back_through_the_pool_now_and_then(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every KEEP_USES transactions, so that asyncpg's upkeep (max_queries,
+    expired connections) still sees it; closing gives it back at once."""
+    import asyncpg
+    import durable_postgres.driver as pg
+
+    monkeypatch.setattr(pg, "KEEP_USES", 3)
+    taken = 0
+    acquire = asyncpg.Pool.acquire
+
+    def counted(pool: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal taken
+        taken += 1
+        return acquire(pool, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Pool, "acquire", counted)
+    async with durable.connect(pg_url) as client:
+        for _ in range(9):
+            await sql(client, "SELECT 1 AS one", mode="one")
+        assert taken == 4  # the schema check's, then transactions 1, 4 and 7
+        began = anyio.current_time()
+    # the pool's close waits for every connection out of it (up to 10 s)
+    assert anyio.current_time() - began < 5
+
+
+async def test_only_an_idle_connection_is_kept() -> None:
+    """`_Lease` with stand-ins: a connection left in a transaction, closed, or
+    detached by the pool (its calls refused) is given back, never kept."""
+    import asyncpg
+    import durable_postgres.driver as pg
+
+    class Conn:
+        def __init__(self, *, in_tx: bool = False, closed: bool = False,
+                     detached: bool = False) -> None:
+            self.in_tx, self.closed, self.detached = in_tx, closed, detached
+
+        def is_closed(self) -> bool:
+            if self.detached:
+                raise asyncpg.InterfaceError("connection has been released back to the pool")
+            return self.closed
+
+        def is_in_transaction(self) -> bool:
+            return self.in_tx
+
+    class Pool:
+        def __init__(self) -> None:
+            self.released: list[Conn] = []
+            self.fresh = 0
+
+        async def acquire(self, timeout: float) -> Conn:  # noqa: ASYNC109 (asyncpg's)
+            self.fresh += 1
+            return Conn()
+
+        async def release(self, conn: Conn) -> None:
+            self.released.append(conn)
+
+    class Driver:
+        connect_timeout = 1.0
+
+        def __init__(self, pool: Pool) -> None:
+            self._pool = pool
+            self._kept: list[tuple[Conn, int]] = []
+
+    pool = Pool()
+    driver = Driver(pool)
+    for bad in (Conn(in_tx=True), Conn(closed=True), Conn(detached=True)):
+        lease = pg._Lease(driver, pool)  # type: ignore[arg-type]
+        driver._kept = [(bad, 1)]
+        async with lease as conn:  # a kept connection that is not idle is skipped
+            assert conn is not bad
+        assert pool.released[-1] is bad and driver._kept == [(conn, 1)]
+        lease = pg._Lease(driver, pool)  # type: ignore[arg-type]
+        driver._kept = []
+        async with lease as conn:
+            conn.in_tx = bad.in_tx
+            conn.closed = bad.closed
+            conn.detached = bad.detached
+        assert pool.released[-1] is conn and driver._kept == []  # not kept either
+    lease = pg._Lease(driver, pool)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        async with lease as conn:
+            raise RuntimeError("the transaction failed")
+    assert pool.released[-1] is conn and driver._kept == []

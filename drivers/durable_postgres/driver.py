@@ -17,6 +17,7 @@ reading back (`durable.store.Store`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 from collections.abc import Iterable, Iterator
@@ -40,7 +41,12 @@ from .listener import Listener, channel_for
 from .url import channel_name, parse_url, quote_ident, quote_literal
 
 if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
     from .connection import Connection, Pool
+
+    #: a connection the pool handed out
+    Pooled = PoolConnectionProxy[asyncpg.Record]
 
 T = TypeVar("T")
 
@@ -58,6 +64,10 @@ _ANALYZE_DUE = (
     "SELECT relname FROM pg_stat_user_tables WHERE schemaname = current_schema() "
     "AND relname = ANY($1::text[]) AND n_mod_since_analyze > 50 + 0.1 * n_live_tup "
     "AND current_setting('autovacuum') = 'off' ORDER BY relname")
+#: connections a driver keeps out of its pool between transactions (`_Lease`)
+KEEP = 2
+#: a kept connection goes back through the pool after this many transactions
+KEEP_USES = 1000
 # pg_notify payloads must stay under 8000 bytes; a larger set of keys is sent
 # as `Wake.any()`, which every listener treats as "look at everything".
 _MAX_PAYLOAD = 7000
@@ -115,6 +125,8 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         self._wanted: frozenset[str] | None = None  # None: to be computed again
         self.hub.on_wanted = self._on_wanted
         self._tx_notices = self._notices
+        #: connections taken from the pool and kept between transactions (`_Lease`)
+        self._kept: list[tuple[Pooled, int]] = []  # and its transactions
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -217,6 +229,9 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
 
     async def _close_pool(self, pool: Pool) -> None:
         await self._listener.close()
+        for conn in self._release_kept():  # the pool's close waits for every one
+            with contextlib.suppress(Exception):
+                await pool.release(conn)
         try:
             await asyncio.wait_for(pool.close(), 10)
         except Exception:
@@ -239,7 +254,12 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
     # ---------------------------------------------------------------- transactions
 
     def _acquire(self, pool: Pool) -> AbstractAsyncContextManager[Connection]:
-        return pool.acquire(timeout=self.connect_timeout)
+        return _Lease(self, pool)
+
+    def _release_kept(self) -> list[Pooled]:
+        """Stop keeping connections out of the pool: the ones kept, to give back."""
+        kept, self._kept = self._kept, []
+        return [conn for conn, _ in kept]
 
     def _failure(self, exc: BaseException) -> Failure | None:
         if isinstance(exc, CONNECTION_LOST):
@@ -250,6 +270,11 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         discard(conn)
 
     async def _connection_lost(self, pool: Pool, exc: BaseException) -> None:
+        # The kept connections go back through the pool: it closes them, or
+        # (after `expire_connections`) replaces them at their next use.
+        for conn in self._release_kept():
+            with contextlib.suppress(Exception):
+                await pool.release(conn)
         if not isinstance(exc, TimeoutError):
             # The pool's other connections likely died with this one (a
             # restart, a failover): replace them all, not one by one.
@@ -491,3 +516,65 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
                     wakes.append(Wake.any())
                     next_any = now + self.poll_interval
                 self.hub.publish(wakes)
+
+
+class _Lease:
+    """A connection for one transaction: the one the last transaction left,
+    kept out of asyncpg's pool, or one from the pool.
+
+    Why: asyncpg's ``acquire`` and ``release`` cost ~50 µs of the loop's CPU a
+    transaction (a timeout context, a proxy, an inactivity timer set and
+    cancelled, and a release run as a task of its own behind
+    ``asyncio.shield``, two more turns of the loop before the caller resumes):
+    a tenth of a sequential local step, which is one statement (issue 26,
+    docs/benchmarks.md "A kept connection"). A connection kept here is one
+    the pool handed out and nobody uses: it goes back on top of the kept
+    ones (at most `KEEP`; the others go back to the pool) when its
+    transaction ended without an error, outside a transaction, not closed.
+    Every `KEEP_USES` transactions it goes back through the pool anyway, so
+    asyncpg's upkeep (``max_queries``, expired connections) still sees it; a
+    lost connection gives every kept one back (`_connection_lost`), and
+    closing the driver gives them back before the pool closes.
+    """
+
+    __slots__ = ("_conn", "_driver", "_pool", "_uses")
+
+    def __init__(self, driver: PostgresDriver, pool: Pool) -> None:
+        self._driver = driver
+        self._pool = pool
+        self._conn: Pooled | None = None
+        self._uses = 0
+
+    async def __aenter__(self) -> Pooled:
+        kept = self._driver._kept
+        while kept:
+            conn, self._uses = kept.pop()
+            if _idle(conn):
+                self._conn = conn
+                return conn
+            # Closed while kept (the server ended the session): asyncpg's pool
+            # took it back then (the proxy is detached); this is a no-op then.
+            await self._pool.release(conn)
+        self._uses = 0
+        self._conn = await self._pool.acquire(timeout=self._driver.connect_timeout)
+        return self._conn
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: object,
+                        tb: object) -> None:
+        conn, self._conn = self._conn, None
+        assert conn is not None
+        kept = self._driver._kept
+        if (exc_type is None and self._uses + 1 < KEEP_USES and len(kept) < KEEP
+                and self._driver._pool is self._pool and _idle(conn)):
+            kept.append((conn, self._uses + 1))
+            return
+        await self._pool.release(conn)
+
+
+def _idle(conn: Connection) -> bool:
+    """Whether a pooled connection can take a transaction now: open, in none
+    (a proxy the pool took back, its connection closed, says so by refusing)."""
+    try:
+        return not conn.is_closed() and not conn.is_in_transaction()
+    except asyncpg.InterfaceError:
+        return False
