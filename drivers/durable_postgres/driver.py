@@ -549,7 +549,7 @@ class _Lease:
         kept = self._driver._kept
         while kept:
             conn, self._uses = kept.pop()
-            if _idle(conn):
+            if _open(conn):  # (kept only when idle, and nobody used it since)
                 self._conn = conn
                 return conn
             # Closed while kept (the server ended the session): asyncpg's pool
@@ -572,9 +572,14 @@ class _Lease:
 
 
 def _idle(conn: Connection) -> bool:
-    """Whether a pooled connection can take a transaction now: open, in none
-    (a proxy the pool took back, its connection closed, says so by refusing)."""
+    """Whether a pooled connection can take a transaction now: open, in none."""
+    return _open(conn) and not conn.is_in_transaction()
+
+
+def _open(conn: Connection) -> bool:
+    """Whether a pooled connection is open (a proxy the pool took back when
+    its connection closed says so by refusing the call)."""
     try:
-        return not conn.is_closed() and not conn.is_in_transaction()
+        return not conn.is_closed()
     except asyncpg.InterfaceError:
         return False
