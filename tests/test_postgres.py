@@ -687,7 +687,8 @@ async def test_a_claim_whose_answer_is_lost_strands_no_run_for_a_lease(pg_url: s
 async def test_a_transaction_takes_the_connection_the_last_one_left(pg_url: str) -> None:
     """One session after another takes the connection the last transaction
     left, not asyncpg's pool (whose acquire and release cost a tenth of a
-    sequential step: docs/benchmarks.md, "A kept connection")."""
+    sequential step: docs/benchmarks.md, "PostgreSQL sequential steps: a
+    kept connection")."""
     async with durable.connect(pg_url) as client:
         pids = [(await sql(client, "SELECT pg_backend_pid() AS pid", mode="one"))["pid"]
                 for _ in range(5)]

@@ -522,14 +522,16 @@ class _Lease:
     """A connection for one transaction: the one the last transaction left,
     kept out of asyncpg's pool, or one from the pool.
 
-    Why: asyncpg's ``acquire`` and ``release`` cost ~50 µs of the loop's CPU a
+    Why: asyncpg's ``acquire`` and ``release`` cost ~70 µs of CPU a
     transaction (a timeout context, a proxy, an inactivity timer set and
     cancelled, and a release run as a task of its own behind
-    ``asyncio.shield``, two more turns of the loop before the caller resumes):
-    a tenth of a sequential local step, which is one statement (issue 26,
-    docs/benchmarks.md "A kept connection"). A connection kept here is one
-    the pool handed out and nobody uses: it goes back on top of the kept
-    ones (at most `KEEP`; the others go back to the pool) when its
+    ``asyncio.shield``, two more turns of the loop before the caller
+    resumes): nearly as much as the statement's own client work, and a tenth of a
+    sequential local step, which is one statement (issue 26;
+    docs/benchmarks.md, "PostgreSQL sequential steps: a kept connection").
+
+    A connection kept here is one the pool handed out and nobody uses. It is
+    kept (at most `KEEP`; the others go back to the pool) when its
     transaction ended without an error, outside a transaction, not closed.
     Every `KEEP_USES` transactions it goes back through the pool anyway, so
     asyncpg's upkeep (``max_queries``, expired connections) still sees it; a
