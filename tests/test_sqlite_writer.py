@@ -542,6 +542,94 @@ async def test_close_finishes_the_queued_calls(tmp_path: Path) -> None:
     conn.close()
 
 
+async def _spin(stop: anyio.Event) -> None:
+    """Keep the loop from ever being idle: a callback is always ready."""
+    while not stop.is_set():
+        await anyio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_programs_queued_over_a_busy_loop_turn_are_handed_over_together(
+    driver: SQLiteDriver, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On asyncio, programs queued while other callbacks are ready wait for
+    the loop's turn to end and reach the database thread together: one drain,
+    one transaction (each loop round between them released the GIL, where the
+    thread used to take what was queued so far)."""
+    import durable_sqlite
+
+    monkeypatch.setattr(durable_sqlite, "HANDOVER_WAIT", 30.0)  # only the turn's end here
+    before = driver.stats
+
+    async def one(k: int) -> None:
+        for _ in range(k):  # queued over 20 loop rounds, not in one
+            await anyio.lowlevel.checkpoint()
+        assert await driver.run(insert(k)) == k
+
+    async with anyio.create_task_group() as tg:
+        for k in range(20):
+            tg.start_soon(one, k)
+    after = driver.stats
+    assert after.drains - before.drains == 1
+    assert after.transactions - before.transactions == 1
+    assert after.programs - before.programs == 20
+    assert await keys(driver) == list(range(20))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_a_loop_that_is_never_idle_still_hands_its_programs_over(
+    driver: SQLiteDriver,
+) -> None:
+    """A loop with a callback always ready never ends its turn: its programs
+    go to the database thread after `HANDOVER_WAIT` all the same."""
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_spin, stop)
+        with anyio.fail_after(10):
+            for k in range(3):
+                assert await driver.run(insert(k)) == k
+        stop.set()
+    assert await keys(driver) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_close_serves_the_programs_still_held_for_the_loop(tmp_path: Path) -> None:
+    """Programs held for the end of the loop's turn when close() is called
+    are handed over first: served, not refused as closed; and a caller
+    cancelled while its program is held still gets its outcome (the program
+    runs whole, the cancellation arrives at its next checkpoint)."""
+    drv = SQLiteDriver(f"sqlite:///{tmp_path / 'h.db'}")
+    await drv.open()
+    await drv.run(lambda tx: _create())
+    outcomes: list[Any] = []
+    reached_after: list[int] = []
+
+    async def one(k: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            outcomes.append(await drv.run(insert(k)))
+            await anyio.sleep(0.5 if k == 1 else 0)
+            reached_after.append(k)
+
+    stop = anyio.Event()
+    scope = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_spin, stop)
+        tg.start_soon(one, 1, scope)
+        tg.start_soon(one, 2, anyio.CancelScope())
+        await anyio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
+        handover = drv._handover
+        assert handover is not None and len(handover.pending) == 2  # held, not queued
+        scope.cancel()
+        await drv.close()
+        stop.set()
+    assert sorted(outcomes) == [1, 2]
+    assert reached_after == [2]  # 1 was cancelled at its first checkpoint after the wait
+    conn = sqlite3.connect(tmp_path / "h.db")
+    assert [r[0] for r in conn.execute("SELECT k FROM t ORDER BY k")] == [1, 2]
+    conn.close()
+
+
 def _writer_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "durable-sqlite")
 

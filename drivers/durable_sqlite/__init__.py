@@ -122,6 +122,7 @@ class SQLiteDriver:
         self._finalizer: Any = None  # weakref.finalize ending the thread
         self._stats = SQLiteStats()
         self._closing = False
+        self._handover: _Handover | None = None  # asyncio: programs held for the loop's turn
 
     @property
     def _conn(self) -> sqlite3.Connection | None:
@@ -234,6 +235,8 @@ class SQLiteDriver:
         if writer is None or self._closing:
             return
         self._closing = True
+        if self._handover is not None:  # what callers queued before close: served first
+            self._handover.flush_now()
         with anyio.CancelScope(shield=True):
             call: Call[None] = Call(*_waiter(), fn=lambda conn: None)
             writer.queue.put(call)
@@ -285,7 +288,10 @@ class SQLiteDriver:
                     urgent=is_urgent(program))
         # `_call`'s shielded wait, in this frame (one await layer less on
         # every commit: each is paid again at the suspension and the resume)
-        writer.queue.put(call)
+        if call.urgent or type(call.soon) is _TrioSoon:
+            writer.queue.put(call)
+        else:
+            self._hand_over(writer, call)
         try:
             if type(call.soon) is _TrioSoon:
                 await call.event.shielded()  # type: ignore[attr-defined]
@@ -306,6 +312,22 @@ class SQLiteDriver:
             self.hub.publish(call.tx.wakes)
         return call.value  # type: ignore[return-value]
 
+    def _hand_over(self, writer: Writer, call: Call[Any]) -> None:
+        """Queue an asyncio caller's program for the database thread, now if
+        the loop has nothing else ready to run, else once it has (`_Handover`)."""
+        handover = self._handover
+        loop = getattr(call.soon, "__self__", None)  # asyncio: loop.call_soon's loop
+        if handover is None or handover.loop is not loop or handover.queue is not writer.queue:
+            if handover is not None:
+                handover.flush_now()  # (its loop is gone: nothing more would flush it)
+            ready = getattr(loop, "_ready", None)
+            if not isinstance(ready, deque):  # not the stdlib's loop (uvloop): as before
+                self._handover = None
+                writer.queue.put(call)
+                return
+            handover = self._handover = _Handover(loop, ready, writer.queue)
+        handover.put(call)
+
     @staticmethod
     def _data_version(conn: sqlite3.Connection | None) -> int | None:
         if conn is None:
@@ -325,6 +347,66 @@ class SQLiteDriver:
                     self.hub.publish([Wake.any()])
                 last = version
             await anyio.sleep(self.poll_interval)
+
+
+#: longest a program waits on a busy asyncio loop to be handed to the
+#: database thread with the rest of the loop's turn (`_Handover`), in seconds
+HANDOVER_WAIT = 0.002
+
+
+class _Handover:
+    """Programs of an asyncio loop's callers, handed to the database thread
+    together once the loop has nothing else ready to run.
+
+    Why: the thread needs the GIL to take a call and to run every statement,
+    and a busy loop holds it. A program queued in the middle of the loop's
+    turn woke the thread, which then won the GIL between two of the loop's
+    callbacks often enough to commit what was queued so far (a start, or a
+    claim) in a transaction of its own, and the rest in another: under
+    workload (b) of the peer benchmark 2.3 transactions, wake-ups and
+    hand-overs per round of the runs' group commit instead of one (docs/
+    benchmarks.md, "SQLite concurrent steps: one hand-over per loop turn").
+    A program queued when nothing else is ready (every sequential step) is
+    handed over at once, as before; one queued while other callbacks are
+    ready waits for the loop's turn to end (the loop runs its ready
+    callbacks, then looks again), at most `HANDOVER_WAIT` seconds on a loop
+    that is never idle. Its caller's wait, its outcome and the order callers
+    resume in are unchanged: only the instant the thread sees the call moves.
+    """
+
+    __slots__ = ("deadline", "loop", "pending", "queue", "ready")
+
+    def __init__(self, loop: Any, ready: deque[Any], queue: Any) -> None:
+        self.loop = loop
+        self.ready = ready  # the loop's callbacks ready to run (asyncio's `_ready`)
+        self.queue = queue  # the database thread's
+        self.pending: list[Call[Any]] = []
+        self.deadline = 0.0
+
+    def put(self, call: Call[Any]) -> None:
+        if self.pending:
+            self.pending.append(call)
+        elif not self.ready:  # nothing else to run: the loop is about to wait
+            self.queue.put(call)
+        else:
+            self.pending.append(call)
+            self.deadline = self.loop.time() + HANDOVER_WAIT
+            self.loop.call_soon(self._look)
+
+    def _look(self) -> None:
+        """On the loop, once a round: hand over if the loop's turn ended (or
+        the wait is up), else look again after the callbacks now ready."""
+        if not self.pending:  # handed over already (close)
+            return
+        if self.ready and self.loop.time() < self.deadline:
+            self.loop.call_soon(self._look)
+            return
+        self.flush_now()
+
+    def flush_now(self) -> None:
+        pending, self.pending = self.pending, []
+        for call in pending:
+            self.queue.put(call)
 
 
 def _waiter() -> tuple[Any, Notify, Notify]:
