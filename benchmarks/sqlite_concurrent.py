@@ -34,6 +34,7 @@ import collections
 import gc
 import os
 import queue
+import resource
 import statistics
 import sys
 import tempfile
@@ -220,6 +221,7 @@ async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
                     C.reset()
                     GC.seconds, GC.count = [0.0, 0.0, 0.0], [0, 0, 0]
                     s0 = writer.stats()
+                    r0 = resource.getrusage(resource.RUSAGE_SELF)
                     w0, l0, d0, p0 = (time.perf_counter(), time.thread_time(),
                                       time.clock_gettime(clock), time.process_time())
                     await once(args.workflows, args.steps)
@@ -228,6 +230,7 @@ async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
                     db_cpu = time.clock_gettime(clock) - d0
                     proc = time.process_time() - p0
                     s1 = writer.stats()
+                    r1 = resource.getrusage(resource.RUSAGE_SELF)
                     n = args.workflows * args.steps
                     k = 1000 / n
                     rows.append({
@@ -244,6 +247,8 @@ async def _main(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "db other (GIL) %": 100 * (wall - db_cpu - C.queue_wait) / wall,
                         "gc ms/1k (gen0,1,2)": [round(x * 1e3 * k, 2) for x in GC.seconds],
                         "gc count/1k": [round(x * k) for x in GC.count],
+                        "context switches/1k (voluntary)": (r1.ru_nvcsw - r0.ru_nvcsw) * k,
+                        "context switches/1k (involuntary)": (r1.ru_nivcsw - r0.ru_nivcsw) * k,
                         "drains/1k": (s1.drains - s0.drains) * k,
                         "transactions/1k": (s1.transactions - s0.transactions) * k,
                         "programs/1k": (s1.programs - s0.programs) * k,

@@ -398,7 +398,8 @@ class _Handover:
         the wait is up), else look again after the callbacks now ready."""
         if not self.pending:  # handed over already (close)
             return
-        if self.ready and self.loop.time() < self.deadline:
+        ready = self.ready
+        if ready and self.loop.time() < self.deadline and not _only_retries(ready):
             self.loop.call_soon(self._look)
             return
         self.flush_now()
@@ -407,6 +408,18 @@ class _Handover:
         pending, self.pending = self.pending, []
         for call in pending:
             self.queue.put(call)
+
+
+def _only_retries(ready: deque[Any]) -> bool:
+    """Whether every ready callback is anyio's cancellation retry: a scope
+    cancelled while one of its tasks waits shielded (a program's caller, for
+    one) delivers the cancellation again at every round of the loop until the
+    task leaves, so the loop is never without a ready callback meanwhile,
+    though it has nothing else to do."""
+    for handle in ready:
+        if getattr(getattr(handle, "_callback", None), "__name__", "") != "_deliver_cancellation":
+            return False
+    return True
 
 
 def _waiter() -> tuple[Any, Notify, Notify]:
