@@ -40,7 +40,7 @@ import sniffio
 from ._bridge import LoopThread
 from ._log import get_logger
 from .driver import Dialect, Program, ProgramFactory, Tx, Wake, WakeHub
-from .errors import ConfigurationError, StorageClosed, StorageUnavailable
+from .errors import ConfigurationError, DurableError, StorageClosed, StorageUnavailable
 
 T = TypeVar("T")
 PoolT = TypeVar("PoolT")
@@ -210,20 +210,46 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
 
     def _require_pool(self) -> PoolT:
         if self._pool is None:
-            raise StorageClosed(f"the {self.engine} connection pool for {self.masked!r} "
-                                "is closed (the client was closed); nothing more can be "
-                                "recorded through it")
+            raise self._closed_error()
         return self._pool
+
+    def _closed_error(self) -> StorageClosed:
+        return StorageClosed(f"the {self.engine} connection pool for {self.masked!r} "
+                             "is closed (the client was closed); nothing more can be "
+                             "recorded through it")
 
     async def _on_pool(self, fn: Callable[[ConnT], Awaitable[T]]) -> T:
         """`fn` on a pooled connection, where the library lives (outside `run`:
-        the schema's upkeep, the wake log)."""
+        the schema's upkeep, the wake log, a baton's notification).
+
+        A lost connection is `StorageUnavailable` (`StorageClosed` once the
+        client closed), as from `run`: the library's own error reached a
+        worker's loop as a bug, and stopped the worker (a baton's NOTIFY,
+        `announce`, sent while the server restarted)."""
 
         async def call() -> T:
             async with self._acquire(self._require_pool()) as conn:
-                return await fn(conn)
+                try:
+                    return await fn(conn)
+                except BaseException as exc:
+                    if self._failure(exc) == "lost":
+                        self._discard(conn)
+                    raise
 
-        return await self._call(call)
+        try:
+            return await self._call(call)
+        except StorageClosed:
+            raise
+        except Exception as exc:
+            if self._pool is None and not isinstance(exc, DurableError):
+                raise self._closed_error() from exc  # closed meanwhile (`_run_on_loop`)
+            if self._failure(exc) != "lost":
+                raise
+            raise StorageUnavailable(
+                f"lost the connection to {self.engine} at {self.masked!r} ({exc!r}); "
+                "what was sent may or may not have taken effect",
+                outcome_unknown=True,
+            ) from exc
 
     # ---------------------------------------------------------------- transactions
 
@@ -260,6 +286,11 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
                     outcome_unknown=True,
                 ) from cause
             except Exception as exc:
+                if self._pool is None and not isinstance(exc, DurableError):
+                    # the client closed meanwhile: whatever the library said of it
+                    # ("pool is closing", a connection closed under a query) means
+                    # that, not a bug (a program's own outcome is kept)
+                    raise self._closed_error() from exc
                 failure = self._failure(exc)
                 if failure is None:
                     raise

@@ -44,17 +44,14 @@ from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
 from ._runtime.hearing import Hearing
-from ._runtime.outage import FIRST_DELAY, Outage
+from ._runtime.outage import FIRST_DELAY, Outage, raise_unless_storage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
 from ._runtime.race import first_of
 from ._runtime.remote import RemoteActivities
 from ._runtime.upgrade import UpgradeGate
 from ._scheduler import Scheduler
-from .errors import (
-    ConfigurationError,
-    WorkerFailed,
-)
+from .errors import ConfigurationError, WorkerFailed
 from .options import Seconds, record_mode
 from .store.records import (
     ClaimedRun,
@@ -344,17 +341,20 @@ class Worker:
         `WorkerFailed` where the application left it.
         """
         name = _loop_name(loop)
-        with anyio.CancelScope() as scope:
-            self._loop_scopes.append(scope)
-            try:
-                await self.outage.retry(name, loop)
-            except Exception as exc:
-                self.log.exception("worker_failed", loop=name, error=repr(exc))
-                self._stop_serving(exc)
-                return
-            if not self._stopping:  # the loop gave up: the client was closed
-                self.log.info("worker_storage_closed", loop=name)
-                self._stop_serving(None)
+        try:
+            with anyio.CancelScope() as scope:
+                self._loop_scopes.append(scope)
+                try:
+                    await self.outage.retry(name, loop)
+                except Exception as exc:
+                    self.log.exception("worker_failed", loop=name, error=repr(exc))
+                    self._stop_serving(exc)
+                    return
+        except BaseExceptionGroup as group:
+            raise_unless_storage(group)  # stopped while storage closed under it
+        if not self._stopping:  # the loop gave up: the client was closed
+            self.log.info("worker_storage_closed", loop=name)
+            self._stop_serving(None)
 
     @property
     def stopping(self) -> bool:

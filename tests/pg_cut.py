@@ -4,8 +4,8 @@ Tests of lost connections need the loss at an exact point of the protocol,
 which killing backends from another session cannot give: here the proxy
 reads the frontend/backend protocol's message framing on every connection it
 carries, remembers each prepared statement's text (Parse), and when a Bind
-of a statement whose text contains the armed fragment goes by, cuts that
-connection, either
+of a statement whose text contains the armed fragment goes by (or a simple
+Query containing it), cuts that connection, either
 
 - ``"before"``: the Bind (with its Execute and Sync) is never forwarded: the
   server never runs the statement, but the client has sent it; or
@@ -136,11 +136,15 @@ class _Connection:
                         name, _, rest = body.partition(b"\0")
                         query = rest.partition(b"\0")[0]
                         self.statements[name.decode()] = query.decode()
-                    elif kind == b"B":
-                        _portal, _, rest = body.partition(b"\0")
-                        name = rest.partition(b"\0")[0].decode()
+                    elif kind in (b"B", b"Q"):
+                        if kind == b"B":  # a prepared statement's run
+                            _portal, _, rest = body.partition(b"\0")
+                            name = rest.partition(b"\0")[0].decode()
+                            text = self.statements.get(name, "")
+                        else:  # a simple query (a statement sent without arguments)
+                            text = body.partition(b"\0")[0].decode()
                         armed = self.proxy._armed
-                        if armed is not None and armed.fragment in self.statements.get(name, ""):
+                        if armed is not None and armed.fragment in text:
                             self.proxy._armed = None
                             if armed.mode == "before":
                                 if out:

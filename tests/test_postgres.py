@@ -797,3 +797,54 @@ async def test_only_an_idle_connection_is_kept() -> None:
         async with lease as conn:
             raise RuntimeError("the transaction failed")
     assert pool.released[-1] is conn and driver._kept == []
+
+
+async def test_a_connection_lost_outside_a_transaction_is_storage_unavailable(
+    pg_url: str,
+) -> None:
+    """A baton's NOTIFY (`announce`) is sent outside `run`, on a pooled
+    connection. A connection lost there reached the worker's claim loop as the
+    library's own error (an `OSError`), which a worker takes for a bug in
+    durable: it stopped serving. It is `StorageUnavailable`, as from `run`,
+    and the next call opens a new connection."""
+    from durable.wakes import Wake
+
+    async with cutting(pg_url) as (proxy, via_proxy), durable.connect(via_proxy) as client:
+        driver: Any = client.driver
+        baton = [Wake.activities(client.namespace, "q")]
+        cut = proxy.arm("NOTIFY", "before")
+        with pytest.raises(durable.StorageUnavailable) as err:
+            await driver.announce(baton)
+        assert cut.is_set() and proxy.cuts == 1
+        assert err.value.outcome_unknown  # it may have been sent
+        await driver.announce(baton)  # a new connection
+    assert proxy.cuts == 1
+
+
+async def test_a_transaction_that_meets_the_client_closing_is_storage_closed(
+    pg_url: str,
+) -> None:
+    """The client closed between a transaction's check of its pool and its
+    acquiring a connection: asyncpg says the pool is closed (an
+    `InterfaceError`), which a worker took for a bug in durable and stopped
+    on. It is `StorageClosed`, as if the close had come first."""
+    client = await durable.connect(pg_url)
+    driver: Any = client.driver
+    acquire = driver._acquire
+
+    @asynccontextmanager
+    async def closed_first(pool: Any) -> AsyncIterator[Any]:
+        driver._pool = None  # what close() does first ...
+        await driver._close_pool(pool)  # ... then it closes the pool
+        async with acquire(pool) as conn:
+            yield conn
+
+    driver._acquire = closed_first
+
+    def program(tx: Tx) -> Program[Any]:
+        raise AssertionError("ran on a closed pool")
+        yield  # a program
+
+    with pytest.raises(durable.StorageClosed):
+        await driver.run(program)
+    await client.close()
