@@ -30,6 +30,21 @@ _SSL_REQUEST = 80877103
 _GSS_REQUEST = 80877104
 
 
+#: a side of the proxied connection went away
+_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+
+
+def _message(buf: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """The first whole typed message in `buf` (kind, the message, what follows
+    it), or None while it has not all arrived."""
+    if len(buf) < 5:
+        return None
+    (length,) = struct.unpack("!i", buf[1:5])
+    if len(buf) < 1 + length:
+        return None
+    return buf[:1], buf[:1 + length], buf[1 + length:]
+
+
 class _Armed:
     def __init__(self, fragment: str, mode: Mode) -> None:
         self.fragment = fragment
@@ -125,13 +140,11 @@ class _Connection:
                             startup = False
                         out += message
                         continue
-                    if len(buf) < 5:
+                    whole = _message(buf)
+                    if whole is None:
                         break
-                    (length,) = struct.unpack("!i", buf[1:5])
-                    if len(buf) < 1 + length:
-                        break
-                    kind, body = buf[:1], buf[5:1 + length]
-                    message, buf = buf[:1 + length], buf[1 + length:]
+                    kind, message, buf = whole
+                    body = message[5:]
                     if kind == b"P":
                         name, _, rest = body.partition(b"\0")
                         query = rest.partition(b"\0")[0]
@@ -155,8 +168,7 @@ class _Connection:
                     out += message
                 if out:
                     await self.server.send(out)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
-                OSError):
+        except _GONE:
             pass
         assert self.scope is not None
         self.scope.cancel()
@@ -174,13 +186,10 @@ class _Connection:
                         out += buf[:1]
                         buf = buf[1:]
                         continue
-                    if len(buf) < 5:
+                    whole = _message(buf)
+                    if whole is None:
                         break
-                    (length,) = struct.unpack("!i", buf[1:5])
-                    if len(buf) < 1 + length:
-                        break
-                    kind = buf[:1]
-                    message, buf = buf[:1 + length], buf[1 + length:]
+                    kind, message, buf = whole
                     if self.withholding is not None:
                         if kind == b"Z":  # the statement ended (committed, on its own)
                             if out:
@@ -191,8 +200,7 @@ class _Connection:
                     out += message
                 if out:
                     await self.client.send(out)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
-                OSError):
+        except _GONE:
             pass
         assert self.scope is not None
         self.scope.cancel()
