@@ -15,10 +15,16 @@ and flushed to storage by a supervisor task, throttled, so that a tight loop
 calling `heartbeat()` costs no round trip per call. A stop (timeout fencing,
 cancellation, shutdown) cancels an async attempt's scope and makes the next
 `heartbeat()`/`check_cancelled()` of a sync attempt raise.
+
+Kept whole: an attempt's context and its three ways of running (a cancel
+scope, a thread, a child process) are one protocol between the activity's
+code and its supervisor (how a heartbeat reaches it, how each way stops);
+split, each half would restate the other's rules of stopping.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import datetime
@@ -31,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
+import sniffio
 
 from .._registry import ActivityDefn
 from ..budget import Budget
@@ -114,6 +120,9 @@ class ActivityContext:
         self._encode_details = encode_details
         self.stop_grace = stop_grace
         self.loop_thread = threading.get_ident()
+        #: the loop's thread-safe "call soon", for `_poke` from the attempt's
+        #: thread (`_run_in_thread` sets it, on the loop's thread)
+        self.call_soon_threadsafe: Callable[[Callable[[], None]], None] | None = None
 
     @property
     def info(self) -> ActivityInfo:
@@ -135,8 +144,8 @@ class ActivityContext:
             if encoded is not None:
                 self._details = encoded
             self._dirty = True
+        self.check_cancelled()  # stopped: nobody to wake, and maybe no loop left
         self._poke()
-        self.check_cancelled()
 
     def check_cancelled(self) -> None:
         if self._stop:
@@ -160,13 +169,24 @@ class ActivityContext:
         self.wakeup.set()
 
     def _poke(self) -> None:
+        """Wake the supervisor, from the loop's thread or from the attempt's.
+
+        From another thread it never waits for the loop: an attempt's thread
+        can outlive the loop it was started from (a thread cannot be
+        stopped; a worker abandons one that ignores a stop), and a heartbeat
+        that waited for a loop no longer running blocked that thread forever,
+        and with it the interpreter's exit (seen in CI: pytest hung after its
+        summary, in `Future.result` under `anyio.from_thread.run_sync`)."""
         if threading.get_ident() == self.loop_thread:
             self._set_wakeup()
-        else:
-            try:
-                anyio.from_thread.run_sync(self._set_wakeup)
-            except RuntimeError:
-                pass  # not an anyio worker thread: the supervisor's tick flushes it
+            return
+        soon = self.call_soon_threadsafe
+        if soon is None:
+            return  # not started by `_run_in_thread`: the supervisor's tick flushes it
+        try:
+            soon(self._set_wakeup)
+        except RuntimeError:
+            pass  # its loop is closed: nobody to wake
 
     # -- called by the supervisor ---------------------------------------------
 
@@ -471,6 +491,22 @@ def _resume(coro: Any, yielded: Any) -> Generator[Any, Any, Any]:
             return stop.value
 
 
+def _thread_safe_soon() -> Callable[[Callable[[], None]], None]:
+    """The running loop's way to run a callback soon from another thread,
+    without waiting for it (asyncio's ``call_soon_threadsafe``, trio's
+    ``TrioToken.run_sync_soon``)."""
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_trio_token().run_sync_soon
+    loop = asyncio.get_running_loop()
+
+    def soon(callback: Callable[[], None]) -> None:
+        loop.call_soon_threadsafe(callback)
+
+    return soon
+
+
 async def _run_in_thread(ctx: ActivityContext, fn: Any, args: list[Any],
                          abandon_on_cancel: bool) -> Any:
     """A sync activity in a worker thread, stoppable cooperatively and in bounded time.
@@ -485,6 +521,7 @@ async def _run_in_thread(ctx: ActivityContext, fn: Any, args: list[Any],
     context = contextvars.copy_context()
     done = threading.Event()
     outcome: list[tuple[bool, Any]] = []
+    ctx.call_soon_threadsafe = _thread_safe_soon()
 
     def target() -> None:
         try:

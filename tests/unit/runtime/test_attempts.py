@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import threading
+import time
 from typing import Any
 
 import anyio
 import pytest
 
+import durable
 from durable import (
     JSONConverter,
     PayloadRejected,
@@ -113,3 +117,53 @@ def test_a_result_over_the_payload_limit_is_not_retried() -> None:
     failure = attempts.attempt_failure(StructuralLimitExceeded("payload_bytes", 10, 5),
                                        context("unit_attempt_weigh"), defn)
     assert failure.non_retryable
+
+
+def test_a_heartbeat_from_a_thread_never_waits_for_a_loop_that_stopped() -> None:
+    """A sync activity's thread can outlive the loop it was started from (a
+    thread cannot be stopped; a worker abandons one that ignores a stop). Its
+    heartbeat woke the supervisor by waiting on the loop
+    (`anyio.from_thread.run_sync`): with the loop stopped it waited forever,
+    and the interpreter could not exit (CI: pytest hung after its summary).
+    Now the wake-up is sent without waiting, and a stopped attempt's
+    heartbeat raises before it."""
+    loop = asyncio.new_event_loop()
+    release = threading.Event()
+    beats: list[str] = []
+    made: list[attempts.ActivityContext] = []
+    running = threading.Event()
+
+    def body() -> None:  # the attempt's thread
+        running.set()
+        release.wait(10)
+        ctx = made[0]
+        ctx.heartbeat(None)
+        beats.append("recorded")
+        ctx.request_stop("the worker left")
+        try:
+            ctx.heartbeat(None)
+        except durable.ActivityStopRequested:
+            beats.append("stopped")
+
+    async def start() -> None:  # the worker: starts the thread, then leaves it
+        ctx = attempts.ActivityContext(lambda: None, VirtualClock(T0), None)  # type: ignore[arg-type]
+        ctx.call_soon_threadsafe = attempts._thread_safe_soon()  # as `_run_in_thread`
+        made.append(ctx)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(anyio.to_thread.run_sync, body,
+                                            abandon_on_cancel=True))
+            while not running.is_set():  # the thread runs the activity
+                await anyio.sleep(0.001)
+            tg.cancel_scope.cancel()  # abandoned: the thread runs on
+
+    try:
+        loop.run_until_complete(start())  # the loop stops here, and stays open
+        release.set()
+        deadline = time.monotonic() + 10
+        while len(beats) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert beats == ["recorded", "stopped"]
+        assert made[0].take_details()[0]  # the heartbeat was recorded all the same
+    finally:
+        release.set()
+        loop.close()
