@@ -387,3 +387,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             _mariadb_admin(f"DROP DATABASE IF EXISTS `{database}`")
         except Exception:
             break
+
+
+#: seconds the interpreter may take to exit after the last test
+EXIT_GRACE = 60.0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread that outlives the suite and never ends hangs the run at the
+    interpreter's exit, silently, until CI's limit (it happened: a sync
+    activity's thread blocked on a stopped loop, after "3522 passed"). A
+    daemon thread started here outlives nothing: if the interpreter has not
+    exited `EXIT_GRACE` seconds later, it prints where every thread is and
+    ends the process, failing the run."""
+    import sys
+    import threading
+    import time
+    import traceback
+
+    def give_up() -> None:
+        time.sleep(EXIT_GRACE)
+        frames = sys._current_frames()
+        for thread in threading.enumerate():
+            if thread is threading.current_thread():
+                continue
+            stack = "".join(traceback.format_stack(frames.get(thread.ident or 0)))
+            sys.stderr.write(f"\nthread {thread.name!r} (daemon={thread.daemon}):\n{stack}")
+        sys.stderr.write(f"\nthe interpreter did not exit {EXIT_GRACE:.0f} s after the suite: "
+                         "a thread above never ended; failing the run\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    threading.Thread(target=give_up, name="durable-tests exit watch", daemon=True).start()
