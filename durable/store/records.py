@@ -8,7 +8,6 @@ member. Failures are `Failure` values in memory and JSON objects in storage.
 from __future__ import annotations
 
 import enum
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -16,6 +15,7 @@ from .. import _json
 from ..deadlines import Deadlines
 from ..failure import Failure
 from ..program import Row
+from .ids import new_id as new_id
 
 
 class RunStatus(enum.StrEnum):
@@ -100,10 +100,6 @@ def dump_failure(failure: Failure | None) -> str | None:
 def load_failure(text: str | None) -> Failure | None:
     data = loads(text)
     return None if data is None else Failure.from_dict(data)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 @dataclass

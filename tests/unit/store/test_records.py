@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
 
 from durable.driver import Dialect
@@ -10,6 +13,7 @@ from durable.store.records import (
     OPEN_STATUSES,
     AttemptStatus,
     RunStatus,
+    new_id,
     open_status_sql,
 )
 from durable.store.schema import schema_statements
@@ -41,3 +45,22 @@ async def test_the_sql_of_open_selects_exactly_the_open_runs(store: Store) -> No
     found = await rows(store, "SELECT s FROM (" + " UNION ALL ".join(
         f"SELECT '{s.value}' AS s" for s in RunStatus) + f") WHERE {open_status_sql('s')}")
     assert sorted(r["s"] for r in found) == ["pending", "running"]
+
+
+def test_ids_are_time_ordered_uuid7_hex_and_unique() -> None:
+    """Ids keep their form (32 lowercase hex digits, a UUID) and are ordered by
+    the millisecond they were made in: the rows of runs alive together share
+    index pages (docs/benchmarks.md, "Time-ordered ids")."""
+    before = time.time_ns() // 1_000_000
+    ids = [new_id() for _ in range(2000)]
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == len(ids)
+    for text in ids[:50]:
+        assert len(text) == 32 and text == text.lower()
+        parsed = uuid.UUID(hex=text)
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert before <= int(text[:12], 16) <= after
+    stamps = [int(text[:12], 16) for text in ids]
+    assert stamps == sorted(stamps)  # across milliseconds; random within one
+    # the random part varies (74 bits): the last 8 digits (what the UI shows) differ
+    assert len({text[-8:] for text in ids[:100]}) == 100
