@@ -34,7 +34,12 @@ class TaskState:
     children: int = 0
     clock: float = 0.0
     replaying: bool = True
-    rng: random.Random = field(default_factory=random.Random)
+    #: what the task's RNG is seeded with (its run's id and its path): made at
+    #: first use (`rng`), as most tasks never draw from it; seeding a fresh
+    #: ``Random()`` from the OS first, then again from this, was ~15 µs of
+    #: every run's start (issue 26)
+    seed: str = ""
+    _rng: random.Random | None = None
     # durable phases this task runs inside, outermost first (see phases.py)
     phases: list[Any] = field(default_factory=list)
     #: what `durable.workflow`'s functions call in this task (a `runtime.Runtime`:
@@ -43,6 +48,14 @@ class TaskState:
     runtime: Any = None
     #: the host loop's "current task" (asyncio's or trio's): its id() is `task`
     current_task: Callable[[], object | None] = asyncio.current_task
+
+    @property
+    def rng(self) -> random.Random:
+        """The task's deterministic RNG (seeded with `seed`)."""
+        rng = self._rng
+        if rng is None:
+            rng = self._rng = random.Random(self.seed)
+        return rng
 
     def next_op_id(self) -> str:
         self.seq += 1
@@ -89,8 +102,7 @@ def enter_task(ctx: WorkflowContext, path: str, clock: float, runtime: Any) -> T
     current_task = _host_current_task()
     state = TaskState(path=path, task=id(current_task()), ctx=ctx, clock=clock,
                       replaying=path in ctx.recorded_paths, runtime=runtime,
-                      current_task=current_task)
-    state.rng.seed(f"{ctx.run.run_id}/{path}")
+                      current_task=current_task, seed=f"{ctx.run.run_id}/{path}")
     _task_state.set(state)
     return state
 
@@ -101,8 +113,8 @@ def new_task_state(ctx: WorkflowContext, path: str, clock: float, *, replaying: 
     (a handler run by the engine's own task; see `as_task`)."""
     current_task = _host_current_task()
     state = TaskState(path=path, task=id(current_task()), ctx=ctx, clock=clock,
-                      replaying=replaying, runtime=runtime, current_task=current_task)
-    state.rng.seed(f"{ctx.run.run_id}/{path}")
+                      replaying=replaying, runtime=runtime, current_task=current_task,
+                      seed=f"{ctx.run.run_id}/{path}")
     return state
 
 
