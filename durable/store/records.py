@@ -475,6 +475,8 @@ TASK_COLUMNS = (
 
 
 def run_from_row(row: Row) -> RunRecord:
+    if type(row).__module__ == "sqlite3":  # row[name] compares the names one by one:
+        row = dict(zip(row.keys(), row, strict=True))  # 44 reads: 13 -> 6 µs (issue 26)
     return RunRecord(
         run_id=row["run_id"],
         namespace=row["namespace"],
