@@ -19,8 +19,9 @@ def new_id() -> str:
     alive at once in a few adjacent leaf pages: with random ids (uuid4) each
     live run's rows fell in a leaf page of their own, and a group commit of
     11 runs wrote 31-40 pages to SQLite's log instead of 22 (docs/
-    benchmarks.md, "Time-ordered ids"). Ids stay opaque and unique (74
-    random bits a millisecond); nothing reads a time out of them.
+    benchmarks.md, "SQLite concurrent steps: time-ordered ids"). Ids stay
+    opaque and unique (74 random bits a millisecond); nothing reads a time
+    out of them.
     """
     rand = int.from_bytes(os.urandom(10), "big")  # 80 bits, 74 of them used
     value = ((time.time_ns() // 1_000_000) << 80 | _V7 | (rand >> 62 & 0xFFF) << 64

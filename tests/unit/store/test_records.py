@@ -50,7 +50,8 @@ async def test_the_sql_of_open_selects_exactly_the_open_runs(store: Store) -> No
 def test_ids_are_time_ordered_uuid7_hex_and_unique() -> None:
     """Ids keep their form (32 lowercase hex digits, a UUID) and are ordered by
     the millisecond they were made in: the rows of runs alive together share
-    index pages (docs/benchmarks.md, "Time-ordered ids")."""
+    index pages (docs/benchmarks.md,
+    "SQLite concurrent steps: time-ordered ids")."""
     before = time.time_ns() // 1_000_000
     ids = [new_id() for _ in range(2000)]
     after = time.time_ns() // 1_000_000
