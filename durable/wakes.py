@@ -111,6 +111,12 @@ class Wake:
     #: wake-ups before acting on them (see `durable.worker`); not part of
     #: equality: the same key from here or from elsewhere is the same news
     remote: bool = field(default=False, compare=False)
+    #: the process (its driver's `WakeHub.address`) chosen to act on it: a
+    #: start's ``RUNS`` wake-up addressed to one process of the queue
+    #: (`WakeHub.addressing`), which claims it at once and passes the baton
+    #: if it cannot; the other processes' workers leave it to that one. None:
+    #: whoever hears it may act (every other wake-up)
+    to: str | None = field(default=None, compare=False)
 
     # -- constructors: one per kind --------------------------------------------
 
@@ -125,11 +131,14 @@ class Wake:
         return cls((WakeKind.RUN, run_id), data)
 
     @classmethod
-    def runs(cls, namespace: str, task_queue: str, *, deadline: bool = True) -> Wake:
+    def runs(cls, namespace: str, task_queue: str, *, deadline: bool = True,
+             to: str | None = None) -> Wake:
         """Runs of this queue may be ready to claim. `deadline=False`: what the
         commit made ready brings no deadline (a start without timeouts), so a
-        watchdog need not look for an earlier one (`NO_DEADLINE`)."""
-        return cls((WakeKind.RUNS, namespace, task_queue), None if deadline else NO_DEADLINE)
+        watchdog need not look for an earlier one (`NO_DEADLINE`). `to`: the
+        process that claims it (a start addressed to one, see `Wake.to`)."""
+        return cls((WakeKind.RUNS, namespace, task_queue), None if deadline else NO_DEADLINE,
+                   to=to)
 
     @classmethod
     def activities(cls, namespace: str, task_queue: str, task_id: str | None = None) -> Wake:
@@ -240,15 +249,24 @@ def address(key: tuple[str, ...]) -> tuple[str, ...] | None:
     return None
 
 
-def heard(keys: Iterable[tuple[tuple[str, ...], bool]]) -> list[Wake]:
-    """Remote wake-ups from (key, no deadline) pairs heard from other processes,
-    one per key in the order first heard; a key is `NO_DEADLINE` only if
-    every notification of it said so (one that did not may bring a deadline)."""
+def heard(keys: Iterable[tuple[tuple[str, ...], bool, bool]],
+          here: str | None = None) -> list[Wake]:
+    """Remote wake-ups from (key, no deadline, addressed here) triples heard
+    from other processes, one per key in the order first heard; a key is
+    `NO_DEADLINE` only if every notification of it said so (one that did not
+    may bring a deadline), and addressed to this process (`here`, its
+    `WakeHub.address`) if one notification was (a start addressed here: a
+    worker here claims it at once)."""
     quiet: dict[tuple[str, ...], bool] = {}
-    for key, no_deadline in keys:
+    addressed: set[tuple[str, ...]] = set()
+    for key, no_deadline, to_here in keys:
         quiet[key] = quiet.get(key, True) and no_deadline
-    return [Wake(key, NO_DEADLINE if q and key[:1] == (WakeKind.RUNS.value,) else None,
-                 remote=True) for key, q in quiet.items()]
+        if to_here:
+            addressed.add(key)
+    runs = (WakeKind.RUNS.value,)
+    return [Wake(key, NO_DEADLINE if q and key[:1] == runs else None, remote=True,
+                 to=here if key in addressed and key[:1] == runs else None)
+            for key, q in quiet.items()]
 
 
 WakeCallback = Callable[[Wake], None]
@@ -309,10 +327,16 @@ class WakeHub:
     ``RUN`` wake-up carrying its news (an op's outcome, a signal, a query) is
     for the run's executor, so a driver does not send it to other processes
     while that executor is here (`for_others`).
+
+    `address` is this process's address for wake-ups addressed to one process
+    (`Wake.to`), set by a driver that can send them (PostgreSQL; None
+    elsewhere): a worker claims at once on a ``RUNS`` wake-up addressed to
+    it, and leaves one addressed to another process to that process.
     """
 
     def __init__(self) -> None:
         self._callbacks: list[WakeCallback] = []
+        self.address: str | None = None
         self.waiting = 0
         self.wanted: dict[tuple[str, ...], dict[tuple[str, ...], int]] = {}
         self.on_wanted: Callable[[], None] | None = None

@@ -193,11 +193,11 @@ class Worker:
         self.gate = UpgradeGate(self)
         types = tuple(sorted(self.workflows))
         #: claiming runs: `runs.claim_now()` lets a test see a claim pass through
+        self.run_claims = RunClaims(self, types)  # (and what a lost claim took: handed back)
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
             room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
-            claim=RunClaims(self, types).claim,  # (and what a lost claim took: handed back)
-            start=lambda claimed: self._start_run(claimed),  # looked up at each call
-            poll_interval=self.poll_interval, now=self.clock.now)
+            claim=self.run_claims.claim, start=lambda claimed: self._start_run(claimed),
+            poll_interval=self.poll_interval, now=self.clock.now, **self.run_claims.baton)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)
@@ -215,7 +215,8 @@ class Worker:
         await self.presence.register(self.lease_seconds * 2, self.clock.now())
         if self.activities:
             await self.remote.check_cover()
-        self.hearing.start(self._on_wake, self.remote.takes if self.activities else None)
+        self.hearing.start(self._on_wake, self.remote.takes if self.activities else None,
+                           (lambda: not self.runs.ended) if self.workflows else None)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -380,7 +381,8 @@ class Worker:
             case WakeKind.REQUESTS:
                 self.idle_queries.trigger()
             case WakeKind.RUNS:
-                self.runs.trigger.set(wake.remote)
+                if self.run_claims.heard(wake):  # not a start addressed elsewhere
+                    self.runs.trigger.set(wake.remote and wake.to is None)
                 if wake.brings_deadline:  # not a start without timeouts (NO_DEADLINE)
                     self._watchdog_trigger.set()
             case WakeKind.ACTIVITIES:

@@ -321,7 +321,9 @@ async def test_a_start_is_one_round_trip_that_wakes_the_queues_listeners(
         pg_urls: tuple[str, str], monkeypatch: pytest.MonkeyPatch, anyio_backend: str) -> None:
     """BEGIN, a locking read, three INSERTs and NOTIFY + COMMIT were six round
     trips: one statement now, which sends the queue's notification itself, to
-    a process that listens on the queue's channel."""
+    a process that listens on the queue's channel (no worker of the queue
+    can be addressed: `durable_postgres.addressing`). The queue's members
+    are read at most once a second, by the first start here."""
     import asyncpg
     import asyncpg.connection
     from durable_postgres.listener import channel_for
@@ -334,6 +336,13 @@ async def test_a_start_is_one_round_trip_that_wakes_the_queues_listeners(
         heard: list[Any] = []
         listener = await asyncpg.connect(pg_urls[0].split("?")[0])
         await listener.add_listener(channel, lambda *args: heard.append(json.loads(args[3])))
+        monkeypatch.setattr("durable_postgres.addressing.REFRESH", 600.0)  # a slow box
+        await client.start(flow, 3, id="first")  # reads the queue's members
+        assert driver.addressing.reads == 1
+        with anyio.fail_after(5):
+            while not heard:
+                await anyio.sleep(0.01)
+        heard.clear()
         sent: list[str] = []
         for name in ("execute", "fetch", "fetchrow", "fetchval", "executemany", "prepare"):
             original = getattr(asyncpg.connection.Connection, name)

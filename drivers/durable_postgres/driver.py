@@ -12,6 +12,13 @@ during COMMIT, or during a program's one self-committing statement (a step,
 a claim, a start: `Stmt.autocommit`), may have committed and is
 `StorageUnavailable(outcome_unknown=True)`, which the store resolves by
 reading back (`durable.store.Store`).
+
+Kept whole: what makes a driver PostgreSQL's: its transactions, the
+connections it keeps between them, and its notifications, which a commit
+builds (`_notify`) from the same addresses its listener hears (`watch`) and
+its starts choose (`start_addressee`). The pieces that stand alone are
+modules of their own (the listener, the addressing of starts, the
+connection's statements, the URL).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements, table_names
 from durable.wakes import WakeKind, address, heard
 
+from .addressing import APPLICATION_PREFIX, MEMBERS_SQL, Addressing
 from .connection import CONFLICT, CONNECTION_LOST, discard, drive, execute, no_reset
 from .dialect import PostgresDialect
 from .listener import Listener, channel_for
@@ -119,9 +127,19 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         self.command_timeout = command_timeout
         self.statement_cache_size = statement_cache_size
         self.create_schema = create_schema
-        self.application_name = self._target.application_name or f"durable:{self.origin}"
+        self.application_name = (self._target.application_name
+                                 or f"{APPLICATION_PREFIX}{self.origin}")
+        # starts may be addressed to this process only where its connections
+        # say who it is (`addressing`: a member is alive while they are there)
+        if self._target.application_name is None:
+            self.hub.address = self.origin
+        #: the channel of the starts addressed to this process (`addressing`)
+        self.own_channel = channel_for(self.channel, ("to", self.origin))
         self._listener = Listener(connect=self._connect_one, channel=self.channel,
-                                  origin=self.origin, log=self.log)
+                                  origin=self.origin, log=self.log,
+                                  own_channel=self.own_channel)
+        #: whom a start is addressed to (`start_addressee`)
+        self.addressing = Addressing(self._members, self.log)
         self._wanted: frozenset[str] | None = None  # None: to be computed again
         self.hub.on_wanted = self._on_wanted
         self._tx_notices = self._notices
@@ -393,12 +411,19 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         this process takes that queue's attempts (`WakeHub.claimed_here`): it
         claims them on the local wake-up, and passes the baton (`announce`)
         when it leaves some behind. Sent, it made every process of the queue
-        claim, all but one for nothing (issue 26)."""
+        claim, all but one for nothing (issue 26). A start's ``RUNS`` wake-up
+        addressed to one process (`Wake.to`) goes to that process's own
+        channel only (`addressing`), or nowhere when that is this process."""
         by_channel: dict[str, dict[tuple[str, ...], bool]] = {}
         for wake in wakes:
             key = wake.key
-            where = address(key)
-            channel = self.channel if where is None else channel_for(self.channel, where)
+            if wake.to is not None:  # a start addressed to one process (`addressing`)
+                if wake.to == self.origin:
+                    continue  # this one: its local wake-up is all it needs
+                channel = channel_for(self.channel, ("to", wake.to))
+            else:
+                where = address(key)
+                channel = self.channel if where is None else channel_for(self.channel, where)
             sent = by_channel.setdefault(channel, {})
             sent[key] = sent.get(key, True) and not wake.brings_deadline
         notifications = []
@@ -428,6 +453,34 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             await conn.execute(text)
 
         await self._on_pool(send)
+
+    async def start_addressee(self, namespace: str, task_queue: str, now: float) -> str | None:
+        """The process a start on this queue is addressed to (`addressing`), or
+        None: told to every process of the queue. Reads the queue's members
+        at most once every `addressing.REFRESH` seconds."""
+        return await self.addressing.pick(namespace, task_queue, now)
+
+    async def _members(self, namespace: str, task_queue: str, now: float) -> list[Any]:
+        """`addressing.MEMBERS_SQL`'s rows (`Addressing` reads them)."""
+
+        async def read(conn: Connection) -> list[Any]:
+            return list(await conn.fetch(MEMBERS_SQL, namespace, task_queue, now,
+                                         APPLICATION_PREFIX))
+
+        return await self._on_pool(read)
+
+    async def _pass_unclaimed(self, wakes: list[Wake]) -> None:
+        """Starts addressed to this process on a queue that no worker here claims
+        from now (it stopped since the starter read the members): tell the
+        queue's processes, as a full worker would (the baton)."""
+        unclaimed = [Wake.runs(*wake.key[1:]) for wake in wakes
+                     if wake.to is not None and not self.hub.claimed_here(wake.key)]
+        if not unclaimed:
+            return
+        try:
+            await self.announce(unclaimed)
+        except Exception as exc:  # the fallback poll finds them
+            self.log.debug("baton_failed", error=repr(exc))
 
     # ---------------------------------------------------------------- statistics
 
@@ -482,8 +535,10 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
 
     def _wanted_channels(self) -> frozenset[str]:
         if self._wanted is None:
-            self._wanted = frozenset(channel_for(self.channel, where)
-                                     for where in self.hub.wanted)
+            wanted = {channel_for(self.channel, where) for where in self.hub.wanted}
+            if self.hub.address is not None:  # the starts addressed here
+                wanted.add(self.own_channel)
+            self._wanted = frozenset(wanted)
         return self._wanted
 
     async def watch(self) -> None:
@@ -505,7 +560,9 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
                 wait = max(0.0, next_any - anyio.current_time())
                 keys, fresh, added = await self._call(functools.partial(
                     self._listener.next_batch, wait, self._wanted_channels()), shield=False)
-                wakes = heard(keys)
+                wakes = heard(keys, self.hub.address)
+                if any(wake.to is not None for wake in wakes):
+                    await self._pass_unclaimed(wakes)
                 if added:
                     wakes += [Wake(key, remote=True)
                               for where, wanted in list(self.hub.wanted.items())

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 #: put in the queue to end a wait early: the wanted channels changed
 _POKE = ("",)
-#: a key heard, and whether its notification said it brings no deadline
-Heard = tuple[tuple[str, ...], bool]
+#: a key heard, whether its notification said it brings no deadline, and
+#: whether it came on this process's own channel (a start addressed here)
+Heard = tuple[tuple[str, ...], bool, bool]
 #: at most this many LISTEN/UNLISTEN statements in one round trip
 _LISTEN_BATCH = 500
 
@@ -48,16 +49,18 @@ class Listener:
     of its driver is passed in: `connect` opens a connection outside the pool,
     `channel` is the schema's NOTIFY channel, `origin` marks this driver's own
     notifications (already published in process, with their records), and
-    `log` says when listening fails. The other channels it listens on are
+    `log` says when listening fails, `own_channel` is where the starts
+    addressed to this process come (`addressing`). The other channels it listens on are
     the `wanted` ones of each `next_batch` call; `poke()` (from any thread)
     ends a wait early, when they change.
     """
 
     def __init__(self, *, connect: Callable[[], Awaitable[Connection]], channel: str,
-                 origin: str, log: Any) -> None:
+                 origin: str, log: Any, own_channel: str = "") -> None:
         self._connect_one = connect
         self._channel = channel
         self._origin = origin
+        self._own_channel = own_channel
         self._log = log
         self._conn: Connection | None = None
         #: (key, no deadline) pairs heard; None: the connection dropped
@@ -80,8 +83,9 @@ class Listener:
             quiet = {int(i) for i in message.get("n", ())}
         except (ValueError, KeyError, TypeError, AttributeError):
             keys, quiet = [Wake.any().key], set()
+        here = channel == self._own_channel
         for i, key in enumerate(keys):
-            self._queue.put_nowait((key, i in quiet))
+            self._queue.put_nowait((key, i in quiet, here))
 
     def _on_terminated(self, conn: object) -> None:
         if self._queue is not None:
@@ -93,7 +97,7 @@ class Listener:
         loop, queue = self._loop, self._queue
         if loop is not None and queue is not None:
             try:
-                loop.call_soon_threadsafe(queue.put_nowait, (_POKE, False))
+                loop.call_soon_threadsafe(queue.put_nowait, (_POKE, False, False))
             except RuntimeError:  # its loop closed (the driver closes): nothing to poke
                 pass
 

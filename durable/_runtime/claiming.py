@@ -25,6 +25,11 @@ over, fewer than one each for the live workers, a pass later). On a quiet
 queue nobody else may be claiming, so a worker that took some and left
 more claims again after `CLAIM_TURN`, whatever woke it.
 
+Runs the same way (`RunClaims`): on PostgreSQL a client's start is
+addressed to one process of the queue in turn (`durable.wakes.Wake.to`),
+whose pass on it is woken "here" and quiet; the other processes do not
+hear of it at all, and it passes the baton when it cannot take it.
+
 `ClaimLoop.claim_now()` returns once a claim pass begun after the call has
 finished, so that a test can show that nothing was claimed without sleeping.
 """
@@ -32,12 +37,13 @@ finished, so that a test can show that nothing was claimed without sleeping.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
 from ..errors import StorageUnavailable
 from ..store.records import Claimed, ClaimedRun
+from ..wakes import Wake
 from .serving import ServingWorker
 
 T = TypeVar("T")
@@ -244,6 +250,13 @@ class RunClaims:
     more, after a failure. Until it succeeds no claim is made (the failure
     goes to the loop's outage handling, which tries again); after a claim
     that certainly took nothing it finds nothing (one indexed read).
+
+    It also says which ``RUNS`` wake-ups are this worker's (`heard`): on
+    PostgreSQL a start is addressed to one process of the queue
+    (`durable_postgres.addressing`), which claims it at once, and passes the
+    baton (`baton`, the queue's wake-up to every process) when the pass it
+    woke could not take all that is ready, as activities do (module
+    docstring).
     """
 
     def __init__(self, worker: RunClaimer, types: tuple[str, ...]) -> None:
@@ -251,9 +264,42 @@ class RunClaims:
         self.types = types
         #: a claim failed: hand back what it may have taken before the next
         self.failed = False
+        # a start addressed to this process was heard since the last claim
+        # began (`heard`), and whether the last claim's pass was woken so; a
+        # full worker's pass claims nothing, and the first says it is due
+        self._addressed = False
+        self._addressed_pass = False
+        self._announce = getattr(worker.store.driver, "announce", None)
+        #: what `ClaimLoop` needs to pass the baton of a start addressed here
+        #: that this worker cannot take (no room, or more left than it takes)
+        self.baton: dict[str, Any] = {} if self._announce is None else {
+            "spread": self._spread, "quiet": self._addressed_here,
+            "unheard": self._addressed_here}
+
+    def _addressed_here(self) -> bool:
+        return self._addressed or self._addressed_pass
+
+    async def _spread(self) -> None:
+        """The baton: every process of the queue is told (and claims)."""
+        self._addressed = self._addressed_pass = False
+        assert self._announce is not None
+        await self._announce([Wake.runs(self.worker.namespace, self.worker.task_queue)])
+
+    def heard(self, wake: Wake) -> bool:
+        """Whether a ``RUNS`` wake-up of this queue is this worker's to claim on:
+        not if it is a start addressed to another process (`Wake.to`), which
+        claims it (or passes the baton). One addressed to this process
+        makes the next pass's baton due if it leaves work behind."""
+        if wake.to is None:
+            return True
+        if wake.to != self.worker.store.hub.address:
+            return False
+        self._addressed = True
+        return True
 
     async def claim(self, n: int) -> Claimed[ClaimedRun]:
         """Claim up to `n` runs (after handing back what a failed claim took)."""
+        self._addressed_pass, self._addressed = self._addressed, False
         worker = self.worker
         if self.failed:
             running = frozenset(worker.executors) | worker.gate.checking

@@ -53,14 +53,18 @@ class Hearing:
         self._early: dict[str, float] = {}
 
     def start(self, on_wake: Callable[[Wake], None],
-              takes_activities: Callable[[], bool] | None = None) -> None:
+              takes_activities: Callable[[], bool] | None = None,
+              takes_runs: Callable[[], bool] | None = None) -> None:
         """Subscribe; `takes_activities` says when this worker claims alone the
         attempts a commit of this process makes ready on its queue
-        (`WakeHub.claim_here`)."""
+        (`WakeHub.claim_here`), `takes_runs` when it claims the starts
+        addressed to this process (else the driver passes them on)."""
         self._stops = [self._hub.subscribe(on_wake), self._hub.want(self._keys)]
         if takes_activities is not None:
             key = Wake.activities(*self._queue).key
             self._stops.append(self._hub.claim_here(key, takes_activities))
+        if takes_runs is not None:
+            self._stops.append(self._hub.claim_here(Wake.runs(*self._queue).key, takes_runs))
 
     def stop(self) -> None:
         for stop in (*self._stops, *self._held.values()):

@@ -9,6 +9,11 @@ registers one of its names with different code, both workers log a warning
 naming both definitions (once per name and other worker): the newcomer at
 start, the other at its next renewal. Either may run the name, so the wrong
 code would otherwise run silently.
+
+It also records where a start may be addressed to the worker's process
+(its driver's `durable.wakes.WakeHub.address`, PostgreSQL only): a starter
+addresses a start's notification to one process among the live workers that
+take the queue's runs (`durable_postgres.addressing`).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class Presence:
             workflow_types=tuple(sorted(registry.workflows)),
             activity_names=tuple(sorted(registry.activities)), capabilities=capabilities,
             identity=identity, host=socket.gethostname(), pid=os.getpid(), build_id=build_id,
-            definitions=registry.describe())
+            definitions=registry.describe(), address=store.hub.address)
 
     def registration(self) -> WorkerRegistration:
         return dataclasses.replace(self._base, started_at=self.started_at)

@@ -558,8 +558,8 @@ _START_SQL = (
 )
 
 
-def start_in_one(tx: Tx, req: StartRequest, run_id: str,
-                 now: float) -> Program[StartResult | None]:
+def start_in_one(tx: Tx, req: StartRequest, run_id: str, now: float,
+                 to: str | None = None) -> Program[StartResult | None]:
     """A start as ONE self-committing statement (data-modifying CTEs,
     `Dialect.writable_cte`): the instance, its run and its first event are
     inserted unless the instance is there, and the driver's notification
@@ -575,7 +575,7 @@ def start_in_one(tx: Tx, req: StartRequest, run_id: str,
     (unique violation, a conflict the driver retries), as in the general path.
     """
     execution_deadline = plus(now, req.execution_timeout)
-    wake = start_wake(req, now, execution_deadline)
+    wake = start_wake(req, now, execution_deadline, to)
     channels: list[str] = []
     payloads: list[str] = []
     if tx.notices is None:  # the driver tells the others (a transaction of its own)

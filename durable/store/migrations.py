@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -78,6 +78,9 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # results of 1-2.5 kB spilled to overflow pages: docs/design/decisions.md
     # (ae)). A database it made keeps that table, which works the same.
     11: (),
+    # 12: where a start may be addressed to a worker's process (PostgreSQL:
+    # its driver's notification address, `durable_postgres.addressing`)
+    12: ("ALTER TABLE workers ADD COLUMN address TEXT",),
 }
 
 

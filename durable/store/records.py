@@ -3,6 +3,9 @@
 Statuses and kinds are string-valued enums, so the stored text is unchanged
 and a value read back from storage (a plain ``str``) compares equal to its
 member. Failures are `Failure` values in memory and JSON objects in storage.
+
+Kept whole: one vocabulary of plain records, with no behaviour beyond
+reading a row; split, every store module would import from several.
 """
 
 from __future__ import annotations
@@ -423,6 +426,9 @@ class WorkerRegistration:
     build_id: str | None = None
     definitions: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     started_at: float | None = None
+    #: where a start may be addressed to this worker's process (its driver's
+    #: `durable.wakes.WakeHub.address`; None where the driver cannot)
+    address: str | None = None
 
 
 @dataclass(frozen=True)

@@ -49,9 +49,10 @@ RUN_INSERT = (
 
 
 def start_workflow(tx: Tx, req: StartRequest, now: float,
-                   run_id: str | None = None) -> Program[StartResult]:
+                   run_id: str | None = None, to: str | None = None) -> Program[StartResult]:
     """Start an instance, honouring its id-reuse policy. `run_id`: the new
-    run's id, fixed by the caller across retries (`reuse`)."""
+    run's id, fixed by the caller across retries (`reuse`); `to`: the process
+    its wake-up is addressed to (`start_wake`)."""
     existing = yield q1(
         "SELECT workflow_id, current_run_id, status FROM workflows "
         "WHERE namespace = ? AND workflow_id = ?" + tx.lock,
@@ -63,7 +64,8 @@ def start_workflow(tx: Tx, req: StartRequest, now: float,
         if known is not None:
             return known
     execution_deadline = plus(now, req.execution_timeout)
-    yield from insert_run(tx, req, run_id, 1, now, execution_deadline, replace=existing is not None)
+    yield from insert_run(tx, req, run_id, 1, now, execution_deadline,
+                          replace=existing is not None, to=to)
     return StartResult(run_id, True, RunStatus.PENDING)
 
 
@@ -99,8 +101,10 @@ def insert_run(
     *,
     replace: bool = False,
     new_instance: bool = True,
+    to: str | None = None,
 ) -> Program[None]:
-    """Insert a run (and its instance when new) plus its WorkflowStarted event."""
+    """Insert a run (and its instance when new) plus its WorkflowStarted event
+    (`to`: see `start_wake`)."""
     workflow_row, run_row, started = new_run_rows(req, run_id, run_number, now,
                                                   execution_deadline)
     if new_instance:
@@ -120,16 +124,19 @@ def insert_run(
     # the new run's first event: its counter was inserted at 1 above (one round
     # trip less than append_events' counter update, on every start)
     yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, started)
-    tx.wake(start_wake(req, now, execution_deadline))
+    tx.wake(start_wake(req, now, execution_deadline, to))
     return None
 
 
-def start_wake(req: StartRequest, now: float, execution_deadline: float | None) -> Wake:
+def start_wake(req: StartRequest, now: float, execution_deadline: float | None,
+               to: str | None = None) -> Wake:
     """The ``RUNS`` wake-up of a start: `NO_DEADLINE` when the new run has no
     deadline (`Deadlines.earliest` of `new_run_rows` is None), so that no
-    watchdog re-reads for it (`durable.wakes.NO_DEADLINE`)."""
+    watchdog re-reads for it (`durable.wakes.NO_DEADLINE`); addressed `to` one
+    process of the queue when the driver chose one (`unknown.start_workflow`)."""
     return Wake.runs(req.namespace, req.task_queue,
-                     deadline=_deadlines(req, now, execution_deadline).earliest is not None)
+                     deadline=_deadlines(req, now, execution_deadline).earliest is not None,
+                     to=to)
 
 
 def _deadlines(req: StartRequest, now: float, execution_deadline: float | None) -> Deadlines:

@@ -223,7 +223,8 @@ CREATE TABLE IF NOT EXISTS workers (
     build_id {text},
     definitions {text},
     started_at {real},
-    stopped_at {real}
+    stopped_at {real},
+    address {text}
 ){options};
 CREATE TABLE IF NOT EXISTS task_queues (
     namespace {key} NOT NULL,

@@ -41,11 +41,15 @@ async def start_workflow(driver: Driver, request: StartRequest, now: float) -> S
     id fixed for every attempt (`runs.reuse`). An outcome-unknown attempt is
     read back (`runs.started_run`): there, it started (its notification went
     with it, and this process is told here, as the driver would have);
-    not there, it is sent again."""
+    not there, it is sent again.
+
+    Its wake-up is addressed to one process of the queue when the driver can
+    choose one (`addressee`)."""
     run_id = new_id()
+    to = await addressee(driver, request.namespace, request.task_queue, now)
     for again in range(RESENDS + 1):
         try:
-            return await _start(driver, request, now, run_id)
+            return await _start(driver, request, now, run_id, to)
         except StorageUnavailable as exc:
             if not exc.outcome_unknown or again == RESENDS:
                 raise
@@ -55,18 +59,30 @@ async def start_workflow(driver: Driver, request: StartRequest, now: float) -> S
                 raise exc from None  # still unknown: the caller hears so
             if landed is not None:
                 deadline = plus(now, request.execution_timeout)
-                driver.hub.publish([runs.start_wake(request, now, deadline)])
+                driver.hub.publish([runs.start_wake(request, now, deadline, to)])
                 return landed
     raise AssertionError("unreachable")  # (the loop returns or raises)
 
 
+async def addressee(driver: Driver, namespace: str, task_queue: str, now: float) -> str | None:
+    """The process a start on this queue is addressed to, where the driver
+    addresses starts (its optional ``start_addressee``: PostgreSQL); None:
+    told to every process of the queue, as any other wake-up."""
+    choose = getattr(driver, "start_addressee", None)
+    if choose is None:
+        return None
+    to: str | None = await choose(namespace, task_queue, now)
+    return to
+
+
 async def _start(driver: Driver, request: StartRequest, now: float,
-                 run_id: str) -> StartResult:
+                 run_id: str, to: str | None) -> StartResult:
     if driver.dialect.writable_cte:  # one round trip (`fastpath.start_in_one`)
-        started = await driver.run(lambda tx: fastpath.start_in_one(tx, request, run_id, now))
+        started = await driver.run(
+            lambda tx: fastpath.start_in_one(tx, request, run_id, now, to))
         if started is not None:
             return started
-    return await driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id))
+    return await driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id, to))
 
 
 async def settle_commit(driver: Driver, batches: list[RunWrites],

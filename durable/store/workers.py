@@ -39,11 +39,11 @@ def register_worker(reg: WorkerRegistration, ttl: float,
     yield ex(
         "INSERT INTO workers (worker_id, namespace, task_queue, workflow_types, activity_names, "
         "capabilities, heartbeat_at, expires_at, identity, host, pid, build_id, definitions, "
-        "started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "started_at, address) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         reg.worker_id, reg.namespace, reg.task_queue, json.dumps(list(reg.workflow_types)),
         json.dumps(list(reg.activity_names)), json.dumps(list(reg.capabilities)), now, now + ttl,
         reg.identity, reg.host, reg.pid, reg.build_id, json.dumps(reg.definitions, sort_keys=True),
-        reg.started_at if reg.started_at is not None else now,
+        reg.started_at if reg.started_at is not None else now, reg.address,
     )
     yield ex("DELETE FROM workers WHERE expires_at < ?", now - KEEP_GONE)
     if not reg.definitions:

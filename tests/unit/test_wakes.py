@@ -194,10 +194,23 @@ def test_a_runs_wake_up_says_whether_it_brings_a_deadline() -> None:
 
 def test_heard_wake_ups_bring_no_deadline_only_if_every_notification_said_so() -> None:
     runs, other = ("runs", "ns", "q"), ("runs", "ns", "q2")
-    got = wakes.heard([(runs, True), (other, True), (runs, False), (("any",), True)])
+    got = wakes.heard([(runs, True, False), (other, True, False), (runs, False, False),
+                       (("any",), True, False)])
     assert [w.key for w in got] == [runs, other, ("any",)]  # one each, first heard first
     assert [w.brings_deadline for w in got] == [True, False, True]
     assert all(w.remote for w in got)
+    assert all(w.to is None for w in got)
+
+
+def test_a_start_heard_on_this_process_s_own_channel_is_addressed_here() -> None:
+    """A ``RUNS`` key heard once on the process's own channel is addressed to it
+    (its workers claim at once), whatever else said it; others never are."""
+    runs, other = ("runs", "ns", "q"), ("runs", "ns", "q2")
+    got = wakes.heard([(runs, False, False), (runs, True, True), (other, True, False),
+                       (("run", "r1"), False, True)], "me")
+    assert [(w.key, w.to) for w in got] == [(runs, "me"), (other, None), (("run", "r1"), None)]
+    assert got[0].remote and got[0].brings_deadline  # one of its notifications brings one
+    assert Wake.runs("ns", "q", to="a") == Wake.runs("ns", "q")  # the same news either way
 
 
 def test_a_runs_news_is_not_for_other_processes_while_its_executor_is_here() -> None:

@@ -38,6 +38,12 @@ def _set_version(version: int):  # type: ignore[no-untyped-def]
     yield ex("UPDATE durable_meta SET value = ? WHERE key = 'schema_version'", str(version))
 
 
+def _as_version_10():  # type: ignore[no-untyped-def]
+    """A fresh database as version 10 made it (version 12 added a column)."""
+    yield ex("ALTER TABLE workers DROP COLUMN address")
+    yield from _set_version(10)
+
+
 def _ops_without_rowid():  # type: ignore[no-untyped-def]
     """What an interim build (c29cbd9, 12-06) made of SQLite's ops at version 11."""
     yield ex("ALTER TABLE ops RENAME TO ops_rowid")
@@ -74,7 +80,7 @@ async def test_version_11_keeps_ops_as_they_are_in_either_layout(tmp_path: Path)
         assert not (await row(client.store, ops_table))["sql"].endswith("WITHOUT ROWID")
         async with durable.Worker(client, workflows=[mig_flow], activities=[mig_step]):
             assert await (await client.start(mig_flow, 5, id="before")).result() == 15
-        await client.driver.run(lambda tx: _set_version(10))
+        await client.driver.run(lambda tx: _as_version_10())
         before = await rows(client.store, "SELECT * FROM ops ORDER BY run_id, op_id")
     assert len(before) == 5
     async with durable.connect(url) as client:

@@ -1,0 +1,131 @@
+"""Starts addressed to one process: who takes a task queue's runs, and whose turn it is.
+
+Why (issue 26): a start's notification went to the queue's channel, which
+every process with a worker on the queue listens on, so every process
+claimed on every start and all but one found nothing. Counted below
+saturation on PostgreSQL, 0.62 of the 0.78 transactions a step that four
+processes spent more than one were such claims (docs/benchmarks.md,
+"Starts addressed to one process").
+
+How: a starter reads, at most once every `REFRESH` seconds per queue (on
+the start's own path, one read for every start of that second), the
+queue's live workers that take runs (`durable.store.workers`, their
+``address``: the driver's origin), and addresses each start to the next of
+their processes in turn (`Wake.to`): its notification goes to that process's
+own channel (``("to", origin)``), not the queue's. That process claims at
+once; if it has no room, or no worker of the queue any more, it passes the
+baton to the queue's channel (`durable._runtime.claiming`,
+`PostgresDriver.watch`), and every process claims as before.
+
+Who counts as a member, so that no start is addressed where nobody claims
+it: a worker registered on the queue, not stopped, not expired, with
+workflow types, whose process still has a connection to the server
+(``pg_stat_activity`` shows its driver's ``application_name``,
+``durable:<origin>``): a SIGKILLed process's connections close with it, so
+it is out at the next refresh, whatever its registration says. Only workers
+that register every workflow type of the queue's live workers are members
+(a start addressed to one without its type would wait for a poll). When a
+live worker of the queue has no address (another driver, a custom
+``application_name``, an older durable), starts go to every process, as
+before, so that it is not starved of new runs.
+
+What it costs when it goes wrong: a notification addressed to a process
+that stopped listening between the refresh and the start is lost like any
+notification, and the run starts at the other processes' fallback poll
+(`poll_interval`, 1 s by default): at most one refresh long after a worker
+process stopped or died.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+#: how long the members of a queue read by a starter stay good (seconds)
+REFRESH = 1.0
+#: at most this many queues' members are remembered (all are forgotten beyond)
+QUEUES_AT_MOST = 1000
+#: the prefix of the ``application_name`` a driver sets for its connections
+APPLICATION_PREFIX = "durable:"
+
+#: a queue's workers that take runs: address, workflow types, whether their
+#: process is connected (one statement; ``workers`` is small and its rows of
+#: one queue few)
+MEMBERS_SQL = (
+    "SELECT w.address, w.workflow_types, w.address IS NOT NULL AND EXISTS ("
+    "SELECT 1 FROM pg_stat_activity a WHERE a.application_name = $4 || w.address) AS live "
+    "FROM workers w WHERE w.namespace = $1 AND w.task_queue = $2 AND w.expires_at >= $3 "
+    "AND w.stopped_at IS NULL AND w.workflow_types <> '[]'"
+)
+
+Read = Callable[[str, str, float], Awaitable[Sequence[Any]]]
+
+
+def members(rows: Sequence[Any]) -> tuple[str, ...]:
+    """The addresses a start may go to, from `MEMBERS_SQL`'s rows (see the
+    module docstring); () when starts must go to every process."""
+    live: list[tuple[str, set[str]]] = []
+    for row in rows:
+        if row["address"] is None:
+            return ()  # a worker nobody can address: everybody hears every start
+        if row["live"]:
+            live.append((str(row["address"]), set(json.loads(row["workflow_types"]))))
+    every: set[str] = set().union(*(types for _, types in live))
+    return tuple(sorted({where for where, types in live if types >= every}))
+
+
+class Addressing:
+    """A starter's view of who takes each queue's runs, and whose turn is next.
+
+    `pick(namespace, task_queue, now)` returns the address of the process the
+    next start goes to, or None (to every process); it reads the members
+    again when they are older than `REFRESH`. A failed read is logged and
+    leaves the queue unaddressed until the next refresh: a start never fails
+    because of this.
+    """
+
+    def __init__(self, read: Read, log: Any) -> None:
+        self._read = read
+        self._log = log
+        self._known: dict[tuple[str, str], tuple[float, tuple[str, ...]]] = {}
+        self._turns: dict[tuple[str, str], int] = {}
+        self._reading: set[tuple[str, str]] = set()
+        #: member reads made (for tests and benchmarks)
+        self.reads = 0
+
+    async def pick(self, namespace: str, task_queue: str, now: float) -> str | None:
+        key = (namespace, task_queue)
+        known = self._known.get(key)
+        at = time.monotonic()
+        if (known is None or at - known[0] >= REFRESH) and key not in self._reading:
+            known = await self._refresh(key, now, at)
+        if known is None or not known[1]:
+            return None
+        found = known[1]
+        turn = self._turns.get(key, 0)
+        self._turns[key] = turn + 1
+        return found[turn % len(found)]
+
+    async def _refresh(self, key: tuple[str, str], now: float, at: float
+                       ) -> tuple[float, tuple[str, ...]]:
+        self._reading.add(key)
+        try:
+            self.reads += 1
+            found = members(await self._read(key[0], key[1], now))
+        except Exception as exc:  # the start goes on, told to everybody
+            self._log.debug("start_members_unread", namespace=key[0], task_queue=key[1],
+                            error=repr(exc))
+            found = ()
+        finally:
+            self._reading.discard(key)
+        if len(self._known) >= QUEUES_AT_MOST:
+            self._known.clear()
+            self._turns.clear()
+        known = self._known[key] = (at, found)
+        return known
+
+    def forget(self) -> None:
+        """Read every queue's members again at its next start."""
+        self._known.clear()

@@ -1,0 +1,185 @@
+"""Starts addressed to one process on PostgreSQL (`durable_postgres.addressing`).
+
+A client's start is told to one process of the queue in turn, not to all of
+them: that process claims it, the others do not even wake. A process that
+cannot take it passes the baton to all; a process that is gone is not
+addressed. Each "process" here is a client of its own (its own driver,
+origin and LISTEN connection) on one real server; the workers poll once a
+minute, so whatever claims a run in time was woken by a notification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from conftest import drop_postgres_schema, new_postgres_url, require_postgres
+
+import durable
+from durable import workflow
+from durable.store.fastpath import start_in_one
+from durable.store.records import Claimed
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+#: no fallback poll within a test: a run claimed in time was claimed on a wake-up
+SLOW_POLL = 60.0
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    require_postgres()
+    url = new_postgres_url()
+    yield url
+    drop_postgres_schema(url)
+
+
+@workflow.defn(name="addr_quick")
+async def quick(i: int) -> int:
+    return i
+
+
+@workflow.defn(name="addr_hold")
+async def hold() -> str:
+    await workflow.wait_condition(lambda: False, timeout=30)
+    return "held"
+
+
+class Claims:
+    """A client's run claims (what each took), and the ``RUNS`` wake-ups its
+    hub heard from other processes (to whom each was addressed)."""
+
+    def __init__(self, client: durable.Client) -> None:
+        self.took: list[int] = []
+        self.heard: list[str | None] = []
+        original = client.store.claim_runs
+
+        async def counted(*args: Any, **kwargs: Any) -> Claimed[Any]:
+            claimed = await original(*args, **kwargs)
+            self.took.append(len(claimed))
+            return claimed
+
+        client.store.claim_runs = counted  # type: ignore[method-assign]
+        client.store.hub.subscribe(
+            lambda wake: self.heard.append(wake.to)
+            if wake.remote and wake.key[0] == "runs" else None)
+
+
+async def _listening(client: durable.Client) -> None:
+    """Until the client's LISTEN connection listens on its own channel (a start
+    addressed to it before that would wait for the poll)."""
+    driver: Any = client.driver
+    with anyio.fail_after(20):
+        while driver.own_channel not in driver._listener.channels:
+            await anyio.sleep(0.01)
+
+
+@asynccontextmanager
+async def _process(url: str, **worker: Any) -> AsyncIterator[tuple[durable.Client, Claims,
+                                                                  durable.Worker]]:
+    """A client with a worker, listening (its LISTEN connection's start has
+    been published: `Wake.any()`); claims and wake-ups counted after."""
+    async with durable.connect(url, poll_interval=SLOW_POLL) as client:
+        connected = anyio.Event()
+        unsubscribe = client.store.hub.subscribe(
+            lambda wake: connected.set() if wake.key == ("any",) else None)
+        async with durable.Worker(client, workflows=[quick, hold], poll_interval=SLOW_POLL,
+                                  **worker) as running:
+            await _listening(client)
+            with anyio.fail_after(20):
+                await connected.wait()
+            unsubscribe()
+            yield client, Claims(client), running
+
+
+async def test_starts_go_to_one_process_in_turn_and_wake_no_other(pg_url: str) -> None:
+    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _),
+                durable.connect(pg_url) as starter):
+        for i in range(6):
+            handle = await starter.start(quick, i, id=f"quick-{i}")
+            with anyio.fail_after(20):  # long before either worker's poll
+                assert await handle.result() == i
+        driver: Any = starter.driver
+        assert driver.addressing.reads == 1  # the queue's members, once
+    # each start woke one process, in turn, which took it; none heard another's
+    assert claims_a.heard == [a.driver.origin] * 3  # type: ignore[attr-defined]
+    assert claims_b.heard == [b.driver.origin] * 3  # type: ignore[attr-defined]
+    assert sum(claims_a.took) == sum(claims_b.took) == 3
+    assert {a.driver.origin, b.driver.origin} == set(  # type: ignore[attr-defined]
+        driver.addressing._known[(starter.namespace, "default")][1])
+
+
+async def test_a_full_process_passes_its_addressed_start_to_the_others(pg_url: str) -> None:
+    async with _process(pg_url, max_concurrent_runs=1) as (a, _, worker_a):
+        # the queue's only member yet: its own start is its own, claimed here
+        blocker = await a.start(hold, id="blocker")
+        with anyio.fail_after(20):
+            while "blocker" not in {r.workflow_id for r in _held(worker_a)}:
+                await anyio.sleep(0.01)
+        async with _process(pg_url) as (_, claims_b, _), durable.connect(pg_url) as starter:
+            await _full_then_passed(a, worker_a, claims_b, starter, blocker)
+
+
+async def _full_then_passed(a: durable.Client, worker_a: durable.Worker, claims_b: Claims,
+                            starter: durable.Client, blocker: durable.WorkflowHandle) -> None:
+    handles = [await starter.start(quick, i, id=f"quick-{i}") for i in range(4)]
+    with anyio.fail_after(20):  # the two addressed to the full one came by the baton
+        assert [await h.result() for h in handles] == [0, 1, 2, 3]
+    driver: Any = starter.driver  # both were members: half went to the full one
+    assert a.driver.origin in driver.addressing._known[  # type: ignore[attr-defined]
+        (starter.namespace, "default")][1]
+    assert worker_a.runs.spread >= 1  # it passed the baton
+    assert sum(claims_b.took) == 4
+    await blocker.cancel()
+
+
+def _held(worker: durable.Worker) -> list[Any]:
+    return [executor.run for executor in worker.executors.values()]
+
+
+async def test_a_process_that_is_gone_is_not_addressed(pg_url: str) -> None:
+    """Killed without deregistering (its registration still looks alive), its
+    connections closed with it: the next read of the members leaves it out."""
+    async with _process(pg_url) as (b, claims_b, _), durable.connect(pg_url) as starter:
+        gone = await durable.connect(pg_url, poll_interval=SLOW_POLL)
+        worker = durable.Worker(gone, workflows=[quick, hold], poll_interval=SLOW_POLL)
+        await worker.__aenter__()
+        await _listening(gone)
+        worker._crash_now("after_effect")  # as SIGKILL would: nothing handed back
+        await worker.__aexit__(None, None, None)
+        gone_origin = gone.driver.origin  # type: ignore[attr-defined]
+        await gone.close()
+        listed = await starter.list_workers()
+        assert any(w["worker_id"] == worker.worker_id and w["alive"] for w in listed)
+        handles = [await starter.start(quick, i, id=f"quick-{i}") for i in range(4)]
+        with anyio.fail_after(20):
+            assert [await h.result() for h in handles] == [0, 1, 2, 3]
+        driver: Any = starter.driver
+        assert driver.addressing._known[(starter.namespace, "default")][1] == (
+            b.driver.origin,)  # type: ignore[attr-defined]
+        assert gone_origin != b.driver.origin  # type: ignore[attr-defined]
+    assert sum(claims_b.took) == 4
+
+
+async def test_a_start_addressed_where_no_worker_takes_it_is_passed_on(pg_url: str) -> None:
+    """A start addressed to a process whose worker of the queue stopped since
+    the starter read the members: that process, still listening (another of
+    its workers watches), tells the queue's processes."""
+    async with (durable.connect(pg_url, poll_interval=SLOW_POLL) as left,
+                durable.Worker(left, workflows=[quick], task_queue="elsewhere",
+                               poll_interval=SLOW_POLL),
+                _process(pg_url) as (_, claims_b, _),
+                durable.connect(pg_url) as starter):
+        await _listening(left)
+        to = left.driver.origin  # type: ignore[attr-defined]
+        request = starter._start_request("addr_quick", [7], "passed", durable.StartOptions(),
+                                         None)
+        await starter.driver.run(lambda tx: start_in_one(tx, request, "run-passed",
+                                                         starter.clock.now(), to))
+        with anyio.fail_after(20):
+            assert await starter.get_handle("passed").result() == 7
+    assert sum(claims_b.took) == 1
+    assert claims_b.heard == [None]  # the baton: the queue's wake-up, to everyone
