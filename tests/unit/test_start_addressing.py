@@ -1,0 +1,91 @@
+"""Whom a start is addressed to on PostgreSQL (`durable_postgres.addressing`),
+without a server: who counts as a member, turns, refreshes, failures."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("asyncpg")  # the driver package imports it
+
+from durable_postgres import addressing
+from durable_postgres.addressing import Addressing, members
+
+pytestmark = pytest.mark.anyio
+
+
+def row(address: str | None, types: Sequence[str] = ("flow",), live: bool = True
+        ) -> dict[str, Any]:
+    return {"address": address, "workflow_types": json.dumps(list(types)), "live": live}
+
+
+def test_members_are_the_live_processes_that_run_every_type_of_the_queue() -> None:
+    assert members([row("b"), row("a"), row("a")]) == ("a", "b")  # one per process, sorted
+    assert members([row("a"), row("gone", live=False)]) == ("a",)  # its connections closed
+    # a worker without one of the types would leave a start of it unclaimed
+    assert members([row("a", ("flow", "other")), row("b", ("flow",))]) == ("a",)
+    # a dead process's types do not count
+    assert members([row("a"), row("gone", ("flow", "x"), live=False)]) == ("a",)
+    assert members([]) == ()
+
+
+def test_a_worker_that_cannot_be_addressed_turns_addressing_off_for_its_queue() -> None:
+    assert members([row("a"), row(None)]) == ()  # it would only ever get batons
+
+
+class Reads:
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, str, float]] = []
+
+    async def __call__(self, namespace: str, task_queue: str, now: float) -> Sequence[Any]:
+        self.calls.append((namespace, task_queue, now))
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return list(answer)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def debug(self, event: str, **_: Any) -> None:
+        self.events.append(event)
+
+
+async def test_starts_go_to_the_members_in_turn_read_once_a_refresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+    reads = Reads([row("a"), row("b")], [row("c")])
+    chosen = Addressing(reads, Log())
+    assert [await chosen.pick("ns", "q", 5.0) for _ in range(4)] == ["a", "b", "a", "b"]
+    assert reads.calls == [("ns", "q", 5.0)]  # once
+    clock[0] += addressing.REFRESH  # stale: read again
+    assert await chosen.pick("ns", "q", 6.0) == "c"
+    assert len(reads.calls) == 2 and chosen.reads == 2
+
+
+async def test_a_failed_read_leaves_the_queue_told_to_everybody_until_the_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+    log = Log()
+    chosen = Addressing(Reads(OSError("gone"), [row("a")]), log)
+    assert await chosen.pick("ns", "q", 1.0) is None  # the start goes on
+    assert log.events == ["start_members_unread"]
+    assert await chosen.pick("ns", "q", 1.0) is None  # not read again at once
+    clock[0] += addressing.REFRESH
+    assert await chosen.pick("ns", "q", 2.0) == "a"
+
+
+async def test_no_members_means_every_process_is_told() -> None:
+    chosen = Addressing(Reads([row(None), row("a")]), Log())
+    assert await chosen.pick("ns", "q", 1.0) is None
+    chosen.forget()
+    chosen._read = Reads([])  # type: ignore[assignment]
+    assert await chosen.pick("ns", "q", 1.0) is None
