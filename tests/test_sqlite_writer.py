@@ -334,6 +334,32 @@ async def test_a_failing_program_rolls_back_alone(driver: SQLiteDriver) -> None:
     assert await keys(driver) == [1, 3, 9, 100]
 
 
+async def test_savepoints_past_64_kib_stay_in_memory_and_still_roll_back(
+    driver: SQLiteDriver, tmp_path: Path
+) -> None:
+    """The connection keeps temporary storage in memory (docs/design/
+    sqlite-driver.md, "Temporary storage in memory"): a drain whose programs
+    change far more than the 64 KiB a savepoint's undo pages kept in memory
+    before spilling to a file still rolls a failing program back alone."""
+    assert await _on_thread(driver, lambda c: c.execute("PRAGMA temp_store").fetchone()[0]) == 2
+
+    def wide(k: int, fail: bool) -> Callable[[Tx], Program[int]]:
+        def program(tx: Tx) -> Program[int]:
+            for j in range(40):  # ~40 pages of 4 KiB
+                yield ex("INSERT INTO t (k, v) VALUES (?, ?)", k + j, "x" * 3000)
+            if fail:
+                raise ValueError("undone")
+            return k
+        return program
+
+    outcomes = await run_batch(driver, [(wide(1000, False), True), (wide(2000, True), True),
+                                        (wide(3000, False), True)])
+    assert outcomes[0] == 1000 and outcomes[2] == 3000
+    assert isinstance(outcomes[1], ValueError)
+    stored = await keys(driver)
+    assert stored == [*range(1000, 1040), *range(3000, 3040)]
+
+
 async def test_wakes_are_published_only_for_programs_that_committed(
     driver: SQLiteDriver,
 ) -> None:

@@ -178,6 +178,8 @@ class SQLiteDriver:
                 checkpoints.configure(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=OFF")
+            # savepoints' undo pages never spill to a temporary file (docs/
+            conn.execute("PRAGMA temp_store=MEMORY")  # design/sqlite-driver.md)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for ddl in schema_statements(self.dialect):
