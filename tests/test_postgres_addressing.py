@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from conftest import drop_postgres_schema, new_postgres_url, require_postgres
+from crash_app import kill9, logs, spawn_worker
 
 import durable
 from durable import workflow
@@ -183,3 +185,47 @@ async def test_a_start_addressed_where_no_worker_takes_it_is_passed_on(pg_url: s
             assert await starter.get_handle("passed").result() == 7
     assert sum(claims_b.took) == 1
     assert claims_b.heard == [None]  # the baton: the queue's wake-up, to everyone
+
+
+async def _members(client: durable.Client) -> tuple[str, ...]:
+    """The queue's members as a starter reads them now (`addressing.members`)."""
+    from durable_postgres.addressing import members
+
+    driver: Any = client.driver
+    return members(await driver._members(client.namespace, "default", client.clock.now()))
+
+
+async def test_a_sigkilled_worker_process_is_no_longer_addressed(
+        pg_url: str, tmp_path: Path) -> None:
+    """Two real worker processes; one gets SIGKILL. Its registration still
+    looks alive (a 60 s lease), but its connections closed with it: the next
+    read of the members leaves it out, and every start goes to the survivor
+    and runs long before the survivor's 30 s fallback poll could find it."""
+    procs = [spawn_worker(pg_url, tmp_path, name=f"w{i}", lease=30.0, poll=30.0)
+             for i in range(2)]
+    try:
+        async with durable.connect(pg_url) as starter:
+            with anyio.fail_after(60):
+                while len(await _members(starter)) < 2:  # registered and connected
+                    await anyio.sleep(0.05)
+            handle = await starter.start("crash_local_run", "warm", 1, "step", id="warm")
+            with anyio.fail_after(25):  # addressed to one of the two, which takes it
+                assert await handle.result() == ["s0:warm"], logs(tmp_path)
+            kill9(procs[0])
+            with anyio.fail_after(20):  # its connections close with it
+                while len(await _members(starter)) > 1:
+                    await anyio.sleep(0.05)
+            assert any(w["alive"] for w in await starter.list_workers()
+                       if w["pid"] == procs[0].pid)  # its registration does not know
+            driver: Any = starter.driver
+            driver.addressing.forget()  # read the members at the next start (else: 1 s)
+            handles = [await starter.start("crash_local_run", f"k{i}", 1, "step", id=f"k{i}")
+                       for i in range(4)]
+            with anyio.fail_after(20):
+                for i, h in enumerate(handles):
+                    assert await h.result() == [f"s0:k{i}"], logs(tmp_path)
+            assert driver.addressing._known[(starter.namespace, "default")][1] == (
+                await _members(starter))
+    finally:
+        for proc in procs:
+            kill9(proc)
