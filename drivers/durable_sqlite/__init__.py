@@ -178,8 +178,6 @@ class SQLiteDriver:
                 checkpoints.configure(conn)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute("PRAGMA foreign_keys=OFF")
-            # savepoints' undo pages never spill to a temporary file (docs/
-            conn.execute("PRAGMA temp_store=MEMORY")  # design/sqlite-driver.md)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for ddl in schema_statements(self.dialect):
@@ -191,6 +189,9 @@ class SQLiteDriver:
         except sqlite3.DatabaseError as exc:
             raise ConfigurationError(f"cannot open SQLite database {self.url!r}: {exc}") from exc
         _run_program(conn, migrate(self.dialect), True)
+        # savepoints' undo pages never spill to a temporary file; after the
+        # migrations, whose index builds may sort a large table (docs/design/
+        conn.execute("PRAGMA temp_store=MEMORY")  # sqlite-driver.md)
         return conn
 
     def _create_private(self) -> None:
