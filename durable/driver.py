@@ -111,6 +111,12 @@ class Dialect:
     #: transaction (`durable.store.commit`). Without it a group takes the
     #: group program only when every run in it is local steps only.
     steps_group_mixed = False
+    #: the owner's close of a run with no open work (`durable.store.closing.
+    #: close_owned_in_one`) is a fenced ``UPDATE ... RETURNING`` of the run's
+    #: row, then its close event and its instance's row, instead of a locking
+    #: read of the row, a read of its open work and the general close (where
+    #: `writable_cte`, the three are one statement whatever this says)
+    owned_close_returning = False
     #: array parameters joined ``LATERAL`` (``unnest(CAST(? AS TEXT[]))``): a
     #: read of a batch's rows by key is then one statement of fixed text whose
     #: plan probes the key for each element whatever the planner's statistics

@@ -35,6 +35,9 @@ class SQLiteDialect(Dialect):
     #: even when other runs ride in the same transaction (with 100 runs
     #: stepping at once nearly every group holds a run that starts or closes)
     steps_group_mixed = True
+    #: the owner's close: one fenced UPDATE ... RETURNING, its event, its
+    #: instance's row (`durable.store.closing.close_owned_in_one`)
+    owned_close_returning = HAS_RETURNING
 
     def local_steps(
         self, batch: RunWrites, now: float, *, autocommit: bool

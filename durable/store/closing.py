@@ -15,7 +15,14 @@ from ..errors import WorkflowNotFound
 from ..failure import Failure
 from ..wakes import Wake
 from . import cancellation
-from .events import Event, append_events, event_text, insert_events, record_failure
+from .events import (
+    EVENT_INSERT,
+    Event,
+    append_events,
+    event_text,
+    insert_events,
+    record_failure,
+)
 from .fastpath import fence
 from .records import (
     OP_COLUMNS,
@@ -118,6 +125,19 @@ _OWNED_CLOSE_SQL = (
 )
 
 
+#: `_OWNED_CLOSE_SQL`'s fenced UPDATE alone, where UPDATE returns but no CTE
+#: writes (SQLite): the close event and the instance's row follow it
+_OWNED_CLOSE_UPDATE = (
+    f"UPDATE runs SET {_CLOSED_SET}, event_seq = event_seq + 1 WHERE run_id = ? AND "
+    + fence() + " AND cancellation IS NULL AND parent_run_id IS NULL AND schedule_id IS NULL "
+    f"AND NOT EXISTS ({_OPEN_TASKS}) AND NOT EXISTS ({_OPEN_OPS}) "
+    f"AND NOT EXISTS ({_OPEN_CHILDREN}) RETURNING {RUN_COLUMNS}"
+)
+#: a closed run's instance (its current run's close)
+_INSTANCE_CLOSED = ("UPDATE workflows SET status = ?, closed_reason = ?, closed_at = ? "
+                    "WHERE namespace = ? AND workflow_id = ? AND current_run_id = ?")
+
+
 def close_run(
     tx: Tx,
     run_id: str,
@@ -209,11 +229,8 @@ def close_run(
             )
         for child_row in children:
             yield from apply_parent_close_policy(tx, run, child_row, now)
-        yield ex(
-            "UPDATE workflows SET status = ?, closed_reason = ?, closed_at = ? "
-            "WHERE namespace = ? AND workflow_id = ? AND current_run_id = ?",
-            status, closed_reason, now, run.namespace, run.workflow_id, run_id,
-        )
+        yield ex(_INSTANCE_CLOSED, status, closed_reason, now, run.namespace,
+                 run.workflow_id, run_id)
     return (yield from _closed(tx, run, status, result, failure, closed_reason, now,
                                next_run_id))
 
@@ -237,20 +254,32 @@ def _close_event(status: str, closed_reason: str, result: str | None,
 def close_owned_in_one(tx: Tx, run_id: str, epoch: int, status: str, result: str | None,
                        failure: Failure | None, now: float) -> Program[bool]:
     """The owner's close of its run, fenced, in ONE statement of its commit
-    (`Dialect.writable_cte`): what `close_run` writes, without the commit's
-    locking read of the run first. Only for a close that `close_run` would
-    write so (the run has no open work) and that needs nothing of the run's
-    row but its identity: no cancellation record, no parent, no schedule; the
-    statement checks all that with the fence, and writes nothing otherwise
-    (False: the general path, in the same transaction, then gives the precise
-    outcome). Not for a continue-as-new or a review."""
+    (`Dialect.writable_cte`), or three (`Dialect.owned_close_returning`: the
+    fenced ``UPDATE ... RETURNING`` of the run's row, its close event, its
+    instance's row): what `close_run` writes, without the commit's locking
+    read of the run first, nor the read of its open work. Only for a close
+    that `close_run` would write so (the run has no open work) and that
+    needs nothing of the run's row but its identity: no cancellation record,
+    no parent, no schedule; the UPDATE checks all that with the fence, and
+    nothing is written otherwise (False: the general path, in the same
+    transaction, then gives the precise outcome). Not for a continue-as-new
+    or a review."""
     closed_reason = status
     etype, data = _close_event(status, closed_reason, result, failure, None)
-    row = yield q1(_OWNED_CLOSE_SQL, status, result, dump_failure(failure), now, closed_reason,
-                   run_id, epoch, now, run_id, run_id, run_id, etype, now, event_text(data),
-                   status, closed_reason, now)
-    if row is None:
-        return False
+    if tx.dialect.writable_cte:
+        row = yield q1(_OWNED_CLOSE_SQL, status, result, dump_failure(failure), now,
+                       closed_reason, run_id, epoch, now, run_id, run_id, run_id, etype, now,
+                       event_text(data), status, closed_reason, now)
+        if row is None:
+            return False
+    else:
+        row = yield q1(_OWNED_CLOSE_UPDATE, status, result, dump_failure(failure), now,
+                       closed_reason, run_id, epoch, now, run_id, run_id, run_id)
+        if row is None:
+            return False
+        yield ex(EVENT_INSERT, run_id, int(row["event_seq"]), etype, now, event_text(data))
+        yield ex(_INSTANCE_CLOSED, status, closed_reason, now, row["namespace"],
+                 row["workflow_id"], run_id)
     if failure is not None:
         yield from record_failure(run_id, failure, now)
     yield from _closed(tx, run_from_row(row), status, result, failure, closed_reason, now)
@@ -278,7 +307,8 @@ def _stop_notice(run: RunRecord, status: str, reason: str, failure: Failure | No
         "workflow_id": run.workflow_id, "run_id": run.run_id,
         "workflow_type": run.workflow_type, "namespace": run.namespace,
         "status": str(status), "reason": str(reason),
-        "started_at": run.started_at or run.created_at, "closed_at": now,
+        # (a float: SQLite's RETURNING gives a REAL column's whole value as an int)
+        "started_at": float(run.started_at or run.created_at), "closed_at": now,
     }
     if failure is not None:
         notice["failure_category"] = failure.category

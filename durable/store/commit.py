@@ -411,7 +411,9 @@ def _commit_run(tx: Tx, batch: RunWrites, now: float, *,
         result = yield from _fast_local_steps(tx, batch, now, autocommit=False)
         if result is not None:
             return result
-    if tx.dialect.writable_cte and len(batch.writes) == 1:
+    dialect = tx.dialect
+    if (dialect.writable_cte or (dialect.owned_close_returning and dialect.returning)) \
+            and len(batch.writes) == 1:
         w = batch.writes[0]
         if (type(w) is CloseRun and w.status != RunStatus.CONTINUED and not w.needs_review
                 and (yield from close_owned_in_one(tx, batch.run_id, batch.epoch, w.status,

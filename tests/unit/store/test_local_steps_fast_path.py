@@ -22,8 +22,9 @@ from durable import activity, workflow
 from durable.driver import Dialect, Program, q
 from durable.failure import Failure
 from durable.store import Store, fastpath
+from durable.store import commit as commit_module
 from durable.store.records import CommitResult, RunRecord, RunStatus
-from durable.store.writes import RecordLocalActivity, RunWrites, ScheduleTimer
+from durable.store.writes import CloseRun, RecordLocalActivity, RunWrites, ScheduleTimer
 
 from ._support import NS, T0, claim_one, start, started_and_claimed
 
@@ -394,3 +395,58 @@ async def test_without_returning_the_general_path_records_the_steps(
     [result] = await fast.commit([quiet(run, step("0:1"))], T0 + 1)
     assert result.committed and set(result.ops) == {"0:1"}
     assert spy(fast).recorded == [] and spy(fast).declined == []
+
+
+@needs_returning
+@pytest.mark.parametrize("case", ["completed", "failed", "stale_epoch", "passed_deadline",
+                                  "open_work", "with_steps"])
+async def test_the_owners_close_stores_the_general_paths_rows(
+    stores: tuple[Store, Store], case: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SQLite's close by the owner (`closing.close_owned_in_one`: a fenced
+    UPDATE ... RETURNING of the run's row, its close event, its instance's
+    row) stores what the general close stores and publishes the same
+    wake-ups; a run it cannot close so (a stale epoch, a passed deadline,
+    open work) has nothing written by it and gets the general path's
+    outcome in the same transaction."""
+    owned: list[bool] = []
+    inner = commit_module.close_owned_in_one
+
+    def counted(*args: Any) -> Program[bool]:
+        done = yield from inner(*args)
+        owned.append(done)
+        return done
+
+    monkeypatch.setattr(commit_module, "close_owned_in_one", counted)
+
+    async def scenario(store: Store) -> tuple[list[RunRecord], list[CommitResult]]:
+        wakes: list[Any] = []
+        unsubscribe = store.hub.subscribe(wakes.append)
+        if case in ("stale_epoch", "passed_deadline"):
+            await start(store, "wf", run_timeout=10.0 if case == "passed_deadline" else None)
+            run = (await claim_one(store, "w1", T0, lease=5.0)).run
+            if case == "stale_epoch":
+                await claim_one(store, "w2", T0 + 6)
+        else:
+            run = await started_and_claimed(store, "wf")
+        if case == "open_work":
+            await store.commit([RunWrites(run.run_id, run.epoch,
+                                          [ScheduleTimer("0:1", T0 + 60, 59.0)])], T0 + 1)
+        if case == "with_steps":
+            await store.commit([quiet(run, step("0:1", "3"))], T0 + 1)
+        close = (CloseRun(RunStatus.FAILED, failure=Failure("boom", "it broke", "ValueError"))
+                 if case == "failed" else CloseRun(RunStatus.COMPLETED, result='{"sum":7}'))
+        results = await store.commit([RunWrites(run.run_id, run.epoch, [close])], T0 + 12)
+        unsubscribe()
+        seen[id(store)] = sorted(repr((w.kind, w.key, w.data)).replace(run.run_id, "<run>")
+                                 for w in wakes)
+        return [run], results
+
+    seen: dict[int, list[str]] = {}
+    [result] = await both(stores, scenario)
+    fast, general = stores
+    assert seen[id(fast)] == seen[id(general)]
+    assert result.committed is (case not in ("stale_epoch", "passed_deadline"))
+    # the fast store took the owned close where it could; the general store never asks
+    assert owned[0] is (case in ("completed", "failed", "with_steps"))
+    assert len(owned) == 1
