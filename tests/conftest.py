@@ -260,6 +260,16 @@ def drop_postgres_schema(url: str) -> None:
 
 
 @pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema of its own, dropped afterwards (skipped, or
+    failed under DURABLE_REQUIRE_POSTGRES=1, without a server)."""
+    require_postgres()
+    url = new_postgres_url()
+    yield url
+    drop_postgres_schema(url)
+
+
+@pytest.fixture
 def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
     if driver_name == "postgres":
         require_postgres()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 import pytest
-from conftest import POSTGRES_URL, drop_postgres_schema, new_postgres_url, require_postgres
+from conftest import POSTGRES_URL, drop_postgres_schema, require_postgres
 from pg_cut import CuttingProxy
 
 import durable
@@ -30,15 +30,6 @@ from durable.driver import Program, Stmt, Tx, Wake, ex, q
 from durable.store.migrations import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh schema of its own, dropped afterwards."""
-    require_postgres()
-    url = new_postgres_url()
-    yield url
-    drop_postgres_schema(url)
 
 
 async def sql(client: durable.Client, statement: str, *params: Any, mode: str = "exec") -> Any:

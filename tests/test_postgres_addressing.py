@@ -10,14 +10,13 @@ minute, so whatever claims a run in time was woken by a notification.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from conftest import drop_postgres_schema, new_postgres_url, require_postgres
 from crash_app import kill9, logs, spawn_worker
 
 import durable
@@ -29,14 +28,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 #: no fallback poll within a test: a run claimed in time was claimed on a wake-up
 SLOW_POLL = 60.0
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    require_postgres()
-    url = new_postgres_url()
-    yield url
-    drop_postgres_schema(url)
 
 
 @workflow.defn(name="addr_quick")
