@@ -204,6 +204,65 @@ async def test_on_trio_the_turn_passes_inside_the_run() -> None:
     assert order == ["first", "second", "scheduled by first"]
 
 
+def test_the_database_threads_wake_up_runs_its_callbacks_in_order_on_the_loop() -> None:
+    """asyncio: the database thread wakes the loop through an eventfd (or a
+    pipe) of its own, not the loop's self-socket (`_Wake`): callbacks posted
+    from another thread run on the loop in the order posted, one that raises
+    is reported and does not hold back the next, posts after the loop closed
+    raise (the thread then drops that loop), and the loop's file is closed
+    with it."""
+    import asyncio
+    import gc
+    import os
+
+    from durable_sqlite import _waiter
+    from durable_sqlite._wake import Wake
+
+    ran: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    def record(i: int) -> None:
+        ran.append((i, threading.get_ident()))
+
+    async def main() -> tuple[Any, int]:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: errors.append(context["exception"]))
+        _, notify, _ = _waiter()
+        assert isinstance(notify.__self__, Wake)
+        assert _waiter()[1] is notify  # one per loop: the writer keys its turns by it
+        done = asyncio.Event()
+
+        def post_all() -> None:
+            for i in range(200):
+                notify(record, i)
+                if i == 100:
+                    notify(boom)
+            notify(done.set)
+
+        thread = threading.Thread(target=post_all)
+        thread.start()
+        await done.wait()
+        thread.join()
+        return notify, notify.__self__.fd
+
+    loop = asyncio.new_event_loop()
+    notify, fd = loop.run_until_complete(main())
+    loop.close()
+    assert [i for i, _ in ran] == list(range(200))
+    assert {ident for _, ident in ran} == {threading.get_ident()}  # on the loop's thread
+    assert [str(e) for e in errors] == ["boom"]
+    with pytest.raises(RuntimeError):
+        notify(record, -1)
+    errors.clear()  # (its traceback holds the loop)
+    del notify, loop
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
 def _count() -> Program[int]:
     row = yield q1("SELECT count(*) FROM t")
     return int(row[0])

@@ -9,14 +9,13 @@ use of it goes through: opening and migrating, the domain programs, watch's
 queue and wait on an event; each time the thread wakes it takes everything
 queued, runs the programs in ONE transaction (``BEGIN IMMEDIATE``, a
 ``SAVEPOINT`` per program so a failing one rolls back alone, one
-``COMMIT``), and crosses back to the event loop once for all their
-callers (asyncio: ``call_soon_threadsafe``; trio: ``run_sync_soon``), who
-then resume one after the other in queue order. A program
-thus costs a share of one thread hop and of one fsync (with
-``synchronous=FULL``) instead of a whole one each: the hop, not the disk,
-bounds commits per second on SQLite, and the fsync bounds them with FULL.
-The loop never waits on SQLite; busy_timeout waits happen on the thread.
-See docs/design/sqlite-driver.md (and why this is not built on aiosqlite).
+``COMMIT``), and crosses back to the event loop once for all their callers
+(asyncio: an eventfd of the driver's, `_wake`; trio: ``run_sync_soon``), who
+then resume one after the other in queue order. A program thus costs a
+share of one thread hop and of one fsync (``synchronous=FULL``) instead of a
+whole one each: the hop, not the disk, bounds commits per second on SQLite
+(the fsync with FULL). The loop never waits on SQLite; busy_timeout waits
+happen on the thread. See docs/design/sqlite-driver.md (and why not aiosqlite).
 
 WAL mode and ``BEGIN IMMEDIATE`` let several processes on one machine share a
 file; another process's commits are noticed through ``PRAGMA data_version``.
@@ -44,6 +43,7 @@ from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
 from ._checkpoints import DEFAULT_WAL_LIMIT, Checkpoints, parse_size
+from ._wake import notify_of
 from ._writer import Call, Notify, SQLiteStats, Writer, _closed, _run_program, storage_failure
 from .dialect import SQLiteDialect
 
@@ -429,13 +429,13 @@ def _waiter() -> tuple[Any, Notify, Notify]:
     """An event for one caller, its loop's thread-safe "call soon" (for the
     database thread) and its plain one (for the loop itself).
 
-    asyncio: ``loop.call_soon_threadsafe`` / ``loop.call_soon``; trio: the
-    run's ``TrioToken.run_sync_soon`` / the run's `_TrioSoon`. Native events:
-    they are set from those callbacks, on the loop."""
+    asyncio: `_wake.notify_of` / ``loop.call_soon``; trio: the run's
+    ``TrioToken.run_sync_soon`` / the run's `_TrioSoon`. Native events: they
+    are set from those callbacks, on the loop."""
     if sniffio is not None and sniffio.current_async_library() == "trio":
         return _trio_waiter()
     loop = asyncio.get_running_loop()
-    return _Once(loop), loop.call_soon_threadsafe, loop.call_soon
+    return _Once(loop), notify_of(loop), loop.call_soon
 
 
 class _Once:

@@ -6,7 +6,7 @@ dedicated thread serves. Each time it wakes up, the thread takes EVERYTHING
 queued, runs the programs among it in as few transactions as it can (one
 ``BEGIN IMMEDIATE`` ... ``COMMIT`` per drain, each program inside a
 ``SAVEPOINT`` of its own), and completes the callers with ONE call into
-their event loop per drain (asyncio: ``loop.call_soon_threadsafe``; trio:
+their event loop per drain (asyncio: the driver's `_wake.Wake`, an eventfd; trio:
 ``TrioToken.run_sync_soon``), which wakes them in queue order (`_set_all`).
 
 Why: a commit on SQLite costs one fsync with ``synchronous=FULL`` and a
