@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -10,6 +11,8 @@ from durable.driver import Tx
 from durable.failure import Failure
 from durable.store import Store
 from durable.store.events import (
+    _as_written,
+    _plain,
     append_events,
     event_text,
     local_step_events,
@@ -80,3 +83,22 @@ async def test_a_recorded_failure_is_listed_by_describe(store: Store) -> None:
         run.run_id, Failure("application", "card declined"), T0))
     info = await store.describe(NS, "failing", None)
     assert [f["message"] for f in info["failures"]] == ["card declined"]
+
+
+#: what `_plain` and `_as_written` replaced (issue 26), for comparison
+_PLAIN_TEXT = re.compile(r'[ !#-\[\]-~]*')
+_AS_WRITTEN = re.compile(r'null|true|false|0|-?[1-9][0-9]{0,17}|"[ !#-\[\]-~]*"')
+
+
+@pytest.mark.parametrize("text", [
+    "", "0", "00", "-0", "-", "7", "-7", "10", "-10", "123456789012345678",
+    "1234567890123456789", "-123456789012345678", "-1234567890123456789", "01", "1.5",
+    "1e3", "٣", "-٣", "²", "null", "true", "false", "nul", "None", "True", '""', '"',
+    '"a"', '"a b~!#[]"', '"a\\"b"', '"a\\\\b"', '"\x7f"', '"\x1f"', '"é"', '"a"b"',
+    "0:3", "bench_step", "a\\b", 'a"b', "\t", "\x7f", "é", " ", "~", "[]", "{}", "-a",
+    '"-1"', " 1", "1 ",
+])
+def test_the_text_a_local_step_keeps_as_written_is_what_the_expressions_matched(
+        text: str) -> None:
+    assert _plain(text) == bool(_PLAIN_TEXT.fullmatch(text))
+    assert _as_written(text) == bool(_AS_WRITTEN.fullmatch(text))
