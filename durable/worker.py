@@ -20,6 +20,10 @@ attempts (`remote`, the twin of `local`), storage outages (`outage`), and
 queries of idle runs (`queries`). This module wires them together and keeps
 what is the worker's own: its lifecycle, wake-ups, leases, the watchdog and
 the runs it executes.
+
+Kept whole: those share the worker's state (its executors, triggers and
+task group) and are each a few short loops over it; what stands alone is in
+`durable._runtime` already.
 """
 
 from __future__ import annotations
@@ -429,9 +433,17 @@ class Worker:
                 self._resync = {r for r, ex in self.executors.items() if ex.ctx.open_waiters()}
             pending, self._resync = self._resync, set()
             await self.remote.check_stop_requests()
-            executors = {r: self.executors[r] for r in pending if r in self.executors}
+            await self._resync_runs({r: self.executors[r] for r in pending if r in self.executors})
+
+    async def _resync_runs(self, executors: dict[str, RunExecutor]) -> None:
+        """One resync pass (`_resync_loop`), in a frame of its own that empties
+        `executors` however it ends. Why: the worker stopping cancels the pass,
+        and the cancellation's traceback keeps the frame, in a reference cycle
+        that only a full collection frees: the executors of finished runs
+        lived on with it (tests/test_garbage.py, 1 run in 15)."""
+        try:
             if not executors:
-                continue
+                return
             waiting = {r: ex.ctx.open_waiters() for r, ex in executors.items()}
             runs, closed = await self.store.resync(sorted(executors), waiting)
             for run_id, executor in executors.items():
@@ -448,6 +460,8 @@ class Worker:
                 owner = self.executors.get(run_id)
                 if owner is not None:
                     owner.ctx.resolve(op)
+        finally:
+            executors.clear()
 
     # ---------------------------------------------------------------- runs
 
