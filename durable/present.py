@@ -109,6 +109,52 @@ def deadline_state(value: datetime, now: datetime, open_: bool,
     return f"passed {duration(delta)} ago", "passed"
 
 
+#: how a cancellation's cleanup ended when something other than the run's own
+#: code closed the run (`durable.store.closing`'s ``cleanup_outcome``): the
+#: cleanup did not run to its end, so its deadline was neither met nor missed
+#: by a cleanup, and the close is not the cleanup's end
+CLEANUP_CUT_SHORT = {
+    "not_delivered": "no cleanup ran",
+    "interrupted": "cleanup cut short by cancel",
+    "terminated": "cleanup cut short by terminate",
+    "timed_out": "cleanup cut short by the run's timeout",
+    "deadline_expired": "cleanup cut short by it",
+}
+
+
+def cleanup_deadline_state(value: datetime, now: datetime, open_: bool,
+                           ended: datetime | None, outcome: Any) -> tuple[str, str]:
+    """`deadline_state` for a cancellation's cleanup deadline, which knows how
+    the cleanup ended (`outcome`, the record's ``cleanup_outcome``).
+
+    "met, 28s to spare" only for a cleanup that ran to its end (the run's own
+    code closed the run). A run closed by an operator's cancel before any
+    cleanup ran, or whose cleanup a terminate, the run's timeout or the
+    deadline itself cut short, did not meet the deadline: the view says what
+    happened instead, and when, against the deadline (state ``cut``; ``missed``
+    when the deadline is what cut it)."""
+    cut = None if open_ else CLEANUP_CUT_SHORT.get(str(outcome))
+    if cut is None or ended is None:
+        return deadline_state(value, now, open_, ended)
+    margin = (value - ended).total_seconds()
+    if outcome == "deadline_expired":
+        late = f", closed {duration(margin)} after it" if margin < 0 else ""
+        return f"missed: {cut}{late}", "missed"
+    when = (f"closed {duration(margin)} before it" if margin >= 0
+            else f"closed {duration(margin)} after it")
+    return f"{cut}: {when}", "cut"
+
+
+def cleanup_end_label(outcome: Any) -> str:
+    """What a cancellation's ``closed_at`` is the instant of: the cleanup's end
+    only when the cleanup ran to its end (`CLEANUP_CUT_SHORT`)."""
+    if outcome == "not_delivered":
+        return "closed without cleanup"
+    if outcome in CLEANUP_CUT_SHORT:
+        return "cleanup cut short"
+    return "cleanup finished"
+
+
 def seconds_text(seconds: Any) -> str:
     """A configured timeout: ``3600s (1h 00m)``."""
     if seconds is None:

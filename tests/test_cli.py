@@ -319,6 +319,11 @@ def test_list_filters_by_status_and_type_and_pages_as_the_wire(url: str) -> None
     human = ok(url, "list", "--type", "cli-greet").stdout
     assert human.splitlines()[0].split()[:3] == ["WORKFLOW", "ID", "TYPE"]
     assert "[completed]" in human and "list-a" in human
+    # a run is shown by its id's last digits: ids are time-ordered, so their
+    # first digits are the same for every run started in the same instant
+    for r in data["workflows"][:2]:
+        assert f"1 …{r['run_id'][-8:]}" in human, human
+    assert data["workflows"][0]["run_id"][:8] not in human, human
     assert "No workflow runs match." in ok(url, "list", "--type", "nothing-here").stdout
 
 
@@ -926,6 +931,28 @@ def test_times_are_shown_absolute_and_relative() -> None:
     assert _fmt.deadline_state(earlier, now, False, earlier.replace(second=50)) == (
         "met, 7s to spare", "met")
     assert _fmt.deadline_state(earlier, now, False, now) == ("missed by 3s", "missed")
+    # a cleanup deadline knows how the cleanup ended: "met" only when the run's
+    # own code closed the run; a close that cut the cleanup short, or came
+    # before any cleanup ran, says so and when, never "met"
+    deadline, before = later, later.replace(minute=3, second=44)  # closed 28s before it
+    state = _fmt.cleanup_deadline_state
+    assert state(deadline, now, False, before, "completed") == ("met, 28s to spare", "met")
+    assert state(deadline, now, False, before, "failed") == ("met, 28s to spare", "met")
+    assert state(deadline, now, False, before, "not_delivered") == (
+        "no cleanup ran: closed 28s before it", "cut")
+    assert state(deadline, now, False, before, "interrupted") == (
+        "cleanup cut short by cancel: closed 28s before it", "cut")
+    assert state(deadline, now, False, before, "terminated") == (
+        "cleanup cut short by terminate: closed 28s before it", "cut")
+    assert state(earlier, now, False, now, "timed_out") == (
+        "cleanup cut short by the run's timeout: closed 3s after it", "cut")
+    assert state(earlier, now, False, now, "deadline_expired") == (
+        "missed: cleanup cut short by it, closed 3s after it", "missed")
+    assert state(earlier, now, False, earlier, "deadline_expired") == (
+        "missed: cleanup cut short by it", "missed")
+    assert state(later, now, True, None, None) == ("in 4m 12s", "ahead")  # still open
+    assert [_fmt.cleanup_end_label(o) for o in ("completed", "not_delivered", "interrupted")] \
+        == ["cleanup finished", "closed without cleanup", "cleanup cut short"]
     assert _fmt.absolute(later) == "2026-04-12 12:04:12 UTC"
     assert _fmt.relative(earlier, now) == "3s ago"
     assert [_fmt.duration(s) for s in (0.25, 12, 252, 7500, 90000)] == [

@@ -300,3 +300,31 @@ def _count_senders() -> Any:
     from durable.driver import q1
     row = yield q1("SELECT COUNT(*) AS n FROM request_senders")
     return int(row["n"])
+
+
+async def test_a_run_closed_before_its_cleanup_ran_never_reads_as_a_met_deadline(
+        client: durable.Client, tmp_path: Path) -> None:
+    """Cancellation requested, then the run closed by `cancel()` before any
+    worker delivered it (the worker was gone): no cleanup ran. The cleanup
+    deadline was not "met, 28s to spare", and the close is not "cleanup
+    finished": describe, the cascade and the web UI say no cleanup ran, and
+    when the run closed against the deadline."""
+    handle = await client.start(nightly, f"u-{tmp_path.name}", 8, "r3",
+                                id=f"import-u-{tmp_path.name}")  # no worker: never delivered
+    await handle.request_cancellation("worker lost", cleanup_timeout=30)
+    await handle.cancel("no worker left")
+    info = await handle.describe()
+    assert info["cancellation"]["cleanup_outcome"] == "not_delivered"
+    shown = rendered(_views.cancellation_grid(info["cancellation"], _fmt.utcnow(), False))
+    assert "no cleanup ran: closed " in shown and " before it" in shown, shown
+    assert "closed without cleanup" in shown, shown
+    assert "met, " not in shown and "cleanup finished" not in shown, shown
+    cascade = await handle.cancellation_cascade()
+    tree = rendered(_cascade.cascade_tree(Output(), {**cascade, "workflow_id": handle.workflow_id},
+                                          _fmt.utcnow()))
+    assert tree.count("no cleanup ran: closed ") == 2 and "met, " not in tree, tree
+    from durable.http.ui import views  # the web UI's helper, on the same record
+    html = str(views.deadline(info["cancellation"]["deadline_at"], _fmt.utcnow(), False,
+                              info["cancellation"]["closed_at"],
+                              info["cancellation"]["cleanup_outcome"]))
+    assert "no cleanup ran" in html and 'class="deadline cut"' in html and "met" not in html

@@ -31,7 +31,7 @@ from ._views import (
     lifecycle_badge,
     not_verified,
     outcome_style,
-    short,
+    short_id,
     status_badge,
     verified,
     when,
@@ -93,7 +93,8 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
     any_open = any(r.get("status") in _fmt.OPEN_STATUSES for r in runs)
     tree.add(Text.assemble(
         "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open,
-                                      runs[0].get("cleanup_closed_at") if runs else None),
+                                      runs[0].get("cleanup_closed_at") if runs else None,
+                                      cleanup=runs[0].get("cleanup_outcome") if runs else None),
         f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
         if root.get("cleanup_timeout_seconds") is not None else ""))
     findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
@@ -135,7 +136,7 @@ def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping
     open_ = run.get("status") in _fmt.OPEN_STATUSES
     node = parent.add(Text.assemble(
         (str(run.get("workflow_id")), "bold"), f" ({run.get('workflow_type')}) run "
-        f"{short(run.get('run_id'))}  status ", status_badge(run.get("status")),
+        f"{short_id(run.get('run_id'))}  status ", status_badge(run.get("status")),
         "  lifecycle ", lifecycle_badge(run.get("lifecycle")),
         *(("  cleanup ", Text(str(run.get("cleanup_outcome")),
                               style=outcome_style(run.get("cleanup_outcome"))))
@@ -149,7 +150,8 @@ def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping
         cleanup_open = open_ and run.get("lifecycle") in ("requested", "delivered", "cleaning_up")
         node.add(Text.assemble("cleanup deadline ",
                                deadline(run.get("deadline_at"), now, cleanup_open,
-                                        run.get("cleanup_closed_at"))))
+                                        run.get("cleanup_closed_at"),
+                                        cleanup=run.get("cleanup_outcome"))))
     delivery = run.get("delivery")
     if isinstance(delivery, Mapping) and delivery.get("delivered_at"):
         node.add(Text.assemble("delivered ", when(delivery.get("delivered_at"), now),
@@ -180,7 +182,7 @@ def _propagation_text(child_id: Any, policy: Any, item: Mapping[str, Any]) -> Te
     if item.get("parent_close_policy"):
         text.append(f"  parent close {item.get('parent_close_policy')}")
     if item.get("request_id"):
-        text.append(f"  request {short(item.get('request_id'))}")
+        text.append(f"  request {short_id(item.get('request_id'))}")
     if item.get("waited") is False:
         text.append("  not waited for (abandoned)", style="yellow")
     if item.get("outcome"):

@@ -79,15 +79,22 @@ def verified(out: Output) -> Text:
     return Text(f"{out.glyph('✓', 'OK')} verified", style="bold green")
 
 
-def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Text:
+def deadline(value: Any, now: datetime, open_: bool, ended: Any = None, *,
+             cleanup: Any = "") -> Text:
     """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red); once
-    closed, ``met, 29s to spare`` or ``missed by 3s`` (red) by `ended`."""
+    closed, ``met, 29s to spare`` or ``missed by 3s`` (red) by `ended`. A
+    cleanup deadline passes its `cleanup` outcome: a cleanup that did not run
+    to its end never reads "met" (`durable.present.cleanup_deadline_state`)."""
     moment = _fmt.instant(value)
     if moment is None:
         return Text("none", style="dim")
-    text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+    if cleanup != "":
+        text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
+                                                  cleanup)
+    else:
+        text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
     style = {"ahead": "green", "late": "bold red", "passed": "dim", "met": "green",
-             "missed": "bold red"}[state]
+             "missed": "bold red", "cut": "yellow"}[state]
     return Text.assemble(_fmt.absolute(moment), " ", (f"({text})", style))
 
 
@@ -113,9 +120,14 @@ def _grid() -> Table:
     return grid
 
 
-def short(value: Any, n: int = 12) -> str:
+def short_id(value: Any, n: int = 12) -> str:
+    """A run's or request's id cut to its last `n` digits. New ids are
+    time-ordered (decision (af)): their first 12 digits are the millisecond
+    they were made, shared by every id of that instant, so a head would show
+    the same digits on every row of a list; the tail is the random part that
+    tells them apart (as the web UI shows it)."""
     text = str(value or "-")
-    return text if len(text) <= n else text[:n] + "…"
+    return text if len(text) <= n else "…" + text[-n:]
 
 
 # ---------------------------------------------------------------- start
@@ -177,7 +189,7 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
             Text.assemble(status_badge(run.get("status")), (
                 "" if run.get("waiting") is None else
                 " waiting" if run.get("waiting") else " busy", "dim")),
-            Text(f"{run.get('run_number') or '-'} {short(run.get('run_id'), 8)}"),
+            Text(f"{run.get('run_number') or '-'} {short_id(run.get('run_id'), 8)}"),
             when(started_at, now), took,
         )
     out.console.print(table)
@@ -347,14 +359,16 @@ def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table
     grid.add_row("requested", when(c.get("requested_at"), now))
     cleanup_open = open_ and c.get("lifecycle") in ("requested", "delivered", "cleaning_up")
     grid.add_row("cleanup deadline", Text.assemble(
-        deadline(c.get("deadline_at"), now, cleanup_open, c.get("closed_at")),
+        deadline(c.get("deadline_at"), now, cleanup_open, c.get("closed_at"),
+                 cleanup=c.get("cleanup_outcome")),
         f"  cleanup timeout {_fmt.seconds_text(c.get('cleanup_timeout_seconds'))}"
         if c.get("cleanup_timeout_seconds") is not None else ""))
     if c.get("delivered_at"):
         grid.add_row("delivered", Text.assemble(when(c.get("delivered_at"), now),
                                                 f"  at {boundary_text(c.get('boundary'))}"))
     if c.get("closed_at") and not cleanup_open:
-        grid.add_row("cleanup finished", when(c.get("closed_at"), now))
+        grid.add_row(_fmt.cleanup_end_label(c.get("cleanup_outcome")),
+                     when(c.get("closed_at"), now))
     if c.get("cleanup_outcome"):
         grid.add_row("cleanup outcome", Text(str(c.get("cleanup_outcome")),
                                              style=outcome_style(c.get("cleanup_outcome"))))

@@ -33,7 +33,7 @@ from ._views import (
     lifecycle_badge,
     phase_text,
     progress_bar,
-    short,
+    short_id,
     status_badge,
     waiting_text,
 )
@@ -122,7 +122,7 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
     open_ = info.get("status") in _fmt.OPEN_STATUSES
     title = Text.assemble(
         (str(info.get("workflow_id")), "bold"), f" ({info.get('workflow_type')}) run "
-        f"{short(run.get('run_id'))} ", status_badge(info.get("status")),
+        f"{short_id(run.get('run_id'))} ", status_badge(info.get("status")),
         (f"   at {now.strftime('%H:%M:%S')} UTC", "dim"))
     grid = _grid()
     started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
@@ -177,7 +177,8 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
         grid.add_row("cancellation", Text.assemble(
             lifecycle_badge(cancellation.get("lifecycle")), f" \"{cancellation.get('reason')}\""
             "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open,
-                                            cancellation.get("closed_at"))))
+                                            cancellation.get("closed_at"),
+                                            cleanup=cancellation.get("cleanup_outcome"))))
     for failure in (info.get("failures") or [])[-1:]:
         if isinstance(failure, Mapping):
             grid.add_row("last failure", failure_text(failure, now))

@@ -113,4 +113,5 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": roots, "run_count": len(runs),
         "any_open": any(is_open(r.get("status")) for r in runs),
         "root_cleanup_closed_at": runs[0].get("cleanup_closed_at") if runs else None,
+        "root_cleanup_outcome": runs[0].get("cleanup_outcome") if runs else None,
     }

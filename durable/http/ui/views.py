@@ -121,17 +121,24 @@ def when(value: Any, now: datetime) -> Markup:
                                     rel=_fmt.relative(moment, now))
 
 
-def deadline(value: Any, now: datetime, open_: bool, ended: Any = None) -> Markup:
+def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
+             cleanup: Any = "") -> Markup:
     """A deadline and where it stands: ``in 4m 12s`` (ahead), ``3s late`` (still open
     past it: marked with a word and a sign, not only red); once closed, ``met,
-    29s to spare`` or ``missed by 3s`` by `ended` (fixed: the script leaves it)."""
+    29s to spare`` or ``missed by 3s`` by `ended` (fixed: the script leaves it).
+    A cleanup deadline passes its `cleanup` outcome: a cleanup that did not run
+    to its end never reads "met" (`durable.present.cleanup_deadline_state`)."""
     moment = _fmt.instant(value)
     if moment is None:
         return Markup('<span class="none">none</span>')
-    text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+    if cleanup != "":
+        text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
+                                                  cleanup)
+    else:
+        text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
     sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state in (
-        "late", "missed") else ""
-    if state in ("met", "missed"):
+        "late", "missed", "cut") else ""
+    if state in ("met", "missed", "cut"):
         return Markup(
             '<time datetime="{iso}" class="deadline {state}">{text} <span class="rel">{sign}'
             '({rel})</span></time>'
@@ -229,9 +236,11 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
                                                            "cleaning_up")})
     if isinstance(cancellation, Mapping):
         rows[-1]["ended"] = cancellation.get("closed_at")
+        rows[-1]["cleanup"] = cancellation.get("cleanup_outcome")
     for row in rows:
         row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
         row.setdefault("ended", run.get("closed_at"))
+        row.setdefault("cleanup", "")
     return rows
 
 
