@@ -119,3 +119,13 @@ async def test_durable_workers_lists_them_and_flags_the_clash(tmp_path: Path) ->
         "test_workers.reserve_seats", "test_workers.reserve_stock"]
     assert {w["identity"] for w in data["workers"]} == {"shop", "theatre"}
     assert all(w["last_seen_at"] and w["pid"] for w in data["workers"])
+    # both stopped: without --all none is listed, but the command says two are
+    # gone rather than that none was ever registered
+    human = await anyio.to_thread.run_sync(run_cli, url, "workers")
+    assert "No live workers in this namespace: 2 gone in the last hour" in human, human
+    assert "No workers are registered" not in human
+    data = json.loads(await anyio.to_thread.run_sync(run_cli, url, "workers", "--json"))
+    assert (data["count"], data["alive"], data["gone"]) == (0, 0, 2)
+    listed = await anyio.to_thread.run_sync(run_cli, url, "workers", "--all")
+    assert "Worker shop gone" in listed and "Worker theatre gone" in listed
+    assert "more gone" not in listed, listed

@@ -38,8 +38,9 @@ def workers(session: Session, show_all: bool) -> None:
     async def body(client: durable.Client) -> dict[str, Any]:
         found = await client.list_workers()
         listed = [w for w in found if show_all or w["alive"]]
+        alive = sum(1 for w in found if w["alive"])
         return {"workers": _fmt.jsonable(listed), "count": len(listed),
-                "alive": sum(1 for w in found if w["alive"]),
+                "alive": alive, "gone": len(found) - alive,
                 "clashes": clashes(found)}
 
     session.out.emit(session.run(body), worker_list)
@@ -65,8 +66,17 @@ def clashes(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def worker_list(out: Output, data: Mapping[str, Any]) -> None:
     found = data.get("workers") or []
+    # the gone ones not listed (without --all): "no workers" after a crash
+    # would hide that one was there and stopped renewing
+    hidden = int(data.get("gone") or 0) - sum(1 for w in found if not w.get("alive"))
     if not found:
-        out.console.print(Text("No workers are registered in this namespace.", style="dim"))
+        if hidden > 0:
+            out.console.print(Text(
+                f"No live workers in this namespace: {hidden} gone in the last hour "
+                "(durable workers --all lists them).", style="yellow"), soft_wrap=True)
+        else:
+            out.console.print(Text("No workers are registered in this namespace.",
+                                   style="dim"))
         return
     now = _fmt.utcnow()
     for worker in found:
@@ -89,6 +99,9 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
                               f"{worker.get('activities_held', 0)} activity attempts")
         out.console.print(grid)
         out.console.print()
+    if hidden > 0:
+        out.console.print(Text(f"({hidden} more gone in the last hour: --all lists them)",
+                               style="dim"))
     for clash in data.get("clashes") or []:
         shown = "; ".join(f"{d['definition']} ({', '.join(d['workers'])})"
                           for d in clash["definitions"])
