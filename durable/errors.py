@@ -35,13 +35,19 @@ class ConfigurationError(DurableError, ValueError):
 class WorkflowAlreadyStarted(DurableError):
     """A workflow with this id is already running (or exists, under reject_duplicate)."""
 
-    def __init__(self, workflow_id: str, run_id: str | None = None) -> None:
-        super().__init__(
-            f"workflow id {workflow_id!r} is already in use (run {run_id}); pick another id "
-            "or start with StartOptions.return_existing_active() to get the running one"
-        )
+    def __init__(self, workflow_id: str, run_id: str | None = None, *,
+                 child: bool = False) -> None:
+        # a child's start knows no run id (the refusal is recorded in its
+        # parent's history), and StartOptions do not apply to a child
+        held = f" (run {run_id})" if run_id else ""
+        fix = ("give the child an id of its own (workflow.start_child(..., id=...)): a "
+               "workflow id is used once in a namespace, closed runs included" if child else
+               "pick another id or start with StartOptions.return_existing_active() to get "
+               "the running one")
+        super().__init__(f"workflow id {workflow_id!r} is already in use{held}; {fix}")
         self.workflow_id = workflow_id
         self.run_id = run_id
+        self.child = child
 
 
 class WorkflowNotFound(DurableError):

@@ -151,6 +151,8 @@ class Failure:
             details.update(kind=exc.kind, value=exc.value, limit=exc.limit)
         if isinstance(exc, errors.WorkflowAlreadyStarted):
             details.update(workflow_id=exc.workflow_id, run_id=exc.run_id)
+            if exc.child:
+                details["child"] = True
         if getattr(exc, "non_retryable", False):
             details["non_retryable"] = True
         if cause is None and exc.__cause__ is not None and depth < _MAX_CAUSES:
@@ -238,7 +240,9 @@ class Failure:
 
     @classmethod
     def child_start(cls, child_workflow_id: str) -> Failure:
-        return cls("child_start", f"child workflow id {child_workflow_id!r} is already in use",
+        return cls("child_start", f"child workflow id {child_workflow_id!r} is already in use; "
+                   "give the child an id of its own (workflow.start_child(..., id=...)): a "
+                   "workflow id is used once in a namespace, closed runs included",
                    "durable.WorkflowAlreadyStarted",
                    details={"child_workflow_id": child_workflow_id})
 
@@ -291,7 +295,8 @@ class Failure:
         try:
             if issubclass(cls, errors.WorkflowAlreadyStarted):
                 workflow_id = self.get("workflow_id") or self.get("child_workflow_id")
-                err = cls(str(workflow_id or "?"), self.get("run_id"))
+                err = cls(str(workflow_id or "?"), self.get("run_id"),
+                          child=bool(self.get("child") or self.category == "child_start"))
             elif issubclass(cls, errors.StructuralLimitExceeded):
                 err = cls(str(self.get("kind")), int(self.get("value")), int(self.get("limit")))
             else:

@@ -58,7 +58,7 @@ def outcome(ctx: WorkflowContext, state: TaskState, op: OpRecord, hint: Any = No
     failure = op.failure or Failure(op.status)
     if op.kind == OpKind.CHILD:
         if failure.category == "child_start":
-            raise WorkflowAlreadyStarted(op.child_workflow_id or "?")
+            raise WorkflowAlreadyStarted(op.child_workflow_id or "?", child=True)
         raise failure.to_child_error()
     raise failure.to_activity_error()
 
@@ -459,4 +459,4 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
 def _refuse_taken_id(record: OpRecord) -> None:
     """A child whose id was taken is refused at the start_child call itself."""
     if record.failure is not None and record.failure.category == "child_start":
-        raise WorkflowAlreadyStarted(record.child_workflow_id or "?")
+        raise WorkflowAlreadyStarted(record.child_workflow_id or "?", child=True)

@@ -253,6 +253,13 @@ def test_a_child_failure_chains_the_childs_terminal_error() -> None:
     assert chain(terminated) == [ChildWorkflowFailed, WorkflowTerminated]
     started = Failure.child_start("kid").to_child_error()
     assert isinstance(started, WorkflowAlreadyStarted) and started.workflow_id == "kid"
+    # a child's refusal has no run id to show, and names the fix that applies
+    # to a child (its id), not StartOptions; kept through a recorded failure
+    assert "(run None)" not in str(started) and "start_child(..., id=...)" in str(started)
+    raised_again = Failure.from_exception(WorkflowAlreadyStarted("kid", child=True)).to_error()
+    assert str(raised_again) == str(WorkflowAlreadyStarted("kid", child=True))
+    assert str(WorkflowAlreadyStarted("dup", "r-1")).startswith(
+        "workflow id 'dup' is already in use (run r-1); pick another id")
 
 
 def _workflow_raised(exc: BaseException) -> WorkflowFailed:
