@@ -440,6 +440,19 @@ def test_request_cancellation_runs_cleanup_and_a_repeat_keeps_the_deadline(url: 
     human = ok(url, "describe", "cancel-1").stdout
     assert "lifecycle         [cancelled]" in human
     assert "cleanup outcome   completed" in human
+    # a repeat once the run closed: the original request still stands, the
+    # run is said to be closed, and its deadline is judged by the close, not
+    # counted as late
+    assert first["status"] is None and first["cancellation"] is None  # read for repeats
+    assert repeat["status"] == "running" and repeat["cancellation"]["lifecycle"] in (
+        "requested", "delivered", "cleaning_up")
+    closed = as_json(ok(url, "request-cancellation", "cancel-1", "--reason", "again",
+                        "--json"), "request-cancellation")
+    assert (closed["accepted"], closed["status"]) == (False, "cancelled")
+    assert closed["cancellation"]["cleanup_outcome"] == "completed"
+    again = ok(url, "request-cancellation", "cancel-1", "--reason", "again").stdout
+    assert "now closed [cancelled]" in again and "met, " in again, again
+    assert "late" not in again, again
 
 
 def test_request_cancellation_of_a_closed_run_is_refused(url: str) -> None:

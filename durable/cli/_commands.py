@@ -340,8 +340,15 @@ def request_cancellation(session: Session, workflow_id: str, reason: str,
         answer = await handle.request_cancellation(reason, cleanup_timeout=cleanup_timeout,
                                                    requester=_requester(), source="cli")
         context = dataclasses.asdict(answer.context)
+        status = cancellation = None
+        if not answer.accepted:
+            # a repeat: the run may have closed since the original request, and
+            # its deadline is then not "late" (one more read, for repeats only)
+            info = await handle.describe()
+            status, cancellation = info.get("status"), info.get("cancellation")
         return {"workflow_id": workflow_id, "accepted": answer.accepted,
-                "context": _fmt.jsonable(context)}
+                "context": _fmt.jsonable(context), "status": status,
+                "cancellation": _fmt.jsonable(cancellation)}
 
     session.out.emit(session.run(body), _views.cancellation_requested)
 

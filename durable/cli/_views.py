@@ -476,16 +476,25 @@ def result(out: Output, data: Mapping[str, Any]) -> None:
 def cancellation_requested(out: Output, data: Mapping[str, Any]) -> None:
     now = _fmt.utcnow()
     ctx = data.get("context") or {}
+    status = data.get("status")
+    closed_now = status is not None and status not in _fmt.OPEN_STATUSES
     head = (Text("Cancellation requested", style="bold green") if data.get("accepted") else
             Text("Already requested: the original request stands (its deadline is not "
                  "extended)", style="bold yellow"))
-    out.console.print(Text.assemble(head, " for ", (str(data.get("workflow_id")), "bold")),
-                      soft_wrap=True)
+    out.console.print(Text.assemble(
+        head, " for ", (str(data.get("workflow_id")), "bold"),
+        *((", now closed ", status_badge(status)) if closed_now else ())), soft_wrap=True)
     grid = _grid()
     grid.add_row("request", Text(str(ctx.get("request_id"))))
     grid.add_row("reason", Text(str(ctx.get("reason"))))
     grid.add_row("requested", when(ctx.get("requested_at"), now))
-    grid.add_row("cleanup deadline", deadline(ctx.get("deadline"), now, True))
+    record = data.get("cancellation") or {}
+    if closed_now:  # not "5m late": judged by how and when the run closed
+        grid.add_row("cleanup deadline", deadline(
+            ctx.get("deadline"), now, False, record.get("closed_at"),
+            cleanup=record.get("cleanup_outcome")))
+    else:
+        grid.add_row("cleanup deadline", deadline(ctx.get("deadline"), now, True))
     out.console.print(grid)
 
 

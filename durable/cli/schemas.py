@@ -73,7 +73,11 @@ CONTEXT = obj({
     "root_workflow_id": NULLABLE_STRING, "root_run_id": NULLABLE_STRING,
 }, closed=False)
 
-REQUEST_CANCELLATION = obj({"workflow_id": STRING, "accepted": BOOLEAN, "context": CONTEXT})
+#: ``status`` and ``cancellation`` (describe()'s record) are read for a repeat
+#: only (``accepted`` false), so that a run closed since shows as closed
+REQUEST_CANCELLATION = obj({"workflow_id": STRING, "accepted": BOOLEAN, "context": CONTEXT,
+                            "status": {"type": ["string", "null"], "enum": [*STATUSES, None]},
+                            "cancellation": NULLABLE_OBJECT})
 
 CLOSE = obj({
     "workflow_id": STRING, "run_id": STRING,
