@@ -177,3 +177,23 @@ def json_object(value: Any, what: str) -> dict[str, Any] | None:
             f"None): {exc}"
         ) from None
     return value
+
+
+def sqlite_path_hint(path: str) -> str:
+    """Why a SQLite URL's file or directory may not be where the user meant.
+
+    ``sqlite:///tmp/app.db`` names ``tmp/app.db`` under the working directory
+    (three slashes, then a relative path, as SQLAlchemy reads it); the
+    absolute ``/tmp/app.db`` takes four. When the path is relative and the
+    absolute reading would find its directory, the fix is that one slash;
+    otherwise "" (nothing to add)."""
+    from pathlib import Path
+
+    if not path or path.startswith("/") or path == ":memory:":
+        return ""
+    absolute = Path("/" + path)
+    if not absolute.parent.is_dir():
+        return ""
+    return (f"; three slashes and {path!r} is relative to the working directory: for the "
+            f"absolute path {str(absolute)!r} write sqlite:///{absolute} (four slashes)")
+

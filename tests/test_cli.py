@@ -829,6 +829,10 @@ def test_configuration_comes_from_the_environment_too(url: str) -> None:
     (("--db", "sqlite:///x.db", "--server", "http://127.0.0.1:9", "list"), {}, 2,
      "give --db or --server, not both"),
     (("--db", "sqlite:///no/such/dir/app.db", "list"), {}, 1, "no SQLite database at"),
+    # three slashes and a path meant as absolute: the one-slash fix is named
+    (("--db", "sqlite:///tmp/durable-no-such-app.db", "list"), {}, 1,
+     "for the absolute path '/tmp/durable-no-such-app.db' write "
+     "sqlite:////tmp/durable-no-such-app.db (four slashes)"),
     (("--db", "nosuchscheme://x", "list"), {}, 1, "no storage driver for URL scheme"),
     (("--server", "http://127.0.0.1:9", "--token", "t", "list"), {}, 1,
      "cannot use the control plane at http://127.0.0.1:9"),

@@ -165,6 +165,7 @@ class SQLiteDriver:
             if not parent.is_dir():
                 raise ConfigurationError(
                     f"cannot open {self.url!r}: directory {str(parent)!r} does not exist"
+                    + _validate.sqlite_path_hint(self.path)
                 )
             self._create_private()
         try:

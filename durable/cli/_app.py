@@ -24,6 +24,7 @@ from rich.console import Console
 
 import durable
 
+from .. import _validate
 from .. import present as _fmt
 from .._log import mask_password_in, mask_url
 
@@ -345,7 +346,8 @@ def _check_sqlite_exists(url: str) -> None:
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
     if path and not Path(path).exists():
         raise CliError(
-            f"no SQLite database at {str(Path(path).resolve())!r} (from {url!r})",
+            f"no SQLite database at {str(Path(path).resolve())!r} (from {url!r})"
+            + _validate.sqlite_path_hint(path),
             fix="check --db / DURABLE_DB_URL; `durable worker` creates the database",
         )
 

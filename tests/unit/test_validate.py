@@ -85,3 +85,13 @@ def test_every_duration_durable_accepts_goes_through_the_same_rules() -> None:
 def test_a_bad_name_is_refused_with_why(value: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         name(value, "workflow id")
+
+
+def test_a_sqlite_path_meant_as_absolute_gets_the_four_slash_fix(tmp_path: Any) -> None:
+    from durable._validate import sqlite_path_hint
+
+    relative = str(tmp_path / "app.db").lstrip("/")  # what sqlite:///<abs> reads
+    assert f"write sqlite:////{relative} (four slashes)" in sqlite_path_hint(relative)
+    assert sqlite_path_hint(str(tmp_path / "app.db")) == ""  # absolute already
+    assert sqlite_path_hint("no-such-dir-here/x/app.db") == ""  # no absolute reading either
+    assert sqlite_path_hint(":memory:") == ""
