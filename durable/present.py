@@ -233,6 +233,25 @@ _WAIT_KINDS = {"timer": "timer", "condition": "condition", "child": "child",
                "review": "workflow-task"}
 
 
+def ancestors_text(waiting: Mapping[str, Any]) -> str:
+    """For a run waiting for a slot that runs it descends from hold
+    (``held_by_ancestors``): they hold their slots while they wait on it, so
+    if they wait for it, it never starts; "" otherwise."""
+    held = [str(h) for h in waiting.get("held_by_ancestors") or []]
+    if not held:
+        return ""
+    names = ", ".join(held)
+    if len(held) < int(waiting.get("limit") or 0):
+        return (f"; {len(held)} of them held by runs it descends from ({names}), which hold "
+                "their slots while they wait")
+    fix = " (raise the limit, or start the child on another queue or key)"
+    if len(held) == 1:
+        return (f"; the slot is held by {names}, which it descends from and which holds it "
+                f"while it waits: if {names} waits for it, it never starts{fix}")
+    return (f"; all {len(held)} are held by runs it descends from ({names}), which hold them "
+            f"while they wait: if they wait for it, it never starts{fix}")
+
+
 def wait_of(waiting: Any) -> tuple[str | None, str | None]:
     """The reference's ``(wait_kind, wait_reason)`` for describe()["waiting_for"];
     ``(None, None)`` when nothing is waited for (busy, closed). One place for the
@@ -261,7 +280,7 @@ def wait_of(waiting: Any) -> tuple[str | None, str | None]:
     elif kind in ("queue_slot", "key_slot"):
         which = "a slot" if kind == "queue_slot" else f"a slot of key {w('concurrency_key')}"
         reason = (f"Workflow task waiting for {which} on queue {w('queue')} "
-                  f"({w('running')} of {w('limit')} running)")
+                  f"({w('running')} of {w('limit')} running)" + ancestors_text(waiting))
     elif kind == "rate":
         reason = (f"Workflow task waiting for the rate limit of queue {w('queue')} "
                   f"(next start at {w('next_start_at')})")

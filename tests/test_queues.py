@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 import durable
@@ -181,6 +182,51 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
                                                            max_running_per_key=1))
     assert (await client.get_handle("a-1").describe())["waiting_for"] == {
         "kind": "key_slot", "queue": "q", "concurrency_key": "k1", "running": 1, "limit": 1}
+
+
+@workflow.defn(name="slot-parent")
+async def slot_parent(n: int) -> int:
+    result: int = await workflow.execute_child(queued, n, id=f"{workflow.info().workflow_id}-c")
+    return result
+
+
+async def test_a_child_waiting_for_a_slot_its_parent_holds_says_so(
+        storage_client: durable.Client, make_worker: Any) -> None:
+    """max_running=1, and the parent starts its child on its own queue: the
+    parent holds the one slot while it waits for the child, which waits for
+    that slot. describe() names the parent as the holder, and the words say
+    that the child never starts if the parent waits for it, and the fix."""
+    from durable.cli._words import waiting_text
+    from durable.present import utcnow, wait_of
+
+    client = storage_client
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=1))
+    async with make_worker(workflows=[slot_parent, queued], task_queue="q"):
+        parent = await client.start(slot_parent, 4, id="p-1",
+                                    options=durable.StartOptions(task_queue="q"))
+        child = client.get_handle("p-1-c")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    waiting = (await child.describe())["waiting_for"]
+                except durable.WorkflowNotFound:
+                    waiting = None
+                if waiting is not None and waiting["kind"] == "queue_slot":
+                    break
+                await anyio.sleep(0.02)
+        assert waiting == {"kind": "queue_slot", "queue": "q", "running": 1, "limit": 1,
+                           "held_by_ancestors": ["p-1"]}
+        _, reason = wait_of(waiting)
+        assert reason is not None and "held by p-1" in reason and "never starts" in reason
+        assert "never starts" in waiting_text(waiting, utcnow()).plain
+        # a run of the queue that descends from nobody says nothing of the kind
+        await start(client, 1, prefix="x")
+        other = (await client.get_handle("x-0").describe())["waiting_for"]
+        assert other is not None and "held_by_ancestors" not in other
+        # lifting the limit lets the child run, and the parent ends
+        await client.set_queue_limits("q", durable.QueueLimits(max_running=3))
+        with anyio.fail_after(30):
+            assert await parent.result() == 4
 
 
 def run_cli(url: str, *args: str) -> Any:

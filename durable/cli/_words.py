@@ -61,6 +61,10 @@ def waiting_text(waiting: Any, now: datetime) -> Text:
         text.append(f"a {'slot' if kind == 'queue_slot' else 'slot of its key'} on queue "
                     f"{waiting.get('queue')} ({waiting.get('running')} of "
                     f"{waiting.get('limit')} running)", style="yellow")
+        held = _fmt.ancestors_text(waiting)
+        if held:
+            every = "it never starts" in held
+            text.append(held, style="bold red" if every else "yellow")
     elif kind == "rate":
         text.append(f"the rate limit of queue {waiting.get('queue')} (next start ",
                     style="yellow")

@@ -200,6 +200,10 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
     waiting = yield from queues.waiting_for(run.namespace, run.task_queue, run.concurrency_key,
                                             now)
     if waiting is not None:
+        if waiting["kind"] in ("queue_slot", "key_slot") and run.parent_run_id is not None:
+            held = yield from _slots_of_ancestors(run, waiting["kind"] == "key_slot", now)
+            if held:
+                waiting["held_by_ancestors"] = held
         return waiting
     serving = yield q("SELECT workflow_types FROM workers WHERE namespace = ? AND task_queue = ? "
                       "AND expires_at >= ?", run.namespace, run.task_queue, now)
@@ -207,6 +211,38 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
         return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
                 "live_workers": len(serving)}
     return None
+
+
+#: how far up a child's parents `_slots_of_ancestors` looks
+_ANCESTORS_AT_MOST = 32
+
+
+def _slots_of_ancestors(run: RunRecord, same_key: bool, now: float) -> Program[list[str]]:
+    """The workflow ids of the run's parents, grandparents..., that hold a slot
+    of the limit it waits for (running on its queue, under a live lease; of its
+    key for `same_key`). A run holds its slot while it waits on a child, so a
+    child started on its parent's queue at ``max_running=1`` waits for a slot
+    its own parent holds: if the parent waits for it, it never starts
+    (docs/queues.md). Read only for a run that waits for a slot, one row per
+    generation."""
+    held: list[str] = []
+    parent = run.parent_run_id
+    for _ in range(_ANCESTORS_AT_MOST):
+        if parent is None:
+            break
+        row = yield q1("SELECT workflow_id, parent_run_id, namespace, task_queue, "
+                       "concurrency_key, owner, lease_expires_at, status FROM runs "
+                       "WHERE run_id = ?", parent)
+        if row is None:
+            break
+        if (row["namespace"] == run.namespace and row["task_queue"] == run.task_queue
+                and row["owner"] is not None and row["lease_expires_at"] is not None
+                and float(row["lease_expires_at"]) > now
+                and str(row["status"]) in OPEN_STATUSES
+                and (not same_key or row["concurrency_key"] == run.concurrency_key)):
+            held.append(str(row["workflow_id"]))
+        parent = row["parent_run_id"]
+    return held
 
 
 def _waiting_on(run: RunRecord, pending: list[dict[str, Any]],

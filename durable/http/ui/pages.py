@@ -151,6 +151,7 @@ class WebUI:
             boundary_text=views.boundary_text,
             duration=_fmt.duration, progress_of=_fmt.progress_of,
             cleanup_end_label=_fmt.cleanup_end_label,
+            ancestors_text=_fmt.ancestors_text,
         )
 
     # ------------------------------------------------------------ plumbing
