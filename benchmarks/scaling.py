@@ -228,6 +228,26 @@ async def _serve(args: argparse.Namespace) -> None:
             profile.enable()
         worker = durable.Worker(client, workflows=WORKFLOWS, activities=ACTIVITIES,
                                 lease_seconds=args.lease, identity=args.name)
+        # when this process registered, and its first run claims (time after the
+        # release, runs taken, live workers and ready runs it saw): who took the backlog
+        run_claims: list[list[float]] = []
+        registered_at: list[float] = []
+        register, claim = worker.presence.register, worker.runs._claim
+
+        async def register_timed(ttl: float, now: float) -> None:
+            await register(ttl, now)
+            if not registered_at:
+                registered_at.append(time.time())
+
+        async def claim_timed(n: int) -> Any:
+            started = time.time()
+            got = await claim(n)
+            if got and len(run_claims) < 8:
+                run_claims.append([started, len(got), got.live, got.left])
+            return got
+
+        worker.presence.register = register_timed  # type: ignore[method-assign]
+        worker.runs._claim = claim_timed
         # counted, not timed (issue 26): wake-ups heard from other processes, and
         # claim passes begun (runs and activity attempts)
         heard = Counter[str]()
@@ -255,6 +275,10 @@ async def _serve(args: argparse.Namespace) -> None:
                     print("stats " + json.dumps({
                         "heard": dict(heard),
                         "claim_passes": worker.runs.begun + worker.remote.claims.begun,
+                        # when (time.time()) it registered; its first run claims
+                        # that took runs, [began, taken, live workers, left]
+                        "registered_s": registered_at[0] if registered_at else None,
+                        "run_claims": run_claims,
                         "listen_statements": None if listens is None or listens_go is None
                                              else listens - listens_go,
                         # CPU seconds of this process from the release to the worker
@@ -771,6 +795,14 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
         **offered,
         "statuses": dict(statuses), "wrong_results": wrong,
         "runs_closed_by": dict(sorted(closed_by.items())),
+        # per process, ms after the release: when it registered, and its first
+        # run claims that took runs [began, runs taken, live workers seen, left]
+        "claims_after_release": {
+            p.name: {"registered_ms": None if c.get("registered_s") is None
+                     else round((c["registered_s"] - t_go) * 1000, 1),
+                     "run_claims": [[round((t - t_go) * 1000, 1), *rest]
+                                    for t, *rest in c.get("run_claims", [])]}
+            for p, c in zip(procs, counters, strict=True)},
         "workers_without_closed_runs": sorted(k for k, v in closed_by.items() if v == 0),
         "activity_attempts_by": dict(sorted(attempts.items())),
         "worker_cpu_s": cpu,
