@@ -53,6 +53,12 @@
     process's measured work: ``DURABLE_SCALING_PROFILE=/tmp/prefix``.
     ``--max-pool`` sets the processes' pool size (diagnosis).
 
+    Who took the backlog (12-06): each process reports when it registered and
+    its first run claims that took runs (``claims_after_release``: ms after the
+    release; runs taken, live workers the claim counted, ready runs it saw
+    left). ``--stagger`` S: process i starts its worker i x S seconds after the
+    release, a fleet coming up one after another (0, the default: together).
+
     ``--rate`` R (12-06): the workflows are not waiting at the release but
     started at R a second from it on (``start_paced``), by the harness's own
     client (whose CPU and backends are not counted). A saturated run on this
@@ -92,7 +98,7 @@ Usage::
     python benchmarks/scaling.py [--part throughput|failover|all] [--db sqlite|postgres|all]
         [--workers 1,2,4] [--workflows 200] [--steps 5] [--rounds 3]
         [--lock-sample-interval 0.05] [--warmup 200] [--idle-seconds 2]
-        [--max-pool N] [--runs 40] [--leases 2,15]
+        [--max-pool N] [--stagger 0] [--runs 40] [--leases 2,15]
 
 Prints a table, the throughput summary as markdown (ready for
 docs/benchmarks.md) and one JSON object, and writes
@@ -215,7 +221,12 @@ async def _serve(args: argparse.Namespace) -> None:
                 await anyio.to_thread.run_sync(sys.stdin.readline)
             print("warm", flush=True)
         if args.gate:
-            await anyio.to_thread.run_sync(sys.stdin.readline)
+            said = await anyio.to_thread.run_sync(sys.stdin.readline)
+            # "go <seconds>": a fleet whose processes come up one after another
+            # (--stagger): this one starts its worker that much after the release
+            lag = float(said.split()[1]) if len(said.split()) > 1 else 0.0
+            if lag > 0:
+                await anyio.sleep(lag)
         cpu_go = time.process_time()
         at_go = {k: Counter(v) for k, v in counts.items()}
         listener = getattr(client.driver, "_listener", None)
@@ -360,10 +371,10 @@ class Proc:
         if word == "connected" and rest not in ("", "-"):
             self.app_name = rest
 
-    def go(self) -> None:
+    def go(self, lag: float = 0.0) -> None:
         stdin: IO[str] | None = self.popen.stdin
         assert stdin is not None
-        stdin.write("go\n")
+        stdin.write(f"go {lag}\n" if lag > 0 else "go\n")
         stdin.flush()
 
     async def stats(self) -> dict[str, Any]:
@@ -731,8 +742,8 @@ async def throughput(db: str, workers: int, args: argparse.Namespace,
             async with anyio.create_task_group() as tg:
                 if sampler is not None:
                     tg.start_soon(sampler.run)
-                for p in procs:
-                    p.go()
+                for i, p in enumerate(procs):
+                    p.go(i * args.stagger)
                 if paced:
                     tg.start_soon(start_paced, client, n, steps, args.rate)
                 rows = await wait_closed(client, "sc_flow", n, args.time_limit)
@@ -1087,6 +1098,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "run first, on a queue of their own, before the release, so that "
                         "the figures are the steady state's: pools grown, statements prepared, "
                         "LISTEN connection open (200; 0: cold start, as before 12-06)")
+    p.add_argument("--stagger", type=float, default=0.0,
+                   help="throughput: process i starts its worker i x this many seconds "
+                        "after the release (a fleet coming up one after another; 0, the "
+                        "default: all at once)")
     p.add_argument("--max-pool", type=int, default=0,
                    help="throughput, PostgreSQL: each worker process's pool size "
                         "(max_pool; 0: the driver's default, 10)")
