@@ -43,7 +43,7 @@ from ._log import get_logger
 from ._registry import Registry
 from ._retention import RetentionKeeper
 from ._runtime import attempts
-from ._runtime.claiming import ClaimLoop, RunClaims, Trigger
+from ._runtime.claiming import CLAIM_START, ClaimLoop, RunClaims, Trigger
 from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
@@ -201,7 +201,8 @@ class Worker:
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
             room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
             claim=self.run_claims.claim, start=lambda claimed: self._start_run(claimed),
-            poll_interval=self.poll_interval, now=self.clock.now, **self.run_claims.baton)
+            poll_interval=self.poll_interval, now=self.clock.now, first_batch=CLAIM_START,
+            **self.run_claims.baton)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)

@@ -51,6 +51,12 @@ T = TypeVar("T")
 #: most runs (or activity attempts) one claim takes; a claim also takes at most
 #: its fair share of the ready work (``durable.store.claims.fair_limit``)
 CLAIM_BATCH = 100
+#: a worker's claims of runs start this small and double while a backlog lasts
+#: (`ClaimLoop`, slow start): a worker cannot know which workers are about to
+#: register, so the first to claim a backlog takes 10, then 20, 40, 80 and 100
+#: (a pass apart, each claim at most its fair share as the registry then
+#: counts it), leaving the rest to those that register meanwhile
+CLAIM_START = 10
 #: after a claim that left ready work for others, a worker with room waits
 #: this long before claiming again, so that the others woken by the same
 #: notification take their share first (docs/deployment.md)
@@ -110,6 +116,16 @@ class ClaimLoop(Generic[T]):
     the module docstring); `quiet()` says that they are not told of work
     announced here (nor this process of theirs), `unheard()` that some work
     announced here is still to be claimed.
+
+    Slow start (`first_batch`, runs: `CLAIM_START`): a claim takes at most
+    `batch` items, which starts at `first_batch`, doubles (up to
+    `CLAIM_BATCH`) after each claim that left a backlog (`Claimed.backlog`:
+    at least one more for every live worker) and goes back to `first_batch`
+    after one that did not. A fair share counts only the workers registered
+    at that moment: a fleet started together onto a backlog registers over
+    some milliseconds, and without it the first to register took 100 runs a
+    pass, all of a small backlog, before the others could count. Draining a
+    backlog alone costs a few more claims (10, 20, 40, 80, then 100 each).
     """
 
     def __init__(self, *, room: Callable[[], int], claim: Callable[[int], Awaitable[Claimed[T]]],
@@ -117,8 +133,12 @@ class ClaimLoop(Generic[T]):
                  now: Callable[[], float] | None = None,
                  spread: Callable[[], Awaitable[None]] | None = None,
                  quiet: Callable[[], bool] = lambda: True,
-                 unheard: Callable[[], bool] = lambda: True) -> None:
+                 unheard: Callable[[], bool] = lambda: True,
+                 first_batch: int = CLAIM_BATCH) -> None:
         self._room = room
+        self._first_batch = min(first_batch, CLAIM_BATCH)
+        #: most items the next claim takes (slow start, see the class docstring)
+        self.batch = self._first_batch
         self._spread = spread
         self._quiet = quiet
         self._unheard = unheard
@@ -159,7 +179,9 @@ class ClaimLoop(Generic[T]):
             room = self._room()
             claimed: Claimed[T] = Claimed()
             if room > 0:
-                claimed = await self._claim(min(room, CLAIM_BATCH))
+                claimed = await self._claim(min(room, self.batch))
+                self.batch = (min(CLAIM_BATCH, self.batch * 2) if claimed.backlog
+                              else self._first_batch)
                 self.claimed += len(claimed)
                 for item in claimed:
                     self._start(item)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from durable._runtime.claiming import CLAIM_BATCH, ClaimLoop, Trigger
+from durable._runtime.claiming import CLAIM_BATCH, CLAIM_START, ClaimLoop, Trigger
 from durable.store.records import Claimed
 
 pytestmark = pytest.mark.anyio
@@ -80,6 +80,77 @@ async def test_a_claim_never_takes_more_than_a_batch() -> None:
                 await loop.claim_now()
         tg.cancel_scope.cancel()
     assert max(queue.asked) == CLAIM_BATCH and len(started) == CLAIM_BATCH * 3
+
+
+async def drain(queue: Queue | SharedQueue, loop: ClaimLoop[int]) -> None:
+    """Until `queue` is empty (pass after pass: the backlog's re-claims)."""
+    with anyio.fail_after(10):
+        while queue.ready:
+            await loop.claim_now()
+
+
+async def test_claims_of_runs_start_small_and_double_while_a_backlog_lasts() -> None:
+    """Slow start: a worker cannot know who registers next, so its first claims
+    are small (the others' fair shares count them once they registered)."""
+    queue = Queue(ready=300)
+    started: list[int] = []
+    loop: ClaimLoop[int] = ClaimLoop(room=lambda: 10**6, claim=queue.claim,
+                                     start=started.append, poll_interval=3600,
+                                     first_batch=CLAIM_START)
+    assert loop.batch == CLAIM_START == 10
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await drain(queue, loop)
+        # 10 + 20 + 40 + 80 + 100 = 250, then the last 50: the backlog is over
+        # (and a pass the trigger may still make finds nothing, asking 10)
+        assert queue.asked[:6] == [10, 20, 40, 80, CLAIM_BATCH, CLAIM_BATCH]
+        assert set(queue.asked[6:]) <= {CLAIM_START}
+        assert len(started) == 300 and loop.batch == CLAIM_START
+        queue.ready, queue.asked = 15, []  # the next burst starts small again
+        await drain(queue, loop)
+        assert queue.asked[:2] == [10, 20] and set(queue.asked[2:]) <= {CLAIM_START}
+        assert loop.batch == CLAIM_START
+        tg.cancel_scope.cancel()
+
+
+async def test_a_slow_start_never_asks_more_than_the_room_and_grows_only_on_a_backlog() -> None:
+    queue = SharedQueue(ready=200, live=4)
+    asked: list[int] = []
+
+    async def claim(n: int) -> Claimed[int]:
+        asked.append(n)
+        return await queue.claim(n)
+
+    started: list[int] = []
+    loop: ClaimLoop[int] = ClaimLoop(room=lambda: 25 - len(started), claim=claim,
+                                     start=started.append, poll_interval=3600,
+                                     first_batch=CLAIM_START)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await loop.claim_now()
+        # 10 of 200 (190 left, 4 live workers: a backlog), then 20 asked of
+        # which only 15 fit; full, it asks no more
+        with anyio.fail_after(10):
+            while len(started) < 25:
+                await loop.claim_now()
+        assert asked == [10, 15] and loop.batch == 40
+        queue.ready = 3  # fewer than one each for 4 workers: no backlog
+        started.clear()
+        await loop.claim_now()
+        assert asked[-1] == 25 and loop.batch == CLAIM_START
+        tg.cancel_scope.cancel()
+
+
+async def test_without_a_first_batch_a_claim_takes_a_full_batch_at_once() -> None:
+    """Activity attempts (short, re-claimed all the time) claim as before."""
+    queue = Queue(ready=150)
+    loop: ClaimLoop[int] = ClaimLoop(room=lambda: 10**6, claim=queue.claim,
+                                     start=lambda _: None, poll_interval=3600)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await drain(queue, loop)
+        tg.cancel_scope.cancel()
+    assert set(queue.asked) == {CLAIM_BATCH} and len(queue.asked) >= 2
 
 
 class SharedQueue:
