@@ -163,10 +163,8 @@ class SQLiteDriver:
         if self.path != ":memory:":
             parent = Path(self.path).resolve().parent
             if not parent.is_dir():
-                raise ConfigurationError(
-                    f"cannot open {self.url!r}: directory {str(parent)!r} does not exist"
-                    + _validate.sqlite_path_hint(self.path)
-                )
+                raise ConfigurationError(f"cannot open {self.url!r}: directory {str(parent)!r} "
+                                         f"does not exist{_validate.sqlite_path_hint(self.path)}")
             self._create_private()
         try:
             conn = sqlite3.connect(

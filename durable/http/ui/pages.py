@@ -148,10 +148,8 @@ class WebUI:
             seconds_text=views.seconds_text, pretty=views.pretty, compact=views.compact,
             failure_chain=views.failure_chain, failure_message=views.failure_message,
             requester_text=_fmt.requester_text, sender_text=_fmt.sender_text,
-            boundary_text=views.boundary_text,
-            duration=_fmt.duration, progress_of=_fmt.progress_of,
-            cleanup_end_label=_fmt.cleanup_end_label,
-            ancestors_text=_fmt.ancestors_text,
+            boundary_text=views.boundary_text, duration=_fmt.duration, progress_of=_fmt.progress_of,
+            cleanup_end_label=_fmt.cleanup_end_label, ancestors_text=_fmt.ancestors_text,
         )
 
     # ------------------------------------------------------------ plumbing
@@ -281,8 +279,7 @@ class WebUI:
             v=visitor, now=now, request_path=request.url.path,
             current_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             when=lambda value: views.when(value, now),
-            deadline=lambda value, open_, ended=None, cleanup="": views.deadline(
-                value, now, open_, ended, cleanup),
+            deadline=lambda value, *rest: views.deadline(value, now, *rest),  # open_, ended...
             took=lambda a, b: views.took(a, b, now),
             notice=NOTICES.get(request.query_params.get("notice") or ""),
             signal_supported=_signal_supported(),
