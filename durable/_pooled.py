@@ -99,6 +99,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         self._scope: Callable[..., anyio.CancelScope] = anyio.CancelScope
         #: `Tx.notices` of this driver's transactions (None: a statement cannot notify)
         self._tx_notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
+        #: `Tx.addressee` of this driver's transactions (None: nothing is addressed)
+        self._tx_addressee: Callable[[str, str, float], str | None] | None = None
 
     # ---------------------------------------------------------------- what differs
 
@@ -265,7 +267,7 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         attempt = 0
         while True:
             pool = self._require_pool()
-            tx = Tx(self.dialect, notices=self._tx_notices)
+            tx = Tx(self.dialect, notices=self._tx_notices, addressee=self._tx_addressee)
             try:
                 async with self._acquire(pool) as conn:
                     try:

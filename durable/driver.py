@@ -207,6 +207,15 @@ class Tx:
     #: cannot. A program that used it adds those wake-ups with `wake` after
     #: the statement, so that they are published in this process only.
     notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
+    #: the process that a ``RUNS`` wake-up of new work on a task queue
+    #: (`namespace`, `task_queue`; `now` on the caller's clock) is addressed to
+    #: (`durable.wakes.Wake.to`), or None: every process of the queue hears
+    #: it. Chosen without a round trip, from what the driver knows already
+    #: (PostgreSQL: `durable_postgres.addressing.Addressing.peek`), because a
+    #: program is a synchronous generator and a worker's commit must not wait
+    #: for a read; None where a driver does not address wake-ups (SQLite,
+    #: MariaDB). Use it through `durable.store.runs.addressee`.
+    addressee: Callable[[str, str, float], str | None] | None = None
 
     @property
     def lock(self) -> str:

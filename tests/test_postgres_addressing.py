@@ -41,6 +41,28 @@ async def hold() -> str:
     return "held"
 
 
+@workflow.defn(name="addr_parent")
+async def parent(tag: str, n: int, gate: bool) -> list[int]:
+    """Starts `n` children (after the signal "go" when `gate`), one commit each."""
+    go: list[bool] = []
+    workflow.on_signal("go", lambda: go.append(True))
+    if gate:
+        await workflow.wait_condition(lambda: bool(go), timeout=30)
+    children = [await workflow.start_child(quick, i, id=f"{tag}-{i}") for i in range(n)]
+    return [await child.result() for child in children]
+
+
+@workflow.defn(name="addr_again")
+async def again(n: int) -> int:
+    if n > 0:
+        workflow.continue_as_new(n - 1)
+    return n
+
+
+#: every process of these tests registers the same types (so each is a member)
+WORKFLOWS = [quick, hold, parent, again]
+
+
 class Claims:
     """A client's run claims (what each took), and the ``RUNS`` wake-ups its
     hub heard from other processes (to whom each was addressed)."""
@@ -79,7 +101,7 @@ async def _process(url: str, **worker: Any) -> AsyncIterator[tuple[durable.Clien
         connected = anyio.Event()
         unsubscribe = client.store.hub.subscribe(
             lambda wake: connected.set() if wake.key == ("any",) else None)
-        async with durable.Worker(client, workflows=[quick, hold], poll_interval=SLOW_POLL,
+        async with durable.Worker(client, workflows=WORKFLOWS, poll_interval=SLOW_POLL,
                                   **worker) as running:
             await _listening(client)
             with anyio.fail_after(20):
@@ -138,7 +160,7 @@ async def test_a_process_that_is_gone_is_not_addressed(pg_url: str) -> None:
     connections closed with it: the next read of the members leaves it out."""
     async with _process(pg_url) as (b, claims_b, _), durable.connect(pg_url) as starter:
         gone = await durable.connect(pg_url, poll_interval=SLOW_POLL)
-        worker = durable.Worker(gone, workflows=[quick, hold], poll_interval=SLOW_POLL)
+        worker = durable.Worker(gone, workflows=WORKFLOWS, poll_interval=SLOW_POLL)
         await worker.__aenter__()
         await _listening(gone)
         worker._crash_now("after_effect")  # as SIGKILL would: nothing handed back
@@ -220,3 +242,109 @@ async def test_a_sigkilled_worker_process_is_no_longer_addressed(
     finally:
         for proc in procs:
             kill9(proc)
+
+
+# -- a worker's own commits of new work (`Addressing.peek`, `Tx.addressee`) ----
+
+
+async def _known(*clients: durable.Client) -> None:
+    """As the watching driver's upkeep does once a worker's commit found the
+    queue's members unknown (`Addressing.refresh_due`), now: each client knows
+    every process of the queue."""
+    for client in clients:
+        driver: Any = client.driver
+        driver.addressing.forget()  # (what a start read before may be a member short)
+        assert driver.addressing.peek(client.namespace, "default", client.clock.now()) is None
+        await driver.addressing.refresh_due()
+    for client in clients:
+        driver = client.driver
+        assert len(driver.addressing._known[(client.namespace, "default")][1]) == len(clients)
+
+
+def _origin(client: durable.Client) -> str:
+    driver: Any = client.driver
+    return str(driver.origin)
+
+
+async def test_a_parents_children_go_to_one_process_in_turn_and_wake_no_other(
+        pg_url: str) -> None:
+    """Each child's start, committed by the parent's worker, is addressed to one
+    process in turn: neither process hears a wake-up meant for everybody,
+    nor one meant for the other."""
+    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _),
+                durable.connect(pg_url) as starter):
+        await _known(a, b)
+        handle = await starter.start(parent, "kids", 6, False, id="parent")
+        with anyio.fail_after(20):  # long before either worker's poll
+            assert await handle.result() == list(range(6))
+    assert set(claims_a.heard) <= {_origin(a)} and set(claims_b.heard) <= {_origin(b)}
+    # the parent's process addressed half of them to the other, which heard those
+    assert len(claims_a.heard) + len(claims_b.heard) >= 3
+    assert sum(claims_a.took) + sum(claims_b.took) == 7  # each run claimed once
+
+
+async def test_a_full_process_passes_a_child_addressed_to_it_to_the_others(
+        pg_url: str) -> None:
+    async with _process(pg_url, max_concurrent_runs=1) as (a, _, worker_a):
+        blocker = await a.start(hold, id="blocker")
+        with anyio.fail_after(20):
+            while "blocker" not in {r.workflow_id for r in _held(worker_a)}:
+                await anyio.sleep(0.01)
+        async with _process(pg_url) as (b, _, worker_b):
+            await _known(a, b)
+            handle = await b.start(parent, "passed", 2, True, id="parent")
+            with anyio.fail_after(20):  # held by the one with room
+                while "parent" not in {r.workflow_id for r in _held(worker_b)}:
+                    await anyio.sleep(0.01)
+            spread = worker_a.runs.spread
+            await handle.signal("go")
+            with anyio.fail_after(20):  # one of the two children went to the full one
+                assert await handle.result() == [0, 1]
+            assert worker_a.runs.spread > spread  # which passed the baton
+            assert len(_held(worker_a)) == 1  # still just the blocker
+        await blocker.cancel()
+
+
+async def test_a_continued_run_goes_to_one_process_in_turn(pg_url: str) -> None:
+    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _)):
+        await _known(a, b)
+        handle = await a.start(again, 5, id="again")
+        with anyio.fail_after(20):  # six runs, each woken by its notification
+            assert await handle.result() == 0
+    assert set(claims_a.heard) <= {_origin(a)} and set(claims_b.heard) <= {_origin(b)}
+    assert claims_a.heard or claims_b.heard  # some went to the other process
+
+
+async def test_a_schedules_fires_go_to_one_process_in_turn(pg_url: str) -> None:
+    from durable.schedules import Overlap, ScheduleSpec
+
+    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _)):
+        await _known(a, b)
+        schedule = await a.create_schedule("addr-fires", ScheduleSpec(every=86400), quick, 1,
+                                           overlap=Overlap.ALLOW_ALL)
+        fired = []
+        for _ in range(4):
+            fired.append((await schedule.trigger())["workflow_id"])
+            await anyio.sleep(0.002)  # a trigger a millisecond apart is another fire
+        with anyio.fail_after(20):
+            for workflow_id in fired:
+                assert await a.get_handle(workflow_id).result() == 1
+        await schedule.delete()
+    assert set(claims_a.heard) <= {_origin(a)} and set(claims_b.heard) <= {_origin(b)}
+    assert claims_b.heard  # half of them went to the process that did not fire them
+
+
+async def test_the_watching_driver_reads_the_members_a_commit_found_unknown(
+        pg_url: str) -> None:
+    """Off the step's path: a commit that found them unknown told everybody,
+    and the watching driver's upkeep reads them (`KEEP_EVERY`) for the next."""
+    async with _process(pg_url) as (a, _, _):
+        driver: Any = a.driver
+        driver.addressing.forget()
+        reads = driver.addressing.reads
+        assert driver.addressing.peek(a.namespace, "default", a.clock.now()) is None
+        with anyio.fail_after(20):
+            while (a.namespace, "default") not in driver.addressing._known:
+                await anyio.sleep(0.01)
+        assert driver.addressing.reads == reads + 1
+        assert driver.addressing.peek(a.namespace, "default", a.clock.now()) == _origin(a)

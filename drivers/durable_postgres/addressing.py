@@ -29,6 +29,17 @@ live worker of the queue has no address (another driver, a custom
 ``application_name``, an older durable), starts go to every process, as
 before, so that it is not starved of new runs.
 
+A worker's own commits address new work the same way (`peek`): a child
+workflow's start, a continue-as-new's next run, a schedule's fire, a signal
+or a query for a run nobody holds (`durable.store.runs.addressee`). Those
+wake-ups are built inside a transaction's program, a synchronous generator
+on the step's path, so they cannot read: `peek` answers from the members
+already known, and a queue whose members are older than `REFRESH` is read
+again off that path, by the watching driver's upkeep (`refresh_due`, every
+`KEEP_EVERY` seconds, only for the queues peeked at). Unknown members, or
+members older than `STALE` (the upkeep is not running, its reads fail):
+None, every process hears it, as before.
+
 What it costs when it goes wrong: a notification addressed to a process
 that stopped listening between the refresh and the start is lost like any
 notification, and the run starts at the other processes' fallback poll
@@ -45,6 +56,12 @@ from typing import Any
 
 #: how long the members of a queue read by a starter stay good (seconds)
 REFRESH = 1.0
+#: how old the members known may be for `peek` to address by them (seconds):
+#: past it, the upkeep that refreshes them is not keeping up (or not running)
+STALE = 3 * REFRESH
+#: how often the watching driver refreshes the members that `peek` found
+#: older than `REFRESH` (seconds)
+KEEP_EVERY = REFRESH / 4
 #: at most this many queues' members are remembered (all are forgotten beyond)
 QUEUES_AT_MOST = 1000
 #: the prefix of the ``application_name`` a driver sets for its connections
@@ -84,6 +101,13 @@ class Addressing:
     again when they are older than `REFRESH`. A failed read is logged and
     leaves the queue unaddressed until the next refresh: a start never fails
     because of this.
+
+    `peek(namespace, task_queue, now)` is the same choice without a read, for
+    the wake-ups a transaction's program commits (module docstring);
+    `refresh_due()` reads the members it found stale. On trio `peek` runs on
+    the driver's loop thread and the rest on the host: each touches a dict
+    entry at a time (atomic), and the worst a race does is give two wake-ups
+    the same turn.
     """
 
     def __init__(self, read: Read, log: Any) -> None:
@@ -92,6 +116,9 @@ class Addressing:
         self._known: dict[tuple[str, str], tuple[float, tuple[str, ...]]] = {}
         self._turns: dict[tuple[str, str], int] = {}
         self._reading: set[tuple[str, str]] = set()
+        # the queues `peek` found stale, with the `now` of its caller's clock
+        # (replaced whole by `refresh_due`)
+        self._due: dict[tuple[str, str], float] = {}
         #: member reads made (for tests and benchmarks)
         self.reads = 0
 
@@ -103,10 +130,35 @@ class Addressing:
             known = await self._refresh(key, now, at)
         if known is None or not known[1]:
             return None
-        found = known[1]
+        return self._next(key, known[1])
+
+    def peek(self, namespace: str, task_queue: str, now: float) -> str | None:
+        """The address of the process whose turn it is, from the members known
+        (no read: a transaction's program calls it, `durable.driver.Tx.addressee`);
+        None when they are unknown or older than `STALE`. Members older than
+        `REFRESH` are marked for `refresh_due`, with `now` (the caller's clock,
+        for the registrations' expiry)."""
+        key = (namespace, task_queue)
+        known = self._known.get(key)
+        age = float("inf") if known is None else time.monotonic() - known[0]
+        if age >= REFRESH:
+            self._due[key] = now
+        if known is None or age >= STALE or not known[1]:
+            return None
+        return self._next(key, known[1])
+
+    def _next(self, key: tuple[str, str], found: tuple[str, ...]) -> str:
         turn = self._turns.get(key, 0)
         self._turns[key] = turn + 1
         return found[turn % len(found)]
+
+    async def refresh_due(self) -> None:
+        """Read again the members of the queues `peek` found stale since the
+        last call (off the step's path: the watching driver's upkeep)."""
+        due, self._due = self._due, {}
+        for key, now in due.items():
+            if key not in self._reading:
+                await self._refresh(key, now, time.monotonic())
 
     async def _refresh(self, key: tuple[str, str], now: float, at: float
                        ) -> tuple[float, tuple[str, ...]]:
@@ -127,5 +179,6 @@ class Addressing:
         return known
 
     def forget(self) -> None:
-        """Read every queue's members again at its next start."""
+        """Read every queue's members again at its next start (and no longer
+        address a worker's wake-ups by them until then)."""
         self._known.clear()

@@ -42,7 +42,7 @@ from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements, table_names
 from durable.wakes import WakeKind, address, heard
 
-from .addressing import APPLICATION_PREFIX, MEMBERS_SQL, Addressing
+from .addressing import APPLICATION_PREFIX, KEEP_EVERY, MEMBERS_SQL, Addressing
 from .connection import CONFLICT, CONNECTION_LOST, discard, drive, execute, no_reset
 from .dialect import PostgresDialect
 from .listener import Listener, channel_for
@@ -140,6 +140,8 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
                                   own_channel=self.own_channel)
         #: whom a start is addressed to (`start_addressee`)
         self.addressing = Addressing(self._members, self.log)
+        # a worker's commits of new work address it the same way, without a read
+        self._tx_addressee = self.addressing.peek
         self._wanted: frozenset[str] | None = None  # None: to be computed again
         self.hub.on_wanted = self._on_wanted
         self._tx_notices = self._notices
@@ -469,6 +471,16 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
 
         return await self._on_pool(read)
 
+    async def _keep_addressing(self) -> None:
+        """Read again, off the steps' path, the members of the queues whose
+        wake-ups this process's transactions address from what is known
+        (`Addressing.peek`, `Tx.addressee`) once those are stale: the watching
+        process is the one whose workers commit child starts, continued runs
+        and schedule fires. Nothing is read for a queue nobody peeked at."""
+        while True:
+            await anyio.sleep(KEEP_EVERY)
+            await self.addressing.refresh_due()
+
     async def _pass_unclaimed(self, wakes: list[Wake]) -> None:
         """Starts addressed to this process on a queue that no worker here claims
         from now (it stopped since the starter read the members): tell the
@@ -555,6 +567,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         # watch() takes over when the first is cancelled.
         async with self._watch_lock, anyio.create_task_group() as upkeep:
             upkeep.start_soon(self._statistics)
+            upkeep.start_soon(self._keep_addressing)
             next_any = anyio.current_time() + self.poll_interval
             while True:
                 wait = max(0.0, next_any - anyio.current_time())

@@ -67,7 +67,7 @@ from .records import (
     run_from_row,
 )
 from .returning import update_one_returning
-from .runs import start_workflow
+from .runs import addressee, start_workflow
 from .writes import (
     AcceptUpdate,
     CancelExternal,
@@ -130,6 +130,17 @@ def _live_owner(row: Row, now: float) -> bool:
         row["lease_expires_at"] > now)
 
 
+def _unheld(tx: Tx, row: Row, now: float) -> Wake:
+    """The ``RUNS`` wake-up for a run that no live worker holds and that has
+    news (a signal, a query): one run, so addressed to one member of its
+    queue (`runs.addressee`) unless a build refused it (``blocked_build``:
+    a worker of another build must take it, and the members do not say which)."""
+    if row["blocked_build"] is not None:
+        return Wake.runs(row["namespace"], row["task_queue"])
+    return Wake.runs(row["namespace"], row["task_queue"],
+                     to=addressee(tx, row["namespace"], row["task_queue"], now))
+
+
 def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
                   sender: dict[str, Any] | None = None,
                   request_id: str | None = None) -> Program[InboxItem]:
@@ -158,7 +169,7 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
                      update_id=request_id)
     tx.wake(Wake.run(run_id, item))
     if not _live_owner(row, now):
-        tx.wake(Wake.runs(row["namespace"], row["task_queue"]))
+        tx.wake(_unheld(tx, row, now))
     return item
 
 
@@ -292,7 +303,7 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
     if not run.is_open or not _live_owner(row, now):
         tx.wake(Wake.requests(namespace, run.task_queue))
         if run.is_open:
-            tx.wake(Wake.runs(namespace, run.task_queue))
+            tx.wake(_unheld(tx, row, now))
     return RequestTicket(run.run_id, request_id, None, run.workflow_type, run.task_queue)
 
 

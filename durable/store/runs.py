@@ -103,8 +103,11 @@ def insert_run(
     new_instance: bool = True,
     to: str | None = None,
 ) -> Program[None]:
-    """Insert a run (and its instance when new) plus its WorkflowStarted event
-    (`to`: see `start_wake`)."""
+    """Insert a run (and its instance when new) plus its WorkflowStarted event.
+    Its wake-up goes `to` one process (see `start_wake`): the one a client's
+    start chose, else the one whose turn it is by what the driver knows
+    (`addressee`: a child's start, a continued run, a schedule's fire, a
+    reset's new run are each one run any member of the queue can take)."""
     workflow_row, run_row, started = new_run_rows(req, run_id, run_number, now,
                                                   execution_deadline)
     if new_instance:
@@ -124,8 +127,26 @@ def insert_run(
     # the new run's first event: its counter was inserted at 1 above (one round
     # trip less than append_events' counter update, on every start)
     yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, started)
+    if to is None:
+        to = addressee(tx, req.namespace, req.task_queue, now)
     tx.wake(start_wake(req, now, execution_deadline, to))
     return None
+
+
+def addressee(tx: Tx, namespace: str, task_queue: str, now: float) -> str | None:
+    """The process that a ``RUNS`` wake-up of one run's worth of new work on
+    this queue is addressed to (`durable.wakes.Wake.to`), by what the driver
+    knows without a read (`Tx.addressee`; PostgreSQL's members of the queue,
+    in turn); None: every process of the queue hears it (SQLite, MariaDB,
+    members unknown or stale).
+
+    Why (issue 26): a worker's commit of such work (a child's start above
+    all) told every process of the queue, and each claimed, all but one for
+    nothing. Only for work that any member can take: a run that a build
+    refused (``blocked_build``) must reach a worker of another build, which
+    the members do not tell apart, so its wake-ups still go to everybody."""
+    choose = tx.addressee
+    return None if choose is None else choose(namespace, task_queue, now)
 
 
 def start_wake(req: StartRequest, now: float, execution_deadline: float | None,
@@ -260,7 +281,8 @@ def clear_review(tx: Tx, namespace: str, workflow_id: str, now: float,
         now, run.run_id,
     )
     yield from append_events(tx, run.run_id, [("WorkflowReviewCleared", {})], now)
-    tx.wake(Wake.runs(run.namespace, run.task_queue))
+    tx.wake(Wake.runs(run.namespace, run.task_queue, to=None if run.blocked_build else
+                      addressee(tx, run.namespace, run.task_queue, now)))
     return True
 
 

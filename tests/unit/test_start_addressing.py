@@ -89,3 +89,81 @@ async def test_no_members_means_every_process_is_told() -> None:
     chosen.forget()
     chosen._read = Reads([])  # type: ignore[assignment]
     assert await chosen.pick("ns", "q", 1.0) is None
+
+
+# -- a worker's own commits: `peek`, without a read (`Tx.addressee`) ----------
+
+
+async def test_peek_never_reads_and_marks_unknown_members_for_the_upkeep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+    reads = Reads([row("a"), row("b")])
+    chosen = Addressing(reads, Log())
+    assert chosen.peek("ns", "q", 7.0) is None  # unknown: every process hears it
+    assert reads.calls == []  # no read on a program's path
+    await chosen.refresh_due()  # the watching driver's upkeep
+    assert reads.calls == [("ns", "q", 7.0)]  # with the peeker's clock
+    assert [chosen.peek("ns", "q", 8.0) for _ in range(3)] == ["a", "b", "a"]
+    await chosen.refresh_due()
+    assert len(reads.calls) == 1  # fresh: nothing due, nothing read
+
+
+async def test_peek_and_pick_share_the_turns() -> None:
+    chosen = Addressing(Reads([row("a"), row("b")]), Log())
+    assert await chosen.pick("ns", "q", 1.0) == "a"
+    assert chosen.peek("ns", "q", 1.0) == "b"
+    assert await chosen.pick("ns", "q", 1.0) == "a"
+
+
+async def test_stale_members_are_refreshed_off_the_path_and_dropped_past_the_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+    reads = Reads([row("a"), row("b")], [row("b")])
+    chosen = Addressing(reads, Log())
+    assert await chosen.pick("ns", "q", 1.0) == "a"
+    clock[0] += addressing.REFRESH  # stale, not past the bound: still addressed
+    assert chosen.peek("ns", "q", 2.0) == "b"
+    assert len(reads.calls) == 1
+    await chosen.refresh_due()  # "a" was killed: it drops out
+    assert reads.calls[-1] == ("ns", "q", 2.0)
+    assert [chosen.peek("ns", "q", 3.0) for _ in range(2)] == ["b", "b"]
+    clock[0] += addressing.STALE  # nobody refreshed them since: not trusted
+    assert chosen.peek("ns", "q", 4.0) is None
+    assert chosen.peek("ns", "q", 4.0) is None  # (marked again, read once)
+
+
+async def test_a_failed_refresh_leaves_the_queue_told_to_everybody() -> None:
+    log = Log()
+    chosen = Addressing(Reads(OSError("gone")), log)
+    assert chosen.peek("ns", "q", 1.0) is None
+    await chosen.refresh_due()  # logged, not raised: the upkeep goes on
+    assert log.events == ["start_members_unread"]
+    assert chosen.peek("ns", "q", 1.0) is None
+
+
+def test_a_commit_addresses_new_work_only_through_a_driver_that_can() -> None:
+    from durable.driver import Dialect, Tx
+    from durable.store.runs import addressee
+
+    dialect: Any = Dialect
+    assert addressee(Tx(dialect), "ns", "q", 1.0) is None  # SQLite, MariaDB
+    asked: list[tuple[str, str, float]] = []
+    tx = Tx(dialect, addressee=lambda ns, q, now: asked.append((ns, q, now)) or "b")
+    assert addressee(tx, "ns", "q", 1.0) == "b"
+    assert asked == [("ns", "q", 1.0)]
+
+
+def test_a_run_a_build_refused_is_told_to_every_process() -> None:
+    """A signal or a query for a run nobody holds is one run's worth of work,
+    addressed to one member; not one that a build refused, which only a
+    worker of another build takes (the members do not say which)."""
+    from durable.driver import Dialect, Tx
+    from durable.store.interaction import _unheld
+
+    dialect: Any = Dialect
+    tx = Tx(dialect, addressee=lambda ns, q, now: "b")
+    free = {"namespace": "ns", "task_queue": "q", "blocked_build": None}
+    assert _unheld(tx, free, 1.0).to == "b"
+    assert _unheld(tx, {**free, "blocked_build": "v1"}, 1.0).to is None
