@@ -42,13 +42,16 @@ async def hold() -> str:
 
 
 @workflow.defn(name="addr_parent")
-async def parent(tag: str, n: int, gate: bool) -> list[int]:
-    """Starts `n` children (after the signal "go" when `gate`), one commit each."""
+async def parent(tag: str, n: int, gate: bool, queue: str | None = None) -> list[int]:
+    """Starts `n` children on `queue` (the parent's by default), one commit
+    each, after the signal "go" when `gate`."""
     go: list[bool] = []
     workflow.on_signal("go", lambda: go.append(True))
     if gate:
         await workflow.wait_condition(lambda: bool(go), timeout=30)
-    children = [await workflow.start_child(quick, i, id=f"{tag}-{i}") for i in range(n)]
+    options = durable.ChildOptions(task_queue=queue)
+    children = [await workflow.start_child(quick, i, id=f"{tag}-{i}", options=options)
+                for i in range(n)]
     return [await child.result() for child in children]
 
 
@@ -244,21 +247,19 @@ async def test_a_sigkilled_worker_process_is_no_longer_addressed(
             kill9(proc)
 
 
-# -- a worker's own commits of new work (`Addressing.peek`, `Tx.addressee`) ----
+# -- a process's own commits of new work (`Addressing.peek`, `Tx.addressee`) --
 
 
-async def _known(*clients: durable.Client) -> None:
-    """As the watching driver's upkeep does once a worker's commit found the
-    queue's members unknown (`Addressing.refresh_due`), now: each client knows
-    every process of the queue."""
+async def _known(*clients: durable.Client, queue: str = "default") -> None:
+    """As the watching driver's upkeep does once a commit found the queue's
+    members unknown (`Addressing.refresh_due`), now: each client knows every
+    process of the queue."""
     for client in clients:
         driver: Any = client.driver
         driver.addressing.forget()  # (what a start read before may be a member short)
-        assert driver.addressing.peek(client.namespace, "default", client.clock.now()) is None
+        assert driver.addressing.peek(client.namespace, queue, client.clock.now()) is None
         await driver.addressing.refresh_due()
-    for client in clients:
-        driver = client.driver
-        assert len(driver.addressing._known[(client.namespace, "default")][1]) == len(clients)
+        assert driver.addressing._known[(client.namespace, queue)][1]
 
 
 def _origin(client: durable.Client) -> str:
@@ -266,59 +267,84 @@ def _origin(client: durable.Client) -> str:
     return str(driver.origin)
 
 
-async def test_a_parents_children_go_to_one_process_in_turn_and_wake_no_other(
+async def test_a_parents_children_stay_with_its_process_and_wake_no_other(
         pg_url: str) -> None:
-    """Each child's start, committed by the parent's worker, is addressed to one
-    process in turn: neither process hears a wake-up meant for everybody,
-    nor one meant for the other."""
-    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _),
+    """Each child's start is committed by a process whose worker takes the
+    queue's runs: it is addressed there (no notification at all), so the
+    other process hears nothing of it; without addressing it heard each."""
+    async with (_process(pg_url) as (a, claims_a, worker_a),
+                _process(pg_url) as (b, claims_b, worker_b),
                 durable.connect(pg_url) as starter):
         await _known(a, b)
         handle = await starter.start(parent, "kids", 6, False, id="parent")
         with anyio.fail_after(20):  # long before either worker's poll
             assert await handle.result() == list(range(6))
-    assert set(claims_a.heard) <= {_origin(a)} and set(claims_b.heard) <= {_origin(b)}
-    # the parent's process addressed half of them to the other, which heard those
-    assert len(claims_a.heard) + len(claims_b.heard) >= 3
+        batons = worker_a.runs.spread + worker_b.runs.spread
+    assert set(claims_a.heard) <= {_origin(a), None} and set(claims_b.heard) <= {_origin(b), None}
+    assert len([to for to in claims_a.heard + claims_b.heard if to is not None]) == 1  # its start
+    assert (claims_a.heard + claims_b.heard).count(None) <= batons  # a burst's baton only
     assert sum(claims_a.took) + sum(claims_b.took) == 7  # each run claimed once
 
 
-async def test_a_full_process_passes_a_child_addressed_to_it_to_the_others(
+async def test_new_work_from_a_process_without_the_queues_worker_goes_to_its_members_in_turn(
         pg_url: str) -> None:
+    """The parent's process has no worker of the children's queue: each child
+    goes to one of that queue's processes in turn, which hears only its own."""
+    async with (durable.connect(pg_url, poll_interval=SLOW_POLL) as home,
+                durable.Worker(home, workflows=[parent], poll_interval=SLOW_POLL),
+                _process(pg_url, task_queue="kids") as (a, claims_a, _),
+                _process(pg_url, task_queue="kids") as (b, claims_b, _)):
+        await _listening(home)
+        await _known(home, queue="kids")
+        handle = await home.start(parent, "turns", 6, False, "kids", id="parent")
+        with anyio.fail_after(20):  # long before either worker's poll
+            assert await handle.result() == list(range(6))
+        driver: Any = home.driver
+        assert set(driver.addressing._known[(home.namespace, "kids")][1]) == {
+            _origin(a), _origin(b)}
+    assert claims_a.heard == [_origin(a)] * 3  # in turn: half each, none to the other
+    assert claims_b.heard == [_origin(b)] * 3
+    assert sum(claims_a.took) + sum(claims_b.took) == 6
+
+
+async def test_a_full_process_passes_the_children_it_keeps_to_the_others(
+        pg_url: str) -> None:
+    """Its one slot holds the parent: the children it addresses to itself
+    are passed to the other process by the baton, long before any poll."""
     async with _process(pg_url, max_concurrent_runs=1) as (a, _, worker_a):
-        blocker = await a.start(hold, id="blocker")
-        with anyio.fail_after(20):
-            while "blocker" not in {r.workflow_id for r in _held(worker_a)}:
+        handle = await a.start(parent, "passed", 2, True, id="parent")
+        with anyio.fail_after(20):  # the queue's only member yet: held here
+            while "parent" not in {r.workflow_id for r in _held(worker_a)}:
                 await anyio.sleep(0.01)
-        async with _process(pg_url) as (b, _, worker_b):
+        async with _process(pg_url) as (b, claims_b, _):
             await _known(a, b)
-            handle = await b.start(parent, "passed", 2, True, id="parent")
-            with anyio.fail_after(20):  # held by the one with room
-                while "parent" not in {r.workflow_id for r in _held(worker_b)}:
-                    await anyio.sleep(0.01)
             spread = worker_a.runs.spread
             await handle.signal("go")
-            with anyio.fail_after(20):  # one of the two children went to the full one
+            with anyio.fail_after(20):
                 assert await handle.result() == [0, 1]
-            assert worker_a.runs.spread > spread  # which passed the baton
-            assert len(_held(worker_a)) == 1  # still just the blocker
-        await blocker.cancel()
+            assert worker_a.runs.spread > spread  # it passed the baton
+            assert sum(claims_b.took) == 2  # and the other took both
 
 
-async def test_a_continued_run_goes_to_one_process_in_turn(pg_url: str) -> None:
-    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _)):
+async def test_a_continued_run_stays_with_its_process(pg_url: str) -> None:
+    async with (_process(pg_url) as (a, claims_a, worker_a),
+                _process(pg_url) as (b, claims_b, worker_b)):
         await _known(a, b)
         handle = await a.start(again, 5, id="again")
-        with anyio.fail_after(20):  # six runs, each woken by its notification
+        with anyio.fail_after(20):  # six runs, each woken at once
             assert await handle.result() == 0
-    assert set(claims_a.heard) <= {_origin(a)} and set(claims_b.heard) <= {_origin(b)}
-    assert claims_a.heard or claims_b.heard  # some went to the other process
+        batons = worker_a.runs.spread + worker_b.runs.spread
+    heard = claims_a.heard + claims_b.heard
+    assert set(claims_a.heard) <= {_origin(a), None} and set(claims_b.heard) <= {_origin(b), None}
+    assert len([to for to in heard if to is not None]) <= 1  # its start, if it went over
+    assert heard.count(None) <= batons
 
 
-async def test_a_schedules_fires_go_to_one_process_in_turn(pg_url: str) -> None:
+async def test_a_schedules_fires_stay_with_the_process_that_fires_them(pg_url: str) -> None:
     from durable.schedules import Overlap, ScheduleSpec
 
-    async with (_process(pg_url) as (a, claims_a, _), _process(pg_url) as (b, claims_b, _)):
+    async with (_process(pg_url) as (a, claims_a, worker_a),
+                _process(pg_url) as (b, claims_b, worker_b)):
         await _known(a, b)
         schedule = await a.create_schedule("addr-fires", ScheduleSpec(every=86400), quick, 1,
                                            overlap=Overlap.ALLOW_ALL)
@@ -330,8 +356,10 @@ async def test_a_schedules_fires_go_to_one_process_in_turn(pg_url: str) -> None:
             for workflow_id in fired:
                 assert await a.get_handle(workflow_id).result() == 1
         await schedule.delete()
-    assert set(claims_a.heard) <= {_origin(a)} and set(claims_b.heard) <= {_origin(b)}
-    assert claims_b.heard  # half of them went to the process that did not fire them
+        batons = worker_a.runs.spread + worker_b.runs.spread
+    assert claims_a.heard == []  # its own commits
+    assert claims_b.heard.count(None) <= batons  # nothing, but a baton
+    assert set(claims_b.heard) <= {None}
 
 
 async def test_the_watching_driver_reads_the_members_a_commit_found_unknown(

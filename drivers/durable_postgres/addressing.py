@@ -29,12 +29,13 @@ live worker of the queue has no address (another driver, a custom
 ``application_name``, an older durable), starts go to every process, as
 before, so that it is not starved of new runs.
 
-A worker's own commits address new work the same way (`peek`): a child
-workflow's start, a continue-as-new's next run, a schedule's fire, a signal
-or a query for a run nobody holds (`durable.store.runs.addressee`). Those
-wake-ups are built inside a transaction's program, a synchronous generator
-on the step's path, so they cannot read: `peek` answers from the members
-already known, and a queue whose members are older than `REFRESH` is read
+A process's own commits address new work too (`peek`): a child workflow's
+start, a continue-as-new's next run, a schedule's fire, a signal or a query
+for a run nobody holds (`durable.store.runs.addressee`); to the committing
+process itself when a worker there takes the queue's runs and is a member
+(see `peek`), else to a member in turn. Those wake-ups are built inside a
+transaction's program, a synchronous generator on the step's path, so they
+cannot read: `peek` answers from the members already known, and a queue whose members are older than `REFRESH` is read
 again off that path, by the watching driver's upkeep (`refresh_due`, every
 `KEEP_EVERY` seconds, only for the queues peeked at). Unknown members, or
 members older than `STALE` (the upkeep is not running, its reads fail):
@@ -132,12 +133,21 @@ class Addressing:
             return None
         return self._next(key, known[1])
 
-    def peek(self, namespace: str, task_queue: str, now: float) -> str | None:
+    def peek(self, namespace: str, task_queue: str, now: float,
+             here: str | None = None) -> str | None:
         """The address of the process whose turn it is, from the members known
         (no read: a transaction's program calls it, `durable.driver.Tx.addressee`);
         None when they are unknown or older than `STALE`. Members older than
         `REFRESH` are marked for `refresh_due`, with `now` (the caller's clock,
-        for the registrations' expiry)."""
+        for the registrations' expiry).
+
+        `here`: this process's address, when a worker of this process takes
+        the queue's runs now; if it is a member, the work stays here (no
+        notification at all: its local wake-up makes that worker claim, and
+        pass the baton when it cannot take it all). Why: turns spread a
+        client's starts, but a worker's own new work (a parent's children)
+        sent in turn to the others was claimed, in a burst, by whichever
+        process claimed first, the others' claims finding nothing."""
         key = (namespace, task_queue)
         known = self._known.get(key)
         age = float("inf") if known is None else time.monotonic() - known[0]
@@ -145,6 +155,8 @@ class Addressing:
             self._due[key] = now
         if known is None or age >= STALE or not known[1]:
             return None
+        if here is not None and here in known[1]:
+            return here
         return self._next(key, known[1])
 
     def _next(self, key: tuple[str, str], found: tuple[str, ...]) -> str:

@@ -141,7 +141,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         #: whom a start is addressed to (`start_addressee`)
         self.addressing = Addressing(self._members, self.log)
         # a worker's commits of new work address it the same way, without a read
-        self._tx_addressee = self.addressing.peek
+        self._tx_addressee = self._commit_addressee
         self._wanted: frozenset[str] | None = None  # None: to be computed again
         self.hub.on_wanted = self._on_wanted
         self._tx_notices = self._notices
@@ -461,6 +461,15 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         None: told to every process of the queue. Reads the queue's members
         at most once every `addressing.REFRESH` seconds."""
         return await self.addressing.pick(namespace, task_queue, now)
+
+    def _commit_addressee(self, namespace: str, task_queue: str, now: float) -> str | None:
+        """`Tx.addressee`: the process that new work committed here goes to,
+        without a read (`Addressing.peek`): this one while a worker here
+        takes the queue's runs (`WakeHub.claimed_here`), else one in turn."""
+        here = self.hub.address
+        if here is not None and not self.hub.claimed_here(Wake.runs(namespace, task_queue).key):
+            here = None
+        return self.addressing.peek(namespace, task_queue, now, here)
 
     async def _members(self, namespace: str, task_queue: str, now: float) -> list[Any]:
         """`addressing.MEMBERS_SQL`'s rows (`Addressing` reads them)."""

@@ -105,7 +105,7 @@ def insert_run(
 ) -> Program[None]:
     """Insert a run (and its instance when new) plus its WorkflowStarted event.
     Its wake-up goes `to` one process (see `start_wake`): the one a client's
-    start chose, else the one whose turn it is by what the driver knows
+    start chose, else the one the driver picks by what it knows
     (`addressee`: a child's start, a continued run, a schedule's fire, a
     reset's new run are each one run any member of the queue can take)."""
     workflow_row, run_row, started = new_run_rows(req, run_id, run_number, now,
@@ -136,9 +136,10 @@ def insert_run(
 def addressee(tx: Tx, namespace: str, task_queue: str, now: float) -> str | None:
     """The process that a ``RUNS`` wake-up of one run's worth of new work on
     this queue is addressed to (`durable.wakes.Wake.to`), by what the driver
-    knows without a read (`Tx.addressee`; PostgreSQL's members of the queue,
-    in turn); None: every process of the queue hears it (SQLite, MariaDB,
-    members unknown or stale).
+    knows without a read (`Tx.addressee`; PostgreSQL: this process when its
+    worker takes the queue's runs, else a member of the queue in turn);
+    None: every process of the queue hears it (SQLite, MariaDB, members
+    unknown or stale).
 
     Why (issue 26): a worker's commit of such work (a child's start above
     all) told every process of the queue, and each claimed, all but one for

@@ -167,3 +167,14 @@ def test_a_run_a_build_refused_is_told_to_every_process() -> None:
     free = {"namespace": "ns", "task_queue": "q", "blocked_build": None}
     assert _unheld(tx, free, 1.0).to == "b"
     assert _unheld(tx, {**free, "blocked_build": "v1"}, 1.0).to is None
+
+
+async def test_new_work_stays_with_a_member_that_takes_it_else_goes_in_turn() -> None:
+    """`here`: a worker of the committing process takes the queue's runs."""
+    chosen = Addressing(Reads([row("a"), row("b")]), Log())
+    assert chosen.peek("ns", "q", 1.0, here="b") is None  # unknown: everybody
+    await chosen.refresh_due()
+    assert [chosen.peek("ns", "q", 1.0, here="b") for _ in range(3)] == ["b", "b", "b"]
+    # not a member (its worker lacks a type of the queue's): in turn
+    assert [chosen.peek("ns", "q", 1.0, here="c") for _ in range(2)] == ["a", "b"]
+    assert chosen.peek("ns", "q", 1.0) == "a"  # (the turns went on)
