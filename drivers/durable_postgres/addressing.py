@@ -35,11 +35,12 @@ for a run nobody holds (`durable.store.runs.addressee`); to the committing
 process itself when a worker there takes the queue's runs and is a member
 (see `peek`), else to a member in turn. Those wake-ups are built inside a
 transaction's program, a synchronous generator on the step's path, so they
-cannot read: `peek` answers from the members already known, and a queue whose members are older than `REFRESH` is read
-again off that path, by the watching driver's upkeep (`refresh_due`, every
-`KEEP_EVERY` seconds, only for the queues peeked at). Unknown members, or
-members older than `STALE` (the upkeep is not running, its reads fail):
-None, every process hears it, as before.
+cannot read: `peek` answers from the members already known, and the
+watching driver's upkeep (`refresh_due`, every `KEEP_EVERY` seconds) reads
+again, off that path, the members older than `REFRESH` of the queues
+peeked at within `KEEP_FOR`. Unknown members (a process's first new work
+on a queue), or members older than `STALE` (the upkeep is not running, its
+reads fail): None, every process hears it, as before.
 
 What it costs when it goes wrong: a notification addressed to a process
 that stopped listening between the refresh and the start is lost like any
@@ -60,9 +61,11 @@ REFRESH = 1.0
 #: how old the members known may be for `peek` to address by them (seconds):
 #: past it, the upkeep that refreshes them is not keeping up (or not running)
 STALE = 3 * REFRESH
-#: how often the watching driver refreshes the members that `peek` found
-#: older than `REFRESH` (seconds)
+#: how often the watching driver refreshes the members of the queues that
+#: `peek` was asked about, once older than `REFRESH` (seconds)
 KEEP_EVERY = REFRESH / 4
+#: for how long after a queue's last `peek` its members are kept fresh (seconds)
+KEEP_FOR = 60.0
 #: at most this many queues' members are remembered (all are forgotten beyond)
 QUEUES_AT_MOST = 1000
 #: the prefix of the ``application_name`` a driver sets for its connections
@@ -105,7 +108,8 @@ class Addressing:
 
     `peek(namespace, task_queue, now)` is the same choice without a read, for
     the wake-ups a transaction's program commits (module docstring);
-    `refresh_due()` reads the members it found stale. On trio `peek` runs on
+    `refresh_due()` keeps the members of the queues it was asked about fresh
+    (`KEEP_FOR` after the last ask). On trio `peek` runs on
     the driver's loop thread and the rest on the host: each touches a dict
     entry at a time (atomic), and the worst a race does is give two wake-ups
     the same turn.
@@ -117,9 +121,9 @@ class Addressing:
         self._known: dict[tuple[str, str], tuple[float, tuple[str, ...]]] = {}
         self._turns: dict[tuple[str, str], int] = {}
         self._reading: set[tuple[str, str]] = set()
-        # the queues `peek` found stale, with the `now` of its caller's clock
-        # (replaced whole by `refresh_due`)
-        self._due: dict[tuple[str, str], float] = {}
+        # the queues `peek` was asked about: when last (monotonic), and its
+        # caller's clock minus the monotonic one then (a refresh's `now`)
+        self._peeked: dict[tuple[str, str], tuple[float, float]] = {}
         #: member reads made (for tests and benchmarks)
         self.reads = 0
 
@@ -138,8 +142,10 @@ class Addressing:
         """The address of the process whose turn it is, from the members known
         (no read: a transaction's program calls it, `durable.driver.Tx.addressee`);
         None when they are unknown or older than `STALE`. Members older than
-        `REFRESH` are marked for `refresh_due`, with `now` (the caller's clock,
-        for the registrations' expiry).
+        `REFRESH` are read again by `refresh_due`, and kept fresh for `KEEP_FOR`
+        after the last call, so that a process committing new work now and
+        then still finds them known (`now`: the caller's clock, for the
+        registrations' expiry).
 
         `here`: this process's address, when a worker of this process takes
         the queue's runs now; if it is a member, the work stays here (no
@@ -150,9 +156,9 @@ class Addressing:
         process claimed first, the others' claims finding nothing."""
         key = (namespace, task_queue)
         known = self._known.get(key)
-        age = float("inf") if known is None else time.monotonic() - known[0]
-        if age >= REFRESH:
-            self._due[key] = now
+        at = time.monotonic()
+        self._peeked[key] = (at, now - at)
+        age = float("inf") if known is None else at - known[0]
         if known is None or age >= STALE or not known[1]:
             return None
         if here is not None and here in known[1]:
@@ -165,12 +171,17 @@ class Addressing:
         return found[turn % len(found)]
 
     async def refresh_due(self) -> None:
-        """Read again the members of the queues `peek` found stale since the
-        last call (off the step's path: the watching driver's upkeep)."""
-        due, self._due = self._due, {}
-        for key, now in due.items():
-            if key not in self._reading:
-                await self._refresh(key, now, time.monotonic())
+        """Read again the members older than `REFRESH` of the queues `peek` was
+        asked about within `KEEP_FOR` (off the step's path: the watching
+        driver's upkeep); forget the others."""
+        for key, (peeked, offset) in list(self._peeked.items()):
+            at = time.monotonic()
+            if at - peeked >= KEEP_FOR:
+                self._peeked.pop(key, None)
+                continue
+            known = self._known.get(key)
+            if (known is None or at - known[0] >= REFRESH) and key not in self._reading:
+                await self._refresh(key, at + offset, at)
 
     async def _refresh(self, key: tuple[str, str], now: float, at: float
                        ) -> tuple[float, tuple[str, ...]]:

@@ -134,6 +134,29 @@ async def test_stale_members_are_refreshed_off_the_path_and_dropped_past_the_bou
     assert chosen.peek("ns", "q", 4.0) is None  # (marked again, read once)
 
 
+async def test_the_members_of_a_queue_asked_about_are_kept_fresh_for_a_while(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process committing new work now and then (a child every few seconds)
+    still finds its members known: the upkeep reads them once a `REFRESH`
+    for `KEEP_FOR` after the last ask, on the asker's clock; then no more."""
+    clock = [0.0]
+    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+    reads = Reads(*[[row("a")]] * 4)
+    chosen = Addressing(reads, Log())
+    assert chosen.peek("ns", "q", 1000.0) is None
+    await chosen.refresh_due()
+    clock[0] += addressing.REFRESH / 2
+    await chosen.refresh_due()  # fresh: not read
+    assert len(reads.calls) == 1
+    clock[0] += addressing.REFRESH * 5  # nobody asked meanwhile
+    await chosen.refresh_due()
+    assert reads.calls[-1] == ("ns", "q", 1000.0 + addressing.REFRESH * 5.5)  # its clock
+    assert chosen.peek("ns", "q", 1.0) == "a"  # known when asked again
+    clock[0] += addressing.KEEP_FOR
+    await chosen.refresh_due()  # asked too long ago: forgotten, not read
+    assert len(reads.calls) == 2
+
+
 async def test_a_failed_refresh_leaves_the_queue_told_to_everybody() -> None:
     log = Log()
     chosen = Addressing(Reads(OSError("gone")), log)
