@@ -94,10 +94,16 @@ async def test_no_members_means_every_process_is_told() -> None:
 # -- a worker's own commits: `peek`, without a read (`Tx.addressee`) ----------
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The monotonic clock `Addressing` ages its members by, set by the test."""
+    now = [0.0]
+    monkeypatch.setattr(addressing.time, "monotonic", lambda: now[0])
+    return now
+
+
 async def test_peek_never_reads_and_marks_unknown_members_for_the_upkeep(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [100.0]
-    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+        clock: list[float]) -> None:
     reads = Reads([row("a"), row("b")])
     chosen = Addressing(reads, Log())
     assert chosen.peek("ns", "q", 7.0) is None  # unknown: every process hears it
@@ -117,9 +123,7 @@ async def test_peek_and_pick_share_the_turns() -> None:
 
 
 async def test_stale_members_are_refreshed_off_the_path_and_dropped_past_the_bound(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [0.0]
-    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
+        clock: list[float]) -> None:
     reads = Reads([row("a"), row("b")], [row("b")])
     chosen = Addressing(reads, Log())
     assert await chosen.pick("ns", "q", 1.0) == "a"
@@ -135,12 +139,10 @@ async def test_stale_members_are_refreshed_off_the_path_and_dropped_past_the_bou
 
 
 async def test_the_members_of_a_queue_asked_about_are_kept_fresh_for_a_while(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        clock: list[float]) -> None:
     """A process committing new work now and then (a child every few seconds)
     still finds its members known: the upkeep reads them once a `REFRESH`
     for `KEEP_FOR` after the last ask, on the asker's clock; then no more."""
-    clock = [0.0]
-    monkeypatch.setattr(addressing.time, "monotonic", lambda: clock[0])
     reads = Reads(*[[row("a")]] * 4)
     chosen = Addressing(reads, Log())
     assert chosen.peek("ns", "q", 1000.0) is None
