@@ -483,9 +483,11 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
     async def _keep_addressing(self) -> None:
         """Read again, off the steps' path, the members of the queues whose
         wake-ups this process's transactions address from what is known
-        (`Addressing.peek`, `Tx.addressee`) once those are stale: the watching
-        process is the one whose workers commit child starts, continued runs
-        and schedule fires. Nothing is read for a queue nobody peeked at."""
+        (`Addressing.peek`, `Tx.addressee`), once older than a `REFRESH` and
+        for `KEEP_FOR` after a transaction last asked (`refresh_due`): the
+        watching process is the one whose workers commit child starts,
+        continued runs and schedule fires. Nothing is read for a queue no
+        transaction asked about."""
         while True:
             await anyio.sleep(KEEP_EVERY)
             await self.addressing.refresh_due()
