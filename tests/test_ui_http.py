@@ -826,6 +826,35 @@ def test_activity_attempts_come_from_history_and_pending_operations() -> None:
     assert gone is not None and gone["attempts"][1]["outcome"] == "unknown"
 
 
+def test_an_activity_stopped_with_try_cancel_is_cancelled_not_running() -> None:
+    # a try_cancel stop closes the op when asked; the attempt ends at its receipt.
+    # Before, the run page said "running" and the attempt "unknown, 48s so far"
+    # on a closed run.
+    events = [
+        _event(2, "ActivityScheduled", op_id="0:1", activity_type="hang", task_id="t1",
+               cancellation="try_cancel", start_to_close_timeout=60.0),
+        _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
+               start_to_close_deadline="2026-04-12T12:01:03+00:00"),
+        _event(6, "ActivityCancelRequested", op_id="0:1", activity_type="hang", attempt=1,
+               policy="try_cancel", worker_id="w1"),
+        _event(8, "ActivityStopReceipt", op_id="0:1", task_id="t1", attempt=1,
+               stop_receipt={"kind": "cancel_scope", "worker_id": "w1", "attempt": 1,
+                             "confirmed": True}),
+    ]
+    [row] = views.activities(events)
+    assert (row["status"], row["closed_at"]) == ("cancelled", "2026-04-12T12:00:06+00:00")
+    detail = views.activity_detail(events, "0:1", [], NOW)
+    assert detail is not None and detail["status"] == "cancelled" and not detail["open"]
+    [only] = detail["attempts"]
+    assert (only["outcome"], only["ended_at"]) == ("cancelled", "2026-04-12T12:00:08+00:00")
+    assert only["duration"] == "5s" and only["stop_receipt"]["kind"] == "cancel_scope"
+    # still stopping (no receipt yet) on a closed run: unknown, and no "so far"
+    stopping = views.activity_detail(events[:3], "0:1", [], NOW)
+    assert stopping is not None and stopping["status"] == "cancelled"
+    assert (stopping["attempts"][0]["outcome"], stopping["attempts"][0]["duration"]) == (
+        "unknown", "-")
+
+
 def test_a_timeout_event_names_its_kind_in_the_timeline() -> None:
     rows = views.timeline([
         _event(1, "WorkflowStarted", workflow_type="w"),

@@ -185,8 +185,10 @@ def _resolve_op(
 ) -> Program[None]:
     """Record an activity's terminal outcome on its op and wake the run.
 
-    An op closed already (TRY_CANCEL closed it when the stop was asked) keeps
-    its outcome: the late one is refused, visibly, and nobody is woken.
+    An op closed already keeps its outcome and nobody is woken: the stop a
+    TRY_CANCEL asked for (it closed the op when asked) is recorded as the
+    attempt's ``ActivityStopReceipt``, any other late outcome is refused,
+    visibly (``ActivityResultRefused``, with its attempt).
     """
     count = yield ex(
         "UPDATE ops SET status = ?, result = ?, failure = ?, closed_at = ? "
@@ -194,8 +196,18 @@ def _resolve_op(
         status, result, dump_failure(failure), now, task["run_id"], task["op_id"],
     )
     if not count:
+        data = event[1] if isinstance(event[1], dict) else {}
+        attempt = data.get("attempt", task["attempt"])
+        if event[0] == "ActivityCancelled" and data.get("stop_receipt") is not None:
+            # the stop a TRY_CANCEL asked for, done: nothing came too late (the
+            # op closed when the stop was asked); the attempt's end is its receipt
+            yield from append_events(tx, task["run_id"], [("ActivityStopReceipt", {
+                "op_id": task["op_id"], "task_id": task["task_id"], "attempt": attempt,
+                "stop_receipt": data["stop_receipt"],
+            })], now)
+            return None
         yield from append_events(tx, task["run_id"], [("ActivityResultRefused", {
-            "op_id": task["op_id"], "task_id": task["task_id"],
+            "op_id": task["op_id"], "task_id": task["task_id"], "attempt": attempt,
             "reason": f"the operation was already closed; this {event[0]} came too late",
         })], now)
         return None

@@ -306,11 +306,19 @@ def activities(events: Iterable[Mapping[str, Any]],
             row["status"] = _TERMINAL_ACTIVITY[kind]
             row["timeout_kind"] = data.get("timeout_kind")
             row["closed_at"] = event.get("recorded_at")
+        elif _closed_by_request(kind, data):
+            row["status"], row["closed_at"] = "cancelled", event.get("recorded_at")
     for op in pending:
         row = rows.get(str(op.get("op_id")))
         if row is not None and op.get("task_status"):
             row["status"] = str(op.get("task_status"))
     return list(rows.values())
+
+
+def _closed_by_request(kind: Any, data: Mapping[str, Any]) -> bool:
+    """A stop asked with the try_cancel policy closes the activity's op there
+    (the workflow stops waiting); its attempt may still be stopping."""
+    return kind == "ActivityCancelRequested" and data.get("policy") == "try_cancel"
 
 
 def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
@@ -378,9 +386,13 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
             outcome = "cancelled"
         elif kind == "ActivityCancelRequested":
             attempt(data.get("attempt"))["stop_requested_at"] = at
+            if _closed_by_request(kind, data):
+                outcome = "cancelled"
         elif kind == "ActivityStopReceipt" and isinstance(data.get("stop_receipt"), Mapping):
-            attempt(data.get("attempt"))["stop_receipt"] = filled(data.get("stop_receipt"),
-                                                                  _RECEIPT_KEYS)
+            a = attempt(data.get("attempt"))
+            a["stop_receipt"] = filled(data.get("stop_receipt"), _RECEIPT_KEYS)
+            if a["outcome"] is None:  # it stopped as asked (try_cancel closed the op)
+                a.update(ended_at=at, outcome="cancelled")
         elif kind == "ActivityResultRefused":
             attempt(data.get("attempt"))["refused"] = data.get("reason")
         elif kind == "ActivityAttemptReleased":
@@ -399,7 +411,9 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
         if a["outcome"] is None:
             # no outcome recorded and describe() does not list it as running
             a["outcome"] = "running" if op is not None else "unknown"
-        a["duration"] = took(a["started_at"], a["ended_at"], now) if a["started_at"] else "-"
+        # an attempt of unknown outcome has no end to count to ("so far" would grow forever)
+        a["duration"] = (took(a["started_at"], a["ended_at"], now)
+                         if a["started_at"] and a["outcome"] != "unknown" else "-")
     policy = sdata.get("retry_policy") if isinstance(sdata.get("retry_policy"), Mapping) else None
     deadlines = {"schedule_to_start": schedule_to_start_deadline,
                  "schedule_to_close": sdata.get("schedule_to_close_deadline")}

@@ -242,3 +242,22 @@ async def test_try_cancel_closes_the_op_and_a_late_result_only_adds_a_receipt(
     assert (receipt["kind"], receipt["attempt"]) == ("completed", 1)
     assert (await events_of(store, run.run_id, "ActivityCancelRequested"))[0]["policy"] == (
         "try_cancel")
+
+
+async def test_a_try_cancel_stop_done_is_the_attempts_receipt_not_a_late_result(
+    store: Store,
+) -> None:
+    # the stop try_cancel asked for, confirmed: before, history said "the operation
+    # was already closed; this ActivityCancelled came too late" and kept no receipt
+    run = await scheduled(store)
+    task = await claim(store)
+    await commit(store, run, RequestActivityStop("0:1", "try_cancel"), now=T0 + 1)
+    stopped = Failure.from_exception(RuntimeError("stopped")).with_details(
+        stop_kind="cancel_scope", stop_confirmed=True)
+    outcome = await store.complete_activity(task.task_id, 1, "a1", None, stopped, T0 + 2)
+    assert outcome.status == "recorded"
+    assert await events_of(store, run.run_id, "ActivityResultRefused") == []
+    [event] = await events_of(store, run.run_id, "ActivityStopReceipt")
+    assert (event["op_id"], event["attempt"], event["stop_receipt"]["kind"]) == (
+        "0:1", 1, "cancel_scope")
+    assert (await task_of(store, task.task_id))["status"] == AttemptStatus.CANCELLED
