@@ -826,6 +826,30 @@ def test_activity_attempts_come_from_history_and_pending_operations() -> None:
     assert gone is not None and gone["attempts"][1]["outcome"] == "unknown"
 
 
+@SQLITE_ONLY
+async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserless) -> None:
+    # a worker SIGKILLed while it held the run: nothing is open and nothing runs,
+    # yet the page said "nothing: it is busy (its code or an activity runs)"
+    from durable.store.records import WorkerRegistration
+
+    run_id = await ui.start("held-1", task_queue="held-q")
+    store, now = ui.storage.store, ui.storage.clock.now()
+    await ui.login(VIEWER)
+    registration = WorkerRegistration("w-alive", ui.storage.namespace, "held-q", ("ui-nobody",),
+                                      (), ())
+    await store.register_worker(registration, 600.0, now)
+    [claimed] = await store.claim_runs(ui.storage.namespace, "held-q", "w-alive",
+                                       ("ui-nobody",), 1, 600.0, now)
+    part = await ui.http.get(f"/ui/run/live?wf=held-1&run={run_id}")
+    assert 'data-waiting-kind="holder"' in part.text and "busy" not in part.text
+    assert "its code runs on worker w-alive (last seen" in part.text
+    assert "presumed alive until" in part.text
+    await store.forget_worker(ui.storage.namespace, "w-alive", now + 1300)  # long gone
+    part = await ui.http.get(f"/ui/run/live?wf=held-1&run={run_id}")
+    assert "worker w-alive, which holds it, is gone" in part.text and "⚠" in part.text
+    assert claimed.run.run_id == run_id
+
+
 def test_an_activity_stopped_with_try_cancel_is_cancelled_not_running() -> None:
     # a try_cancel stop closes the op when asked; the attempt ends at its receipt.
     # Before, the run page said "running" and the attempt "unknown, 48s so far"

@@ -12,10 +12,9 @@ EventSource on ``/ui/run/stream``, which follows the run through the history
 long poll and holds no database connection while it waits), countdowns that
 keep deadlines current, and an auto-refresh of the runs list.
 
-Beside this module: what the pages show is built by `views.py` (and
-`cascade.py`, `chart.py`); the run's operator actions are `run_actions.py`
-(their data `actions.py`), the Schedules, Queues and dashboard pages their
-own modules, all added to the routes by `ui_routes`.
+Beside this module: what the pages show is built by `views.py` (and `cascade.py`,
+`chart.py`); the run's operator actions are `run_actions.py` (their data `actions.py`),
+the Schedules, Queues and dashboard pages their own modules, all in `ui_routes`.
 """
 
 from __future__ import annotations
@@ -350,13 +349,16 @@ class WebUI:
     async def _describe(self, request: Request, visitor: Visitor) -> dict[str, Any]:
         workflow_id = _required(request, "wf", "workflow id")
         run_id = request.query_params.get("run") or None
-        if run_id:
-            _, info = await self.perform(request, visitor, "describeWorkflowRun",
-                                         {"workflowId": workflow_id, "runId": run_id})
-        else:
-            _, info = await self.perform(request, visitor, "describeWorkflow",
-                                         {"workflowId": workflow_id})
-        return views.describe_view(model.describe_from_wire(info))
+        _, info = await self.perform(request, visitor, *(
+            ("describeWorkflowRun", {"workflowId": workflow_id, "runId": run_id}) if run_id
+            else ("describeWorkflow", {"workflowId": workflow_id})))
+
+        async def worker(worker_id: str) -> Any:  # None: no such worker (any more)
+            status, found = await self.perform(request, visitor, "describeWorker", {
+                "workerId": worker_id})
+            return found if status == 200 else None
+        return await views.with_holder(views.describe_view(model.describe_from_wire(info)),
+                                       worker)
 
     # ------------------------------------------------------------ auth pages
 
@@ -455,11 +457,9 @@ class WebUI:
         pending = [op for op in info.get("pending_operations") or [] if isinstance(op, dict)]
         started = next((e.get("data") or {} for e in events
                         if e.get("type") == "WorkflowStarted"), {})
-        result = next(((e.get("data") or {}).get("result") for e in reversed(events)
-                       if e.get("type") in ("WorkflowCompleted", "WorkflowCancelled")
-                       and "result" in (e.get("data") or {})), None)
-        has_result = any(e.get("type") in ("WorkflowCompleted", "WorkflowCancelled")
-                         and "result" in (e.get("data") or {}) for e in events)
+        ends = [e["data"] for e in events if e.get("type") in ("WorkflowCompleted",
+                "WorkflowCancelled") and "result" in (e.get("data") or {})]
+        result, has_result = (ends[-1]["result"], True) if ends else (None, False)
         return self.render(
             request, visitor, "run.html", info=info, run=run, tab="overview",
             timeouts=views.run_timeouts(info), pending=pending,

@@ -15,7 +15,7 @@ absolute UTC instant and where it stands relative to now ("in 4m 12s",
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -77,6 +77,24 @@ _RECEIVED_KEYS = ("seq", "kind", "name", "update_id", "sender", "received_at", "
                   "delivered_at")
 _RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed", "exit_code",
                  "received_after_deadline", "at")
+
+
+async def with_holder(info: dict[str, Any],
+                      describe_worker: Callable[[str], Awaitable[Mapping[str, Any] | None]],
+                      ) -> dict[str, Any]:
+    """``info["holder"]``: the record of the worker that holds an open run that
+    waits for nothing while none of its activities runs (its code is due to run
+    on that worker), or ``{"worker_id", "alive": False}`` when it has none; None
+    otherwise. "It is busy" was said even when the worker holding it had been
+    killed: the page says when that worker was last seen instead."""
+    owner = info["run"].get("owner")
+    info["holder"] = None
+    if (info["open"] and info.get("waiting_for") is None and owner
+            and not any(op.get("task_status") == "running" for op in info["pending_operations"])):
+        found = await describe_worker(str(owner))
+        info["holder"] = filled(found or {"worker_id": owner, "alive": False},
+                                ("worker_id", "alive", "last_heartbeat_at", "heartbeat_expires_at"))
+    return info
 
 
 def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
