@@ -109,6 +109,27 @@ def deadline_state(value: datetime, now: datetime, open_: bool,
     return f"passed {duration(delta)} ago", "passed"
 
 
+def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: datetime | None,
+                           kind: str, timed_out: Any = None) -> tuple[str, str]:
+    """`deadline_state` for a deadline that bounds one activity attempt (`kind`:
+    ``start_to_close`` or ``heartbeat``), by when the attempt `ended` and the
+    kind of timeout that ended it (`timed_out`). Never "met" (it reads as done
+    in time, for an attempt that failed or was cancelled), and never "passed
+    6m ago" for an attempt that ended 30s before it. A heartbeat deadline as
+    recorded at the start moves with each heartbeat: one that ended after it
+    only "passed"."""
+    if open_ or ended is None:
+        return deadline_state(value, now, open_)
+    margin = (value - ended).total_seconds()
+    if timed_out == kind:
+        return "reached: the attempt timed out", "missed"
+    if margin >= 0:
+        return f"not reached: the attempt ended {duration(margin)} before it", "passed"
+    if kind == "heartbeat":
+        return deadline_state(value, now, False)
+    return f"passed: the attempt ended {duration(margin)} after it", "passed"
+
+
 #: how a cancellation's cleanup ended when something other than the run's own
 #: code closed the run (`durable.store.closing`'s ``cleanup_outcome``): the
 #: cleanup did not run to its end, so its deadline was neither met nor missed

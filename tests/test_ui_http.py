@@ -872,6 +872,11 @@ def test_an_activity_stopped_with_try_cancel_is_cancelled_not_running() -> None:
     [only] = detail["attempts"]
     assert (only["outcome"], only["ended_at"]) == ("cancelled", "2026-04-12T12:00:08+00:00")
     assert only["duration"] == "5s" and only["stop_receipt"]["kind"] == "cancel_scope"
+    # its start-to-close deadline, 55s after it stopped, was not reached (not "passed")
+    shown = str(views.deadline(only["start_to_close_deadline"], NOW, False, attempt=only,
+                               kind="start_to_close"))
+    assert "not reached: the attempt ended 55s before it" in shown
+    assert "data-deadline" not in shown  # fixed: the page's script leaves it
     # still stopping (no receipt yet) on a closed run: unknown, and no "so far"
     stopping = views.activity_detail(events[:3], "0:1", [], NOW)
     assert stopping is not None and stopping["status"] == "cancelled"

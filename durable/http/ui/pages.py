@@ -278,7 +278,7 @@ class WebUI:
             v=visitor, now=now, request_path=request.url.path,
             current_url=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             when=lambda value: views.when(value, now),
-            deadline=lambda value, *rest: views.deadline(value, now, *rest),  # open_, ended...
+            deadline=lambda value, *rest, **kw: views.deadline(value, now, *rest, **kw),
             took=lambda a, b: views.took(a, b, now),
             notice=NOTICES.get(request.query_params.get("notice") or ""),
             signal_supported=_signal_supported(),

@@ -140,23 +140,29 @@ def when(value: Any, now: datetime) -> Markup:
 
 
 def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
-             cleanup: Any = "") -> Markup:
+             cleanup: Any = "", attempt: Mapping[str, Any] | None = None,
+             kind: str = "") -> Markup:
     """A deadline and where it stands: ``in 4m 12s`` (ahead), ``3s late`` (still open
     past it: marked with a word and a sign, not only red); once closed, ``met,
     29s to spare`` or ``missed by 3s`` by `ended` (fixed: the script leaves it).
     A cleanup deadline passes its `cleanup` outcome: a cleanup that did not run
-    to its end never reads "met" (`durable.present.cleanup_deadline_state`)."""
+    to its end never reads "met" (`durable.present.cleanup_deadline_state`); one
+    of an activity `attempt` (its `kind`) is judged by how the attempt ended."""
     moment = _fmt.instant(value)
     if moment is None:
         return Markup('<span class="none">none</span>')
-    if cleanup != "":
+    end = _fmt.instant(attempt.get("ended_at")) if attempt is not None else None
+    if attempt is not None:
+        text, state = _fmt.attempt_deadline_state(moment, now, open_, end, kind,
+                                                  attempt.get("timeout_kind"))
+    elif cleanup != "":
         text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
                                                   cleanup)
     else:
         text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
     sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state in (
         "late", "missed", "cut") else ""
-    if state in ("met", "missed", "cut"):
+    if state in ("met", "missed", "cut") or (end is not None and not open_):
         return Markup(
             '<time datetime="{iso}" class="deadline {state}">{text} <span class="rel">{sign}'
             '({rel})</span></time>'
