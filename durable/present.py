@@ -109,6 +109,36 @@ def deadline_state(value: datetime, now: datetime, open_: bool,
     return f"passed {duration(delta)} ago", "passed"
 
 
+#: how a run's close reads against its run or execution deadline
+_CLOSED_AS = {"failed": "failed", "cancelled": "cancelled", "terminated": "terminated",
+              "timed_out": "timed out"}
+
+
+def run_deadline_state(value: datetime, now: datetime, open_: bool, ended: datetime | None,
+                       closed: Any, kind: str) -> tuple[str, str]:
+    """`deadline_state` for a run's ``run_timeout`` or ``execution_timeout``
+    deadline (`kind`), by how the run closed: `closed` is ``(status,
+    closed_reason)``. "met, 9m 58s to spare" only for a run that completed (or,
+    for its run deadline, continued as new): a run terminated, cancelled or
+    failed before it did not meet it (``not reached: terminated 9m 58s before
+    it``), the deadline that timed the run out was ``reached``, and a run that
+    continued as new hands its execution deadline on to the next run."""
+    status, reason = (tuple(closed) + (None, None))[:2] if closed else (None, None)
+    if open_ or ended is None or status is None:
+        return deadline_state(value, now, open_, ended)
+    if status == "timed_out" and reason == kind:
+        return "reached: the run timed out", "missed"
+    margin = (value - ended).total_seconds()
+    if status == "continued" and kind == "execution_timeout":
+        return f"handed on to the next run, {duration(margin)} left", "passed"
+    if status in ("completed", "continued"):
+        return deadline_state(value, now, False, ended)
+    closed_as = _CLOSED_AS.get(str(status), str(status))
+    if margin >= 0:
+        return f"not reached: {closed_as} {duration(margin)} before it", "passed"
+    return f"passed: {closed_as} {duration(margin)} after it", "passed"
+
+
 def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: datetime | None,
                            kind: str, timed_out: Any = None) -> tuple[str, str]:
     """`deadline_state` for a deadline that bounds one activity attempt (`kind`:

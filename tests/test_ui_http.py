@@ -850,6 +850,22 @@ async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserl
     assert claimed.run.run_id == run_id
 
 
+def test_a_terminated_runs_timeouts_are_not_met() -> None:
+    info = {"status": "terminated", "closed_reason": "stuck", "open": False,
+            "execution_timeout_seconds": 900.0,
+            "run": {"status": "terminated", "run_timeout_seconds": 600.0,
+                    "closed_at": "2026-04-12T11:50:00+00:00",
+                    "run_deadline_at": "2026-04-12T11:59:58+00:00",
+                    "execution_deadline_at": "2026-04-12T12:04:58+00:00"}}
+    shown = [str(views.deadline(t["deadline"], NOW, t["open"], t["ended"], t["cleanup"],
+                                kind=t.get("kind") or "", closed=t["closed"]))
+             for t in views.run_timeouts(info)]
+    assert "not reached: terminated 9m 58s before it" in shown[1], shown
+    assert "not reached: terminated 14m 58s before it" in shown[0], shown
+    assert not any("met" in text for text in shown)
+    assert not any("data-deadline" in text for text in shown)  # the script leaves them
+
+
 def test_an_activity_stopped_with_try_cancel_is_cancelled_not_running() -> None:
     # a try_cancel stop closes the op when asked; the attempt ends at its receipt.
     # Before, the run page said "running" and the attempt "unknown, 48s so far"

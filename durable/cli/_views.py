@@ -80,15 +80,19 @@ def verified(out: Output) -> Text:
 
 
 def deadline(value: Any, now: datetime, open_: bool, ended: Any = None, *,
-             cleanup: Any = "") -> Text:
+             cleanup: Any = "", closed: Any = None, kind: str = "") -> Text:
     """A deadline with where it stands: ``in 4m 12s``, ``3s late`` (red); once
     closed, ``met, 29s to spare`` or ``missed by 3s`` (red) by `ended`. A
     cleanup deadline passes its `cleanup` outcome: a cleanup that did not run
-    to its end never reads "met" (`durable.present.cleanup_deadline_state`)."""
+    to its end never reads "met" (`durable.present.cleanup_deadline_state`); a
+    run's (`kind`) is judged by how it `closed` (`durable.present.run_deadline_state`)."""
     moment = _fmt.instant(value)
     if moment is None:
         return Text("none", style="dim")
-    if cleanup != "":
+    if closed is not None:
+        text, state = _fmt.run_deadline_state(moment, now, open_, _fmt.instant(ended), closed,
+                                              kind)
+    elif cleanup != "":
         text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
                                                   cleanup)
     else:
@@ -238,11 +242,14 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
         grid.add_row("running for", Text(_fmt.duration((now - started_at).total_seconds())))
     grid.add_row("execution timeout",
                  Text(_fmt.seconds_text(info.get("execution_timeout_seconds"))))
+    closed = (run.get("status"), info.get("closed_reason"))
     grid.add_row("execution deadline", deadline(run.get("execution_deadline_at"), now, open_,
-                                                run.get("closed_at")))
+                                                run.get("closed_at"), closed=closed,
+                                                kind="execution_timeout"))
     grid.add_row("run timeout", Text(_fmt.seconds_text(run.get("run_timeout_seconds"))))
     grid.add_row("run deadline", deadline(run.get("run_deadline_at"), now, open_,
-                                          run.get("closed_at")))
+                                          run.get("closed_at"), closed=closed,
+                                          kind="run_timeout"))
     if info.get("status") == "unknown":
         grid.add_row("needs review", Text(
             "yes: units whose effect could not be confirmed; check them, then `durable "

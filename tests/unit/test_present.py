@@ -41,3 +41,29 @@ def test_an_attempts_deadline_is_judged_by_how_the_attempt_ended() -> None:
                                                        "heartbeat")[0]
     assert present.attempt_deadline_state(deadline, deadline - timedelta(seconds=5), True,
                                           None, "start_to_close") == ("in 5s", "ahead")
+
+
+def test_a_runs_deadline_is_judged_by_how_the_run_closed() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    deadline = datetime(2026, 12, 6, 13, 51, 42, tzinfo=UTC)
+    ended = deadline - timedelta(minutes=9, seconds=58)
+    now = ended + timedelta(seconds=5)
+
+    def state(status: str, reason: str | None, kind: str = "run_timeout",
+              at: datetime = ended) -> tuple[str, str]:
+        return present.run_deadline_state(deadline, now, False, at, (status, reason), kind)
+
+    # a run terminated 9m 58s before its deadline read "met, 9m 58s to spare"
+    assert state("terminated", "stuck") == ("not reached: terminated 9m 58s before it", "passed")
+    assert state("failed", "failed")[0] == "not reached: failed 9m 58s before it"
+    assert state("completed", "completed") == ("met, 9m 58s to spare", "met")
+    assert state("continued", "continued") == ("met, 9m 58s to spare", "met")
+    assert state("continued", "continued", "execution_timeout") == (
+        "handed on to the next run, 9m 58s left", "passed")
+    # the deadline that timed the run out read "missed by 0ms"
+    assert state("timed_out", "run_timeout", at=deadline) == (
+        "reached: the run timed out", "missed")
+    assert state("timed_out", "execution_timeout")[0] == "not reached: timed out 9m 58s before it"
+    assert present.run_deadline_state(deadline, now, True, None, ("running", None),
+                                      "run_timeout")[1] == "ahead"

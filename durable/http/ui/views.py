@@ -141,13 +141,14 @@ def when(value: Any, now: datetime) -> Markup:
 
 def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
              cleanup: Any = "", attempt: Mapping[str, Any] | None = None,
-             kind: str = "") -> Markup:
+             kind: str = "", closed: Any = None) -> Markup:
     """A deadline and where it stands: ``in 4m 12s`` (ahead), ``3s late`` (still open
     past it: marked with a word and a sign, not only red); once closed, ``met,
     29s to spare`` or ``missed by 3s`` by `ended` (fixed: the script leaves it).
     A cleanup deadline passes its `cleanup` outcome: a cleanup that did not run
     to its end never reads "met" (`durable.present.cleanup_deadline_state`); one
-    of an activity `attempt` (its `kind`) is judged by how the attempt ended."""
+    of an activity `attempt` (its `kind`) by how the attempt ended, a run's
+    (`kind`) by how the run `closed` (``(status, closed_reason)``)."""
     moment = _fmt.instant(value)
     if moment is None:
         return Markup('<span class="none">none</span>')
@@ -155,6 +156,9 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
     if attempt is not None:
         text, state = _fmt.attempt_deadline_state(moment, now, open_, end, kind,
                                                   attempt.get("timeout_kind"))
+    elif closed is not None:
+        text, state = _fmt.run_deadline_state(moment, now, open_, _fmt.instant(ended), closed,
+                                              kind)
     elif cleanup != "":
         text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
                                                   cleanup)
@@ -162,7 +166,8 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
         text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
     sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state in (
         "late", "missed", "cut") else ""
-    if state in ("met", "missed", "cut") or (end is not None and not open_):
+    judged = end if closed is None else _fmt.instant(ended)  # what the script must leave
+    if state in ("met", "missed", "cut") or (judged is not None and not open_):
         return Markup(
             '<time datetime="{iso}" class="deadline {state}">{text} <span class="rel">{sign}'
             '({rel})</span></time>'
@@ -242,11 +247,11 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
     run = info.get("run") or {}
     rows = [
         {"name": "Execution timeout", "configured": info.get("execution_timeout_seconds"),
-         "deadline": run.get("execution_deadline_at"),
+         "deadline": run.get("execution_deadline_at"), "kind": "execution_timeout",
          "scope": "the whole workflow instance, across continue-as-new (computed once, at "
                   "the start)"},
         {"name": "Run timeout", "configured": run.get("run_timeout_seconds"),
-         "deadline": run.get("run_deadline_at"),
+         "deadline": run.get("run_deadline_at"), "kind": "run_timeout",
          "scope": "this run (computed again for each run)"},
     ]
     cancellation = info.get("cancellation")
@@ -265,6 +270,7 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
         row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
         row.setdefault("ended", run.get("closed_at"))
         row.setdefault("cleanup", "")
+        row["closed"] = (run.get("status"), info.get("closed_reason")) if "kind" in row else None
     return rows
 
 
