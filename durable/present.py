@@ -123,7 +123,7 @@ def run_deadline_state(value: datetime, now: datetime, open_: bool, ended: datet
     failed before it did not meet it (``not reached: terminated 9m 58s before
     it``), the deadline that timed the run out was ``reached``, and a run that
     continued as new hands its execution deadline on to the next run."""
-    status, reason = (tuple(closed) + (None, None))[:2] if closed else (None, None)
+    status, reason = (*closed, None, None)[:2] if closed else (None, None)
     if open_ or ended is None or status is None:
         return deadline_state(value, now, open_, ended)
     if status == "timed_out" and reason == kind:
