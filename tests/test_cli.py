@@ -339,8 +339,11 @@ def test_describe_shows_status_deadlines_and_pending_activity(url: str) -> None:
     assert "Pending operations" in out and "cli-hang" in out
     ok(url, "terminate", "desc-1")
     closed = ok(url, "describe", "desc-1").stdout
-    # a closed run's deadline was met (by its close), not "not reached" or "passed"
-    assert "[terminated]" in closed and re.search(r"run deadline .*\(met, \S+", closed), closed
+    # judged by its close, not a bare "passed"; and a terminated run did not
+    # "meet" its deadline: it was closed before it (12-06)
+    assert "[terminated]" in closed and re.search(
+        r"run deadline .*\(not reached: terminated \S+( \S+)? before it\)", closed), closed
+    assert "met," not in closed
 
 
 def test_describe_of_an_unknown_id_exits_3_on_one_line(url: str) -> None:
