@@ -844,6 +844,9 @@ async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserl
     assert 'data-waiting-kind="holder"' in part.text and "busy" not in part.text
     assert "its code runs on worker w-alive (last seen" in part.text
     assert "presumed alive until" in part.text
+    # the workers page said only "alive" (last seen 7m ago) for a killed worker
+    workers = await ui.http.get("/ui/workers")
+    assert "data-presumed>presumed alive until" in workers.text
     await store.forget_worker(ui.storage.namespace, "w-alive", now + 1300)  # long gone
     part = await ui.http.get(f"/ui/run/live?wf=held-1&run={run_id}")
     assert "worker w-alive, which holds it, is gone" in part.text and "⚠" in part.text
@@ -857,9 +860,14 @@ def test_a_terminated_runs_timeouts_are_not_met() -> None:
                     "closed_at": "2026-04-12T11:50:00+00:00",
                     "run_deadline_at": "2026-04-12T11:59:58+00:00",
                     "execution_deadline_at": "2026-04-12T12:04:58+00:00"}}
+    info["cancellation"] = {"cleanup_timeout_seconds": 30.0, "lifecycle": "terminated",
+                            "deadline_at": "2026-04-12T11:50:20+00:00",
+                            "closed_at": "2026-04-12T11:50:00+00:00",
+                            "cleanup_outcome": "terminated"}
     shown = [str(views.deadline(t["deadline"], NOW, t["open"], t["ended"], t["cleanup"],
-                                kind=t.get("kind") or "", closed=t["closed"]))
+                                kind=t["kind"], closed=t["closed"]))
              for t in views.run_timeouts(info)]
+    assert "cleanup cut short by terminate" in shown[2], shown
     assert "not reached: terminated 9m 58s before it" in shown[1], shown
     assert "not reached: terminated 14m 58s before it" in shown[0], shown
     assert not any("met" in text for text in shown)

@@ -270,7 +270,8 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
         row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
         row.setdefault("ended", run.get("closed_at"))
         row.setdefault("cleanup", "")
-        row["closed"] = (run.get("status"), info.get("closed_reason")) if "kind" in row else None
+        row.setdefault("kind", "")  # the cleanup's is judged by its outcome instead
+        row["closed"] = (run.get("status"), info.get("closed_reason")) if row["kind"] else None
     return rows
 
 
