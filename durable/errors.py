@@ -321,6 +321,14 @@ class ActivityAPIOutsideActivity(DurableError, RuntimeError):
     """A `durable.activity` function was called outside a running activity."""
 
 
+class RaisedNotAnException(DurableError):
+    """Workflow or activity code raised a `BaseException` that is not an
+    `Exception` (`SystemExit`, `GeneratorExit`, a class of its own): the one
+    attempt or run fails with this error (its ``__cause__`` is what was
+    raised) instead of the worker stopping. `KeyboardInterrupt` and the host's
+    cancellation are not caught: they stop the host, as they mean to."""
+
+
 class UnitOutcomeUnknown(DurableError):
     """Units of `workflow.units` whose effect could not be confirmed (`keys`).
 

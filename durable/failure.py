@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from . import errors
 from .clock import to_iso
 
@@ -34,6 +36,43 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
             found.extend(leaf_exceptions(inner))
         return found
     return [exc]
+
+
+def not_an_exception(exc: BaseException, what: str) -> Exception | None:
+    """The error a run or an attempt fails with when its code (`what`, e.g.
+    "activity 'charge'") raised `exc`, a `BaseException` that is not an
+    `Exception`; None when `exc` must go on: the host's cancellation, or a
+    `KeyboardInterrupt` (the operator's Ctrl-C stops the host; the run or
+    attempt is not failed, and resumes on restart or on another worker).
+
+    Left to propagate, the others (`SystemExit`, a class of the code's own)
+    ended the worker's task group and the host with it (an activity), or had
+    the run handed back and claimed again forever (a workflow)."""
+    leaves = leaf_exceptions(exc)
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, Exception) or any(
+            isinstance(leaf, (cancelled, KeyboardInterrupt)) for leaf in leaves):
+        return None
+    raised = leaves[0] if len(leaves) == 1 else exc
+    text = _text(raised)
+    error = errors.RaisedNotAnException(
+        f"{what} raised {type(raised).__name__}{f' ({text})' if text else ''}, a "
+        "BaseException that is "
+        "not an Exception: durable fails the one run or attempt with it rather than stop "
+        "the worker; raise an Exception subclass instead")
+    error.__cause__ = raised
+    return error
+
+
+def _text(value: object) -> str:
+    """``str(value)``, or a stand-in naming its type when its ``__str__`` raises:
+    recording a failure must not fail (that would end the worker's task, not
+    the one attempt or run)."""
+    try:
+        return str(value)
+    except Exception as exc:
+        return (f"<{type(value).__name__}: its __str__ raised "
+                f"{type(exc).__name__}; make __str__ return a string>")
 
 
 @dataclass(frozen=True)
@@ -129,8 +168,9 @@ class Failure:
         original = (cls.from_dict(carried) if isinstance(carried, Mapping) and carried
                     else None)
         exception_class = f"{kind.__module__}.{kind.__qualname__}"
-        message = str(exc) or kind.__name__
-        details: dict[str, Any] = {"cause_type": kind.__name__, "cause_message": str(exc)}
+        text = _text(exc)
+        message = text or kind.__name__
+        details: dict[str, Any] = {"cause_type": kind.__name__, "cause_message": text}
         cause = original
         if isinstance(exc, errors.ApplicationError):
             if original is not None and original.exception_class is not None:
@@ -141,7 +181,7 @@ class Failure:
                            if k in original.details}
                 cause = original.cause
             else:
-                raw = str(exc.args[0]) if exc.args else ""
+                raw = _text(exc.args[0]) if exc.args else ""
                 message = raw or kind.__name__
                 details = {"cause_type": exc.type or kind.__name__, "cause_message": raw}
         if depth == 0:  # the traceback shows the whole chain: record it once

@@ -31,7 +31,7 @@ from ..errors import (
     UnitOutcomeUnknown,
     WriteRejected,
 )
-from ..failure import Failure, leaf_exceptions
+from ..failure import Failure, leaf_exceptions, not_an_exception
 from ..store.records import ClientRequest, InboxItem, OpRecord, RunRecord, RunStatus
 from ..store.writes import CloseRun, DeliverCancellation, Write
 from .context import RunHost, RunSetup, WorkflowContext
@@ -264,8 +264,11 @@ class RunExecutor:
             # Task groups bundle a run's cancellation with the error that ended
             # it; handle the error here and let only a cancellation go on.
             cancelled, rest = group.split(anyio.get_cancelled_exc_class())
+            interrupt, rest = (None, None) if rest is None else rest.split(KeyboardInterrupt)
             if rest is not None:
                 self._dropped(rest)
+            if interrupt is not None:  # the operator's Ctrl-C: the host stops
+                raise leaf_exceptions(interrupt)[0] from None
             if cancelled is not None:
                 raise leaf_exceptions(cancelled)[0] from None
         except Exception as exc:
@@ -401,7 +404,10 @@ class RunExecutor:
             ]
             if not special:
                 if group.subgroup(Exception) is None:
-                    raise
+                    error = not_an_exception(group, self._what())
+                    if error is None:  # a cancellation, a KeyboardInterrupt
+                        raise
+                    return self._failed(error)
                 return self._failed(group)
             exc0 = special[0]
             if isinstance(exc0, AuthorityLost):
@@ -417,9 +423,17 @@ class RunExecutor:
             raise
         except Exception as exc:
             return self._failed(exc)
+        except BaseException as exc:
+            error = not_an_exception(exc, self._what())
+            if error is None:  # a cancellation, a KeyboardInterrupt
+                raise
+            return self._failed(error)
         finally:
             ctx.parking.task_finished()
             del state
+
+    def _what(self) -> str:
+        return f"workflow {self.run.workflow_type!r} (run {self.run.run_id})"
 
     def _start(self) -> Callable[..., Any]:
         """What the run executes: the workflow function, or the run method of a

@@ -27,7 +27,7 @@ from .._registry import ActivityDefn, require_activity
 from ..clock import to_datetime, to_iso
 from ..converter import JSONConverter, rebuild
 from ..errors import ActivityStopRequested, PolicyRejected, StructuralLimitExceeded
-from ..failure import Failure, leaf_exceptions
+from ..failure import Failure, leaf_exceptions, not_an_exception
 from ..options import ActivityOptions, CancellationPolicy
 from ..store.records import OpKind, RunRecord
 from ..store.writes import RecordLocalActivity
@@ -138,8 +138,12 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
                     await anyio.sleep_forever()
                 failure = Failure.local_timeout(timed_out[0], defn.name, attempt)
                 retryable = timed_out[0] != "schedule_to_close"
-            except Exception as exc:
-                failure = attempts.attempt_failure(exc, actx, defn)
+            except BaseException as exc:
+                error = exc if isinstance(exc, Exception) else not_an_exception(
+                    exc, f"local activity {defn.name!r}")
+                if error is None:  # a cancellation, a KeyboardInterrupt: not ours to keep
+                    raise
+                failure = attempts.attempt_failure(error, actx, defn)
                 retryable = True
             finally:
                 running_local.pop(op_id, None)

@@ -32,7 +32,7 @@ import anyio
 from .._registry import ActivityDefn
 from ..converter import check_size
 from ..errors import StorageClosed, StorageUnavailable
-from ..failure import Failure
+from ..failure import Failure, not_an_exception
 from ..store.records import ActivityOutcome, ActivityTask, AttemptStatus, Claimed
 from ..wakes import Wake
 from . import attempts
@@ -237,8 +237,12 @@ class RemoteActivities:
                     await worker.crash_point("after_effect")
                     result = setup.converter.encode(value, what)
                     check_size(result, setup.limits.payload_bytes, what)
-                except Exception as exc:
-                    result, failure = None, attempts.attempt_failure(exc, actx, defn)
+                except BaseException as exc:
+                    error = exc if isinstance(exc, Exception) else not_an_exception(
+                        exc, f"activity {task.name!r}")
+                    if error is None:  # a cancellation, a KeyboardInterrupt: not ours to keep
+                        raise
+                    result, failure = None, attempts.attempt_failure(error, actx, defn)
                 finally:
                     for scope in helpers:
                         scope.cancel()
