@@ -35,6 +35,8 @@ class WorkflowDefn:
     param_hints: list[Any] = field(default_factory=list)
     return_hint: Any = None
     spec: ClassSpec | None = None
+    #: how many positional arguments it takes (`arity`): checked where it is started
+    arity: Arity | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,50 @@ class ActivityDefn:
     process_isolated: bool = False
     param_hints: list[Any] = field(default_factory=list)
     return_hint: Any = None
+    #: how many positional arguments it takes (`arity`): checked where it is called
+    arity: Arity | None = None
+
+
+@dataclass(frozen=True)
+class Arity:
+    """The positional arguments a workflow or activity function takes: at least
+    `least`, at most `most` (None: any number, ``*args``), named `names`."""
+
+    least: int
+    most: int | None
+    names: tuple[str, ...]
+
+    def check(self, what: str, count: int) -> None:
+        """Refuse `count` arguments, at the call that passes them, before anything
+        is recorded: a run or an attempt would fail with Python's TypeError far
+        from its cause (an activity's after every retry)."""
+        if count >= self.least and (self.most is None or count <= self.most):
+            return
+        if self.most is None:
+            takes = f"at least {self.least}"
+        elif self.least == self.most:
+            takes = str(self.least)
+        else:
+            takes = f"{self.least} to {self.most}"
+        plural = "" if takes.endswith(" 1") or takes == "1" else "s"
+        listed = f" ({', '.join(self.names)})" if self.names else ""
+        raise ConfigurationError(
+            f"{what} takes {takes} argument{plural}{listed}, got {count}; pass its "
+            "arguments positionally after it, as its function lists them")
+
+
+def arity(fn: Callable[..., Any], skip: int = 0) -> Arity | None:
+    """`fn`'s `Arity` (its first `skip` parameters left out: a method's self);
+    None when it has no readable signature."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())[skip:]
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in parameters if p.kind in kinds]
+    varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    return Arity(sum(1 for p in positional if p.default is inspect.Parameter.empty),
+                 None if varargs else len(positional), tuple(p.name for p in positional))
 
 
 Defn = TypeVar("Defn", WorkflowDefn, ActivityDefn)
@@ -166,7 +212,8 @@ def define_workflow(fn: Callable[..., Any], name: str | None) -> WorkflowDefn:
             f"method, got {fn!r}: workflows are coroutines"
         )
     params, ret = parameter_hints(fn)
-    defn = WorkflowDefn(_validate.name(name or fn.__name__, "workflow name"), fn, params, ret)
+    defn = WorkflowDefn(_validate.name(fn.__name__ if name is None else name, "workflow name"),
+                        fn, params, ret, arity=arity(fn))
     DEFINITIONS.add_workflow(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn
@@ -177,8 +224,8 @@ def define_workflow_class(cls: type, name: str | None) -> WorkflowDefn:
     spec = inspect_class(cls)
     run = getattr(cls, spec.run_method)
     params, ret = parameter_hints(run)
-    defn = WorkflowDefn(_validate.name(name or cls.__name__, "workflow name"), run, params[1:],
-                        ret, spec)  # params[0] is self
+    defn = WorkflowDefn(_validate.name(cls.__name__ if name is None else name, "workflow name"),
+                        run, params[1:], ret, spec, arity(run, skip=1))  # params[0] is self
     DEFINITIONS.add_workflow(defn)
     setattr(cls, DEFN_ATTR, defn)
     return defn
@@ -196,8 +243,8 @@ def define_activity(
             "async activities are stopped through their cancel scope"
         )
     params, ret = parameter_hints(fn)
-    defn = ActivityDefn(_validate.name(name or fn.__name__, "activity name"), fn, is_async,
-                        process_isolated, params, ret)
+    defn = ActivityDefn(_validate.name(fn.__name__ if name is None else name, "activity name"),
+                        fn, is_async, process_isolated, params, ret, arity(fn))
     DEFINITIONS.add_activity(defn)
     setattr(fn, DEFN_ATTR, defn)
     return defn

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ MAX_SECONDS = 100 * 365.25 * 24 * 3600
 MAX_NAME_LENGTH = 255
 
 E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
 
 
 def duration(value: Any, what: str, *, minimum: float = 0.0, inclusive: bool = True,
@@ -100,6 +102,31 @@ def number(value: Any, what: str, *, minimum: float, maximum: float = math.inf) 
             f"{what} must be a finite number at least {minimum:g}{upper}, got {value!r}"
         )
     return float(value)
+
+
+def options(value: Any, default: T, what: str) -> T:
+    """Options of the type of `default` (None: `default`): a dict, or another
+    kind of options, would fail later with an AttributeError far from the call."""
+    if value is None:
+        return default
+    kind = type(default)
+    if type(value) is kind or isinstance(value, kind):
+        return value
+    raise ConfigurationError(
+        f"{what} must be a durable.{kind.__name__}, got {value!r} ({type(value).__name__}); "
+        f"build one: options=durable.{kind.__name__}(...)"
+    )
+
+
+def storage_url(value: Any) -> str:
+    """A storage URL is a string (a path, a number: an AttributeError once awaited)."""
+    if isinstance(value, str):
+        return value
+    hint = (f"; for a SQLite file: 'sqlite:///{os.path.abspath(value)}'"
+            if isinstance(value, os.PathLike) else "")
+    raise ConfigurationError(
+        "durable.connect() takes a storage URL string such as 'sqlite:///app.db' or "
+        f"'postgresql://user@host/db', got {value!r} ({type(value).__name__}){hint}")
 
 
 def choice(value: Any, kind: type[E], what: str) -> E:

@@ -20,14 +20,14 @@ import builtins
 import inspect
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 from . import _validate, observe
 from ._embedded import EmbeddedControl
 from ._queues import EmbeddedQueues, QueueControl, QueueLimits
-from ._registry import workflow_defn_of, workflow_name
+from ._registry import WorkflowDefn, workflow_defn_of, workflow_name
 from ._retention import EmbeddedRetention, RetentionControl
 from ._schedule_plane import EmbeddedSchedules
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -392,15 +392,9 @@ class Client:
         task_queue: str | None = None,
     ) -> WorkflowHandle:
         """Start a workflow instance; returns once the start is recorded."""
-        options = options or StartOptions()
+        options = _validate.options(options, StartOptions(), "options")
         wf_type = workflow_name(workflow)
-        defn = workflow_defn_of(workflow)
-        if defn is None and wf_type not in await self.control.registered_types():
-            raise NameNotRegistered(
-                f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
-                "here and no worker has registered it; pass the workflow function or check "
-                "the name"
-            )
+        defn = await self._check_registered(wf_type, workflow, args)
         request = self._start_request(wf_type, args, id, options, task_queue)
         started = await self.control.start(request)
         return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
@@ -448,14 +442,9 @@ class Client:
         see the signal before its code starts. A closed instance is started
         again only as its `options.id_reuse` allows (else `WorkflowAlreadyStarted`).
         """
-        options = options or StartOptions()
+        options = _validate.options(options, StartOptions(), "options")
         wf_type = workflow_name(workflow)
-        defn = workflow_defn_of(workflow)
-        if defn is None and wf_type not in await self.control.registered_types():
-            raise NameNotRegistered(
-                f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
-                "here and no worker has registered it; pass the workflow class or function"
-            )
+        defn = await self._check_registered(wf_type, workflow, args)
         request = self._start_request(wf_type, args, id, options, task_queue)
         payload = self._payload(tuple(signal_args), f"the arguments of signal {signal!r}")
         started = await self.control.signal_with_start(
@@ -541,7 +530,7 @@ class Client:
             schedule_id=schedule_id, spec=spec, overlap=overlap, args=args,
             options=options or StartOptions(), task_queue=task_queue, workflow=workflow,
             jitter=jitter, catchup_window=catchup_window, max_runs=max_runs, note=note)
-        await self._check_registered(fields["workflow_type"], workflow)
+        await self._check_registered(fields["workflow_type"], workflow, args)
         definition = ScheduleDefinition(paused=paused, **fields)
         await self.schedule_control.create(schedule_id, definition)
         return ScheduleHandle(self, schedule_id)
@@ -563,14 +552,21 @@ class Client:
         return Page(*await self.schedule_control.list(
             **schedule_list_args(limit, cursor, status, workflow_type, query)))
 
-    async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str) -> None:
-        if workflow_defn_of(workflow) is None and wf_type not in (
-                await self.control.registered_types()):
+    async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str,
+                                args: Sequence[Any] | None = None) -> WorkflowDefn | None:
+        """The definition of a workflow about to be started with `args`: a name no
+        worker registered, or arguments its function does not take, are refused
+        here, before anything is recorded."""
+        defn = workflow_defn_of(workflow)
+        if defn is None and wf_type not in await self.control.registered_types():
             raise NameNotRegistered(
                 f"unknown workflow {wf_type!r}: no @workflow.defn with this name is imported "
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
+        if defn is not None and defn.arity is not None and args is not None:
+            defn.arity.check(f"workflow {wf_type!r}", len(args))
+        return defn
 
     def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]:
         """The given schedule fields, validated and encoded (`schedule_fields`)."""
@@ -784,7 +780,7 @@ def connect(
     needs a database URL.
     """
     return _Connecting(
-        url,
+        _validate.storage_url(url),
         {"namespace": namespace, "clock": clock, "converter": converter, "limits": limits},
         driver_options,
         token,

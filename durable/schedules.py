@@ -435,8 +435,8 @@ class ScheduleClient(Protocol):
 
     def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]: ...
 
-    async def _check_registered(self, wf_type: str,
-                                workflow: Callable[..., Any] | str) -> None: ...
+    async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str,
+                                args: Any = None) -> Any: ...
 
 
 class ScheduleHandle:

@@ -19,6 +19,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 import anyio
 
+from . import _validate
 from ._registry import define_workflow
 from ._runtime.caps import PhaseInfo
 from ._runtime.handlers import RUN_ATTR, declare
@@ -248,7 +249,8 @@ def start_activity(
     """Start a remote activity and return at once with its handle: ``await
     handle`` for the result, ``handle.request_cancellation()`` to cancel this
     one activity under its `ActivityOptions.cancellation` policy."""
-    return current().start_activity(activity, args, options or _DEFAULT_ACTIVITY_OPTIONS)
+    return current().start_activity(activity, args, _validate.options(
+        options, _DEFAULT_ACTIVITY_OPTIONS, "workflow.start_activity(options=...)"))
 
 
 def get_external_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle:
@@ -268,8 +270,8 @@ async def execute_activity(
     At least once; its recorded outcome exactly once. Raises `ActivityFailed`
     (`ActivityTimedOut`, `ActivityCancelled`) when it did not complete.
     """
-    return await current().execute_activity(activity, args,
-                                            options or _DEFAULT_ACTIVITY_OPTIONS)
+    return await current().execute_activity(activity, args, _validate.options(
+        options, _DEFAULT_ACTIVITY_OPTIONS, "workflow.execute_activity(options=...)"))
 
 
 async def execute_local_activity(
@@ -282,8 +284,9 @@ async def execute_local_activity(
     One write records its outcome; a crash before that write re-runs it.
     """
     state = current_task_state()  # once: the runtime is told it (as the op needs it)
-    return await state.runtime.execute_local_activity(
-        activity, args, options or _DEFAULT_ACTIVITY_OPTIONS, state)
+    return await state.runtime.execute_local_activity(activity, args, _validate.options(
+        options, _DEFAULT_ACTIVITY_OPTIONS, "workflow.execute_local_activity(options=...)"),
+        state)
 
 
 async def sleep(duration: Seconds) -> None:
@@ -298,7 +301,8 @@ async def start_child(
     options: ChildOptions | None = None,
 ) -> ChildHandle:
     """Start a child workflow and return its handle once the start is recorded."""
-    return await current().start_child(workflow, args, id, options or _DEFAULT_CHILD_OPTIONS)
+    return await current().start_child(workflow, args, id, _validate.options(
+        options, _DEFAULT_CHILD_OPTIONS, "workflow.start_child(options=...)"))
 
 
 async def execute_child(

@@ -66,6 +66,8 @@ async def execute_local_activity(ctx: WorkflowContext, state: TaskState,
     left = caps.time_left(ctx, state) if state.phases else None
     await live_gate(ctx)
     go_live(state)
+    if defn.arity is not None:
+        defn.arity.check(f"local activity {defn.name!r}", len(args))
     facts = _facts(defn)
     call_args = _plain_arguments(ctx, defn, args, facts)
     if call_args is None:

@@ -210,6 +210,8 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
                 "and no live worker has registered it; check the name or start a worker that "
                 "has it"
             )
+        if defn is not None and defn.arity is not None:
+            defn.arity.check(f"activity {name!r}", len(args))
         payload = ctx.encode(list(args), f"the arguments of activity {name!r}")
     policy = options.cancellation
 
@@ -428,6 +430,8 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
             options = dataclasses.replace(options, execution_timeout=left)
     await live_gate(ctx)
     go_live(state)
+    if defn is not None and defn.arity is not None:
+        defn.arity.check(f"child workflow {wf_type!r}", len(args))
     ctx.reserve("child")
     ctx.open_children.add(op_id)
     payload = ctx.encode(list(args), f"the arguments of child workflow {wf_type!r}")

@@ -208,6 +208,13 @@ class WorkflowRuntime(Runtime):
     def __init__(self, ctx: WorkflowContext) -> None:
         self.ctx = ctx
 
+    def continue_as_new(self, args: tuple[Any, ...]) -> None:
+        arity = self.ctx.defn.arity
+        if arity is not None:  # else the next run would fail at its start, far from here
+            arity.check(f"workflow.continue_as_new() of workflow {self.ctx.defn.name!r}",
+                        len(args))
+        super().continue_as_new(args)
+
     async def execute_activity(self, activity: Callable[..., Any] | str, args: tuple[Any, ...],
                                options: ActivityOptions) -> Any:
         return await execute_activity(self.ctx, current_task_state(), activity, args, options)

@@ -237,3 +237,48 @@ async def test_a_worker_knows_only_what_it_was_given(memory_client: durable.Clie
     assert len(DEFINITIONS.workflows) > 1  # the process knows more than this worker
     by_name: Any = durable.Worker(memory_client, workflows=["unit-registry-flow"])
     assert by_name.registry.workflows["unit-registry-flow"].fn is registered_flow
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def test_a_definition_knows_how_many_arguments_it_takes() -> None:
+    async def two(a: int, b: int = 0) -> None: ...
+
+    async def many(a: int, *rest: int) -> None: ...
+
+    with durable.testing.isolated_definitions():
+        for fn in (two, many):
+            workflow.defn(fn)
+        two_defn, many_defn = workflow_defn_of(two), workflow_defn_of(many)
+    assert two_defn is not None and two_defn.arity is not None
+    two_defn.arity.check("workflow 'two'", 1)
+    two_defn.arity.check("workflow 'two'", 2)
+    with pytest.raises(ConfigurationError, match=(
+            r"^workflow 'two' takes 1 to 2 arguments \(a, b\), got 3; pass its arguments")):
+        two_defn.arity.check("workflow 'two'", 3)
+    assert many_defn is not None and many_defn.arity is not None
+    many_defn.arity.check("workflow 'many'", 9)
+    with pytest.raises(ConfigurationError, match=r"takes at least 1 argument \(a\), got 0"):
+        many_defn.arity.check("workflow 'many'", 0)
+
+
+def test_a_class_workflows_arguments_leave_out_self() -> None:
+    with durable.testing.isolated_definitions():
+        @workflow.defn
+        class Greeter:
+            @workflow.run
+            async def run(self, name: str) -> str:
+                return name
+
+        defn = workflow_defn_of(Greeter)
+    assert defn is not None and defn.arity is not None
+    with pytest.raises(ConfigurationError, match=r"takes 1 argument \(name\), got 2"):
+        defn.arity.check("workflow 'Greeter'", 2)
+
+
+def test_an_empty_name_is_refused_rather_than_replaced() -> None:
+    with pytest.raises(ConfigurationError, match="workflow name must not be empty"):
+        workflow.defn(name="")(first)
+    with pytest.raises(ConfigurationError, match="activity name must not be empty"):
+        activity.defn(name="")(second)

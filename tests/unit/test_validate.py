@@ -95,3 +95,31 @@ def test_a_sqlite_path_meant_as_absolute_gets_the_four_slash_fix(tmp_path: Any) 
     assert sqlite_path_hint(str(tmp_path / "app.db")) == ""  # absolute already
     assert sqlite_path_hint("no-such-dir-here/x/app.db") == ""  # no absolute reading either
     assert sqlite_path_hint(":memory:") == ""
+
+
+# ---------------------------------------------------------------- options and URLs
+
+
+def test_options_of_another_type_are_refused_at_the_call() -> None:
+    from durable import ActivityOptions, StartOptions
+    from durable._validate import options
+    default = StartOptions()
+    assert options(None, default, "options") is default
+    given = StartOptions(priority=3)
+    assert options(given, default, "options") is given
+    with pytest.raises(ConfigurationError,
+                       match=r"options must be a durable\.StartOptions, got \{'priority': 3\} "
+                             r"\(dict\); build one: options=durable\.StartOptions\(\.\.\.\)"):
+        options({"priority": 3}, default, "options")
+    with pytest.raises(ConfigurationError, match="got ActivityOptions"):
+        options(ActivityOptions(), default, "options")
+
+
+def test_a_storage_url_is_a_string_and_a_path_gets_its_url() -> None:
+    from pathlib import Path
+
+    import durable
+    with pytest.raises(ConfigurationError, match=r"got 5 \(int\)$"):
+        durable.connect(5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"for a SQLite file: 'sqlite:////srv/app\.db'"):
+        durable.connect(Path("/srv/app.db"))  # type: ignore[arg-type]

@@ -1,0 +1,77 @@
+"""Arguments a function does not take, and options of the wrong type, are
+refused at the call that passes them, before anything is recorded.
+
+Before: `client.start(wf, 1, 2)` recorded a run that failed on the worker
+with Python's TypeError; `workflow.execute_activity(act, 1, 2)` scheduled an
+activity whose every attempt failed with it, retried by its policy; a dict
+as options raised AttributeError('dict' object has no attribute 'memo').
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import durable
+from durable import activity, workflow
+
+pytestmark = pytest.mark.anyio
+
+
+@activity.defn
+def args_double(x: int) -> int:
+    return 2 * x
+
+
+@workflow.defn
+async def args_one(x: int) -> int:
+    return x + 1
+
+
+@workflow.defn
+async def args_misuse(kind: str) -> object:
+    if kind == "activity":
+        return await workflow.execute_activity(args_double, 1, 2)
+    if kind == "local":
+        return await workflow.execute_local_activity(args_double)
+    if kind == "child":
+        return await workflow.execute_child(args_one, 1, 2, id="args-child")
+    if kind == "continue":
+        workflow.continue_as_new()
+    return await workflow.execute_activity(args_double, 1, options={"max_attempts": 1})
+
+
+async def test_a_start_with_arguments_the_workflow_does_not_take_records_nothing(
+    client: durable.Client
+) -> None:
+    with pytest.raises(durable.ConfigurationError,
+                       match=r"workflow 'args_one' takes 1 argument \(x\), got 2"):
+        await client.start(args_one, 1, 2, id="args-many")
+    with pytest.raises(durable.ConfigurationError, match="got 0"):
+        await client.signal_with_start(args_one, id="args-none", signal="go")
+    with pytest.raises(durable.ConfigurationError,
+                       match=r"options must be a durable\.StartOptions, got \{'priority': 1\}"):
+        await client.start(args_one, 1, id="args-opts", options={"priority": 1})  # type: ignore[arg-type]
+    assert await client.list() == []
+
+
+@pytest.mark.parametrize(("kind", "message"), [
+    ("activity", r"activity 'args_double' takes 1 argument \(x\), got 2"),
+    ("local", r"local activity 'args_double' takes 1 argument \(x\), got 0"),
+    ("child", r"child workflow 'args_one' takes 1 argument \(x\), got 2"),
+    ("continue", r"workflow.continue_as_new\(\) of workflow 'args_misuse' takes 1 argument"),
+    ("options", r"workflow.execute_activity\(options=...\) must be a durable.ActivityOptions"),
+])
+async def test_a_workflows_call_with_them_fails_the_run_at_that_call(
+    client: durable.Client, make_worker: Any, kind: str, message: str
+) -> None:
+    async with make_worker(workflows=[args_misuse, args_one], activities=[args_double]):
+        handle = await client.start(args_misuse, kind, id=f"args-{kind}")
+        with pytest.raises(durable.WorkflowFailed, match=message):
+            await handle.result()
+        types = [e.type for e in await handle.history()]
+        # nothing was scheduled, started or continued: the run failed at the call
+        assert types[-1] == "WorkflowFailed"
+        assert not any(t.startswith(("Activity", "LocalActivity", "Child")) for t in types), types
+        assert await (await client.start(args_one, 1, id=f"args-{kind}-after")).result() == 2
