@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -594,6 +595,9 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
     listed = await ui.http.get("/ui/runs")
     row = listed.text[listed.text.index('data-workflow-id="live-1"'):]
     assert 'data-waiting="1"' in row[:row.index("</tr>")]  # the list tells waiting from busy
+    # "busy" is only "nothing open": a killed worker's run reads so too, and says where to look
+    template = (Path(views.__file__).parent / "templates" / "runs.html").read_text()
+    assert "or is due to run there (the run's page says which" in template
     # nobody serves the queue: the page says what is missing, not "busy"
     assert 'data-waiting-kind="worker"' in part.text and "registers ui-nobody" in part.text
     assert 'id="pending" data-poll-part' in part.text
@@ -627,6 +631,8 @@ async def test_the_dashboard_page_links_each_figure_to_its_worst_run(
     assert "(still waiting)" in wait and "/ui/run?wf=dash-" in wait
     assert run_id  # the terminated run is not the longest wait: it never started
     assert "<svg" in page.text and page.text.count("<rect") == 60
+    # after a prune, "0 failures" would read as "nothing failed": it says it is a floor
+    assert "Runs already deleted (<code>durable prune</code>" in page.text
 
 
 @SQLITE_ONLY
