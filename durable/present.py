@@ -16,7 +16,7 @@ import enum
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -107,6 +107,28 @@ def deadline_state(value: datetime, now: datetime, open_: bool,
     if open_:
         return f"{duration(delta)} late", "late"
     return f"passed {duration(delta)} ago", "passed"
+
+
+async def holder(info: Mapping[str, Any],
+                 list_workers: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]],
+                 ) -> dict[str, Any] | None:
+    """For an open run that waits for nothing while none of its activities
+    runs (describe()'s ``waiting_for`` None): the record of the worker that
+    holds it (its code is due to run there: ``worker_id``, ``alive``,
+    ``last_seen_at``, ``expires_at``), ``{"worker_id": owner, "alive": False}``
+    for a worker no longer registered, ``{"worker_id": None}`` when no worker
+    holds it yet; None otherwise. "It is busy" was said for a run held by a
+    SIGKILLed worker whose activity had timed out."""
+    run = info.get("run") or {}
+    pending = info.get("pending_operations") or []
+    if (info.get("status") not in OPEN_STATUSES or info.get("waiting_for") is not None
+            or any(op.get("task_status") == "running" for op in pending)):
+        return None
+    owner = run.get("owner")
+    found = next((w for w in await list_workers() if w.get("worker_id") == owner),
+                 None) if owner else None
+    keys = ("worker_id", "alive", "last_seen_at", "expires_at")
+    return {k: (found or {"worker_id": owner, "alive": False}).get(k) for k in keys}
 
 
 #: how a run's close reads against its run or execution deadline

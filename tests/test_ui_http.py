@@ -844,6 +844,8 @@ async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserl
     registration = WorkerRegistration("w-alive", ui.storage.namespace, "held-q", ("ui-nobody",),
                                       (), ())
     await store.register_worker(registration, 600.0, now)
+    part = await ui.http.get(f"/ui/run/live?wf=held-1&run={run_id}")  # served, not yet taken
+    assert "it is ready for a worker of queue held-q to take" in part.text, part.text
     [claimed] = await store.claim_runs(ui.storage.namespace, "held-q", "w-alive",
                                        ("ui-nobody",), 1, 600.0, now)
     part = await ui.http.get(f"/ui/run/live?wf=held-1&run={run_id}")

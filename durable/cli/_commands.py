@@ -186,6 +186,7 @@ def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
 
     async def body(client: durable.Client) -> tuple[dict[str, Any], dict[str, Any] | None]:
         info = await client.get_handle(workflow_id, run_id=run_id).describe()
+        info["holder"] = await _fmt.holder(info, client.list_workers)
         wire = None
         if session.out.json:
             wire = await model.read_run_description(client.control, workflow_id,

@@ -232,7 +232,8 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
         grid.add_row("owner", Text(str(run.get("owner") or "none (no worker holds it)")))
     grid.add_row("started", when(run.get("started_at"), now))
     if open_ and "waiting_for" in info:
-        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now))
+        grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now,
+                                                 info.get("holder")))
     started_at, closed_at = _fmt.instant(run.get("started_at")), _fmt.instant(run.get("closed_at"))
     if closed_at is not None:
         took = f" after {_fmt.duration((closed_at - started_at).total_seconds())}" \

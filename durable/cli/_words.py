@@ -25,10 +25,23 @@ def when(value: Any, now: datetime) -> Text:
 
 
 
-def waiting_text(waiting: Any, now: datetime) -> Text:
-    """What an open run waits for (describe()["waiting_for"]), in words."""
+def waiting_text(waiting: Any, now: datetime, holder: Any = None) -> Text:
+    """What an open run waits for (describe()["waiting_for"]), in words; with
+    nothing to wait for and no activity running, by the worker that holds it
+    (`durable.present.holder`)."""
+    if not isinstance(waiting, Mapping) and isinstance(holder, Mapping):
+        if holder.get("worker_id") is None:
+            return Text("nothing open: it is ready for a worker of its queue to take")
+        if holder.get("alive"):
+            return Text.assemble(f"nothing open: its code runs on worker {holder['worker_id']} "
+                                 "(last seen ", when(holder.get("last_seen_at"), now),
+                                 "; presumed alive until ", when(holder.get("expires_at"), now),
+                                 ")")
+        return Text(f"nothing open, but worker {holder['worker_id']}, which holds it, is "
+                    "gone: another worker takes the run when that worker's lease on it ends",
+                    style="bold yellow")
     if not isinstance(waiting, Mapping):
-        return Text("nothing: it is busy (its code or an activity runs)", style="green")
+        return Text("nothing: it is busy (an activity of it runs)", style="green")
     kind = waiting.get("kind")
     text = Text()
     if kind == "timer":

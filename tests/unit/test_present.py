@@ -67,3 +67,36 @@ def test_a_runs_deadline_is_judged_by_how_the_run_closed() -> None:
     assert state("timed_out", "execution_timeout")[0] == "not reached: timed out 9m 58s before it"
     assert present.run_deadline_state(deadline, now, True, None, ("running", None),
                                       "run_timeout")[1] == "ahead"
+
+
+async def _holder_of(info: dict[str, object], workers: list[dict[str, object]]) -> object:
+    async def listed() -> list[dict[str, object]]:
+        return workers
+
+    return await present.holder(info, listed)
+
+
+def test_a_run_with_nothing_open_is_told_by_the_worker_that_holds_it() -> None:
+    import anyio
+
+    from durable.cli._words import waiting_text
+
+    now = present.instant("2026-12-06T13:40:00+00:00")
+    assert now is not None
+    run: dict[str, object] = {"status": "running", "waiting_for": None,
+                              "run": {"owner": "w-killed"}, "pending_operations": []}
+    seen = {"worker_id": "w-killed", "alive": True, "last_seen_at": "2026-12-06T13:32:35+00:00",
+            "expires_at": "2026-12-06T13:52:35+00:00"}
+    alive = anyio.run(_holder_of, run, [seen])
+    text = waiting_text(None, now, alive).plain
+    # it read "nothing: it is busy (its code or an activity runs)"
+    assert "busy" not in text and "its code runs on worker w-killed (last seen" in text
+    assert "presumed alive until 2026-12-06 13:52:35 UTC" in text
+    gone = anyio.run(_holder_of, run, [])
+    assert "worker w-killed, which holds it, is gone" in waiting_text(None, now, gone).plain
+    ready = anyio.run(_holder_of, {**run, "run": {"owner": None}}, [])
+    assert "ready for a worker of its queue" in waiting_text(None, now, ready).plain
+    # an activity runs: busy, and no worker is looked up
+    busy = {**run, "pending_operations": [{"task_status": "running"}]}
+    assert anyio.run(_holder_of, busy, []) is None
+    assert "it is busy" in waiting_text(None, now, None).plain

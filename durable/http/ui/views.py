@@ -84,14 +84,15 @@ async def with_holder(info: dict[str, Any],
                       ) -> dict[str, Any]:
     """``info["holder"]``: the record of the worker that holds an open run that
     waits for nothing while none of its activities runs (its code is due to run
-    on that worker), or ``{"worker_id", "alive": False}`` when it has none; None
-    otherwise. "It is busy" was said even when the worker holding it had been
-    killed: the page says when that worker was last seen instead."""
+    on that worker), or ``{"worker_id", "alive": False}`` when it has none (the
+    id None: no worker holds it yet); None otherwise. "It is busy" was said
+    even when the worker holding it had been killed: the page says when that
+    worker was last seen instead (the CLI: `durable.present.holder`)."""
     owner = info["run"].get("owner")
     info["holder"] = None
-    if (info["open"] and info.get("waiting_for") is None and owner
+    if (info["open"] and info.get("waiting_for") is None
             and not any(op.get("task_status") == "running" for op in info["pending_operations"])):
-        found = await describe_worker(str(owner))
+        found = await describe_worker(str(owner)) if owner else None
         info["holder"] = filled(found or {"worker_id": owner, "alive": False},
                                 ("worker_id", "alive", "last_heartbeat_at", "heartbeat_expires_at"))
     return info
