@@ -595,6 +595,9 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
     listed = await ui.http.get("/ui/runs")
     row = listed.text[listed.text.index('data-workflow-id="live-1"'):]
     assert 'data-waiting="1"' in row[:row.index("</tr>")]  # the list tells waiting from busy
+    # no worker started it: not "started 21m ago, 21m so far"
+    assert "data-not-started>not started</span>, created" in row[:row.index("</tr>")]
+    assert "so far" not in row[:row.index("</tr>")]
     # "busy" is only "nothing open": a killed worker's run reads so too, and says where to look
     template = (Path(views.__file__).parent / "templates" / "runs.html").read_text()
     assert "or is due to run there (the run's page says which" in template

@@ -179,10 +179,12 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
     table.add_column("STARTED", no_wrap=True)
     table.add_column("TOOK", no_wrap=True)
     for run in runs:
-        started_at = _fmt.instant(run.get("started_at") or run.get("created_at"))
+        # a run no worker started yet (pending) was shown "started 21m ago, 21m so far"
+        started_at = _fmt.instant(run.get("started_at"))
         closed_at = _fmt.instant(run.get("closed_at"))
+        created = _fmt.instant(run.get("created_at"))
         if started_at is None:
-            took = Text("-", style="dim")
+            took = Text("never started" if closed_at is not None else "-", style="dim")
         elif closed_at is not None:
             took = Text(_fmt.duration((closed_at - started_at).total_seconds()))
         else:
@@ -194,7 +196,8 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
                 "" if run.get("waiting") is None else
                 " waiting" if run.get("waiting") else " busy", "dim")),
             Text(f"{run.get('run_number') or '-'} {short_id(run.get('run_id'), 8)}"),
-            when(started_at, now), took,
+            when(started_at, now) if started_at is not None or created is None else
+            Text.assemble(("not started", "dim"), ", created ", when(created, now)), took,
         )
     out.console.print(table)
     if data.get("next_page_token"):

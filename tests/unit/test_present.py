@@ -100,3 +100,20 @@ def test_a_run_with_nothing_open_is_told_by_the_worker_that_holds_it() -> None:
     busy = {**run, "pending_operations": [{"task_status": "running"}]}
     assert anyio.run(_holder_of, busy, []) is None
     assert "it is busy" in waiting_text(None, now, None).plain
+
+
+def test_a_run_no_worker_started_is_not_listed_as_started(capsys: object) -> None:
+    from durable.cli._app import Output
+    from durable.cli._views import run_list
+
+    base = {"workflow_type": "w", "durable_status": "pending", "run_number": 1,
+            "run_id": "01a24b906cdf797e89d2a87476bf47f1", "started_at": None,
+            "created_at": "2026-12-06T13:34:45+00:00", "closed_at": None, "waiting": True}
+    out = Output()
+    run_list(out, {"workflows": [{**base, "workflow_id": "queued-1"},
+                                 {**base, "workflow_id": "dropped-1", "durable_status":
+                                  "cancelled", "closed_at": "2026-12-06T13:40:00+00:00"}]})
+    shown = capsys.readouterr().out  # type: ignore[attr-defined]
+    # it read "2026-12-06 13:34:45 UTC (21m ago)  21m so far" for a run still queued
+    assert "not started, created 2026-12-06 13:34:45 UTC" in shown and "so far" not in shown
+    assert "never started" in shown
