@@ -54,17 +54,28 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
             isinstance(leaf, (cancelled, KeyboardInterrupt)) for leaf in leaves):
         return None
     raised = leaves[0] if len(leaves) == 1 else exc
-    text = _text(raised)
+    text = safe_str(raised)
     error = errors.RaisedNotAnException(
         f"{what} raised {type(raised).__name__}{f' ({text})' if text else ''}, a "
-        "BaseException that is "
-        "not an Exception: durable fails the one run or attempt with it rather than stop "
-        "the worker; raise an Exception subclass instead")
+        "BaseException that is not an Exception: it fails here (the run, the attempt, the "
+        "query or the update) rather than stop the worker; raise an Exception subclass instead")
     error.__cause__ = raised
     return error
 
 
-def _text(value: object) -> str:
+def code_error(exc: BaseException, what: str) -> Exception:
+    """The error that code (`what`) raised, to fail its run, attempt or request
+    with: `exc` itself, or `not_an_exception`'s stand-in; a cancellation or a
+    `KeyboardInterrupt` is raised on."""
+    if isinstance(exc, Exception):
+        return exc
+    error = not_an_exception(exc, what)
+    if error is None:
+        raise exc
+    return error
+
+
+def safe_str(value: object) -> str:
     """``str(value)``, or a stand-in naming its type when its ``__str__`` raises:
     recording a failure must not fail (that would end the worker's task, not
     the one attempt or run)."""
@@ -168,7 +179,7 @@ class Failure:
         original = (cls.from_dict(carried) if isinstance(carried, Mapping) and carried
                     else None)
         exception_class = f"{kind.__module__}.{kind.__qualname__}"
-        text = _text(exc)
+        text = safe_str(exc)
         message = text or kind.__name__
         details: dict[str, Any] = {"cause_type": kind.__name__, "cause_message": text}
         cause = original
@@ -181,7 +192,7 @@ class Failure:
                            if k in original.details}
                 cause = original.cause
             else:
-                raw = _text(exc.args[0]) if exc.args else ""
+                raw = safe_str(exc.args[0]) if exc.args else ""
                 message = raw or kind.__name__
                 details = {"cause_type": exc.type or kind.__name__, "cause_message": raw}
         if depth == 0:  # the traceback shows the whole chain: record it once

@@ -11,6 +11,7 @@ again, logged every 100 ms, forever. A `BaseException` that is not an
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -116,3 +117,44 @@ async def test_a_workflow_raising_it_fails_its_run(
             assert failure["exception_class"] == "durable.errors.RaisedNotAnException"
             assert failure["cause"]["exception_class"].endswith(
                 "SystemExit" if kind == "exit" else "Halt")
+
+
+@workflow.defn
+class ExoticHandlers:
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self.done)
+        return "done"
+
+    @workflow.query
+    def ask(self, kind: str) -> None:
+        _raise(kind)
+
+    @workflow.update
+    async def change(self, kind: str) -> None:
+        _raise(kind)
+
+    @workflow.signal
+    def tell(self, kind: str) -> None:
+        _raise(kind)
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+async def test_a_handler_raising_it_fails_its_query_update_or_run(
+    client: durable.Client, make_worker: Any, kind: str
+) -> None:
+    """Unfixed, a query or an update whose handler raised a BaseException had
+    the run claimed again forever (the caller timed out); one raising an
+    exception whose __str__ raises stopped the run's inbox."""
+    async with make_worker(workflows=[ExoticHandlers, exotic_healthy]):
+        handle = await client.start(ExoticHandlers, id=f"exotic-handlers-{kind}")
+        with pytest.raises(durable.QueryFailed, match=re.escape(EXPECTED[kind])):
+            await handle.query("ask", kind)
+        with pytest.raises(durable.UpdateFailed, match=re.escape(EXPECTED[kind])):
+            await handle.update("change", kind)
+        assert (await handle.describe())["status"] == "running"
+        await handle.signal("tell", kind)  # a signal handler's error fails the run
+        await _fails_alone(client, handle, EXPECTED[kind])

@@ -47,7 +47,7 @@ from ..errors import (
     QueryFailed,
     StructuralLimitExceeded,
 )
-from ..failure import Failure
+from ..failure import Failure, code_error, safe_str
 from ..store.records import ClientRequest, InboxItem, RunRecord
 from ..store.writes import AcceptUpdate, CompleteUpdate, DeliverSignal, Write
 from .context import RunHost, WorkflowContext
@@ -432,8 +432,8 @@ class Inbox:
             with as_task(state):
                 try:
                     value = handler.fn(*args)
-                except Exception as exc:
-                    error = exc
+                except BaseException as exc:
+                    error = code_error(exc, f"the {d.kind} handler {d.name!r}")
             ctx.state_changed()
             await self._finish(d, value, error)
             return
@@ -444,8 +444,8 @@ class Inbox:
             ctx.running_handlers += 1
             try:
                 value = await handler.fn(*args)
-            except Exception as exc:
-                error = exc
+            except BaseException as exc:
+                error = code_error(exc, f"the {d.kind} handler {d.name!r}")
             finally:
                 ctx.running_handlers -= 1
             await self._finish(d, value, error)
@@ -472,8 +472,8 @@ class Inbox:
                     ctx.running_handlers += 1
                     try:
                         await handler.fn(*args)
-                    except Exception as exc:
-                        self._signal_failed(d, exc)
+                    except BaseException as exc:
+                        self._signal_failed(d, code_error(exc, f"the signal handler {d.name!r}"))
                     finally:
                         ctx.running_handlers -= 1
 
@@ -484,8 +484,8 @@ class Inbox:
             with as_task(state):
                 try:
                     handler.fn(*args)
-                except Exception as exc:
-                    self._signal_failed(d, exc)
+                except BaseException as exc:
+                    self._signal_failed(d, code_error(exc, f"the signal handler {d.name!r}"))
             ctx.state_changed()
 
     def _signal_failed(self, d: Delivery, error: Exception) -> None:
@@ -567,8 +567,9 @@ class Inbox:
             try:
                 await run_read_only(ctx, handler.validator, handler.hints, request.input,
                                     f"the validator of update {request.name!r}")
-            except Exception as exc:
-                await self._answer(request, _rejection(str(exc), exc))
+            except BaseException as exc:
+                error = code_error(exc, f"the validator of update {request.name!r}")
+                await self._answer(request, _rejection(safe_str(error), error))
                 return
             finally:
                 ctx.parking.open_gate()
@@ -620,9 +621,10 @@ async def answer_query(ctx: WorkflowContext, name: str, payload: str) -> dict[st
     except TimeoutError:
         return {"error": {"message": f"query {name!r} did not return within "
                                      f"{QUERY_TIMEOUT:g} s"}}
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, QueryFailed | DurableError) else (
-            f"query {name!r} raised {type(exc).__name__}: {exc}")
+    except BaseException as exc:
+        exc = code_error(exc, f"query {name!r}")
+        message = safe_str(exc) if isinstance(exc, QueryFailed | DurableError) else (
+            f"query {name!r} raised {type(exc).__name__}: {safe_str(exc)}")
         return {"error": {"message": message,
                           "failure": Failure.from_exception(exc, "query").to_dict()}}
     return {"result": text}
