@@ -93,6 +93,18 @@ def arity(fn: Callable[..., Any], skip: int = 0) -> Arity | None:
                  None if varargs else len(positional), tuple(p.name for p in positional))
 
 
+def check_handler_arguments(defn: WorkflowDefn, kind: str, name: str, count: int) -> None:
+    """Refuse, at the client's call, arguments the class workflow's handler
+    method for (kind, name) does not take: a signal's would fail the run when
+    delivered. A handler it does not declare may be registered at run time
+    (`workflow.on_signal`): not checked."""
+    spec = defn.spec
+    found = spec.handlers.get((kind, name)) if spec is not None else None
+    takes = None if spec is None or found is None else arity(getattr(spec.cls, found[0]), skip=1)
+    if takes is not None:
+        takes.check(f"the {kind} {name!r} of workflow {defn.name!r}", count)
+
+
 Defn = TypeVar("Defn", WorkflowDefn, ActivityDefn)
 
 

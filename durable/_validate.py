@@ -118,6 +118,15 @@ def options(value: Any, default: T, what: str) -> T:
     )
 
 
+def sender(requester: dict[str, Any] | None, source: str) -> dict[str, Any]:
+    """Who sends a signal or an update, as recorded (a cancellation request's shape)."""
+    requester = json_object(requester, "requester")
+    if not isinstance(source, str) or not source:
+        raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
+    return {"requester": requester or {"type": "client", "id": None, "label": None},
+            "source": source}
+
+
 def storage_url(value: Any) -> str:
     """A storage URL is a string (a path, a number: an AttributeError once awaited)."""
     if isinstance(value, str):

@@ -27,7 +27,7 @@ from typing import Any
 from . import _validate, observe
 from ._embedded import EmbeddedControl
 from ._queues import EmbeddedQueues, QueueControl, QueueLimits
-from ._registry import WorkflowDefn, workflow_defn_of, workflow_name
+from ._registry import WorkflowDefn, check_handler_arguments, workflow_defn_of, workflow_name
 from ._retention import EmbeddedRetention, RetentionControl
 from ._schedule_plane import EmbeddedSchedules
 from .cancellation import CancellationContext, CancellationRequestResult
@@ -75,7 +75,9 @@ class WorkflowHandle:
     """
 
     def __init__(self, client: Client, workflow_id: str, run_id: str | None = None,
-                 result_hint: Any = None, *, first_run_id: str | None = None) -> None:
+                 result_hint: Any = None, *, first_run_id: str | None = None,
+                 defn: WorkflowDefn | None = None) -> None:
+        self._defn = defn  # when known here: a handler's arguments are checked at the call
         self.client = client
         self.workflow_id = workflow_id
         self.run_id = run_id
@@ -84,6 +86,11 @@ class WorkflowHandle:
 
     def __repr__(self) -> str:
         return f"WorkflowHandle(workflow_id={self.workflow_id!r}, run_id={self.run_id!r})"
+
+    def _payload(self, kind: str, name: str, args: tuple[Any, ...]) -> str:
+        if self._defn is not None:
+            check_handler_arguments(self._defn, kind, name, len(args))
+        return self.client._payload(args, f"the arguments of {kind} {name!r}")
 
     def _not_found(self) -> WorkflowNotFound:
         run = f" run {self.run_id!r}" if self.run_id else ""
@@ -234,8 +241,8 @@ class WorkflowHandle:
         `WorkflowNotFound` (nothing recorded), `ConfigurationError` for a
         request id the run already holds for another signal or an update.
         """
-        payload = self.client._payload(args, f"the arguments of signal {name!r}")
-        sender = _sender(requester, source)
+        payload = self._payload("signal", name, args)
+        sender = _validate.sender(requester, source)
         key = None if request_id is None else _validate.name(request_id, "signal request_id")
         return await self.client.control.signal(
             self.workflow_id, await self._target(), _validate.name(name, "signal name"),
@@ -256,7 +263,7 @@ class WorkflowHandle:
         wait = _validate.optional_duration(timeout, "query timeout")
         if wait is None or wait <= 0:
             raise ConfigurationError("query timeout must be greater than 0 seconds")
-        payload = self.client._payload(args, f"the arguments of query {name!r}")
+        payload = self._payload("query", name, args)
         text = await self.client.control.query(self.workflow_id, await self._target(),
                                                _validate.name(name, "query name"), payload, wait)
         return self.client.converter.decode(text, result_type)
@@ -281,20 +288,11 @@ class WorkflowHandle:
         if wait is not None and wait <= 0:
             raise ConfigurationError("update timeout must be greater than 0 seconds")
         _validate.optional_name(update_id, "update_id")
-        payload = self.client._payload(args, f"the arguments of update {name!r}")
+        payload = self._payload("update", name, args)
         text = await self.client.control.update(
             self.workflow_id, await self._target(), _validate.name(name, "update name"), payload,
-            update_id or uuid.uuid4().hex, wait, sender=_sender(requester, source))
+            update_id or uuid.uuid4().hex, wait, sender=_validate.sender(requester, source))
         return self.client.converter.decode(text, result_type)
-
-
-def _sender(requester: dict[str, Any] | None, source: str) -> dict[str, Any]:
-    """Who sends a signal or an update, as recorded (a cancellation request's shape)."""
-    requester = _validate.json_object(requester, "requester")
-    if not isinstance(source, str) or not source:
-        raise ConfigurationError(f"source must be a non-empty string, got {source!r}")
-    return {"requester": requester or {"type": "client", "id": None, "label": None},
-            "source": source}
 
 
 class Client:
@@ -398,7 +396,7 @@ class Client:
         request = self._start_request(wf_type, args, id, options, task_queue)
         started = await self.control.start(request)
         return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
-                              first_run_id=started.run_id)
+                              first_run_id=started.run_id, defn=defn)
 
     def _start_request(self, wf_type: str, args: tuple[Any, ...] | list[Any], id: str,
                        options: StartOptions, task_queue: str | None) -> StartRequest:
@@ -450,7 +448,7 @@ class Client:
         started = await self.control.signal_with_start(
             request, _validate.name(signal, "signal name"), payload)
         return WorkflowHandle(self, id, started.run_id, defn.return_hint if defn else None,
-                              first_run_id=started.run_id)
+                              first_run_id=started.run_id, defn=defn)
 
     async def execute(
         self,

@@ -75,3 +75,47 @@ async def test_a_workflows_call_with_them_fails_the_run_at_that_call(
         assert types[-1] == "WorkflowFailed"
         assert not any(t.startswith(("Activity", "LocalActivity", "Child")) for t in types), types
         assert await (await client.start(args_one, 1, id=f"args-{kind}-after")).result() == 2
+
+
+@workflow.defn
+class ArgsHandlers:
+    def __init__(self) -> None:
+        self.total = 0
+
+    @workflow.run
+    async def run(self) -> int:
+        await workflow.wait_condition(lambda: self.total >= 10)
+        return self.total
+
+    @workflow.signal
+    def add(self, k: int) -> None:
+        self.total += k
+
+    @workflow.query
+    def read(self) -> int:
+        return self.total
+
+    @workflow.update
+    async def put(self, k: int) -> int:
+        self.total += k
+        return self.total
+
+
+async def test_a_handlers_arguments_are_checked_where_its_workflow_is_known(
+    client: durable.Client, make_worker: Any
+) -> None:
+    """Before, a signal with arguments its handler does not take was recorded
+    and failed the run when delivered (a TypeError)."""
+    async with make_worker(workflows=[ArgsHandlers]):
+        handle = await client.start(ArgsHandlers, id="args-handlers")
+        with pytest.raises(durable.ConfigurationError, match=(
+                r"the signal 'add' of workflow 'ArgsHandlers' takes 1 argument \(k\), got 2")):
+            await handle.signal("add", 1, 2)
+        with pytest.raises(durable.ConfigurationError, match="the query 'read' .* got 1"):
+            await handle.query("read", 1)
+        with pytest.raises(durable.ConfigurationError, match="the update 'put' .* got 0"):
+            await handle.update("put")
+        assert await handle.update("put", 4) == 4
+        await handle.signal("add", 6)
+        assert await handle.result() == 10
+        assert not [e for e in await handle.history() if e.type == "SignalReceived"][1:]
