@@ -121,13 +121,9 @@ async def test_a_workflow_raising_it_fails_its_run(
 
 @workflow.defn
 class ExoticHandlers:
-    def __init__(self) -> None:
-        self.done = False
-
     @workflow.run
-    async def run(self) -> str:
-        await workflow.wait_condition(lambda: self.done)
-        return "done"
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)  # until its signal handler fails it
 
     @workflow.query
     def ask(self, kind: str) -> None:
