@@ -111,9 +111,9 @@ async def test_a_handlers_arguments_are_checked_where_its_workflow_is_known(
         with pytest.raises(durable.ConfigurationError, match=(
                 r"the signal 'add' of workflow 'ArgsHandlers' takes 1 argument \(k\), got 2")):
             await handle.signal("add", 1, 2)
-        with pytest.raises(durable.ConfigurationError, match="the query 'read' .* got 1"):
+        with pytest.raises(durable.ConfigurationError, match=r"the query 'read' .* got 1"):
             await handle.query("read", 1)
-        with pytest.raises(durable.ConfigurationError, match="the update 'put' .* got 0"):
+        with pytest.raises(durable.ConfigurationError, match=r"the update 'put' .* got 0"):
             await handle.update("put")
         assert await handle.update("put", 4) == 4
         await handle.signal("add", 6)
