@@ -192,7 +192,25 @@ CLEANUP_CUT_SHORT = {
     "terminated": "cleanup cut short by terminate",
     "timed_out": "cleanup cut short by the run's timeout",
     "deadline_expired": "cleanup cut short by it",
+    "deadline_expired_undelivered": "never delivered: no worker ran the run before it",
 }
+
+
+def cleanup_of(record: Any) -> Any:
+    """A cancellation record's ``cleanup_outcome`` as the views judge it: a
+    deadline that expired before any worker took the request (no
+    ``delivered_at``; a cascade run's ``delivery``) is
+    ``deadline_expired_undelivered``: no cleanup ran, so none was "cut short"
+    (a run held by a SIGKILLed worker read so)."""
+    if not isinstance(record, Mapping):
+        return None
+    outcome = record.get("cleanup_outcome")
+    delivery = record.get("delivery")
+    delivered = record.get("delivered_at") or (
+        delivery.get("delivered_at") if isinstance(delivery, Mapping) else None)
+    if outcome == "deadline_expired" and not delivered:
+        return "deadline_expired_undelivered"
+    return outcome
 
 
 def cleanup_deadline_state(value: datetime, now: datetime, open_: bool,
@@ -210,7 +228,7 @@ def cleanup_deadline_state(value: datetime, now: datetime, open_: bool,
     if cut is None or ended is None:
         return deadline_state(value, now, open_, ended)
     margin = (value - ended).total_seconds()
-    if outcome == "deadline_expired":
+    if outcome in ("deadline_expired", "deadline_expired_undelivered"):
         late = f", closed {duration(margin)} after it" if margin < 0 else ""
         return f"missed: {cut}{late}", "missed"
     when = (f"closed {duration(margin)} before it" if margin >= 0
@@ -221,7 +239,7 @@ def cleanup_deadline_state(value: datetime, now: datetime, open_: bool,
 def cleanup_end_label(outcome: Any) -> str:
     """What a cancellation's ``closed_at`` is the instant of: the cleanup's end
     only when the cleanup ran to its end (`CLEANUP_CUT_SHORT`)."""
-    if outcome == "not_delivered":
+    if outcome in ("not_delivered", "deadline_expired_undelivered"):
         return "closed without cleanup"
     if outcome in CLEANUP_CUT_SHORT:
         return "cleanup cut short"

@@ -94,7 +94,7 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
     tree.add(Text.assemble(
         "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open,
                                       runs[0].get("cleanup_closed_at") if runs else None,
-                                      cleanup=runs[0].get("cleanup_outcome") if runs else None),
+                                      cleanup=_fmt.cleanup_of(runs[0]) if runs else None),
         f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
         if root.get("cleanup_timeout_seconds") is not None else ""))
     findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
@@ -151,7 +151,7 @@ def _run_node(out: Output, parent: Tree, run: Mapping[str, Any], by_run: Mapping
         node.add(Text.assemble("cleanup deadline ",
                                deadline(run.get("deadline_at"), now, cleanup_open,
                                         run.get("cleanup_closed_at"),
-                                        cleanup=run.get("cleanup_outcome"))))
+                                        cleanup=_fmt.cleanup_of(run))))
     delivery = run.get("delivery")
     if isinstance(delivery, Mapping) and delivery.get("delivered_at"):
         node.add(Text.assemble("delivered ", when(delivery.get("delivered_at"), now),

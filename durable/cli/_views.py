@@ -371,14 +371,14 @@ def cancellation_grid(c: Mapping[str, Any], now: datetime, open_: bool) -> Table
     cleanup_open = open_ and c.get("lifecycle") in ("requested", "delivered", "cleaning_up")
     grid.add_row("cleanup deadline", Text.assemble(
         deadline(c.get("deadline_at"), now, cleanup_open, c.get("closed_at"),
-                 cleanup=c.get("cleanup_outcome")),
+                 cleanup=_fmt.cleanup_of(c)),
         f"  cleanup timeout {_fmt.seconds_text(c.get('cleanup_timeout_seconds'))}"
         if c.get("cleanup_timeout_seconds") is not None else ""))
     if c.get("delivered_at"):
         grid.add_row("delivered", Text.assemble(when(c.get("delivered_at"), now),
                                                 f"  at {boundary_text(c.get('boundary'))}"))
     if c.get("closed_at") and not cleanup_open:
-        grid.add_row(_fmt.cleanup_end_label(c.get("cleanup_outcome")),
+        grid.add_row(_fmt.cleanup_end_label(_fmt.cleanup_of(c)),
                      when(c.get("closed_at"), now))
     if c.get("cleanup_outcome"):
         grid.add_row("cleanup outcome", Text(str(c.get("cleanup_outcome")),
@@ -503,7 +503,7 @@ def cancellation_requested(out: Output, data: Mapping[str, Any]) -> None:
     if closed_now:  # not "5m late": judged by how and when the run closed
         grid.add_row("cleanup deadline", deadline(
             ctx.get("deadline"), now, False, record.get("closed_at"),
-            cleanup=record.get("cleanup_outcome")))
+            cleanup=_fmt.cleanup_of(record)))
     else:
         grid.add_row("cleanup deadline", deadline(ctx.get("deadline"), now, True))
     out.console.print(grid)

@@ -178,7 +178,7 @@ def watch_frame(out: Output, info: Mapping[str, Any], now: datetime) -> Renderab
             lifecycle_badge(cancellation.get("lifecycle")), f" \"{cancellation.get('reason')}\""
             "  cleanup deadline ", deadline(cancellation.get("deadline_at"), now, cleanup_open,
                                             cancellation.get("closed_at"),
-                                            cleanup=cancellation.get("cleanup_outcome"))))
+                                            cleanup=_fmt.cleanup_of(cancellation))))
     for failure in (info.get("failures") or [])[-1:]:
         if isinstance(failure, Mapping):
             grid.add_row("last failure", failure_text(failure, now))

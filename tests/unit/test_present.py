@@ -117,3 +117,27 @@ def test_a_run_no_worker_started_is_not_listed_as_started(capsys: object) -> Non
     # it read "2026-12-06 13:34:45 UTC (21m ago)  21m so far" for a run still queued
     assert "not started, created 2026-12-06 13:34:45 UTC" in shown and "so far" not in shown
     assert "never started" in shown
+
+
+def test_a_deadline_that_expired_before_any_delivery_cut_no_cleanup_short() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    deadline = datetime(2026, 12, 6, 13, 59, 10, tzinfo=UTC)
+    ended = deadline + timedelta(milliseconds=2)
+    # the worker holding the run was SIGKILLed: the request was never delivered,
+    # yet the views said "missed: cleanup cut short by it"
+    never = {"cleanup_outcome": "deadline_expired", "delivered_at": None}
+    outcome = present.cleanup_of(never)
+    assert outcome == "deadline_expired_undelivered"
+    text, state = present.cleanup_deadline_state(deadline, ended, False, ended, outcome)
+    assert text == ("missed: never delivered: no worker ran the run before it, "
+                    "closed 2ms after it") and state == "missed"
+    assert present.cleanup_end_label(outcome) == "closed without cleanup"
+    # a cascade run carries its delivery apart; a delivered one was cut short
+    cut = {"cleanup_outcome": "deadline_expired",
+           "delivery": {"delivered_at": "2026-12-06T13:59:05+00:00"}}
+    assert present.cleanup_of(cut) == "deadline_expired"
+    assert "cut short by it" in present.cleanup_deadline_state(
+        deadline, ended, False, ended, present.cleanup_of(cut))[0]
+    assert present.cleanup_of(None) is None
+    assert present.cleanup_of({"cleanup_outcome": "completed"}) == "completed"

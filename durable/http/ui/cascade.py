@@ -88,6 +88,7 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
             "workflow_type": run.get("workflow_type"), "status": status,
             "lifecycle": run.get("lifecycle") or "not_requested",
             "cleanup_outcome": run.get("cleanup_outcome"), "request": request,
+            "cleanup_judged": _fmt.cleanup_of(run),
             "delivery": delivery, "deadline_at": run.get("deadline_at"),
             "cleanup_closed_at": run.get("cleanup_closed_at"),
             "cleanup_open": is_open(status) and run.get("lifecycle") in (
@@ -113,5 +114,5 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
         "nodes": roots, "run_count": len(runs),
         "any_open": any(is_open(r.get("status")) for r in runs),
         "root_cleanup_closed_at": runs[0].get("cleanup_closed_at") if runs else None,
-        "root_cleanup_outcome": runs[0].get("cleanup_outcome") if runs else None,
+        "root_cleanup_outcome": _fmt.cleanup_of(runs[0]) if runs else None,
     }

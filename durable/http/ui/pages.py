@@ -149,7 +149,7 @@ class WebUI:
             requester_text=_fmt.requester_text, sender_text=_fmt.sender_text,
             boundary_text=views.boundary_text, duration=_fmt.duration, progress_of=_fmt.progress_of,
             cleanup_end_label=_fmt.cleanup_end_label, ancestors_text=_fmt.ancestors_text,
-        )
+            cleanup_of=_fmt.cleanup_of)
 
     # ------------------------------------------------------------ plumbing
 

@@ -266,7 +266,7 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
                                                            "cleaning_up")})
     if isinstance(cancellation, Mapping):
         rows[-1]["ended"] = cancellation.get("closed_at")
-        rows[-1]["cleanup"] = cancellation.get("cleanup_outcome")
+        rows[-1]["cleanup"] = _fmt.cleanup_of(cancellation)
     for row in rows:
         row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
         row.setdefault("ended", run.get("closed_at"))
