@@ -879,6 +879,10 @@ def test_a_terminated_runs_timeouts_are_not_met() -> None:
                                 kind=t["kind"], closed=t["closed"]))
              for t in views.run_timeouts(info)]
     assert "cleanup cut short by terminate" in shown[2], shown
+    # a child's request has no timeout of its own: it keeps its parent's deadline
+    info["cancellation"]["cleanup_timeout_seconds"] = None
+    info["cancellation"]["parent_request_id"] = "r-parent"
+    assert views.run_timeouts(info)[2]["configured"] == "its parent's request's deadline"
     assert "not reached: terminated 9m 58s before it" in shown[1], shown
     assert "not reached: terminated 14m 58s before it" in shown[0], shown
     assert not any("met" in text for text in shown)

@@ -267,6 +267,8 @@ def run_timeouts(info: Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(cancellation, Mapping):
         rows[-1]["ended"] = cancellation.get("closed_at")
         rows[-1]["cleanup"] = _fmt.cleanup_of(cancellation)
+        if rows[-1]["configured"] is None and cancellation.get("parent_request_id"):
+            rows[-1]["configured"] = "its parent's request's deadline"  # was "not set"
     for row in rows:
         row.setdefault("open", bool(info.get("open", is_open(info.get("status")))))
         row.setdefault("ended", run.get("closed_at"))
