@@ -259,9 +259,14 @@ class Failure:
                    details={"unknown_units": keys, "handler": handler})
 
     @classmethod
-    def cleanup_expired(cls, deadline: float | None, workflow_id: str) -> Failure:
+    def cleanup_expired(cls, deadline: float | None, workflow_id: str,
+                        delivered: bool = True) -> Failure:
+        """The cleanup deadline closed the run: its cleanup did not finish or,
+        not `delivered`, never started (no worker took the request in time)."""
+        what = ("did not finish its cleanup" if delivered else
+                "never received its cancellation (no worker ran it)")
         return cls("cancelled",
-                   f"workflow {workflow_id} did not finish its cleanup before the "
+                   f"workflow {workflow_id} {what} before the "
                    "cancellation deadline; its authority is revoked",
                    "durable.WorkflowCancelled", details={
                        "lifecycle": "deadline_expired", "deadline_at": to_iso(deadline)})

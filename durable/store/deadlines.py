@@ -85,7 +85,9 @@ def enforce_expired(
         kind, deadline = expired
         if kind == "cleanup_deadline":
             yield from close_run(tx, run.run_id, RunStatus.CANCELLED, now,
-                                 failure=Failure.cleanup_expired(deadline, run.workflow_id),
+                                 failure=Failure.cleanup_expired(
+                                     deadline, run.workflow_id, delivered=bool(
+                                         (run.cancellation or {}).get("delivered_at"))),
                                  reason="deadline_expired")
         else:
             yield from close_run(tx, run.run_id, RunStatus.TIMED_OUT, now,

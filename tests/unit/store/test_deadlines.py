@@ -90,6 +90,8 @@ async def test_an_expired_cleanup_deadline_cancels_the_run(store: Store) -> None
     assert run.failure is not None and run.failure.get("lifecycle") == "deadline_expired"
     assert run.cancellation is not None
     assert run.cancellation["cleanup_outcome"] == "deadline_expired"
+    # never delivered (no worker): it said "did not finish its cleanup"
+    assert "wf never received its cancellation (no worker ran it)" in str(run.failure), run.failure
 
 
 async def test_enforcing_for_one_run_leaves_the_others(store: Store) -> None:
