@@ -158,7 +158,8 @@ def test_update_changes_what_is_given_and_keeps_the_rest(url: str) -> None:
 
 def test_delete_then_describe_is_not_found_and_a_taken_id_is_refused(url: str) -> None:
     create(url, "doomed")
-    refused = invoke(url, "schedule", "create", "doomed", "cli-greet", "--every", "1h")
+    refused = invoke(url, "schedule", "create", "doomed", "cli-greet", "--every", "1h",
+                     "--input", '["again"]')
     assert refused.exit_code == 4, refused.stderr
     assert "durable: refused:" in one_error_line(refused)
     assert run_json(url, "schedule", "delete", "doomed")["action"] == "deleted"
