@@ -1,10 +1,12 @@
 """Arguments a function does not take, and options of the wrong type, are
-refused at the call that passes them, before anything is recorded.
+refused at the call that passes them, before anything is recorded; so are a
+child's id that storage cannot hold and a predicate that is async.
 
 Before: `client.start(wf, 1, 2)` recorded a run that failed on the worker
 with Python's TypeError; `workflow.execute_activity(act, 1, 2)` scheduled an
 activity whose every attempt failed with it, retried by its policy; a dict
-as options raised AttributeError('dict' object has no attribute 'memo').
+as options raised AttributeError('dict' object has no attribute 'memo'); a
+child id with a NUL was started; an async predicate was always true.
 """
 
 from __future__ import annotations
@@ -39,6 +41,14 @@ async def args_misuse(kind: str) -> object:
         return await workflow.execute_child(args_one, 1, 2, id="args-child")
     if kind == "continue":
         workflow.continue_as_new()
+    if kind == "child id":
+        return await workflow.execute_child(args_one, 1, id="child\x00")
+    if kind == "predicate":
+        async def ready() -> bool:
+            return False
+        return await workflow.wait_condition(ready)
+    if kind == "external id":
+        return await workflow.get_external_handle("x" * 300).signal("go")
     return await workflow.execute_activity(args_double, 1, options={"max_attempts": 1})
 
 
@@ -62,6 +72,9 @@ async def test_a_start_with_arguments_the_workflow_does_not_take_records_nothing
     ("child", r"child workflow 'args_one' takes 1 argument \(x\), got 2"),
     ("continue", r"workflow.continue_as_new\(\) of workflow 'args_misuse' takes 1 argument"),
     ("options", r"workflow.execute_activity\(options=...\) must be a durable.ActivityOptions"),
+    ("child id", r"child workflow id 'child\\x00' contains the control character"),
+    ("predicate", r"wait_condition needs a plain function that says whether to go on"),
+    ("external id", r"workflow id is 300 characters long; at most 255"),
 ])
 async def test_a_workflows_call_with_them_fails_the_run_at_that_call(
     client: durable.Client, make_worker: Any, kind: str, message: str

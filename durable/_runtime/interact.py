@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -65,13 +66,24 @@ def register_handler(ctx: WorkflowContext, kind: str, name: str, fn: Callable[..
 # ---------------------------------------------------------------- condition waits
 
 
+def _not_a_predicate(predicate: Any) -> ConfigurationError:
+    return ConfigurationError(
+        f"wait_condition needs a plain function that says whether to go on, such as "
+        f"`lambda: self.approved`, got {predicate!r}: it is called, never awaited, each time "
+        "the workflow's state may have changed (an async one would always be true)")
+
+
 async def wait_condition(ctx: WorkflowContext, state: TaskState, predicate: Callable[[], Any],
                          timeout: Seconds | None) -> bool:  # noqa: ASYNC109
     """Wait until `predicate()` is true (True) or the timeout passes (False)."""
     seconds = _validate.optional_duration(timeout, "wait_condition timeout")
-    if not callable(predicate):
-        raise TypeError(f"wait_condition needs a callable predicate, got {predicate!r}")
-    if predicate():
+    if not callable(predicate) or inspect.iscoroutinefunction(predicate):
+        raise _not_a_predicate(predicate)
+    now = predicate()
+    if inspect.isawaitable(now):  # a lambda that calls an async function
+        getattr(now, "close", lambda: None)()
+        raise _not_a_predicate(predicate)
+    if now:
         return True
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.CONDITION, "wait_condition")
@@ -328,10 +340,8 @@ class ExternalWorkflowHandle:
     """Another workflow, seen from workflow code (`workflow.get_external_handle`)."""
 
     def __init__(self, workflow_id: str, run_id: str | None = None) -> None:
-        if not isinstance(workflow_id, str) or not workflow_id:
-            raise TypeError(f"a workflow id must be a non-empty string, got {workflow_id!r}")
-        self.workflow_id = workflow_id
-        self.run_id = run_id
+        self.workflow_id = _validate.name(workflow_id, "workflow id")
+        self.run_id = _validate.optional_name(run_id, "run_id")
 
     def __repr__(self) -> str:
         return f"ExternalWorkflowHandle({self.workflow_id!r}, run_id={self.run_id!r})"

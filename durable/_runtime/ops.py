@@ -412,7 +412,7 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
     defn = workflow_defn_of(workflow)
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.CHILD, wf_type)
-    child_id = child_id or f"{ctx.run.workflow_id}/{op_id}"
+    given, child_id = child_id, child_id or f"{ctx.run.workflow_id}/{op_id}"
     hint = defn.return_hint if defn is not None else None
     if record is not None:
         _refuse_taken_id(record)
@@ -432,6 +432,8 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
     go_live(state)
     if defn is not None and defn.arity is not None:
         defn.arity.check(f"child workflow {wf_type!r}", len(args))
+    if given is not None:  # a NUL, 300 characters: refused here, not by storage
+        _validate.name(given, "child workflow id")
     ctx.reserve("child")
     ctx.open_children.add(op_id)
     payload = ctx.encode(list(args), f"the arguments of child workflow {wf_type!r}")
