@@ -41,17 +41,18 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
 def not_an_exception(exc: BaseException, what: str) -> Exception | None:
     """The error a run or an attempt fails with when its code (`what`, e.g.
     "activity 'charge'") raised `exc`, a `BaseException` that is not an
-    `Exception`; None when `exc` must go on: the host's cancellation, or a
+    `Exception`; None when `exc` must go on: the host's cancellation, a
     `KeyboardInterrupt` (the operator's Ctrl-C stops the host; the run or
-    attempt is not failed, and resumes on restart or on another worker).
+    attempt is not failed, and resumes on restart or on another worker), a
+    coroutine's `GeneratorExit`, `workflow.continue_as_new()`'s `ContinueAsNew`.
 
     Left to propagate, the others (`SystemExit`, a class of the code's own)
     ended the worker's task group and the host with it (an activity), or had
     the run handed back and claimed again forever (a workflow)."""
     leaves = leaf_exceptions(exc)
-    cancelled = anyio.get_cancelled_exc_class()
-    if isinstance(exc, Exception) or any(
-            isinstance(leaf, (cancelled, KeyboardInterrupt)) for leaf in leaves):
+    going_on = (anyio.get_cancelled_exc_class(), KeyboardInterrupt, GeneratorExit,
+                errors.ContinueAsNew)  # (a coroutine closed; the engine's own)
+    if isinstance(exc, Exception) or any(isinstance(leaf, going_on) for leaf in leaves):
         return None
     raised = leaves[0] if len(leaves) == 1 else exc
     text = safe_str(raised)
@@ -64,11 +65,16 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
 
 
 def code_error(exc: BaseException, what: str) -> Exception:
-    """The error that code (`what`) raised, to fail its run, attempt or request
-    with: `exc` itself, or `not_an_exception`'s stand-in; a cancellation or a
-    `KeyboardInterrupt` is raised on."""
+    """The error that a handler (`what`) raised, to fail its query, update or
+    run with: `exc` itself, or `not_an_exception`'s stand-in, or for
+    `continue_as_new()` (a handler may not) the error saying so; a
+    cancellation or a `KeyboardInterrupt` is raised on."""
     if isinstance(exc, Exception):
         return exc
+    if isinstance(exc, errors.ContinueAsNew):  # (it had the run claimed again forever)
+        return errors.ConfigurationError(
+            f"{what} called workflow.continue_as_new(): only the workflow's run may; have "
+            "the handler set state that the run waits for, and continue as new there")
     error = not_an_exception(exc, what)
     if error is None:
         raise exc

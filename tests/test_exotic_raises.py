@@ -135,7 +135,13 @@ class ExoticHandlers:
 
     @workflow.signal
     def tell(self, kind: str) -> None:
+        if kind == "continue":
+            workflow.continue_as_new()
         _raise(kind)
+
+    @workflow.update
+    async def renew(self) -> None:
+        workflow.continue_as_new()
 
 
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
@@ -154,3 +160,16 @@ async def test_a_handler_raising_it_fails_its_query_update_or_run(
         assert (await handle.describe())["status"] == "running"
         await handle.signal("tell", kind)  # a signal handler's error fails the run
         await _fails_alone(client, handle, EXPECTED[kind])
+
+
+async def test_a_handler_continuing_as_new_is_told_only_the_run_may(
+    client: durable.Client, make_worker: Any
+) -> None:
+    """Unfixed, the run was claimed again forever (the update's caller timed out)."""
+    message = "called workflow.continue_as_new(): only the workflow's run may"
+    async with make_worker(workflows=[ExoticHandlers, exotic_healthy]):
+        handle = await client.start(ExoticHandlers, id="exotic-handlers-continue")
+        with pytest.raises(durable.UpdateFailed, match=re.escape(message)):
+            await handle.update("renew")
+        await handle.signal("tell", "continue")
+        await _fails_alone(client, handle, message)

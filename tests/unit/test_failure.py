@@ -317,3 +317,30 @@ def test_exception_from_failure_reads_a_stored_dict() -> None:
     data: dict[str, Any] = APP.to_activity_error().failure
     err = exception_from_failure(data)
     assert isinstance(err, ApplicationError) and err.type == "PaymentDeclined"
+
+
+@pytest.mark.anyio
+async def test_what_code_raises_that_is_not_an_exception_fails_it_unless_it_must_go_on(
+) -> None:
+    """`continue_as_new()` raises a BaseException of the engine's own: it is
+    not a failure, in a handler either; nor a cancellation, a Ctrl-C or a
+    coroutine's close (the host's cancellation: tests/test_exotic_raises.py)."""
+    from durable.errors import ContinueAsNew, RaisedNotAnException
+    from durable.failure import code_error, not_an_exception
+
+    class Halt(BaseException):
+        pass
+
+    error = not_an_exception(Halt("stop"), "activity 'a'")
+    assert isinstance(error, RaisedNotAnException)
+    assert str(error).startswith("activity 'a' raised Halt (stop), a BaseException that is not")
+    assert isinstance(error.__cause__, Halt)
+    assert isinstance(not_an_exception(BaseExceptionGroup("g", [SystemExit(2)]), "x"),
+                      RaisedNotAnException)
+    for going_on in (ContinueAsNew(()), KeyboardInterrupt(), GeneratorExit(),
+                     BaseExceptionGroup("g", [ContinueAsNew(())])):
+        assert not_an_exception(going_on, "x") is None
+    for going_on in (KeyboardInterrupt(), GeneratorExit()):
+        with pytest.raises(type(going_on)):
+            code_error(going_on, "x")
+    assert "only the workflow's run may" in str(code_error(ContinueAsNew(()), "x"))
