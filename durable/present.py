@@ -236,6 +236,20 @@ def cleanup_deadline_state(value: datetime, now: datetime, open_: bool,
     return f"{cut}: {when}", "cut"
 
 
+def judged_deadline(value: datetime, now: datetime, open_: bool, ended: datetime | None, *,
+                    cleanup: Any = "", closed: Any = None, kind: str = "") -> tuple[str, str]:
+    """(text, state) for a deadline, judged by what it bounds: a run's by how
+    the run `closed` (`run_deadline_state`), a cancellation's cleanup by its
+    `cleanup` outcome (`cleanup_deadline_state`; "" for none), anything else
+    by when it `ended` (`deadline_state`). The one choice the CLI and the web
+    UI both make, so that they never judge one deadline two ways."""
+    if closed is not None:
+        return run_deadline_state(value, now, open_, ended, closed, kind)
+    if cleanup != "":
+        return cleanup_deadline_state(value, now, open_, ended, cleanup)
+    return deadline_state(value, now, open_, ended)
+
+
 def cleanup_end_label(outcome: Any) -> str:
     """What a cancellation's ``closed_at`` is the instant of: the cleanup's end
     only when the cleanup ran to its end (`CLEANUP_CUT_SHORT`)."""

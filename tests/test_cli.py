@@ -954,22 +954,24 @@ def test_times_are_shown_absolute_and_relative() -> None:
     # a cleanup deadline knows how the cleanup ended: "met" only when the run's
     # own code closed the run; a close that cut the cleanup short, or came
     # before any cleanup ran, says so and when, never "met"
-    deadline, before = later, later.replace(minute=3, second=44)  # closed 28s before it
+    before = later.replace(minute=3, second=44)  # closed 28s before `later`
     state = _fmt.cleanup_deadline_state
-    assert state(deadline, now, False, before, "completed") == ("met, 28s to spare", "met")
-    assert state(deadline, now, False, before, "failed") == ("met, 28s to spare", "met")
-    assert state(deadline, now, False, before, "not_delivered") == (
-        "no cleanup ran: closed 28s before it", "cut")
-    assert state(deadline, now, False, before, "interrupted") == (
-        "cleanup cut short by cancel: closed 28s before it", "cut")
-    assert state(deadline, now, False, before, "terminated") == (
-        "cleanup cut short by terminate: closed 28s before it", "cut")
-    assert state(earlier, now, False, now, "timed_out") == (
-        "cleanup cut short by the run's timeout: closed 3s after it", "cut")
-    assert state(earlier, now, False, now, "deadline_expired") == (
-        "missed: cleanup cut short by it, closed 3s after it", "missed")
-    assert state(earlier, now, False, earlier, "deadline_expired") == (
-        "missed: cleanup cut short by it", "missed")
+    for deadline, ended, outcome, judged in [
+        (later, before, "completed", ("met, 28s to spare", "met")),
+        (later, before, "failed", ("met, 28s to spare", "met")),
+        (later, before, "not_delivered", ("no cleanup ran: closed 28s before it", "cut")),
+        (later, before, "interrupted",
+         ("cleanup cut short by cancel: closed 28s before it", "cut")),
+        (later, before, "terminated",
+         ("cleanup cut short by terminate: closed 28s before it", "cut")),
+        (earlier, now, "timed_out",
+         ("cleanup cut short by the run's timeout: closed 3s after it", "cut")),
+        (earlier, now, "deadline_expired",
+         ("missed: cleanup cut short by it, closed 3s after it", "missed")),
+        (earlier, earlier, "deadline_expired", ("missed: cleanup cut short by it", "missed")),
+    ]:
+        assert state(deadline, now, False, ended, outcome) == judged, outcome
+        assert _fmt.judged_deadline(deadline, now, False, ended, cleanup=outcome) == judged
     assert state(later, now, True, None, None) == ("in 4m 12s", "ahead")  # still open
     assert [_fmt.cleanup_end_label(o) for o in ("completed", "not_delivered", "interrupted")] \
         == ["cleanup finished", "closed without cleanup", "cleanup cut short"]

@@ -89,14 +89,8 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None, *,
     moment = _fmt.instant(value)
     if moment is None:
         return Text("none", style="dim")
-    if closed is not None:
-        text, state = _fmt.run_deadline_state(moment, now, open_, _fmt.instant(ended), closed,
-                                              kind)
-    elif cleanup != "":
-        text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
-                                                  cleanup)
-    else:
-        text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+    text, state = _fmt.judged_deadline(moment, now, open_, _fmt.instant(ended),
+                                       cleanup=cleanup, closed=closed, kind=kind)
     style = {"ahead": "green", "late": "bold red", "passed": "dim", "met": "green",
              "missed": "bold red", "cut": "yellow"}[state]
     return Text.assemble(_fmt.absolute(moment), " ", (f"({text})", style))

@@ -157,14 +157,9 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
     if attempt is not None:
         text, state = _fmt.attempt_deadline_state(moment, now, open_, end, kind,
                                                   attempt.get("timeout_kind"))
-    elif closed is not None:
-        text, state = _fmt.run_deadline_state(moment, now, open_, _fmt.instant(ended), closed,
-                                              kind)
-    elif cleanup != "":
-        text, state = _fmt.cleanup_deadline_state(moment, now, open_, _fmt.instant(ended),
-                                                  cleanup)
     else:
-        text, state = _fmt.deadline_state(moment, now, open_, _fmt.instant(ended))
+        text, state = _fmt.judged_deadline(moment, now, open_, _fmt.instant(ended),
+                                           cleanup=cleanup, closed=closed, kind=kind)
     sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state in (
         "late", "missed", "cut") else ""
     judged = end if closed is None else _fmt.instant(ended)  # what the script must leave
