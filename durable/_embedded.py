@@ -25,7 +25,7 @@ from .errors import (
     WorkflowNotFound,
 )
 from .failure import Failure
-from .store import Store
+from .store import Store, retention
 from .store.records import (
     OPEN_STATUSES,
     HistoryEvent,
@@ -114,10 +114,7 @@ class EmbeddedControl:
         async def closed() -> RunState | None:
             run = await self._run(workflow_id, run_id)
             if run is None:
-                raise WorkflowNotFound(
-                    f"no run {run_id!r} of workflow {workflow_id!r} in namespace "
-                    f"{self.namespace!r}"
-                )
+                raise await self.not_found(workflow_id, run_id)
             return None if run.is_open else _state(run)
 
         state = await self.store.hub.until({Wake.run(run_id).key}, closed, wait)
@@ -125,8 +122,17 @@ class EmbeddedControl:
             return state
         run = await self._run(workflow_id, run_id)
         if run is None:
-            raise WorkflowNotFound(f"no run {run_id!r} of workflow {workflow_id!r}")
+            raise await self.not_found(workflow_id, run_id)
         return _state(run)
+
+    async def not_found(self, workflow_id: str, run_id: str | None) -> WorkflowNotFound:
+        """The error for an id with no run here, saying when retention may have
+        (or, for a schedule's run, did) delete it: a pruned run's id is not
+        told apart from a mistyped one otherwise."""
+        note = await self.store.driver.run(
+            lambda tx: retention.missing_note(self.namespace, workflow_id), write=False)
+        message = _not_found(workflow_id, run_id, self.namespace)
+        return WorkflowNotFound(message if note is None else f"{message}: {note}")
 
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
         return await self.store.describe(self.namespace, workflow_id, run_id,
@@ -138,7 +144,7 @@ class EmbeddedControl:
     ) -> list[HistoryEvent]:
         run = await self._run(workflow_id, run_id)
         if run is None:
-            raise WorkflowNotFound(_not_found(workflow_id, run_id, self.namespace))
+            raise await self.not_found(workflow_id, run_id)
         return await self.store.history(run.run_id, after_sequence, limit)
 
     async def request_cancellation(

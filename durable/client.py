@@ -92,16 +92,13 @@ class WorkflowHandle:
             check_handler_arguments(self._defn, kind, name, len(args))
         return self.client._payload(args, f"the arguments of {kind} {name!r}")
 
-    def _not_found(self) -> WorkflowNotFound:
-        run = f" run {self.run_id!r}" if self.run_id else ""
-        return WorkflowNotFound(
-            f"no workflow {self.workflow_id!r}{run} in namespace {self.client.namespace!r}"
-        )
+    async def _not_found(self) -> WorkflowNotFound:
+        return await self.client.control.not_found(self.workflow_id, self.run_id)
 
     async def _state(self, run_id: str | None) -> RunState:
         state = await self.client.control.run_state(self.workflow_id, run_id)
         if state is None:
-            raise self._not_found()
+            raise await self._not_found()
         return state
 
     async def _target(self) -> str | None:
@@ -141,7 +138,7 @@ class WorkflowHandle:
         """The instance, its run, deadlines, pending operations and failures."""
         info = await self.client.control.describe(self.workflow_id, await self._target())
         if info is None:
-            raise self._not_found()
+            raise await self._not_found()
         return info
 
     async def history(self, *, after_sequence: int = 0,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .errors import WorkflowNotFound
 from .store.records import OPEN_STATUSES, HistoryEvent, StartRequest, StartResult
 
 __all__ = ["ControlPlane", "Page", "RunState"]
@@ -59,6 +60,11 @@ class ControlPlane(Protocol):
 
     async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
         """The run (the current one when `run_id` is None), or None if unknown."""
+        ...
+
+    async def not_found(self, workflow_id: str, run_id: str | None) -> WorkflowNotFound:
+        """The error to raise for an id with no run: it says when retention
+        may have deleted the run (`durable.store.retention.missing_note`)."""
         ...
 
     async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -281,6 +282,22 @@ async def test_a_schedules_fire_whose_run_was_deleted_says_so(
                             for h in range(3)]
     assert {status for _, status in statuses[3:]} == {"deleted"}
     assert (await env.client.get_retention())["pruned"]["runs"] == 21
+    # its id says what became of it, not only that there is no such workflow
+    gone, fired = info["recent"][3]["workflow_id"], re.escape(info["recent"][3]["scheduled_at"])
+    with pytest.raises(durable.WorkflowNotFound, match=(
+            rf"no workflow '{gone}' in namespace 'default': schedule 'hourly' started it "
+            rf"\(its fire at {fired}\) and retention has since "
+            r"deleted it with its history \(a prune or a worker's retention deleted closed "
+            r"runs here; last pass at .*, 21 runs deleted so far\)")):
+        await env.client.get_handle(gone).result()
+
+
+async def test_an_unknown_id_says_nothing_of_retention_where_none_deleted(
+    env: TimeSkippingEnvironment,
+) -> None:
+    with pytest.raises(durable.WorkflowNotFound) as caught:
+        await env.client.get_handle("hourly-20260101T000000Z").describe()
+    assert str(caught.value) == "no workflow 'hourly-20260101T000000Z' in namespace 'default'"
 
 
 async def test_bad_retention_input_is_refused(env: TimeSkippingEnvironment) -> None:

@@ -203,7 +203,7 @@ async def export_history(call: Call) -> tuple[int, Any]:
     control = call.client.control
     state = await control.run_state(wf, run)
     if state is None:
-        raise _not_found(call, wf, run)
+        raise await _not_found(call, wf, run)
     described = await _describe_run(call, wf, state.run_id)
     events: list[dict[str, Any]] = []
     after = 0

@@ -179,6 +179,17 @@ class RemoteControl:
                                    params={"wait": wait}, read_timeout=wait + self.timeout)
         return state_from_wire(data)
 
+    async def not_found(self, workflow_id: str, run_id: str | None) -> WorkflowNotFound:
+        """The server's own answer for the id (it says when retention deleted
+        the run), or a plain one should the run be there after all."""
+        try:
+            await self._call("GET", self._run_path(workflow_id, run_id))
+        except WorkflowNotFound as exc:
+            return exc
+        run = f" run {run_id!r}" if run_id else ""
+        return WorkflowNotFound(f"no workflow {workflow_id!r}{run} in namespace "
+                                f"{self.namespace!r}")
+
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:
         try:
             _, data = await self._call("GET", self._run_path(workflow_id, run_id))

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..clock import to_iso
-from ..errors import WorkflowNotFound
 from .avro import CODEC
 from .errors import VERSION, VERSION_HEADER
 from .model import DURABLE_STATUSES, WIRE_STATUSES
@@ -196,11 +195,10 @@ CASCADE_REPLY: Schema = {"type": "object", "required": ["runs"],
                          "properties": {"runs": {"type": "array"}}}
 
 
-def _run_state_or_404(state: RunState | None, workflow_id: str, run_id: str | None,
-                      namespace: str) -> RunState:
+async def _run_state_or_404(call: Call, workflow_id: str, run_id: str | None) -> RunState:
+    state = await call.client.control.run_state(workflow_id, run_id)
     if state is None:
-        run = f" run {run_id!r}" if run_id else ""
-        raise WorkflowNotFound(f"no workflow {workflow_id!r}{run} in namespace {namespace!r}")
+        raise await call.client.control.not_found(workflow_id, run_id)
     return state
 
 
@@ -211,7 +209,7 @@ async def result(call: Call) -> tuple[int, Any]:
     p = call.params
     wf, run = p["workflowId"], p.get("runId")
     control = call.client.control
-    state = _run_state_or_404(await control.run_state(wf, run), wf, run, call.namespace)
+    state = await _run_state_or_404(call, wf, run)
     wait = min(float(p.get("wait") or 0), call.max_wait)
     if state.is_open and wait > 0:
         state = await control.await_run(wf, state.run_id, wait)

@@ -214,9 +214,8 @@ def _arguments(value: Any, where: str) -> list[Any]:
         raise PayloadRejected(f"{where}: {exc}") from None
 
 
-def _not_found(call: Call, workflow_id: str, run_id: str | None) -> WorkflowNotFound:
-    run = f" run {run_id!r}" if run_id else ""
-    return WorkflowNotFound(f"no workflow {workflow_id!r}{run} in namespace {call.namespace!r}")
+async def _not_found(call: Call, workflow_id: str, run_id: str | None) -> WorkflowNotFound:
+    return await call.client.control.not_found(workflow_id, run_id)
 
 
 # ---------------------------------------------------------------- start
@@ -292,7 +291,7 @@ async def signal_with_start(call: Call) -> tuple[int, Any]:
 async def _describe_run(call: Call, workflow_id: str, run_id: str | None) -> dict[str, Any]:
     found = await model.read_run_description(call.client.control, workflow_id, run_id)
     if found is None:
-        raise _not_found(call, workflow_id, run_id)
+        raise await _not_found(call, workflow_id, run_id)
     return found
 
 
@@ -305,7 +304,7 @@ async def runs(call: Call) -> tuple[int, Any]:
     wf = call.params["workflowId"]
     ids = await call.client.store.run_ids(call.namespace, wf)
     if not ids:
-        raise _not_found(call, wf, None)
+        raise await _not_found(call, wf, None)
     described = [await _describe_run(call, wf, run_id) for run_id in ids]
     return 200, {"workflow_id": wf, "run_count": len(described), "runs": described}
 
@@ -329,7 +328,7 @@ async def history(call: Call) -> tuple[int, Any]:
     control = call.client.control
     state = await control.run_state(wf, run)
     if state is None:
-        raise _not_found(call, wf, run)
+        raise await _not_found(call, wf, run)
     try:
         after = model.decode_token(p.get("next_page_token"))
     except ValueError:
@@ -422,7 +421,7 @@ async def request_cancellation(call: Call) -> tuple[int, Any]:
     control = call.client.control
     state = await control.run_state(wf, run)
     if state is None:
-        raise _not_found(call, wf, run)
+        raise await _not_found(call, wf, run)
     requester = body.get("requester") or {"type": "http", "id": None, "label": call.role}
     cleanup = body.get("cleanup_timeout_seconds")
     accepted, record = await control.request_cancellation(
@@ -469,7 +468,7 @@ async def _close(call: Call, status: str, outcome: str) -> tuple[int, Any]:
     await control.close_run(wf, run, status=status, reason=reason)
     state = await control.run_state(wf, run)
     if state is None:
-        raise _not_found(call, wf, run)
+        raise await _not_found(call, wf, run)
     return 200, {"workflow_id": wf, "run_id": state.run_id, "outcome": outcome,
                  "reason": reason, "request_id": call.body.get("request_id"),
                  **model.status_fields(state.status, None)}

@@ -16,6 +16,7 @@ only those closed before the cutoff; a run that another worker is deleting
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +188,58 @@ def settings(namespace: str) -> Program[dict[str, Any]]:
                 "last_pruned_at": None}
     return {"namespace": namespace, "retention_seconds": row["retention_seconds"],
             "pruned": loads(row["pruned"]) or {}, "last_pruned_at": to_iso(row["last_pruned_at"])}
+
+
+def _fire_of(workflow_id: str) -> tuple[str, float] | None:
+    """The schedule id and fire time a schedule's run id names
+    (`durable.schedules.fire_workflow_id`: ``{schedule_id}-20261024T160000Z``, a
+    trigger's with milliseconds), or None when it is not shaped so."""
+    schedule_id, _, stamp = workflow_id.rpartition("-")
+    if not schedule_id or not stamp.endswith("Z"):
+        return None
+    whole, _, millis = stamp[:-1].partition(".")
+    try:
+        when = datetime.datetime.strptime(whole, "%Y%m%dT%H%M%S").replace(tzinfo=datetime.UTC)
+        fraction = int(millis) / 1000 if millis else 0.0
+    except ValueError:
+        return None
+    return schedule_id, when.timestamp() + fraction
+
+
+def missing_note(namespace: str, workflow_id: str) -> Program[str | None]:
+    """Why the namespace may have no workflow `workflow_id` though it had one:
+    retention deleted it. Certain for a run a schedule started (its fire is
+    still recorded, its run gone); for any other id, what retention deleted here
+    and when, so that the caller can tell a deleted run from a wrong id. None
+    when retention never deleted anything in the namespace."""
+    row = yield q1("SELECT retention_seconds, pruned, last_pruned_at FROM namespace_settings "
+                   "WHERE namespace = ?", namespace)
+    if row is None or row["last_pruned_at"] is None:
+        return None
+    retention = row["retention_seconds"]
+    runs = (loads(row["pruned"]) or {}).get("runs", 0)
+    policy = (f"this namespace deletes runs closed more than {_duration(retention)} ago"
+              if retention else "a prune or a worker's retention deleted closed runs here")
+    last = f"{policy}; last pass at {to_iso(row['last_pruned_at'])}, {runs} runs deleted so far"
+    fire = _fire_of(workflow_id)
+    if fire is not None:
+        found = yield q1("SELECT scheduled_at FROM schedule_fires WHERE namespace = ? AND "
+                         "schedule_id = ? AND scheduled_at = ? AND workflow_id = ?",
+                         namespace, fire[0], fire[1], workflow_id)
+        if found is not None:
+            return (f"schedule {fire[0]!r} started it (its fire at "
+                    f"{to_iso(found['scheduled_at'])}) and retention has since deleted it "
+                    f"with its history ({last})")
+    return (f"if it existed, retention may have deleted it with its history once it closed "
+            f"({last}); otherwise check the id")
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` as a retention reads: ``30d``, ``12h``, ``90s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def vacuum(tx: Tx) -> Program[None]:
