@@ -56,7 +56,8 @@ class EmbeddedSchedules:
                                          self.clock.now())
 
     async def describe(self, schedule_id: str) -> dict[str, Any]:
-        info = await self.store.describe_schedule(self.namespace, schedule_id)
+        info = await self.store.describe_schedule(self.namespace, schedule_id,
+                                                 self.clock.now())
         if info is None:
             raise ScheduleNotFound(
                 f"no schedule {schedule_id!r} in namespace {self.namespace!r}")
@@ -67,7 +68,7 @@ class EmbeddedSchedules:
                    query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         items, last = await self.store.list_schedules(
             self.namespace, limit, decode_schedule_cursor(cursor) if cursor else None,
-            paused=paused, workflow_type=workflow_type, id_contains=query)
+            paused=paused, workflow_type=workflow_type, id_contains=query, now=self.clock.now())
         return items, encode_schedule_cursor(last) if last is not None else None
 
     async def pause(self, schedule_id: str, note: str | None) -> None:

@@ -9,14 +9,21 @@ a test runs: every fire is a trigger or a backfill the test asks for. Every
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from cli_app import greet
 from click.testing import Result
 from test_cli import ThreadWorker, as_json, invoke, ok, one_error_line
+
+from durable import ScheduleSpec
+from durable.testing import TimeSkippingEnvironment
 
 NEVER = "0 2 1 1 *"  # 02:00 on 1 January: not while a test runs
 
@@ -235,3 +242,30 @@ def test_schedule_help_lists_every_subcommand() -> None:
     for name in ("create", "list", "describe", "pause", "resume", "trigger", "backfill",
                  "update", "delete"):
         assert re.search(rf"^\s+{name}\s", out, flags=re.M), out
+
+
+def test_a_schedule_no_worker_fired_reads_overdue_with_what_a_worker_would_skip(
+        tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'idle.db'}"
+    # created a day ago (a virtual clock set back), and no worker ran since
+    created = time.time() - 86400
+
+    async def make() -> None:
+        async with TimeSkippingEnvironment(db, start=created) as env:
+            await env.client.create_schedule("hourly", ScheduleSpec(every=3600), greet, "x")
+
+    anyio.run(make)
+    human = " ".join(ok(db, "schedule", "describe", "hourly").stdout.split())
+    first = dt.datetime.fromtimestamp((created // 3600 + 1) * 3600, dt.UTC)
+    assert (f"overdue due since {first:%Y-%m-%d %H:%M:%S} UTC (" in human
+            and "ago) and not fired: no live worker of its namespace runs, and workers fire "
+                "schedules (start one);" in human
+            and "fire time(s) are past the catch-up window (3600s (1h 00m)): a worker counts "
+                "them as skipped (reason catchup_window), `backfill` makes them up" in human
+            ), human
+    info = run_json(db, "schedule", "describe", "hourly")
+    # its next fires start with the one a worker back now would still start
+    assert dt.datetime.fromisoformat(info["next_fires"][0]).timestamp() > time.time() - 7200
+    assert info["overdue"]["missed"] >= 21 and info["overdue"]["live_workers"] == 0
+    listed = " ".join(ok(db, "schedule", "list").stdout.split())
+    assert f"active overdue {first:%Y-%m-%d %H:%M:%S} UTC" in listed, listed

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 import durable
-from durable import Overlap, ScheduleSpec, workflow
+from durable import Overlap, ScheduleSpec, present, workflow
 from durable.schedules import jitter_delay
 from durable.testing import TimeSkippingEnvironment
 
@@ -280,7 +280,22 @@ async def test_missed_fires_inside_the_catchup_window_start_on_return(
         "catchup", ScheduleSpec(every=60), note, "c", overlap=Overlap.ALLOW_ALL,
         catchup_window=150)
     await env.sleep(600)  # no worker for ten minutes
-    assert (await handle.describe())["fires_count"] == 0
+    idle = await handle.describe()
+    assert idle["fires_count"] == 0
+    # the view says it is overdue, why, and which fires a worker back now skips;
+    # its next fires are those such a worker would still start, not 00:01 .. 00:05
+    assert idle["overdue"] == {"since": at("2026-01-01T00:01"), "late_seconds": 540.0,
+                               "missed": 7, "missed_at_least": False,
+                               "catchup_window": 150.0, "live_workers": 0}
+    assert idle["overdue_since"] == at("2026-01-01T00:01")
+    assert idle["next_fires"] == [at(f"2026-01-01T00:{m:02d}") for m in range(8, 13)]
+    shown = present.schedule_overdue(idle["overdue"])
+    assert shown == ("due since 2026-01-01 00:01:00 UTC (9m ago) and not fired: no live "
+                     "worker of its namespace runs, and workers fire schedules (start one); "
+                     "7 fire time(s) are past the catch-up window (150s (2m 30s)): a worker "
+                     "counts them as skipped (reason catchup_window), `backfill` makes them up")
+    [listed] = await env.client.list_schedules()
+    assert listed["overdue_since"] == at("2026-01-01T00:01")
     async with env.worker(workflows=[note]):
         await env.sleep(0)
         info = await handle.describe()
@@ -289,6 +304,11 @@ async def test_missed_fires_inside_the_catchup_window_start_on_return(
     assert started == [at("2026-01-01T00:08"), at("2026-01-01T00:09"), at("2026-01-01T00:10")]
     assert info["skipped_count"] == 7 and info["last_skip_reason"] == "catchup_window"
     assert info["next_fire_at"] == at("2026-01-01T00:11")
+    assert info["overdue"] is None and info["overdue_since"] is None
+    paused = await env.client.create_schedule("paused", ScheduleSpec(every=60), note, "p",
+                                              paused=True)
+    await env.sleep(600)  # a paused schedule is not overdue: nothing is due
+    assert (await paused.describe())["overdue"] is None
 
 
 async def test_backfill_fires_each_past_fire_time_once(env: TimeSkippingEnvironment) -> None:

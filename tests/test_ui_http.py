@@ -30,6 +30,7 @@ from durable import activity, workflow
 from durable.http import create_app
 from durable.http.ui import cascade, views
 from durable.http.ui.session import COOKIE_NAME, SessionCodec, session_key
+from durable.testing import TimeSkippingEnvironment
 
 pytestmark = pytest.mark.anyio
 
@@ -963,3 +964,29 @@ def test_the_cascade_tree_nests_children_under_their_parents() -> None:
     b = tree["nodes"][0]["children"][0]
     assert b["policy"] == "parent_close:terminate" and b["node"]["workflow_id"] == "b"
     assert b["node"]["children"][0]["node"]["workflow_id"] == "c"
+
+
+@workflow.defn(name="ui-idle-greet")
+async def idle_greet(name: str) -> str:
+    return name
+
+
+async def test_a_schedule_no_worker_fired_reads_overdue_on_its_pages(tmp_path: Path) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    async with TimeSkippingEnvironment(f"sqlite:///{tmp_path / 'idle.db'}",
+                                       start=start.timestamp()) as env:
+        await env.client.create_schedule("idle", durable.ScheduleSpec(every=600), idle_greet,
+                                         "x", catchup_window=900)
+        await env.sleep(3600)  # no worker for an hour: four fires past their window
+        transport = httpx.ASGITransport(app=_app(env.client), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+            ui = Browserless(http, env.client)
+            await ui.login(VIEWER)
+            listed = (await http.get("/ui/schedules")).text
+            assert 'data-overdue="2026-01-01T00:10:00+00:00">overdue</strong>' in listed, listed
+            page = (await http.get("/ui/schedule?id=idle")).text
+    shown = re.search(r'id="overdue">(.*?)</td>', page, re.S)
+    assert shown is not None, page
+    assert ("due since 2026-01-01 00:10:00 UTC (50m ago) and not fired: no live worker of "
+            "its namespace runs, and workers fire schedules (start one); 4 fire time(s) are "
+            "past the catch-up window (900s (15m))") in " ".join(shown.group(1).split())

@@ -469,13 +469,20 @@ def _list_view(out: Output, data: Mapping[str, Any]) -> None:
             last_run = _fire_outcome(last)
         table.add_row(Text(str(s.get("schedule_id"))), Text(str(s.get("workflow_type"))),
                       Text(_when_text(s.get("spec") or {})), str(s.get("overlap")),
-                      _paused_text(s), when(s.get("next_fire_at"), now),
+                      _paused_text(s), _next_fire(s, now),
                       when(last.get("scheduled_at"), now), last_run,
                       str(s.get("fires_count", 0)), str(s.get("skipped_count", 0)))
     out.console.print(table)
     if following:
         out.console.print(Text(f"More: durable schedule list --cursor {following} "
                                "(with the same filters)", style="dim"))
+
+
+def _next_fire(s: Mapping[str, Any], now: datetime.datetime) -> Text:
+    """A list row's next fire; an overdue one says so (no worker fires it)."""
+    if not s.get("overdue_since"):
+        return when(s.get("next_fire_at"), now)
+    return Text.assemble(("overdue ", "bold red"), when(s.get("overdue_since"), now))
 
 
 def _describe_view(out: Output, info: Mapping[str, Any]) -> None:
@@ -512,6 +519,9 @@ def _describe_view(out: Output, info: Mapping[str, Any]) -> None:
     if info.get("last_skip_reason"):
         grid.add_row("last skip", Text.assemble(
             when(info.get("last_skipped_at"), now), f"  {info['last_skip_reason']}"))
+    overdue = _fmt.schedule_overdue(info.get("overdue"))
+    if overdue:
+        grid.add_row("overdue", Text(overdue, style="bold red"))
     next_fires = [f for f in info.get("next_fires") or [] if f]
     grid.add_row("next fires", Text("\n".join(
         f"{_fmt.absolute(t)}" for t in (_fmt.instant(f) for f in next_fires) if t)

@@ -512,23 +512,23 @@ class Store:
         await self.driver.run(lambda tx: schedules.create(tx, namespace, schedule_id,
                                                           definition, now))
 
-    async def describe_schedule(self, namespace: str,
-                                schedule_id: str) -> dict[str, Any] | None:
+    async def describe_schedule(self, namespace: str, schedule_id: str,
+                                now: float) -> dict[str, Any] | None:
         """A schedule, its next fires and its recent fires with their runs' status."""
-        return await self.driver.run(lambda tx: schedule_reads.describe(namespace, schedule_id),
-                                     write=False)
+        return await self.driver.run(
+            lambda tx: schedule_reads.describe(namespace, schedule_id, now), write=False)
 
     async def list_schedules(
         self, namespace: str, limit: int, after: str | None = None, *,
         paused: bool | None = None, workflow_type: str | None = None,
-        id_contains: str | None = None,
+        id_contains: str | None = None, now: float,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """A page of schedule summaries by id, with their last fire, and the id the
         next page starts after (None on the last)."""
         return await self.driver.run(
             lambda tx: schedule_reads.list_schedules(
                 namespace, limit, after, paused=paused, workflow_type=workflow_type,
-                id_contains=id_contains), write=False)
+                id_contains=id_contains, now=now), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:

@@ -20,13 +20,15 @@ from .schedules import (
     SCHEDULE_COLUMNS,
     FireRecord,
     ScheduleRecord,
+    _due,
     _fire,
     _fire_view,
     schedule_from_row,
 )
 
 
-def describe(namespace: str, schedule_id: str) -> Program[dict[str, Any] | None]:
+def describe(namespace: str, schedule_id: str,
+             now: float) -> Program[dict[str, Any] | None]:
     """The schedule as `ScheduleHandle.describe()` documents it, or None."""
     row = yield q1(f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE namespace = ? AND "
                    "schedule_id = ?", namespace, schedule_id)
@@ -52,8 +54,14 @@ def describe(namespace: str, schedule_id: str) -> Program[dict[str, Any] | None]
             running.append(fire.workflow_id)
         if len(recent) < RECENT_KEPT:
             recent.append(view)
-    return dict(_summary(s), running=running, buffered=buffered[::-1], recent=recent,
-                next_fires=_next_fires(s), jitter=s.jitter, catchup_window=s.catchup_window,
+    overdue = None
+    if _overdue_since(s, now) is not None:
+        live = yield q1("SELECT count(*) AS n FROM workers WHERE namespace = ? AND "
+                        "stopped_at IS NULL AND expires_at >= ?", namespace, now)
+        overdue = dict(_overdue(s, now), live_workers=int(live["n"]))
+    return dict(_summary(s, now), running=running, buffered=buffered[::-1], recent=recent,
+                next_fires=_next_fires(s, now), overdue=overdue, jitter=s.jitter,
+                catchup_window=s.catchup_window,
                 max_runs=s.max_runs, task_queue=s.task_queue,
                 execution_timeout=s.start_options.get("execution_timeout"),
                 run_timeout=s.start_options.get("run_timeout"),
@@ -69,9 +77,56 @@ def _run_status(fire: FireRecord, instance_status: str | None) -> str | None:
     return instance_status if instance_status is not None else "deleted"
 
 
-def _next_fires(s: ScheduleRecord) -> list[str | None]:
+#: how long past its due time a fire may wait for the scheduler before the
+#: views call it overdue (a scheduler fires at its due time; a describe in the
+#: same instant is not told a worker is missing)
+OVERDUE_AFTER = 5.0
+#: fire times an overdue schedule's view counts at most (a schedule every
+#: second with no worker for a week: "at least 10000")
+COUNT_AT_MOST = 10_000
+
+
+def _overdue_since(s: ScheduleRecord, now: float) -> float | None:
+    """The due time of the schedule's next fire when it passed more than
+    OVERDUE_AFTER ago unfired (no worker of the namespace fires schedules), else None."""
+    if s.paused or s.due_at is None or now - s.due_at <= OVERDUE_AFTER:
+        return None
+    return s.due_at
+
+
+def _missed(s: ScheduleRecord, at: float, now: float) -> bool:
+    """A fire at `at` that a worker getting to it now would count as skipped
+    (`catchup_window`), as `durable.store.schedules.Firing.advance` does."""
+    due = _due(s, at)
+    return due is not None and now - due > s.catchup_window
+
+
+def _overdue(s: ScheduleRecord, now: float) -> dict[str, Any]:
+    """An overdue schedule: since when, how late, and how many of its fire
+    times are already past its catch-up window (they count as skipped when a
+    worker gets to them; `backfill` makes them up)."""
+    since = _overdue_since(s, now)
+    assert since is not None
+    missed, at = 0, s.next_fire_at
+    while at is not None and missed < COUNT_AT_MOST and _missed(s, at, now):
+        missed += 1
+        at = s.spec.next_after(at)
+    return {"since": to_iso(since), "late_seconds": now - since, "missed": missed,
+            "missed_at_least": missed >= COUNT_AT_MOST,
+            "catchup_window": s.catchup_window}
+
+
+def _next_fires(s: ScheduleRecord, now: float) -> list[str | None]:
+    """The fire times to come: an overdue schedule's first ones are those a
+    worker back now would still start (within the catch-up window), not those
+    it would count as skipped."""
     out: list[str | None] = []
     at = s.next_fire_at
+    if at is not None and _missed(s, at, now):
+        # past the window: from the first fire time a worker back now would start
+        at = s.spec.next_after(now - s.catchup_window - s.jitter - 1.0)
+        while at is not None and _missed(s, at, now):
+            at = s.spec.next_after(at)
     left = NEXT_FIRES if s.remaining_actions is None else min(NEXT_FIRES, s.remaining_actions)
     while at is not None and len(out) < left:
         out.append(to_iso(at))
@@ -79,20 +134,20 @@ def _next_fires(s: ScheduleRecord) -> list[str | None]:
     return out
 
 
-def _summary(s: ScheduleRecord) -> dict[str, Any]:
+def _summary(s: ScheduleRecord, now: float) -> dict[str, Any]:
     return {
         "schedule_id": s.schedule_id, "namespace": s.namespace,
         "workflow_type": s.workflow_type, "spec": s.spec.to_dict(), "overlap": s.overlap,
         "paused": s.paused, "note": s.note, "next_fire_at": to_iso(s.next_fire_at),
         "last_fired_at": to_iso(s.last_fired_at), "fires_count": s.fires_count,
         "skipped_count": s.skipped_count, "remaining_actions": s.remaining_actions,
-        "buffered_count": s.buffered,
+        "buffered_count": s.buffered, "overdue_since": to_iso(_overdue_since(s, now)),
     }
 
 
 def list_schedules(
     namespace: str, limit: int, after: str | None, *, paused: bool | None = None,
-    workflow_type: str | None = None, id_contains: str | None = None,
+    workflow_type: str | None = None, id_contains: str | None = None, now: float,
 ) -> Program[tuple[list[dict[str, Any]], str | None]]:
     """One page of summaries by schedule id (those after `after`: keyset paging,
     stable while schedules come and go), each with its last fire and that
@@ -131,6 +186,6 @@ def list_schedules(
                     "run_id": row["last_run_id"],
                     "status": (row["last_status"] or "deleted")
                     if row["last_outcome"] == "started" else None}
-        out.append(dict(_summary(s), last_fire=last))
+        out.append(dict(_summary(s, now), last_fire=last))
     return out, (out[-1]["schedule_id"] if more else None)
 
