@@ -358,7 +358,31 @@ _WAIT_KINDS = {"timer": "timer", "condition": "condition", "child": "child",
                "activity": "activity", "activity_worker": "activity",
                "worker": "workflow-task", "queue_slot": "workflow-task",
                "key_slot": "workflow-task", "rate": "workflow-task",
-               "review": "workflow-task"}
+               "review": "workflow-task", "build": "workflow-task"}
+
+
+def blocked_text(blocked: Mapping[str, Any]) -> str:
+    """describe()["blocked"] in words, one place for the CLI and the web UI: the
+    builds that cannot take the run, the last one's first diverging op, and
+    who continues it."""
+    last = str(blocked.get("build_id"))
+    refused = [str(b) for b in blocked.get("build_ids") or [last]]
+    which = (f"build {last}" if refused == [last]
+             else "builds " + ", ".join(refused) + f" (build {last}, the last to try)")
+    divergence = str(blocked.get("divergence") or "").rstrip(". ")
+    return (f"{which} cannot take it: {divergence}. A worker of a build that replays it "
+            "(the old one, or a patched one) continues it")
+
+
+def build_wait_text(waiting: Mapping[str, Any]) -> str:
+    """A blocked run's wait (``waiting_for`` kind ``build``), in words: every
+    live worker that could take it is of a build that cannot replay it."""
+    refused = [str(b) for b in waiting.get("refused_builds") or []]
+    which = f"build {refused[0]}" if len(refused) == 1 else "builds " + ", ".join(refused)
+    return (f"a worker of a build that replays it: the {waiting.get('live_workers')} live "
+            f"worker(s) of queue {waiting.get('queue')} that register "
+            f"{waiting.get('workflow_type')} are of {which}, which cannot (see blocked); "
+            "start a worker of the old build or of a patched one")
 
 
 def ancestors_text(waiting: Mapping[str, Any]) -> str:
@@ -414,6 +438,8 @@ def wait_of(waiting: Any) -> tuple[str | None, str | None]:
                   f"(next start at {w('next_start_at')})")
     elif kind == "review":
         reason = f"Waiting for a person to review it: {w('hint')}"
+    elif kind == "build":
+        reason = "Workflow task waiting for " + build_wait_text(waiting)
     else:
         reason = compact(dict(waiting), 120)
     return _WAIT_KINDS.get(kind, kind), reason

@@ -115,6 +115,13 @@ with isolated_definitions():  # v2 changes the order of two ops runs in flight r
             return done
 
 
+with isolated_definitions():  # v3 changes it again, differently: it replays no run of v1
+
+    @workflow.defn(name="bd_order")
+    async def order_v3(x: str) -> list[str]:
+        return [await workflow.execute_activity(step_c, x)]
+
+
 V1 = [OrderV1, PatchedV1]
 V2 = [OrderV2, PatchedV2]
 #: what `durable check-upgrade --worker test_builds:V2_WORKER` loads
@@ -276,3 +283,58 @@ async def _last_build(handle: durable.WorkflowHandle[Any], build: str) -> bool:
 async def _owned_by(handles: list[durable.WorkflowHandle[Any]], worker_id: str) -> bool:
     owners = [(await h.describe())["run"]["owner"] for h in handles]
     return owners == [worker_id] * len(handles)
+
+
+async def test_two_builds_that_both_refuse_a_run_leave_it_to_a_third(
+        storage: durable.Client) -> None:
+    """v2 and v3 both cannot replay runs v1 started, and v1 is gone. Each
+    refuses each run once; then neither takes it again (before, the refusal
+    of one build replaced the other's, and the two took the runs from each
+    other in turn without end: hundreds of replays and `run_blocked`
+    warnings a second). describe() names both builds, waits for a worker of
+    a build that replays it, and the metrics count the run for both."""
+    async with worker(storage, V1, "v1"):
+        runs = [await storage.start(OrderV1, f"t{i}", id=f"bd-t{i}") for i in range(2)]
+        for handle in runs:
+            await until(lambda h=handle: waiting(h), "v1 ran the run to its wait")
+
+    async def refused_by(builds: list[str]) -> bool:
+        infos = [await h.describe() for h in runs]
+        return all(i["blocked"] is not None and i["blocked"]["build_ids"] == builds
+                   for i in infos)
+
+    async with worker(storage, V2, "v2") as second:
+        await until(lambda: refused_by(["v2"]), "v2 refused the runs")
+        async with worker(storage, [order_v3], "v3") as third:
+            await until(lambda: refused_by(["v2", "v3"]), "v3 refused them too")
+            for _ in range(3):  # neither takes them again, however often it claims
+                await second.runs.claim_now()
+                await third.runs.claim_now()
+            assert (second.gate.blocked, third.gate.blocked) == (2, 2)
+            assert (second.gate.checks, third.gate.checks) == (2, 2)
+            info = await runs[0].describe()
+            assert info["blocked"]["build_id"] == "v3" and info["run"]["owner"] is None
+            assert info["status"] == "running" and info["run"]["last_build"] == "v1"
+            assert info["waiting_for"] == {
+                "kind": "build", "queue": "default", "workflow_type": "bd_order",
+                "refused_builds": ["v2", "v3"], "live_workers": 2}
+            from durable.present import blocked_text, wait_of
+
+            kind, reason = wait_of(info["waiting_for"])
+            assert kind == "workflow-task" and reason is not None
+            assert "are of builds v2, v3, which cannot (see blocked)" in reason
+            assert blocked_text(info["blocked"]).startswith(
+                "builds v2, v3 (build v3, the last to try) cannot take it: workflow bd_order")
+            from durable.http.metrics import Metrics
+
+            text, _ = await Metrics(storage.store).render()
+            lines = [x for x in text.decode().splitlines()
+                     if x.startswith("durable_runs_blocked")]
+            assert sorted(lines) == [
+                'durable_runs_blocked{build_id="v2",namespace="default"} 2.0',
+                'durable_runs_blocked{build_id="v3",namespace="default"} 2.0'], lines
+        # the old build comes back: it takes them and finishes them
+        async with worker(storage, V1, "v1"):
+            for handle in runs:
+                await handle.signal("proceed")
+            assert [await h.result() for h in runs] == [["a:t0", "b:t0"], ["a:t1", "b:t1"]]

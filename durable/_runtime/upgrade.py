@@ -35,7 +35,7 @@ import anyio
 from .._registry import WorkflowDefn
 from ..converter import PayloadConverter
 from ..options import Limits
-from ..store.records import ClaimedRun, InboxItem, OpRecord, RunRecord
+from ..store.records import ClaimedRun, InboxItem, OpRecord, RunRecord, refused_builds
 from .replay import NoStorage, replay_run
 from .serving import ServingWorker
 
@@ -188,12 +188,13 @@ class UpgradeGate:
             if divergence is None:
                 if await worker.store.take_for_build(run.run_id, run.epoch, build):
                     run.last_build, run.blocked_build, run.blocked_divergence = build, None, None
+                    run.blocked_builds = None
                     run.started_build = run.started_build or build
                     done = True
                     start(claimed)
                 return
             done = await worker.store.block_run(run.run_id, run.epoch, worker.worker_id, build,
-                                                divergence)
+                                                divergence, refused_builds(run.blocked_builds))
             if done:
                 self.blocked += 1
                 worker.log.warning("run_blocked", run_id=run.run_id,

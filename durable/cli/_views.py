@@ -272,10 +272,7 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
                                    f"taken by {run.get('last_build') or 'none'}"))
     blocked = info.get("blocked")
     if isinstance(blocked, Mapping):
-        grid.add_row("blocked", Text(
-            f"build {blocked.get('build_id')} cannot take it: {blocked.get('divergence')}; a "
-            "worker of a build that replays it (the old one, or a patched one) continues it",
-            style="bold yellow"))
+        grid.add_row("blocked", Text(_fmt.blocked_text(blocked), style="bold yellow"))
     parts: list[RenderableType] = [title, grid]
     pending = info.get("pending_operations") or []
     if pending:

@@ -85,6 +85,8 @@ def waiting_text(waiting: Any, now: datetime, holder: Any = None) -> Text:
         text.append(")")
     elif kind == "review":
         text.append(f"a person to review it: {waiting.get('hint')}", style="bold red")
+    elif kind == "build":
+        text.append(_fmt.build_wait_text(waiting), style="bold yellow")
     else:
         text.append(_fmt.compact(dict(waiting), 120))
     return text

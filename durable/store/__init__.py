@@ -170,10 +170,10 @@ class Store:
         return await self.driver.run(lambda tx: claims.take_for_build(tx, run_id, epoch, build_id))
 
     async def block_run(self, run_id: str, epoch: int, worker_id: str, build_id: str,
-                        divergence: str) -> bool:
-        """Hand back a claimed run `build_id` cannot replay, saying where it diverges."""
-        return await self.driver.run(
-            lambda tx: claims.block_run(tx, run_id, epoch, worker_id, build_id, divergence))
+                        divergence: str, refused: list[str]) -> bool:
+        """Hand back a claimed run `build_id` cannot replay (nor `refused`)."""
+        return await self.driver.run(lambda tx: claims.block_run(
+            tx, run_id, epoch, worker_id, build_id, divergence, refused))
 
     async def renew_leases(
         self, worker_id: str, run_ids: list[str], lease_seconds: float, now: float

@@ -27,6 +27,8 @@ from .records import (
     earliest,
     op_from_row,
     open_status_sql,
+    refusal_needle,
+    refusal_text,
     run_from_row,
 )
 from .returning import update_one_returning, update_returning
@@ -118,7 +120,10 @@ def claim_runs(
     records the claiming worker's build as the one that started it and last
     took it; a later claim by another build leaves both alone (the worker
     records itself once the run's history replayed against its code). Runs
-    `build_id` already failed to replay (``blocked_build``) are not taken.
+    `build_id` already failed to replay (``blocked_builds``: every build that
+    refused the run, not only the last, or two builds that both refuse it
+    would take it from each other in turn, replaying it without end) are not
+    taken.
 
     Where the dialect has writable CTEs (PostgreSQL) and the queue is not
     known to be `limited`, the claim and the workflows' status are ONE
@@ -135,9 +140,11 @@ def claim_runs(
     if limit <= 0 or not types:
         return Claimed()
     ready_sql = (f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))}) "
-                 "AND (blocked_build IS NULL OR blocked_build <> ?) ")
+                 "AND (blocked_build IS NULL OR blocked_build <> ?) "
+                 "AND (blocked_builds IS NULL OR REPLACE(blocked_builds, ?, '') = blocked_builds) ")
     # no build is never a blocked build ('' is refused as a build id)
-    ready_params = (namespace, task_queue, now, now, *types, build_id or "")
+    ready_params = (namespace, task_queue, now, now, *types, build_id or "",
+                    refusal_needle(build_id))
     counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
                                           now, "workflow_types")
     # the builds first: some databases evaluate SET assignments left to right,
@@ -349,21 +356,25 @@ def take_for_build(tx: Tx, run_id: str, epoch: int, build_id: str) -> Program[bo
     (a compatible worker took it). False: the claim was lost meanwhile."""
     row = yield from update_one_returning(
         tx.dialect, "runs", "last_build = ?, started_build = COALESCE(started_build, ?), "
-        "blocked_build = NULL, blocked_divergence = NULL", (build_id, build_id),
+        "blocked_build = NULL, blocked_divergence = NULL, blocked_builds = NULL",
+        (build_id, build_id),
         f"run_id = ? AND epoch = ? AND {open_status_sql()}", (run_id, epoch), "run_id",
         key="run_id", value=run_id)
     return row is not None
 
 
 def block_run(tx: Tx, run_id: str, epoch: int, worker_id: str, build_id: str,
-              divergence: str) -> Program[bool]:
+              divergence: str, refused: list[str]) -> Program[bool]:
     """A worker of `build_id` claimed a run its code does not replay: record why
     (describe()["blocked"]) and hand the run back untouched, so a worker of a
-    build that replays it takes it; workers of `build_id` no longer claim it.
-    Nothing else changes: the run is not failed, its history gets nothing."""
+    build that replays it takes it; workers of `build_id` no longer claim it,
+    nor do those of the builds that refused it before (`refused`, as the
+    claim read them: the claim's epoch fences this write). Nothing else
+    changes: the run is not failed, its history gets nothing."""
+    builds = [b for b in refused if b != build_id] + [build_id]
     row = yield from update_one_returning(
-        tx.dialect, "runs", "blocked_build = ?, blocked_divergence = ?, owner = NULL, "
-        "lease_expires_at = NULL", (build_id, divergence),
+        tx.dialect, "runs", "blocked_build = ?, blocked_divergence = ?, blocked_builds = ?, "
+        "owner = NULL, lease_expires_at = NULL", (build_id, divergence, refusal_text(builds)),
         "run_id = ? AND epoch = ? AND owner = ?", (run_id, epoch, worker_id),
         "namespace, task_queue", key="run_id", value=run_id)
     if row is None:

@@ -19,6 +19,7 @@ from .records import (
     RunRecord,
     StorageSnapshot,
     loads,
+    refused_builds,
 )
 from .runs import get_run
 
@@ -205,11 +206,21 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
             if held:
                 waiting["held_by_ancestors"] = held
         return waiting
-    serving = yield q("SELECT workflow_types FROM workers WHERE namespace = ? AND task_queue = ? "
-                      "AND expires_at >= ?", run.namespace, run.task_queue, now)
-    if not any(run.workflow_type in json.loads(w["workflow_types"]) for w in serving):
+    serving = yield q("SELECT workflow_types, build_id FROM workers WHERE namespace = ? "
+                      "AND task_queue = ? AND expires_at >= ?", run.namespace, run.task_queue,
+                      now)
+    takers = [w for w in serving if run.workflow_type in json.loads(w["workflow_types"])]
+    if not takers:
         return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
                 "live_workers": len(serving)}
+    if run.blocked_build is not None:
+        # every live worker that registers the type is of a build that refused
+        # the run (the upgrade gate): none of them takes it, whatever arrives
+        refused = refused_builds(run.blocked_builds) or [run.blocked_build]
+        if all(w["build_id"] in refused for w in takers):
+            return {"kind": "build", "queue": run.task_queue,
+                    "workflow_type": run.workflow_type, "refused_builds": refused,
+                    "live_workers": len(takers)}
     return None
 
 
@@ -284,13 +295,16 @@ def _waiting_on(run: RunRecord, pending: list[dict[str, Any]],
     return None
 
 
-def blocked(run: RunRecord) -> dict[str, str] | None:
-    """describe()["blocked"]: the build that cannot take this open run (its code
-    does not replay the run's history) and the first diverging op; None when no
-    build was refused, or the run closed (nothing is left to take)."""
+def blocked(run: RunRecord) -> dict[str, Any] | None:
+    """describe()["blocked"]: the build that last found it cannot take this
+    open run (its code does not replay the run's history), the first diverging
+    op, and every build that refused it (``build_ids``: none of them takes it
+    again); None when no build was refused, or the run closed (nothing is
+    left to take)."""
     if run.blocked_build is None or not run.is_open:
         return None
-    return {"build_id": run.blocked_build, "divergence": run.blocked_divergence or ""}
+    return {"build_id": run.blocked_build, "divergence": run.blocked_divergence or "",
+            "build_ids": refused_builds(run.blocked_builds) or [run.blocked_build]}
 
 
 def _reason(run: RunRecord, status: str) -> str | None:
@@ -453,10 +467,14 @@ def observe(
         key = (str(r["namespace"]), str(loads(r["cancellation"]).get("lifecycle")))
         cancellations[key] = cancellations.get(key, 0) + 1
     blocked: dict[tuple[str, str], int] = {}
-    for r in (yield q("SELECT namespace, blocked_build, COUNT(*) AS n FROM runs WHERE status "
-                      f"IN {OPEN_SQL} AND blocked_build IS NOT NULL "
-                      "GROUP BY namespace, blocked_build")):
-        blocked[(str(r["namespace"]), str(r["blocked_build"]))] = int(r["n"])
+    # a run counts for every build that refused it (a run two builds refuse
+    # waits for a third; a database of schema 12 knows only the last refusal)
+    for r in (yield q("SELECT namespace, blocked_build, blocked_builds, COUNT(*) AS n FROM runs "
+                      f"WHERE status IN {OPEN_SQL} AND blocked_build IS NOT NULL "
+                      "GROUP BY namespace, blocked_build, blocked_builds")):
+        for build in refused_builds(r["blocked_builds"]) or [str(r["blocked_build"])]:
+            key = (str(r["namespace"]), build)
+            blocked[key] = blocked.get(key, 0) + int(r["n"])
     if after_event_id is None:
         row = yield q1("SELECT MAX(id) AS last FROM events")
         last = int(row["last"] or 0) if row is not None else 0

@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -81,6 +81,9 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # 12: where a start may be addressed to a worker's process (PostgreSQL:
     # its driver's notification address, `durable_postgres.addressing`)
     12: ("ALTER TABLE workers ADD COLUMN address TEXT",),
+    # 13: every build that refused a run (blocked_build is only the last): two
+    # builds that both refuse it no longer take it from each other in turn
+    13: ("ALTER TABLE runs ADD COLUMN blocked_builds TEXT",),
 }
 
 

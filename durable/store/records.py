@@ -85,6 +85,25 @@ class AttemptStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+def refused_builds(stored: str | None) -> list[str]:
+    """The builds that refused a run (``runs.blocked_builds``), in the order
+    they refused it. Stored one per line between newlines (``"\\nv2\\nv3\\n"``:
+    a build id has no control character), so that a claim can tell whether
+    its build is among them with ``REPLACE``, which every database has and
+    compares exactly (`durable.store.claims.claim_runs`)."""
+    return [b for b in (stored or "").split("\n") if b]
+
+
+def refusal_text(builds: list[str]) -> str | None:
+    """`refused_builds` as stored; None for none."""
+    return "\n" + "\n".join(builds) + "\n" if builds else None
+
+
+def refusal_needle(build_id: str | None) -> str:
+    """What a claim by `build_id` looks for in ``runs.blocked_builds``."""
+    return f"\n{build_id or ''}\n"
+
+
 def dumps(value: Any) -> str | None:
     """Compact JSON text for storage (None stays NULL); ``default=str`` keeps
     whatever the engine put in readable."""
@@ -169,6 +188,7 @@ class RunRecord:
     last_build: str | None = None  # the build of the worker that last took (advanced) it
     blocked_build: str | None = None  # a build whose code does not replay the run ...
     blocked_divergence: str | None = None  # ... and the first op where it diverges
+    blocked_builds: str | None = None  # every build that refused it (`refused_builds`)
     priority: int = 5  # claims go by priority (0 first .. 9), then age (docs/queues.md)
     concurrency_key: str | None = None  # max_running_per_key counts runs by this key
     reset_from_run_id: str | None = None  # the run this one continues after a reset ...
@@ -463,8 +483,8 @@ RUN_COLUMNS = (
     "cleanup_deadline_at, created_at, started_at, closed_at, owner, epoch, cancellation, "
     "continued_run_id, needs_review, parent_close_policy, event_seq, deadline_at, cleanup_timeout, "
     "inbox_seq, request_seq, schedule_id, scheduled_at, started_build, last_build, blocked_build, "
-    "blocked_divergence, priority, concurrency_key, reset_from_run_id, reset_from_op, "
-    "reset_run_id"
+    "blocked_divergence, blocked_builds, priority, concurrency_key, reset_from_run_id, "
+    "reset_from_op, reset_run_id"
 )
 
 OP_COLUMNS = (
@@ -521,6 +541,7 @@ def run_from_row(row: Row) -> RunRecord:
         last_build=row["last_build"],
         blocked_build=row["blocked_build"],
         blocked_divergence=row["blocked_divergence"],
+        blocked_builds=row["blocked_builds"],
         priority=int(row["priority"]),
         concurrency_key=row["concurrency_key"],
         reset_from_run_id=row["reset_from_run_id"],

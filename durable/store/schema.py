@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS runs (
     last_build {text},
     blocked_build {text},
     blocked_divergence {text},
+    blocked_builds {text},
     reset_from_run_id {text},
     reset_from_op {text},
     reset_run_id {text}

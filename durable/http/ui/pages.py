@@ -140,8 +140,7 @@ class WebUI:
         self.codec = SessionCodec(key)
         self.env = Environment(
             loader=FileSystemLoader(str(TEMPLATES)), autoescape=True,
-            undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        )
+            undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
         self.env.globals.update(
             statuses=views.STATUSES, lifecycles=views.LIFECYCLES, is_open=views.is_open,
             seconds_text=views.seconds_text, pretty=views.pretty, compact=views.compact,
@@ -149,7 +148,8 @@ class WebUI:
             requester_text=_fmt.requester_text, sender_text=_fmt.sender_text,
             boundary_text=views.boundary_text, duration=_fmt.duration, progress_of=_fmt.progress_of,
             cleanup_end_label=_fmt.cleanup_end_label, ancestors_text=_fmt.ancestors_text,
-            cleanup_of=_fmt.cleanup_of)
+            cleanup_of=_fmt.cleanup_of, build_wait_text=_fmt.build_wait_text,
+            blocked_text=_fmt.blocked_text)
 
     # ------------------------------------------------------------ plumbing
 

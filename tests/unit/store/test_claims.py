@@ -152,8 +152,8 @@ async def test_a_blocked_run_is_handed_back_and_not_claimed_by_that_build(store:
     [claimed] = await store.claim_runs(NS, "default", "w2", (WF,), 1, 30.0, T0 + 31,
                                        build_id="v2")
     run = claimed.run
-    assert not await store.block_run(run.run_id, run.epoch, "w-other", "v2", "x")  # not owner
-    assert await store.block_run(run.run_id, run.epoch, "w2", "v2", "asked for b at 0:1")
+    assert not await store.block_run(run.run_id, run.epoch, "w-other", "v2", "x", [])  # not owner
+    assert await store.block_run(run.run_id, run.epoch, "w2", "v2", "asked for b at 0:1", [])
     stored = await row(store, "SELECT owner, lease_expires_at, blocked_build, blocked_divergence "
                               "FROM runs")
     assert stored == {"owner": None, "lease_expires_at": None, "blocked_build": "v2",
@@ -163,9 +163,21 @@ async def test_a_blocked_run_is_handed_back_and_not_claimed_by_that_build(store:
     [old] = await store.claim_runs(NS, "default", "w4", (WF,), 1, 30.0, T0 + 32, build_id="v1")
     assert old.run.blocked_build == "v2"  # still refused by v2 while v1 runs it
     info = await store.describe(NS, "wf", None)
-    assert info is not None and info["blocked"] == {"build_id": "v2",
-                                                     "divergence": "asked for b at 0:1"}
+    assert info is not None and info["blocked"] == {
+        "build_id": "v2", "divergence": "asked for b at 0:1", "build_ids": ["v2"]}
     await store.release_runs("w4", [old.run.run_id], T0 + 33)
+    # another build refuses it too: it joins the refusals, it does not replace v2's
+    [v4] = await store.claim_runs(NS, "default", "w6", (WF,), 1, 30.0, T0 + 33,
+                                  build_id="v4")
+    assert v4.run.blocked_builds == "\nv2\n"
+    assert await store.block_run(v4.run.run_id, v4.run.epoch, "w6", "v4", "asked for c at 0:1",
+                                 ["v2"])
+    for build in ("v2", "v4"):
+        assert await store.claim_runs(NS, "default", "w7", (WF,), 1, 30.0, T0 + 34,
+                                      build_id=build) == []
+    info = await store.describe(NS, "wf", None)
+    assert info is not None and info["blocked"] == {
+        "build_id": "v4", "divergence": "asked for c at 0:1", "build_ids": ["v2", "v4"]}
     [v3] = await store.claim_runs(NS, "default", "w5", (WF,), 1, 30.0, T0 + 34, build_id="v3")
     assert await store.take_for_build(v3.run.run_id, v3.run.epoch, "v3")  # v3 replays it
     info = await store.describe(NS, "wf", None)

@@ -39,8 +39,9 @@ def _set_version(version: int):  # type: ignore[no-untyped-def]
 
 
 def _as_version_10():  # type: ignore[no-untyped-def]
-    """A fresh database as version 10 made it (version 12 added a column)."""
+    """A fresh database as version 10 made it (versions 12 and 13 added a column each)."""
     yield ex("ALTER TABLE workers DROP COLUMN address")
+    yield ex("ALTER TABLE runs DROP COLUMN blocked_builds")
     yield from _set_version(10)
 
 
