@@ -495,3 +495,31 @@ EVENT_SKIPPED_KEYS = frozenset({
     "root_run_id", "parent_request_id", "task_queue", "schedule_to_start_timeout",
     "start_to_close_timeout", "schedule_to_close_timeout", "heartbeat_timeout", "local",
 })
+
+
+def loop_blocked_text(blocked: Mapping[str, Any] | None, now: datetime) -> str | None:
+    """What a worker's record says of the times its event loop was blocked
+    (``loop_blocked`` of `Client.list_workers`), or None if it never was:
+    ``blocked 2 times; last for 4.1s, 3m ago, by workflow 'order' (run ...)
+    at app.py:12 in order``. Durations only: a blocked loop stopped every run,
+    lease renewal and deadline of the worker meanwhile."""
+    if not blocked:
+        return None
+    count = int(blocked.get("count") or 0)
+    times = "once" if count == 1 else f"{count} times"
+    started = instant(blocked.get("started_at"))
+    ago = f", {relative(started, now)}" if started is not None else ""
+    who = loop_culprit(blocked)
+    where = f" at {blocked['where']}" if blocked.get("where") else ""
+    return (f"event loop blocked {times}; last for {duration(blocked.get('seconds'))}{ago}, "
+            f"by {who}{where}")
+
+
+def loop_culprit(blocked: Mapping[str, Any]) -> str:
+    """Whose code blocked an event loop, in words: ``activity 'charge' of
+    workflow 'order' (run ...)``, ``workflow 'order' (run ...)``."""
+    run = f" (run {blocked['run_id']})" if blocked.get("run_id") else ""
+    workflow = f"workflow {blocked['workflow_type']!r}{run}" if blocked.get("workflow_type") else ""
+    if blocked.get("activity_type"):
+        return f"activity {blocked['activity_type']!r}" + (f" of {workflow}" if workflow else run)
+    return workflow or "code outside the worker's workflows and activities"

@@ -48,6 +48,7 @@ from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
 from ._runtime.executor import RunExecutor
 from ._runtime.hearing import Hearing
+from ._runtime.loop_watch import LoopWatch, codes_of
 from ._runtime.outage import FIRST_DELAY, Outage, raise_unless_storage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
@@ -108,6 +109,7 @@ class Worker:
         local_activity_batch: int = 64,
         retention: Seconds | None = None,
         build_id: str | None = None,
+        loop_block_warning: Seconds | None = 2.0,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -163,6 +165,12 @@ class Worker:
             capabilities=self.capabilities, log=self.log,
             build_id=self.build_id)
         self.outage = Outage(self.log, lambda: self._stopping)
+        #: warns when something blocks the event loop this long (None: never)
+        block = _validate.optional_duration(loop_block_warning, "Worker loop_block_warning",
+                                            minimum=0.01, maximum=3600)
+        self.loop_watch = None if block is None else LoopWatch(
+            block, self.log, lambda: codes_of(self.workflows, self.activities))
+        self.presence.loop_watch = self.loop_watch
         self.repairs: dict[str, int] = {}
         #: the error that stopped this worker (a bug in durable), if any
         self.failure: BaseException | None = None
@@ -233,6 +241,8 @@ class Worker:
             loops.append(self.idle_queries.run)
         if self.activities:
             loops.append(self.remote.claims.run)
+        if self.loop_watch is not None:
+            loops.append(self.loop_watch.run)
         for loop in loops:
             tg.start_soon(self._guarded, loop, name=f"durable worker {_loop_name(loop)}")
         self.log.info("worker_started", task_queue=self.task_queue,

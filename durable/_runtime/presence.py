@@ -28,6 +28,7 @@ from ..store.records import DefinitionClash, WorkerRegistration
 if TYPE_CHECKING:
     from .._registry import Registry
     from ..store import Store
+    from .loop_watch import LoopWatch
 
 
 class Presence:
@@ -39,6 +40,8 @@ class Presence:
         self.store = store
         self.log = log
         self.started_at: float | None = None
+        #: what the loop watch saw (`loop_watch.LoopWatch`), recorded at each renewal
+        self.loop_watch: LoopWatch | None = None
         self._warned: set[tuple[str, str, str]] = set()
         #: the clashes warned about so far (for tests and describe)
         self.clashes: list[DefinitionClash] = []
@@ -50,7 +53,11 @@ class Presence:
             definitions=registry.describe(), address=store.hub.address)
 
     def registration(self) -> WorkerRegistration:
-        return dataclasses.replace(self._base, started_at=self.started_at)
+        watch = self.loop_watch
+        blocks = None
+        if watch is not None and watch.last_ended is not None:
+            blocks = watch.last_ended.as_record(watch.count)
+        return dataclasses.replace(self._base, started_at=self.started_at, loop_blocks=blocks)
 
     async def register(self, ttl: float, now: float) -> None:
         """Record (or refresh) the worker until `now + ttl`; warn about new clashes."""

@@ -97,6 +97,9 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
         grid.add_row("last seen", _fmt.relative(seen, now) if seen else "-")
         grid.add_row("holds", f"{worker.get('runs_held', 0)} runs, "
                               f"{worker.get('activities_held', 0)} activity attempts")
+        blocked = _fmt.loop_blocked_text(worker.get("loop_blocked"), now)
+        if blocked is not None:
+            grid.add_row("event loop", Text(blocked, style="yellow"))
         out.console.print(grid)
         out.console.print()
     if hidden > 0:

@@ -86,6 +86,8 @@ def worker_summary(worker: dict[str, Any]) -> dict[str, Any]:
         "stopped_at": worker["stopped_at"],
         "runs_held": worker["runs_held"],
         "activities_held": worker["activities_held"],
+        # how often something blocked its event loop, and the last time (None: never)
+        "loop_blocked": worker.get("loop_blocked"),
     }
 
 

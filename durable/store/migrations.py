@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -84,6 +84,9 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # 13: every build that refused a run (blocked_build is only the last): two
     # builds that both refuse it no longer take it from each other in turn
     13: ("ALTER TABLE runs ADD COLUMN blocked_builds TEXT",),
+    # 14: the last time something blocked a worker's event loop, and how often
+    # (`durable._runtime.loop_watch`): ``durable workers`` shows it
+    14: ("ALTER TABLE workers ADD COLUMN loop_blocks TEXT",),
 }
 
 

@@ -449,6 +449,9 @@ class WorkerRegistration:
     #: where a start may be addressed to this worker's process (its driver's
     #: `durable.wakes.WakeHub.address`; None where the driver cannot)
     address: str | None = None
+    #: how often something blocked its event loop, and the last time
+    #: (`durable._runtime.loop_watch.LoopBlock.as_record`); None: never
+    loop_blocks: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,8 @@ CREATE TABLE IF NOT EXISTS workers (
     definitions {text},
     started_at {real},
     stopped_at {real},
-    address {text}
+    address {text},
+    loop_blocks {text}
 ){options};
 CREATE TABLE IF NOT EXISTS task_queues (
     namespace {key} NOT NULL,

@@ -39,11 +39,12 @@ def register_worker(reg: WorkerRegistration, ttl: float,
     yield ex(
         "INSERT INTO workers (worker_id, namespace, task_queue, workflow_types, activity_names, "
         "capabilities, heartbeat_at, expires_at, identity, host, pid, build_id, definitions, "
-        "started_at, address) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "started_at, address, loop_blocks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         reg.worker_id, reg.namespace, reg.task_queue, json.dumps(list(reg.workflow_types)),
         json.dumps(list(reg.activity_names)), json.dumps(list(reg.capabilities)), now, now + ttl,
         reg.identity, reg.host, reg.pid, reg.build_id, json.dumps(reg.definitions, sort_keys=True),
         reg.started_at if reg.started_at is not None else now, reg.address,
+        None if reg.loop_blocks is None else json.dumps(reg.loop_blocks, sort_keys=True),
     )
     yield ex("DELETE FROM workers WHERE expires_at < ?", now - KEEP_GONE)
     if not reg.definitions:
@@ -116,7 +117,7 @@ def list_workers(namespace: str, now: float) -> Program[list[dict[str, Any]]]:
     rows = yield q(
         "SELECT w.worker_id, w.task_queue, w.workflow_types, w.activity_names, w.capabilities, "
         "w.heartbeat_at, w.expires_at, w.identity, w.host, w.pid, w.build_id, w.definitions, "
-        "w.started_at, w.stopped_at, "
+        "w.started_at, w.stopped_at, w.loop_blocks, "
         "(SELECT count(*) FROM runs r WHERE r.owner = w.worker_id "
         f"AND r.status IN {OPEN_SQL}) AS runs_held, "
         "(SELECT count(*) FROM activity_tasks t WHERE t.owner = w.worker_id "
@@ -161,4 +162,15 @@ def _worker(row: Any, now: float) -> dict[str, Any]:
         # a crashed worker holds its runs until their leases end
         "runs_held": int(row["runs_held"]),
         "activities_held": int(row["activities_held"]),
+        # how often something blocked its event loop, and the last time (or None)
+        "loop_blocked": _loop_blocks(row["loop_blocks"]),
     }
+
+
+def _loop_blocks(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        return None
+    return {**value, "started_at": to_iso(value.get("started_at"))}

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ...present import loop_blocked_text, utcnow
 from .pages import Visitor
 
 if TYPE_CHECKING:
@@ -69,8 +70,10 @@ class QueuePages:
         stale = (await self.ui.perform(request, visitor, "listWorkers",
                                        {"status": "stale"}))[1]["workers"]
         found = list(live) + list(stale) + list(stopped)
+        now = utcnow()
         return self.ui.render(request, visitor, "workers.html", items=found,
-                              clashes=clashes(found))
+                              clashes=clashes(found),
+                              loop_blocked=lambda blocked: loop_blocked_text(blocked, now))
 
     async def queues(self, request: Request, visitor: Visitor) -> Response:
         _, listed = await self.ui.perform(request, visitor, "listTaskQueues", {})

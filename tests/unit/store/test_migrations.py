@@ -39,7 +39,8 @@ def _set_version(version: int):  # type: ignore[no-untyped-def]
 
 
 def _as_version_10():  # type: ignore[no-untyped-def]
-    """A fresh database as version 10 made it (versions 12 and 13 added a column each)."""
+    """A fresh database as version 10 made it (versions 12, 13 and 14 added a column each)."""
+    yield ex("ALTER TABLE workers DROP COLUMN loop_blocks")
     yield ex("ALTER TABLE workers DROP COLUMN address")
     yield ex("ALTER TABLE runs DROP COLUMN blocked_builds")
     yield from _set_version(10)
@@ -95,3 +96,30 @@ async def test_version_11_keeps_ops_as_they_are_in_either_layout(tmp_path: Path)
         async with durable.Worker(client, workflows=[mig_flow], activities=[mig_step]):
             assert await (await client.start(mig_flow, 3, id="after")).result() == 6
         assert len(await rows(client.store, "SELECT * FROM ops")) == 8
+
+
+def _as_version_13():  # type: ignore[no-untyped-def]
+    """A fresh database as version 13 made it (version 14 added a column)."""
+    yield ex("DELETE FROM workers")
+    yield ex("ALTER TABLE workers DROP COLUMN loop_blocks")
+    yield from _set_version(13)
+
+
+async def test_version_14_records_loop_blocks_of_workers(tmp_path: Path) -> None:
+    """A version-13 database gains the workers' ``loop_blocks`` column: a worker
+    registers, and is listed with no block, as before."""
+    from durable import workflow
+
+    @workflow.defn(name="mig_v13")
+    async def mig_v13() -> int:
+        return 13
+
+    url = f"sqlite:///{tmp_path / 'v13.db'}"
+    async with durable.connect(url) as client:
+        await client.driver.run(lambda tx: _as_version_13())
+    async with durable.connect(url) as client:
+        assert (await row(client.store, "SELECT value FROM durable_meta "
+                                        "WHERE key = 'schema_version'"))["value"] == "14"
+        async with durable.Worker(client, workflows=[mig_v13]):
+            [worker] = await client.list_workers()
+            assert worker["loop_blocked"] is None and worker["alive"]

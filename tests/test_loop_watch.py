@@ -1,0 +1,254 @@
+"""A blocked event loop is noticed and named (`durable._runtime.loop_watch`).
+
+The case behind it: an ``async def`` activity called ``requests.get`` (or
+``time.sleep``) in a worker embedded in a web app. The whole application
+froze, deadlines fired seconds late, another worker took the runs over when
+the leases lapsed, and neither the logs nor the views said why. Now the
+worker logs ``event_loop_blocked`` while the loop is blocked, naming the
+workflow or activity, its run and the line it is stuck on, then
+``event_loop_unblocked`` with how long it lasted; and ``durable workers``,
+the Workers page and ``/api/workers`` show the last block.
+
+The blocking code below blocks until the watch has seen it (an explicit
+hook), so the tests hold on a loaded machine: they never bet on a sleep
+outlasting the watch's look.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import httpx
+import pytest
+from test_ui_http import VIEWER, Browserless, _app
+from test_workers import run_cli
+
+import durable
+from durable import activity, workflow
+from durable._runtime.loop_watch import LoopBlock, LoopWatch, codes_of, describe
+from durable.errors import ConfigurationError
+from durable.present import loop_blocked_text, utcnow
+from durable.testing import isolated_definitions
+
+pytestmark = pytest.mark.anyio
+
+#: the watch of the worker under test (the blocking code waits until it has looked)
+WATCHES: list[LoopWatch] = []
+
+
+def block_until_seen() -> None:
+    """Block the calling thread (the event loop's) until the watch has reported it."""
+    give_up = time.monotonic() + 60
+    while WATCHES[-1].last is None and time.monotonic() < give_up:
+        time.sleep(0.005)
+
+
+with isolated_definitions():
+    @workflow.defn(name="loop_blocker")
+    async def loop_blocker() -> str:
+        block_until_seen()
+        return "unblocked"
+
+    @activity.defn(name="loop_blocking_fetch")
+    async def blocking_fetch(url: str) -> str:
+        block_until_seen()  # as a synchronous HTTP client in an async def would
+        return url
+
+    @workflow.defn(name="loop_fetcher")
+    async def fetcher() -> str:
+        result: str = await workflow.execute_activity(blocking_fetch, "https://example.test")
+        return result
+
+    @workflow.defn(name="loop_polite")
+    async def polite() -> str:
+        await workflow.sleep(0.01)
+        return "polite"
+
+
+@contextlib.asynccontextmanager
+async def watched(client: durable.Client, **options: Any) -> AsyncIterator[durable.Worker]:
+    """A worker whose loop watch looks after 0.1 s; the blocking code waits for it."""
+    async with durable.Worker(client, poll_interval=0.1, loop_block_warning=0.1,
+                              **options) as worker:
+        assert worker.loop_watch is not None
+        WATCHES.append(worker.loop_watch)
+        yield worker
+
+
+def loop_lines(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "durable.worker" and f"'{event}'" in r.getMessage()]
+
+
+async def ended(watch: LoopWatch) -> LoopBlock:
+    """The block once the loop has turned again (the beat ends it)."""
+    with anyio.fail_after(30):
+        while watch.last_ended is None:
+            await anyio.sleep(0.01)
+    return watch.last_ended
+
+
+async def test_a_workflow_that_blocks_the_loop_is_named_while_it_blocks(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    async with watched(storage_client, workflows=[loop_blocker]) as worker:
+        assert worker.loop_watch is not None
+        handle = await storage_client.start(loop_blocker, id="blocks-the-loop")
+        assert await handle.result() == "unblocked"
+        block = await ended(worker.loop_watch)
+        [blocked] = loop_lines(caplog, "event_loop_blocked")
+        [unblocked] = loop_lines(caplog, "event_loop_unblocked")
+        run_id = handle.run_id
+        for line in (blocked, unblocked):
+            assert f"workflow 'loop_blocker' (run {run_id})" in line, line
+            assert "test_loop_watch.py" in line and "in block_until_seen" in line, line
+        assert "has been blocked for" in blocked and "anyio.to_thread.run_sync" in blocked
+        assert "was blocked for" in unblocked
+        assert (block.workflow_type, block.run_id, block.ended) == ("loop_blocker", run_id, True)
+        assert block.seconds >= 0.1 and worker.loop_watch.count == 1
+        # recorded at the next renewal: what `durable workers` and the UI read
+        await worker.presence.register(worker.lease_seconds * 2, worker.clock.now())
+        [listed] = await storage_client.list_workers()
+        seen = listed["loop_blocked"]
+        assert (seen["count"], seen["workflow_type"], seen["run_id"]) == (
+            1, "loop_blocker", run_id)
+        assert "block_until_seen" in seen["where"] and seen["seconds"] >= 0.1
+        assert seen["started_at"].endswith("+00:00")
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_an_async_activity_that_blocks_is_named_with_its_run(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    async with watched(storage_client, workflows=[fetcher],
+                       activities=[blocking_fetch]) as worker:
+        assert worker.loop_watch is not None
+        handle = await storage_client.start(fetcher, id="fetches-blocking")
+        assert await handle.result() == "https://example.test"
+        block = await ended(worker.loop_watch)
+    assert (block.activity_type, block.run_id) == ("loop_blocking_fetch", handle.run_id)
+    [blocked] = loop_lines(caplog, "event_loop_blocked")
+    assert f"activity 'loop_blocking_fetch' (run {handle.run_id})" in blocked, blocked
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_a_loop_that_keeps_turning_reports_nothing(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    async with durable.Worker(storage_client, workflows=[polite], poll_interval=0.1,
+                              loop_block_warning=5.0) as worker:
+        handle = await storage_client.start(polite, id="polite")
+        assert await handle.result() == "polite"
+        assert worker.loop_watch is not None and worker.loop_watch.count == 0
+        await worker.presence.register(worker.lease_seconds * 2, worker.clock.now())
+        [listed] = await storage_client.list_workers()
+    assert listed["loop_blocked"] is None
+    assert loop_lines(caplog, "event_loop_blocked") == []
+
+
+def watch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "durable-loop-watch"]
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_the_watch_thread_ends_with_the_worker_and_can_be_turned_off(
+    storage_client: durable.Client,
+) -> None:
+    before = len(watch_threads())
+    async with durable.Worker(storage_client, workflows=[polite], poll_interval=0.1):
+        with anyio.fail_after(10):
+            while len(watch_threads()) == before:
+                await anyio.sleep(0.01)
+    with anyio.fail_after(10):  # it ends at its next look (a quarter of a second)
+        while len(watch_threads()) > before:
+            await anyio.sleep(0.01)
+    async with durable.Worker(storage_client, workflows=[polite], poll_interval=0.1,
+                              loop_block_warning=None) as worker:
+        assert worker.loop_watch is None
+        await anyio.lowlevel.checkpoint()
+        assert len(watch_threads()) == before
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+@pytest.mark.parametrize("value", [0, -1, "2", True, float("nan")])
+async def test_a_bad_threshold_is_refused_at_the_call(
+    storage_client: durable.Client, value: Any,
+) -> None:
+    with pytest.raises(ConfigurationError, match="Worker loop_block_warning"):
+        durable.Worker(storage_client, workflows=[polite], loop_block_warning=value)
+
+
+@pytest.fixture
+async def ui(storage_client: durable.Client) -> AsyncIterator[Browserless]:
+    transport = httpx.ASGITransport(app=_app(storage_client), raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+        yield Browserless(http, storage_client)
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_the_views_show_the_last_block(
+    storage_client: durable.Client, ui: Browserless, tmp_path: Path,
+) -> None:
+    await ui.login(VIEWER)
+    async with watched(storage_client, workflows=[loop_blocker], identity="blocked") as worker:
+        assert worker.loop_watch is not None
+        handle = await storage_client.start(loop_blocker, id="blocks-for-the-views")
+        await handle.result()
+        await ended(worker.loop_watch)
+        await worker.presence.register(worker.lease_seconds * 2, worker.clock.now())
+        url = str(storage_client.driver.url)  # type: ignore[attr-defined]
+        human = await anyio.to_thread.run_sync(run_cli, url, "workers")
+        data = json.loads(await anyio.to_thread.run_sync(run_cli, url, "workers", "--json"))
+        page = await ui.http.get("/ui/workers")
+        api = (await ui.http.get("/api/workers", headers={
+            "Authorization": f"Bearer {VIEWER}",
+            "X-Durable-Workflow-Control-Plane-Version": "2"})).json()
+    flat = " ".join(human.split())
+    assert "event loop blocked once; last for" in flat, human
+    assert f"by workflow 'loop_blocker' (run {handle.run_id})" in flat, human
+    assert data["workers"][0]["loop_blocked"]["run_id"] == handle.run_id
+    assert "data-loop-blocked" in page.text and "event loop blocked once" in page.text
+    assert api["workers"][0]["loop_blocked"]["count"] == 1
+
+
+def test_describe_names_the_innermost_frame_of_user_code_and_the_activity() -> None:
+    def charge(amount: int) -> LoopBlock:
+        return describe(sys._getframe(), 100.0, 2.5, codes_of({}, {"charge": Holder(charge)}))
+
+    block = charge(3)
+    assert block.activity_type == "charge" and block.workflow_type is None
+    assert block.where is not None and "in charge" in block.where
+    assert block.stack[0] == block.where and not block.ended
+
+
+class Holder:
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+
+def test_the_text_of_a_block() -> None:
+    now = utcnow()
+    record = LoopBlock(started_at=now.timestamp() - 180, seconds=4.1, ended=True,
+                       where="app.py:12 in order", workflow_type="order", run_id="r1",
+                       activity_type="charge").as_record(2)
+    assert loop_blocked_text(record | {"started_at": now.isoformat()}, now) == (
+        "event loop blocked 2 times; last for 4.1s, now, by activity 'charge' of workflow "
+        "'order' (run r1) at app.py:12 in order")
+    assert loop_blocked_text(None, now) is None
+    alone = {"count": 1, "seconds": 0.25, "started_at": None, "where": None}
+    assert loop_blocked_text(alone, now) == (
+        "event loop blocked once; last for 250ms, by code outside the worker's workflows "
+        "and activities")
