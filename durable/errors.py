@@ -329,6 +329,13 @@ class RaisedNotAnException(DurableError):
     cancellation are not caught: they stop the host, as they mean to."""
 
 
+class NondeterministicCall(DurableError):
+    """Workflow code called something that returns another value, or waits
+    another way, when the run replays (``time.time()``, ``random.random()``,
+    ``asyncio.sleep()``): raised at that call under
+    `durable.testing.strict_determinism`, in tests only."""
+
+
 class UnitOutcomeUnknown(DurableError):
     """Units of `workflow.units` whose effect could not be confirmed (`keys`).
 

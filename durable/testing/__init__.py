@@ -34,10 +34,11 @@ from .._testing_deps import (
 from ..client import Client
 from ..clock import VirtualClock
 from ..converter import JSONConverter, PayloadConverter
-from ..errors import ConfigurationError, NonDeterminismDetected
+from ..errors import ConfigurationError, NonDeterminismDetected, NondeterministicCall
 from ..options import Limits
 from ..store.records import OpRecord
 from ..worker import Worker
+from .determinism import DeterminismGuard, strict_determinism
 from .environment import TimeSkippingEnvironment
 
 __all__ = [
@@ -45,7 +46,9 @@ __all__ = [
     "AnswersAtDeadline",
     "CrashPoint",
     "CrashReport",
+    "DeterminismGuard",
     "ManualClock",
+    "NondeterministicCall",
     "ReplayResult",
     "Replayer",
     "SlowCall",
@@ -60,6 +63,7 @@ __all__ = [
     "history_to_json",
     "isolated_definitions",
     "load_history",
+    "strict_determinism",
 ]
 
 CRASH_POINTS = Worker.CRASH_POINTS

@@ -1,4 +1,5 @@
-"""The pytest fixture `durable_crash_explorer`: crash exploration in a test.
+"""The pytest fixtures `durable_crash_explorer` (crash exploration in a test) and
+`durable_strict_determinism` (the test under `strict_determinism`).
 
     async def test_order_survives_every_crash(durable_crash_explorer):
         report = await durable_crash_explorer(order, "o-1", activities=[charge, ship])
@@ -17,12 +18,13 @@ trio (anyio's pytest plugin, pytest-trio, pytest-asyncio).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 
 from .crashes import CrashReport, explore_crashes
+from .determinism import DeterminismGuard, strict_determinism
 
 
 class CrashExplorer:
@@ -52,3 +54,12 @@ def durable_crash_explorer() -> CrashExplorer:
     """A `CrashExplorer`: ``await durable_crash_explorer(workflow, *args, activities=[...])``."""
     url = os.environ.get("DURABLE_EXPLORE_URL")
     return CrashExplorer(**({"url": url} if url else {}))
+
+
+@pytest.fixture
+def durable_strict_determinism() -> Iterator[DeterminismGuard]:
+    """The test runs under `durable.testing.strict_determinism`: workflow code
+    that reads the host clock, draws random numbers or sleeps outside durable
+    fails its run at the call, and the test with it."""
+    with strict_determinism() as guard:
+        yield guard
