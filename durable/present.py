@@ -385,6 +385,17 @@ def build_wait_text(waiting: Mapping[str, Any]) -> str:
             "start a worker of the old build or of a patched one")
 
 
+def holders_text(waiting: Mapping[str, Any]) -> str:
+    """Who holds the slots a run waits for (``held_by``: the first few runs and
+    their workers), so that an operator knows what to look at; "" when not told."""
+    held = [h for h in waiting.get("held_by") or [] if isinstance(h, Mapping)]
+    if not held:
+        return ""
+    names = ", ".join(f"{h.get('workflow_id')} (worker {h.get('worker_id')})" for h in held)
+    more = int(waiting.get("running") or 0) - len(held)
+    return f"; held by {names}" + (f" and {more} more" if more > 0 else "")
+
+
 def ancestors_text(waiting: Mapping[str, Any]) -> str:
     """For a run waiting for a slot that runs it descends from hold
     (``held_by_ancestors``): they hold their slots while they wait on it, so
@@ -432,7 +443,8 @@ def wait_of(waiting: Any) -> tuple[str | None, str | None]:
     elif kind in ("queue_slot", "key_slot"):
         which = "a slot" if kind == "queue_slot" else f"a slot of key {w('concurrency_key')}"
         reason = (f"Workflow task waiting for {which} on queue {w('queue')} "
-                  f"({w('running')} of {w('limit')} running)" + ancestors_text(waiting))
+                  f"({w('running')} of {w('limit')} running)" + holders_text(waiting)
+                  + ancestors_text(waiting))
     elif kind == "rate":
         reason = (f"Workflow task waiting for the rate limit of queue {w('queue')} "
                   f"(next start at {w('next_start_at')})")

@@ -165,6 +165,9 @@ async def test_bad_limits_are_refused_saying_what_to_fix() -> None:
 
 
 async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Client) -> None:
+    from durable.cli._words import waiting_text
+    from durable.present import utcnow, wait_of
+
     client, store = storage_client, storage_client.store
     await start(client, 2, prefix="a", concurrency_key="k1")
     await start(client, 1, prefix="b", concurrency_key="k2")
@@ -176,12 +179,26 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
     now = client.clock.now()
     assert sorted(await claim(store, client, "w", now)) == ["a-0", "b-0"]
     assert (await client.get_handle("a-0").describe())["waiting_for"] is None  # it runs
-    assert (await client.get_handle("a-1").describe())["waiting_for"] == {
-        "kind": "queue_slot", "queue": "q", "running": 2, "limit": 2}
+    # it says who holds the slots: the runs, and the worker holding each
+    waiting = (await client.get_handle("a-1").describe())["waiting_for"]
+    assert waiting == {
+        "kind": "queue_slot", "queue": "q", "running": 2, "limit": 2,
+        "held_by": [{"workflow_id": "a-0", "worker_id": "w"},
+                    {"workflow_id": "b-0", "worker_id": "w"}]}
+    _, reason = wait_of(waiting)
+    assert reason == ("Workflow task waiting for a slot on queue q (2 of 2 running); held by "
+                      "a-0 (worker w), b-0 (worker w)")
+    assert waiting_text(waiting, utcnow()).plain.endswith(
+        "(2 of 2 running); held by a-0 (worker w), b-0 (worker w)")
     await client.set_queue_limits("q", durable.QueueLimits(max_running=5,
                                                            max_running_per_key=1))
     assert (await client.get_handle("a-1").describe())["waiting_for"] == {
-        "kind": "key_slot", "queue": "q", "concurrency_key": "k1", "running": 1, "limit": 1}
+        "kind": "key_slot", "queue": "q", "concurrency_key": "k1", "running": 1, "limit": 1,
+        "held_by": [{"workflow_id": "a-0", "worker_id": "w"}]}
+    # beyond the first few, the words count the rest
+    many = dict(waiting, running=9)
+    assert wait_of(many)[1] == ("Workflow task waiting for a slot on queue q (9 of 2 running); "
+                                "held by a-0 (worker w), b-0 (worker w) and 7 more")
 
 
 @workflow.defn(name="slot-parent")
@@ -214,6 +231,7 @@ async def test_a_child_waiting_for_a_slot_its_parent_holds_says_so(
                 if waiting is not None and waiting["kind"] == "queue_slot":
                     break
                 await anyio.sleep(0.02)
+        assert [h["workflow_id"] for h in waiting.pop("held_by")] == ["p-1"]
         assert waiting == {"kind": "queue_slot", "queue": "q", "running": 1, "limit": 1,
                            "held_by_ancestors": ["p-1"]}
         _, reason = wait_of(waiting)

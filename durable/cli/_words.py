@@ -73,7 +73,8 @@ def waiting_text(waiting: Any, now: datetime, holder: Any = None) -> Text:
     elif kind in ("queue_slot", "key_slot"):
         text.append(f"a {'slot' if kind == 'queue_slot' else 'slot of its key'} on queue "
                     f"{waiting.get('queue')} ({waiting.get('running')} of "
-                    f"{waiting.get('limit')} running)", style="yellow")
+                    f"{waiting.get('limit')} running){_fmt.holders_text(waiting)}",
+                    style="yellow")
         held = _fmt.ancestors_text(waiting)
         if held:
             every = "it never starts" in held

@@ -8,8 +8,8 @@ from typing import Any
 
 from ..clock import to_datetime, to_iso
 from ..driver import Program, placeholders, q, q1
-from . import queues
 from .cancellation import describe_cancellation
+from .queues import LIMIT_COLUMNS, RUNNING_RUNS, token_bucket
 from .records import (
     OPEN_SQL,
     OPEN_STATUSES,
@@ -198,7 +198,7 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
                     "AND lease_expires_at > ?", run.run_id, now)
     if held is not None:
         return None
-    waiting = yield from queues.waiting_for(run.namespace, run.task_queue, run.concurrency_key,
+    waiting = yield from _queue_waiting_for(run.namespace, run.task_queue, run.concurrency_key,
                                             now)
     if waiting is not None:
         if waiting["kind"] in ("queue_slot", "key_slot") and run.parent_run_id is not None:
@@ -222,6 +222,50 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
                     "workflow_type": run.workflow_type, "refused_builds": refused,
                     "live_workers": len(takers)}
     return None
+
+
+def _queue_waiting_for(namespace: str, name: str, run_concurrency_key: str | None,
+                now: float) -> Program[dict[str, Any] | None]:
+    """Why a ready, unowned run of this queue is held back, if a limit holds it:
+    ``{"kind": "queue_slot" | "key_slot" | "rate", "queue", "running", "limit", ...}``."""
+    row = yield q1(f"SELECT {LIMIT_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
+                   namespace, name)
+    if row is None or not int(row["runs_limited"]):
+        return None
+    limits = json.loads(row["limits"])
+    if limits.get("max_running") is not None:
+        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
+        if int(running["n"]) >= int(limits["max_running"]):
+            held = yield from _holders("", namespace, name, now)
+            return {"kind": "queue_slot", "queue": name, "running": int(running["n"]),
+                    "limit": int(limits["max_running"]), "held_by": held}
+    if limits.get("max_running_per_key") is not None and run_concurrency_key is not None:
+        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}AND concurrency_key = ?",
+                           namespace, name, now, run_concurrency_key)
+        if int(running["n"]) >= int(limits["max_running_per_key"]):
+            held = yield from _holders("AND concurrency_key = ? ", namespace, name, now,
+                                       run_concurrency_key)
+            return {"kind": "key_slot", "queue": name, "concurrency_key": run_concurrency_key,
+                    "running": int(running["n"]), "limit": int(limits["max_running_per_key"]),
+                    "held_by": held}
+    bucket = token_bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+    if bucket is not None and bucket.tokens < 1:
+        return {"kind": "rate", "queue": name, "rate": limits["rate"],
+                "next_start_at": to_iso(bucket.next_token_at())}
+    return None
+
+
+#: the runs holding a limit's slots that `waiting_for` names (the count says how many)
+HOLDERS_SHOWN = 5
+
+
+def _holders(where: str, namespace: str, name: str, now: float,
+             *args: Any) -> Program[list[dict[str, Any]]]:
+    """The first HOLDERS_SHOWN runs holding a slot the waiting run needs, and
+    the worker holding each: who to look at (or wait for) when a run waits."""
+    rows = yield q(f"SELECT workflow_id, owner FROM {RUNNING_RUNS}{where}ORDER BY workflow_id "
+                   "LIMIT ?", namespace, name, now, *args, HOLDERS_SHOWN)
+    return [{"workflow_id": r["workflow_id"], "worker_id": r["owner"]} for r in rows]
 
 
 #: how far up a child's parents `_slots_of_ancestors` looks

@@ -48,8 +48,8 @@ RUNNING_TASKS = ("activity_tasks WHERE namespace = ? AND task_queue = ? AND stat
 #: a per-key claim looks at this many times its candidates' window of ready runs
 PREFIX = 4
 
-_COLUMNS = ("limits, runs_limited, activities_limited, run_tokens, run_refilled_at, "
-            "activity_tokens, activity_refilled_at, updated_at")
+LIMIT_COLUMNS = ("limits, runs_limited, activities_limited, run_tokens, run_refilled_at, "
+                 "activity_tokens, activity_refilled_at, updated_at")
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Bucket:
         return self.at + missing * self.per / self.count
 
 
-def _bucket(rate: Any, tokens: Any, at: Any, now: float) -> Bucket | None:
+def token_bucket(rate: Any, tokens: Any, at: Any, now: float) -> Bucket | None:
     if not rate:
         return None
     count, per = float(rate["count"]), float(rate["per"])
@@ -97,7 +97,7 @@ def read_limits(tx: Tx, namespace: str, name: str, kind: str,
                        "AND name = ?", namespace, name)
         if row is None or not int(row["limited"]):
             return None
-    locked = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
+    locked = yield q1(f"SELECT {LIMIT_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
                       + tx.lock, namespace, name)
     if locked is None or not int(locked["runs_limited" if kind == "runs"
                                          else "activities_limited"]):
@@ -155,7 +155,7 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
         full = [k for k, n in by_key.items() if n >= int(per_key)]
         skip = ("" if not full else "AND (concurrency_key IS NULL OR concurrency_key NOT IN "
                 f"({placeholders(len(full))})) ")
-    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+    bucket = token_bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
     # A few more candidates than a claim takes where some may be dropped (a
     # key's slots, the rate's tokens) and the next ones in line go instead; as
     # many as it takes where no limit can drop one (max_running only bounds
@@ -182,7 +182,7 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
             f"{ready_sql}{skip}{order} LIMIT ?) AS head) AS candidates WHERE nth <= ? "
             f"{order} LIMIT ?",
             *columns_params, *ready_params, *full, window * PREFIX, int(per_key), window)
-        bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
+        bucket = token_bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
         pick = _choose(rows, limit, limits, by_key, bucket)
     if bucket is not None:
         yield ex("UPDATE task_queues SET run_tokens = ?, run_refilled_at = ? WHERE namespace = ? "
@@ -394,7 +394,7 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
     # a reset's new run starts with the ops it kept (durable.store.reset)
     claimed.unread = [c.run.run_id for c in claimed
                       if c.run.epoch > 1 or c.run.reset_from_run_id is not None]
-    bucket = _bucket(rate, rows[0]["queue_tokens"], rows[0]["queue_refilled_at"], now)
+    bucket = token_bucket(rate, rows[0]["queue_tokens"], rows[0]["queue_refilled_at"], now)
     if bucket is not None:
         bucket.tokens -= sum(int(r["first_start"] or 0) for r in taken)
         if bucket.tokens < 1:
@@ -412,7 +412,7 @@ def activity_room(tx: Tx, row: Row, namespace: str, task_queue: str, limit: int,
         running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_TASKS}", namespace, task_queue,
                            now)
         room = min(room, int(limits["max_running_activities"]) - int(running["n"]))
-    bucket = _bucket(limits.get("activity_rate"), row["activity_tokens"],
+    bucket = token_bucket(limits.get("activity_rate"), row["activity_tokens"],
                      row["activity_refilled_at"], now)
     if bucket is not None:
         room = min(room, math.floor(bucket.tokens + 1e-9))
@@ -436,13 +436,13 @@ def set_limits(tx: Tx, namespace: str, name: str, limits: dict[str, Any],
                now: float) -> Program[None]:
     """Store the queue's limits (an empty dict: no limits); a rate that changed
     starts again with one token."""
-    old = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
+    old = yield q1(f"SELECT {LIMIT_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?"
                    + tx.lock, namespace, name)
     runs_limited = int(any(limits.get(k) is not None for k in RUN_LIMITS))
     activities_limited = int(any(limits.get(k) is not None for k in ACTIVITY_LIMITS))
     text = json.dumps(limits, sort_keys=True)
     if old is None:
-        yield ex(f"INSERT INTO task_queues (namespace, name, {_COLUMNS}) "
+        yield ex(f"INSERT INTO task_queues (namespace, name, {LIMIT_COLUMNS}) "
                  "VALUES (?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
                  namespace, name, text, runs_limited, activities_limited, now)
     else:
@@ -464,7 +464,7 @@ def set_limits(tx: Tx, namespace: str, name: str, limits: dict[str, Any],
 
 def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, Any]]:
     """The queue's limits, what runs and waits, and the rate left."""
-    row = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
+    row = yield q1(f"SELECT {LIMIT_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
                    namespace, name)
     limits = json.loads(row["limits"]) if row is not None else {}
     running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
@@ -482,9 +482,9 @@ def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, A
                    "ORDER BY count(*) DESC, concurrency_key LIMIT 20", namespace, name, now)
     workers = yield q1("SELECT count(*) AS n FROM workers WHERE namespace = ? AND task_queue = ? "
                        "AND expires_at >= ? AND stopped_at IS NULL", namespace, name, now)
-    run_bucket = _bucket(limits.get("rate"), row["run_tokens"] if row else None,
+    run_bucket = token_bucket(limits.get("rate"), row["run_tokens"] if row else None,
                          row["run_refilled_at"] if row else None, now)
-    task_bucket = _bucket(limits.get("activity_rate"), row["activity_tokens"] if row else None,
+    task_bucket = token_bucket(limits.get("activity_rate"), row["activity_tokens"] if row else None,
                           row["activity_refilled_at"] if row else None, now)
     oldest = waiting["oldest"]
     oldest_task = tasks_waiting["oldest"]
@@ -529,33 +529,6 @@ def queue_names(namespace: str, now: float) -> Program[list[str]]:
     return sorted({r["name"] for r in rows})
 
 
-def waiting_for(namespace: str, name: str, run_concurrency_key: str | None,
-                now: float) -> Program[dict[str, Any] | None]:
-    """Why a ready, unowned run of this queue is held back, if a limit holds it:
-    ``{"kind": "queue_slot" | "key_slot" | "rate", "queue", "running", "limit", ...}``."""
-    row = yield q1(f"SELECT {_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
-                   namespace, name)
-    if row is None or not int(row["runs_limited"]):
-        return None
-    limits = json.loads(row["limits"])
-    if limits.get("max_running") is not None:
-        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
-        if int(running["n"]) >= int(limits["max_running"]):
-            return {"kind": "queue_slot", "queue": name, "running": int(running["n"]),
-                    "limit": int(limits["max_running"])}
-    if limits.get("max_running_per_key") is not None and run_concurrency_key is not None:
-        running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}AND concurrency_key = ?",
-                           namespace, name, now, run_concurrency_key)
-        if int(running["n"]) >= int(limits["max_running_per_key"]):
-            return {"kind": "key_slot", "queue": name, "concurrency_key": run_concurrency_key,
-                    "running": int(running["n"]), "limit": int(limits["max_running_per_key"])}
-    bucket = _bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
-    if bucket is not None and bucket.tokens < 1:
-        return {"kind": "rate", "queue": name, "rate": limits["rate"],
-                "next_start_at": to_iso(bucket.next_token_at())}
-    return None
-
-
 def gauges(now: float) -> Program[list[dict[str, Any]]]:
     """Per (namespace, queue), for /metrics: runs and activity attempts running
     (under a live lease) and waiting (ready, no live owner), the limits, and
@@ -585,14 +558,14 @@ def gauges(now: float) -> Program[list[dict[str, Any]]]:
     for key, sql, params in counts:
         for r in (yield q(sql, *params)):
             entry(str(r["namespace"]), str(r["task_queue"]))[key] = int(r["n"])
-    for r in (yield q(f"SELECT namespace, name, {_COLUMNS} FROM task_queues")):
+    for r in (yield q(f"SELECT namespace, name, {LIMIT_COLUMNS} FROM task_queues")):
         limits = json.loads(r["limits"])
         e = entry(str(r["namespace"]), str(r["name"]))
         e["limits"] = limits
         for kind, rate, tokens, at in (("runs", "rate", "run_tokens", "run_refilled_at"),
                                        ("activities", "activity_rate", "activity_tokens",
                                         "activity_refilled_at")):
-            bucket = _bucket(limits.get(rate), r[tokens], r[at], now)
+            bucket = token_bucket(limits.get(rate), r[tokens], r[at], now)
             if bucket is not None:
                 e["rate_left"][kind] = bucket.tokens
     return [found[k] for k in sorted(found)]
