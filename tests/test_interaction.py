@@ -67,6 +67,7 @@ def _downgrade(tx: Any) -> Any:
     for column in ("description", "created_at"):
         yield ex(f"ALTER TABLE namespace_settings DROP COLUMN {column}")  # version 8's
     yield ex("ALTER TABLE task_queues DROP COLUMN claims")  # version 9's
+    yield ex("ALTER TABLE runs DROP COLUMN blocked_builds")  # version 13's
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 
