@@ -529,9 +529,14 @@ def loop_blocked_text(blocked: Mapping[str, Any] | None, now: datetime) -> str |
 
 def loop_culprit(blocked: Mapping[str, Any]) -> str:
     """Whose code blocked an event loop, in words: ``activity 'charge' of
-    workflow 'order' (run ...)``, ``workflow 'order' (run ...)``."""
-    run = f" (run {blocked['run_id']})" if blocked.get("run_id") else ""
-    workflow = f"workflow {blocked['workflow_type']!r}{run}" if blocked.get("workflow_type") else ""
+    workflow o-1 (run ...)``, ``workflow 'order' o-1 (run ...)``: the type and
+    the ids an operator looks a run up by."""
+    ids = " ".join(part for part in (
+        blocked.get("workflow_id"),
+        f"(run {blocked['run_id']})" if blocked.get("run_id") else None) if part)
     if blocked.get("activity_type"):
-        return f"activity {blocked['activity_type']!r}" + (f" of {workflow}" if workflow else run)
-    return workflow or "code outside the worker's workflows and activities"
+        of = f" of workflow {ids}" if blocked.get("workflow_id") else (f" {ids}" if ids else "")
+        return f"activity {blocked['activity_type']!r}{of}"
+    if blocked.get("workflow_type"):
+        return f"workflow {blocked['workflow_type']!r}" + (f" {ids}" if ids else "")
+    return "code outside the worker's workflows and activities"

@@ -111,7 +111,7 @@ async def test_a_workflow_that_blocks_the_loop_is_named_while_it_blocks(
         [unblocked] = loop_lines(caplog, "event_loop_unblocked")
         run_id = handle.run_id
         for line in (blocked, unblocked):
-            assert f"workflow 'loop_blocker' (run {run_id})" in line, line
+            assert f"workflow 'loop_blocker' blocks-the-loop (run {run_id})" in line, line
             assert "test_loop_watch.py" in line and "in block_until_seen" in line, line
         assert "has been blocked for" in blocked and "anyio.to_thread.run_sync" in blocked
         assert "was blocked for" in unblocked
@@ -140,7 +140,8 @@ async def test_an_async_activity_that_blocks_is_named_with_its_run(
         block = await ended(worker.loop_watch)
     assert (block.activity_type, block.run_id) == ("loop_blocking_fetch", handle.run_id)
     [blocked] = loop_lines(caplog, "event_loop_blocked")
-    assert f"activity 'loop_blocking_fetch' (run {handle.run_id})" in blocked, blocked
+    assert (f"activity 'loop_blocking_fetch' of workflow fetches-blocking (run {handle.run_id})"
+            in blocked), blocked
 
 
 @pytest.mark.parametrize("driver_name", ["sqlite"])
@@ -218,7 +219,7 @@ async def test_the_views_show_the_last_block(
             "X-Durable-Workflow-Control-Plane-Version": "2"})).json()
     flat = " ".join(human.split())
     assert "event loop blocked once; last for" in flat, human
-    assert f"by workflow 'loop_blocker' (run {handle.run_id})" in flat, human
+    assert f"by workflow 'loop_blocker' blocks-for-the-views (run {handle.run_id})" in flat, human
     assert data["workers"][0]["loop_blocked"]["run_id"] == handle.run_id
     assert "data-loop-blocked" in page.text and "event loop blocked once" in page.text
     assert api["workers"][0]["loop_blocked"]["count"] == 1
@@ -243,10 +244,13 @@ def test_the_text_of_a_block() -> None:
     now = utcnow()
     record = LoopBlock(started_at=now.timestamp() - 180, seconds=4.1, ended=True,
                        where="app.py:12 in order", workflow_type="order", run_id="r1",
-                       activity_type="charge").as_record(2)
+                       workflow_id="o-1", activity_type="charge").as_record(2)
     assert loop_blocked_text(record | {"started_at": now.isoformat()}, now) == (
         "event loop blocked 2 times; last for 4.1s, now, by activity 'charge' of workflow "
-        "'order' (run r1) at app.py:12 in order")
+        "o-1 (run r1) at app.py:12 in order")
+    assert loop_blocked_text({**record, "activity_type": None}, now) == (
+        "event loop blocked 2 times; last for 4.1s, 3m ago, by workflow 'order' o-1 (run r1) "
+        "at app.py:12 in order")
     assert loop_blocked_text(None, now) is None
     alone = {"count": 1, "seconds": 0.25, "started_at": None, "where": None}
     assert loop_blocked_text(alone, now) == (

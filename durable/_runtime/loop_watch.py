@@ -90,6 +90,7 @@ class LoopBlock:
     #: the innermost frames of the blocked stack, innermost first
     stack: tuple[str, ...] = ()
     workflow_type: str | None = None
+    workflow_id: str | None = None
     run_id: str | None = None
     activity_type: str | None = None
 
@@ -101,7 +102,8 @@ class LoopBlock:
         """What the registry keeps of it (JSON), with how many blocks the worker saw."""
         return {"count": count, "started_at": self.started_at, "seconds": round(self.seconds, 3),
                 "where": self.where, "workflow_type": self.workflow_type,
-                "run_id": self.run_id, "activity_type": self.activity_type}
+                "workflow_id": self.workflow_id, "run_id": self.run_id,
+                "activity_type": self.activity_type}
 
 
 class LoopWatch:
@@ -155,8 +157,8 @@ class LoopWatch:
         self.last = self.last_ended = block
         self.log.warning(
             "event_loop_unblocked", seconds=round(gap, 3), where=block.where,
-            culprit=block.culprit(), workflow_type=block.workflow_type, run_id=block.run_id,
-            activity_type=block.activity_type,
+            culprit=block.culprit(), workflow_type=block.workflow_type,
+            workflow_id=block.workflow_id, run_id=block.run_id, activity_type=block.activity_type,
             detail=(f"the event loop was blocked for {gap:.1f}s by {block.culprit()}"
                     + (f" at {block.where}" if block.where else "")
                     + ": no other run, lease renewal or deadline could proceed meanwhile"))
@@ -174,7 +176,8 @@ class LoopWatch:
             self.log.warning(
                 "event_loop_blocked", seconds=round(late, 3), where=block.where,
                 culprit=block.culprit(), workflow_type=block.workflow_type,
-                run_id=block.run_id, activity_type=block.activity_type, stack=list(block.stack),
+                workflow_id=block.workflow_id, run_id=block.run_id,
+                activity_type=block.activity_type, stack=list(block.stack),
                 detail=(f"the event loop has been blocked for {late:.1f}s by {block.culprit()}"
                         + (f" at {block.where}" if block.where else "")
                         + "; blocking calls belong in a sync activity (it runs in a thread) "
@@ -213,7 +216,8 @@ def describe(frame: FrameType | None, started_at: float, seconds: float,
         depth += 1
     return LoopBlock(started_at=started_at, seconds=seconds, ended=False, where=where,
                      stack=tuple(stack), workflow_type=found.get("workflow_type"),
-                     run_id=found.get("run_id"), activity_type=found.get("activity_type"))
+                     workflow_id=found.get("workflow_id"), run_id=found.get("run_id"),
+                     activity_type=found.get("activity_type"))
 
 
 def _engine_frame(frame: FrameType) -> dict[str, str]:
@@ -229,6 +233,7 @@ def _engine_frame(frame: FrameType) -> dict[str, str]:
     if kind == "run":
         run = getattr(frame.f_locals.get("self"), "run", None)
         pairs = (("run_id", getattr(run, "run_id", None)),
+                 ("workflow_id", getattr(run, "workflow_id", None)),
                  ("workflow_type", getattr(run, "workflow_type", None)))
     else:
         actx = frame.f_locals.get("ctx")
@@ -240,6 +245,7 @@ def _engine_frame(frame: FrameType) -> dict[str, str]:
             except Exception:  # a view must never fail the watch
                 info = None
         pairs = (("activity_type", getattr(actx, "activity_type", None)),
+                 ("workflow_id", getattr(info, "workflow_id", None)),
                  ("run_id", getattr(info, "run_id", None)))
     for key, value in pairs:
         if isinstance(value, str) and value:
