@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from . import _validate
-from ._registry import workflow_name
+from ._registry import workflow_defn_of, workflow_name
 from .errors import ConfigurationError
 from .options import Seconds, StartOptions
 
@@ -513,8 +513,17 @@ class ScheduleHandle:
             unset=_UNSET)
         if not changes:
             return
+        given = None if args is _UNSET else list(args)
         if workflow is not _UNSET:
-            await self.client._check_registered(changes["workflow_type"], workflow)
+            await self.client._check_registered(changes["workflow_type"], workflow, given)
+        elif given is not None:
+            # new arguments for the workflow it starts: checked against its
+            # definition when this process has it, as create_schedule checks
+            # them (its runs would fail with TypeError at every fire)
+            stored = str((await self.describe())["workflow_type"])
+            defn = workflow_defn_of(stored)
+            if defn is not None and defn.arity is not None:
+                defn.arity.check(f"workflow {stored!r}", len(given))
         await self._control.update(self.schedule_id, changes)
 
     async def delete(self) -> None:

@@ -543,6 +543,14 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
         await handle.backfill(dt.datetime(2025, 1, 1), dt.datetime(2025, 1, 2))
     with pytest.raises(durable.ConfigurationError, match="a schedule note must be a string"):
         await handle.pause(note=5)  # type: ignore[arg-type]
+    # new arguments the workflow does not take are refused as at create, and
+    # nothing changes (each fire's run failed with TypeError)
+    with pytest.raises(durable.ConfigurationError,
+                       match=r"workflow 'sched_note' takes 1 argument \(label\), got 2"):
+        await handle.update(args=["a", "b"])
+    with pytest.raises(durable.ConfigurationError,
+                       match=r"workflow 'sched_chain' takes 1 argument \(n\), got 0"):
+        await handle.update(workflow=chain, args=[])
     for call in (client.get_schedule("missing").describe, client.get_schedule("missing").pause,
                  client.get_schedule("missing").delete):
         with pytest.raises(durable.ScheduleNotFound, match="no schedule 'missing'"):
@@ -550,6 +558,12 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
     info = await handle.describe()
     assert (info["workflow_type"], info["fires_count"], info["paused"]) == (
         "sched_note", 0, False)
+    async with env.worker(workflows=[note]):
+        await handle.trigger()
+        await env.sleep(0)
+        fired = (await handle.describe())["recent"][0]
+    # the stored arguments are the first ones: its run completes
+    assert fired["status"] == "completed"
 
 
 # ---------------------------------------------------------------- several schedulers
