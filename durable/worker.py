@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -169,7 +170,10 @@ class Worker:
         block = _validate.optional_duration(loop_block_warning, "Worker loop_block_warning",
                                             minimum=0.01, maximum=3600)
         self.loop_watch = None if block is None else LoopWatch(
-            block, self.log, lambda: codes_of(self.workflows, self.activities))
+            block, self.log, lambda: codes_of(self.workflows, self.activities),
+            consequence=self._leases_after_block)
+        #: when the leases were last renewed (the process's monotonic time)
+        self.renewed_at = time.monotonic()
         self.presence.loop_watch = self.loop_watch
         self.repairs: dict[str, int] = {}
         #: the error that stopped this worker (a bug in durable), if any
@@ -551,12 +555,26 @@ class Worker:
             owned = await self.store.renew_leases(
                 self.worker_id, [*sent, *self.gate.checking], self.lease_seconds, now)
             self.outage.storage_up()
+            self.renewed_at = time.monotonic()
             for run_id, executor in sent.items():
                 if run_id not in owned and self.executors.get(run_id) is executor:
                     executor.stop("lease lost")
             await self.presence.register(self.lease_seconds * 2, now)
             if self.activities:
                 await self.remote.check_cover()
+
+    def _leases_after_block(self, now: float) -> str | None:
+        """What a blocked loop did to this worker's leases, in words (None: nothing):
+        they lapse when no renewal came for a whole lease, and other workers may
+        then take its runs and attempts over (it stops those at its next renewal)."""
+        since = now - self.renewed_at
+        held = len(self.executors) + len(self.remote.running)
+        if since <= self.lease_seconds or not held:
+            return None
+        what = "run or activity attempt" if held == 1 else "runs and activity attempts"
+        return (f"its leases lapsed meanwhile (last renewed {since:.1f}s before the loop turned "
+                f"again; a lease lasts {self.lease_seconds:g}s): other workers may have taken "
+                f"over the {held} {what} it held, which it then stops")
 
     async def known_activity_names(self) -> set[str]:
         """Activity names any live worker has registered (cached, refreshed on a miss)."""

@@ -53,7 +53,26 @@ def block_until_seen() -> None:
         time.sleep(0.005)
 
 
+#: the worker whose leases the blocking code outlasts
+LEASED: list[durable.Worker] = []
+
+
+def block_past_the_lease() -> None:
+    """Block the loop until the watch saw it and the worker's leases lapsed."""
+    worker = LEASED[-1]
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up and (
+            WATCHES[-1].last is None
+            or time.monotonic() < worker.renewed_at + worker.lease_seconds + 0.05):
+        time.sleep(0.005)
+
+
 with isolated_definitions():
+    @workflow.defn(name="loop_outlasts_lease")
+    async def outlasts_the_lease() -> str:
+        block_past_the_lease()
+        return "late"
+
     @workflow.defn(name="loop_blocker")
     async def loop_blocker() -> str:
         block_until_seen()
@@ -158,6 +177,38 @@ async def test_a_loop_that_keeps_turning_reports_nothing(
         [listed] = await storage_client.list_workers()
     assert listed["loop_blocked"] is None
     assert loop_lines(caplog, "event_loop_blocked") == []
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_a_block_that_outlasts_the_leases_says_other_workers_may_take_its_runs(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    async with watched(storage_client, workflows=[outlasts_the_lease, polite],
+                       lease_seconds=0.5) as worker:
+        LEASED.append(worker)
+        assert worker.loop_watch is not None
+        handle = await storage_client.start(outlasts_the_lease, id="outlasts")
+        await ended(worker.loop_watch)
+        await handle.result()
+    [unblocked] = loop_lines(caplog, "event_loop_unblocked")
+    assert "its leases lapsed meanwhile (last renewed" in unblocked, unblocked
+    assert ("a lease lasts 0.5s): other workers may have taken over the 1 run or activity "
+            "attempt it held, which it then stops") in unblocked
+    assert "leases_lapsed=True" in unblocked
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_a_short_block_leaves_the_leases_alone(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.worker")
+    async with watched(storage_client, workflows=[loop_blocker]) as worker:
+        assert worker.loop_watch is not None
+        await (await storage_client.start(loop_blocker, id="short-block")).result()
+        await ended(worker.loop_watch)
+    [unblocked] = loop_lines(caplog, "event_loop_unblocked")
+    assert "leases_lapsed=False" in unblocked and "lapsed meanwhile" not in unblocked
 
 
 def watch_threads() -> list[threading.Thread]:

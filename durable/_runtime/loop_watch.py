@@ -110,13 +110,16 @@ class LoopWatch:
     """Watches one event loop from a thread; see the module's docstring."""
 
     def __init__(self, threshold: float, log: Any,
-                 codes: Callable[[], dict[CodeType, tuple[str, str]]] | None = None) -> None:
+                 codes: Callable[[], dict[CodeType, tuple[str, str]]] | None = None,
+                 consequence: Callable[[float], str | None] | None = None) -> None:
         self.threshold = threshold
         #: how often the beat notes the time (and the thread looks at it)
         self.interval = min(0.25, threshold / 4)
         self.log = log
         #: code objects of registered workflows and activities -> ("workflow"|"activity", name)
         self._codes = codes
+        #: what a block did meanwhile (the worker's leases), asked when it ends
+        self._consequence = consequence
         #: blocks that ended so far, and the last of them
         self.count = 0
         self.last_ended: LoopBlock | None = None
@@ -155,13 +158,16 @@ class LoopWatch:
         block = replace(block, seconds=gap, ended=True)
         self.count += 1
         self.last = self.last_ended = block
+        consequence = self._consequence(now) if self._consequence is not None else None
         self.log.warning(
             "event_loop_unblocked", seconds=round(gap, 3), where=block.where,
             culprit=block.culprit(), workflow_type=block.workflow_type,
             workflow_id=block.workflow_id, run_id=block.run_id, activity_type=block.activity_type,
+            leases_lapsed=consequence is not None,
             detail=(f"the event loop was blocked for {gap:.1f}s by {block.culprit()}"
                     + (f" at {block.where}" if block.where else "")
-                    + ": no other run, lease renewal or deadline could proceed meanwhile"))
+                    + ": no other run, lease renewal or deadline could proceed meanwhile"
+                    + (f"; {consequence}" if consequence else "")))
 
     def _watch(self) -> None:
         """The thread: looks at the beat every `interval` seconds."""
