@@ -180,8 +180,7 @@ class EmbeddedControl:
                         cursor: str | None) -> Page:
         before = decode_cursor(cursor) if cursor else None
         items, next_key = await self.store.list_runs(
-            self.namespace, status, workflow_type, limit, before
-        )
+            self.namespace, status, workflow_type, limit, before, now=self.clock.now())
         return Page(items, encode_cursor(next_key) if next_key is not None else None)
 
     async def repair_pass(self) -> dict[str, int]:

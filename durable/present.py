@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .store import records as _records
+from .store.workers import holder_of
 
 #: the statuses of an open run (the store's list, not typed again here)
 OPEN_STATUSES = frozenset(str(s) for s in _records.OPEN_STATUSES)
@@ -127,8 +128,38 @@ async def holder(info: Mapping[str, Any],
     owner = run.get("owner")
     found = next((w for w in await list_workers() if w.get("worker_id") == owner),
                  None) if owner else None
-    keys = ("worker_id", "alive", "last_seen_at", "expires_at")
-    return {k: (found or {"worker_id": owner, "alive": False}).get(k) for k in keys}
+    return holder_of(owner, found)
+
+
+def holder_text(holder: Any, now: datetime) -> str | None:
+    """A run list's words for the worker that holds a run at work (a run
+    summary's ``holder``, `holder_of`'s shape, with the ``activity`` whose
+    attempt runs there); None without one. The run page's facts in one line:
+    who, when last seen, and until when presumed alive, or presumed gone
+    (the list said "busy" for a run held by a SIGKILLed worker)."""
+    if not isinstance(holder, Mapping):
+        return None
+    worker = holder.get("worker_id")
+    if worker is None:
+        return "waiting for a worker: none holds it"
+    activity = holder.get("activity")
+    what = (f"activity {activity} runs on worker {worker}" if activity
+            else f"held by worker {worker}")
+    seen = instant(holder.get("last_seen_at"))
+    last = f"last seen {relative(seen, now)}" if seen else "no longer registered"
+    until = instant(holder.get("expires_at"))
+    if holder.get("alive") and until is not None:
+        return f"{what}, {last}, presumed alive until {absolute(until)} ({relative(until, now)})"
+    then = ("the attempt ends when it times out" if activity
+            else "another worker takes the run when that worker's lease on it ends")
+    return f"{what}, {last}, presumed gone: {then}"
+
+
+def holder_gone(holder: Any) -> bool:
+    """Whether a run summary's ``holder`` is a worker presumed gone (not one
+    that none is: that run waits to be taken)."""
+    return (isinstance(holder, Mapping) and holder.get("worker_id") is not None
+            and not holder.get("alive"))
 
 
 #: how a run's close reads against its run or execution deadline
@@ -415,11 +446,22 @@ def ancestors_text(waiting: Mapping[str, Any]) -> str:
             f"while they wait: if they wait for it, it never starts{fix}")
 
 
-def wait_of(waiting: Any) -> tuple[str | None, str | None]:
+def wait_of(waiting: Any, holder: Any = None) -> tuple[str | None, str | None]:
     """The reference's ``(wait_kind, wait_reason)`` for describe()["waiting_for"];
     ``(None, None)`` when nothing is waited for (busy, closed). One place for the
-    words, so the HTTP wire, and whatever reads it, say the same as the CLI."""
+    words, so the HTTP wire, and whatever reads it, say the same as the CLI.
+    With nothing waited for and a `holder` (`holder`) presumed gone, or none:
+    a workflow task waiting for a worker (it read as running on a worker that
+    had been SIGKILLed)."""
     if not isinstance(waiting, Mapping):
+        if holder_gone(holder):
+            h = holder.get
+            return "workflow-task", (
+                f"Workflow task waiting for a worker: worker {h('worker_id')}, which holds it, "
+                f"was last seen at {h('last_seen_at') or 'an unknown time'} and is presumed "
+                f"gone (presumed alive until {h('expires_at') or 'its record expired'})")
+        if isinstance(holder, Mapping) and holder.get("worker_id") is None:
+            return "workflow-task", "Workflow task waiting for a worker to take it"
         return None, None
     kind = str(waiting.get("kind"))
     w = waiting.get

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 import durable
@@ -468,5 +469,51 @@ async def test_error_mapping(live: Live) -> None:
             assert (await viewer.describe_workflow("e-1")).status == "terminated"
             with pytest.raises(dw_errors.DurableWorkflowError):
                 await viewer.terminate_workflow("e-1")
+
+    await run_reference(scenario, live)
+
+
+# ---------------------------------------------------------------- a killed holder
+
+
+async def test_a_run_held_by_a_killed_worker_parses_and_says_so(
+        live: Live, storage_client: durable.Client) -> None:
+    """A run whose worker was SIGKILLed 1000 s ago: the reference client still
+    parses the list and the description (status running: the run is open),
+    and the wire says what its contract has words for (``wait_kind``
+    workflow-task, ``wait_reason``) plus our ``holder``; it read as running on
+    that worker."""
+    from durable.store.records import WorkerRegistration
+
+    async with httpx.AsyncClient(base_url=live.url, headers={
+            "X-Durable-Workflow-Control-Plane-Version": "2",
+            "Authorization": f"Bearer {OPERATOR}"}) as http:
+        started = await http.post("/api/workflows", json={
+            "workflow_type": "ref-nobody", "workflow_id": "held-1", "task_queue": "ref-held",
+            "input": [1], "require_registered": False})
+        assert started.status_code == 201, started.text
+    store, ns = storage_client.store, storage_client.namespace
+    now = storage_client.clock.now()
+    registration = WorkerRegistration("w-killed", ns, "ref-held", ("ref-nobody",), (), ())
+    await store.register_worker(registration, 600.0, now)
+    [_] = await store.claim_runs(ns, "ref-held", "w-killed", ("ref-nobody",), 1, 600.0, now)
+    await store.register_worker(registration, 30.0, now - 1000)  # last seen long ago
+
+    async def scenario(url: str) -> None:
+        async with client(url, VIEWER) as c:
+            page = await c.list_workflows(query="held-")
+            assert [(e.workflow_id, e.status) for e in page.executions] == [
+                ("held-1", "running")]
+            described = await c.describe_workflow("held-1")
+            assert (described.status, described.task_queue) == ("running", "ref-held")
+        async with httpx.AsyncClient(base_url=url, headers={
+                "X-Durable-Workflow-Control-Plane-Version": "2",
+                "Authorization": f"Bearer {VIEWER}"}) as http:
+            body = (await http.get("/api/workflows/held-1")).json()
+            assert body["wait_kind"] == "workflow-task" and "presumed gone" in body["wait_reason"]
+            assert (body["holder"]["worker_id"], body["holder"]["alive"]) == ("w-killed", False)
+            item = (await http.get("/api/workflows", params={"query": "held-"})).json()
+            [listed] = item["workflows"]
+            assert listed["holder"]["alive"] is False and listed["waiting"] is True
 
     await run_reference(scenario, live)

@@ -22,12 +22,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import ui_app
+
+import durable
 
 pytestmark = pytest.mark.browser
 
@@ -287,6 +291,8 @@ def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
     shot(live, page, "live-progress", page.locator("#waiting"))
     page.goto(f"{live.url}/ui/runs")  # the list tells busy from waiting
     assert page.locator('tr[data-workflow-id="progress-1"] [data-waiting]').inner_text() == "busy"
+    held = page.locator('tr[data-workflow-id="progress-1"] [data-holder-text]').inner_text()
+    assert held.startswith("activity ui-steady runs on worker ") and "presumed alive until" in held
     assert page.locator('tr[data-workflow-id="deadlines-1"] [data-waiting]').inner_text() \
         == "waiting"
     live.api.post("/api/workflows/progress-1/terminate", json={"reason": "seen enough"})
@@ -460,6 +466,20 @@ def test_the_cascade_of_a_three_level_tree_flags_an_unverified_stop(
         proc.wait(30)
 
     page = open_page()
+    # the runs list named the killed worker's runs "busy": it names the worker
+    # the leaf's attempt runs on, presumed alive (its registration outlives it)
+    # until its record is that of a worker last seen 1000 s ago
+    page.goto(f"{live.url}/ui/runs")
+    leaf_row = page.locator('tr[data-workflow-id="tree-leaf"]')
+    held = leaf_row.locator("[data-holder-text]").inner_text()
+    assert held.startswith("activity ui-hang runs on worker ") and "presumed alive" in held
+    with ThreadPoolExecutor(1) as pool:  # off Playwright's loop
+        pool.submit(anyio.run, _last_seen_long_ago, live.db, ui_app.DOOMED_QUEUE).result(30)
+    page.goto(f"{live.url}/ui/runs")
+    assert leaf_row.locator('[data-holder="gone"]').inner_text() == "holder gone"
+    held = leaf_row.locator("[data-holder-text]").inner_text()
+    assert "last seen 16m" in held and "presumed gone" in held, held
+    shot(live, page, "runs-holder-gone", leaf_row)
     page.goto(f"{live.url}/ui/run?wf=tree")
     page.get_by_role("link", name="Request cancellation…").click()
     page.get_by_label("Reason").fill("worker died")
@@ -508,6 +528,19 @@ def test_the_cascade_of_a_three_level_tree_flags_an_unverified_stop(
     assert page.locator(".verified").count() == 0
     shot(live, page, "cascade-unverified")
     assert not page.js_errors
+
+
+async def _last_seen_long_ago(db: str, queue: str) -> None:
+    """Rewrite the record of each worker of `queue` as a worker last seen 1000 s
+    ago (for 30 s): a SIGKILLed worker's, long after, without waiting."""
+    from durable.store.records import WorkerRegistration
+
+    async with durable.connect(db) as client:
+        for w in await client.list_workers():
+            if w["task_queues"] == [queue]:
+                await client.store.register_worker(WorkerRegistration(
+                    w["worker_id"], client.namespace, queue, tuple(w["workflows"]),
+                    tuple(w["activities"]), ()), 30.0, client.clock.now() - 1000)
 
 
 def test_a_viewer_cannot_act(live: Live, runs: dict[str, str],

@@ -11,6 +11,7 @@ documented dict shapes.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -599,9 +600,10 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
     # no worker started it: not "started 21m ago, 21m so far"
     assert "data-not-started>not started</span>, created" in row[:row.index("</tr>")]
     assert "so far" not in row[:row.index("</tr>")]
-    # "busy" is only "nothing open": a killed worker's run reads so too, and says where to look
+    # "busy" is only for a live holder (a killed worker's run reads "holder gone":
+    # test_the_runs_list_names_a_killed_holder)
     template = (Path(views.__file__).parent / "templates" / "runs.html").read_text()
-    assert "or is due to run there (the run's page says which" in template
+    assert "held by a live worker" in template
     # nobody serves the queue: the page says what is missing, not "busy"
     assert 'data-waiting-kind="worker"' in part.text and "registers ui-nobody" in part.text
     assert 'id="pending" data-poll-part' in part.text
@@ -863,6 +865,83 @@ async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserl
     part = await ui.http.get(f"/ui/run/live?wf=held-1&run={run_id}")
     assert "worker w-alive, which holds it, is gone" in part.text and "⚠" in part.text
     assert claimed.run.run_id == run_id
+
+
+async def test_the_runs_list_names_a_killed_holder(ui: Browserless, db_url: str) -> None:
+    # a run held by a SIGKILLed worker was listed "busy" everywhere (UI, durable
+    # list, /api) long after that worker's presumed-alive time had passed; its
+    # page said so. A worker last seen 1000 s ago holds gone-1; a live one live-1.
+    from durable.cli._group import cli
+    from durable.store.records import WorkerRegistration
+
+    store, ns = ui.storage.store, ui.storage.namespace
+    await ui.start("gone-1", task_queue="q-gone")
+    await ui.start("live-1", task_queue="q-live")
+    await ui.start("free-1", task_queue="q-free")  # no worker took it: waiting
+    now = ui.storage.clock.now()
+    for worker, queue in (("w-killed", "q-gone"), ("w-live", "q-live")):
+        registration = WorkerRegistration(worker, ns, queue, ("ui-nobody",), (), ())
+        await store.register_worker(registration, 600.0, now)
+        [_] = await store.claim_runs(ns, queue, worker, ("ui-nobody",), 1, 600.0, now)
+    # w-killed's record as a worker last seen 1000 s ago leaves it (its run's lease holds)
+    await store.register_worker(WorkerRegistration("w-killed", ns, "q-gone", ("ui-nobody",),
+                                                   (), ()), 30.0, now - 1000)
+    # the embedded client's summaries
+    listed = {r["workflow_id"]: r for r in await ui.storage.list()}
+    gone, live = listed["gone-1"]["holder"], listed["live-1"]["holder"]
+    assert (gone["worker_id"], gone["alive"], gone["activity"]) == ("w-killed", False, None)
+    assert gone["last_seen_at"] is not None and listed["gone-1"]["waiting"] is True
+    assert (live["worker_id"], live["alive"]) == ("w-live", True)
+    assert listed["live-1"]["waiting"] is False
+    assert listed["free-1"]["holder"] is None and listed["free-1"]["waiting"] is True
+    # the wire: the reference's fields as they were, our holder beside them
+    viewer = {**API, "Authorization": f"Bearer {VIEWER}"}
+    page = (await ui.http.get("/api/workflows", headers=viewer)).json()
+    items = {w["workflow_id"]: w for w in page["workflows"]}
+    assert (items["gone-1"]["status"], items["gone-1"]["status_bucket"]) == ("running", "running")
+    assert items["gone-1"]["holder"]["alive"] is False
+    assert items["live-1"]["holder"]["alive"] is True
+    described = (await ui.http.get("/api/workflows/gone-1", headers=viewer)).json()
+    assert described["wait_kind"] == "workflow-task", described
+    assert "worker w-killed, which holds it" in described["wait_reason"]
+    assert "presumed gone" in described["wait_reason"]
+    assert described["holder"]["alive"] is False and "holder" not in described["durable_keys"]
+    described = (await ui.http.get("/api/workflows/live-1", headers=viewer)).json()
+    assert described["wait_kind"] is None and described["holder"]["worker_id"] == "w-live"
+    # the web UI's runs list
+    await ui.login(VIEWER)
+    text = (await ui.http.get("/ui/runs")).text
+
+    def row(workflow_id: str) -> str:
+        rest = text[text.index(f'data-workflow-id="{workflow_id}"'):]
+        return rest[:rest.index("</tr>")]
+    assert 'data-holder="gone"' in row("gone-1") and ">busy<" not in row("gone-1")
+    assert "held by worker w-killed, last seen 16m" in row("gone-1")
+    assert "presumed gone" in row("gone-1")
+    assert ">busy<" in row("live-1") and "presumed alive until" in row("live-1")
+    assert "data-holder-text" not in row("free-1")
+    # the run page says the same as the list (it read the worker on its own)
+    part = await ui.http.get("/ui/run/live?wf=gone-1")
+    assert "worker w-killed, which holds it, is gone" in part.text
+    # durable list, and its --json (the wire's page)
+    human = await anyio.to_thread.run_sync(_cli, cli, db_url, "list")
+    gone_line = next(line for line in human.splitlines() if line.startswith("gone-1"))
+    assert "holder gone" in gone_line and "busy" not in gone_line, human
+    assert "held by worker w-killed" in human and "presumed gone" in human
+    live_line = next(line for line in human.splitlines() if line.startswith("live-1"))
+    assert "busy" in live_line and "presumed alive until" in human
+    data = json.loads(await anyio.to_thread.run_sync(_cli, cli, db_url, "list", "--json"))
+    rows = {w["workflow_id"]: w for w in data["workflows"]}
+    assert rows["gone-1"]["holder"]["alive"] is False and rows["gone-1"]["waiting"] is True
+
+
+def _cli(cli: Any, url: str, *args: str) -> str:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli, ["--db", url, *args], env={"NO_COLOR": "1", "COLUMNS": "250"},
+                                prog_name="durable")
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout
 
 
 def test_a_terminated_runs_timeouts_are_not_met() -> None:

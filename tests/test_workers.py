@@ -129,3 +129,58 @@ async def test_durable_workers_lists_them_and_flags_the_clash(tmp_path: Path) ->
     listed = await anyio.to_thread.run_sync(run_cli, url, "workers", "--all")
     assert "Worker shop gone" in listed and "Worker theatre gone" in listed
     assert "more gone" not in listed, listed
+
+
+# ---------------------------------------------------------------- who holds a run at work
+
+ATTEMPT_STARTED = anyio.Event()
+RELEASE_ATTEMPT = anyio.Event()
+
+with isolated_definitions():
+    @activity.defn(name="held-pack")
+    async def held_pack(order: str) -> str:
+        ATTEMPT_STARTED.set()
+        await RELEASE_ATTEMPT.wait()
+        return order
+
+    @workflow.defn(name="held-order")
+    async def held_order(order: str) -> str:
+        result: str = await workflow.execute_activity(held_pack, order)
+        return result
+
+
+async def test_the_run_list_names_the_worker_an_attempt_runs_on(
+        storage_client: durable.Client) -> None:
+    # a run whose activity attempt ran on a SIGKILLed worker was listed "busy":
+    # the list names the attempt's worker, and whether it is presumed gone
+    global ATTEMPT_STARTED, RELEASE_ATTEMPT
+    ATTEMPT_STARTED, RELEASE_ATTEMPT = anyio.Event(), anyio.Event()
+    from durable.store.records import WorkerRegistration
+
+    client = storage_client
+    # a lease of 600 s: it is seen again only in 200 s, after the test
+    async with durable.Worker(client, workflows=[held_order], activities=[held_pack],
+                              identity="packer", poll_interval=0.05,
+                              lease_seconds=600) as worker:
+        await client.start(held_order, "o-1", id="held-o-1")
+        with anyio.fail_after(30):
+            await ATTEMPT_STARTED.wait()
+        [summary] = await client.list()
+        holder = summary["holder"]
+        assert (holder["worker_id"], holder["alive"], holder["activity"]) == (
+            worker.worker_id, True, "held-pack")
+        assert summary["waiting"] is False
+        # its record as a worker last seen 1000 s ago leaves it (killed then)
+        await client.store.register_worker(WorkerRegistration(
+            worker.worker_id, client.namespace, "default", ("held-order",), ("held-pack",), ()),
+            30.0, client.clock.now() - 1000)
+        [summary] = await client.list()
+        assert summary["holder"]["alive"] is False and summary["waiting"] is True
+        from durable import present
+        text = present.holder_text(summary["holder"], present.utcnow())
+        assert text is not None and text.startswith(
+            f"activity held-pack runs on worker {worker.worker_id}, last seen 16m")
+        assert "presumed gone: the attempt ends when it times out" in text
+        RELEASE_ATTEMPT.set()
+        with anyio.fail_after(30):
+            assert await client.get_handle("held-o-1").result() == "o-1"

@@ -190,7 +190,8 @@ def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
         wire = None
         if session.out.json:
             wire = await model.read_run_description(client.control, workflow_id,
-                                                    (info.get("run") or {}).get("run_id"))
+                                                    (info.get("run") or {}).get("run_id"),
+                                                    client.list_workers)
         return dict(_fmt.jsonable(info)), wire
 
     human, wire = session.run(body)

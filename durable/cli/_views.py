@@ -172,7 +172,10 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
     table.add_column("RUN", no_wrap=True)
     table.add_column("STARTED", no_wrap=True)
     table.add_column("TOOK", no_wrap=True)
-    for run in runs:
+    held = [_fmt.holder_text(run.get("holder"), now) for run in runs]
+    if any(held):  # who holds each run at work, and whether it is presumed gone
+        table.add_column("HELD BY", overflow="fold", min_width=12)
+    for run, holder in zip(runs, held, strict=True):
         # a run no worker started yet (pending) was shown "started 21m ago, 21m so far"
         started_at = _fmt.instant(run.get("started_at"))
         closed_at = _fmt.instant(run.get("closed_at"))
@@ -184,14 +187,17 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
         else:
             took = Text(f"{_fmt.duration((now - started_at).total_seconds())} so far",
                         style="dim")
+        gone = _fmt.holder_gone(run.get("holder"))
         table.add_row(
             Text(str(run.get("workflow_id"))), Text(str(run.get("workflow_type"))),
             Text.assemble(status_badge(run.get("status")), (
-                "" if run.get("waiting") is None else
-                " waiting" if run.get("waiting") else " busy", "dim")),
+                "" if run.get("waiting") is None else " holder gone" if gone else
+                " waiting" if run.get("waiting") else " busy",
+                "bold yellow" if gone else "dim")),
             Text(f"{run.get('run_number') or '-'} {short_id(run.get('run_id'), 8)}"),
             when(started_at, now) if started_at is not None or created is None else
             Text.assemble(("not started", "dim"), ", created ", when(created, now)), took,
+            *([Text(holder or "-", style="bold yellow" if gone else "dim")] if any(held) else []),
         )
     out.console.print(table)
     if data.get("next_page_token"):

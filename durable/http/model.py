@@ -29,10 +29,10 @@ import base64
 import binascii
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..present import wait_of
+from ..present import holder, wait_of
 from ..store.records import LISTED_STATUSES, OPEN_STATUSES, REVIEW_STATUSES, HistoryEvent
 from . import avro
 
@@ -164,7 +164,7 @@ def describe_to_wire(info: dict[str, Any], input_value: Any = None,
     plain_in, env_in = payload_pair(input_value)
     plain_out, env_out = payload_pair(output_value) if has_output else (None, None)
     is_current = run.get("continued_run_id") is None
-    wait_kind, wait_reason = wait_of(info.get("waiting_for"))
+    wait_kind, wait_reason = wait_of(info.get("waiting_for"), info.get("holder"))
     body: dict[str, Any] = {
         "workflow_id": info.get("workflow_id"),
         "run_id": run.get("run_id"),
@@ -200,7 +200,8 @@ def describe_to_wire(info: dict[str, Any], input_value: Any = None,
             body[key] = value
     body["durable_memo"] = info.get("memo")
     # the keys of our describe(), so a remote client rebuilds exactly that dictionary
-    body["durable_keys"] = list(info)
+    # (``holder``, when the caller named it, is the wire's alone: not describe()'s)
+    body["durable_keys"] = [key for key in info if key != "holder"]
     return body
 
 
@@ -238,14 +239,20 @@ def parse_payload(text: str | None, what: str) -> Any:
         ) from exc
 
 
-async def read_run_description(control: ControlPlane, workflow_id: str,
-                               run_id: str | None) -> dict[str, Any] | None:
+async def read_run_description(
+        control: ControlPlane, workflow_id: str, run_id: str | None,
+        list_workers: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]] | None = None,
+) -> dict[str, Any] | None:
     """A run's description as the wire carries it (its input and, once
     completed, its output read too), or None for no such run: what
-    ``GET /api/workflows/{id}`` answers and ``durable describe --json`` prints."""
+    ``GET /api/workflows/{id}`` answers and ``durable describe --json`` prints.
+    With `list_workers`, an open run with nothing open names its ``holder``
+    (`durable.present.holder`): whether that worker is presumed alive."""
     info = await control.describe(workflow_id, run_id)
     if info is None:
         return None
+    if list_workers is not None:
+        info["holder"] = await holder(info, list_workers)
     actual = str((info.get("run") or {}).get("run_id"))
     first = await control.history(workflow_id, actual, after_sequence=0, limit=1)
     started = first[0].data if first and first[0].type == "WorkflowStarted" else {}

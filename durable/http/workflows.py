@@ -289,7 +289,8 @@ async def signal_with_start(call: Call) -> tuple[int, Any]:
 
 
 async def _describe_run(call: Call, workflow_id: str, run_id: str | None) -> dict[str, Any]:
-    found = await model.read_run_description(call.client.control, workflow_id, run_id)
+    found = await model.read_run_description(call.client.control, workflow_id, run_id,
+                                             call.client.list_workers)
     if found is None:
         raise await _not_found(call, workflow_id, run_id)
     return found
@@ -317,7 +318,7 @@ async def list_workflows(call: Call) -> tuple[int, Any]:
     items, next_key = await call.client.store.list_runs(
         call.namespace, p.get("durable_status"), p.get("workflow_type"), p["page_size"],
         before, statuses=model.BUCKET_MEMBERS[bucket] if bucket else None,
-        id_contains=p.get("query"))
+        id_contains=p.get("query"), now=call.client.clock.now())
     return 200, model.list_to_wire(
         Page(items, encode_cursor(next_key) if next_key else None))
 

@@ -389,12 +389,12 @@ class Store:
     async def list_runs(
         self, namespace: str, status: str | None, workflow_type: str | None, limit: int,
         before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
-        id_contains: str | None = None,
+        id_contains: str | None = None, now: float | None = None,
     ) -> ListPage:
-        """Run summaries, newest first, and the key of the next page."""
+        """Run summaries, newest first, and the next page's key (`now`: names holders)."""
         return await self.driver.run(lambda tx: inspection.list_runs(
             namespace, status, workflow_type, limit, before, statuses=statuses,
-            id_contains=id_contains), write=False)
+            id_contains=id_contains, now=now), write=False)
 
     async def namespaces(self) -> list[dict[str, Any]]:
         """Every namespace that holds something: run counts, description,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..clock import to_datetime, to_iso
 from ..driver import Program, placeholders, q, q1
+from . import workers
 from .cancellation import describe_cancellation
 from .queues import LIMIT_COLUMNS, RUNNING_RUNS, token_bucket
 from .records import (
@@ -401,7 +402,7 @@ def _review_status(needs_review: Any, status: str, failure: str | None) -> str:
 def list_runs(
     namespace: str, status: str | None, workflow_type: str | None, limit: int,
     before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
-    id_contains: str | None = None,
+    id_contains: str | None = None, now: float | None = None,
 ) -> Program[tuple[list[dict[str, Any]], tuple[float, str] | None]]:
     """Run summaries, newest first, and the key of the next page (None on the last).
 
@@ -410,11 +411,14 @@ def list_runs(
     may be one describe() derives (`needs_review`, `unknown`); a run marked
     for review is listed under that status, not as running. `statuses` keeps
     runs whose stored status is any of them (the control plane's status
-    buckets); `id_contains` keeps workflow ids holding that text.
+    buckets); `id_contains` keeps workflow ids holding that text. With
+    `now`, a run at work names its ``holder`` (`workers.holder_of`, and the
+    ``activity`` whose attempt that worker runs, None for the run's own code):
+    a run held by a SIGKILLed worker was listed as busy.
     """
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
-        "closed_at, closed_reason, task_queue, needs_review, failure FROM runs "
+        "closed_at, closed_reason, task_queue, needs_review, failure, owner FROM runs "
         "WHERE namespace = ?"
     )
     params: list[Any] = [namespace]
@@ -459,9 +463,20 @@ def list_runs(
         summaries = [r for r in summaries if r["status"] == status]
     busy = yield from _busy_runs([r["run_id"] for r in rows if r["status"] == "running"
                                   and not r["needs_review"]])
+    held = {r["run_id"]: busy[r["run_id"]][1] or r["owner"] for r in rows if r["run_id"] in busy}
+    seen = ((yield from workers.presences(namespace, {w for w in held.values() if w}, now))
+            if now is not None else {})
     for summary in summaries:
         open_ = summary["status"] in (*OPEN_STATUSES, *REVIEW_STATUSES)
-        summary["waiting"] = (summary["run_id"] not in busy) if open_ else None
+        run_id = summary["run_id"]
+        holder = None
+        if run_id in held and now is not None:
+            holder = workers.holder_of(held[run_id], seen.get(held[run_id] or ""))
+            holder["activity"] = busy[run_id][0]
+        summary["holder"] = holder
+        # a run whose holder is presumed gone (or that none holds) waits for a worker
+        summary["waiting"] = (run_id not in busy or (holder is not None and not holder["alive"])
+                              ) if open_ else None
     return summaries, next_key
 
 
@@ -472,23 +487,29 @@ def run_ids(namespace: str, workflow_id: str) -> Program[list[str]]:
     return [str(r["run_id"]) for r in rows]
 
 
-def _busy_runs(run_ids: list[str]) -> Program[set[str]]:
-    """Of these open runs, those at work: an activity attempt (or a local
-    activity) runs, or no op is open (the code runs, or waits to be taken:
+def _busy_runs(run_ids: list[str]) -> Program[dict[str, tuple[str | None, str | None]]]:
+    """Of these open runs, those at work, each with the activity attempt that
+    runs (``(name, its worker)``; ``(None, None)``: the run's own holder runs
+    its code or a local activity, or is due to): an attempt or a local
+    activity runs, or no op is open (the code runs, or waits to be taken:
     told apart by describe's waiting_for). The rest wait (a timer, a
     condition, a child, an attempt not yet picked up). One read per page."""
     if not run_ids:
-        return set()
+        return {}
     rows = yield q(
-        "SELECT o.run_id, o.kind, t.status AS task_status FROM ops o "
-        "LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
+        "SELECT o.run_id, o.kind, o.name, t.status AS task_status, t.owner AS task_owner "
+        "FROM ops o LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
         f"WHERE o.run_id IN ({placeholders(len(run_ids))}) AND o.status = 'scheduled' "
-        "AND o.kind NOT IN ('phase', 'units')", *run_ids)
+        "AND o.kind NOT IN ('phase', 'units') ORDER BY o.op_id", *run_ids)
     waiting_on: dict[str, bool] = {}
+    attempts: dict[str, tuple[str | None, str | None]] = {}
     for r in rows:
         working = r["kind"] == "local_activity" or r["task_status"] == "running"
         waiting_on[r["run_id"]] = waiting_on.get(r["run_id"], True) and not working
-    return {run_id for run_id in run_ids if not waiting_on.get(run_id, False)}
+        if r["task_status"] == "running" and r["task_owner"] is not None:
+            attempts.setdefault(r["run_id"], (r["name"], r["task_owner"]))
+    return {run_id: attempts.get(run_id, (None, None)) for run_id in run_ids
+            if not waiting_on.get(run_id, False)}
 
 
 def observe(

@@ -16,10 +16,11 @@ operator sees it left; a crashed one shows gone once its registration expires.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ..clock import to_iso
-from ..driver import Program, ex, q, q1
+from ..driver import Program, ex, placeholders, q, q1
 from .records import OPEN_SQL, DefinitionClash, WorkerRegistration
 
 #: how long a gone worker stays listed (seconds)
@@ -140,8 +141,44 @@ def _alive(row: Any, now: float) -> bool:
     return row["stopped_at"] is None and row["expires_at"] >= now
 
 
+def presence(row: Any, now: float) -> dict[str, Any]:
+    """Whether a worker is taken to be alive, and on what evidence: when it
+    was last seen and until when it is presumed alive without being seen
+    again (a SIGKILLed worker looks alive until then). The one shape every
+    view names a run's holder by (`durable.present.holder`, run lists)."""
+    return {"worker_id": row["worker_id"], "alive": _alive(row, now),
+            "last_seen_at": to_iso(row["heartbeat_at"]), "expires_at": to_iso(row["expires_at"])}
+
+
+#: the keys of the record that names a run's holder
+HOLDER_KEYS = ("worker_id", "alive", "last_seen_at", "expires_at")
+
+
+def holder_of(worker_id: str | None, found: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The record naming the worker that holds a run (`HOLDER_KEYS`): its
+    `presence` while registered; ``alive`` False and nothing seen once its
+    record is gone; ``worker_id`` None when no worker holds the run. One
+    shape for describe (`durable.present.holder`) and the run lists."""
+    record = found or {"worker_id": worker_id, "alive": False}
+    return {key: record.get(key) for key in HOLDER_KEYS}
+
+
+def presences(namespace: str, worker_ids: set[str], now: float
+              ) -> Program[dict[str, dict[str, Any]]]:
+    """`presence` of each of these workers still registered, by id: one read
+    for a page of runs, not one per run."""
+    if not worker_ids:
+        return {}
+    ids = sorted(worker_ids)
+    rows = yield q("SELECT worker_id, heartbeat_at, expires_at, stopped_at FROM workers "
+                   f"WHERE namespace = ? AND worker_id IN ({placeholders(len(ids))})",
+                   namespace, *ids)
+    return {str(r["worker_id"]): presence(r, now) for r in rows}
+
+
 def _worker(row: Any, now: float) -> dict[str, Any]:
-    alive = _alive(row, now)
+    seen = presence(row, now)
+    alive = seen["alive"]
     return {
         "worker_id": row["worker_id"],
         "identity": row["identity"] or row["worker_id"],
@@ -154,8 +191,8 @@ def _worker(row: Any, now: float) -> dict[str, Any]:
         "definitions": _definitions(row["definitions"]),
         "capabilities": json.loads(row["capabilities"]),
         "started_at": to_iso(row["started_at"]),
-        "last_seen_at": to_iso(row["heartbeat_at"]),
-        "expires_at": to_iso(row["expires_at"]),
+        "last_seen_at": seen["last_seen_at"],
+        "expires_at": seen["expires_at"],
         "stopped_at": to_iso(row["stopped_at"]),
         "alive": alive,
         "status": "alive" if alive else "gone",

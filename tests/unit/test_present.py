@@ -102,6 +102,39 @@ def test_a_run_with_nothing_open_is_told_by_the_worker_that_holds_it() -> None:
     assert "it is busy" in waiting_text(None, now, None).plain
 
 
+def test_a_run_lists_holder_is_told_alive_gone_or_none() -> None:
+    # the run lists said "busy" for a run held by a SIGKILLed worker
+    now = present.instant("2026-12-06T13:40:00+00:00")
+    assert now is not None
+    seen = {"worker_id": "w-7", "alive": True, "last_seen_at": "2026-12-06T13:39:50+00:00",
+            "expires_at": "2026-12-06T13:40:20+00:00", "activity": None}
+    assert present.holder_text(seen, now) == (
+        "held by worker w-7, last seen 10s ago, presumed alive until 2026-12-06 13:40:20 UTC "
+        "(in 20s)")
+    gone = {**seen, "alive": False, "last_seen_at": "2026-12-06T13:39:20+00:00"}
+    assert present.holder_text(gone, now) == (
+        "held by worker w-7, last seen 40s ago, presumed gone: another worker takes the run "
+        "when that worker's lease on it ends")
+    assert present.holder_text({**gone, "activity": "pack"}, now) == (
+        "activity pack runs on worker w-7, last seen 40s ago, presumed gone: the attempt ends "
+        "when it times out")
+    unregistered = {"worker_id": "w-7", "alive": False, "last_seen_at": None,
+                    "expires_at": None, "activity": None}
+    assert "w-7, no longer registered, presumed gone" in str(
+        present.holder_text(unregistered, now))
+    assert present.holder_text({"worker_id": None}, now) == "waiting for a worker: none holds it"
+    assert present.holder_text(None, now) is None
+    assert [present.holder_gone(h) for h in (seen, gone, unregistered, {"worker_id": None},
+                                              None)] == [False, True, True, False, False]
+    # the wire's words: a workflow task waiting for a worker, not "running" (null)
+    kind, reason = present.wait_of(None, gone)
+    assert kind == "workflow-task" and reason is not None
+    assert reason.startswith("Workflow task waiting for a worker: worker w-7, which holds it, "
+                             "was last seen at 2026-12-06T13:39:20+00:00 and is presumed gone")
+    assert present.wait_of(None, seen) == (None, None)
+    assert present.wait_of(None, {"worker_id": None})[0] == "workflow-task"
+
+
 def test_a_run_no_worker_started_is_not_listed_as_started(capsys: object) -> None:
     from durable.cli._app import Output
     from durable.cli._views import run_list

@@ -149,7 +149,8 @@ class WebUI:
             boundary_text=views.boundary_text, duration=_fmt.duration, progress_of=_fmt.progress_of,
             cleanup_end_label=_fmt.cleanup_end_label, ancestors_text=_fmt.ancestors_text,
             cleanup_of=_fmt.cleanup_of, build_wait_text=_fmt.build_wait_text,
-            blocked_text=_fmt.blocked_text)
+            blocked_text=_fmt.blocked_text, holder_text=_fmt.holder_text,
+            holder_gone=_fmt.holder_gone)
 
     # ------------------------------------------------------------ plumbing
 
@@ -353,12 +354,10 @@ class WebUI:
             ("describeWorkflowRun", {"workflowId": workflow_id, "runId": run_id}) if run_id
             else ("describeWorkflow", {"workflowId": workflow_id})))
 
-        async def worker(worker_id: str) -> Any:  # None: no such worker (any more)
-            status, found = await self.perform(request, visitor, "describeWorker", {
-                "workerId": worker_id})
-            return found if status == 200 else None
-        return await views.with_holder(views.describe_view(model.describe_from_wire(info)),
-                                       worker)
+        # the worker holding an open run with nothing open: the wire names it
+        # (`durable.present.holder`), alive or presumed gone
+        return views.with_holder(views.describe_view(model.describe_from_wire(info)),
+                                 info.get("holder"))
 
     # ------------------------------------------------------------ auth pages
 

@@ -15,7 +15,7 @@ absolute UTC instant and where it stands relative to now ("in 4m 12s",
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from markupsafe import Markup
 
 from ... import present as _fmt
 from ...store.records import LISTED_STATUSES
+from ...store.workers import HOLDER_KEYS
 
 OPEN_STATUSES = _fmt.OPEN_STATUSES
 STATUSES = LISTED_STATUSES
@@ -59,7 +60,7 @@ def filled(data: Any, keys: Iterable[str]) -> dict[str, Any]:
 
 
 SUMMARY_KEYS = ("workflow_id", "run_id", "workflow_type", "status", "run_number", "task_queue",
-                "created_at", "started_at", "closed_at", "closed_reason", "waiting")
+                "created_at", "started_at", "closed_at", "closed_reason", "waiting", "holder")
 _RUN_KEYS = ("run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
              "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
              "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id",
@@ -79,22 +80,14 @@ _RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed",
                  "received_after_deadline", "at")
 
 
-async def with_holder(info: dict[str, Any],
-                      describe_worker: Callable[[str], Awaitable[Mapping[str, Any] | None]],
-                      ) -> dict[str, Any]:
-    """``info["holder"]``: the record of the worker that holds an open run that
-    waits for nothing while none of its activities runs (its code is due to run
-    on that worker), or ``{"worker_id", "alive": False}`` when it has none (the
-    id None: no worker holds it yet); None otherwise. "It is busy" was said
-    even when the worker holding it had been killed: the page says when that
-    worker was last seen instead (the CLI: `durable.present.holder`)."""
-    owner = info["run"].get("owner")
-    info["holder"] = None
-    if (info["open"] and info.get("waiting_for") is None
-            and not any(op.get("task_status") == "running" for op in info["pending_operations"])):
-        found = await describe_worker(str(owner)) if owner else None
-        info["holder"] = filled(found or {"worker_id": owner, "alive": False},
-                                ("worker_id", "alive", "last_heartbeat_at", "heartbeat_expires_at"))
+def with_holder(info: dict[str, Any], holder: Any) -> dict[str, Any]:
+    """``info["holder"]``: the wire's record of the worker that holds an open
+    run that waits for nothing while none of its activities runs (its code is
+    due to run on that worker; `durable.present.holder`, whose keys it has),
+    the id None when no worker holds it yet; None otherwise. "It is busy" was
+    said even when the worker holding it had been killed: the page says when
+    that worker was last seen instead."""
+    info["holder"] = filled(holder, HOLDER_KEYS) if isinstance(holder, Mapping) else None
     return info
 
 
