@@ -416,6 +416,18 @@ def build_wait_text(waiting: Mapping[str, Any]) -> str:
             "start a worker of the old build or of a patched one")
 
 
+def idle_queue(queue: Mapping[str, Any]) -> str | None:
+    """describe_queue() of a queue no live worker serves and no open work is
+    on: a queue is only a name, so a misspelt one is a new, empty queue whose
+    limits hold back nothing. Says so, with the queues in use; None otherwise."""
+    if not queue.get("idle"):
+        return None
+    others = ", ".join(str(n) for n in queue.get("queues_in_use") or []) or "none"
+    return (f"note: no live worker serves queue {queue.get('name')!r} and no open run or "
+            "activity is on it. A queue is only a name: a misspelt one is a new, empty "
+            f"queue, and its limits hold back nothing. Queues in use: {others}")
+
+
 def holders_text(waiting: Mapping[str, Any]) -> str:
     """Who holds the slots a run waits for (``held_by``: the first few runs and
     their workers), so that an operator knows what to look at; "" when not told."""

@@ -287,6 +287,26 @@ async def test_durable_queue_sets_limits_and_shows_them(tmp_path: Any) -> None:
     assert json.loads(cleared.stdout)["limits"]["max_running"] is None
     bad = await cli("queue", "set-limits", "q", "--rate", "fast")
     assert bad.exit_code == 2 and "write COUNT/SECONDS, e.g. 100/60" in bad.stderr
+    # a misspelt queue is a new, empty one whose limits hold back nothing: said so
+    typo = await cli("queue", "set-limits", "qq", "--max-running", "1")
+    assert typo.exit_code == 0, typo.stderr
+    assert ("note: no live worker serves queue 'qq' and no open run or activity is on it. "
+            "A queue is only a name: a misspelt one is a new, empty queue, and its limits "
+            "hold back nothing. Queues in use: q") in " ".join(typo.stdout.split())
+    assert "note:" not in (await cli("queue", "describe", "q")).stdout
+
+
+async def test_a_queue_nobody_uses_reads_idle_with_the_queues_in_use(
+    client: durable.Client,
+) -> None:
+    await start(client, 1)  # queue q has open work (no worker yet)
+    assert (await client.describe_queue("q"))["idle"] is False
+    await client.set_queue_limits("qq", durable.QueueLimits(max_running=1))
+    described = await client.describe_queue("qq")
+    assert described["idle"] is True and described["queues_in_use"] == ["q"]
+    assert "queues_in_use" not in await client.describe_queue("q")
+    listed = {q["name"]: q["idle"] for q in await client.list_queues()}
+    assert listed == {"q": False, "qq": True}
 
 
 async def test_metrics_show_each_queues_depth_running_limits_and_rate(

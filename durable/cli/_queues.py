@@ -251,3 +251,6 @@ def queue_view(out: Output, q: Mapping[str, Any]) -> None:
             f"{k} ({n})" for k, n in runs["running_by_key"].items()))
     grid.add_row("live workers", str(q["workers"]))
     out.console.print(grid)
+    idle = _fmt.idle_queue(q)
+    if idle:
+        out.console.print(Text(idle, style="bold yellow"))

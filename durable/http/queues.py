@@ -138,6 +138,8 @@ def queue_summary(queue: dict[str, Any], pollers: list[dict[str, Any]]) -> dict[
         "activities": acts,
         "workers": queue["workers"],
         "updated_at": queue["updated_at"],
+        "idle": queue["idle"],
+        **({"queues_in_use": queue["queues_in_use"]} if "queues_in_use" in queue else {}),
     }
 
 

@@ -14,7 +14,8 @@ from typing import Any
 from .paths import quote_segment
 from .remote_schedules import RemoteControl
 
-_QUEUE_KEYS = ("name", "namespace", "limits", "runs", "activities", "workers", "updated_at")
+_QUEUE_KEYS = ("name", "namespace", "limits", "runs", "activities", "workers", "updated_at",
+               "idle", "queues_in_use")
 
 
 def worker_from_wire(w: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +54,8 @@ class RemoteQueues:
 
     async def describe(self, name: str) -> dict[str, Any]:
         _, data = await self.control._call("GET", f"/api/task-queues/{quote_segment(name)}")
-        return {k: data[k] for k in _QUEUE_KEYS}
+        return {k: data[k] for k in _QUEUE_KEYS if k in data}
 
     async def list(self) -> list[dict[str, Any]]:
         _, data = await self.control._call("GET", "/api/task-queues")
-        return [{k: q[k] for k in _QUEUE_KEYS} for q in data["task_queues"]]
+        return [{k: q[k] for k in _QUEUE_KEYS if k in q} for q in data["task_queues"]]

@@ -483,9 +483,14 @@ def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, A
     workers = yield q1("SELECT count(*) AS n FROM workers WHERE namespace = ? AND task_queue = ? "
                        "AND expires_at >= ? AND stopped_at IS NULL", namespace, name, now)
     run_bucket = token_bucket(limits.get("rate"), row["run_tokens"] if row else None,
-                         row["run_refilled_at"] if row else None, now)
-    task_bucket = token_bucket(limits.get("activity_rate"), row["activity_tokens"] if row else None,
-                          row["activity_refilled_at"] if row else None, now)
+                              row["run_refilled_at"] if row else None, now)
+    task_bucket = token_bucket(limits.get("activity_rate"),
+                               row["activity_tokens"] if row else None,
+                               row["activity_refilled_at"] if row else None, now)
+    # no live worker and no open work: a name nobody uses (a misspelt one, say);
+    # the queues in use are named, so the caller sees which it meant
+    used = int(workers["n"]) > 0 or (yield from _has_open_work(namespace, name))
+    known = [] if used else [n for n in (yield from queue_names(namespace, now)) if n != name]
     oldest = waiting["oldest"]
     oldest_task = tasks_waiting["oldest"]
     return {
@@ -508,7 +513,19 @@ def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, A
         },
         "workers": int(workers["n"]),
         "updated_at": to_iso(row["updated_at"]) if row is not None else None,
+        "idle": not used,
+        **({} if used else {"queues_in_use": known}),
     }
+
+
+def _has_open_work(namespace: str, name: str) -> Program[bool]:
+    """Whether an open run or activity attempt is on the queue (waiting or not)."""
+    row = yield q1(
+        f"SELECT (SELECT 1 FROM runs WHERE namespace = ? AND task_queue = ? AND status IN "
+        f"{OPEN_SQL} LIMIT 1) AS r, (SELECT 1 FROM activity_tasks WHERE namespace = ? AND "
+        f"task_queue = ? AND status IN {OPEN_SQL} LIMIT 1) AS a", namespace, name,
+        namespace, name)
+    return row is not None and (row["r"] is not None or row["a"] is not None)
 
 
 def public_limits(limits: dict[str, Any]) -> dict[str, Any]:
