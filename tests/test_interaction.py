@@ -58,7 +58,7 @@ def _downgrade(tx: Any) -> Any:
     yield ex("ALTER TABLE runs DROP COLUMN concurrency_key")
     yield ex("ALTER TABLE activity_tasks DROP COLUMN priority")
     for column in ("identity", "host", "pid", "build_id", "definitions", "started_at",
-                   "stopped_at", "address"):  # version 4's and 12's
+                   "stopped_at", "address", "loop_blocks"):  # version 4's, 12's and 14's
         yield ex(f"ALTER TABLE workers DROP COLUMN {column}")
     for column in ("started_build", "last_build", "blocked_build", "blocked_divergence"):
         yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 5's
