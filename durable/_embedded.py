@@ -26,6 +26,7 @@ from .errors import (
 )
 from .failure import Failure
 from .store import Store, retention
+from .store.interaction import RequestTicket
 from .store.records import (
     OPEN_STATUSES,
     HistoryEvent,
@@ -33,6 +34,7 @@ from .store.records import (
     RunRecord,
     StartRequest,
     StartResult,
+    refused_builds,
 )
 from .wakes import Wake
 
@@ -223,9 +225,8 @@ class EmbeddedControl:
             if answer is None:
                 raise QueryFailed(
                     f"no worker answered query {name!r} of workflow {workflow_id!r} "
-                    f"within {wait:g} s; is a worker for workflow type "
-                    f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                    "running? (nothing was recorded)",
+                    f"within {wait:g} s; " + await self._why_no_worker(workflow_id, ticket)
+                    + " (nothing was recorded)",
                     {"failure_category": "timeout", "timeout_kind": "query_wait"},
                 )
         if "error" in answer:
@@ -297,15 +298,30 @@ class EmbeddedControl:
             await store.withdraw_request(ticket.request_id)
             message = (
                 f"no worker accepted update {name!r} of workflow {workflow_id!r} "
-                f"within {limit:g} s; is a worker for workflow type "
-                f"{ticket.workflow_type!r} on task queue {ticket.task_queue!r} "
-                "running? (nothing was recorded)")
+                f"within {limit:g} s; " + await self._why_no_worker(workflow_id, ticket)
+                + " (nothing was recorded)")
             raise UpdateFailed(message, _wait_ran_out(message, accepted=False))
         message = (
             f"update {name!r} (id {update_id!r}) was accepted but has not completed "
             f"within {limit:g} s; it goes on: call update() again with the same "
             "update_id to wait for its result")
         raise UpdateFailed(message, _wait_ran_out(message, accepted=True))
+
+
+    async def _why_no_worker(self, workflow_id: str, ticket: RequestTicket) -> str:
+        """Why no worker took a query or an update, as far as storage knows: the
+        run is blocked (every build that tried cannot replay it: only a worker
+        of a build that does can answer), or, as a question, no worker runs."""
+        run = await self.store.get_run(self.namespace, workflow_id, ticket.run_id)
+        if run is not None and run.is_open and run.blocked_build is not None:
+            builds = refused_builds(run.blocked_builds) or [run.blocked_build]
+            which = (f"build {builds[0]}" if len(builds) == 1
+                     else "builds " + ", ".join(builds))
+            return (f"the run is blocked: {which} cannot replay it (describe()['blocked']) "
+                    "and no worker of a build that replays it (the old one, or a patched "
+                    "one) took it")
+        return (f"is a worker for workflow type {ticket.workflow_type!r} on task queue "
+                f"{ticket.task_queue!r} running?")
 
 
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:

@@ -325,6 +325,16 @@ async def test_two_builds_that_both_refuse_a_run_leave_it_to_a_third(
             assert "are of builds v2, v3, which cannot (see blocked)" in reason
             assert blocked_text(info["blocked"]).startswith(
                 "builds v2, v3 (build v3, the last to try) cannot take it: workflow bd_order")
+            # a query is answered by a refusing worker: it says so, and marks nothing
+            with pytest.raises(durable.QueryFailed) as caught:
+                await runs[0].query("state")
+            assert "does not replay with this worker's code (build v" in str(caught.value)
+            assert "marked for review" not in str(caught.value)
+            assert "nothing was recorded" in str(caught.value)
+            # an update no worker can take says why (it asked whether a worker ran)
+            with pytest.raises(durable.UpdateFailed,
+                               match=r"the run is blocked: builds v2, v3 cannot replay it"):
+                await runs[0].update("anything", timeout=0.5)
             from durable.http.metrics import Metrics
 
             text, _ = await Metrics(storage.store).render()

@@ -43,6 +43,12 @@ if TYPE_CHECKING:
     from ..store import Store
 
 
+#: What the live executor advises after a divergence: true where it marks
+#: the run for review, not where a replay only checks (the upgrade gate, a
+#: query), which cut it off at this text.
+LIVE_ADVICE = " The run is marked for review"
+
+
 class WorkerServices(Protocol):
     """What a running workflow needs from the worker that hosts it."""
 
@@ -223,8 +229,8 @@ class WorkflowContext:
             self.fatal = NonDeterminismDetected(
                 f"workflow {self.run.workflow_type} (run {self.run.run_id}) asked for "
                 f"{kind} {name!r} at {op_id}, but history recorded {record.kind} "
-                f"{record.name!r} there: the code changed in a way that does not replay. "
-                "The run is marked for review; deploy the old code or terminate the run"
+                f"{record.name!r} there: the code changed in a way that does not replay."
+                f"{LIVE_ADVICE}; deploy the old code or terminate the run"
             )
             raise self.fatal  # fatal even if the workflow code catches it
         return record

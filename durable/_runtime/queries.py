@@ -20,6 +20,7 @@ import anyio.abc
 from .._registry import WorkflowDefn
 from ..failure import leaf_exceptions
 from ..store.records import ClientRequest
+from .context import LIVE_ADVICE
 from .inbox import answer_query
 from .replay import replay_run
 from .serving import ServingWorker
@@ -43,6 +44,10 @@ class QueryWorker(ServingWorker, Protocol):
     @property
     def workflows(self) -> Mapping[str, WorkflowDefn]:
         """The workflow types this worker runs, by name."""
+
+    @property
+    def build_id(self) -> str | None:
+        """The worker's build (named when its code cannot replay a run)."""
 
 
 class IdleQueries:
@@ -124,7 +129,14 @@ class IdleQueries:
         outcome = await replay_run(defn, run, ops, inbox, worker=setup.worker,
                                    converter=setup.converter, limits=setup.limits, then=ask)
         if outcome.ctx.fatal is not None:
-            return {"error": {"message": "the run does not replay with this worker's code, so "
-                                         f"the query cannot be answered: {outcome.ctx.fatal}"}}
+            # the live executor's advice ("marked for review; deploy the old
+            # code") is not true of a query: nothing was marked, and a worker
+            # of a build that replays the run answers it
+            divergence = str(outcome.ctx.fatal).split(LIVE_ADVICE, 1)[0].rstrip(". ")
+            build = f" (build {worker.build_id})" if worker.build_id is not None else ""
+            return {"error": {"message": f"the run does not replay with this worker's code{build}"
+                                         f", so the query cannot be answered: {divergence}. A "
+                                         "worker of a build that replays it (the old one, or a "
+                                         "patched one) answers queries; nothing was recorded"}}
         answer: dict[str, Any] = outcome.answer
         return answer

@@ -36,6 +36,7 @@ from .._registry import WorkflowDefn
 from ..converter import PayloadConverter
 from ..options import Limits
 from ..store.records import ClaimedRun, InboxItem, OpRecord, RunRecord, refused_builds
+from .context import LIVE_ADVICE
 from .replay import NoStorage, replay_run
 from .serving import ServingWorker
 
@@ -49,7 +50,6 @@ CHECK_TIMEOUT = 60.0
 #: back and claimed again with the same history is not replayed twice.
 CACHE_SIZE = 10_000
 
-_ADVICE = " The run is marked for review"  # the live executor's advice; not the gate's
 
 
 async def replay_check(
@@ -79,12 +79,12 @@ async def replay_check(
                 f"{CHECK_TIMEOUT:g} s")
     fatal = outcome.ctx.fatal
     if fatal is not None:
-        return str(fatal).split(_ADVICE, 1)[0]
+        return str(fatal).split(LIVE_ADVICE, 1)[0]
     closed = outcome.committer.closed_with
     if closed is not None and closed.needs_review:
         message = closed.failure.message if closed.failure is not None else None
         return (message or "the code closed the run without replaying its history").split(
-            _ADVICE, 1)[0]
+            LIVE_ADVICE, 1)[0]
     return None
 
 
