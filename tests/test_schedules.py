@@ -305,6 +305,20 @@ async def test_missed_fires_inside_the_catchup_window_start_on_return(
     assert info["skipped_count"] == 7 and info["last_skip_reason"] == "catchup_window"
     assert info["next_fire_at"] == at("2026-01-01T00:11")
     assert info["overdue"] is None and info["overdue_since"] is None
+    # the skipped ones are in the record too, with why and when a worker saw them
+    skipped = {f["scheduled_at"]: (f["reason"], f["fired_at"]) for f in info["recent"]
+               if f["outcome"] == "skipped"}
+    assert skipped == {at(f"2026-01-01T00:0{m}"): ("catchup_window", at("2026-01-01T00:10"))
+                       for m in range(1, 8)}
+    # and a backfill still makes them up
+    async with env.worker(workflows=[note]):
+        done = await handle.backfill(START + dt.timedelta(minutes=6),
+                                     START + dt.timedelta(minutes=8))
+        await env.sleep(0)
+        after = by_time(await handle.describe())
+    assert (done["started"], done["already_fired"]) == (2, 0)
+    assert [after[at(f"2026-01-01T00:0{m}")]["outcome"] for m in (5, 6, 7)] == [
+        "skipped", "started", "started"]
     paused = await env.client.create_schedule("paused", ScheduleSpec(every=60), note, "p",
                                               paused=True)
     await env.sleep(600)  # a paused schedule is not overdue: nothing is due

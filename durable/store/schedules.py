@@ -32,6 +32,7 @@ pass, which fires a batch of schedules and writes their fires together, in
 from __future__ import annotations
 
 import functools
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -301,6 +302,12 @@ class Firing:
                 s.namespace, s.schedule_id, at)
             existing = None if found["seq"] is None else _fire(found)
             taken = found["taken"] is not None
+        if existing is not None and origin == "backfill" and (
+                existing.outcome, existing.reason) == ("skipped", "catchup_window"):
+            # missed while no worker ran (recorded to say so): a backfill makes it up
+            yield ex("DELETE FROM schedule_fires WHERE namespace = ? AND schedule_id = ? AND "
+                     "scheduled_at = ?", s.namespace, s.schedule_id, at)
+            existing = None
         if existing is not None:  # this fire time has fired already: it fires once
             return dict(_fire_view(existing), duplicate=True)
         if origin == "schedule" and s.remaining_actions is not None:
@@ -483,6 +490,7 @@ class Firing:
         """Fire every scheduled fire that is due (bounded per transaction)."""
         s, now = self.s, self.now
         fired = 0
+        missed: deque[tuple[float, float]] = deque(maxlen=RECENT_KEPT)  # the latest, to record
         while s.next_fire_at is not None and s.due_at is not None and s.due_at <= now:
             if fired >= FIRES_PER_TX or self.missed >= MISSED_PER_TX:
                 self.more = True
@@ -491,7 +499,10 @@ class Firing:
             if now - due > s.catchup_window:
                 self.missed += 1
                 self._count_skip("catchup_window")
+                missed.append((at, due))
             else:
+                yield from self._record_missed(missed)  # they all come before it
+                missed.clear()
                 yield from self.fire(at, "schedule", s.overlap, due)
                 fired += 1
             if s.remaining_actions == 0:
@@ -499,6 +510,27 @@ class Firing:
             else:
                 s.next_fire_at = s.spec.next_after(at)
                 s.due_at = _due(s, s.next_fire_at)
+        yield from self._record_missed(missed)
+        return None
+
+    def _record_missed(self, missed: deque[tuple[float, float]]) -> Program[None]:
+        """Record fire times skipped as past the catch-up window (the latest
+        RECENT_KEPT of a stretch; `skipped_count` counts them all), so that the
+        schedule's recent fires say why its count of skips grew while no worker
+        ran. A time a backfill already fired keeps its record; a backfill of a
+        recorded one fires it (`fire`)."""
+        if not missed:
+            return None
+        s = self.s
+        rows = yield q(f"SELECT scheduled_at FROM schedule_fires WHERE namespace = ? AND "
+                       f"schedule_id = ? AND scheduled_at IN ({placeholders(len(missed))})",
+                       s.namespace, s.schedule_id, *(at for at, _ in missed))
+        recorded = {float(r["scheduled_at"]) for r in rows}
+        for at, due in missed:
+            if at not in recorded:
+                yield from self._insert(FireRecord(at, 0, "schedule", "skipped",
+                                                   "catchup_window", None, None, due,
+                                                   self.now, None, False))
         return None
 
     @property
