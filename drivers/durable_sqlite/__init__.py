@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 
 from durable import _validate
+from durable._scopes import asyncio_scope
 from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub, is_urgent
 from durable.errors import ConfigurationError
 from durable.store.migrations import migrate
@@ -298,7 +299,7 @@ class SQLiteDriver:
             if type(call.soon) is _TrioSoon:
                 await call.event.shielded()  # type: ignore[attr-defined]
             else:
-                with anyio.CancelScope(shield=True):
+                with asyncio_scope(shield=True):  # (every commit enters one)
                     await call.event.wait()  # type: ignore[attr-defined]
         except BaseException:
             if call.woken:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from .._scopes import ScopeFactory, scope_factory
 from ..clock import Clock
 from ..errors import AuthorityLost, StorageUnavailable, WriteRejected
 from ..store.records import CommitResult
@@ -46,6 +47,7 @@ class Committer:
         self._commit_shielded = commit_shielded
         self._busy = False  # a commit is in flight
         self._next: _Batch | None = None  # what queued behind it: the next commit
+        self._scopes: ScopeFactory | None = None  # the running backend's scopes
 
     async def submit(self, run_id: str, epoch: int, writes: list[Write],
                      quiet: bool = False) -> CommitResult:
@@ -95,7 +97,10 @@ class Committer:
         # Shielded: a caller cancelled while its writes wait for a commit still
         # learns whether they were recorded (the cancellation lands right after),
         # so code never goes on believing a recorded write was not.
-        with anyio.CancelScope(shield=True):
+        make_scope = self._scopes
+        if make_scope is None:  # the loop's backend, found once (durable._scopes)
+            make_scope = self._scopes = scope_factory()
+        with make_scope(shield=True):
             if not self._busy:
                 self._busy = True
                 await self._lead([entry])

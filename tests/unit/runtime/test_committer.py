@@ -249,3 +249,41 @@ async def test_an_unknown_outcome_storage_cannot_tell_reaches_the_submitter() ->
         with pytest.raises(StorageUnavailable) as err:
             await committer.submit("r1", 2, [timer("t1")])
         assert err.value.outcome_unknown
+
+
+async def test_a_caller_queued_behind_the_commit_in_flight_gets_its_outcome_when_cancelled(
+) -> None:
+    """The queued caller's shielded wait (a scope made by the running
+    backend, `durable._scopes`): its writes are committed with the next batch,
+    it learns the outcome, and the cancellation lands after, at its next
+    checkpoint."""
+    storage, committer = make()
+    storage.gate = anyio.Event()
+    scopes: list[anyio.CancelScope] = []
+    results: list[CommitResult] = []
+    after: list[str] = []
+
+    async def first() -> None:
+        results.append(await committer.submit("r1", 2, [timer("a")]))
+
+    async def queued() -> None:
+        with anyio.CancelScope() as scope:
+            scopes.append(scope)
+            results.append(await committer.submit("r2", 1, [timer("b")]))
+            after.append("past the submit")
+            await anyio.lowlevel.checkpoint()
+            after.append("past the checkpoint")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(queued)
+        await anyio.wait_all_tasks_blocked()
+        scopes[0].cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert len(storage.calls) == 1  # the queued caller waits for its batch, uncancelled
+        storage.gate.set()
+    assert [r.run_id for r in results] == ["r1", "r2"]
+    assert all(r.committed for r in results)
+    assert after == ["past the submit"]  # the cancellation arrived at its next checkpoint
+    assert scopes[0].cancelled_caught
