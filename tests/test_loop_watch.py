@@ -254,15 +254,25 @@ async def test_the_views_show_the_last_block(
         human = await anyio.to_thread.run_sync(run_cli, url, "workers")
         data = json.loads(await anyio.to_thread.run_sync(run_cli, url, "workers", "--json"))
         page = await ui.http.get("/ui/workers")
+        as_viewer = {"Authorization": f"Bearer {VIEWER}"}
         api = (await ui.http.get("/api/workers", headers={
-            "Authorization": f"Bearer {VIEWER}",
-            "X-Durable-Workflow-Control-Plane-Version": "2"})).json()
+            **as_viewer, "X-Durable-Workflow-Control-Plane-Version": "2"})).json()
+        metrics = (await ui.http.get("/metrics", headers=as_viewer)).text
+        labels = f'namespace="default",queue="default",worker_id="{worker.worker_id}"'
+    after = (await ui.http.get("/metrics", headers=as_viewer)).text
     flat = " ".join(human.split())
     assert "event loop blocked once; last for" in flat, human
     assert f"by workflow 'loop_blocker' blocks-for-the-views (run {handle.run_id})" in flat, human
     assert data["workers"][0]["loop_blocked"]["run_id"] == handle.run_id
     assert "data-loop-blocked" in page.text and "event loop blocked once" in page.text
     assert api["workers"][0]["loop_blocked"]["count"] == 1
+    assert f"durable_worker_event_loop_blocks{{{labels}}} 1.0" in metrics, metrics
+    assert f"durable_worker_event_loop_last_block_seconds{{{labels}}}" in metrics
+    assert 'durable_workers{namespace="default",queue="default",state="alive"} 1.0' in metrics
+    # stopped: gone, none alive, and no block series for a worker that is gone
+    assert 'durable_workers{namespace="default",queue="default",state="alive"} 0.0' in after
+    assert 'durable_workers{namespace="default",queue="default",state="gone"} 1.0' in after
+    assert "durable_worker_event_loop_blocks{" not in after
 
 
 def test_describe_names_the_innermost_frame_of_user_code_and_the_activity() -> None:

@@ -68,6 +68,13 @@ the fires recorded since this process first served /metrics, and
 ``durable_retention_deleted_rows{namespace,table}``: rows retention deleted
 (stored per namespace, so it survives restarts).
 
+Workers, read at each scrape (`durable.store.workers.gauges`; docs/deployment.md):
+``durable_workers{namespace,queue,state}`` (alive, gone: a gone worker is
+listed for an hour), and for each live worker whose event loop something
+blocked, ``durable_worker_event_loop_blocks{namespace,queue,worker_id}``
+(how many times) and ``durable_worker_event_loop_last_block_seconds{...}``
+(how long the last one lasted), as recorded at its last renewal.
+
 And the control plane's own traffic: ``durable_http_requests_total{method,
 route,status}`` and ``durable_http_request_duration_seconds{method,route}``
 (route is the template, e.g. ``/api/workflows/{workflowId}``).
@@ -90,7 +97,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from ..store import Store
+from ..store import Store, workers
 from ..store.records import RecordedEvent
 
 # Events read per storage round trip, and round trips per scrape (a backlog
@@ -177,6 +184,16 @@ class Metrics:
             "durable_schedule_fire_lateness_seconds",
             "Seconds between a scheduled fire's due time (jitter included) and its firing.",
             ["namespace"], buckets=_LATENESS_BUCKETS, registry=r)
+        self.workers = Gauge("durable_workers", "Workers by queue and state (alive, gone).",
+                             ["namespace", "queue", "state"], registry=r)
+        self.loop_blocks = Gauge(
+            "durable_worker_event_loop_blocks",
+            "Times something blocked a live worker's event loop (as of its last renewal).",
+            ["namespace", "queue", "worker_id"], registry=r)
+        self.loop_last_block = Gauge(
+            "durable_worker_event_loop_last_block_seconds",
+            "How long the last block of a live worker's event loop lasted.",
+            ["namespace", "queue", "worker_id"], registry=r)
         self.retention_deleted = Gauge(
             "durable_retention_deleted_rows", "Rows retention deleted, by table.",
             ["namespace", "table"], registry=r)
@@ -202,6 +219,9 @@ class Metrics:
         async with self._lock:
             self._set_driver_gauges()
             self._set_queue_gauges(await self.store.queue_gauges(time.time()))
+            now = time.time()
+            self._set_worker_gauges(await self.store.driver.run(
+                lambda tx: workers.gauges(now), write=False))
             await self._refresh_schedules()
             for _ in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
@@ -281,6 +301,25 @@ class Metrics:
                     self.queue_limit.labels(ns, name, limit).set(value)
             for kind, left in q["rate_left"].items():
                 self.queue_rate_left.labels(ns, name, kind).set(left)
+
+    def _set_worker_gauges(self, found: list[dict[str, Any]]) -> None:
+        for gauge in (self.workers, self.loop_blocks, self.loop_last_block):
+            gauge.clear()
+        counts: dict[tuple[str, str, str], int] = {}
+        for w in found:
+            key = (w["namespace"], w["task_queue"], "alive" if w["alive"] else "gone")
+            counts[key] = counts.get(key, 0) + 1
+            blocked = w["loop_blocked"]
+            if w["alive"] and blocked:
+                labels = (w["namespace"], w["task_queue"], w["worker_id"])
+                self.loop_blocks.labels(*labels).set(blocked.get("count") or 0)
+                self.loop_last_block.labels(*labels).set(blocked.get("seconds") or 0.0)
+        for (namespace, queue, state), count in counts.items():
+            self.workers.labels(namespace, queue, state).set(count)
+        # a queue whose workers are all gone reads alive 0, not nothing
+        for (namespace, queue, state) in list(counts):
+            if state == "gone" and (namespace, queue, "alive") not in counts:
+                self.workers.labels(namespace, queue, "alive").set(0)
 
     def _set_driver_gauges(self) -> None:
         gauges = getattr(self.store.driver, "gauges", None)

@@ -211,3 +211,13 @@ def _loop_blocks(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
     return {**value, "started_at": to_iso(value.get("started_at"))}
+
+
+def gauges(now: float) -> Program[list[dict[str, Any]]]:
+    """Every namespace's workers for /metrics: queue, alive or gone, and how
+    often something blocked its event loop (`loop_blocks`), one row each."""
+    rows = yield q("SELECT namespace, task_queue, worker_id, stopped_at, expires_at, loop_blocks "
+                   "FROM workers ORDER BY namespace, task_queue, worker_id")
+    return [{"namespace": r["namespace"], "task_queue": r["task_queue"],
+             "worker_id": r["worker_id"], "alive": _alive(r, now),
+             "loop_blocked": _loop_blocks(r["loop_blocks"])} for r in rows]
