@@ -301,29 +301,6 @@ def seconds_text(seconds: Any) -> str:
     return plain if pretty == plain else f"{plain} ({pretty})"
 
 
-def schedule_overdue(overdue: Mapping[str, Any] | None) -> str | None:
-    """describe()["overdue"] of a schedule as a sentence an operator can act on:
-    since when no worker fired it, why (no live worker of its namespace), and
-    which fire times a worker back now would count as skipped. None when the
-    schedule is not overdue."""
-    if not overdue:
-        return None
-    since = instant(overdue.get("since"))
-    late = duration(overdue.get("late_seconds"))
-    workers = int(overdue.get("live_workers") or 0)
-    text = (f"due since {absolute(since) if since else '-'} ({late} ago) and not "
-            + ("fired: no live worker of its namespace runs, and workers fire schedules "
-               "(start one)" if not workers else
-               f"fired, though {workers} live worker(s) run (are they stuck? see their logs)"))
-    missed = int(overdue.get("missed") or 0)
-    if missed:
-        more = "at least " if overdue.get("missed_at_least") else ""
-        text += (f"; {more}{missed} fire time(s) are past the catch-up window "
-                 f"({seconds_text(overdue.get('catchup_window'))}): a worker counts them as "
-                 "skipped (reason catchup_window), `backfill` makes them up")
-    return text
-
-
 def jsonable(value: Any) -> Any:
     """Turn client results into JSON values: datetimes as ISO 8601, tuples as lists."""
     if isinstance(value, datetime):
@@ -414,18 +391,6 @@ def build_wait_text(waiting: Mapping[str, Any]) -> str:
             f"worker(s) of queue {waiting.get('queue')} that register "
             f"{waiting.get('workflow_type')} are of {which}, which cannot (see blocked); "
             "start a worker of the old build or of a patched one")
-
-
-def idle_queue(queue: Mapping[str, Any]) -> str | None:
-    """describe_queue() of a queue no live worker serves and no open work is
-    on: a queue is only a name, so a misspelt one is a new, empty queue whose
-    limits hold back nothing. Says so, with the queues in use; None otherwise."""
-    if not queue.get("idle"):
-        return None
-    others = ", ".join(str(n) for n in queue.get("queues_in_use") or []) or "none"
-    return (f"note: no live worker serves queue {queue.get('name')!r} and no open run or "
-            "activity is on it. A queue is only a name: a misspelt one is a new, empty "
-            f"queue, and its limits hold back nothing. Queues in use: {others}")
 
 
 def holders_text(waiting: Mapping[str, Any]) -> str:

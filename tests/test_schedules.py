@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 import durable
-from durable import Overlap, ScheduleSpec, present, workflow
+from durable import Overlap, ScheduleSpec, present_ops, workflow
 from durable.schedules import jitter_delay
 from durable.testing import TimeSkippingEnvironment
 
@@ -289,7 +289,7 @@ async def test_missed_fires_inside_the_catchup_window_start_on_return(
                                "catchup_window": 150.0, "live_workers": 0}
     assert idle["overdue_since"] == at("2026-01-01T00:01")
     assert idle["next_fires"] == [at(f"2026-01-01T00:{m:02d}") for m in range(8, 13)]
-    shown = present.schedule_overdue(idle["overdue"])
+    shown = present_ops.schedule_overdue(idle["overdue"])
     assert shown == ("due since 2026-01-01 00:01:00 UTC (9m ago) and not fired: no live "
                      "worker of its namespace runs, and workers fire schedules (start one); "
                      "7 fire time(s) are past the catch-up window (150s (2m 30s)): a worker "
@@ -448,6 +448,26 @@ async def test_max_runs_bounds_scheduled_runs_not_triggers(
     assert done["fires_count"] == 2 and done["remaining_actions"] == 0
     assert done["next_fire_at"] is None and done["next_fires"] == []
     assert triggered["outcome"] == "started"
+    # it says it has ended, and why (it read "active" with no next fire)
+    assert done["ended"] == "max_runs"
+    assert present_ops.schedule_ended(done) == (
+        "ended: its 2 scheduled run(s) (max_runs) have started; update max_runs to let it "
+        "go on")
+    await handle.update(max_runs=1)
+    assert (await handle.describe())["ended"] is None
+    bounded = await env.client.create_schedule(
+        "e", ScheduleSpec(every=60, end_at=START + dt.timedelta(minutes=12)), note, "e")
+    assert (await bounded.describe())["ended"] is None
+    await bounded.pause()
+    assert (await bounded.describe())["ended"] is None  # paused, with fires to come
+    await env.sleep(300)  # past its end
+    [listed] = [s for s in await env.client.list_schedules() if s["schedule_id"] == "e"]
+    assert listed["ended"] == "end_at"
+    await bounded.resume()
+    info = await bounded.describe()
+    assert info["ended"] == "end_at" and present_ops.schedule_ended(info) == (
+        "ended: its spec has no fire time left (end_at 2026-01-01 00:12:00 UTC); update its "
+        "spec to let it go on")
 
 
 async def test_delete_stops_firing_and_leaves_runs_alone(env: TimeSkippingEnvironment) -> None:

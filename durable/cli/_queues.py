@@ -18,6 +18,7 @@ from rich.text import Text
 import durable
 
 from .. import present as _fmt
+from .. import present_ops as _ops
 from ._app import Output, Session, json_option
 
 pass_session = click.make_pass_decorator(Session)
@@ -251,6 +252,6 @@ def queue_view(out: Output, q: Mapping[str, Any]) -> None:
             f"{k} ({n})" for k, n in runs["running_by_key"].items()))
     grid.add_row("live workers", str(q["workers"]))
     out.console.print(grid)
-    idle = _fmt.idle_queue(q)
+    idle = _ops.idle_queue(q)
     if idle:
         out.console.print(Text(idle, style="bold yellow"))

@@ -25,6 +25,7 @@ from rich.text import Text
 import durable
 
 from .. import present as _fmt
+from .. import present_ops as _ops
 from ._app import Output, Session, json_option
 from ._params import DURATION, parse_args_json
 from ._views import _grid, badge, status_badge, when
@@ -442,6 +443,8 @@ def _when_text(spec: Mapping[str, Any]) -> str:
 
 
 def _paused_text(info: Mapping[str, Any]) -> Text:
+    if info.get("ended"):
+        return Text("ended", style="dim")
     return Text("paused", style="yellow") if info.get("paused") else Text("active")
 
 
@@ -490,8 +493,8 @@ def _describe_view(out: Output, info: Mapping[str, Any]) -> None:
     out.console.print(Text.assemble(
         "Schedule ", (str(info.get("schedule_id")), "bold"),
         f" ({info.get('workflow_type')}) ", badge(
-            "paused" if info.get("paused") else "active", {"paused": "yellow",
-                                                           "active": "green"})),
+            "ended" if info.get("ended") else "paused" if info.get("paused") else "active",
+            {"paused": "yellow", "active": "green", "ended": "dim"})),
         soft_wrap=True)
     grid = _grid()
     spec = info.get("spec") or {}
@@ -519,13 +522,14 @@ def _describe_view(out: Output, info: Mapping[str, Any]) -> None:
     if info.get("last_skip_reason"):
         grid.add_row("last skip", Text.assemble(
             when(info.get("last_skipped_at"), now), f"  {info['last_skip_reason']}"))
-    overdue = _fmt.schedule_overdue(info.get("overdue"))
+    overdue = _ops.schedule_overdue(info.get("overdue"))
     if overdue:
         grid.add_row("overdue", Text(overdue, style="bold red"))
     next_fires = [f for f in info.get("next_fires") or [] if f]
     grid.add_row("next fires", Text("\n".join(
         f"{_fmt.absolute(t)}" for t in (_fmt.instant(f) for f in next_fires) if t)
-        if next_fires else ("none (paused)" if info.get("paused") else "none")))
+        if next_fires else (_ops.schedule_ended(info)
+                            or ("none (paused)" if info.get("paused") else "none"))))
     if info.get("running"):
         grid.add_row("running", Text(", ".join(str(r) for r in info["running"])))
     if info.get("buffered"):

@@ -142,7 +142,19 @@ def _summary(s: ScheduleRecord, now: float) -> dict[str, Any]:
         "last_fired_at": to_iso(s.last_fired_at), "fires_count": s.fires_count,
         "skipped_count": s.skipped_count, "remaining_actions": s.remaining_actions,
         "buffered_count": s.buffered, "overdue_since": to_iso(_overdue_since(s, now)),
+        "ended": _ended(s, now),
     }
+
+
+def _ended(s: ScheduleRecord, now: float) -> str | None:
+    """Why the schedule fires no more, if it does not: ``"max_runs"`` (its
+    scheduled runs are used up) or ``"end_at"`` (its spec has no fire time
+    left); None while it has fires to come (or would, once resumed)."""
+    if s.remaining_actions == 0:
+        return "max_runs"
+    if s.next_fire_at is None and (not s.paused or s.spec.next_after(now) is None):
+        return "end_at"
+    return None
 
 
 def list_schedules(

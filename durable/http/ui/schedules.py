@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ...present import schedule_overdue
+from ...present_ops import schedule_ended, schedule_overdue
 from ...schedules import Overlap
 from ..errors import HTTPError, classify
 from .pages import NOTICES, UIError, Visitor, _required
@@ -77,7 +77,8 @@ class SchedulePages:
     async def detail(self, request: Request, visitor: Visitor) -> Response:
         info = await self._describe(request, visitor)
         return self.ui.render(request, visitor, "schedule.html", s=info, when_text=when_text,
-                              overdue=schedule_overdue(info.get("overdue")))
+                              overdue=schedule_overdue(info.get("overdue")),
+                              ended=schedule_ended(info))
 
     async def action(self, request: Request, visitor: Visitor) -> Response:
         name = str(request.path_params.get("action"))
