@@ -206,6 +206,9 @@ async def test_an_effect_outside_the_recorded_result_is_caught_where_it_shows(
     assert "outcome {'balance': -200" in problems and "differs from the uncrashed" in problems
     assert "check returned False" in problems
     assert f"points=[{failed[0].index}]" in report.describe()
+    # what ran is shown: the debit twice, for one recorded attempt
+    assert ("activity executions (the killed worker's and the recovery's): xc_debit 2, "
+            "xc_notify 1") in report.describe()
     # the failing point replays alone, and fails the same way
     alone = await explore_crashes(pay, "acct-1", 100, activities=[debit, notify],
                                   url=storage_url, before_each=reset_ledger,
@@ -254,12 +257,29 @@ async def test_bad_arguments_are_refused_at_the_call() -> None:
     with pytest.raises(durable.ConfigurationError, match="are not among this run's points"):
         await explore_crashes(pay, "acct-3", 5, activities=[debit, notify],
                               before_each=reset_ledger, points=[99])
+    with pytest.raises(durable.ConfigurationError, match=r"points=\[\] explores no point"):
+        await explore_crashes(pay, "acct-3", 5, activities=[debit, notify], points=[])
     with pytest.raises(durable.ConfigurationError, match="SQLite or PostgreSQL"):
         await explore_crashes(pay, "acct-3", 5, activities=[debit, notify],
                               url="http://localhost:8000")
     with pytest.raises(durable.ConfigurationError, match="task_queues= must be a list"):
         await explore_crashes(pay, "acct-3", 5, activities=[debit, notify],
                               task_queues="default")
+
+
+async def test_a_run_that_never_ends_explores_nothing_and_names_what_it_waits_for() -> None:
+    """The activity is left out of activities=: the uncrashed run waits for a
+    worker that never comes. Before, every point was then run to the same
+    bound (points x seconds_per_run) and each reported a timeout unlike the
+    uncrashed run's timeout, none saying why."""
+    report = await explore_crashes(pay, "acct-4", 5, activities=[debit],
+                                   before_each=reset_ledger, seconds_per_run=1)
+    assert not report.ok and report.points == []
+    [problem] = report.baseline_problems
+    assert "the run did not end within 1 s (seconds_per_run)" in problem
+    assert ("it asked for activity 'xc_notify', which the exploration's worker does not "
+            "register: pass it in activities=") in problem
+    assert problem.endswith("no crash point was explored (each needs the run to end)")
 
 
 async def test_the_pytest_fixture_explores_and_asserts(

@@ -108,7 +108,11 @@ class CrashPoint:
         line = f"point {self.index} ({self.where}, after {self.progress} events): {state}"
         if not self.reached:
             line += "\n    the worker never reached this point: the run took another path"
-        return line + "".join(f"\n    {problem}" for problem in self.problems)
+        line += "".join(f"\n    {problem}" for problem in self.problems)
+        if self.problems and self.executions:  # what ran: a side effect repeated shows here
+            line += "\n    activity executions (the killed worker's and the recovery's): " + \
+                ", ".join(f"{name} {n}" for name, n in sorted(self.executions.items()))
+        return line
 
 
 @dataclass
@@ -331,6 +335,8 @@ class _Run:
     killed: bool
     writes: list[tuple[int, int]]
     interact_error: BaseException | None = None
+    #: False: the run was still open when `seconds_per_run` ran out
+    ended: bool = True
 
 
 def _workers(client: Client, plan: _Plan, storage: _Storage) -> list[Worker]:
@@ -428,24 +434,38 @@ async def _one_run(plan: _Plan, storage: _Storage, namespace: str, limit: int | 
         if bound.cancelled_caught:
             outcome = TimeoutError(f"the run did not end within {plan.seconds} s "
                                    f"(seconds_per_run) while {phase}; status "
-                                   f"{await _status(client, plan)}")
+                                   f"{await _status(client, plan, workers)}")
         history = await client.get_handle(plan.workflow_id).history()
         events = await _all_events(storage.driver, namespace)
     finally:
         EXECUTIONS.reset(token)
     return _Run(outcome, history, events, executions, by_type, killable.killed.is_set(),
-                killable.writes, failed[0] if failed else None)
+                killable.writes, failed[0] if failed else None, not bound.cancelled_caught)
 
 
-async def _status(client: Client, plan: _Plan) -> str:
-    """The run's status and its last events: what an unended point was doing."""
+async def _status(client: Client, plan: _Plan, workers: list[Worker]) -> str:
+    """The run's status and its last events: what an unended point was doing;
+    and an open op of an activity or workflow the exploration's worker does not
+    register (it waits for a worker that never comes: the usual cause)."""
     try:
         handle = client.get_handle(plan.workflow_id)
         status = str((await handle.describe())["status"])
-        last = [event.type for event in (await handle.history())[-5:]]
+        history = await handle.history()
     except DurableError as exc:
         return repr(exc)
-    return f"{status}, last events {', '.join(last)}"
+    last = [event.type for event in history[-5:]]
+    activities = {name for worker in workers for name in worker.activities}
+    workflows = {name for worker in workers for name in worker.workflows}
+    missing = sorted(
+        {f"activity {e.data.get('activity_type')!r}" for e in history
+         if e.type == "ActivityScheduled" and not e.data.get("local")
+         and e.data.get("activity_type") not in activities}
+        | {f"child workflow {e.data.get('workflow_type')!r}" for e in history
+           if e.type == "ChildWorkflowScheduled" and e.data.get("workflow_type") not in workflows})
+    hint = (f"; it asked for {', '.join(missing)}, which the exploration's worker does not "
+            "register: pass it in activities= (an activity) or workflows= (a child "
+            "workflow)") if missing else ""
+    return f"{status}, last events {', '.join(last)}{hint}"
 
 
 async def _play(interact: Interact, handle: WorkflowHandle, failed: list[BaseException]) -> None:
@@ -607,6 +627,10 @@ async def explore_crashes(
     if not task_queues or isinstance(task_queues, str):
         raise ConfigurationError(
             f"explore_crashes task_queues= must be a list of queue names, got {task_queues!r}")
+    if points is not None and not list(points):
+        raise ConfigurationError(
+            "explore_crashes points=[] explores no point, so nothing would be checked; leave "
+            "points out (None) to explore every point, or name the ones to replay")
     if not seconds_per_run > 0:
         raise ConfigurationError(
             f"explore_crashes seconds_per_run= must be positive, got {seconds_per_run!r}")
@@ -647,6 +671,11 @@ async def _explore(plan: _Plan, storage: _Storage, check: Check | None,
     report = CrashReport(workflow_name(plan.workflow), baseline.outcome, baseline.history, [],
                          total, await _problems(baseline, baseline.outcome, check,
                                                 compare=False))
+    if not baseline.ended:
+        # every crashed run would time out the same way: nothing to compare with
+        report.baseline_problems.insert(0, f"{_message(baseline.outcome)}; no crash point "
+                                           "was explored (each needs the run to end)")
+        chosen = []
     for index in chosen:
         last = index == len(limits)
         limit = final if last else limits[index]
