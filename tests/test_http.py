@@ -377,6 +377,17 @@ async def test_bad_query_parameter_is_400_naming_it(plane: Plane, query: str,
     assert error["code"] == "invalid_parameter" and name in error["message"]
 
 
+@pytest.mark.remote_client
+async def test_a_cursor_no_server_gave_is_refused_in_the_python_apis_words(
+        client: durable.Client) -> None:
+    """Embedded or remote, `list_page(cursor=...)` names `cursor` (the wire names
+    `next_page_token`: the remote client checks the cursor before sending it)."""
+    with pytest.raises(durable.ConfigurationError,
+                       match=r"cursor 'zzz' is not one this server returned; pass the "
+                             r"`next_cursor`"):
+        await client.list_page(cursor="zzz")
+
+
 async def test_bad_cursor_is_400_and_paging_follows_next_cursor(plane: Plane) -> None:
     for i in range(5):
         assert (await plane.start(f"p{i}")).status_code == 201

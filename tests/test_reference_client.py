@@ -458,6 +458,13 @@ async def test_error_mapping(live: Live) -> None:
             with pytest.raises(dw_errors.InvalidArgument):  # fairness is not supported
                 await c.start_workflow(workflow_type="ref_nap", task_queue="default",
                                        workflow_id="e-2", input=[1], fairness_key="tenant-a")
+            for bad in ("zzz", "bm90IGEgdG9rZW4="):  # a page token this server never gave
+                with pytest.raises(dw_errors.ServerError) as caught:
+                    await c.list_workflows(page_size=1, next_page_token=bad)
+                assert caught.value.status == 400
+                assert caught.value.body["message"] == (  # the list said `next_cursor`
+                    "next_page_token is not one this server gave: pass the next_page_token of "
+                    "the previous page, or none for the first page")
             await c.terminate_workflow("e-1")
         async with client(url, token="not-a-token") as stranger:
             with pytest.raises(dw_errors.Unauthorized):

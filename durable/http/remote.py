@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import httpx
 
+from .._embedded import decode_cursor
 from .._log import mask_password_in, mask_url
 from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
@@ -257,6 +258,8 @@ class RemoteControl:
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
                         cursor: str | None) -> Page:
+        if cursor:  # refused here in the Python API's words (`cursor`, `next_cursor`)
+            decode_cursor(cursor)
         _, data = await self._call("GET", "/api/workflows", params={
             "durable_status": status, "workflow_type": workflow_type, "page_size": limit,
             "next_page_token": cursor})

@@ -20,7 +20,7 @@ from typing import Any
 
 from .._embedded import decode_cursor, encode_cursor
 from ..control import Page
-from ..errors import NameNotRegistered, PayloadRejected, WorkflowNotFound
+from ..errors import ConfigurationError, NameNotRegistered, PayloadRejected, WorkflowNotFound
 from ..options import IdReusePolicy, StartOptions
 from ..store.records import HistoryEvent, StartRequest
 from . import avro, model
@@ -310,11 +310,23 @@ async def runs(call: Call) -> tuple[int, Any]:
     return 200, {"workflow_id": wf, "run_count": len(described), "runs": described}
 
 
+def _foreign_page_token() -> ConfigurationError:
+    """A page token this server never gave, in the words of the wire (the list
+    said `next_cursor`, the Python API's name, to clients that send
+    `next_page_token`)."""
+    return ConfigurationError(
+        "next_page_token is not one this server gave: pass the next_page_token of the "
+        "previous page, or none for the first page")
+
+
 async def list_workflows(call: Call) -> tuple[int, Any]:
     p = call.params
     bucket = p.get("status")
     token = p.get("next_page_token")
-    before = decode_cursor(token) if token else None
+    try:
+        before = decode_cursor(token) if token else None
+    except ConfigurationError:  # its words name the Python API's `next_cursor`
+        raise _foreign_page_token() from None
     items, next_key = await call.client.store.list_runs(
         call.namespace, p.get("durable_status"), p.get("workflow_type"), p["page_size"],
         before, statuses=model.BUCKET_MEMBERS[bucket] if bucket else None,
@@ -333,11 +345,7 @@ async def history(call: Call) -> tuple[int, Any]:
     try:
         after = model.decode_token(p.get("next_page_token"))
     except ValueError:
-        from ..errors import ConfigurationError
-
-        raise ConfigurationError(
-            "next_page_token is not one this server gave: pass the next_page_token of the "
-            "previous page, or none for the first page") from None
+        raise _foreign_page_token() from None
     if after is None:
         after = int(p.get("after_sequence") or 0)
     size: int = p["page_size"]
