@@ -229,6 +229,20 @@ def test_prune_dry_run_lists_and_prune_deletes_closed_runs(tmp_path: Path) -> No
         assert invoke(db, "describe", "old-0").exit_code == 3
         assert run_json(db, "describe", "open-one")["status"] in ("pending", "running")
         assert "Pruned 0 runs" in ok(db, "prune", "--older-than", "1d").stdout
+        # what was deleted, and when, reads afterwards too
+        kept = run_json(db, "retention")
+        assert kept["retention_seconds"] is None and kept["pruned"]["runs"] == 2
+        assert kept["last_pruned_at"] is not None
+        shown = " ".join(ok(db, "retention").stdout.split())
+        assert ("keeps closed runs not set here: each worker's Worker(retention=...) applies; "
+                "none: kept for ever") in shown
+        assert "last deleted 20" in shown and "deleted so far 2 runs, " in shown
+        assert run_json(db, "retention", "--set", "7d")["retention_seconds"] == 7 * 86400
+        assert "keeps closed runs 7d (this namespace's setting)" in " ".join(
+            ok(db, "retention").stdout.split())
+        assert run_json(db, "retention", "--clear")["retention_seconds"] is None
+        assert "give --set or --clear, not both" in usage_error(
+            invoke(db, "retention", "--set", "1d", "--clear"))
         ok(db, "cancel", "open-one")
     finally:
         worker.close()

@@ -29,7 +29,7 @@ for _command in (
     _operations.worker, _operations.serve, _operations.repair_pass, _upgrade.check_upgrade,
     _queues.workers, _queues.queue,
     # schedules and retention
-    _schedules.schedule, _schedules.prune,
+    _schedules.schedule, _schedules.prune, _schedules.retention,
 ):
     cli.add_command(_command)
 

@@ -425,6 +425,33 @@ def prune(session: Session, older_than: float, dry_run: bool) -> None:
     session.out.emit(session.run(body), _pruned)
 
 
+@click.command(short_help="Show (or set) how long closed runs are kept, and what was deleted.")
+@click.option("--set", "keep", type=DURATION, metavar="S",
+              help="Keep the namespace's closed runs this long (30d): wins over the workers'.")
+@click.option("--clear", is_flag=True,
+              help="Remove the namespace's setting (the workers' retention applies again).")
+@json_option
+@pass_session
+def retention(session: Session, keep: float | None, clear: bool) -> None:
+    """The namespace's retention (`client.get_retention`): how long it keeps
+    closed runs, when retention last deleted runs and how many rows, by
+    table, it deleted so far. --set / --clear change the setting first
+    (`client.set_retention`). With --server it needs an admin token."""
+    if keep is not None and clear:
+        raise click.UsageError("give --set or --clear, not both")
+    if keep is not None and keep <= 0:
+        raise click.BadParameter("must be greater than 0 seconds", param_hint="--set")
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        if clear:
+            await client.set_retention(days=None)
+        elif keep is not None:
+            await client.set_retention(days=keep / 86400)
+        return dict(_fmt.jsonable(await client.get_retention()))
+
+    session.out.emit(session.run(body), _retention_view)
+
+
 # ---------------------------------------------------------------- views
 
 
@@ -630,3 +657,21 @@ def _pruned(out: Output, data: Mapping[str, Any]) -> None:
         for name, count in sorted(deleted.items()):
             table.add_row(name, str(count))
         out.console.print(table)
+
+
+def _retention_view(out: Output, data: Mapping[str, Any]) -> None:
+    now = _fmt.utcnow()
+    out.console.print(Text.assemble(("Retention of namespace ", "bold"),
+                                    (str(data.get("namespace")), "bold")))
+    grid = _grid()
+    seconds = data.get("retention_seconds")
+    grid.add_row("keeps closed runs", Text(
+        f"{_fmt.duration(seconds)} (this namespace's setting)" if seconds is not None else
+        "not set here: each worker's Worker(retention=...) applies; none: kept for ever"))
+    grid.add_row("last deleted", when(data.get("last_pruned_at"), now)
+                 if data.get("last_pruned_at") else Text("never"))
+    pruned = data.get("pruned") or {}
+    grid.add_row("deleted so far", Text(
+        f"{pruned.get('runs', 0)} runs" + "".join(
+            f", {n} {table}" for table, n in sorted(pruned.items()) if table != "runs")))
+    out.console.print(grid)

@@ -169,6 +169,12 @@ PRUNE = obj({
     "runs_expired": INTEGER,
 }, optional=("runs_expired",))
 
+RETENTION = obj({
+    "namespace": STRING, "retention_seconds": {"type": ["number", "null"]},
+    "pruned": {"type": "object", "additionalProperties": INTEGER},
+    "last_pruned_at": NULLABLE_INSTANT,
+})
+
 #: The shape each command prints with --json. ``history --follow --json`` and
 #: ``watch --json`` print JSON Lines: one ``history_event`` / ``describe``
 #: object per line.
@@ -199,6 +205,7 @@ SCHEMAS: dict[str, Schema] = {
     "schedule trigger": SCHEDULE_TRIGGER,
     "schedule backfill": SCHEDULE_BACKFILL,
     "prune": PRUNE,
+    "retention": RETENTION,
 }
 
 _TYPES: dict[str, tuple[type, ...]] = {
