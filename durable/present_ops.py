@@ -26,7 +26,8 @@ def schedule_overdue(overdue: Mapping[str, Any] | None) -> str | None:
     text = (f"due since {absolute(since) if since else '-'} ({late} ago) and not "
             + ("fired: no live worker of its namespace runs, and workers fire schedules "
                "(start one)" if not workers else
-               f"fired, though {workers} live worker(s) run (are they stuck? see their logs)"))
+               f"fired, though {workers} live worker(s) run: behind (a burst of fires due at "
+               "once) or stuck (see their logs)"))
     missed = int(overdue.get("missed") or 0)
     if missed:
         more = "at least " if overdue.get("missed_at_least") else ""
