@@ -34,7 +34,7 @@ from .store.records import (
     RunRecord,
     StartRequest,
     StartResult,
-    refused_builds,
+    refusing,
 )
 from .wakes import Wake
 
@@ -314,7 +314,7 @@ class EmbeddedControl:
         of a build that does can answer), or, as a question, no worker runs."""
         run = await self.store.get_run(self.namespace, workflow_id, ticket.run_id)
         if run is not None and run.is_open and run.blocked_build is not None:
-            builds = refused_builds(run.blocked_builds) or [run.blocked_build]
+            builds = refusing(run.blocked_build, run.blocked_builds)
             which = (f"build {builds[0]}" if len(builds) == 1
                      else "builds " + ", ".join(builds))
             return (f"the run is blocked: {which} cannot replay it (describe()['blocked']) "

@@ -35,7 +35,7 @@ import anyio
 from .._registry import WorkflowDefn
 from ..converter import PayloadConverter
 from ..options import Limits
-from ..store.records import ClaimedRun, InboxItem, OpRecord, RunRecord, refused_builds
+from ..store.records import ClaimedRun, InboxItem, OpRecord, RunRecord, refusing
 from .context import LIVE_ADVICE
 from .replay import NoStorage, replay_run
 from .serving import ServingWorker
@@ -193,8 +193,9 @@ class UpgradeGate:
                     done = True
                     start(claimed)
                 return
+            refused = refusing(run.blocked_build, run.blocked_builds)
             done = await worker.store.block_run(run.run_id, run.epoch, worker.worker_id, build,
-                                                divergence, refused_builds(run.blocked_builds))
+                                                divergence, refused)
             if done:
                 self.blocked += 1
                 worker.log.warning("run_blocked", run_id=run.run_id,

@@ -20,7 +20,7 @@ from .records import (
     RunRecord,
     StorageSnapshot,
     loads,
-    refused_builds,
+    refusing,
 )
 from .runs import get_run
 
@@ -217,7 +217,7 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
     if run.blocked_build is not None:
         # every live worker that registers the type is of a build that refused
         # the run (the upgrade gate): none of them takes it, whatever arrives
-        refused = refused_builds(run.blocked_builds) or [run.blocked_build]
+        refused = refusing(run.blocked_build, run.blocked_builds)
         if all(w["build_id"] in refused for w in takers):
             return {"kind": "build", "queue": run.task_queue,
                     "workflow_type": run.workflow_type, "refused_builds": refused,
@@ -349,7 +349,7 @@ def blocked(run: RunRecord) -> dict[str, Any] | None:
     if run.blocked_build is None or not run.is_open:
         return None
     return {"build_id": run.blocked_build, "divergence": run.blocked_divergence or "",
-            "build_ids": refused_builds(run.blocked_builds) or [run.blocked_build]}
+            "build_ids": refusing(run.blocked_build, run.blocked_builds)}
 
 
 def _reason(run: RunRecord, status: str) -> str | None:
@@ -537,7 +537,7 @@ def observe(
     for r in (yield q("SELECT namespace, blocked_build, blocked_builds, COUNT(*) AS n FROM runs "
                       f"WHERE status IN {OPEN_SQL} AND blocked_build IS NOT NULL "
                       "GROUP BY namespace, blocked_build, blocked_builds")):
-        for build in refused_builds(r["blocked_builds"]) or [str(r["blocked_build"])]:
+        for build in refusing(r["blocked_build"], r["blocked_builds"]):
             key = (str(r["namespace"]), build)
             blocked[key] = blocked.get(key, 0) + int(r["n"])
     if after_event_id is None:

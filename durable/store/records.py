@@ -94,6 +94,16 @@ def refused_builds(stored: str | None) -> list[str]:
     return [b for b in (stored or "").split("\n") if b]
 
 
+def refusing(blocked_build: str | None, blocked_builds: str | None) -> list[str]:
+    """Every build that refused a run: `refused_builds`, and the last refusal
+    (``blocked_build``) when the list lacks it (a database of schema 12, or a
+    worker of an older durable, which records only the last)."""
+    builds = refused_builds(blocked_builds)
+    if blocked_build is not None and blocked_build not in builds:
+        builds.append(blocked_build)
+    return builds
+
+
 def refusal_text(builds: list[str]) -> str | None:
     """`refused_builds` as stored; None for none."""
     return "\n" + "\n".join(builds) + "\n" if builds else None

@@ -178,7 +178,24 @@ async def test_a_blocked_run_is_handed_back_and_not_claimed_by_that_build(store:
     info = await store.describe(NS, "wf", None)
     assert info is not None and info["blocked"] == {
         "build_id": "v4", "divergence": "asked for c at 0:1", "build_ids": ["v2", "v4"]}
+    # a worker of an older durable (schema 12's code) records only the last
+    # refusal: it is one of them too, and the next refusal keeps it
+    await store.driver.run(lambda tx: _last_refusal("v5"))
+    info = await store.describe(NS, "wf", None)
+    assert info is not None and info["blocked"]["build_ids"] == ["v2", "v4", "v5"]
+    [v6] = await store.claim_runs(NS, "default", "w8", (WF,), 1, 30.0, T0 + 35, build_id="v6")
+    assert await store.block_run(v6.run.run_id, v6.run.epoch, "w8", "v6", "d",
+                                 ["v2", "v4", "v5"])
+    stored = await row(store, "SELECT blocked_build, blocked_builds FROM runs")
+    assert stored == {"blocked_build": "v6", "blocked_builds": "\nv2\nv4\nv5\nv6\n"}
     [v3] = await store.claim_runs(NS, "default", "w5", (WF,), 1, 30.0, T0 + 34, build_id="v3")
     assert await store.take_for_build(v3.run.run_id, v3.run.epoch, "v3")  # v3 replays it
     info = await store.describe(NS, "wf", None)
     assert info is not None and info["blocked"] is None
+
+
+def _last_refusal(build: str):  # type: ignore[no-untyped-def]
+    """What a worker of schema 12's code writes when it refuses a run."""
+    from durable.driver import ex
+
+    yield ex("UPDATE runs SET blocked_build = ?, blocked_divergence = 'x', owner = NULL", build)
