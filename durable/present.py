@@ -394,12 +394,18 @@ def build_wait_text(waiting: Mapping[str, Any]) -> str:
 
 
 def holders_text(waiting: Mapping[str, Any]) -> str:
-    """Who holds the slots a run waits for (``held_by``: the first few runs and
-    their workers), so that an operator knows what to look at; "" when not told."""
+    """Who holds the slots a run waits for (``held_by``: the first few runs, their
+    workers and until when their leases run: a killed worker's slots come back
+    then), so that an operator knows what to look at; "" when not told."""
     held = [h for h in waiting.get("held_by") or [] if isinstance(h, Mapping)]
     if not held:
         return ""
-    names = ", ".join(f"{h.get('workflow_id')} (worker {h.get('worker_id')})" for h in held)
+    def one(h: Mapping[str, Any]) -> str:
+        until = instant(h.get("lease_expires_at"))
+        leased = f", leased to {absolute(until)}" if until else ""
+        return f"{h.get('workflow_id')} (worker {h.get('worker_id')}{leased})"
+
+    names = ", ".join(one(h) for h in held)
     more = int(waiting.get("running") or 0) - len(held)
     return f"; held by {names}" + (f" and {more} more" if more > 0 else "")
 

@@ -9,6 +9,7 @@ tests/test_queues_crash.py.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import anyio
@@ -179,26 +180,30 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
     now = client.clock.now()
     assert sorted(await claim(store, client, "w", now)) == ["a-0", "b-0"]
     assert (await client.get_handle("a-0").describe())["waiting_for"] is None  # it runs
-    # it says who holds the slots: the runs, and the worker holding each
+    # it says who holds the slots: the runs, the worker holding each, and until
+    # when its lease runs (a killed worker's slot comes back then)
+    leased = dt.datetime.fromtimestamp(now + LEASE, dt.UTC)
+    until = leased.isoformat()
     waiting = (await client.get_handle("a-1").describe())["waiting_for"]
     assert waiting == {
         "kind": "queue_slot", "queue": "q", "running": 2, "limit": 2,
-        "held_by": [{"workflow_id": "a-0", "worker_id": "w"},
-                    {"workflow_id": "b-0", "worker_id": "w"}]}
+        "held_by": [{"workflow_id": "a-0", "worker_id": "w", "lease_expires_at": until},
+                    {"workflow_id": "b-0", "worker_id": "w", "lease_expires_at": until}]}
+    shown = f"{leased:%Y-%m-%d %H:%M:%S} UTC"
     _, reason = wait_of(waiting)
     assert reason == ("Workflow task waiting for a slot on queue q (2 of 2 running); held by "
-                      "a-0 (worker w), b-0 (worker w)")
+                      f"a-0 (worker w, leased to {shown}), b-0 (worker w, leased to {shown})")
     assert waiting_text(waiting, utcnow()).plain.endswith(
-        "(2 of 2 running); held by a-0 (worker w), b-0 (worker w)")
+        f"(2 of 2 running); held by a-0 (worker w, leased to {shown}), b-0 (worker w, "
+        f"leased to {shown})")
     await client.set_queue_limits("q", durable.QueueLimits(max_running=5,
                                                            max_running_per_key=1))
     assert (await client.get_handle("a-1").describe())["waiting_for"] == {
         "kind": "key_slot", "queue": "q", "concurrency_key": "k1", "running": 1, "limit": 1,
-        "held_by": [{"workflow_id": "a-0", "worker_id": "w"}]}
+        "held_by": [{"workflow_id": "a-0", "worker_id": "w", "lease_expires_at": until}]}
     # beyond the first few, the words count the rest
     many = dict(waiting, running=9)
-    assert wait_of(many)[1] == ("Workflow task waiting for a slot on queue q (9 of 2 running); "
-                                "held by a-0 (worker w), b-0 (worker w) and 7 more")
+    assert str(wait_of(many)[1]).endswith(f"b-0 (worker w, leased to {shown}) and 7 more")
 
 
 @workflow.defn(name="slot-parent")

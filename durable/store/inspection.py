@@ -262,11 +262,13 @@ HOLDERS_SHOWN = 5
 
 def _holders(where: str, namespace: str, name: str, now: float,
              *args: Any) -> Program[list[dict[str, Any]]]:
-    """The first HOLDERS_SHOWN runs holding a slot the waiting run needs, and
-    the worker holding each: who to look at (or wait for) when a run waits."""
-    rows = yield q(f"SELECT workflow_id, owner FROM {RUNNING_RUNS}{where}ORDER BY workflow_id "
-                   "LIMIT ?", namespace, name, now, *args, HOLDERS_SHOWN)
-    return [{"workflow_id": r["workflow_id"], "worker_id": r["owner"]} for r in rows]
+    """The first HOLDERS_SHOWN runs holding a slot the waiting run needs, the
+    worker holding each and until when its lease runs (a killed worker's slot
+    comes back then): who to look at (or wait for) when a run waits."""
+    rows = yield q(f"SELECT workflow_id, owner, lease_expires_at FROM {RUNNING_RUNS}{where}"
+                   "ORDER BY workflow_id LIMIT ?", namespace, name, now, *args, HOLDERS_SHOWN)
+    return [{"workflow_id": r["workflow_id"], "worker_id": r["owner"],
+             "lease_expires_at": to_iso(r["lease_expires_at"])} for r in rows]
 
 
 #: how far up a child's parents `_slots_of_ancestors` looks
