@@ -7,6 +7,7 @@ parent/child tree), and an activity that ignores every stop request.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -38,8 +39,18 @@ async def hang(key: str) -> str:
     return key
 
 
+# Cleanups a test holds open: `release(key)` waits until HELD_CLEANUPS[key] is
+# set, so a run stays in its cleanup phase (still running) for exactly as long
+# as the test needs to look at it there, however slow or fast the worker is.
+# Only a worker in the test's own process (ThreadWorker) sees this.
+HELD_CLEANUPS: dict[str, threading.Event] = {}
+
+
 @activity.defn(name="cli-release")
 async def release(key: str) -> str:
+    held = HELD_CLEANUPS.get(key)
+    if held is not None:
+        await anyio.to_thread.run_sync(held.wait, abandon_on_cancel=True)
     return f"released {key}"
 
 

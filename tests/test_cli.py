@@ -419,16 +419,23 @@ def test_watch_prints_frames_until_the_run_closes(url: str) -> None:
 
 
 def test_request_cancellation_runs_cleanup_and_a_repeat_keeps_the_deadline(url: str) -> None:
-    start(url, "cli-guarded", "cancel-1", "k")
-    wait_for(activity_running(url, "cancel-1"), "the activity to start")
-    first = as_json(ok(url, "request-cancellation", "cancel-1", "--reason", "Order withdrawn",
-                       "--cleanup-timeout", "45s", "--json"), "request-cancellation")
+    # the cleanup waits for the test: the repeat below is made while the run is
+    # still open (a fast worker had closed it first under load, 12-06)
+    held = cli_app.HELD_CLEANUPS.setdefault("k-held", threading.Event())
+    try:
+        start(url, "cli-guarded", "cancel-1", "k-held")
+        wait_for(activity_running(url, "cancel-1"), "the activity to start")
+        first = as_json(ok(url, "request-cancellation", "cancel-1", "--reason", "Order withdrawn",
+                           "--cleanup-timeout", "45s", "--json"), "request-cancellation")
+        repeat = as_json(ok(url, "request-cancellation", "cancel-1", "--reason", "again",
+                            "--cleanup-timeout", "600", "--json"), "request-cancellation")
+    finally:
+        held.set()
+        del cli_app.HELD_CLEANUPS["k-held"]
     assert first["accepted"] is True
     assert first["context"]["reason"] == "Order withdrawn"
     assert first["context"]["source"] == "cli"
     assert first["context"]["requester"]["type"] == "user"
-    repeat = as_json(ok(url, "request-cancellation", "cancel-1", "--reason", "again",
-                        "--cleanup-timeout", "600", "--json"), "request-cancellation")
     assert repeat["accepted"] is False
     assert repeat["context"]["request_id"] == first["context"]["request_id"]
     assert repeat["context"]["deadline"] == first["context"]["deadline"]
@@ -438,7 +445,7 @@ def test_request_cancellation_runs_cleanup_and_a_repeat_keeps_the_deadline(url: 
     info = describe(url, "cancel-1")
     assert info["cancellation"]["lifecycle"] == "cancelled"
     assert info["cancellation"]["cleanup_outcome"] == "completed"
-    assert "released k" in json.dumps(
+    assert "released k-held" in json.dumps(
         as_json(ok(url, "history", "cancel-1", "--json"), "history"))
     human = ok(url, "describe", "cancel-1").stdout
     assert "lifecycle         [cancelled]" in human
