@@ -777,9 +777,23 @@ async def test_watch_reads_data_version_through_the_thread(
     database thread) and published as Wake(("any",))."""
     seen: list[Wake] = []
     driver.hub.subscribe(seen.append)
+    read = driver._data_version
+    baseline = threading.Event()  # set on the database thread once a version was read
+
+    def reading(conn: sqlite3.Connection | None) -> int | None:
+        version = read(conn)
+        if version is not None:
+            baseline.set()
+        return version
+
+    driver._data_version = reading  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
         tg.start_soon(driver.watch)
-        await anyio.sleep(driver.poll_interval * 3)
+        # the other process commits only once the watch holds a version to compare
+        # with (a fixed pause lost that race on a loaded machine)
+        with anyio.fail_after(10):
+            while not baseline.is_set():
+                await anyio.sleep(0.01)
         other = sqlite3.connect(tmp_path / "w.db", isolation_level=None)
         other.execute("INSERT INTO t (k, v) VALUES (1, 'other')")
         other.close()
