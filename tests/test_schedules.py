@@ -606,13 +606,16 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
 async def test_racing_schedulers_start_each_fire_once(db_url: str) -> None:
     """Three workers, each on its own connection (so each runs a scheduler),
     fire a one-second schedule on the real clock: one run per fire."""
-    first = dt.datetime.now(UTC).replace(microsecond=0) + dt.timedelta(seconds=2)
-    spec = ScheduleSpec(every=1, start_at=first, end_at=first + dt.timedelta(seconds=4))
     async with AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(durable.connect(db_url)) for _ in range(3)]
         for c in clients:
             await stack.enter_async_context(durable.Worker(c, workflows=[note],
                                                            poll_interval=0.05))
+        # the first fire is set once the workers run: a schedule does not fire for
+        # instants before it was created, and three connects and workers took more
+        # than the 1-2 s once allowed on a loaded machine
+        first = dt.datetime.now(UTC).replace(microsecond=0) + dt.timedelta(seconds=3)
+        spec = ScheduleSpec(every=1, start_at=first, end_at=first + dt.timedelta(seconds=4))
         handle = await clients[0].create_schedule(
             "race", spec, note, "r", overlap=Overlap.ALLOW_ALL, catchup_window=60)
         with anyio.fail_after(30):
