@@ -568,9 +568,14 @@ async def worker_settings(ns: Namespace) -> None:
 @check
 async def sigterm(ns: Namespace) -> None:
     url = f"sqlite:///{Path.cwd()}/serve.db"
+    before = signal.getsignal(signal.SIGTERM)
     async with anyio.create_task_group() as tg:
         tg.start_soon(ns["serve"], url)
-        await anyio.sleep(0.5)
+        # the signal is sent once serve() listens for it (its receiver replaces the
+        # handler): sent after a fixed 0.5 s it killed the process on a loaded machine
+        with anyio.fail_after(30):
+            while signal.getsignal(signal.SIGTERM) is before:
+                await anyio.sleep(0.01)
         os.kill(os.getpid(), signal.SIGTERM)
     # serve() returned: the worker stopped cleanly on SIGTERM
 
