@@ -140,6 +140,17 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     def _connect_error(self, exc: BaseException) -> ConfigurationError:
         """Why connecting failed and what to fix, from the library's error."""
 
+    def _prepare_timeout_error(self, exc: TimeoutError) -> ConfigurationError:
+        """Why checking or creating the schema timed out, the server having
+        answered: not "no server answered" (`_connect_error` says that of an
+        OSError, and a TimeoutError is one)."""
+        return ConfigurationError(
+            f"cannot use {self.masked!r}: the {self.engine} server answered, but checking "
+            f"or upgrading durable's schema timed out ({exc!r}); a statement most likely "
+            "waited for a lock another session holds on durable's tables (an upgrade waits "
+            "for the transactions of workers still running an older durable): let them "
+            "end or stop those workers, then connect again")
+
     async def _connection_lost(self, pool: PoolT, exc: BaseException) -> None:
         """A connection was lost (`exc`): what else to do before a retry."""
 
@@ -196,6 +207,9 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         except ConfigurationError as exc:
             await self._close_pool(pool)
             raise ConfigurationError(f"cannot use {self.masked!r}: {exc}") from exc
+        except TimeoutError as exc:  # an OSError, but the server did answer
+            await self._close_pool(pool)
+            raise self._prepare_timeout_error(exc) from exc
         except self.connect_errors as exc:
             await self._close_pool(pool)
             raise self._connect_error(exc) from exc

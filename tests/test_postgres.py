@@ -117,6 +117,38 @@ async def test_schema_from_a_newer_version_is_refused(pg_url: str) -> None:
         await durable.connect(pg_url)
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the lock's holder is asyncpg's
+async def test_an_upgrade_that_waits_for_a_lock_says_so_not_that_no_server_answered(
+        pg_url: str, anyio_backend: str) -> None:
+    """Upgrading the schema while workers of the older version still write to it:
+    the upgrade waits for their locks until command_timeout. That was reported as
+    "no server answered ...; check that PostgreSQL is running" (a TimeoutError is
+    an OSError), sending the operator after a server that was up all along."""
+    import asyncpg
+
+    async with durable.connect(pg_url) as client:  # a schema one version behind
+        await sql(client, "ALTER TABLE workers DROP COLUMN loop_blocks")
+        await sql(client, "UPDATE durable_meta SET value = ? WHERE key = 'schema_version'",
+                  str(SCHEMA_VERSION - 1))
+    schema = pg_url.rsplit("schema=", 1)[1]
+    older_worker = await asyncpg.connect(POSTGRES_URL)
+    try:
+        async with older_worker.transaction():
+            await older_worker.execute(f'LOCK TABLE "{schema}".workers IN ROW EXCLUSIVE MODE')
+            with pytest.raises(durable.ConfigurationError) as err:
+                await durable.connect(pg_url, command_timeout=1)
+    finally:
+        await older_worker.close()
+    message = str(err.value)
+    assert "no server answered" not in message and "PostgreSQL is running" not in message
+    assert "did not finish within command_timeout=1" in message, message
+    assert "lock" in message and "pg_stat_activity" in message, message
+    async with durable.connect(pg_url) as client:  # the lock gone, the upgrade runs
+        row = await sql(client, "SELECT value FROM durable_meta WHERE key = 'schema_version'",
+                        mode="one")
+    assert int(row["value"]) == SCHEMA_VERSION
+
+
 async def test_a_mistyped_schema_is_refused_unless_it_may_be_created(pg_url: str) -> None:
     """create_schema=False (what the CLI's reading commands pass) refuses a
     schema that is not there, naming the ones that hold durable's tables;

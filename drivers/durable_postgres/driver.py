@@ -186,6 +186,21 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             hint = "check the URL and the server's log"
         return ConfigurationError(f"cannot connect to {where}: {exc}; {hint}")
 
+    def _prepare_timeout_error(self, exc: TimeoutError) -> ConfigurationError:
+        """A schema check or upgrade over command_timeout: asyncpg's TimeoutError
+        (also an OSError) read as "no server answered" sent the operator after a
+        server that was up, while the upgrade waited for older workers' locks."""
+        within = ("in time" if self.command_timeout is None
+                  else f"within command_timeout={self.command_timeout:g} s")
+        return ConfigurationError(
+            f"cannot use {self._target.masked!r}: the server answered, but checking or "
+            f"upgrading durable's schema did not finish {within}; a statement most "
+            "likely waited for a lock another session holds on durable's tables (an "
+            "upgrade's ALTER TABLE waits for the transactions of workers still running an "
+            "older durable). Find the holder in pg_stat_activity and pg_locks; let its "
+            "transaction end or stop those workers, then connect again (or pass a larger "
+            "command_timeout)")
+
     async def _create_pool(self) -> Pool:
         pool: Pool = await asyncpg.create_pool(
             self._target.dsn,
