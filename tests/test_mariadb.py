@@ -9,6 +9,7 @@ without one (fail with DURABLE_REQUIRE_MARIADB=1).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 
 import anyio
@@ -92,9 +93,22 @@ async def test_another_process_commit_reaches_the_watcher_as_its_keys(url: str) 
             tx.wake(Wake.runs("ns", "q"))
             yield ex("SELECT 1")
 
+        read_end = reader.driver._last_wake_id
+        baseline = threading.Event()  # the watcher has read where the log ends
+
+        async def reading_end() -> int:
+            end = await read_end()
+            baseline.set()
+            return end
+
+        reader.driver._last_wake_id = reading_end  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader.driver.watch)
-            await anyio.sleep(0.05)  # the watcher has read where the log ends
+            # the writer commits once the watcher knows where the log ended before
+            # it (after a fixed 0.05 s, a slow first read missed the commit)
+            with anyio.fail_after(30):
+                while not baseline.is_set():
+                    await anyio.sleep(0.01)
             await writer.driver.run(wake)
             await reader.driver.run(wake)  # its own: not heard as remote
             with anyio.fail_after(5):
