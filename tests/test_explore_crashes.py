@@ -288,9 +288,11 @@ async def test_the_pytest_fixture_explores_and_asserts(
     report = await durable_crash_explorer(pay, "acct-1", 100, activities=[debit, notify],
                                           before_each=reset_ledger, points=[0, 1])
     assert [p.index for p in report.points] == [0, 1] and report.ok
-    with pytest.raises(AssertionError, match="1 failed"):
+    with pytest.raises(AssertionError, match="1 failed") as caught:
         await durable_crash_explorer(pay, "acct-1", 100, activities=[debit, notify],
                                      before_each=reset_ledger, check=debited_once)
+    # the hint replays the point the way this test explored it
+    assert "replay one alone: await durable_crash_explorer(..., points=[2])" in str(caught.value)
     assert len(durable_crash_explorer.reports) == 2
 
 

@@ -141,8 +141,9 @@ class CrashReport:
     def failures(self) -> list[CrashPoint]:
         return [point for point in self.points if not point.ok]
 
-    def describe(self) -> str:
-        """A summary, and every failing point with what failed and how to replay it."""
+    def describe(self, call: str = "explore_crashes") -> str:
+        """A summary, and every failing point with what failed and how to replay it
+        (`call`: what the test called, named in the replay hint)."""
         lines = [f"{self.workflow_type}: {len(self.points)} of {self.total_points} crash points "
                  f"explored in {self.seconds:.2f} s, {len(self.failures)} failed"]
         lines += [f"  the uncrashed run: {problem}" for problem in self.baseline_problems]
@@ -150,7 +151,7 @@ class CrashReport:
             lines.append("  " + point.describe().replace("\n", "\n  "))
         if self.failures:
             first = self.failures[0].index
-            lines.append(f"  replay one alone: explore_crashes(..., points=[{first}])")
+            lines.append(f"  replay one alone: {call}(..., points=[{first}])")
         return "\n".join(lines)
 
 

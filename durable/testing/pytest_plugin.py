@@ -45,7 +45,7 @@ class CrashExplorer:
                        **kwargs: Any) -> CrashReport:
         """Explore and assert that every point passed (the failing ones described)."""
         report = await self.explore(workflow, *args, points=points, **kwargs)
-        assert report.ok, report.describe()
+        assert report.ok, report.describe("await durable_crash_explorer")
         return report
 
 
