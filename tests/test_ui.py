@@ -271,7 +271,9 @@ def test_list_filter_and_a_run_with_its_timeouts_and_computed_deadlines(
 
 def test_heartbeat_progress_moves_live_and_the_page_says_what_the_run_waits_for(
         live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
-    live.start("ui-progress", "progress-1", 60)
+    # it heartbeats until terminated below: at 60 steps (18 s) the run could end
+    # while a loaded machine's browser still looked at it
+    live.start("ui-progress", "progress-1", 100_000)
     wait_for(lambda: "ActivityStarted" in live.events("progress-1"), "the activity to start")
     page = open_page(VIEWER)
     page.goto(f"{live.url}/ui/run?wf=progress-1")
