@@ -129,16 +129,17 @@ V1_WORKER = {"workflows": V1, "activities": ACTIVITIES, "build_id": "v1"}
 V2_WORKER = {"workflows": V2, "activities": ACTIVITIES, "build_id": "v2"}
 
 
-async def check_upgrade(url: str, spec: str) -> tuple[int, dict[str, Any]]:
-    """`durable check-upgrade --db URL --worker test_builds:SPEC --json` (in a
-    thread: the command runs its own event loop); its exit code and output."""
+async def check_upgrade(url: str, spec: str,
+                        namespace: str = "default") -> tuple[int, dict[str, Any]]:
+    """`durable -n NS check-upgrade --db URL --worker test_builds:SPEC --json` (in
+    a thread: the command runs its own event loop); its exit code and output."""
     from click.testing import CliRunner
 
     from durable.cli._group import cli
 
     def invoke() -> Any:
-        return CliRunner().invoke(cli, ["check-upgrade", "--db", url, "--worker",
-                                        f"test_builds:{spec}", "--json"])
+        return CliRunner().invoke(cli, ["-n", namespace, "check-upgrade", "--db", url,
+                                        "--worker", f"test_builds:{spec}", "--json"])
 
     result = await anyio.to_thread.run_sync(invoke)
     assert result.output.startswith("{"), (result.output, result.exception)
@@ -267,6 +268,12 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
         assert {r["last_build"] for r in report["cannot_take"]} == {"v1"}
         code, report = await check_upgrade(db_url, "V1_WORKER")
         assert (code, report["ok"], report["checked"], report["cannot_take"]) == (0, True, 2, [])
+        assert report["namespace"] == "default" and "note" not in report
+        # a namespace where nothing ever ran: it passes, but says nothing was checked
+        code, report = await check_upgrade(db_url, "V2_WORKER", namespace="prodd")
+        assert (code, report["ok"], report["checked"], report["namespace"]) == (0, True, 0, "prodd")
+        assert report["note"].startswith("namespace 'prodd' of this database has no run at all, "
+                                         "so nothing was checked")
         # a run started after the deploy is v2's own
         fresh = await storage.start(OrderV2, "n", id="bd-new")
         await until(lambda: waiting(fresh), "v2 ran the new run")

@@ -59,7 +59,15 @@ def check_upgrade(session: Session, target: str, db: str | None) -> None:
             client.store, worker.namespace, worker.task_queue, worker.workflows,
             activity_names=await worker.known_activity_names(), converter=client.converter,
             limits=client.limits)
-        return report.as_dict(worker.build_id) | {"task_queue": worker.task_queue}
+        found = report.as_dict(worker.build_id) | {"task_queue": worker.task_queue,
+                                                    "namespace": worker.namespace}
+        if not report.checked and not (await client.list_page(limit=1)).items:
+            # nothing checked where nothing ever ran: a gate pointed at the wrong
+            # database or namespace passes without checking anything
+            found["note"] = (f"namespace {worker.namespace!r} of this database has no run at "
+                             "all, so nothing was checked: is --db (DURABLE_DB_URL) "
+                             "production's database, and -n/--namespace its namespace?")
+        return found
 
     result = session.run(body)
     session.out.emit(result, _report)
@@ -104,7 +112,10 @@ def _report(out: Output, data: Any) -> None:
     blocked = data.get("cannot_take") or []
     if not blocked:
         out.console.print(Text(f"ok: build {build} replays all {data['checked']} open run(s) "
-                               f"of task queue {data['task_queue']!r}", style="green"))
+                               f"of task queue {data['task_queue']!r} in namespace "
+                               f"{data['namespace']!r}", style="green"))
+        if data.get("note"):
+            out.console.print(Text(f"note: {data['note']}", style="bold yellow"))
         return
     table = Table(box=None, pad_edge=False)
     for column in ("WORKFLOW ID", "RUN", "TYPE", "LAST BUILD", "DIVERGES AT"):
