@@ -129,8 +129,8 @@ V1_WORKER = {"workflows": V1, "activities": ACTIVITIES, "build_id": "v1"}
 V2_WORKER = {"workflows": V2, "activities": ACTIVITIES, "build_id": "v2"}
 
 
-async def check_upgrade(url: str, spec: str,
-                        namespace: str = "default") -> tuple[int, dict[str, Any]]:
+async def check_upgrade(url: str, spec: str, *more: str, namespace: str = "default",
+                        env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """`durable -n NS check-upgrade --db URL --worker test_builds:SPEC --json` (in
     a thread: the command runs its own event loop); its exit code and output."""
     from click.testing import CliRunner
@@ -139,7 +139,8 @@ async def check_upgrade(url: str, spec: str,
 
     def invoke() -> Any:
         return CliRunner().invoke(cli, ["-n", namespace, "check-upgrade", "--db", url,
-                                        "--worker", f"test_builds:{spec}", "--json"])
+                                        "--worker", f"test_builds:{spec}", "--json", *more],
+                                  env=env)
 
     result = await anyio.to_thread.run_sync(invoke)
     assert result.output.startswith("{"), (result.output, result.exception)
@@ -274,6 +275,12 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
         assert (code, report["ok"], report["checked"], report["namespace"]) == (0, True, 0, "prodd")
         assert report["note"].startswith("namespace 'prodd' of this database has no run at all, "
                                          "so nothing was checked")
+        # the build id of a deploy comes from the pipeline, not the code
+        code, report = await check_upgrade(db_url, "V2_WORKER", "--build-id", "2026-12-06.3")
+        assert (code, report["build_id"], len(report["cannot_take"])) == (1, "2026-12-06.3", 2)
+        code, report = await check_upgrade(db_url, "V1_WORKER",
+                                           env={"DURABLE_BUILD_ID": "abc123"})
+        assert (code, report["build_id"]) == (0, "abc123")
         # a run started after the deploy is v2's own
         fresh = await storage.start(OrderV2, "n", id="bd-new")
         await until(lambda: waiting(fresh), "v2 ran the new run")

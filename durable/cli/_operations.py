@@ -37,6 +37,9 @@ def repair_pass(session: Session) -> None:
 @click.argument("target", metavar="MODULE:ATTR")
 @click.option("--task-queue", metavar="Q", help="Override the spec's task queue.")
 @click.option("--identity", metavar="NAME", help="Worker id shown in describe() and receipts.")
+@click.option("--build-id", metavar="ID", envvar="DURABLE_BUILD_ID", show_envvar=True,
+              help="Override the spec's build_id (a release tag or commit: the upgrade gate, "
+                   "docs/deploying.md).")
 @click.option("--backend", type=click.Choice(["asyncio", "trio"]), default="asyncio",
               show_default=True, help="Event loop to run the worker on.")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -44,7 +47,7 @@ def repair_pass(session: Session) -> None:
               default="INFO", show_default=True, help="Level of the worker's log on stderr.")
 @pass_session
 def worker(session: Session, target: str, task_queue: str | None, identity: str | None,
-           backend: str, log_level: str) -> None:
+           build_id: str | None, backend: str, log_level: str) -> None:
     """Run a worker for the workflows and activities MODULE:ATTR names.
 
     ATTR is a spec, a dict or object listing them:
@@ -64,7 +67,7 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
             "not --server")
     loaded = _worker.load_target(target)
     _worker.configure_logging(log_level)
-    overrides = {"task_queue": task_queue, "identity": identity}
+    overrides = {"task_queue": task_queue, "identity": identity, "build_id": build_id}
     session.run(lambda client: _worker.serve(client, loaded, target, overrides, session.out),
                 create_database=True, backend=backend)
 

@@ -32,10 +32,12 @@ pass_session = click.make_pass_decorator(Session)
              short_help="Replay every open run against a build's code; exit 1 if any diverge.")
 @click.option("--worker", "target", required=True, metavar="MODULE:ATTR",
               help="The worker spec or factory of the build to check (as `durable worker`).")
+@click.option("--build-id", metavar="ID", envvar="DURABLE_BUILD_ID", show_envvar=True,
+              help="Override the spec's build_id, as `durable worker --build-id` does.")
 @click.option("--db", metavar="URL", help="Storage URL (or the global --db / DURABLE_DB_URL).")
 @json_option
 @pass_session
-def check_upgrade(session: Session, target: str, db: str | None) -> None:
+def check_upgrade(session: Session, target: str, build_id: str | None, db: str | None) -> None:
     """Replay every open run of the worker's task queue against the code
     MODULE:ATTR names, recording nothing, and list the runs it cannot take
     (the first op where each diverges). Exit 1 when there is one: a worker of
@@ -54,7 +56,7 @@ def check_upgrade(session: Session, target: str, db: str | None) -> None:
     loaded = _worker.load_target(target)
 
     async def body(client: durable.Client) -> dict[str, Any]:
-        worker = await _worker.build_worker(client, loaded, target, {})
+        worker = await _worker.build_worker(client, loaded, target, {"build_id": build_id})
         report = await check_open_runs(
             client.store, worker.namespace, worker.task_queue, worker.workflows,
             activity_names=await worker.known_activity_names(), converter=client.converter,

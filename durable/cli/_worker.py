@@ -110,8 +110,9 @@ async def build_worker(client: durable.Client, target: Any, ref: str,
         return durable.Worker(client, **kwargs)
     if callable(target):
         if any(v is not None for v in overrides.values()):
-            raise CliError(f"{ref} is a factory: set the task queue and identity in it",
-                           fix="--task-queue and --identity apply to worker specs only")
+            raise CliError(f"{ref} is a factory: set the task queue, identity and build id "
+                           "in it", fix="--task-queue, --identity and --build-id apply to worker "
+                                        "specs only")
         made = target(client)
         if inspect.isawaitable(made):
             made = await made
@@ -168,7 +169,8 @@ async def serve(client: durable.Client, target: Any, ref: str, overrides: Mappin
         async with worker:
             out.note(
                 f"durable worker {worker.identity} running in namespace {worker.namespace!r}, "
-                f"task queue {worker.task_queue!r}: workflows "
+                f"task queue {worker.task_queue!r}"
+                + (f", build {worker.build_id}" if worker.build_id else "") + ": workflows "
                 f"{', '.join(sorted(worker.workflows)) or '-'}; activities "
                 f"{', '.join(sorted(worker.activities)) or '-'} (Ctrl-C to stop)")
             await stop.wait()
