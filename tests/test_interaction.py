@@ -5,12 +5,14 @@ rewrites the schema with SQLite's and PostgreSQL's DDL)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 import durable
-from durable.store.migrations import SCHEMA_VERSION
+from durable.store.migrations import SCHEMA_VERSION, UPGRADES
+from durable.store.schema import LATE_INDEXES
 from durable.testing.conformance.interaction import *  # noqa: F403
 from durable.testing.conformance.interaction import Approval, double, new_id
 
@@ -41,33 +43,35 @@ async def test_a_version_1_database_is_upgraded_in_place(db_url: str) -> None:
                 await drop()
 
 
+#: what an upgrade step may do, and so what `_downgrade` knows how to undo
+ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+) .*")
+#: version 4 replaced version 1's claim index (by LATE_INDEXES' runs_claim_order)
+V1_CLAIM_INDEX = ("CREATE INDEX runs_claim ON runs (namespace, task_queue, ready_at) "
+                  "WHERE status IN ('pending', 'running')")
+
+
 def _downgrade(tx: Any) -> Any:
+    """Make a current database look like version 1: undo every upgrade step,
+    newest first, as read from `UPGRADES`. A hand-kept list of columns broke
+    this test twice on 12-06, each time a version added a column the list did
+    not drop (the upgrade then added it again: "duplicate column"); a step of a
+    kind not undone here fails with what to do."""
     from durable.driver import ex
 
-    yield ex("DROP INDEX runs_running")  # version 10's index (on version 4's column)
-    yield ex("DROP TABLE inbox")
+    for statement in LATE_INDEXES:  # made after the upgrades: on columns they add
+        yield ex(f"DROP INDEX {statement.split()[5]}")
+    yield ex("DROP TABLE inbox")  # version 2's tables
     yield ex("DROP TABLE requests")
-    yield ex("ALTER TABLE runs DROP COLUMN inbox_seq")
-    yield ex("ALTER TABLE runs DROP COLUMN request_seq")
-    yield ex("ALTER TABLE runs DROP COLUMN schedule_id")  # version 3's columns
-    yield ex("ALTER TABLE runs DROP COLUMN scheduled_at")
-    yield ex("DROP INDEX runs_claim_order")  # version 4's index and columns
-    yield ex("CREATE INDEX runs_claim ON runs (namespace, task_queue, ready_at) "
-             "WHERE status IN ('pending', 'running')")
-    yield ex("ALTER TABLE runs DROP COLUMN priority")
-    yield ex("ALTER TABLE runs DROP COLUMN concurrency_key")
-    yield ex("ALTER TABLE activity_tasks DROP COLUMN priority")
-    for column in ("identity", "host", "pid", "build_id", "definitions", "started_at",
-                   "stopped_at", "address", "loop_blocks"):  # version 4's, 12's and 14's
-        yield ex(f"ALTER TABLE workers DROP COLUMN {column}")
-    for column in ("started_build", "last_build", "blocked_build", "blocked_divergence"):
-        yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 5's
-    for column in ("reset_from_run_id", "reset_from_op", "reset_run_id"):
-        yield ex(f"ALTER TABLE runs DROP COLUMN {column}")  # version 6's
-    for column in ("description", "created_at"):
-        yield ex(f"ALTER TABLE namespace_settings DROP COLUMN {column}")  # version 8's
-    yield ex("ALTER TABLE task_queues DROP COLUMN claims")  # version 9's
-    yield ex("ALTER TABLE runs DROP COLUMN blocked_builds")  # version 13's
+    for version in sorted(UPGRADES, reverse=True):
+        for statement in reversed(UPGRADES[version]):
+            added = ADD_COLUMN.fullmatch(statement)
+            if added is not None:
+                yield ex(f"ALTER TABLE {added[1]} DROP COLUMN {added[2]}")
+            elif statement == "DROP INDEX IF EXISTS runs_claim":
+                yield ex(V1_CLAIM_INDEX)
+            else:
+                raise AssertionError(f"version {version}'s {statement!r}: teach "
+                                     "tests/test_interaction.py's _downgrade to undo it")
     yield ex("UPDATE durable_meta SET value = '1' WHERE key = 'schema_version'")
 
 
