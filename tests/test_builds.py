@@ -259,6 +259,9 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
             page = (await http.get(f"/ui/run?wf=bd-o1&run={changed[1].run_id}")).text
             assert "build v2 cannot take it: workflow bd_order" in page
             assert "started by v1 · last taken by v1" in page
+            # only v2 is live: the run waits for a worker, not for its condition
+            assert ("a worker of a build that replays it: the 1 live worker(s) of queue default "
+                    "that register bd_order are of build v2") in page
         # the deploy gate lists them, with where each diverges (and reads only)
         code, report = await check_upgrade(db_url, "V2_WORKER")
         assert code == 1 and report["ok"] is False and report["build_id"] == "v2"
