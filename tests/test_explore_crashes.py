@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from conftest import POSTGRES_URL, require_postgres
 import durable
 from durable import activity, workflow
 from durable.store.records import HistoryEvent
-from durable.testing import CrashReport, explore_crashes
+from durable.testing import CrashExplorationWarning, CrashReport, explore_crashes
 from durable.testing.pytest_plugin import CrashExplorer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -229,8 +230,17 @@ async def closed_account(account: str) -> None:
 
 
 async def test_a_run_that_fails_fails_the_same_way_after_every_crash() -> None:
-    report = await explore_crashes(closed_account, "acct-5", activities=[notify, refuse])
+    # it passes, and warns: a workflow broken before any crash would pass the
+    # same way (until a check says the failure is what is tested)
+    with pytest.warns(CrashExplorationWarning,
+                      match=r"the uncrashed run of xc_closed did not complete \(WorkflowFailed: "
+                            r".*account acct-5 is closed.*pass check= to say so"):
+        report = await explore_crashes(closed_account, "acct-5", activities=[notify, refuse])
     assert_every_point_passes(report)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CrashExplorationWarning)
+        await explore_crashes(closed_account, "acct-5", activities=[notify, refuse], points=[0],
+                              check=lambda result, history: "closed" in str(result))
     assert isinstance(report.outcome, durable.WorkflowFailed)
     assert "account acct-5 is closed" in str(report.outcome)
     assert all(type(p.outcome) is durable.WorkflowFailed for p in report.points)

@@ -44,6 +44,7 @@ from .environment import TimeSkippingEnvironment
 __all__ = [
     "CRASH_POINTS",
     "AnswersAtDeadline",
+    "CrashExplorationWarning",
     "CrashPoint",
     "CrashReport",
     "DeterminismGuard",
@@ -204,4 +205,9 @@ def _op_order(op: OpRecord) -> tuple[list[str], int]:
     return path.split("."), int(seq) if seq.isdigit() else 0
 
 
-from .crashes import CrashPoint, CrashReport, explore_crashes  # noqa: E402  (uses the above)
+from .crashes import (  # noqa: E402  (uses the above)
+    CrashExplorationWarning,
+    CrashPoint,
+    CrashReport,
+    explore_crashes,
+)

@@ -40,6 +40,7 @@ import inspect
 import json
 import time
 import uuid
+import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -153,6 +154,11 @@ class CrashReport:
             first = self.failures[0].index
             lines.append(f"  replay one alone: {call}(..., points=[{first}])")
         return "\n".join(lines)
+
+
+class CrashExplorationWarning(UserWarning):
+    """The exploration passed, but what it compared is worth a look: the
+    uncrashed run did not complete, and no `check` said that was expected."""
 
 
 # ---------------------------------------------------------------- the killable storage
@@ -691,4 +697,12 @@ async def _explore(plan: _Plan, storage: _Storage, check: Check | None,
         point.problems = await _problems(run, baseline.outcome, check)
         report.points.append(point)
     report.seconds = time.perf_counter() - started
+    if check is None and baseline.ended and isinstance(baseline.outcome, BaseException):
+        # a workflow broken before any crash (a NameError, a wrong argument)
+        # fails the same way at every point: that passes, and says nothing
+        warnings.warn(CrashExplorationWarning(
+            f"explore_crashes: the uncrashed run of {report.workflow_type} did not complete "
+            f"({type(baseline.outcome).__name__}: {_message(baseline.outcome)}); every crash "
+            "point was compared with that outcome. If the workflow should complete, fix that "
+            "first; if this outcome is what you test, pass check= to say so"), stacklevel=2)
     return report
