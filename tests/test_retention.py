@@ -292,6 +292,35 @@ async def test_a_schedules_fire_whose_run_was_deleted_says_so(
         await env.client.get_handle(gone).result()
 
 
+@workflow.defn(name="ret_kid")
+async def kid() -> str:
+    await workflow.sleep(3 * DAY)
+    return "kid"
+
+
+@workflow.defn(name="ret_mom")
+async def mom() -> str:
+    await workflow.start_child(kid, id="ret-kid", options=durable.ChildOptions(
+        parent_close_policy=durable.ParentClosePolicy.ABANDON))
+    return "mom"
+
+
+async def test_an_open_child_of_a_deleted_parent_stays_and_says_its_parent_is_gone(
+    env: TimeSkippingEnvironment,
+) -> None:
+    async with env.worker(workflows=[mom, kid]):
+        assert await env.client.execute(mom, id="ret-mom") == "mom"
+        child = env.client.get_handle("ret-kid")
+        assert (await child.describe())["run"]["parent_deleted"] is False
+        await env.sleep(2 * DAY)
+        done = await env.client.prune(dt.timedelta(days=1))
+        assert [r["workflow_id"] for r in done["runs"]] == ["ret-mom"]  # never the open child
+        run = (await child.describe())["run"]
+        assert (run["parent_workflow_id"], run["parent_deleted"]) == ("ret-mom", True)
+        await env.sleep(2 * DAY)
+        assert await child.result() == "kid"
+
+
 async def test_an_unknown_id_says_nothing_of_retention_where_none_deleted(
     env: TimeSkippingEnvironment,
 ) -> None:

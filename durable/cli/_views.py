@@ -270,7 +270,9 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
         grid.add_row("progress", progress_bar(out, *progress))
     if run.get("parent_workflow_id"):
         grid.add_row("parent", Text(f"{run.get('parent_workflow_id')} "
-                                    f"run {run.get('parent_run_id')}"))
+                                    f"run {run.get('parent_run_id')}"
+                                    + (" (deleted by retention)" if run.get("parent_deleted")
+                                       else "")))
     if run.get("continued_run_id"):
         grid.add_row("continued as", Text(str(run.get("continued_run_id"))))
     if run.get("started_build") or run.get("last_build"):

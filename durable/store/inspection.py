@@ -73,6 +73,10 @@ def describe(
             p["child_closed_at"] = child["closed_at"] if child is not None else None
     if now is not None:
         yield from _mark_clashes(namespace, pending, now)
+    # a parent that retention deleted (it closed, abandoning this child): its
+    # id leads nowhere, so the views say so beside it
+    parent_deleted = run.parent_run_id is not None and (yield q1(
+        "SELECT 1 AS found FROM runs WHERE run_id = ?", run.parent_run_id)) is None
     phases = [p for p in open_ops if p["kind"] == "phase"]
     batches = [p for p in open_ops if p["kind"] == "units"]
     progress = None
@@ -135,6 +139,7 @@ def describe(
             "needs_review": run.needs_review,
             "parent_workflow_id": run.parent_workflow_id,
             "parent_run_id": run.parent_run_id,
+            "parent_deleted": parent_deleted,
             "continued_run_id": run.continued_run_id,
             "started_build": run.started_build,
             "last_build": run.last_build,

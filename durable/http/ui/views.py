@@ -63,8 +63,9 @@ SUMMARY_KEYS = ("workflow_id", "run_id", "workflow_type", "status", "run_number"
                 "created_at", "started_at", "closed_at", "closed_reason", "waiting", "holder")
 _RUN_KEYS = ("run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
              "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
-             "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id",
-             "started_build", "last_build", "reset_from_run_id", "reset_from_op", "reset_run_id")
+             "needs_review", "parent_workflow_id", "parent_run_id", "parent_deleted",
+             "continued_run_id", "started_build", "last_build", "reset_from_run_id",
+             "reset_from_op", "reset_run_id")
 _REQUEST_KEYS = ("request_id", "root_request_id", "parent_request_id", "root_workflow_id",
                  "root_run_id", "reason", "requester", "source", "requested_at", "deadline_at",
                  "cleanup_timeout_seconds", "lifecycle", "delivered_at", "boundary",

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.anyio
 
 RUN_KEYS = {"run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
             "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
-            "needs_review", "parent_workflow_id", "parent_run_id", "continued_run_id",
+            "needs_review", "parent_workflow_id", "parent_run_id", "parent_deleted",
+            "continued_run_id",
             "started_build", "last_build", "priority", "concurrency_key", "reset_from_run_id",
             "reset_from_op", "reset_run_id"}
 PENDING_KEYS = {"op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
