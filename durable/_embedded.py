@@ -317,9 +317,11 @@ class EmbeddedControl:
             builds = refusing(run.blocked_build, run.blocked_builds)
             which = (f"build {builds[0]}" if len(builds) == 1
                      else "builds " + ", ".join(builds))
+            taker = (f"build {run.last_build} (which last took it) or of a patched build"
+                     if run.last_build else "a build that replays it (the old one, or a "
+                     "patched one)")
             return (f"the run is blocked: {which} cannot replay it (describe()['blocked']) "
-                    "and no worker of a build that replays it (the old one, or a patched "
-                    "one) took it")
+                    f"and no worker of {taker} took it")
         return (f"is a worker for workflow type {ticket.workflow_type!r} on task queue "
                 f"{ticket.task_queue!r} running?")
 

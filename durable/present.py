@@ -378,8 +378,16 @@ def blocked_text(blocked: Mapping[str, Any]) -> str:
     which = (f"build {last}" if refused == [last]
              else "builds " + ", ".join(refused) + f" (build {last}, the last to try)")
     divergence = str(blocked.get("divergence") or "").rstrip(". ")
-    return (f"{which} cannot take it: {divergence}. A worker of a build that replays it "
-            "(the old one, or a patched one) continues it")
+    return f"{which} cannot take it: {divergence}. {_who_continues(blocked)} continues it"
+
+
+def _who_continues(facts: Mapping[str, Any]) -> str:
+    """Who can take a blocked run: the build that last took it (older or newer:
+    a rollback blocks runs the newer build advanced), or a patched one."""
+    last = facts.get("last_build")
+    if last:
+        return f"A worker of build {last} (which last took it) or of a patched build"
+    return "A worker of a build that replays it (the old one, or a patched one)"
 
 
 def build_wait_text(waiting: Mapping[str, Any]) -> str:
@@ -390,7 +398,7 @@ def build_wait_text(waiting: Mapping[str, Any]) -> str:
     return (f"a worker of a build that replays it: the {waiting.get('live_workers')} live "
             f"worker(s) of queue {waiting.get('queue')} that register "
             f"{waiting.get('workflow_type')} are of {which}, which cannot (see blocked); "
-            "start a worker of the old build or of a patched one")
+            "start " + _who_continues(waiting).replace("A ", "a ", 1))
 
 
 def holders_text(waiting: Mapping[str, Any]) -> str:

@@ -334,14 +334,19 @@ async def test_two_builds_that_both_refuse_a_run_leave_it_to_a_third(
             assert info["status"] == "running" and info["run"]["last_build"] == "v1"
             assert info["waiting_for"] == {
                 "kind": "build", "queue": "default", "workflow_type": "bd_order",
-                "refused_builds": ["v2", "v3"], "live_workers": 2}
+                "refused_builds": ["v2", "v3"], "live_workers": 2, "last_build": "v1"}
             from durable.present import blocked_text, wait_of
 
             kind, reason = wait_of(info["waiting_for"])
             assert kind == "workflow-task" and reason is not None
-            assert "are of builds v2, v3, which cannot (see blocked)" in reason
-            assert blocked_text(info["blocked"]).startswith(
+            assert ("are of builds v2, v3, which cannot (see blocked); start a worker of build "
+                    "v1 (which last took it) or of a patched build") in reason
+            text = blocked_text(info["blocked"])
+            assert text.startswith(
                 "builds v2, v3 (build v3, the last to try) cannot take it: workflow bd_order")
+            assert text.endswith("there: the code changed in a way that does not replay. A "
+                                 "worker of build v1 (which last took it) or of a patched build "
+                                 "continues it")
             # a query is answered by a refusing worker: it says so, and marks nothing
             with pytest.raises(durable.QueryFailed) as caught:
                 await runs[0].query("state")
@@ -350,7 +355,9 @@ async def test_two_builds_that_both_refuse_a_run_leave_it_to_a_third(
             assert "nothing was recorded" in str(caught.value)
             # an update no worker can take says why (it asked whether a worker ran)
             with pytest.raises(durable.UpdateFailed,
-                               match=r"the run is blocked: builds v2, v3 cannot replay it"):
+                               match=r"the run is blocked: builds v2, v3 cannot replay it "
+                                     r"\(describe\(\)\['blocked'\]\) and no worker of build v1 "
+                                     r"\(which last took it\) or of a patched build took it"):
                 await runs[0].update("anything", timeout=0.5)
             from durable.http.metrics import Metrics
 
@@ -365,3 +372,29 @@ async def test_two_builds_that_both_refuse_a_run_leave_it_to_a_third(
             for handle in runs:
                 await handle.signal("proceed")
             assert [await h.result() for h in runs] == [["a:t0", "b:t0"], ["a:t1", "b:t1"]]
+
+
+async def test_a_rollback_blocks_what_the_newer_build_advanced_and_names_it(
+        storage: durable.Client) -> None:
+    """v2 started a run (its order: b, then a); v2 is rolled back to v1, whose
+    code does not replay it. The run is blocked for v1 and names v2, the build
+    that last took it, as the one to bring back (it read 'the old one')."""
+    async with worker(storage, V2, "v2"):
+        handle = await storage.start(OrderV2, "r", id="bd-rollback")
+        await until(lambda: waiting(handle), "v2 ran the run to its wait")
+    async with worker(storage, V1, "v1"):
+        await until(lambda: _blocked(handle), "v1 refused the run")
+        info = await handle.describe()
+        assert info["blocked"]["build_ids"] == ["v1"] and info["blocked"]["last_build"] == "v2"
+        from durable.present import blocked_text
+
+        assert blocked_text(info["blocked"]).endswith(
+            "A worker of build v2 (which last took it) or of a patched build continues it")
+        assert info["waiting_for"]["kind"] == "build"
+    async with worker(storage, V2, "v2"):  # rolled forward again: v2 finishes it
+        await handle.signal("proceed")
+        assert await handle.result() == ["b:r", "a:r"]
+
+
+async def _blocked(handle: durable.WorkflowHandle[Any]) -> bool:
+    return (await handle.describe())["blocked"] is not None

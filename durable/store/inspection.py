@@ -226,7 +226,7 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
         if all(w["build_id"] in refused for w in takers):
             return {"kind": "build", "queue": run.task_queue,
                     "workflow_type": run.workflow_type, "refused_builds": refused,
-                    "live_workers": len(takers)}
+                    "live_workers": len(takers), "last_build": run.last_build}
     return None
 
 
@@ -350,13 +350,15 @@ def _waiting_on(run: RunRecord, pending: list[dict[str, Any]],
 def blocked(run: RunRecord) -> dict[str, Any] | None:
     """describe()["blocked"]: the build that last found it cannot take this
     open run (its code does not replay the run's history), the first diverging
-    op, and every build that refused it (``build_ids``: none of them takes it
-    again); None when no build was refused, or the run closed (nothing is
-    left to take)."""
+    op, every build that refused it (``build_ids``: none of them takes it
+    again) and the build that last took it (``last_build``: it replays the
+    run, whether it is older or newer, as after a rollback); None when no
+    build was refused, or the run closed (nothing is left to take)."""
     if run.blocked_build is None or not run.is_open:
         return None
     return {"build_id": run.blocked_build, "divergence": run.blocked_divergence or "",
-            "build_ids": refusing(run.blocked_build, run.blocked_builds)}
+            "build_ids": refusing(run.blocked_build, run.blocked_builds),
+            "last_build": run.last_build}
 
 
 def _reason(run: RunRecord, status: str) -> str | None:

@@ -107,7 +107,7 @@ def describe_view(info: Mapping[str, Any]) -> dict[str, Any]:
                                  info.get("pending_operations") or [] if isinstance(op, Mapping)]
     out["failures"] = [f for f in info.get("failures") or [] if isinstance(f, Mapping)]
     blocked = info.get("blocked")
-    out["blocked"] = filled(blocked, ("build_id", "divergence", "build_ids")) \
+    out["blocked"] = filled(blocked, ("build_id", "divergence", "build_ids", "last_build")) \
         if isinstance(blocked, Mapping) else None
     phase = info.get("phase")
     if isinstance(phase, Mapping):

@@ -164,7 +164,8 @@ async def test_a_blocked_run_is_handed_back_and_not_claimed_by_that_build(store:
     assert old.run.blocked_build == "v2"  # still refused by v2 while v1 runs it
     info = await store.describe(NS, "wf", None)
     assert info is not None and info["blocked"] == {
-        "build_id": "v2", "divergence": "asked for b at 0:1", "build_ids": ["v2"]}
+        "build_id": "v2", "divergence": "asked for b at 0:1", "build_ids": ["v2"],
+        "last_build": "v1"}
     await store.release_runs("w4", [old.run.run_id], T0 + 33)
     # another build refuses it too: it joins the refusals, it does not replace v2's
     [v4] = await store.claim_runs(NS, "default", "w6", (WF,), 1, 30.0, T0 + 33,
@@ -177,7 +178,8 @@ async def test_a_blocked_run_is_handed_back_and_not_claimed_by_that_build(store:
                                       build_id=build) == []
     info = await store.describe(NS, "wf", None)
     assert info is not None and info["blocked"] == {
-        "build_id": "v4", "divergence": "asked for c at 0:1", "build_ids": ["v2", "v4"]}
+        "build_id": "v4", "divergence": "asked for c at 0:1", "build_ids": ["v2", "v4"],
+        "last_build": "v1"}
     # a worker of an older durable (schema 12's code) records only the last
     # refusal: it is one of them too, and the next refusal keeps it
     await store.driver.run(lambda tx: _last_refusal("v5"))
