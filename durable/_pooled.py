@@ -19,7 +19,9 @@ processes. What they do alike lives here once (`PooledDriver`):
   during a statement that commits on its own (PostgreSQL's one-statement
   programs, `durable.program.Stmt.autocommit`), is
   `StorageUnavailable(outcome_unknown=True)`: its caller reads back. The wake-ups of a committed
-  transaction are published on the host, where the engine listens.
+  transaction are published on the host, where the engine listens. An
+  outage is logged once (`transaction_retried`, then `storage_reconnected`),
+  not once per transaction retried.
 
 A subclass says what differs by the hooks marked below. Not a public seam:
 an outside driver implements `durable.driver.Driver` in its own way.
@@ -28,6 +30,7 @@ an outside driver implements `durable.driver.Driver` in its own way.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
@@ -81,6 +84,13 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
             raise ConfigurationError(
                 f"min_pool={min_pool}, max_pool={max_pool}: need 0 <= min_pool <= max_pool "
                 "and max_pool >= 1")
+        if not connect_timeout > 0:
+            raise ConfigurationError(
+                f"connect_timeout={connect_timeout!r}: give the seconds to wait for a "
+                "connection, a positive number")
+        if retries < 0:
+            raise ConfigurationError(
+                f"retries={retries!r}: give how often a transaction is retried, 0 or more")
         self.hub = WakeHub()
         self.dialect = dialect
         self.url = url
@@ -101,6 +111,9 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         self._tx_notices: Callable[[Iterable[Wake]], tuple[list[str], list[str]]] | None = None
         #: `Tx.addressee` of this driver's transactions (None: nothing is addressed)
         self._tx_addressee: Callable[[str, str, float], str | None] | None = None
+        #: when (time.monotonic) the outage in progress began: the first lost
+        #: connection retried since the last transaction that went through
+        self._lost_since: float | None = None
 
     # ---------------------------------------------------------------- what differs
 
@@ -291,6 +304,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
                                 or self._failure(exc) == "lost"):
                             self._discard(conn)
                         raise
+                if self._lost_since is not None:
+                    self._reconnected()
                 return result, tx
             except CommitOutcomeUnknown as unknown:
                 cause = unknown.__cause__
@@ -322,13 +337,31 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
                     ) from exc
                 attempt += 1
                 if lost:
-                    self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+                    self._retrying_lost(exc, attempt)
                     await self._connection_lost(pool, exc)
                 else:
                     self.log.debug("transaction_conflict", error=repr(exc), attempt=attempt)
                 # asyncio's sleep: this runs where the library lives (a loop thread on trio)
                 await asyncio.sleep(0 if attempt == 1 else min(self.retry_base * 2 ** attempt,
                                                                2.0))
+
+    def _retrying_lost(self, exc: BaseException, attempt: int) -> None:
+        """A transaction is retried after a lost connection: a warning for the
+        first of an outage, the rest at debug. Every transaction in flight
+        retried, each with its own warning: a five-second server restart
+        wrote hundreds of lines per worker process."""
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+        else:
+            self.log.debug("transaction_retried", error=repr(exc), attempt=attempt)
+
+    def _reconnected(self) -> None:
+        """A transaction went through after an outage: said once, with its length."""
+        if self._lost_since is not None:
+            seconds = time.monotonic() - self._lost_since
+            self._lost_since = None
+            self.log.info("storage_reconnected", seconds=round(seconds, 3))
 
     def remote_keys(self, tx: Tx) -> list[tuple[str, ...]]:
         """The keys of a transaction's wake-ups that other processes must hear."""

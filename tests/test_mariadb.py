@@ -9,12 +9,16 @@ without one (fail with DURABLE_REQUIRE_MARIADB=1).
 
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import anyio
+import anyio.abc
 import pytest
-from conftest import drop_mariadb_database, new_mariadb_url, require_mariadb
+from conftest import MARIADB_URL, drop_mariadb_database, new_mariadb_url, require_mariadb
 
 import durable
 from durable.driver import Tx, Wake, ex, q1
@@ -153,3 +157,170 @@ async def test_an_update_counts_the_rows_it_matched_not_those_it_changed(url: st
             return (yield ex("UPDATE durable_meta SET value = 'v' WHERE `key` = 'k'"))
 
         assert await client.driver.run(same_value) == 1
+
+
+class OutageProxy:
+    """A TCP proxy to the MariaDB server that can play a server restart: `down()`
+    cuts every connection it carries and closes each new one at once (the
+    client sees a lost connection, as while the server restarts); `up()`
+    carries them again. `refused` counts the connections it closed;
+    `frozen` holds every byte while set."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._target = (parts.hostname or "127.0.0.1", parts.port or 3306)
+        self._url = url
+        self._carried: set[anyio.abc.SocketStream] = set()
+        self.is_down = False
+        #: hold every byte (connections stay open): a server that stopped answering
+        self.frozen = False
+        self.refused = 0
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> str:
+        """Listen; the URL that reaches the server through the proxy."""
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.start_soon(listener.serve, self._handle)
+        parts = urlsplit(self._url)
+        userinfo = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+        return parts._replace(netloc=f"{userinfo}127.0.0.1:{port}").geturl()
+
+    def down(self) -> None:
+        self.is_down = True
+        for stream in list(self._carried):  # both ends see the connection end
+            stream.extra(anyio.abc.SocketAttribute.raw_socket).shutdown(socket.SHUT_RDWR)
+
+    def up(self) -> None:
+        self.is_down = False
+
+    async def _handle(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            if self.is_down:
+                self.refused += 1
+                return
+            async with await anyio.connect_tcp(*self._target) as server:
+                self._carried.update((client, server))
+                try:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(_pump, self, client, server)
+                        tg.start_soon(_pump, self, server, client)
+                finally:
+                    self._carried.difference_update((client, server))
+
+
+async def _pump(proxy: OutageProxy, a: anyio.abc.SocketStream,
+                b: anyio.abc.SocketStream) -> None:
+    try:
+        async for chunk in a:
+            while proxy.frozen:  # the bytes are held, the connection kept
+                await anyio.sleep(0.01)
+            await b.send(chunk)
+        await b.send_eof()
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        pass
+
+
+def _events(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if f"event='{event}'" in r.getMessage()
+            or r.getMessage().startswith(event)]
+
+
+async def test_an_outage_is_logged_once_by_the_wake_log_reader_and_the_transactions(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A server restart: the wake-log reader, started during it, logs ``wake_log_unreadable`` once
+    and ``wake_log_readable_again`` once, and reads less often meanwhile; the
+    transactions retried after the lost connections say so once
+    (``transaction_retried``) and ``storage_reconnected`` once it is back. A
+    warning per poll (20 a second) and per retried transaction flooded the
+    host's log: hundreds of lines per worker for a five-second restart."""
+    caplog.set_level(logging.INFO, logger="durable.mariadb")
+    async with anyio.create_task_group() as proxying, anyio.create_task_group() as tg:
+        proxy = OutageProxy(url)
+        proxied = await proxy.start(proxying)
+        async with durable.connect(proxied, poll_interval=0.01, any_interval=0.08,
+                                   retries=2, min_pool=0) as client:
+            driver = client.driver
+
+            def touch(tx: Tx):  # type: ignore[no-untyped-def]
+                yield ex("SELECT 1")
+
+            await driver.run(touch)
+            proxy.down()
+            # a worker that starts while the server is away: its reader waits
+            # for the server (it raised asyncmy's OperationalError, which
+            # stopped the worker)
+            tg.start_soon(driver.watch)
+            for _ in range(3):
+                with pytest.raises(StorageUnavailable):
+                    await driver.run(touch)
+            with anyio.fail_after(30):
+                while proxy.refused < 20:  # the reader kept trying, less often
+                    await anyio.sleep(0.01)
+            assert len(_events(caplog, "wake_log_unreadable")) == 1
+            assert len(_events(caplog, "transaction_retried")) == 1
+            proxy.up()
+            await driver.run(touch)
+            with anyio.fail_after(30):
+                while not _events(caplog, "wake_log_readable_again"):
+                    await anyio.sleep(0.01)
+            await driver.run(touch)
+            assert len(_events(caplog, "storage_reconnected")) == 1
+            assert len(_events(caplog, "wake_log_unreadable")) == 1
+            tg.cancel_scope.cancel()
+        proxying.cancel_scope.cancel()
+
+
+async def test_a_server_that_stops_answering_is_a_lost_connection(url: str) -> None:
+    """A server that keeps the connection but answers nothing (hung, frozen, a
+    network that drops packets): each answer is awaited at most
+    `command_timeout`, then the connection counts as lost and the
+    transaction is retried, then `StorageUnavailable`. Without a bound the
+    statement waited forever, shielded, and so did its worker."""
+    async with anyio.create_task_group() as proxying:
+        proxy = OutageProxy(url)
+        proxied = await proxy.start(proxying)
+        async with durable.connect(proxied + "?lock_wait_timeout=1", command_timeout=1.5,
+                                   retries=1, min_pool=0) as client:
+            def touch(tx: Tx):  # type: ignore[no-untyped-def]
+                yield ex("SELECT 1")
+
+            await client.driver.run(touch)
+            proxy.frozen = True
+            outcome: list[BaseException] = []
+            done = anyio.Event()
+
+            async def call() -> None:
+                try:
+                    await client.driver.run(touch)
+                except StorageUnavailable as exc:
+                    outcome.append(exc)
+                done.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                try:
+                    with anyio.fail_after(60):  # a guard: it hung for good before
+                        await done.wait()
+                finally:
+                    proxy.frozen = False
+            assert outcome and "unavailable" in str(outcome[0])
+            from durable_mariadb import MariaDBDriver
+
+            with pytest.raises(ConfigurationError, match="command_timeout"):
+                MariaDBDriver(url + "?lock_wait_timeout=10", command_timeout=5)
+        proxying.cancel_scope.cancel()
+
+
+async def test_connect_options_are_checked_at_the_call() -> None:
+    """A fractional connect_timeout is kept (it was truncated to 0, and asyncmy
+    raised ValueError at connect); nonsense is a ConfigurationError naming it."""
+    require_mariadb()
+    from durable_mariadb import MariaDBDriver
+
+    driver = MariaDBDriver(MARIADB_URL, connect_timeout=0.5)
+    await driver.open()
+    await driver.close()
+    with pytest.raises(ConfigurationError, match="connect_timeout"):
+        MariaDBDriver(MARIADB_URL, connect_timeout=0)
+    with pytest.raises(ConfigurationError, match="retries"):
+        MariaDBDriver(MARIADB_URL, retries=-1)

@@ -127,7 +127,10 @@ class MariaDBDriver(PooledDriver[Any, Any]):
     often a watching worker reads the wake log, `any_interval` how often it
     looks at everything; `retries` is how often a transaction is retried after
     a conflict or a lost connection before `StorageUnavailable`;
-    `wake_retention` is how long (seconds) the wake log keeps a row.
+    `wake_retention` is how long (seconds) the wake log keeps a row;
+    `command_timeout` bounds the wait for each answer of the server (longer
+    than the URL's ``lock_wait_timeout``): past it the connection counts as
+    lost.
 
     The pool, the trio bridge, open/close and the retried transaction are
     `durable._pooled.PooledDriver`'s; this class says what is MariaDB's.
@@ -148,12 +151,19 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         connect_timeout: float = 10.0,
         retries: int = 8,
         wake_retention: float = 60.0,
+        command_timeout: float = 60.0,
     ) -> None:
         if poll_interval <= 0 or any_interval <= 0:
             raise ConfigurationError("poll_interval and any_interval must be positive")
         if wake_retention < 1:
             raise ConfigurationError("wake_retention must be at least 1 second")
         self._target = parse_url(url)
+        if not command_timeout > self._target.lock_wait_timeout:
+            raise ConfigurationError(
+                f"command_timeout={command_timeout!r} must be longer than the URL's "
+                f"lock_wait_timeout ({self._target.lock_wait_timeout} s): a statement "
+                "waiting for a row lock would be taken for a lost server")
+        self.command_timeout = command_timeout
         super().__init__(url, self._target.masked, MariaDBDialect(), min_pool=min_pool,
                          max_pool=max_pool, connect_timeout=connect_timeout, retries=retries,
                          logger="durable.mariadb")
@@ -167,10 +177,15 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         t = self._target
         kwargs: dict[str, Any] = dict(
             user=t.user, password=t.password, database=t.database, charset="utf8mb4",
-            autocommit=True, connect_timeout=int(self.connect_timeout),
+            # seconds, fractions kept (int() made 0.5 asyncmy's ValueError)
+            autocommit=True, connect_timeout=self.connect_timeout,
             # an UPDATE's row count is the rows it matched, not those it changed
             # (`durable.store.returning` reads it to know whether a row matched)
             client_flag=CLIENT.FOUND_ROWS,
+            # every answer (the login's too) within command_timeout, so a server
+            # that stopped answering cannot hang a worker: without it a
+            # statement waited forever, shielded from any cancellation
+            read_timeout=self.command_timeout,
             init_command=(
                 "SET SESSION tx_isolation = 'READ-COMMITTED', "
                 f"sql_mode = '{_SQL_MODE}', time_zone = '+00:00', "
@@ -318,15 +333,30 @@ class MariaDBDriver(PooledDriver[Any, Any]):
     async def watch(self) -> None:
         """Publish other processes' commits, read from the wake log every
         `poll_interval`, and `Wake.any()` every `any_interval` (see the module
-        docstring)."""
+        docstring).
+
+        While the server is away the log is read less often (the wait doubles
+        up to `any_interval`) and the outage is logged once when it starts
+        (``wake_log_unreadable``) and once when a read succeeds again
+        (``wake_log_readable_again``, with its length): it was a warning and
+        a connection attempt every 50 ms, a hundred lines a worker for a
+        five-second restart. It never raises the library's errors: a server
+        away when it starts is that outage too."""
         assert self._watch_lock is not None, "open the driver first"
         async with self._watch_lock:  # one reader per driver however many workers
-            last = await self._call(self._last_wake_id, shield=False)
+            # where the log ends, read in the loop below: read here, a server
+            # away when a worker started raised asyncmy's own error from this
+            # call, and the worker stopped (worker_failed)
+            last: int | None = None
             next_any = anyio.current_time() + self.any_interval
             next_prune = anyio.current_time()
+            down_since: float | None = None  # the outage's start (anyio's clock)
+            wait = self.poll_interval
             while True:
                 keys: dict[tuple[str, ...], None] = {}
                 try:
+                    if last is None:
+                        last = await self._call(self._last_wake_id, shield=False)
                     rows = await self._call(functools.partial(self._wakes_after, last),
                                             shield=False)
                     if anyio.current_time() >= next_prune:
@@ -335,10 +365,19 @@ class MariaDBDriver(PooledDriver[Any, Any]):
                 except (OSError, myerr.MySQLError) as exc:
                     # the server is away: the engine's own calls report it; look
                     # at everything once it answers again
-                    self.log.warning("wake_log_unreadable", error=repr(exc))
+                    if down_since is None:
+                        down_since = anyio.current_time()
+                        self.log.warning("wake_log_unreadable", error=repr(exc))
                     rows, next_any = [], anyio.current_time()
+                    wait = min(wait * 2, max(self.any_interval, self.poll_interval))
+                else:
+                    if down_since is not None:
+                        self.log.info("wake_log_readable_again",
+                                      seconds=round(anyio.current_time() - down_since, 3))
+                        down_since = None
+                    wait = self.poll_interval
                 for row in rows:
-                    last = max(last, int(row["id"]))
+                    last = max(last or 0, int(row["id"]))
                     if row["origin"] == self.origin:
                         continue
                     try:
@@ -347,12 +386,12 @@ class MariaDBDriver(PooledDriver[Any, Any]):
                         keys[Wake.any().key] = None
                 wakes = [Wake(key, remote=True) for key in keys]
                 now = anyio.current_time()
-                if now >= next_any:
+                if now >= next_any and down_since is None:
                     wakes.append(Wake.any())
                     next_any = now + self.any_interval
                 if wakes:
                     self.hub.publish(wakes)
-                await anyio.sleep(self.poll_interval)
+                await anyio.sleep(wait)
 
     async def _last_wake_id(self) -> int:
         async with self._require_pool().acquire() as conn:
