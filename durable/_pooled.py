@@ -77,6 +77,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     retry_base: ClassVar[float]
     #: the library's errors that opening a pool or a connection may raise
     connect_errors: ClassVar[tuple[type[BaseException], ...]]
+    #: seconds between two `transaction_retried` warnings (`_retrying_lost`)
+    LOST_WARNING_EVERY: ClassVar[float] = 60.0
 
     def __init__(self, url: str, masked: str, dialect: Dialect, *, min_pool: int,
                  max_pool: int, connect_timeout: float, retries: int, logger: str) -> None:
@@ -114,6 +116,10 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         #: when (time.monotonic) the outage in progress began: the first lost
         #: connection retried since the last transaction that went through
         self._lost_since: float | None = None
+        #: when (time.monotonic) `transaction_retried` was last a warning, and
+        #: whether the outage in progress was warned of
+        self._warned_at: float | None = None
+        self._said_lost = False
 
     # ---------------------------------------------------------------- what differs
 
@@ -349,19 +355,34 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         """A transaction is retried after a lost connection: a warning for the
         first of an outage, the rest at debug. Every transaction in flight
         retried, each with its own warning: a five-second server restart
-        wrote hundreds of lines per worker process."""
+        wrote hundreds of lines per worker process. Losses that come and go
+        (a server at its connection limit refuses one connection in a few)
+        warn at most once a `LOST_WARNING_EVERY`."""
+        now = time.monotonic()
         if self._lost_since is None:
-            self._lost_since = time.monotonic()
-            self.log.warning("transaction_retried", error=repr(exc), attempt=attempt)
+            self._lost_since = now
+        hint = self._lost_hint(exc)
+        fields = {"hint": hint} if hint else {}
+        if self._warned_at is None or now - self._warned_at >= self.LOST_WARNING_EVERY:
+            self._warned_at = now
+            self._said_lost = True
+            self.log.warning("transaction_retried", error=repr(exc), attempt=attempt, **fields)
         else:
-            self.log.debug("transaction_retried", error=repr(exc), attempt=attempt)
+            self.log.debug("transaction_retried", error=repr(exc), attempt=attempt, **fields)
 
     def _reconnected(self) -> None:
-        """A transaction went through after an outage: said once, with its length."""
+        """A transaction went through after an outage: said once, with its
+        length, when the outage was warned of."""
         if self._lost_since is not None:
             seconds = time.monotonic() - self._lost_since
             self._lost_since = None
-            self.log.info("storage_reconnected", seconds=round(seconds, 3))
+            if self._said_lost:
+                self._said_lost = False
+                self.log.info("storage_reconnected", seconds=round(seconds, 3))
+
+    def _lost_hint(self, exc: BaseException) -> str | None:
+        """What to do about a lost connection, when the error says (a hook)."""
+        return None
 
     def remote_keys(self, tx: Tx) -> list[tuple[str, ...]]:
         """The keys of a transaction's wake-ups that other processes must hear."""

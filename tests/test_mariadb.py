@@ -70,6 +70,11 @@ async def test_a_missing_database_is_a_configuration_error_naming_the_fix() -> N
     with pytest.raises(ConfigurationError, match=r"does not exist.*CREATE DATABASE"):
         async with durable.connect(missing):
             pass
+    # the statement to run is one that runs: the name quoted (it read
+    # "CREATE DATABASE my db", a syntax error once pasted)
+    with pytest.raises(ConfigurationError, match=r"\(CREATE DATABASE `my db`\)"):
+        async with durable.connect(MARIADB_URL.rsplit("/", 1)[0] + "/my%20db"):
+            pass
 
 
 async def test_ids_compare_as_bytes_case_and_trailing_spaces_count(url: str) -> None:
@@ -324,3 +329,35 @@ async def test_connect_options_are_checked_at_the_call() -> None:
         MariaDBDriver(MARIADB_URL, connect_timeout=0)
     with pytest.raises(ConfigurationError, match="retries"):
         MariaDBDriver(MARIADB_URL, retries=-1)
+
+
+async def test_losses_that_come_and_go_warn_once_and_name_max_connections(
+        url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A server at its connection limit refuses one new connection in a few:
+    the transactions between succeed, so each refusal began an outage of its
+    own and warned again (58 warnings a worker in 7 s at max_connections=12).
+    Now `transaction_retried` warns at most once a minute, and a refusal for
+    the connection limit says what to change."""
+    import asyncmy.errors
+
+    caplog.set_level(logging.INFO, logger="durable.mariadb")
+    async with anyio.create_task_group() as proxying:
+        proxy = OutageProxy(url)
+        proxied = await proxy.start(proxying)
+        async with durable.connect(proxied, retries=1, min_pool=0, max_pool=3) as client:
+            def touch(tx: Tx):  # type: ignore[no-untyped-def]
+                yield ex("SELECT 1")
+
+            for _ in range(3):
+                await client.driver.run(touch)
+                proxy.down()
+                with pytest.raises(StorageUnavailable):
+                    await client.driver.run(touch)
+                proxy.up()
+            await client.driver.run(touch)
+            assert len(_events(caplog, "transaction_retried")) == 1
+            assert len(_events(caplog, "storage_reconnected")) == 1
+            hint = client.driver._lost_hint(
+                asyncmy.errors.OperationalError(1040, "Too many connections"))
+            assert hint and "max_connections" in hint and "max_pool=3" in hint
+        proxying.cancel_scope.cancel()

@@ -43,7 +43,7 @@ from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements
 
 from .dialect import MariaDBDialect
-from .url import parse_url
+from .url import parse_url, quote_ident
 
 T = TypeVar("T")
 
@@ -202,7 +202,8 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         code = _code(exc)
         if code == 1049:
             hint = (f"database {t.database!r} does not exist on {t.address}; create it "
-                    f"(CREATE DATABASE {t.database}) or fix the database name in the URL")
+                    f"(CREATE DATABASE {quote_ident(t.database)}) or fix the database "
+                    "name in the URL")
         elif code in (1045, 1698):
             hint = "the server refused the login; check the user and password in the URL"
         elif code in (1044, 1142):
@@ -268,7 +269,7 @@ class MariaDBDriver(PooledDriver[Any, Any]):
 
     async def drop_database(self) -> None:
         """Drop this URL's database and everything in it (tests clean up with it)."""
-        statement = f"DROP DATABASE IF EXISTS `{self._target.database}`"
+        statement = f"DROP DATABASE IF EXISTS {quote_ident(self._target.database)}"
 
         async def drop(conn: Any) -> None:
             await execute(conn, Stmt(statement, (), "exec"))
@@ -285,6 +286,14 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         if _lost(exc):
             return "lost"
         return "conflict" if _conflict(exc) else None
+
+    def _lost_hint(self, exc: BaseException) -> str | None:
+        if _code(exc) == 1040:
+            return (f"the server at {self._target.address} is at its max_connections: "
+                    f"each process may hold max_pool={self.max_pool} connections; raise "
+                    "max_connections (SET GLOBAL max_connections = ...) to cover every "
+                    "process's max_pool and other clients, or lower max_pool")
+        return None
 
     def _discard(self, conn: Any) -> None:
         conn.close()  # the pool drops a closed connection
