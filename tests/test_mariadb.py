@@ -361,3 +361,34 @@ async def test_losses_that_come_and_go_warn_once_and_name_max_connections(
                 asyncmy.errors.OperationalError(1040, "Too many connections"))
             assert hint and "max_connections" in hint and "max_pool=3" in hint
         proxying.cancel_scope.cancel()
+
+
+async def test_a_table_locked_by_another_client_is_a_lock_wait_retried(url: str) -> None:
+    """Another client holds a table lock (LOCK TABLES, a backup's FLUSH TABLES
+    WITH READ LOCK, DDL): a statement waits `lock_wait_timeout` for it, like
+    for a row lock, and the transaction is retried as a conflict. The server's
+    own limit for a metadata lock is a year: the statement waited until the
+    read timeout and was taken for a lost server."""
+    import asyncmy
+
+    parts = urlsplit(url)
+    other = await asyncmy.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+                                  user=parts.username or "root", password=parts.password or "",
+                                  database=parts.path.lstrip("/"), autocommit=True)
+    try:
+        async with durable.connect(url + "?lock_wait_timeout=1", command_timeout=20,
+                                   retries=0) as client:
+            async with other.cursor() as cur:
+                await cur.execute("LOCK TABLES durable_meta WRITE")
+
+            def read(tx: Tx):  # type: ignore[no-untyped-def]
+                return (yield q1("SELECT value FROM durable_meta WHERE `key` = 'schema_version'"))
+
+            with pytest.raises(StorageUnavailable, match="kept colliding") as caught:
+                await client.driver.run(read)
+            assert caught.value.outcome_unknown is False
+            async with other.cursor() as cur:
+                await cur.execute("UNLOCK TABLES")
+            assert await client.driver.run(read)
+    finally:
+        await other.ensure_closed()

@@ -62,6 +62,8 @@ _WAKES_DDL = (
 _MAX_PAYLOAD = 60_000
 # GET_LOCK's name: processes migrating one database at once take turns
 _DDL_LOCK = "durable_schema_ddl"
+#: seconds a migration's DDL waits for the tables' metadata locks
+_DDL_LOCK_WAIT = 120
 
 # server error codes (https://mariadb.com/kb/en/mariadb-error-codes/)
 #: the transaction was rolled back, or may be, because of another one: retry it
@@ -189,7 +191,10 @@ class MariaDBDriver(PooledDriver[Any, Any]):
             init_command=(
                 "SET SESSION tx_isolation = 'READ-COMMITTED', "
                 f"sql_mode = '{_SQL_MODE}', time_zone = '+00:00', "
-                f"innodb_lock_wait_timeout = {t.lock_wait_timeout}"),
+                f"innodb_lock_wait_timeout = {t.lock_wait_timeout}, "
+                # a table's metadata lock too (LOCK TABLES, a backup's FLUSH
+                # TABLES WITH READ LOCK, DDL): the server waits a year for it
+                f"lock_wait_timeout = {t.lock_wait_timeout}"),
         )
         if t.unix_socket:
             kwargs["unix_socket"] = t.unix_socket
@@ -233,11 +238,17 @@ class MariaDBDriver(PooledDriver[Any, Any]):
             await self._drive_tx(conn, migrate(self.dialect))  # refuses a newer schema
             return
         await execute(conn, Stmt("SELECT GET_LOCK(?, ?)", (_DDL_LOCK, 60), "one"))
+        # DDL waits for every transaction open on its table (older processes'
+        # workers during an upgrade): longer than a statement's lock wait
+        await execute(conn, Stmt(f"SET SESSION lock_wait_timeout = {_DDL_LOCK_WAIT}", (),
+                                 "exec"))
         try:
             for statement in (*schema_statements(self.dialect), _WAKES_DDL):
                 await execute(conn, Stmt(statement, (), "exec"))
             await self._drive_tx(conn, migrate(self.dialect))
         finally:
+            await execute(conn, Stmt(
+                f"SET SESSION lock_wait_timeout = {self._target.lock_wait_timeout}", (), "exec"))
             await execute(conn, Stmt("SELECT RELEASE_LOCK(?)", (_DDL_LOCK,), "one"))
 
     async def _schema_version(self, conn: Any) -> int | None:

@@ -1,9 +1,9 @@
 """MariaDB URLs: ``mariadb://user[:password]@host[:port]/database[?option=value]``.
 
 ``mysql://`` is the same. Options (ours, not the server's):
-``lock_wait_timeout`` (seconds a statement waits for a row lock before the
-transaction is retried; default 10), ``unix_socket`` (a socket path instead of
-host and port).
+``lock_wait_timeout`` (seconds a statement waits for a row lock, or a
+table's metadata lock, before the transaction is retried; default 10),
+``unix_socket`` (a socket path instead of host and port).
 """
 
 from __future__ import annotations
