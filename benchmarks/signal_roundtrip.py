@@ -12,8 +12,10 @@ its delivery recorded:
 * ``2proc`` setups (the worker is another process, ``--serve``): the sender
   waits until the run's ``SignalDelivered`` event for that signal can be read
   from storage (woken by the delivery's wake-up: LISTEN/NOTIFY on PostgreSQL,
-  ``PRAGMA data_version`` polling on SQLite, then one read). The handler runs
-  in the worker right after that commit.
+  ``PRAGMA data_version`` polling on SQLite, the wake log read every 50 ms
+  on MariaDB, then one read). The handler runs in the worker right after
+  that commit. ``mariadb-2proc`` (not part of ``all``: it needs a server,
+  ``--mariadb-url``) crosses processes twice through the wake log.
 
 ``send`` is how long ``handle.signal()`` itself took (the SignalReceived
 commit). Signals are sent one at a time with a random 0-5 ms pause between,
@@ -22,7 +24,7 @@ after ``--warmup`` (20) signals that are not counted.
 Usage::
 
     python benchmarks/signal_roundtrip.py [--setup sqlite-1proc|postgres-2proc|sqlite-2proc|
-        postgres-1proc|all] [--signals 300] [--backend asyncio|trio]
+        postgres-1proc|mariadb-2proc|all] [--signals 300] [--backend asyncio|trio]
 
 Prints a table and writes every figure to ``benchmarks/results/signal_roundtrip.json``.
 """
@@ -55,6 +57,9 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = Path(__file__).resolve()
 PG_URL = os.environ.get("DURABLE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SETUPS = ("sqlite-1proc", "postgres-2proc", "sqlite-2proc", "postgres-1proc")
+#: setups asked for by name only (``all`` leaves them out): they need a MariaDB server
+NAMED_ONLY = ("mariadb-2proc", "mariadb-1proc")
+MARIADB_URL = os.environ.get("DURABLE_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/test")
 
 HANDLED: dict[int, anyio.Event] = {}  # in-process setups: set by the handler
 
@@ -190,6 +195,9 @@ async def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict
     if db == "sqlite":
         url = f"sqlite:///{workdir / f'{setup}.db'}"
         out["storage"] = {"url": url, "journal_mode": "WAL", "synchronous": "NORMAL"}
+    elif db == "mariadb":  # the URL's database, which must exist (runs stay in it)
+        url = args.mariadb_url
+        out["storage"] = {"url": url}
     else:
         schema = f"durable_sig_{uuid.uuid4().hex[:6]}"
         url = f"{args.pg_url}{'&' if '?' in args.pg_url else '?'}schema={schema}"
@@ -221,11 +229,13 @@ async def run_setup(setup: str, args: argparse.Namespace, workdir: Path) -> dict
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="signal round trip: send -> handled -> recorded")
-    p.add_argument("--setup", choices=[*SETUPS, "all"], default="all")
+    p.add_argument("--setup", choices=[*SETUPS, *NAMED_ONLY, "all"], default="all")
     p.add_argument("--signals", type=int, default=300, help="signals measured per setup")
     p.add_argument("--warmup", type=int, default=20, help="signals sent first, not measured")
     p.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     p.add_argument("--pg-url", default=PG_URL, help=f"PostgreSQL URL (default {PG_URL})")
+    p.add_argument("--mariadb-url", default=MARIADB_URL,
+                   help=f"MariaDB URL of an existing database (default {MARIADB_URL})")
     p.add_argument("--sqlite-dir", default=None, help="directory for the SQLite files")
     p.add_argument("--out", default=str(HERE / "results" / "signal_roundtrip.json"))
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
