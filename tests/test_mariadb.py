@@ -70,6 +70,10 @@ async def test_a_missing_database_is_a_configuration_error_naming_the_fix() -> N
     with pytest.raises(ConfigurationError, match=r"does not exist.*CREATE DATABASE"):
         async with durable.connect(missing):
             pass
+    # a socket that is not there is named as a socket, not as a host and port
+    with pytest.raises(ConfigurationError, match=r"on the socket /nonexistent\.sock"):
+        async with durable.connect(MARIADB_URL + "?unix_socket=/nonexistent.sock"):
+            pass
     # the statement to run is one that runs: the name quoted (it read
     # "CREATE DATABASE my db", a syntax error once pasted)
     with pytest.raises(ConfigurationError, match=r"\(CREATE DATABASE `my db`\)"):

@@ -214,6 +214,10 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         elif code in (1044, 1142):
             hint = (f"the user may not create tables in {t.database!r}; grant it CREATE, "
                     "INDEX, SELECT, INSERT, UPDATE, DELETE on the database")
+        elif _lost(exc) and t.unix_socket:
+            hint = (f"no server answered on the socket {t.unix_socket}; check that MariaDB "
+                    "is running and that the path is its socket (SELECT @@socket), or "
+                    "leave unix_socket out to connect by host and port")
         elif _lost(exc):
             hint = (f"no server answered at {t.address}; check that MariaDB is running, "
                     "listens on that host and port and that no firewall is in the way")
