@@ -299,6 +299,7 @@ class WorkflowContext:
         if self.deferred:  # markers and batched outcomes go with the run's next commit,
             writes, self.deferred = [*self.deferred, *writes], []  # ahead of its writes
             self.batched = 0
+        self.parking.committing += 1
         try:
             result = await self.committer.submit(
                 self.run.run_id, self.run.epoch, writes, quiet=self.cancellation is None
@@ -312,6 +313,8 @@ class WorkflowContext:
             # go on from an unknown state: it is replayed from storage instead.
             self.broken = exc
             raise
+        finally:
+            self.parking.committing -= 1
         if not result.committed:
             self.broken = AuthorityLost(f"run {self.run.run_id} is no longer owned here")
             raise self.broken

@@ -65,6 +65,28 @@ QUERY_TIMEOUT = 5.0
 _REMEMBERED_REQUESTS = 10_000
 
 
+def quiet_verdict(active: int, committing: int) -> tuple[str, str, dict[str, Any]]:
+    """What to log when a delivery stopped waiting for quiet: (level, event, fields).
+
+    Tasks awaiting a commit of the run's writes (`Parking.committing`: an op's
+    schedule, a child's start) wait on storage, which was slow; that is not
+    the workflow code's doing, and it replays. Only a task that runs and is
+    not committing waits on something that is not a durable op (a plain
+    ``anyio.sleep``, a queue, I/O): that one will not replay, and is warned of.
+    """
+    committing = min(committing, active)
+    if committing >= active:
+        return "info", "delivery_during_commit", {
+            "committing_tasks": committing,
+            "hint": f"storage took over {QUIET_WAIT:g}s to commit the writes of {committing} "
+                    "workflow task(s); the delivery is made at the ops the other tasks wait "
+                    "on, which replays the same"}
+    return "warning", "delivery_without_quiet", {
+        "running_tasks": active - committing, "committing_tasks": committing,
+        "hint": "a workflow task waits on something that is not a durable op; it will not "
+                "replay deterministically"}
+
+
 class DeliveryHost(RunHost, Protocol):
     """What the inbox needs of the run's executor: its context and runtime,
     one delivery at a time, and whether the code has started."""
@@ -275,9 +297,8 @@ class Inbox:
             while ctx.parking.active > 0:
                 await ctx.parking.quiet.wait()
         if bound.cancelled_caught:
-            ctx.log.warning("delivery_without_quiet", running_tasks=ctx.parking.active,
-                            hint="a workflow task waits on something that is not a durable "
-                                 "op; it will not replay deterministically")
+            level, event, fields = quiet_verdict(ctx.parking.active, ctx.parking.committing)
+            getattr(ctx.log, level)(event, **fields)
 
     # ---------------------------------------------------------------- replay
 

@@ -40,6 +40,10 @@ class Parking:
         self._on_quiet = on_quiet
         self._redeliver = redeliver
         self.active = 0  # workflow tasks running now
+        #: commits of the run's writes awaited now (an op's schedule, a child's
+        #: start): a task awaiting one runs, but waits on storage, not on
+        #: something that would not replay (`quiet_verdict`)
+        self.committing = 0
         self.parked: dict[str, str] = {}  # op id -> kind, for every task parked on an op
         self._quiet: anyio.Event | None = None  # see `quiet` (made when someone waits)
         self.deliveries = 0  # signals and updates delivered to the code so far
