@@ -331,3 +331,19 @@ def test_the_text_of_a_block() -> None:
     assert loop_blocked_text(alone, now) == (
         "event loop blocked once; last for 250ms, by code outside the worker's workflows "
         "and activities")
+
+
+def test_where_is_the_users_line_that_called_into_a_library() -> None:
+    """A loop blocked inside a library (a socket read under an HTTP client) is
+    placed at the user's line that called it; the stack keeps the rest."""
+    captured: list[Any] = []
+
+    def hook(value: Any) -> Any:
+        captured.append(sys._getframe(1))  # json's own frame, as if it blocked there
+        return value
+
+    json.loads('{"a": 1}', object_hook=hook)
+    block = describe(captured[0], 100.0, 2.5, {})
+    assert "json" in block.stack[0] and "test_loop_watch.py" not in block.stack[0]
+    assert block.where is not None
+    assert block.where.endswith("in test_where_is_the_users_line_that_called_into_a_library")

@@ -33,9 +33,7 @@ second by default); nothing runs per step.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import os
 import sys
 import threading
 import time
@@ -46,29 +44,8 @@ from typing import Any
 
 import anyio
 
+from .._paths import is_library
 from ..present import loop_culprit
-
-
-def _own_parts() -> tuple[str, ...]:
-    """Where durable's, anyio's and the event loops' own code lives (directories
-    of their packages, and the stdlib modules a loop runs in): a block is
-    "where" the innermost frame outside them is. Read from the modules
-    themselves, so that an application whose path holds "durable" is not
-    mistaken for durable."""
-    import asyncio
-    import selectors
-
-    parts = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-             os.path.dirname(os.path.abspath(anyio.__file__)) + os.sep,
-             os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
-             os.path.abspath(threading.__file__), os.path.abspath(selectors.__file__)]
-    trio = sys.modules.get("trio")
-    spec = None if trio is not None else importlib.util.find_spec("trio")
-    origin = getattr(trio, "__file__", None) or (spec.origin if spec is not None else None)
-    if origin:
-        parts.append(os.path.dirname(os.path.abspath(origin)) + os.sep)
-    return tuple(parts)
-
 
 #: how many frames of the blocked stack are kept (innermost first)
 STACK_FRAMES = 8
@@ -201,7 +178,11 @@ class LoopWatch:
 
 def describe(frame: FrameType | None, started_at: float, seconds: float,
              codes: dict[CodeType, tuple[str, str]]) -> LoopBlock:
-    """Who holds the loop, read from its innermost `frame` outwards."""
+    """Who holds the loop, read from its innermost `frame` outwards: `where` is
+    the innermost frame of the user's code (`durable._paths`: outside the
+    standard library, installed packages and durable, or in a file that
+    defines one of `codes`), the line that called whatever blocks."""
+    user_files = {code.co_filename for code in codes}
     where: str | None = None
     stack: list[str] = []
     found: dict[str, str] = {}
@@ -211,7 +192,8 @@ def describe(frame: FrameType | None, started_at: float, seconds: float,
         text = f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
         if len(stack) < STACK_FRAMES:
             stack.append(text)
-        if where is None and not code.co_filename.startswith(_OWN_PARTS):
+        if where is None and (code.co_filename in user_files
+                              or not is_library(code.co_filename)):
             where = text
         known = codes.get(code)
         if known is not None:
@@ -271,7 +253,6 @@ def _engine_frames() -> dict[CodeType, str]:
 
 
 _ENGINE_FRAMES = _engine_frames()
-_OWN_PARTS = _own_parts()
 
 
 def codes_of(workflows: dict[str, Any], activities: dict[str, Any]

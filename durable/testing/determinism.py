@@ -37,7 +37,6 @@ import functools
 import os
 import random
 import sys
-import sysconfig
 import threading
 import time
 import uuid
@@ -47,6 +46,7 @@ from typing import Any
 
 import anyio
 
+from .._paths import is_library
 from .._runtime.attempts import _current as _current_attempt
 from .._runtime.state import _task_state
 from ..errors import NondeterministicCall
@@ -93,25 +93,9 @@ _active: list[DeterminismGuard] = []
 _originals: dict[tuple[int, str], Any] = {}
 
 
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = {os.path.abspath(paths[key]) + os.sep
-            for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)  # durable
-    return tuple(sorted(dirs))
-
-
-_LIBRARY_DIRS = _library_dirs()
-
-
-@functools.lru_cache(maxsize=4096)
 def _users(filename: str, workflow_file: str) -> bool:
     """Whether code in `filename` is the user's (see the module's docstring)."""
-    if filename == workflow_file:
-        return True
-    if filename.startswith("<"):  # <frozen ...>, <string>: the runtime's own
-        return False
-    return not os.path.abspath(filename).startswith(_LIBRARY_DIRS)
+    return filename == workflow_file or not is_library(filename)
 
 
 def _violation(name: str, advice: str) -> NondeterministicCall | None:
