@@ -49,7 +49,7 @@ def shorten_switch_interval() -> bool:
 class LoopThread:
     """An asyncio event loop on a daemon thread, for hosts that are not asyncio.
 
-    Each call is submitted with `asyncio.run_coroutine_threadsafe`; its
+    Each call is a task made on the loop (`loop.call_soon_threadsafe`); its
     completion wakes the trio task through `TrioToken.run_sync_soon`, which
     never blocks the asyncio thread (a blocking hand-back, like
     `anyio.from_thread.run_sync`, would stall every other query until trio
@@ -77,6 +77,13 @@ class LoopThread:
             self.loop.close()
 
     async def run(self, fn: Callable[[], Awaitable[T]], *, shield: bool) -> T:
+        """`fn()` as a task on the loop; its result or error here.
+
+        `shield`: the caller's cancellation waits for the call to end (a
+        transaction runs to its end). Unshielded, a cancelled caller cancels
+        the loop's task and returns once that task has ended, never before: a
+        call that opens something (a pool, a connection) has closed it again
+        by then, and nothing of the call runs on behind the caller's back."""
         import trio
 
         if self._stopping:
@@ -84,29 +91,40 @@ class LoopThread:
                                 "nothing more can be recorded through it")
         token = trio.lowlevel.current_trio_token()
         done = anyio.Event()
+        started: list[asyncio.Task[T]] = []  # the loop's task, once made there
 
         async def call() -> T:
             return await fn()
 
-        future = asyncio.run_coroutine_threadsafe(call(), self.loop)
-
-        def wake(_: object) -> None:
+        def ended(_: object) -> None:
             try:
                 token.run_sync_soon(done.set)
             except trio.RunFinishedError:
                 pass
 
-        future.add_done_callback(wake)
+        def start() -> None:  # on the loop
+            task = self.loop.create_task(call())
+            task.add_done_callback(ended)
+            started.append(task)
+
+        def cancel() -> None:  # on the loop, after `start` (the loop runs callbacks in order)
+            started[0].cancel()
+
+        self.loop.call_soon_threadsafe(start)
         try:
             with anyio.CancelScope(shield=shield):
                 await done.wait()
-        finally:
-            if not future.done():
-                future.cancel()
-        if future.cancelled() and self._stopping:
+        except BaseException:
+            if not done.is_set():
+                self.loop.call_soon_threadsafe(cancel)
+                with anyio.CancelScope(shield=True):
+                    await done.wait()
+            raise
+        task = started[0]
+        if task.cancelled():  # by `stop` (the caller's cancellation raised above)
             raise StorageClosed(f"{self.what} was closed while this call waited "
                                 "(the client was closed)")
-        return future.result()
+        return task.result()
 
     async def stop(self) -> None:
         """Cancel what still runs on the loop (a listener's wait: its caller gets

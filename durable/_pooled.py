@@ -12,7 +12,12 @@ processes. What they do alike lives here once (`PooledDriver`):
   cancelled caller never leaves a claim committed but unseen);
 - the lifecycle: open (pick the loop, open the pool, check or create the
   schema on one connection, turn a failure into a `ConfigurationError` that
-  says what to fix), close, and the pool guard (`StorageClosed` once closed);
+  says what to fix), close, and the pool guard (`StorageClosed` once closed).
+  Opening is not shielded: a caller cancelled while the pool opens (a
+  server that does not answer, a schema lock another process holds) is
+  cancelled at once, and what was opened is closed before `open` returns
+  (`_abandon`: within `ABANDON_WITHIN` seconds, so the server ends the
+  sessions, a statement waiting for a lock told to stop);
 - `run()`: a program as one transaction, retried whole while nothing can
   have been committed (a lost connection before COMMIT, a conflict the
   server rolled back), with backoff; a connection lost during COMMIT, or
@@ -30,6 +35,7 @@ an outside driver implements `durable.driver.Driver` in its own way.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -79,6 +85,13 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     connect_errors: ClassVar[tuple[type[BaseException], ...]]
     #: seconds between two `transaction_retried` warnings (`_retrying_lost`)
     LOST_WARNING_EVERY: ClassVar[float] = 60.0
+    #: seconds `close` waits for the pool's connections to close gracefully
+    CLOSE_WITHIN: ClassVar[float] = 10.0
+    #: seconds an open that failed or was cancelled spends closing what it
+    #: opened gracefully (PostgreSQL: a statement in flight is cancelled on the
+    #: server, which a dropped socket does not do while it waits for a lock)
+    #: before dropping the connections (`_abandon`)
+    ABANDON_WITHIN: ClassVar[float] = 1.0
 
     def __init__(self, url: str, masked: str, dialect: Dialect, *, min_pool: int,
                  max_pool: int, connect_timeout: float, retries: int, logger: str) -> None:
@@ -104,6 +117,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         self.origin = uuid.uuid4().hex[:16]
         self.log = get_logger(logger).bind(url=masked)
         self._pool: PoolT | None = None
+        #: the pool `open` is opening (closed by `_abandon` if the open fails)
+        self._opening: PoolT | None = None
         self._thread: LoopThread | None = None
         self._bridged = False  # the library runs on a LoopThread (a trio host)
         self._watch_lock: anyio.Lock | None = None
@@ -124,12 +139,18 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     # ---------------------------------------------------------------- what differs
 
     @abstractmethod
-    async def _create_pool(self) -> PoolT:
-        """Open the library's pool (on its loop)."""
+    def _new_pool(self) -> PoolT:
+        """The library's pool, made on its loop with no connection open yet."""
 
     @abstractmethod
-    async def _close_pool(self, pool: PoolT) -> None:
-        """Close a pool (and whatever else the driver opened on its loop)."""
+    async def _fill_pool(self, pool: PoolT) -> None:
+        """Open the pool's first connections (`min_pool`)."""
+
+    @abstractmethod
+    async def _close_pool(self, pool: PoolT, within: float = CLOSE_WITHIN) -> None:
+        """Close a pool, opened or not (and whatever else the driver opened on
+        its loop): gracefully for `within` seconds, then by dropping every
+        connection."""
 
     @abstractmethod
     def _acquire(self, pool: PoolT) -> AbstractAsyncContextManager[ConnT]:
@@ -208,37 +229,53 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
             # transaction (issue 26). The same class, made the same way.
             self._scope = type(anyio.CancelScope())
         try:
-            await self._call(self._open_pool)
+            # Not shielded (see the module docstring): the library's waits for
+            # a server (connecting, a lock) end at the caller's cancellation.
+            await self._call(self._open_pool, shield=False)
         except BaseException:
-            if self._thread is not None:
-                await self._thread.stop()
-                self._thread = None
+            with anyio.CancelScope(shield=True):
+                await self._abandon()
             raise
 
     async def _open_pool(self) -> None:
+        self._opening = pool = self._new_pool()
         try:
-            pool = await self._create_pool()
+            await self._fill_pool(pool)
         except self.connect_errors as exc:
             raise self._connect_error(exc) from exc
         try:
             async with self._acquire(pool) as conn:
                 await self._prepare(conn)
         except ConfigurationError as exc:
-            await self._close_pool(pool)
             raise ConfigurationError(f"cannot use {self.masked!r}: {exc}") from exc
         except TimeoutError as exc:  # an OSError, but the server did answer
-            await self._close_pool(pool)
             raise self._prepare_timeout_error(exc) from exc
         except self.connect_errors as exc:
-            await self._close_pool(pool)
             raise self._connect_error(exc) from exc
-        self._pool = pool
+        self._pool, self._opening = pool, None
+
+    async def _abandon(self) -> None:
+        """Close what an open that failed or was cancelled opened: the pool
+        (gracefully for `ABANDON_WITHIN` seconds) and the loop thread (call
+        shielded). The open's own task has ended by now (on trio the bridge
+        waits for it), so nothing of it is left running."""
+        pools = [p for p in (self._opening, self._pool) if p is not None]
+        self._opening = self._pool = None
+        try:
+            for pool in pools:
+                await self._call(functools.partial(self._close_pool, pool, self.ABANDON_WITHIN))
+        except Exception as exc:  # the open's own error is the one to raise
+            self.log.debug("abandon_failed", error=repr(exc))
+        finally:
+            if self._thread is not None:
+                thread, self._thread = self._thread, None
+                await thread.stop()
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             if self._pool is not None:
                 pool, self._pool = self._pool, None
-                await self._call(lambda: self._close_pool(pool))
+                await self._call(lambda: self._close_pool(pool, self.CLOSE_WITHIN))
             if self._thread is not None:
                 thread, self._thread = self._thread, None
                 await thread.stop()

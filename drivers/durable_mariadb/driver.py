@@ -31,10 +31,10 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import anyio
-import asyncmy
 import asyncmy.errors as myerr
 from asyncmy.constants import CLIENT
 from asyncmy.cursors import DictCursor
+from asyncmy.pool import Pool
 
 from durable._pooled import CommitOutcomeUnknown, Failure, PooledDriver
 from durable.driver import Program, Stmt, Tx, Wake, drive
@@ -225,9 +225,16 @@ class MariaDBDriver(PooledDriver[Any, Any]):
             hint = "check the URL and the server's log"
         return ConfigurationError(f"cannot connect to MariaDB at {t.masked!r}: {exc}; {hint}")
 
-    async def _create_pool(self) -> Any:
-        return await asyncmy.create_pool(minsize=self.min_pool, maxsize=self.max_pool,
-                                         pool_recycle=3600, **self._connect_kwargs())
+    def _new_pool(self) -> Any:
+        # what asyncmy.create_pool makes before it connects: a pool it fills
+        # drops every connection it opened when a later one fails or the open
+        # is cancelled (asyncmy's own lost them with its pool, open: min_pool > 1)
+        return Pool(minsize=self.min_pool, maxsize=self.max_pool, pool_recycle=3600,
+                    **self._connect_kwargs())
+
+    async def _fill_pool(self, pool: Any) -> None:
+        async with pool.cond:
+            await pool.fill_free_pool(False)
 
     async def _prepare(self, conn: Any) -> None:
         await self._migrate(conn)
@@ -275,12 +282,14 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         await conn.commit()
         return result
 
-    async def _close_pool(self, pool: Any) -> None:
+    async def _close_pool(self, pool: Any, within: float = PooledDriver.CLOSE_WITHIN) -> None:
         pool.close()
         try:
-            await asyncio.wait_for(pool.wait_closed(), 10)
+            await asyncio.wait_for(pool.wait_closed(), within)
         except Exception:
-            pool.terminate()
+            pool.terminate()  # closes the connections in use only: the free ones too
+            while pool._free:
+                pool._free.popleft().close()
 
     async def drop_database(self) -> None:
         """Drop this URL's database and everything in it (tests clean up with it)."""

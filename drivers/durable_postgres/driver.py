@@ -201,8 +201,9 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             "transaction end or stop those workers, then connect again (or pass a larger "
             "command_timeout)")
 
-    async def _create_pool(self) -> Pool:
-        pool: Pool = await asyncpg.create_pool(
+    def _new_pool(self) -> Pool:
+        # asyncpg's pool, not yet initialized: awaited, it opens its connections
+        pool: Pool = asyncpg.create_pool(
             self._target.dsn,
             min_size=self.min_pool,
             max_size=self.max_pool,
@@ -213,6 +214,10 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             reset=no_reset,
         )
         return pool
+
+    async def _fill_pool(self, pool: Pool) -> None:
+        # A failed or cancelled start terminates what it connected (asyncpg)
+        await pool
 
     async def _prepare(self, conn: Connection) -> None:
         if not self.create_schema:
@@ -262,15 +267,19 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             await conn.execute(";\n".join(schema_statements(self.dialect)))
             await drive(conn, migrate())
 
-    async def _close_pool(self, pool: Pool) -> None:
+    async def _close_pool(self, pool: Pool, within: float = PooledDriver.CLOSE_WITHIN) -> None:
         await self._listener.close()
         for conn in self._release_kept():  # the pool's close waits for every one
             with contextlib.suppress(Exception):
                 await pool.release(conn)
+        # asyncpg's close cancels a statement in flight on the server (a
+        # CancelRequest) before it ends the session: a socket merely dropped
+        # leaves the server's session waiting for its lock
         try:
-            await asyncio.wait_for(pool.close(), 10)
+            await asyncio.wait_for(pool.close(), within)
         except Exception:
-            pool.terminate()
+            with contextlib.suppress(Exception):  # (a pool never started refuses)
+                pool.terminate()
 
     async def drop_schema(self) -> None:
         """Drop this URL's schema and everything in it (tests clean up with it)."""
