@@ -311,6 +311,38 @@ async def test_invalid_body_is_422_naming_the_field(plane: Plane, body: Any,
 
 
 @HTTP_ONLY
+async def test_a_start_takes_the_reference_engines_ids_unless_it_asks_for_durables(
+        plane: Plane) -> None:
+    """The reference's start takes 1 to 128 of ``[a-zA-Z0-9._:-]``: so does ours
+    (422 naming workflow_id, in its shape: its client raises InvalidArgument),
+    unless the start asks for durable's ids (``id_rules``, what durable's own
+    remote client sends): any id the SDK takes, up to 255 characters. Every
+    route takes any id in its path, as the reference's do."""
+    for bad in ("order 1", "a/b", "ünï", "a#b", "x" * 129):
+        refused = await plane.start(bad)
+        assert refused.status_code == 422, bad
+        error = error_of(refused)
+        assert error["code"] == "validation_failed" and list(error["errors"]) == ["workflow_id"]
+        assert "^[a-zA-Z0-9._:-]+$" in error["message"]
+        assert '"id_rules": "durable"' in error["message"] and repr(bad[:60]) in error["message"]
+    signalled = await plane.http.post("/api/signal-with-start", headers=AS_OPERATOR, json={
+        "workflow_type": "napper", "workflow_id": "order 1", "signal": "s",
+        "require_registered": False})
+    assert signalled.status_code == 422 and "workflow_id" in error_of(signalled)["errors"]
+    assert await plane.storage.list() == []
+    for good in ("x" * 128, "Order-1.a_b:c"):
+        assert (await plane.start(good)).status_code == 201, good
+    assert (await plane.start("order 1/ü", id_rules="durable")).status_code == 201
+    described = await plane.http.get("/api/workflows/order%201%2F%C3%BC", headers=AS_VIEWER)
+    assert described.status_code == 200 and described.json()["workflow_id"] == "order 1/ü"
+    too_long = await plane.start("x" * 256, id_rules="durable")  # the SDK's own bound
+    assert too_long.status_code == 400 and "at most 255" in error_of(too_long)["message"]
+    history = await plane.http.get("/api/workflows/order%201%2F%C3%BC/history",
+                                   params={"page_size": 1001}, headers=AS_VIEWER)
+    assert history.status_code == 422 and list(error_of(history)["errors"]) == ["page_size"]
+
+
+@HTTP_ONLY
 async def test_body_that_is_not_json_is_400(plane: Plane) -> None:
     for raw in (b"{not json", b"\xff\xfe", b'{"a": NaN}', b"[" * 100_000):
         response = await plane.http.post("/api/workflows", content=raw,
@@ -364,17 +396,21 @@ async def test_payload_over_the_clients_limit_is_413_structural_limit(
 
 @HTTP_ONLY
 @pytest.mark.parametrize(("query", "name"), [
-    ("page_size=0", "page_size"), ("page_size=1001", "page_size"),
+    ("page_size=0", "page_size"), ("page_size=201", "page_size"),
     ("page_size=abc", "page_size"), ("page_size=1.5", "page_size"),
     ("status=sleeping", "status"), ("status=timed_out", "status"),
     ("durable_status=waiting", "durable_status"), ("next_page_token=%00", "next_page_token"),
 ])
-async def test_bad_query_parameter_is_400_naming_it(plane: Plane, query: str,
+async def test_bad_query_parameter_is_422_naming_it(plane: Plane, query: str,
                                                     name: str) -> None:
+    """As the reference's (Laravel validates a query's fields as a body's): 422,
+    ``errors`` naming the parameter, which its client raises as InvalidArgument.
+    A list's page_size is 1 to 200 there, and here."""
     response = await plane.http.get(f"/api/workflows?{query}", headers=AS_OPERATOR)
-    assert response.status_code == 400
+    assert response.status_code == 422
     error = error_of(response)
-    assert error["code"] == "invalid_parameter" and name in error["message"]
+    assert error["code"] == "validation_failed" and name in error["message"]
+    assert error["parameter"] == name and list(error["errors"]) == [name]
 
 
 @pytest.mark.remote_client
@@ -1035,6 +1071,29 @@ async def test_remote_client_speaks_the_same_api_with_the_same_errors(
     async with durable.connect(url, token="wrong") as stranger:
         with pytest.raises(durable.http.AuthenticationFailed):
             await stranger.list()
+
+
+@pytest.mark.remote_client
+async def test_the_sdk_starts_ids_the_reference_refuses_and_lists_past_its_page_bound(
+        client: durable.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `/api` refuses a caller in the reference's terms, durable's SDK still
+    does, embedded or remote: ids the reference's start refuses (its remote
+    client asks for durable's id rules), and lists longer than the
+    reference's page bound (the remote client reads them a page at a time;
+    pages of 2 here instead of 200): the same runs, the same cursor."""
+    from durable.http import remote
+
+    monkeypatch.setattr(remote, "LIST_PAGE_MAX", 2)
+    odd = ["order 1/ü", "x" * 255, "a#b?c%d", "e"]
+    for wid in odd:
+        await client.start(napper, 3600, id=wid)
+    assert sorted(s["workflow_id"] for s in await client.list(limit=4)) == sorted(odd)
+    first = await client.list_page(limit=3)
+    assert len(first.items) == 3 and first.next_cursor
+    rest = await client.list_page(limit=3, cursor=first.next_cursor)
+    assert len(rest.items) == 1 and rest.next_cursor is None
+    assert sorted(s["workflow_id"] for s in first.items + rest.items) == sorted(odd)
+    assert (await client.get_handle("order 1/ü").describe())["workflow_id"] == "order 1/ü"
 
 
 async def test_connect_over_http_takes_token_from_environment_and_refuses_driver_options(

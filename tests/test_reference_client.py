@@ -458,6 +458,27 @@ async def test_error_mapping(live: Live) -> None:
             with pytest.raises(dw_errors.InvalidArgument):  # fairness is not supported
                 await c.start_workflow(workflow_type="ref_nap", task_queue="default",
                                        workflow_id="e-2", input=[1], fairness_key="tenant-a")
+            # what the reference's server refuses, ours does, in its shape (422,
+            # errors naming the field): ids beyond ^[a-zA-Z0-9._:-]{1,128}$ on a
+            # start, page sizes beyond 200 (list) and 1000 (history)
+            for bad_id in ("order 1", "a/b", "ünï", "x" * 129):
+                with pytest.raises(dw_errors.InvalidArgument) as refused:
+                    await c.start_workflow(workflow_type="ref_greet", task_queue="default",
+                                           workflow_id=bad_id, input=["x"])
+                assert list(refused.value.errors) == ["workflow_id"], bad_id
+            longest = await c.start_workflow(workflow_type="ref_greet", task_queue="default",
+                                             workflow_id="e." + "x" * 126, input=["x"])
+            assert await longest.result(timeout=RESULT_TIMEOUT, poll_interval=0.05) == "hello x"
+            for size in (0, 201):
+                with pytest.raises(dw_errors.InvalidArgument) as refused:
+                    await c.list_workflows(page_size=size)
+                assert list(refused.value.errors) == ["page_size"]
+            assert len((await c.list_workflows(page_size=200)).executions) == 2
+            run_id = (await c.describe_workflow("e-1")).run_id
+            with pytest.raises(dw_errors.InvalidArgument) as refused:
+                await c.get_history("e-1", run_id, page_size=1001)
+            assert list(refused.value.errors) == ["page_size"]
+            assert (await c.get_history("e-1", run_id, page_size=1000))["events"]
             for bad in ("zzz", "bm90IGEgdG9rZW4="):  # a page token this server never gave
                 with pytest.raises(dw_errors.ServerError) as caught:
                     await c.list_workflows(page_size=1, next_page_token=bad)

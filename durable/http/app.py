@@ -3,8 +3,9 @@
 `create_app(client, tokens=...)` serves the routes of `routes.py` for the
 storage `client` opened. Every /api route checks, in this order: the
 version header (400), the bearer token and its role (401 / 403), the
-namespace header, the path and query parameters (400), the body (read with
-a cap before parsing: 413; not JSON: 400; not fitting the schema: 422);
+namespace header, the path parameters (400) and query parameters (422, as
+the reference's), the body (read with a cap before parsing: 413; not JSON:
+400; not fitting the schema: 422);
 then the handler runs and a `durable` error becomes the status of
 `errors.ERROR_TABLE`. Nothing reaches a handler unvalidated, so bad input is
 a 4xx, never a 500.
@@ -246,24 +247,23 @@ class ControlPlaneServer:
     def params_from(self, op: Operation, lookup: Callable[[Param], str | None],
                     ) -> dict[str, Any]:
         """The operation's parameters, parsed and checked against their schemas
-        (400 naming the parameter); `lookup` gives each one's raw text or None."""
+        (`_parameter_error` naming the parameter); `lookup` gives each one's raw
+        text or None."""
         values: dict[str, Any] = {}
         for param in op.params:
             raw = lookup(param)
             where = f"{param.location} parameter {param.name!r}"
-            if raw is None:
-                if param.required:
-                    raise HTTPError(400, "invalid_parameter", f"{where} is required",
-                                    parameter=param.name)
-                if "default" in param.schema:
-                    values[param.name] = param.schema["default"]
-                continue
-            value = _parse_scalar(raw, param.schema, where)
             try:
+                if raw is None:
+                    if param.required:
+                        raise SchemaViolation(where, "is required")
+                    if "default" in param.schema:
+                        values[param.name] = param.schema["default"]
+                    continue
+                value = _parse_scalar(raw, param.schema, where)
                 validate(value, param.schema, where)
             except SchemaViolation as exc:
-                raise HTTPError(400, "invalid_parameter", str(exc),
-                                parameter=param.name) from None
+                raise _parameter_error(param, str(exc)) from None
             values[param.name] = value
         return values
 
@@ -476,6 +476,18 @@ def _field_name(where: str) -> str:
     return name.replace("[", ".").replace("]", "") or "body"
 
 
+def _parameter_error(param: Param, message: str) -> HTTPError:
+    """A parameter that does not fit its schema. A query parameter is 422 in
+    Laravel's validation shape (``errors: {name: [message]}``), as the
+    reference engine validates its query fields (a list's ``page_size``)
+    with its bodies, and its client raises ``InvalidArgument`` for it; a
+    path or header parameter is 400 ``invalid_parameter``."""
+    if param.location == "query":
+        return HTTPError(422, "validation_failed", message, parameter=param.name,
+                         errors={param.name: [message]})
+    return HTTPError(400, "invalid_parameter", message, parameter=param.name)
+
+
 def _parse_scalar(raw: str, schema: Mapping[str, Any], where: str) -> Any:
     kind = schema.get("type")
     try:
@@ -493,9 +505,7 @@ def _parse_scalar(raw: str, schema: Mapping[str, Any], where: str) -> Any:
                 raise ValueError(raw)
             return raw.lower() == "true"
     except ValueError:
-        raise HTTPError(400, "invalid_parameter",
-                        f"{where} must be a finite {kind}, got {raw[:100]!r}",
-                        parameter=where) from None
+        raise SchemaViolation(where, f"must be a finite {kind}, got {raw[:100]!r}") from None
     return raw
 
 

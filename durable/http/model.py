@@ -49,6 +49,9 @@ WIRE_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancel
                  "terminated")
 #: the reference's list filter: a bucket of statuses
 BUCKETS = ("running", "completed", "failed")
+#: the most runs a page of ``GET /api/workflows`` holds (the reference's
+#: ``page_size`` bound); durable's own clients ask for more in pages of it
+LIST_PAGE_MAX = 200
 OPEN_DURABLE = frozenset(str(s) for s in (*OPEN_STATUSES, *REVIEW_STATUSES))
 
 _TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed",

@@ -66,9 +66,8 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
     errors: dict[int, str] = {}
     if op.versioned or op.params or op.body is not None:  # a body may not be JSON
         errors[400] = ("missing_control_plane_version / unsupported_control_plane_version (the "
-                       "version header), invalid_parameter (a path, "
-                       "query or header parameter), invalid_json, invalid_argument, "
-                       "not_registered.")
+                       "version header), invalid_parameter (a path or header parameter), "
+                       "invalid_json, invalid_argument, not_registered.")
     if op.role is not None:
         errors[401] = "unauthenticated: no bearer token, or an unknown one."
         errors[403] = ("forbidden: the token's role may not do this, or the token is limited "
@@ -78,12 +77,14 @@ def _operation(op: Operation, *, anonymous: bool) -> dict[str, Any]:
     if any(p.location == "path" for p in op.params):
         errors[404] = ("instance_not_found: no such workflow or run in this namespace (a run of "
                        "another namespace is 404 too).")
+    queried = any(p.location == "query" for p in op.params)
     if op.body is not None:
         errors[413] = ("payload_too_large: the body is over the server's limit (checked "
                        "before parsing); structural_limit_exceeded: a payload is over its "
                        "limit.")
-        errors[422] = ("validation_failed: the body does not fit the schema (errors names "
-                       "the field).")
+    if op.body is not None or queried:
+        errors[422] = ("validation_failed: the body or a query parameter does not fit its "
+                       "schema (errors names the field, as the reference's validation).")
     if op.path.startswith("/api/"):
         errors[503] = "storage_unavailable: storage could not be reached; retry."
     for status, description in errors.items():

@@ -24,6 +24,7 @@ from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, Workf
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
 from .model import (
+    LIST_PAGE_MAX,
     describe_from_wire,
     encode_token,
     event_from_wire,
@@ -165,6 +166,9 @@ class RemoteControl:
             "concurrency_key": request.concurrency_key,
             # The client checked a workflow name already (as an embedded one does).
             "require_registered": False,
+            # any id the SDK takes, not only the reference engine's (the client
+            # checked it already, as an embedded one does)
+            "id_rules": "durable",
         }
 
     async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
@@ -260,11 +264,18 @@ class RemoteControl:
                         cursor: str | None) -> Page:
         if cursor:  # refused here in the Python API's words (`cursor`, `next_cursor`)
             decode_cursor(cursor)
-        _, data = await self._call("GET", "/api/workflows", params={
-            "durable_status": status, "workflow_type": workflow_type, "page_size": limit,
-            "next_page_token": cursor})
-        return Page([summary_from_wire(item) for item in data["workflows"]],
-                    data["next_page_token"])
+        # The server pages by at most LIST_PAGE_MAX (the reference's bound); a
+        # larger `limit` (the Python API takes up to 1000) is read page after page
+        # (the token is where the last run read left off: the same page).
+        items: list[dict[str, Any]] = []
+        while True:
+            _, data = await self._call("GET", "/api/workflows", params={
+                "durable_status": status, "workflow_type": workflow_type,
+                "page_size": min(LIST_PAGE_MAX, limit - len(items)), "next_page_token": cursor})
+            items += [summary_from_wire(item) for item in data["workflows"]]
+            cursor = data["next_page_token"]
+            if not cursor or len(items) >= limit:
+                return Page(items, cursor)
 
     async def repair_pass(self) -> dict[str, int]:
         _, data = await self._call("POST", "/api/repair-pass")

@@ -15,6 +15,7 @@ schemas, answers and handlers change together when the reference's do.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..errors import ConfigurationError, NameNotRegistered, PayloadRejected, Wor
 from ..options import IdReusePolicy, StartOptions
 from ..store.records import HistoryEvent, StartRequest
 from . import avro, model
+from .errors import HTTPError
 from .model import parse_payload
 from .routes import (
     ERROR_SCHEMA,
@@ -47,15 +49,27 @@ PAYLOAD = {"type": ["object", "array", "null"],
                           "positional arguments (the reference's client sends this), or a "
                           "plain JSON array of them (for curl)."}
 DUPLICATE_POLICIES = ("fail", "use-existing")
+#: the reference engine's workflow ids (its start: ``max:128``,
+#: ``regex:/^[a-zA-Z0-9._:-]+$/``); durable's SDK takes more (`_validate.name`)
+REFERENCE_ID = re.compile(r"[a-zA-Z0-9._:-]{1,128}")
+ID_RULES = ("reference", "durable")
 
 START_BODY = check_schema({
     "type": "object",
     "required": ["workflow_type", "workflow_id"],
     "additionalProperties": False,
     "properties": {
-        "workflow_id": text(1000, "The instance id (unique per namespace)."),
-        "workflow_type": text(1000, "The registered name of the workflow."),
-        "task_queue": {**text(1000, "The task queue its workers poll."),
+        "workflow_id": text(1000, "The instance id (unique per namespace): 1 to 128 "
+                                 "letters, digits, '.', '_', ':' or '-', as the reference "
+                                 "engine takes them; with id_rules durable, 1 to 255 "
+                                 "characters without control characters."),
+        "id_rules": {
+            "type": "string", "enum": list(ID_RULES), "default": "reference",
+            "description": "Extension: which ids the start takes: the reference engine's "
+                           "(the default), or durable's SDK's (durable's remote client "
+                           "sends it)."},
+        "workflow_type": text(255, "The registered name of the workflow."),
+        "task_queue": {**text(255, "The task queue its workers poll."),
                        "type": ["string", "null"]},
         "input": PAYLOAD,
         "execution_timeout_seconds": seconds(
@@ -225,6 +239,7 @@ async def start_request(call: Call) -> StartRequest:
     """A start body (start's, signal-with-start's) as the client's request."""
     body = call.body
     client = call.client
+    _check_id(body)
     wf_type: str = body["workflow_type"]
     if body.get("require_registered", True) and (
         wf_type not in await client.control.registered_types()
@@ -250,6 +265,25 @@ async def start_request(call: Call) -> StartRequest:
     )
     return client._start_request(wf_type, _arguments(body.get("input"), "input"),
                                  body["workflow_id"], options, body.get("task_queue"))
+
+
+def _check_id(body: dict[str, Any]) -> None:
+    """Refuse a workflow id the reference engine refuses (422 naming the field,
+    its shape), unless the start asks for durable's ids (``id_rules``): its
+    client, and callers of ours, must not start on our server an id its own
+    server would refuse (docs/control-plane.md, "Workflow ids")."""
+    workflow_id: str = body["workflow_id"]
+    if body.get("id_rules") == "durable" or REFERENCE_ID.fullmatch(workflow_id):
+        return
+    why = (f"is {len(workflow_id)} characters long" if len(workflow_id) > 128
+           else "holds a character the reference engine does not take")
+    message = (f"body.workflow_id: {workflow_id[:60]!r} {why}; a workflow id is 1 to 128 "
+               "letters, digits, '.', '_', ':' or '-' (^[a-zA-Z0-9._:-]+$, the reference "
+               "engine's rule). Choose such an id, or send \"id_rules\": \"durable\" to "
+               "start any id durable's SDK takes (1 to 255 characters, no control "
+               "characters)")
+    raise HTTPError(422, "validation_failed", message, field="body.workflow_id",
+                    errors={"workflow_id": [message]})
 
 
 def _start_reply(call: Call, run_id: str, status: str, created: bool,
@@ -556,8 +590,9 @@ def workflow_operations() -> list[Operation]:
                 Param("query", "query", text(1000, "Only ids holding this text."),
                       "Only workflow ids holding this text."),
                 Param("page_size", "query",
-                      {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
-                      "Page size (the reference allows up to 200)."),
+                      {"type": "integer", "minimum": 1, "maximum": model.LIST_PAGE_MAX,
+                       "default": 50},
+                      "Page size, 1 to 200 (the reference's bound)."),
                 Param("next_page_token", "query", text(1000, "The previous page's token."),
                       "The next_page_token of the previous page."),
             ),

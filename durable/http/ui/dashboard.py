@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from ... import present as _fmt
+from .. import model
 from .pages import Visitor, _summary
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 # The most runs the dashboard reads (newest first) before it stops and says so.
 SCAN = 5000
-PAGE = 1000
+PAGE = model.LIST_PAGE_MAX  # (the most one page of the list holds)
 # Closed statuses counted as failures (a cancellation or a termination was asked for).
 FAILED = ("failed", "timed_out")
 HOUR = timedelta(hours=1)

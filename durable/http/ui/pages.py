@@ -417,8 +417,8 @@ class WebUI:
         except ValueError:
             raise UIError(400, "Bad page size", "limit must be a whole number") from None
         params: dict[str, Any] = {"durable_status": status, "workflow_type": workflow_type,
-                                  "page_size": limit, "next_page_token": cursor}
-        searched = False
+                                  "next_page_token": None if search else cursor}
+        searched = bool(search)
         if search:
             try:
                 await self.perform(request, visitor, "describeWorkflow",
@@ -428,23 +428,24 @@ class WebUI:
                 known = classify(exc)
                 if known is None or known[0] != 404:
                     raise
-            params.update(page_size=SEARCH_SCAN, next_page_token=None)
-            searched = True
-        _, page = await self.perform(request, visitor, "listWorkflows", params)
-        items = [views.filled(_summary(item), views.SUMMARY_KEYS)
-                 for item in page.get("workflows") or []]
-        next_cursor = page.get("next_page_token")
+        want, found = (SEARCH_SCAN if searched else limit), list[dict[str, Any]]()
+        while True:  # (a search reads the newest SEARCH_SCAN runs, a page at a time)
+            params["page_size"] = min(model.LIST_PAGE_MAX, want - len(found))
+            _, page = await self.perform(request, visitor, "listWorkflows", params)
+            found += page.get("workflows") or []
+            params["next_page_token"] = next_cursor = page.get("next_page_token")
+            if not next_cursor or len(found) >= want:
+                break
+        items = [views.filled(_summary(item), views.SUMMARY_KEYS) for item in found]
         if searched:
             needle = search.casefold()
             items = [i for i in items if needle in str(i.get("workflow_id")).casefold()]
             next_cursor = None
         _, types = await self.perform(request, visitor, "listWorkflowTypes", {})
-        return self.render(
-            request, visitor, "runs.html", items=items, status=status,
-            workflow_type=workflow_type, search=search, searched=searched,
-            scan=SEARCH_SCAN, cursor=cursor, next_cursor=next_cursor, limit=limit,
-            types=types.get("workflow_types") or [],
-        )
+        return self.render(request, visitor, "runs.html", items=items, status=status,
+                           workflow_type=workflow_type, search=search, searched=searched,
+                           scan=SEARCH_SCAN, cursor=cursor, next_cursor=next_cursor,
+                           limit=limit, types=types.get("workflow_types") or [])
 
     # ------------------------------------------------------------ run pages
 
