@@ -88,9 +88,9 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
     #: seconds `close` waits for the pool's connections to close gracefully
     CLOSE_WITHIN: ClassVar[float] = 10.0
     #: seconds an open that failed or was cancelled spends closing what it
-    #: opened gracefully (PostgreSQL: a statement in flight is cancelled on the
-    #: server, which a dropped socket does not do while it waits for a lock)
-    #: before dropping the connections (`_abandon`)
+    #: opened gracefully (a statement in flight is stopped on the server, which
+    #: a dropped socket does not do while it waits for a lock: PostgreSQL's
+    #: cancel request, MariaDB's KILL) before dropping the connections (`_abandon`)
     ABANDON_WITHIN: ClassVar[float] = 1.0
 
     def __init__(self, url: str, masked: str, dialect: Dialect, *, min_pool: int,

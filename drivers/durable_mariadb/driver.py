@@ -24,6 +24,7 @@ delete of rows older than `wake_retention` every few seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import time
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 
 import anyio
 import asyncmy.errors as myerr
+from asyncmy.connection import connect
 from asyncmy.constants import CLIENT
 from asyncmy.cursors import DictCursor
 from asyncmy.pool import Pool
@@ -172,6 +174,10 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         self.poll_interval = poll_interval
         self.any_interval = any_interval
         self.wake_retention = wake_retention
+        #: the server's ids of sessions whose statement was cut short while the
+        #: pool opened (the open cancelled, or the answer awaited past
+        #: command_timeout): `_close_pool` ends them on the server
+        self._cut_short: list[int] = []
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -237,7 +243,12 @@ class MariaDBDriver(PooledDriver[Any, Any]):
             await pool.fill_free_pool(False)
 
     async def _prepare(self, conn: Any) -> None:
-        await self._migrate(conn)
+        try:
+            await self._migrate(conn)
+        except BaseException:
+            # its statement may still run, or wait for a lock, on the server
+            self._cut_short.append(conn.thread_id())
+            raise
 
     async def _migrate(self, conn: Any) -> None:
         """Create or check the schema under a named lock (GET_LOCK), so that
@@ -283,6 +294,10 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         return result
 
     async def _close_pool(self, pool: Any, within: float = PooledDriver.CLOSE_WITHIN) -> None:
+        if self._cut_short:
+            sessions, self._cut_short = self._cut_short, []
+            with contextlib.suppress(Exception):  # (the server away: nothing runs there)
+                await asyncio.wait_for(self._end_sessions(sessions), within)
         pool.close()
         try:
             await asyncio.wait_for(pool.wait_closed(), within)
@@ -290,6 +305,19 @@ class MariaDBDriver(PooledDriver[Any, Any]):
             pool.terminate()  # closes the connections in use only: the free ones too
             while pool._free:
                 pool._free.popleft().close()
+
+    async def _end_sessions(self, sessions: list[int]) -> None:
+        """End these sessions on the server (KILL, from a connection of its own):
+        the server ends a session whose client left only at its next look at
+        the socket (about a second into a lock wait; an InnoDB row lock wait not
+        before its timeout)."""
+        conn = await connect(**self._connect_kwargs())
+        try:
+            for session in sessions:
+                with contextlib.suppress(myerr.MySQLError):  # (ended already)
+                    await execute(conn, Stmt(f"KILL {int(session)}", (), "exec"))
+        finally:
+            conn.close()
 
     async def drop_database(self) -> None:
         """Drop this URL's database and everything in it (tests clean up with it)."""
