@@ -151,6 +151,28 @@ async def test_schedule_lists_page_by_id_with_filters_embedded_and_remote(
         await client.list_schedules_page(status="running")
 
 
+@pytest.mark.remote_client
+async def test_the_sdk_keeps_its_wider_schedule_rules_embedded_and_remote(
+        client: durable.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What /api refuses as the reference does (ids over 128, jitter over an
+    hour), the SDK takes, also through the control plane (its remote client
+    sends id_rules: durable); a list longer than a server page is read page
+    after page (pages of 2 here; the server's are at most 200)."""
+    monkeypatch.setattr("durable.http.remote_schedules.LIST_PAGE_MAX", 2)
+    long_id = "s" * 200
+    handle = await client.create_schedule(long_id, ScheduleSpec(cron=NEVER), echo, "x",
+                                          jitter=7200.5)
+    await handle.update(jitter=5400, max_runs=3)
+    assert (await handle.describe())["jitter"] == 5400
+    for n in range(3):
+        await client.create_schedule(f"p-{n}", ScheduleSpec(cron=NEVER), echo, "x")
+    page = await client.list_schedules_page(limit=3)
+    assert [s["schedule_id"] for s in page.items] == ["p-0", "p-1", "p-2"]
+    assert page.next_cursor is not None
+    assert [s["schedule_id"] for s in await client.list_schedules()] == [
+        "p-0", "p-1", "p-2", long_id]
+
+
 @pytest.mark.remote_client(role="admin")
 async def test_retention_settings_and_prune_embedded_and_remote(
         client: durable.Client, storage_client: durable.Client, make_worker: Any) -> None:
@@ -218,8 +240,12 @@ async def test_routes_speak_the_reference_shape(http: httpx.AsyncClient) -> None
     assert [s["schedule_id"] for s in second["schedules"]] == ["hourly-2"]
     assert second["next_page_token"] is None and second["schedule_count"] == 1
     bad = await http.get("/api/schedules", params={"next_page_token": "x"}, headers=AS_VIEWER)
-    assert bad.status_code == 400 and reason(bad) == "invalid_argument"
+    # a token this server did not give, and pages over 200: the reference's answers
+    assert bad.status_code == 400 and reason(bad) == "malformed_schedule_page_token"
     assert bad.json()["field"] == "next_page_token"
+    big = await http.get("/api/schedules", params={"page_size": 201}, headers=AS_VIEWER)
+    assert big.status_code == 422 and big.json()["field"] == "page_size"
+    assert list(big.json()["errors"]) == ["page_size"]
     await http.delete("/api/schedules/hourly-2", headers=AS_OPERATOR)
 
     fired = await http.post("/api/schedules/hourly/trigger", json={}, headers=AS_OPERATOR)
@@ -230,7 +256,7 @@ async def test_routes_speak_the_reference_shape(http: httpx.AsyncClient) -> None
     back = await http.post("/api/schedules/hourly/backfill", headers=AS_OPERATOR, json={
         "start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-01T03:00:00Z"})
     data = back.json()
-    assert data["outcome"] == "backfilled" and data["fires_attempted"] == 3
+    assert data["outcome"] == "backfill_started" and data["fires_attempted"] == 3
     assert [r["fire_time"] for r in data["results"]] == [
         f"2026-01-01T0{h}:15:00+00:00" for h in range(3)]
 
@@ -258,15 +284,16 @@ async def test_routes_speak_the_reference_shape(http: httpx.AsyncClient) -> None
 
 
 @pytest.mark.parametrize(("body", "status", "code"), [
+    # a spec that makes no schedule: 422 as the reference answers it
     ({"spec": {"cron_expressions": ["* *"]}, "action": {"workflow_type": "http-sched-echo"},
-      "require_registered": False}, 400, "invalid_argument"),
+      "require_registered": False}, 422, "invalid_cron_expression"),
     ({"spec": {"intervals": [{"every": "an hour"}]},
       "action": {"workflow_type": "http-sched-echo"}, "require_registered": False},
-     400, "invalid_argument"),
+     422, "invalid_schedule_spec"),
     ({"spec": {"cron_expressions": ["0 * * * *"]}, "action": {"workflow_type": "nobody"}},
      400, "not_registered"),
     ({"spec": {}, "action": {"workflow_type": "http-sched-echo"},
-      "require_registered": False}, 400, "invalid_argument"),
+      "require_registered": False}, 422, "invalid_schedule_spec"),
     ({"spec": {"cron_expressions": ["0 * * * *"]}, "action": {}}, 422, None),
     ({"spec": {"cron_expressions": ["0 * * * *"]},
       "action": {"workflow_type": "http-sched-echo"}, "overlap_policy": "sometimes"},
@@ -279,6 +306,70 @@ async def test_bad_schedule_bodies_are_refused_naming_what_is_wrong(
     if code is not None:
         assert reason(response) == code
     assert (await http.get("/api/schedules", headers=AS_VIEWER)).json()["schedules"] == []
+
+
+async def test_what_the_reference_refuses_is_refused_in_its_shape(
+        http: httpx.AsyncClient) -> None:
+    """Ids over 128 characters, jitter over 3600 s or not whole, max_runs 0: 422
+    naming the field (unless id_rules durable); backfill bounds without an
+    offset are UTC, a reversed range is 422 invalid_time_range; a history
+    limit over 500 reads 500, a bad after_sequence is 422 invalid_after_sequence."""
+    base = {"spec": {"cron_expressions": [NEVER]}, "require_registered": False,
+            "action": {"workflow_type": "http-sched-echo"}}
+    for extra, field in (({"schedule_id": "x" * 129}, "schedule_id"),
+                         ({"jitter_seconds": 3601}, "jitter_seconds"),
+                         ({"jitter_seconds": 1.5}, "jitter_seconds"),
+                         ({"max_runs": 0}, "max_runs")):
+        refused = await http.post("/api/schedules", json={**base, **extra},
+                                  headers=AS_OPERATOR)
+        assert refused.status_code == 422, (extra, refused.text)
+        assert list(refused.json()["errors"]) == [field], extra
+    taken = await http.post("/api/schedules", headers=AS_OPERATOR, json={
+        **base, "schedule_id": "x" * 200, "jitter_seconds": 3601.5, "id_rules": "durable"})
+    assert taken.status_code == 201, taken.text
+    made = await http.post("/api/schedules", headers=AS_OPERATOR,
+                           json={**base, "schedule_id": "r" * 128, "jitter_seconds": 3600})
+    assert made.status_code == 201, made.text
+    path = "/api/schedules/" + "r" * 128
+    jitter = await http.put(path, json={"jitter_seconds": 7200}, headers=AS_OPERATOR)
+    assert jitter.status_code == 422 and list(jitter.json()["errors"]) == ["jitter_seconds"]
+    naive = await http.post(path + "/backfill", headers=AS_OPERATOR, json={
+        "start_time": "2026-01-01", "end_time": "2026-01-01T03:00:00"})
+    assert naive.status_code == 200, naive.text
+    assert [r["fire_time"] for r in naive.json()["results"]] == ["2026-01-01T02:00:00+00:00"]
+    for start, end, code in (("2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z",
+                              "invalid_time_range"),
+                             ("yesterday", "2026-01-01T00:00:00Z", "validation_failed")):
+        bad = await http.post(path + "/backfill", headers=AS_OPERATOR,
+                              json={"start_time": start, "end_time": end})
+        assert bad.status_code == 422 and reason(bad) == code, bad.text
+    history = await http.get(path + "/history", params={"limit": 501}, headers=AS_VIEWER)
+    assert history.status_code == 200 and len(history.json()["events"]) == 1
+    for after in ("-1", "x"):
+        bad = await http.get(path + "/history", params={"after_sequence": after},
+                             headers=AS_VIEWER)
+        assert bad.status_code == 422 and reason(bad) == "invalid_after_sequence"
+    # the backfilled run is open (no worker here): a fire now waits behind it
+    buffered = await http.post(path + "/trigger", json={"overlap_policy": "buffer_one"},
+                               headers=AS_OPERATOR)
+    assert buffered.json()["outcome"] == "buffered" and buffered.json()["buffer_depth"] == 1
+    full = await http.post(path + "/trigger", json={"overlap_policy": "buffer_one"},
+                           headers=AS_OPERATOR)
+    assert full.json()["outcome"] == "buffer_full" and full.json()["fire_outcome"] == "skipped"
+    listed = (await http.get("/api/schedules", headers=AS_VIEWER)).json()["schedules"]
+    assert all(item["created_at"] and item["updated_at"] for item in listed)
+    aliased = await http.post("/api/schedules", headers=AS_OPERATOR, json={
+        **base, "schedule_id": "aliased", "action": {
+            "workflow_type": "http-sched-echo", "workflow_execution_timeout": 600,
+            "workflow_run_timeout": 60}})
+    assert aliased.status_code == 201, aliased.text
+    action = (await http.get("/api/schedules/aliased", headers=AS_VIEWER)).json()["action"]
+    assert (action["execution_timeout_seconds"], action["run_timeout_seconds"]) == (600, 60)
+    shown = (await http.get(path, headers=AS_VIEWER)).json()
+    info = shown["info"]  # the reference's skip counters
+    assert (info["skipped_trigger_count"], info["last_skip_reason"]) == (1, "buffer_full")
+    assert info["last_skipped_at"]
+    assert shown["jitter_seconds"] == 3600 and shown["search_attributes"] == {}
 
 
 async def test_viewers_read_schedules_but_change_nothing_and_retention_is_admin_only(

@@ -68,7 +68,7 @@ async def test_the_reference_clients_schedule_methods_work(live: Live) -> None:
 
             back = await c.backfill_schedule("ref-nightly", start_time="2026-01-01T00:00:00Z",
                                              end_time="2026-01-03T00:00:00Z")
-            assert back.outcome == "backfilled" and back.fires_attempted == 1  # 1 January
+            assert back.outcome == "backfill_started" and back.fires_attempted == 1  # 1 January
             assert [r["fire_time"] for r in back.results or []] == ["2026-01-01T01:00:00+00:00"]
 
             await c.update_schedule("ref-nightly", spec=dw.ScheduleSpec(
@@ -91,5 +91,54 @@ async def test_the_reference_clients_schedule_methods_work(live: Live) -> None:
             await c.delete_schedule("ref-nightly")
             with pytest.raises(dw_errors.ScheduleNotFound):
                 await c.describe_schedule("ref-nightly")
+
+    await run_reference(scenario, live)
+
+
+async def test_what_the_reference_refuses_of_schedules_its_client_is_refused_here(
+        live: Live) -> None:
+    """The reference's bounds, with its errors: `InvalidArgument` naming the field,
+    `ScheduleListError` (field, errors) for a list; and what it takes (naive
+    backfill bounds, a history limit over 500) is taken."""
+    async def scenario(url: str) -> None:
+        async with ref_client(url) as c:
+            action = dw.ScheduleAction(workflow_type="ref_greet", input=["x"])
+            spec = dw.ScheduleSpec(cron_expressions=[NEVER])
+            for kwargs, field in (({"schedule_id": "x" * 129}, "schedule_id"),
+                                  ({"jitter_seconds": 3601}, "jitter_seconds"),
+                                  ({"max_runs": 0}, "max_runs")):
+                with pytest.raises(dw_errors.InvalidArgument) as refused:
+                    await c.create_schedule(spec=spec, action=action, **kwargs)
+                assert list(refused.value.errors) == [field], kwargs
+            with pytest.raises(dw_errors.InvalidArgument) as refused:
+                await c.create_schedule(schedule_id="bad-cron", action=action,
+                                        spec=dw.ScheduleSpec(cron_expressions=["* *"]))
+            assert list(refused.value.errors) == ["spec.cron_expressions"]
+            handle = await c.create_schedule(schedule_id="r" * 128, spec=spec, action=action,
+                                             jitter_seconds=3600, max_runs=1)
+            with pytest.raises(dw_errors.InvalidArgument):
+                await handle.update(max_runs=0)
+
+            for size in (0, 201):
+                with pytest.raises(dw_errors.ScheduleListError) as listed:
+                    await c.list_schedules(page_size=size)
+                assert listed.value.field == "page_size" and list(listed.value.errors) == [
+                    "page_size"]
+            with pytest.raises(dw_errors.ScheduleListError) as listed:
+                await c.list_schedules(next_page_token="zzz")
+            assert listed.value.status == 400 and listed.value.field == "next_page_token"
+            assert len((await c.list_schedules(page_size=200)).schedules) == 1
+            described = await handle.describe()
+            assert described.jitter_seconds == 3600 and described.max_runs == 1
+            assert described.info and described.info["skipped_trigger_count"] == 0
+
+            back = await handle.backfill(start_time="2026-01-01", end_time="2026-01-02T00:00:00")
+            assert back.outcome == "backfill_started" and back.fires_attempted == 1
+            for start, end in (("2026-01-02T00:00:00Z", "2026-01-01T00:00:00Z"),
+                               ("not a date", "2026-01-01T00:00:00Z")):
+                with pytest.raises(dw_errors.InvalidArgument):
+                    await handle.backfill(start_time=start, end_time=end)
+            assert len((await handle.history(limit=501)).events) == 1  # clamped, as there
+            await handle.delete()
 
     await run_reference(scenario, live)

@@ -1069,3 +1069,17 @@ async def test_a_schedule_no_worker_fired_reads_overdue_on_its_pages(tmp_path: P
     assert ("due since 2026-01-01 00:10:00 UTC (50m ago) and not fired: no live worker of "
             "its namespace runs, and workers fire schedules (start one); 4 fire time(s) are "
             "past the catch-up window (900s (15m))") in " ".join(shown.group(1).split())
+
+
+@SQLITE_ONLY
+async def test_the_schedules_page_lists_past_one_api_page(
+        ui: Browserless, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's pages hold at most 200 schedules (the reference's bound); the
+    page reads on, a page at a time (here pages of 1)."""
+    monkeypatch.setattr("durable.http.ui.schedules.LIST_PAGE_MAX", 1)
+    for n in range(3):
+        await ui.storage.create_schedule(f"page-{n}", durable.ScheduleSpec(cron="0 2 1 1 *"),
+                                         idle_greet, "x")
+    await ui.login(VIEWER)
+    listed = (await ui.http.get("/ui/schedules")).text
+    assert all(f"page-{n}" in listed for n in range(3)), listed

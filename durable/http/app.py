@@ -484,7 +484,7 @@ def _parameter_error(param: Param, message: str) -> HTTPError:
     path or header parameter is 400 ``invalid_parameter``."""
     if param.location == "query":
         return HTTPError(422, "validation_failed", message, parameter=param.name,
-                         errors={param.name: [message]})
+                         field=param.name, errors={param.name: [message]})
     return HTTPError(400, "invalid_parameter", message, parameter=param.name)
 
 

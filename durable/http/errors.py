@@ -112,6 +112,10 @@ _SIMPLE: dict[str, type[DurableError]] = {
     "invalid_argument": ConfigurationError, "validation_failed": ConfigurationError,
     "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
     "invalid_payload_framing": ConfigurationError, "schedule_not_found": ScheduleNotFound,
+    # the reference's own refusals of schedule input
+    "malformed_schedule_page_token": ConfigurationError,
+    "invalid_cron_expression": ConfigurationError, "invalid_schedule_spec": ConfigurationError,
+    "invalid_time_range": ConfigurationError, "invalid_after_sequence": ConfigurationError,
 }
 
 

@@ -43,7 +43,10 @@ class RemoteControl(Protocol):
 SPEC_KEYS = ("cron", "every", "offset", "timezone", "start_at", "end_at")
 #: keys the wire adds for the reference engine's clients (dropped on the way back)
 REFERENCE_KEYS = ("status", "overlap_policy", "jitter_seconds", "action", "failures_count",
-                  "latest_workflow_instance_id", "paused_at")
+                  "latest_workflow_instance_id", "paused_at", "info", "search_attributes")
+#: the most schedules a page of ``GET /api/schedules`` holds (the reference's
+#: bound); `RemoteSchedules.list` reads a longer page in pages of it
+LIST_PAGE_MAX = 200
 #: how a fire's outcome reads in the reference's trigger answer
 TRIGGER_OUTCOMES = {"started": "triggered", "buffered": "buffered", "skipped": "skipped"}
 
@@ -118,13 +121,22 @@ def schedule_to_wire(info: dict[str, Any]) -> dict[str, Any]:
     out["spec"] = spec_to_wire(info.get("spec") or {})
     out["status"] = "paused" if info.get("paused") else "active"
     out["overlap_policy"] = info.get("overlap")
-    out["jitter_seconds"] = info.get("jitter")
+    jitter = info.get("jitter")
+    # whole seconds as the reference's integer; a fraction (the SDK's) stays
+    out["jitter_seconds"] = int(jitter) if isinstance(jitter, float) and jitter.is_integer() \
+        else jitter
     out["action"] = {
         "workflow_type": info.get("workflow_type"), "task_queue": info.get("task_queue"),
         "execution_timeout_seconds": info.get("execution_timeout"),
         "run_timeout_seconds": info.get("run_timeout"),
     }
     out["failures_count"] = 0
+    out["paused_at"] = None  # (not kept here)
+    out["search_attributes"] = {}  # (accepted on create, not kept)
+    if "skipped_count" in info:
+        out["info"] = {"skipped_trigger_count": info.get("skipped_count"),
+                       "last_skip_reason": info.get("last_skip_reason"),
+                       "last_skipped_at": info.get("last_skipped_at")}
     latest = info.get("last_fire") or next(
         (f for f in info.get("recent") or () if f.get("workflow_id")), None)
     out["latest_workflow_instance_id"] = (latest or {}).get("workflow_id")
@@ -197,6 +209,8 @@ class RemoteSchedules:
             # the client checked the name, as an embedded client does (a workflow
             # function it imports needs no live worker)
             "require_registered": False,
+            # the SDK's ids and jitter, not only the reference engine's (checked here)
+            "id_rules": "durable",
         }
         await self._call("POST", "", schedule_id, body=body)
 
@@ -207,16 +221,23 @@ class RemoteSchedules:
     async def list(self, limit: int, cursor: str | None = None, *, paused: bool | None = None,
                    workflow_type: str | None = None,
                    query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        params: dict[str, Any] = {"page_size": limit}
-        for name, value in (("next_page_token", cursor), ("workflow_type", workflow_type),
-                            ("query", query),
+        params: dict[str, Any] = {}
+        for name, value in (("workflow_type", workflow_type), ("query", query),
                             ("status", None if paused is None else
                              "paused" if paused else "active")):
             if value is not None:
                 params[name] = value
-        data = await self._call("GET", "", params=params)
-        return ([schedule_from_wire(item) for item in data["schedules"]],
-                data.get("next_page_token"))
+        # The server pages by at most LIST_PAGE_MAX (the reference's bound); a
+        # larger `limit` (the Python API takes up to 10000) is read page after page.
+        items: list[dict[str, Any]] = []
+        while True:
+            data = await self._call("GET", "", params={
+                **params, "page_size": min(LIST_PAGE_MAX, limit - len(items)),
+                **({"next_page_token": cursor} if cursor else {})})
+            items += [schedule_from_wire(item) for item in data["schedules"]]
+            cursor = data.get("next_page_token")
+            if not cursor or len(items) >= limit:
+                return items, cursor
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         await self._call("POST", self._path(schedule_id, "pause"), schedule_id,
@@ -267,6 +288,7 @@ class RemoteSchedules:
             body["memo"] = None if memo is None else json.loads(memo)
         if action:
             body["action"] = action
+        body["id_rules"] = "durable"  # (the SDK's jitter, checked here)
         await self._call("PUT", self._path(schedule_id), schedule_id, body=body)
 
     async def delete(self, schedule_id: str) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import to_iso
 from .avro import CODEC
-from .errors import VERSION, VERSION_HEADER
+from .errors import VERSION, VERSION_HEADER, HTTPError
 from .model import DURABLE_STATUSES, WIRE_STATUSES
 from .schema import TEXT_PATTERN, Schema, check_schema
 from .wire import state_to_wire
@@ -120,6 +120,32 @@ def seconds(description: str, *, minimum: float | None = None,
     if exclusive_minimum is not None:
         schema["exclusiveMinimum"] = exclusive_minimum
     return schema
+
+
+#: the extension field a request sends to be checked by durable's SDK's rules
+#: rather than the reference engine's (its ids, names and bounds are wider);
+#: durable's remote client sends ``"id_rules": "durable"`` on every write
+ID_RULES = ("reference", "durable")
+
+
+def id_rules_field(what: str) -> Schema:
+    """The ``id_rules`` body field; `what` says what the SDK's rules widen here."""
+    return {"type": "string", "enum": list(ID_RULES), "default": "reference",
+            "description": "Extension: whose rules the request is checked by: the reference "
+                           f"engine's (the default) or durable's SDK's ({what}); durable's "
+                           "remote client sends durable."}
+
+
+def durable_rules(body: dict[str, Any] | None) -> bool:
+    """True when the request asked for the SDK's rules (``id_rules: durable``)."""
+    return bool(body) and body.get("id_rules") == "durable"  # type: ignore[union-attr]
+
+
+def reference_refusal(field_name: str, message: str, reason: str = "validation_failed",
+                      ) -> HTTPError:
+    """What the reference engine answers for input it refuses: 422 naming the
+    field in Laravel's shape (its client raises ``InvalidArgument``)."""
+    return HTTPError(422, reason, message, field=field_name, errors={field_name: [message]})
 
 
 WORKFLOW_ID = Param("workflowId", "path", text(1000, "The workflow id."), "The workflow id.",

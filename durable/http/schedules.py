@@ -25,12 +25,32 @@ from ..schedules import Overlap, ScheduleDefinition, ScheduleSpec, check_schedul
 from . import avro, model
 from .errors import HTTPError
 from .remote_schedules import TRIGGER_OUTCOMES, schedule_to_wire, spec_from_wire
-from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Operation, Param, Reply, seconds, text
+from .routes import (
+    ANY_OBJECT,
+    ERROR_SCHEMA,
+    Call,
+    Operation,
+    Param,
+    Reply,
+    durable_rules,
+    id_rules_field,
+    reference_refusal,
+    seconds,
+    text,
+)
 from .schema import check_schema
 
 OVERLAPS = [o.value for o in Overlap]
-SCHEDULE_ID = Param("scheduleId", "path", text(200, "The schedule id."), "The schedule id.",
+SCHEDULE_ID = Param("scheduleId", "path", text(255, "The schedule id."), "The schedule id.",
                     required=True)
+#: the reference engine's bounds (its ScheduleController's rules): a schedule id
+#: of at most 128 characters, a jitter of 0 to 3600 whole seconds, pages of 1
+#: to 200 schedules (50 by default), history pages clamped to 1..500 (100)
+REFERENCE_SCHEDULE_ID_MAX = 128
+REFERENCE_JITTER_MAX = 3600
+LIST_PAGE_MAX = 200
+HISTORY_PAGE_MAX = 500
+_ID_RULES = id_rules_field("schedule ids of up to 238 characters, any jitter")
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 _OVERLAP = {"type": ["string", "null"], "enum": [*OVERLAPS, None],
             "description": "What a fire does while an earlier run is open (default skip)."}
@@ -66,15 +86,21 @@ ACTION_SCHEMA = {
                                  "holding their list ({codec, blob}), or a JSON array."},
         "execution_timeout_seconds": seconds("Each run's execution timeout.", minimum=1),
         "run_timeout_seconds": seconds("Each run's run timeout.", minimum=1),
+        # the reference takes these older names too
+        "workflow_execution_timeout": seconds("execution_timeout_seconds's other name.",
+                                              minimum=1),
+        "workflow_run_timeout": seconds("run_timeout_seconds's other name.", minimum=1),
     },
 }
+_ALIASES = {"workflow_execution_timeout": "execution_timeout_seconds",
+            "workflow_run_timeout": "run_timeout_seconds"}
 _SETTINGS = {
     "overlap_policy": _OVERLAP,
     "jitter_seconds": seconds("Each fire starts up to this late (fixed per fire).",
                               minimum=0),
     "catchup_window_seconds": seconds("A fire missed while no worker ran starts if one is "
                                       "back within this long (default 3600).", minimum=1),
-    "max_runs": {"type": ["integer", "null"], "minimum": 0,
+    "max_runs": {"type": ["integer", "null"], "minimum": 1,
                  "description": "How many more scheduled runs may start (null: no limit)."},
     "memo": {"type": ["object", "null"], "description": "The runs' memo."},
     "note": {**_NULLABLE_TEXT, "maxLength": 1000},
@@ -82,7 +108,9 @@ _SETTINGS = {
 CREATE_BODY = check_schema({
     "type": "object", "required": ["spec", "action"], "additionalProperties": False,
     "properties": {
-        "schedule_id": {**text(200, "Unique per namespace (default: a new id)."),
+        "schedule_id": {**text(238, "Unique per namespace (default: a new id): at most "
+                                    "128 characters, as the reference engine's; with "
+                                    "id_rules durable, the SDK's 238."),
                         "type": ["string", "null"]},
         "spec": SPEC_SCHEMA,
         "action": {**ACTION_SCHEMA, "required": ["workflow_type"]},
@@ -91,6 +119,7 @@ CREATE_BODY = check_schema({
         "search_attributes": {"type": ["object", "null"],
                               "description": "Accepted for the reference's clients; "
                                              "ignored."},
+        "id_rules": _ID_RULES,
         "require_registered": {
             "type": "boolean", "default": True,
             "description": "Refuse (400 not_registered) a type no live worker registers."},
@@ -99,7 +128,7 @@ CREATE_BODY = check_schema({
 UPDATE_BODY = check_schema({
     "type": "object", "additionalProperties": False,
     "properties": {"spec": SPEC_SCHEMA, "action": ACTION_SCHEMA, **_SETTINGS,
-                   "search_attributes": {"type": ["object", "null"]}},
+                   "search_attributes": {"type": ["object", "null"]}, "id_rules": _ID_RULES},
 })
 NOTE_BODY = check_schema({"type": "object", "additionalProperties": False,
                           "properties": {"note": {**_NULLABLE_TEXT, "maxLength": 1000}}})
@@ -135,19 +164,51 @@ OUTCOME_REPLY = {"type": "object", "required": ["schedule_id", "outcome"],
 
 
 def _instant(text_value: str, what: str) -> datetime.datetime:
+    """A backfill bound: ISO 8601, a date or a date-time; without an offset it
+    is UTC (the reference engine reads it in its UTC application time zone).
+    Not a date: 422 naming the field, as the reference's ``date`` rule."""
     try:
         value = datetime.datetime.fromisoformat(text_value)
     except ValueError:
-        raise ConfigurationError(
-            f"{what} must be an ISO 8601 date-time such as 2026-04-01T00:00:00Z, got "
-            f"{text_value!r}") from None
+        raise reference_refusal(what, (
+            f"{what} must be an ISO 8601 date or date-time such as 2026-04-01T00:00:00Z, "
+            f"got {text_value!r}")) from None
     if value.tzinfo is None:
-        raise ConfigurationError(f"{what} {text_value!r} needs a UTC offset (Z or +02:00)")
+        value = value.replace(tzinfo=datetime.UTC)
     return value
 
 
 def _spec(data: dict[str, Any]) -> ScheduleSpec:
-    return ScheduleSpec.from_dict(spec_from_wire(data))
+    """Our spec from the wire's; one that does not make a schedule is 422 as the
+    reference answers it: ``invalid_cron_expression`` naming
+    ``spec.cron_expressions``, else ``invalid_schedule_spec`` naming ``spec``."""
+    try:
+        return ScheduleSpec.from_dict(spec_from_wire(data))
+    except ConfigurationError as exc:
+        message = str(exc)
+        if "cron expression" in message:
+            raise reference_refusal("spec.cron_expressions", message,
+                                    "invalid_cron_expression") from None
+        raise reference_refusal("spec", message, "invalid_schedule_spec") from None
+
+
+def _check_reference_bounds(body: dict[str, Any], schedule_id: str | None) -> None:
+    """Refuse what the reference engine's schedule routes refuse (422 naming the
+    field), unless the request asks for the SDK's rules (``id_rules``), which
+    take schedule ids of up to 238 characters and any jitter."""
+    if durable_rules(body):
+        return
+    if schedule_id is not None and len(schedule_id) > REFERENCE_SCHEDULE_ID_MAX:
+        raise reference_refusal("schedule_id", (
+            f"schedule_id is {len(schedule_id)} characters long; the reference engine takes "
+            f"at most {REFERENCE_SCHEDULE_ID_MAX}. Choose a shorter id, or send \"id_rules\": "
+            "\"durable\" for durable's SDK's (at most 238)"))
+    jitter = body.get("jitter_seconds")
+    if jitter is not None and (jitter != int(jitter) or jitter > REFERENCE_JITTER_MAX):
+        raise reference_refusal("jitter_seconds", (
+            f"jitter_seconds must be a whole number of seconds from 0 to "
+            f"{REFERENCE_JITTER_MAX} (the reference engine's bound), got {jitter!r}; send "
+            "\"id_rules\": \"durable\" for durable's SDK's (any duration)"))
 
 
 def _arguments(value: Any) -> list[Any]:
@@ -155,6 +216,17 @@ def _arguments(value: Any) -> list[Any]:
         return model.payload_in(value, "action.input")
     except avro.PayloadCodecError as exc:
         raise PayloadRejected(f"action.input: {exc}") from None
+
+
+def _action(body: dict[str, Any]) -> dict[str, Any]:
+    """The body's action, the reference's older timeout names read as the new
+    ones (a new name given wins)."""
+    action = dict(body.get("action") or {})
+    for old, new in _ALIASES.items():
+        value = action.pop(old, None)
+        if value is not None and action.get(new) is None:
+            action[new] = value
+    return action
 
 
 def _options(action: dict[str, Any], memo: Any) -> StartOptions:
@@ -174,8 +246,9 @@ async def list_schedules(call: Call) -> tuple[int, Any]:
         page = await call.client.list_schedules_page(
             limit=p["page_size"], cursor=p.get("next_page_token") or None,
             status=p.get("status"), workflow_type=p.get("workflow_type"), query=p.get("query"))
-    except ConfigurationError as exc:
-        raise HTTPError(400, "invalid_argument", str(exc), field="next_page_token") from None
+    except ConfigurationError as exc:  # (the reference's answer to a token it did not sign)
+        raise HTTPError(400, "malformed_schedule_page_token", str(exc), field="next_page_token",
+                        errors={"next_page_token": [str(exc)]}) from None
     shown = [schedule_to_wire(i) for i in page.items]
     return 200, {"schedules": shown, "schedule_count": len(shown),
                  "next_page_token": page.next_cursor}
@@ -184,8 +257,12 @@ async def list_schedules(call: Call) -> tuple[int, Any]:
 async def create_schedule(call: Call) -> tuple[int, Any]:
     body = call.body
     client = call.client
-    schedule_id = check_schedule_id(body.get("schedule_id") or uuid.uuid4().hex)
-    action = body["action"]
+    _check_reference_bounds(body, body.get("schedule_id"))
+    try:
+        schedule_id = check_schedule_id(body.get("schedule_id") or uuid.uuid4().hex)
+    except ConfigurationError as exc:
+        raise reference_refusal("schedule_id", str(exc)) from None
+    action = _action(body)
     wf_type = action["workflow_type"]
     fields = client._schedule_fields(
         schedule_id=schedule_id, spec=_spec(body["spec"]),
@@ -208,6 +285,7 @@ async def describe_schedule(call: Call) -> tuple[int, Any]:
 
 async def update_schedule(call: Call) -> tuple[int, Any]:
     body = call.body
+    _check_reference_bounds(body, None)
     handle = call.client.get_schedule(call.params["scheduleId"])
     changes: dict[str, Any] = {}
     for wire, key in (("overlap_policy", "overlap"), ("jitter_seconds", "jitter"),
@@ -218,7 +296,7 @@ async def update_schedule(call: Call) -> tuple[int, Any]:
         changes["max_runs"] = body["max_runs"]
     if body.get("spec") is not None:
         changes["spec"] = _spec(body["spec"])
-    action = body.get("action") or {}
+    action = _action(body)
     if action.get("workflow_type"):
         changes["workflow"] = action["workflow_type"]
     if "input" in action:
@@ -252,21 +330,45 @@ async def resume_schedule(call: Call) -> tuple[int, Any]:
 
 
 async def trigger_schedule(call: Call) -> tuple[int, Any]:
-    fire = await call.client.get_schedule(call.params["scheduleId"]).trigger(
-        call.body.get("overlap_policy"))
-    return 200, {**fire, "schedule_id": call.params["scheduleId"],
-                 "outcome": TRIGGER_OUTCOMES[fire["outcome"]], "fire_outcome": fire["outcome"]}
+    handle = call.client.get_schedule(call.params["scheduleId"])
+    fire = await handle.trigger(call.body.get("overlap_policy"))
+    outcome = TRIGGER_OUTCOMES[fire["outcome"]]
+    if fire.get("reason") == "buffer_full":  # (the reference names this skip apart)
+        outcome = "buffer_full"
+    reply = {**fire, "schedule_id": call.params["scheduleId"], "outcome": outcome,
+             "fire_outcome": fire["outcome"]}
+    if fire["outcome"] == "buffered":  # the reference says how many fires wait
+        reply["buffer_depth"] = (await handle.describe())["buffered_count"]
+    return 200, reply
 
 
 async def backfill_schedule(call: Call) -> tuple[int, Any]:
     body = call.body
     start = _instant(body["start_time"], "start_time")
     end = _instant(body["end_time"], "end_time")
+    if end <= start:
+        raise HTTPError(422, "invalid_time_range", (
+            f"end_time must be after start_time (got {body['start_time']!r} to "
+            f"{body['end_time']!r}): a backfill fires every fire time in [start_time, "
+            "end_time)"), field="end_time")
     done = await call.client.get_schedule(call.params["scheduleId"]).backfill(
         start, end, body.get("overlap_policy"))
     results = [{**r, "fire_time": r["scheduled_at"]} for r in done["results"]]
-    return 200, {**done, "results": results, "outcome": "backfilled",
+    return 200, {**done, "results": results, "outcome": "backfill_started",
                  "fires_attempted": done["fires"]}
+
+
+def _after_sequence(raw: str | None) -> int:
+    """The history's ``after_sequence``: a whole number from 0 (absent: 0);
+    else 422 ``invalid_after_sequence``, the reference's answer."""
+    if raw is None or raw == "":
+        return 0
+    if raw.lstrip("-").isdigit() and int(raw) >= 0:
+        return int(raw)
+    raise HTTPError(422, "invalid_after_sequence",
+                    f"after_sequence must be a non-negative integer, got {raw[:40]!r}",
+                    field="after_sequence",
+                    errors={"after_sequence": ["must be a non-negative integer"]})
 
 
 async def schedule_history(call: Call) -> tuple[int, Any]:
@@ -275,8 +377,10 @@ async def schedule_history(call: Call) -> tuple[int, Any]:
     waiting or running (not an audit log of every change: a deleted schedule
     has none)."""
     info = await call.client.get_schedule(call.params["scheduleId"]).describe()
-    after = call.params["after_sequence"]
+    after = _after_sequence(call.params.get("after_sequence"))
+    # as the reference: a limit under 1 is the default, over 500 is 500
     limit = call.params["limit"]
+    limit = 100 if limit < 1 else min(limit, HISTORY_PAGE_MAX)
     fires = sorted({f["seq"]: f for f in [*info["recent"], *info["buffered"]]}.values(),
                    key=lambda f: f["seq"])
     fresh = [f for f in fires if f["seq"] > after]
@@ -364,21 +468,22 @@ def schedule_operations() -> list[Operation]:
             list_schedules, tags=tags,
             params=(
                 Param("page_size", "query",
-                      {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 1000},
-                      "At most this many, by id."),
+                      {"type": "integer", "minimum": 1, "maximum": LIST_PAGE_MAX,
+                       "default": 50},
+                      "At most this many, by id: 1 to 200 (the reference's bound)."),
                 Param("status", "query", {"type": "string", "enum": ["active", "paused"]},
                       "Only active or only paused schedules."),
-                Param("workflow_type", "query", text(1000, "Only this workflow type."),
+                Param("workflow_type", "query", text(255, "Only this workflow type."),
                       "Only schedules starting this type."),
-                Param("query", "query", text(200, "A part of the schedule id."),
+                Param("query", "query", text(2048, "A part of the schedule id."),
                       "Only ids containing this."),
-                Param("next_page_token", "query", text(1000, "The previous page's token."),
+                Param("next_page_token", "query", text(8192, "The previous page's token."),
                       "The next_page_token of the previous page (same filters)."),
             ),
             replies=(Reply(200, "{schedules, schedule_count, next_page_token}: by id; "
                                 "next_page_token is null on the last page", ANY_OBJECT),
-                     Reply(400, "invalid_argument: a next_page_token this server did not "
-                                "give", ERROR_SCHEMA)),
+                     Reply(400, "malformed_schedule_page_token: a next_page_token this "
+                                "server did not give", ERROR_SCHEMA)),
         ),
         Operation(
             "POST", "/api/schedules", "createSchedule", "Create a schedule", create_schedule,
@@ -426,7 +531,7 @@ def schedule_operations() -> list[Operation]:
             "POST", "/api/schedules/{scheduleId}/backfill", "backfillSchedule",
             "Fire every fire time in [start_time, end_time)", backfill_schedule, "operator",
             tags=tags, params=by_id, body=BACKFILL_BODY, body_required=True,
-            replies=(Reply(200, "{outcome: backfilled, fires_attempted, results, fires, "
+            replies=(Reply(200, "{outcome: backfill_started, fires_attempted, results, fires, "
                                 "started, buffered, skipped, already_fired}", ANY_OBJECT),
                      not_found),
         ),
@@ -436,11 +541,13 @@ def schedule_operations() -> list[Operation]:
             tags=tags,
             params=(SCHEDULE_ID,
                     Param("limit", "query",
-                          {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
-                          "At most this many events."),
-                    Param("after_sequence", "query",
-                          {"type": "integer", "minimum": 0, "default": 0},
-                          "Only events after this sequence (next_cursor).")),
+                          {"type": "integer", "minimum": -2_147_483_648,
+                           "maximum": 2_147_483_647, "default": 100},
+                          "At most this many events: under 1 reads 100, over 500 reads 500 "
+                          "(the reference clamps it)."),
+                    Param("after_sequence", "query", text(40, "A sequence."),
+                          "Only events after this sequence (next_cursor), a whole number "
+                          "from 0; else 422 invalid_after_sequence.")),
             replies=(Reply(200, "{schedule_id, namespace, events, has_more, next_cursor}",
                            ANY_OBJECT), not_found),
         ),

@@ -65,8 +65,7 @@ def describe(namespace: str, schedule_id: str,
                 max_runs=s.max_runs, task_queue=s.task_queue,
                 execution_timeout=s.start_options.get("execution_timeout"),
                 run_timeout=s.start_options.get("run_timeout"),
-                last_skip_reason=s.last_skip_reason, last_skipped_at=to_iso(s.last_skipped_at),
-                created_at=to_iso(s.created_at), updated_at=to_iso(s.updated_at))
+                last_skip_reason=s.last_skip_reason, last_skipped_at=to_iso(s.last_skipped_at))
 
 
 def _run_status(fire: FireRecord, instance_status: str | None) -> str | None:
@@ -143,6 +142,7 @@ def _summary(s: ScheduleRecord, now: float) -> dict[str, Any]:
         "skipped_count": s.skipped_count, "remaining_actions": s.remaining_actions,
         "buffered_count": s.buffered, "overdue_since": to_iso(_overdue_since(s, now)),
         "ended": _ended(s, now),
+        "created_at": to_iso(s.created_at), "updated_at": to_iso(s.updated_at),
     }
 
 

@@ -20,12 +20,15 @@ from starlette.routing import BaseRoute, Route
 from ...present_ops import schedule_ended, schedule_overdue
 from ...schedules import Overlap
 from ..errors import HTTPError, classify
+from ..remote_schedules import LIST_PAGE_MAX
 from .pages import NOTICES, UIError, Visitor, _required
 
 if TYPE_CHECKING:
     from .pages import WebUI
 
 OVERLAPS = [o.value for o in Overlap]
+#: the most schedules the list page shows (read LIST_PAGE_MAX at a time)
+LIST_SCAN = 1000
 NOTICES.update({
     "schedule-paused": "The schedule is paused: it fires no more until it is resumed.",
     "schedule-resumed": "The schedule is resumed: it fires from its next fire time (fires "
@@ -70,9 +73,17 @@ class SchedulePages:
         return dict(info)
 
     async def list(self, request: Request, visitor: Visitor) -> Response:
-        _, page = await self.ui.perform(request, visitor, "listSchedules", {})
-        return self.ui.render(request, visitor, "schedules.html",
-                              items=page.get("schedules") or [], when_text=when_text)
+        # the first LIST_SCAN schedules, a page (at most the reference's 200) at a time
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"page_size": LIST_PAGE_MAX}
+        while True:
+            _, page = await self.ui.perform(request, visitor, "listSchedules", params)
+            items += page.get("schedules") or []
+            params["next_page_token"] = page.get("next_page_token")
+            if not params["next_page_token"] or len(items) >= LIST_SCAN:
+                break
+        return self.ui.render(request, visitor, "schedules.html", items=items,
+                              when_text=when_text)
 
     async def detail(self, request: Request, visitor: Visitor) -> Response:
         info = await self._describe(request, visitor)
