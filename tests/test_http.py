@@ -343,6 +343,60 @@ async def test_a_start_takes_the_reference_engines_ids_unless_it_asks_for_durabl
 
 
 @HTTP_ONLY
+async def test_names_and_cleanup_budgets_the_reference_refuses_are_refused_unless_asked(
+        plane: Plane) -> None:
+    """A signal, query or update name over 256 bytes of UTF-8 and a cleanup
+    budget outside 1..3600 whole seconds: 422 naming the field, the reference's
+    answer, unless the request asks for the SDK's rules (id_rules: durable)."""
+    assert (await plane.start("n-1")).status_code == 201
+    run = "/api/workflows/n-1"
+    long_name = "ü" * 129  # 129 characters, 258 bytes
+    for kind, field in (("signal", "signal_name"), ("query", "query_name"),
+                        ("update", "update_name")):
+        refused = await plane.http.post(f"{run}/{kind}/{long_name}", json={},
+                                        headers=AS_OPERATOR)
+        assert refused.status_code == 422, (kind, refused.text)
+        assert list(error_of(refused)["errors"]) == [field]
+        assert '"id_rules": "durable"' in error_of(refused)["message"]
+    taken = await plane.http.post(f"{run}/signal/{long_name}", json={"id_rules": "durable"},
+                                  headers=AS_OPERATOR)
+    assert taken.status_code == 202, taken.text
+    assert (await plane.http.post(f"{run}/signal/{'é' * 128}", json={},  # 256 bytes
+                                  headers=AS_OPERATOR)).status_code == 202
+    with_start = await plane.http.post("/api/signal-with-start", headers=AS_OPERATOR, json={
+        "workflow_type": "napper", "workflow_id": "n-2", "signal": long_name,
+        "require_registered": False})
+    assert with_start.status_code == 422 and list(error_of(with_start)["errors"]) == ["signal"]
+    for budget in (0.5, 3601, 1.5):
+        refused = await plane.http.post(f"{run}/request-cancellation", headers=AS_OPERATOR,
+                                        json={"cleanup_timeout_seconds": budget})
+        assert refused.status_code == 422, (budget, refused.text)
+        assert list(error_of(refused)["errors"]) == ["cleanup_timeout_seconds"]
+    asked = await plane.http.post(f"{run}/request-cancellation", headers=AS_OPERATOR,
+                                  json={"cleanup_timeout_seconds": 7200.5,
+                                        "id_rules": "durable"})
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["request"]["cleanup_timeout_seconds"] == 7200.5
+    assert (await plane.start("n-3")).status_code == 201
+    assert (await plane.http.post("/api/workflows/n-3/request-cancellation",
+                                  headers=AS_OPERATOR,
+                                  json={"cleanup_timeout_seconds": 3600})).status_code == 202
+
+
+@HTTP_ONLY
+@pytest.mark.remote_client
+async def test_the_sdk_keeps_its_wider_names_and_budgets_through_the_control_plane(
+        client: durable.Client) -> None:
+    """durable's remote client sends id_rules: durable, so a name over the
+    reference's 256 bytes and a budget over its hour work remotely as embedded."""
+    handle = await client.start(napper, 3600, id="wide-1")
+    await handle.signal("ü" * 200)
+    answer = await handle.request_cancellation("done", cleanup_timeout=7200.5)
+    context = answer.context
+    assert answer.accepted and (context.deadline - context.requested_at).total_seconds() == 7200.5
+
+
+@HTTP_ONLY
 async def test_body_that_is_not_json_is_400(plane: Plane) -> None:
     for raw in (b"{not json", b"\xff\xfe", b'{"a": NaN}', b"[" * 100_000):
         response = await plane.http.post("/api/workflows", content=raw,

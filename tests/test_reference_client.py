@@ -479,6 +479,13 @@ async def test_error_mapping(live: Live) -> None:
                 await c.get_history("e-1", run_id, page_size=1001)
             assert list(refused.value.errors) == ["page_size"]
             assert (await c.get_history("e-1", run_id, page_size=1000))["events"]
+            # a signal, query or update name over 256 bytes of UTF-8
+            with pytest.raises(dw_errors.InvalidArgument) as refused:
+                await c.signal_workflow("e-1", "ü" * 129)
+            assert list(refused.value.errors) == ["signal_name"]
+            with pytest.raises(dw_errors.InvalidArgument) as refused:
+                await c.query_workflow("e-1", "ü" * 129)
+            assert list(refused.value.errors) == ["query_name"]
             for bad in ("zzz", "bm90IGEgdG9rZW4="):  # a page token this server never gave
                 with pytest.raises(dw_errors.ServerError) as caught:
                     await c.list_workflows(page_size=1, next_page_token=bad)

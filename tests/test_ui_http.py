@@ -258,14 +258,15 @@ async def test_operator_actions_go_through_the_api_operations(ui: Browserless) -
     assert csrf is not None
     response = await ui.http.post(f"/ui/run/request-cancellation?wf=act-a&run={run_a}",
                                   data={"csrf": csrf.group(1), "reason": "from the UI",
-                                        "cleanup_timeout_seconds": "12"})
+                                        # the SDK's budgets (over the reference's hour)
+                                        "cleanup_timeout_seconds": "7200.5"})
     assert response.status_code == 303
     assert response.headers["location"].endswith("notice=cancellation-requested")
     info = await ui.storage.get_handle("act-a").describe()
     request = info["cancellation"]
     assert request["reason"] == "from the UI" and request["source"] == "web_ui"
     assert request["requester"] == {"type": "web_ui", "id": None, "label": "operator"}
-    assert request["cleanup_timeout_seconds"] == 12
+    assert request["cleanup_timeout_seconds"] == 7200.5
     # a repeat is the API's 200: the original request stands
     again = await ui.http.post(f"/ui/run/request-cancellation?wf=act-a&run={run_a}",
                                data={"csrf": csrf.group(1), "cleanup_timeout_seconds": "99"})

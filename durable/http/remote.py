@@ -228,7 +228,7 @@ class RemoteControl:
         _, data = await self._call(
             "POST", self._run_path(workflow_id, run_id, "request-cancellation"),
             body={"reason": reason, "cleanup_timeout_seconds": cleanup_timeout,
-                  "requester": requester, "source": source})
+                  "requester": requester, "source": source, "id_rules": "durable"})
         return not data["duplicate"], record_from_wire(data["request"])
 
     async def close_run(self, workflow_id: str, run_id: str | None, *, status: str,
@@ -284,7 +284,8 @@ class RemoteControl:
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
                      sender: dict[str, Any] | None = None,
                      request_id: str | None = None) -> bool:
-        body: dict[str, Any] = {"input": json.loads(args), "request_id": request_id}
+        body: dict[str, Any] = {"input": json.loads(args), "request_id": request_id,
+                                "id_rules": "durable"}
         if sender is not None:  # the server records who its caller says asked
             body.update(requester=sender.get("requester"), source=sender.get("source"))
         _, data = await self._call("POST", self._run_path(workflow_id, run_id,
@@ -303,7 +304,7 @@ class RemoteControl:
                     wait: float) -> str:
         _, data = await self._call(
             "POST", self._run_path(workflow_id, run_id, f"query/{_segment(name)}"),
-            body={"input": json.loads(args), "timeout_seconds": wait},
+            body={"input": json.loads(args), "timeout_seconds": wait, "id_rules": "durable"},
             read_timeout=wait + self.timeout)
         return encode_payload(data["result"])
 
@@ -321,6 +322,7 @@ class RemoteControl:
                     "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
                     body={"input": json.loads(args), "request_id": update_id,
                           "wait_for": "completed", "wait_timeout_seconds": step,
+                          "id_rules": "durable",
                           **({} if sender is None else {
                               "requester": sender.get("requester"),
                               "source": sender.get("source")})},
@@ -340,7 +342,7 @@ class RemoteControl:
         _, data = await self._call(
             "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
             body={"input": json.loads(args), "request_id": update_id,
-                  "wait_for": "accepted", "wait_timeout_seconds": step,
+                  "wait_for": "accepted", "wait_timeout_seconds": step, "id_rules": "durable",
                   **({} if sender is None else {"requester": sender.get("requester"),
                                                 "source": sender.get("source")})},
             read_timeout=step + self.timeout)

@@ -29,6 +29,7 @@ from .errors import HTTPError
 from .model import parse_payload
 from .routes import (
     ERROR_SCHEMA,
+    ID_RULES,
     RUN_ID,
     WAIT,
     WORKFLOW_ID,
@@ -39,6 +40,9 @@ from .routes import (
     Reply,
     Schema,
     check_schema,
+    durable_rules,
+    id_rules_field,
+    reference_refusal,
     seconds,
     text,
 )
@@ -52,7 +56,12 @@ DUPLICATE_POLICIES = ("fail", "use-existing")
 #: the reference engine's workflow ids (its start: ``max:128``,
 #: ``regex:/^[a-zA-Z0-9._:-]+$/``); durable's SDK takes more (`_validate.name`)
 REFERENCE_ID = re.compile(r"[a-zA-Z0-9._:-]{1,128}")
-ID_RULES = ("reference", "durable")
+#: the reference engine's bounds on a signal, query or update name (bytes of
+#: UTF-8) and on a cancellation's cleanup budget (whole seconds); the SDK takes
+#: names of 255 characters and any budget over 0 (`id_rules: durable`)
+REFERENCE_NAME_BYTES = 256
+REFERENCE_CLEANUP = (1, 3600)
+_NAME_RULES = id_rules_field("signal, query and update names of up to 255 characters")
 
 START_BODY = check_schema({
     "type": "object",
@@ -119,6 +128,7 @@ SIGNAL_BODY = check_schema({
                       "description": "Extension: who sends it (recorded as given); by "
                                      "default the role."},
         "source": {**text(200, "Extension: where the signal came from."), "default": "http"},
+        "id_rules": _NAME_RULES,
     },
 })
 QUERY_BODY = check_schema({
@@ -129,6 +139,7 @@ QUERY_BODY = check_schema({
             **seconds("Extension: how long to wait for a worker's answer (capped by the "
                       "server's max_wait); the request is withdrawn after.",
                       exclusive_minimum=0, nullable=False), "default": 10},
+        "id_rules": _NAME_RULES,
     },
 })
 UPDATE_BODY = check_schema({
@@ -152,6 +163,7 @@ UPDATE_BODY = check_schema({
                       "description": "Extension: who asks (recorded as given); by default "
                                      "the role."},
         "source": {**text(200, "Extension: where the update came from."), "default": "http"},
+        "id_rules": _NAME_RULES,
     },
 })
 CANCELLATION_BODY = check_schema({
@@ -166,6 +178,7 @@ CANCELLATION_BODY = check_schema({
                       "description": "Extension: who asks (recorded as given)."},
         "source": {**text(200, "Extension: where the request came from."),
                    "default": "http"},
+        "id_rules": id_rules_field("any cleanup budget over 0 seconds"),
     },
 })
 CLOSE_BODY = check_schema({
@@ -311,6 +324,7 @@ async def start_workflow(call: Call) -> tuple[int, Any]:
 async def signal_with_start(call: Call) -> tuple[int, Any]:
     body = call.body
     request = await start_request(call)
+    _check_name_bytes(body["signal"], "signal", body)
     args = _arguments(body.get("signal_input"), "signal_input")
     result = await call.client.control.signal_with_start(request, body["signal"],
                                                          encode_payload(args))
@@ -406,8 +420,25 @@ def _sender(call: Call) -> dict[str, Any]:
             "source": call.body.get("source") or "http"}
 
 
+def _check_name(call: Call, param: str, field_name: str) -> None:
+    """Refuse a signal, query or update name over the reference engine's 256
+    bytes (422 naming the field, its answer), unless the request asks for the
+    SDK's rules (``id_rules``: names of up to 255 characters, the path's bound)."""
+    _check_name_bytes(call.params[param], field_name, call.body)
+
+
+def _check_name_bytes(name: str, field_name: str, body: dict[str, Any]) -> None:
+    size = len(name.encode())
+    if size > REFERENCE_NAME_BYTES and not durable_rules(body):
+        raise reference_refusal(field_name, (
+            f"{field_name} is {size} bytes of UTF-8; the reference engine takes at most "
+            f"{REFERENCE_NAME_BYTES}. Use a shorter name, or send \"id_rules\": \"durable\" "
+            "for durable's SDK's (up to 255 characters)"))
+
+
 async def signal(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
+    _check_name(call, "signalName", "signal_name")
     args = _arguments(body.get("input"), "input")
     key = body.get("request_id") or None
     recorded = await call.client.control.signal(
@@ -420,6 +451,7 @@ async def signal(call: Call) -> tuple[int, Any]:
 
 async def query(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
+    _check_name(call, "queryName", "query_name")
     wait = min(float(body.get("timeout_seconds", 10)), call.max_wait)
     args = _arguments(body.get("input"), "input")
     answer = await call.client.control.query(p["workflowId"], p.get("runId"), p["queryName"],
@@ -431,6 +463,7 @@ async def query(call: Call) -> tuple[int, Any]:
 
 async def update(call: Call) -> tuple[int, Any]:
     p, body = call.params, call.body
+    _check_name(call, "updateName", "update_name")
     requested = body.get("wait_timeout_seconds")
     wait = call.max_wait if requested is None else min(float(requested), call.max_wait)
     update_id = body.get("request_id") or uuid.uuid4().hex
@@ -467,6 +500,13 @@ async def request_cancellation(call: Call) -> tuple[int, Any]:
         raise await _not_found(call, wf, run)
     requester = body.get("requester") or {"type": "http", "id": None, "label": call.role}
     cleanup = body.get("cleanup_timeout_seconds")
+    low, high = REFERENCE_CLEANUP
+    if cleanup is not None and not durable_rules(body) and (
+            cleanup != int(cleanup) or not low <= cleanup <= high):
+        raise reference_refusal("cleanup_timeout_seconds", (
+            f"cleanup_timeout_seconds must be a whole number from {low} to {high} (the "
+            f"reference engine's bound), got {cleanup!r}; send \"id_rules\": \"durable\" "
+            "for durable's SDK's (any duration over 0)"))
     accepted, record = await control.request_cancellation(
         wf, run, reason=body.get("reason") or "cancellation requested",
         cleanup_timeout=float(30 if cleanup is None else cleanup),
