@@ -10,6 +10,7 @@ and activities they share; a driver's author runs them as one suite.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -55,9 +56,18 @@ def thread_loop(key: str) -> str:
     return "finished"
 
 
+#: a `cleanup` for one of these keys returns once the test sets its event (at
+#: the latest after its `seconds`), not after a fixed time
+RELEASE: dict[str, threading.Event] = {}
+
+
 @activity.defn
 def cleanup(key: str, seconds: float) -> str:
-    time.sleep(seconds)  # deliberately deaf to stop requests
+    release = RELEASE.get(key)
+    if release is None:
+        time.sleep(seconds)  # deliberately deaf to stop requests
+    else:
+        release.wait(seconds)  # as deaf, until the test has seen what it waits for
     effect(key, "cleanup")
     return "cleaned"
 
@@ -387,19 +397,27 @@ async def test_cleanup_deadline_expiry_revokes_authority(
     client: durable.Client, make_worker: Any
 ) -> None:
     key = f"expiry-{uuid.uuid4().hex[:10]}"
-    async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
-        handle = await client.start(guarded, key, "timer", "try_cancel", 3.0, id=key)
-        await started(handle, "TimerScheduled")
-        await handle.request_cancellation(reason="hurry", cleanup_timeout=1)
-        with pytest.raises(durable.WorkflowCancelled):
-            await handle.result()
-        info = await handle.describe()
-        assert info["closed_reason"] == "deadline_expired"
-        assert info["cancellation"]["lifecycle"] == "deadline_expired"
-        # the cleanup attempt was fenced; its late result is refused, visibly
-        with anyio.fail_after(10):
-            while "ActivityResultRefused" not in await types_of(handle):
-                await anyio.sleep(0.05)
+    # the cleanup outlasts its 1 s deadline: it returns only once the run closed
+    # on it (it slept a fixed 3 s)
+    RELEASE[key] = threading.Event()
+    try:
+        async with make_worker(workflows=[guarded], activities=ALL_ACTIVITIES):
+            handle = await client.start(guarded, key, "timer", "try_cancel", 60.0, id=key)
+            await started(handle, "TimerScheduled")
+            await handle.request_cancellation(reason="hurry", cleanup_timeout=1)
+            with pytest.raises(durable.WorkflowCancelled):
+                await handle.result()
+            info = await handle.describe()
+            assert info["closed_reason"] == "deadline_expired"
+            assert info["cancellation"]["lifecycle"] == "deadline_expired"
+            assert "cleanup" not in EFFECTS.get(key, [])
+            RELEASE[key].set()
+            # the cleanup attempt was fenced; its late result is refused, visibly
+            with anyio.fail_after(10):
+                while "ActivityResultRefused" not in await types_of(handle):
+                    await anyio.sleep(0.05)
+    finally:
+        RELEASE.pop(key).set()
     assert "cleanup" in EFFECTS[key]  # the external effect happened: the app reconciles it
 
 
