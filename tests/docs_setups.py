@@ -230,10 +230,11 @@ async def open_clients(ns: Namespace) -> None:
 async def operate(ns: Namespace) -> None:
     import hello  # type: ignore[import-not-found]  # the page's hello.py, saved by the block
 
-    async with durable.connect("sqlite://:memory:") as client:
-        async with durable.Worker(client, workflows=[hello.hello],
-                                  activities=[hello.greet, hello.shout], poll_interval=0.1):
-            lines = await printed_async(lambda: ns["operate"](client))
+    # on virtual time: the page's hello sleeps a 2 s durable timer per run
+    # (two runs, on each host loop: 8 s of the suite)
+    async with TimeSkippingEnvironment(start=DOCS_START) as env:
+        async with env.worker(workflows=[hello.hello], activities=[hello.greet, hello.shout]):
+            lines = await printed_async(lambda: ns["operate"](env.client))
     assert lines[0] == "HELLO, ADA!" and lines[1] == "HELLO, GRACE!", lines
     assert lines[2].startswith("completed ") and lines[2].endswith(" []"), lines
 
