@@ -248,6 +248,30 @@ async def test_a_claim_takes_a_fair_share_of_the_ready_runs(pg_urls: tuple[str, 
         assert (len(got), got.left) == (3, 2)  # ceil(5 / 2)
 
 
+async def test_a_claim_takes_no_more_than_its_limit_after_the_runs_table_was_emptied(
+        pg_urls: tuple[str, str]) -> None:
+    """The one-statement claim picks its runs (LIMIT, FOR UPDATE SKIP LOCKED)
+    once. It read ``UPDATE runs ... WHERE run_id IN (pick)``: once the runs
+    table had been emptied and analyzed (retention's pruning, autovacuum), the
+    planner guessed one row and ran the pick again for every row it scanned,
+    each time skipping the rows the statement had just updated, so a claim of
+    2 took all 30 ready runs (a worker's capacity and fair share overrun)."""
+    async with durable.connect(pg_urls[0]) as client:
+        for i in range(200):
+            await client.start(flow, 1, id=f"pruned-{i}", task_queue="old")
+        await rows(client, "DELETE FROM runs")
+        await rows(client, "DELETE FROM workflows")
+        await rows(client, "ANALYZE runs")
+        for i in range(30):
+            await client.start(flow, 1, id=f"ready-{i}")
+        store, now = client.store, client.clock.now()
+        got = await store.claim_runs(client.namespace, "default", "w0", ("scale_flow",), 2,
+                                     30.0, now)
+        assert len(got) == 2
+        owned = await rows(client, "SELECT count(*) AS n FROM runs WHERE owner = 'w0'")
+        assert owned == [{"n": 2}]
+
+
 async def _history(url: str, one_statement: bool) -> list[tuple[Any, ...]]:
     async with durable.connect(url) as client:
         client.driver.dialect.writable_cte = one_statement  # type: ignore[misc]
