@@ -14,8 +14,12 @@ queued, runs the programs in ONE transaction (``BEGIN IMMEDIATE``, a
 then resume one after the other in queue order. A program thus costs a
 share of one thread hop and of one fsync (``synchronous=FULL``) instead of a
 whole one each: the hop, not the disk, bounds commits per second on SQLite
-(the fsync with FULL). The loop never waits on SQLite; busy_timeout waits
-happen on the thread. See docs/design/sqlite-driver.md (and why not aiosqlite).
+(the fsync with FULL). busy_timeout waits happen on the thread. One kind of
+program skips the hand-over: a worker's step commit (`durable.driver.brief`)
+with ``synchronous=NORMAL`` runs on the loop's own thread when the loop and
+the connection are idle, never waiting for the write lock there
+(`_inline`, decision (aj)). See docs/design/sqlite-driver.md (and why not
+aiosqlite).
 
 WAL mode and ``BEGIN IMMEDIATE`` let several processes on one machine share a
 file; another process's commits are noticed through ``PRAGMA data_version``.
@@ -36,13 +40,14 @@ import anyio
 
 from durable import _validate
 from durable._scopes import asyncio_scope
-from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub, is_urgent
+from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub, is_brief, is_urgent
 from durable.errors import ConfigurationError
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
 from ._checkpoints import DEFAULT_WAL_LIMIT, Checkpoints, parse_size
-from ._waiters import _TrioSoon, _waiter
+from ._inline import UNSYNCED, Inline, pause
+from ._waiters import _NO_WAIT, _TrioSoon, _waiter
 from ._writer import Call, SQLiteStats, Writer, _closed, _run_program, storage_failure
 from .dialect import SQLiteDialect
 
@@ -117,6 +122,8 @@ class SQLiteDriver:
         self._stats = SQLiteStats()
         self._closing = False
         self._handover: _Handover | None = None  # asyncio: programs held for the loop's turn
+        # brief writes on the loop's thread (`_inline`): only where a commit syncs nothing
+        self._inline = Inline() if self.synchronous in UNSYNCED else None
 
     @property
     def _conn(self) -> sqlite3.Connection | None:
@@ -280,10 +287,37 @@ class SQLiteDriver:
         writer = self._writer
         if writer is None or self._closing or writer.stopped:
             raise _closed(self.url)
-        call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write,
-                    urgent=is_urgent(program))
-        # `_call`'s shielded wait, in this frame (one await layer less on
-        # every commit: each is paid again at the suspension and the resume)
+        inline = self._inline
+        if inline is None:
+            call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write,
+                        urgent=is_urgent(program))
+            return await self._queued(writer, call)
+        backend = inline.loop_idle() if is_brief(program) else None
+        if backend is not None:  # a step's commit, the loop idle: on its thread
+            call = Call(_NO_WAIT, _NO_WAIT, _NO_WAIT, factory=program, tx=Tx(self.dialect),
+                        write=write)
+            if writer.run_inline(call):
+                assert call.tx is not None
+                if call.error is None and call.tx.wakes:
+                    self.hub.publish(call.tx.wakes)
+                if inline.pause_due():
+                    await pause(backend)
+                if call.error is not None:
+                    raise call.error
+                return call.value  # type: ignore[return-value]
+            call.event, call.notify, call.soon = _waiter()
+        else:
+            call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write,
+                        urgent=is_urgent(program))
+        inline.queued += 1  # until resumed: see `_inline`
+        try:
+            return await self._queued(writer, call)
+        finally:
+            inline.queued -= 1
+
+    async def _queued(self, writer: Writer, call: Call[T]) -> T:
+        """`run` through the database thread: `_call`'s shielded wait, with
+        the hand-over of `_Handover` and the wake-ups published on resuming."""
         if call.urgent or type(call.soon) is _TrioSoon:
             writer.queue.put(call)
         else:

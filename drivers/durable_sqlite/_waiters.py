@@ -24,6 +24,13 @@ except ImportError:  # pragma: no cover
     sniffio = None  # type: ignore[assignment]
 
 
+def _no_wait(*args: Any) -> None:  # pragma: no cover - never called
+    raise AssertionError("a call run on the loop's thread waits for nobody")
+
+
+_NO_WAIT: Any = _no_wait
+
+
 def _waiter() -> tuple[Any, Notify, Notify]:
     """An event for one caller, its loop's thread-safe "call soon" (for the
     database thread) and its plain one (for the loop itself).

@@ -11,10 +11,12 @@ their event loop per drain (asyncio: the driver's `_wake.Wake`, an eventfd; trio
 
 Why: a commit on SQLite costs one fsync with ``synchronous=FULL`` and a
 thread hop each way in any mode; both are paid once per drain instead of
-once per program, while the loop never waits on SQLite (busy_timeout waits
-stay on this thread). A call marked urgent (`durable.driver.urgent`: the
-watchdog's pass) is served first, in a transaction of its own, and its
-caller woken before the rest of its drain runs (`Writer._serve_urgent`).
+once per program, while the loop never waits on SQLite's busy_timeout
+(those waits stay on this thread; a brief write that the loop's thread runs
+itself, `Writer.run_inline`, never waits for the lock). A call marked
+urgent (`durable.driver.urgent`: the watchdog's pass) is served first, in a
+transaction of its own, and its caller woken before the rest of its drain
+runs (`Writer._serve_urgent`).
 
 Failure rules (a drain's transaction):
 
@@ -272,7 +274,11 @@ class SQLiteStats:
     `programs`: programs run to their end (committed, or rolled back to their
     savepoint because they raised); `drains`: wake-ups of the thread that
     found work (each completes its callers with one call into their loop);
-    `largest_drain`: most calls served by one wake-up.
+    `largest_drain`: most calls served by one wake-up; `inline`: brief
+    writes (step commits) committed on their caller's thread instead
+    (`Writer.run_inline`; each is also one transaction and one program);
+    `deferred`: brief writes sent to this thread after all, because another
+    connection held the write lock or storage failed (nothing committed).
 
     The write-ahead log (see `_checkpoints`; zeros and None in memory):
     `wal_bytes`: the ``-wal`` file's size when the stats were read;
@@ -287,6 +293,8 @@ class SQLiteStats:
     programs: int = 0
     drains: int = 0
     largest_drain: int = 0
+    inline: int = 0
+    deferred: int = 0
     wal_bytes: int = 0
     checkpoints: int = 0
     wal_resets: int = 0
@@ -296,6 +304,9 @@ class SQLiteStats:
 
 
 _STOP = object()
+#: put by a brief write committed on the caller's thread (`Writer.run_inline`)
+#: when the write-ahead log needs the upkeep the thread does between drains
+_UPKEEP = object()
 
 
 class Writer:
@@ -316,6 +327,12 @@ class Writer:
         self.drains = 0
         self.largest_drain = 0
         self.turns: dict[Notify, Turns] = {}  # per event loop (only one is supported)
+        # Held by whoever uses the connection: this thread for a drain and the
+        # upkeep after it, or a caller's thread for a brief write (`run_inline`).
+        self.lock = threading.Lock()
+        self.inline = 0  # brief writes committed on a caller's thread
+        self.deferred = 0  # brief writes sent to this thread after all (`run_inline`)
+        self._upkeep_queued = False
         self.thread = threading.Thread(target=self._serve, name="durable-sqlite", daemon=True)
 
     def start(self) -> None:
@@ -327,10 +344,11 @@ class Writer:
 
     def stats(self) -> SQLiteStats:
         c = self.checkpoints
+        counts = (self.transactions, self.programs, self.drains, self.largest_drain,
+                  self.inline, self.deferred)
         if c is None:
-            return SQLiteStats(self.transactions, self.programs, self.drains, self.largest_drain)
-        return SQLiteStats(self.transactions, self.programs, self.drains, self.largest_drain,
-                           c.wal_bytes(), c.checkpoints, c.resets, c.resets_blocked,
+            return SQLiteStats(*counts)
+        return SQLiteStats(*counts, c.wal_bytes(), c.checkpoints, c.resets, c.resets_blocked,
                            c.last_checkpoint_at, c.last_reset_at)
 
     # ------------------------------------------------------------ the thread
@@ -343,40 +361,101 @@ class Writer:
             batch: list[Any] = [held if held is not None else get()]
             while not empty():  # this thread alone takes from the queue: no
                 batch.append(get_nowait())  # queue.Empty raised and caught per drain
-            calls: list[Call[Any]] = []
-            late: list[Call[Any]] = []
-            urgent = False
-            for item in batch:
-                if item is _STOP:
-                    stopping = True
-                elif stopping:
-                    late.append(item)  # put after close: only from another thread
-                else:
-                    calls.append(item)
-                    urgent = urgent or item.urgent
-            if urgent and not stopping and len(calls) > 1:
-                calls = self._serve_urgent(calls)
-            self._serve_guarded(calls)
-            if stopping:
-                self._close()
-                self.stopped = True
-                late.extend(self._take_rest())
-                for call in late:
-                    call.error = _closed(self.url)
-                calls.extend(late)
+            with self.lock:
+                stopping = self._drain(batch)
+
+    def _drain(self, batch: list[Any]) -> bool:
+        """Serve one wake-up's calls, wake their callers, then look after the
+        log; holding `lock`. True once asked to stop."""
+        stopping = False
+        calls: list[Call[Any]] = []
+        late: list[Call[Any]] = []
+        urgent = False
+        for item in batch:
+            if item is _UPKEEP:
+                continue
+            if item is _STOP:
+                stopping = True
+            elif stopping:
+                late.append(item)  # put after close: only from another thread
+            else:
+                calls.append(item)
+                urgent = urgent or item.urgent
+        if urgent and not stopping and len(calls) > 1:
+            calls = self._serve_urgent(calls)
+        self._serve_guarded(calls)
+        if stopping:
+            self._close()
+            self.stopped = True
+            late.extend(self._take_rest())
+            for call in late:
+                call.error = _closed(self.url)
+            calls.extend(late)
+        if calls:  # (not a wake-up for the upkeep alone)
             self.drains += 1
             self.largest_drain = max(self.largest_drain, len(calls))
             self._complete(calls)
+        checkpoints = self.checkpoints
+        if checkpoints is not None and self.conn is not None:
+            # between drains, its callers already woken: see _checkpoints
+            size = checkpoints.look()  # None: nothing to look at
+            if size is not None:
+                quiet = self.queue.empty()
+                if quiet and not stopping and size >= checkpoints.reset_at:
+                    # the quiet must last (the size is read again after it)
+                    quiet, size = self._quiet_lasts(), None
+                checkpoints.after_drain(self.conn, quiet=quiet, size=size)
+        # a brief write may ask again (after the quiet wait: its own request
+        # must not be what breaks the quiet)
+        self._upkeep_queued = False
+        return stopping
+
+    def run_inline(self, call: Call[Any]) -> bool:
+        """On the caller's thread: run `call` (a brief write, `durable.driver.
+        brief`) as a transaction of its own on the connection, if nobody uses
+        it; False when it must go through the queue (busy, closed, or the
+        write lock held by another process: this path never waits for it).
+
+        Why: on SQLite with ``synchronous=NORMAL`` a step's commit appends a
+        few pages to the log without an fsync, some tens of microseconds,
+        while the hand-over to this thread and back costs more than that in
+        wake-ups (decision (aj)). The caller's outcome, its errors and the
+        counters are those of a drain of one call; a storage failure that
+        left nothing committed is not the caller's: the call is made afresh
+        and queued, where the busy timeout applies.
+        """
+        lock = self.lock
+        if not lock.acquire(blocking=False):
+            return False
+        try:
+            conn = self.conn
+            if conn is None or self.stopped:
+                return False
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                self._transaction([call])
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            error = call.error
+            if isinstance(error, StorageUnavailable) and not error.outcome_unknown:
+                call.restart(self.dialect)
+                self.deferred += 1
+                return False
+            self.inline += 1
             checkpoints = self.checkpoints
-            if checkpoints is not None and self.conn is not None:
-                # between drains, its callers already woken: see _checkpoints
-                size = checkpoints.look()  # None: nothing to look at
+            if checkpoints is not None and not self._upkeep_queued:
+                size = checkpoints.look()
                 if size is not None:
-                    quiet = self.queue.empty()
-                    if quiet and not stopping and size >= checkpoints.reset_at:
-                        # the quiet must last (the size is read again after it)
-                        quiet, size = self._quiet_lasts(), None
-                    checkpoints.after_drain(self.conn, quiet=quiet, size=size)
+                    if size < checkpoints.reset_at:  # nothing to do but note it
+                        checkpoints.after_drain(conn, quiet=False, size=size)
+                    else:  # the thread looks for a quiet point to reset at (at
+                        # once past `force_at`), as after a drain of its own:
+                        # never here, where a reset would hold the loop
+                        self._upkeep_queued = True
+                        self.queue.put(_UPKEEP)
+            return True
+        finally:
+            lock.release()
 
     def _serve_guarded(self, calls: list[Call[Any]]) -> None:
         """`_serve_calls`, where a bug of ours becomes each unserved caller's
@@ -413,11 +492,15 @@ class Writer:
         is served next). A reset takes the thread for 5-70 ms: not in the instant
         a caller's next transaction is on its way (the scheduler's second pass of
         a second's fires came just then and waited for the whole reset)."""
+        inline = self.inline
+        self.lock.release()  # brief writes may come meanwhile (`run_inline`)
         try:
             self._held = self.queue.get(timeout=QUIET_GRACE)
         except queue.Empty:
             return True
-        return False
+        finally:
+            self.lock.acquire()
+        return self.inline == inline  # no brief write came: the quiet lasted
 
     def _take_rest(self) -> list[Call[Any]]:
         rest: list[Call[Any]] = []
@@ -426,7 +509,7 @@ class Writer:
                 item = self.queue.get_nowait()
             except queue.Empty:
                 return rest
-            if item is not _STOP:
+            if item is not _STOP and item is not _UPKEEP:
                 rest.append(item)
 
     def _close(self) -> None:

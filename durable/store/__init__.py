@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..driver import Driver, WakeHub, runs_shielded, urgent
+from ..driver import Driver, WakeHub, brief, runs_shielded, urgent
 from ..failure import Failure
 from . import (
     activities,
@@ -203,7 +203,7 @@ class Store:
         """Record runs' writes in one transaction, each run fenced by its epoch
         (the driver's `run` itself, not a coroutine around it: one await layer
         less on every step's commit, paid at each suspension and resume)."""
-        return self.driver.run(lambda tx: commit.commit(tx, batches, now))
+        return self.driver.run(brief(lambda tx: commit.commit(tx, batches, now)))
 
     async def settle_commit(self, batches: list[RunWrites], now: float) -> Settled:
         """A `commit` whose outcome was unknown, read back (`unknown.settle_commit`)."""

@@ -1,0 +1,97 @@
+"""Brief writes committed on the event loop's own thread while SQLite is idle.
+
+A worker's step commit (`durable.driver.brief`) used to go through the
+database thread like every other program: queued, taken by the thread, run,
+and its caller woken through the loop's wake-up file. With
+``synchronous=NORMAL`` (or OFF) in WAL mode the commit itself appends a few
+pages to the log and syncs nothing: some tens of microseconds, less than the
+two wake-ups of the hand-over, which cross CPU cores (decision (aj)).
+
+So a brief write runs on the caller's thread when all of this holds, and
+goes to the database thread as before otherwise:
+
+- the driver commits without an fsync (``synchronous`` NORMAL or OFF): a
+  commit that syncs takes milliseconds, and the loop must not wait for it;
+- nothing of this driver's is in flight on the loop (`Inline.queued`: no
+  program call handed to the thread and not yet resumed), so the callers
+  still resume in the order their transactions committed;
+- the loop has nothing else ready to run: with other callbacks ready, the
+  thread's group commit shares one transaction among them (workload (b)),
+  and the loop runs their Python meanwhile;
+- the connection is free (`Writer.run_inline` takes its lock without
+  waiting) and the write lock is (``busy_timeout`` 0 for that transaction:
+  another process's writer sends the call to the thread, which waits).
+
+The caller of such a commit does not suspend, where the hop it replaces
+did. A workflow's step suspends elsewhere anyway (the workflow's task and
+the op's are two), so timers and I/O run between steps; but so that no
+chain of commits can hold the loop whatever the engine does, the caller
+yields to the loop once (`pause`) when `PAUSE_EVERY` has passed since one
+last did. Not after every commit: that turn of the loop (a cancel scope, a
+``sleep(0)``, a poll for I/O) cost 25-30 µs of the loop's CPU per step,
+a fifth of a step (docs/benchmarks.md). Shielded, as the wait for the thread
+is: the transaction committed, and its caller gets the outcome before any
+cancellation lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from durable._scopes import asyncio_scope
+
+try:  # trio depends on sniffio; without it the host can only be asyncio
+    import sniffio
+except ImportError:  # pragma: no cover
+    sniffio = None  # type: ignore[assignment]
+
+#: the ``synchronous`` settings whose commit syncs nothing in WAL mode
+UNSYNCED = ("OFF", "NORMAL")
+#: seconds after which a commit on the loop's thread yields to the loop
+PAUSE_EVERY = 0.005
+
+
+class Inline:
+    """One driver's brief writes on the loop's thread; see the module docstring."""
+
+    __slots__ = ("paused_at", "queued")
+
+    def __init__(self) -> None:
+        self.queued = 0  # program calls handed to the database thread, not yet resumed
+        self.paused_at = 0.0  # monotonic time of the last `pause`
+
+    def pause_due(self) -> bool:
+        """Whether a commit just made on the loop's thread should yield to the
+        loop (`PAUSE_EVERY` since the last one did)."""
+        now = time.monotonic()
+        if now - self.paused_at < PAUSE_EVERY:
+            return False
+        self.paused_at = now
+        return True
+
+    def loop_idle(self) -> str | None:
+        """The running backend's name if the loop has nothing else ready to
+        run (and this driver nothing in flight), else None."""
+        if self.queued:
+            return None
+        if sniffio is not None and sniffio.current_async_library() == "trio":
+            import trio
+
+            if trio.lowlevel.current_statistics().tasks_runnable:
+                return None
+            return "trio"
+        ready: Any = getattr(asyncio.get_running_loop(), "_ready", None)
+        return "asyncio" if ready is not None and not ready else None
+
+
+async def pause(backend: str) -> None:
+    """One shielded turn of the loop after a commit on its thread."""
+    if backend == "trio":
+        import trio
+
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return
+    with asyncio_scope(shield=True):
+        await asyncio.sleep(0)

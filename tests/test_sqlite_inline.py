@@ -1,0 +1,332 @@
+"""Step commits on the loop's own thread (SQLite, ``synchronous=NORMAL``), side
+by side with the database thread's lane.
+
+`drivers/durable_sqlite/_inline.py`: a brief write (a worker's step commit)
+runs on the caller's thread when the loop has nothing else ready, nothing of
+the driver's is in flight and the connection and the write lock are free;
+else it goes through the database thread as before. Each test runs the same
+workflow on both lanes (the thread's forced by making `Inline.loop_idle`
+answer None) and compares what storage recorded, or pins what the lane must
+never do: wait for another process's write lock on the loop, starve the
+loop's timers, or run with ``synchronous=FULL``. Counters, never timings.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+import sniffio
+from durable_sqlite import SQLiteDriver
+from durable_sqlite._inline import Inline
+
+import durable
+from durable import activity, workflow
+from durable.driver import brief
+
+pytestmark = pytest.mark.anyio
+
+#: per test key: the ticks of the loop's timer task each step saw
+TICKS: dict[str, list[int]] = {}
+TICKER = {"ticks": 0}
+#: per test key: the event set by the step that stops its worker
+STOP_AT: dict[str, anyio.Event] = {}
+#: per test key: a connection of its own that takes the write lock at step 2
+LOCK: dict[str, sqlite3.Connection] = {}
+
+
+@activity.defn(name="inline_step")
+async def step(key: str, i: int) -> int:
+    TICKS.setdefault(key, []).append(TICKER["ticks"])
+    event = STOP_AT.get(key)
+    if event is not None and i == 5:
+        event.set()
+    blocker = LOCK.get(key)
+    if blocker is not None and i == 2:
+        blocker.execute("BEGIN IMMEDIATE")
+    return i * 2
+
+
+@workflow.defn(name="inline_steps")
+async def steps(key: str, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await workflow.execute_local_activity(step, key, i)
+    return total
+
+
+@workflow.defn(name="inline_cancelled")
+async def cancelled(key: str) -> str:
+    try:
+        await workflow.execute_local_activity(step, key, 1)
+        await workflow.wait_condition(lambda: False)
+        return "never"
+    finally:
+        if workflow.cancellation() is not None:
+            with workflow.cancellation_shield():
+                await workflow.execute_local_activity(step, key, 2)
+                await workflow.execute_local_activity(step, key, 3)
+
+
+@workflow.defn(name="inline_timed_out")
+async def timed_out(key: str) -> int:
+    for i in range(3):
+        await workflow.execute_local_activity(step, key, i)
+    await workflow.wait_condition(lambda: False)
+    return 0
+
+
+WORKFLOWS: list[Any] = [steps, cancelled, timed_out]
+
+
+@contextmanager
+def thread_lane(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every commit goes through the database thread, as before the inline lane."""
+    with monkeypatch.context() as m:
+        m.setattr(Inline, "loop_idle", lambda self: None)
+        yield
+
+
+@contextmanager
+def as_is(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    yield
+
+
+def _driver(client: durable.Client) -> SQLiteDriver:
+    driver = client.driver
+    assert isinstance(driver, SQLiteDriver)
+    return driver
+
+
+_VOLATILE = {"at", "started_at", "closed_at", "recorded_at", "scheduled_at", "deadline_at",
+             "delivered_at", "requested_at", "created_at", "run_id", "workflow_id",
+             "worker_id", "origin", "traceback", "stack", "epoch", "owner"}
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _scrub(value: Any, key: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _scrub(v, key) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_scrub(v, key) for v in value]
+    if isinstance(value, str):
+        return _ID.sub("ID", value.replace(key, "KEY"))
+    return value
+
+
+async def _history(handle: durable.WorkflowHandle, key: str) -> list[tuple[str, Any]]:
+    return [(e.type, _scrub(e.data, key)) for e in await handle.history()]
+
+
+async def _until(condition: Any) -> None:
+    with anyio.fail_after(30):
+        while not await condition():
+            await anyio.sleep(0.01)
+
+
+async def test_steps_record_the_same_history_on_either_lane(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "same"
+    histories = []
+    for name, make_lane in (("inline", as_is), ("thread", thread_lane)):
+        with make_lane(monkeypatch):
+            async with durable.connect(f"sqlite:///{tmp_path / name}.db") as client:
+                driver = _driver(client)
+                async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+                    before = driver.stats.inline
+                    assert await client.execute(steps, key, 20, id=key) == 380
+                    inline = driver.stats.inline - before
+                histories.append(await _history(client.get_handle(key), key))
+        if name == "inline":
+            # most of the 21 commits (20 steps, the close) on a quiet box; one
+            # coming while something else is ready to run (a timer of the
+            # worker's, on a loaded box) goes through the thread
+            assert inline >= 1
+        else:
+            assert inline == 0
+    assert histories[0] == histories[1]
+
+
+async def test_synchronous_full_never_commits_on_the_loop(tmp_path: Path) -> None:
+    """A commit that syncs takes milliseconds: the loop never waits for one."""
+    async with durable.connect(f"sqlite:///{tmp_path / 'full.db'}?synchronous=FULL") as client:
+        async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+            assert await client.execute(steps, "full", 10, id="full") == 90
+        assert _driver(client).stats.inline == 0
+        assert _driver(client).stats.transactions > 10
+
+
+async def test_a_write_lock_held_elsewhere_sends_the_step_to_the_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another connection takes the write lock in the middle of a run (from the
+    step's own activity): the step's commit is not waited for on the loop
+    (busy_timeout 0 there) but queued for the database thread, which waits;
+    the loop keeps serving meanwhile (this test's task polls on it), and the
+    run completes once the lock is gone, each step recorded once. The loop
+    counts as idle at every commit here, so that each one tries the loop's
+    lane first whatever else a loaded box has ready."""
+    key = "locked"
+    path = tmp_path / "locked.db"
+    monkeypatch.setattr(Inline, "loop_idle",
+                        lambda self: None if self.queued else sniffio.current_async_library())
+    async with durable.connect(f"sqlite:///{path}") as client:
+        driver = _driver(client)
+        inline = driver._inline
+        assert inline is not None
+        LOCK[key] = blocker = sqlite3.connect(path, isolation_level=None, timeout=5,
+                                              check_same_thread=False)
+        try:
+            async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+                handle = await client.start(steps, key, 6, id=key)
+                try:
+                    await _until(lambda: _value(blocker.in_transaction and inline.queued > 0))
+                    before = driver.stats
+                finally:
+                    if blocker.in_transaction:
+                        blocker.execute("ROLLBACK")
+                # tried on the loop and sent to the thread (or sent there at
+                # once, if another program of the worker's was in flight)
+                assert before.deferred <= 1
+                with anyio.fail_after(30):
+                    assert await handle.result() == 30
+                after = driver.stats
+        finally:
+            LOCK.pop(key, None)
+            blocker.close()
+        assert after.transactions > before.transactions  # through the thread, once free
+        assert after.deferred == before.deferred
+        history = await handle.history()
+    completed = [e for e in history if e.type.endswith("ActivityCompleted")]
+    assert len(completed) == 6
+
+
+async def _value(value: bool) -> bool:
+    return value
+
+
+async def _events(handle: durable.WorkflowHandle, etype: str) -> bool:
+    return any(e.type == etype for e in await handle.history())
+
+
+async def test_the_loop_runs_its_timers_between_steps_committed_on_its_thread(
+        tmp_path: Path) -> None:
+    """Each commit on the loop's thread is followed by one turn of the loop:
+    a timer due meanwhile runs before the next step, as it did while each
+    commit waited for the database thread. Without that turn, a workflow of
+    local steps would hold the loop for its whole run."""
+    key = "ticks"
+    TICKER["ticks"] = 0
+
+    async def tick() -> None:
+        while True:
+            await anyio.sleep(0.0005)
+            TICKER["ticks"] += 1
+
+    async with durable.connect(f"sqlite:///{tmp_path / 'ticks.db'}") as client:
+        driver = _driver(client)
+        async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(tick)
+                before = driver.stats.inline
+                assert await client.execute(steps, key, 300, id=key) == 300 * 299
+                tg.cancel_scope.cancel()
+            assert driver.stats.inline - before >= 100
+    seen = TICKS[key]
+    assert seen[-1] > seen[0]
+
+
+@pytest.mark.parametrize("lane", ["inline", "thread"])
+async def test_a_worker_stopped_between_steps_leaves_a_run_another_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lane: str) -> None:
+    """The worker's host cancels it in the middle of a run of steps; a new
+    worker replays and finishes it: every step recorded once, on either lane."""
+    key = f"stopped-{lane}"
+    make_lane = as_is if lane == "inline" else thread_lane
+    with make_lane(monkeypatch):
+        async with durable.connect(f"sqlite:///{tmp_path / 'stopped.db'}") as client:
+            STOP_AT[key] = stop = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                worker = durable.Worker(client, workflows=WORKFLOWS, activities=[step],
+                                        lease_seconds=0.5)
+                tg.start_soon(worker.run)
+                handle = await client.start(steps, key, 40, id=key)
+                await stop.wait()
+                tg.cancel_scope.cancel()
+            del STOP_AT[key]
+            async with durable.Worker(client, workflows=WORKFLOWS, activities=[step],
+                                      lease_seconds=0.5):
+                with anyio.fail_after(30):
+                    assert await handle.result() == 40 * 39
+            history = await handle.history()
+    completed = [e.data.get("op") or e.data.get("op_id") for e in history
+                 if e.type in ("ActivityCompleted", "LocalActivityCompleted")]
+    assert len(completed) == len(set(completed)) == 40
+
+
+async def test_cancellation_and_its_cleanup_record_alike_on_either_lane(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    histories = []
+    for name, make_lane in (("inline", as_is), ("thread", thread_lane)):
+        key = "cancel"
+        with make_lane(monkeypatch):
+            async with durable.connect(f"sqlite:///{tmp_path / name}.db") as client:
+                async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+                    handle = await client.start(cancelled, key, id=key)
+                    await _until(functools.partial(_events, handle, "ConditionScheduled"))
+                    await handle.request_cancellation(reason="stop", cleanup_timeout=30)
+                    with anyio.fail_after(30), pytest.raises(durable.WorkflowCancelled):
+                        await handle.result()
+                histories.append(await _history(handle, key))
+    assert histories[0] == histories[1]
+
+
+async def test_a_brief_write_meeting_the_lock_waits_in_the_thread_not_on_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the driver: the write lock is held by another connection; a brief
+    write tried on the loop's thread is made afresh and queued (`deferred`),
+    the loop keeps running (this task's own awaits), and the write commits
+    once, through the thread, when the lock is gone."""
+    monkeypatch.setattr(Inline, "loop_idle",
+                        lambda self: None if self.queued else sniffio.current_async_library())
+    path = tmp_path / "driver.db"
+    driver = SQLiteDriver(f"sqlite:///{path}")
+    await driver.open()
+    blocker = sqlite3.connect(path, isolation_level=None, timeout=5)
+    made = {"n": 0}
+
+    def program(tx: Any) -> Any:
+        made["n"] += 1
+        yield durable.driver.ex("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+        yield durable.driver.ex("INSERT INTO t VALUES (1)")
+        return made["n"]
+
+    outcome: list[int] = []
+
+    async def write() -> None:
+        outcome.append(await driver.run(brief(program)))
+
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await _until(lambda: _value(driver.stats.deferred == 1))
+            for _ in range(10):  # the loop is not held by the waiting write
+                await anyio.lowlevel.checkpoint()
+            assert not outcome and driver._inline is not None and driver._inline.queued == 1
+            blocker.execute("ROLLBACK")
+        assert outcome == [1]  # its statements ran once: in the thread's transaction
+        rows = await driver.run(lambda tx: (yield durable.driver.q("SELECT x FROM t")),
+                                write=False)
+        assert [tuple(r) for r in rows] == [(1,)]
+        assert driver.stats.inline == 0 and driver.stats.deferred == 1
+    finally:
+        blocker.close()
+        await driver.close()
