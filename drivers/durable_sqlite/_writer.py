@@ -362,11 +362,18 @@ class Writer:
             while not empty():  # this thread alone takes from the queue: no
                 batch.append(get_nowait())  # queue.Empty raised and caught per drain
             with self.lock:
-                stopping = self._drain(batch)
+                stopping, calls = self._drain(batch)
+            if calls:  # (not a wake-up for the upkeep alone)
+                self.drains += 1
+                self.largest_drain = max(self.largest_drain, len(calls))
+                self._complete(calls)
+            if self.checkpoints is not None:
+                self._upkeep(self.checkpoints, stopping)
 
-    def _drain(self, batch: list[Any]) -> bool:
-        """Serve one wake-up's calls, wake their callers, then look after the
-        log; holding `lock`. True once asked to stop."""
+    def _drain(self, batch: list[Any]) -> tuple[bool, list[Call[Any]]]:
+        """Serve one wake-up's calls, holding `lock`: whether asked to stop,
+        and the calls whose callers to wake (without the lock, so that a
+        caller woken may find the connection free at once)."""
         stopping = False
         calls: list[Call[Any]] = []
         late: list[Call[Any]] = []
@@ -391,24 +398,23 @@ class Writer:
             for call in late:
                 call.error = _closed(self.url)
             calls.extend(late)
-        if calls:  # (not a wake-up for the upkeep alone)
-            self.drains += 1
-            self.largest_drain = max(self.largest_drain, len(calls))
-            self._complete(calls)
-        checkpoints = self.checkpoints
-        if checkpoints is not None and self.conn is not None:
-            # between drains, its callers already woken: see _checkpoints
-            size = checkpoints.look()  # None: nothing to look at
-            if size is not None:
-                quiet = self.queue.empty()
-                if quiet and not stopping and size >= checkpoints.reset_at:
-                    # the quiet must last (the size is read again after it)
-                    quiet, size = self._quiet_lasts(), None
-                checkpoints.after_drain(self.conn, quiet=quiet, size=size)
+        return stopping, calls
+
+    def _upkeep(self, checkpoints: Checkpoints, stopping: bool) -> None:
+        """Between drains, the callers already woken: the log's upkeep (see
+        `_checkpoints`), holding `lock` only when there is something to do."""
+        size = checkpoints.look()  # None: nothing to look at
+        if size is not None:
+            with self.lock:
+                if self.conn is not None:
+                    quiet = self.queue.empty()
+                    if quiet and not stopping and size >= checkpoints.reset_at:
+                        # the quiet must last (the size is read again after it)
+                        quiet, size = self._quiet_lasts(), None
+                    checkpoints.after_drain(self.conn, quiet=quiet, size=size)
         # a brief write may ask again (after the quiet wait: its own request
         # must not be what breaks the quiet)
         self._upkeep_queued = False
-        return stopping
 
     def run_inline(self, call: Call[Any]) -> bool:
         """On the caller's thread: run `call` (a brief write, `durable.driver.
@@ -431,9 +437,12 @@ class Writer:
             conn = self.conn
             if conn is None or self.stopped:
                 return False
-            conn.execute("PRAGMA busy_timeout=0")
             try:
-                self._transaction([call])
+                conn.execute("PRAGMA busy_timeout=0")
+            except sqlite3.Error:
+                return False  # (a connection SQLite no longer serves: the thread's error)
+            try:
+                self._serve_guarded([call])  # a bug of ours becomes the caller's error
             finally:
                 conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             error = call.error
