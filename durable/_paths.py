@@ -1,7 +1,7 @@
 """Whose code a frame runs: the user's, or a library's.
 
 A library here is the standard library, the installed packages (this
-interpreter's ``site-packages``) and durable itself. Two places judge frames
+interpreter's ``site-packages``) and durable itself, with its drivers. Two places judge frames
 by it: the loop watch names the user's own line that holds a blocked event
 loop (not the socket read deep inside the HTTP client it called), and
 `durable.testing.strict_determinism` judges only the calls the user's own
@@ -21,7 +21,15 @@ def _library_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     dirs = {os.path.abspath(paths[key]) + os.sep
             for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    dirs.add(os.path.dirname(os.path.abspath(__file__)) + os.sep)  # durable itself
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs.add(here + os.sep)  # durable itself
+    # its built-in drivers, from a source checkout (an editable install puts
+    # `drivers/` on the path beside `durable/`; a wheel, in site-packages):
+    # the SQLite driver's step commit yields to the loop from a workflow's
+    # task, which strict_determinism took for the workflow's own sleep
+    drivers = os.path.join(os.path.dirname(here), "drivers")
+    if os.path.isdir(drivers):
+        dirs.add(drivers + os.sep)
     return tuple(sorted(dirs))
 
 
