@@ -321,6 +321,51 @@ async def test_closing_the_client_under_a_running_worker_stops_it_quietly(
     assert host_still_running and worker.failure is None
 
 
+@pytest.mark.postgres
+async def test_closing_a_postgres_client_under_its_watch_never_reconnects_the_listener(
+) -> None:
+    """The LISTEN connection goes with the pool: the watch loop (a worker's)
+    ends with `StorageClosed` instead of opening a new one for a closed
+    client. Such a connect was cut short when the worker stopped, and
+    asyncpg, cancelled while its TCP connect completed, left a future whose
+    error nobody read: "Future exception was never retrieved" in the host's
+    log (and `test_closing_the_client_under_a_running_worker_stops_it_quietly`
+    failed on it one run in five under load)."""
+    require_postgres()
+    url = new_postgres_url()
+    try:
+        client = await durable.connect(url)
+        driver: Any = client.driver
+        connects: list[bool] = []
+        real = driver._listener._connect_one
+
+        async def counted() -> Any:
+            connects.append(driver._pool is None)
+            return await real()
+
+        driver._listener._connect_one = counted
+        ended: list[BaseException] = []
+
+        async def watch() -> None:
+            try:
+                await driver.watch()
+            except* durable.StorageClosed as group:  # (from its task group)
+                ended.append(group)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            with anyio.fail_after(10):
+                while not connects:  # it listens
+                    await anyio.sleep(0.01)
+            await client.close()
+            with anyio.fail_after(10):
+                while not ended:
+                    await anyio.sleep(0.01)
+        assert connects == [False]  # never once the pool was closed
+    finally:
+        drop_postgres_schema(url)
+
+
 async def test_an_internal_error_stops_the_worker_and_is_raised_at_exit(
     client: durable.Client, caplog: pytest.LogCaptureFixture,
 ) -> None:

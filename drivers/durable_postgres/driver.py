@@ -605,6 +605,12 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
             upkeep.start_soon(self._keep_addressing)
             next_any = anyio.current_time() + self.poll_interval
             while True:
+                # Closed under a running worker: the listener's connection went
+                # with it; a reconnect now would only be cancelled when the
+                # worker stops, and asyncpg, cut short while its TCP connect
+                # completes, leaves a future whose error nobody reads ("Future
+                # exception was never retrieved" in the host's log).
+                self._require_pool()
                 wait = max(0.0, next_any - anyio.current_time())
                 keys, fresh, added = await self._call(functools.partial(
                     self._listener.next_batch, wait, self._wanted_channels()), shield=False)
