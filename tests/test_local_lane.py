@@ -10,7 +10,6 @@ cancellation and timeouts end it, on every driver and host loop.
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from comparable_history import comparable_history
 
 import durable
 from durable import activity, workflow
@@ -140,28 +140,6 @@ def forced_lane(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-_VOLATILE = {"at", "started_at", "closed_at", "recorded_at", "scheduled_at", "deadline_at",
-             "delivered_at", "requested_at", "created_at", "fire_at", "run_id", "workflow_id",
-             "worker_id", "origin", "traceback", "stack", "epoch", "owner"}
-
-
-def _scrub(value: Any, key: str) -> Any:
-    if isinstance(value, dict):
-        return {k: _scrub(v, key) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list):
-        return [_scrub(v, key) for v in value]
-    if isinstance(value, str):
-        return _ID.sub("ID", value.replace(key, "KEY"))
-    return value
-
-
-_ID = re.compile(r"[0-9a-f]{32}")
-
-
-async def _history(handle: durable.WorkflowHandle, key: str) -> list[tuple[str, Any]]:
-    return [(e.type, _scrub(e.data, key)) for e in await handle.history()]
-
-
 async def _run(client: durable.Client, wf: Any, key: str) -> tuple[Any, Any]:
     handle = await client.start(wf, key, id=key)
     with anyio.fail_after(30):
@@ -197,8 +175,8 @@ async def test_both_lanes_record_the_same_history_and_replay_alike(
     assert SEEN[fast_key] and all(SEEN[fast_key])  # every call on the synchronous lane
     assert SEEN[slow_key] and not any(SEEN[slow_key])
     assert len(SEEN[fast_key]) == len(SEEN[slow_key]) == 3 + 1 + 3 + 1 + 2
-    fast_events = await _history(fast_handle, fast_key)
-    assert fast_events == await _history(slow_handle, slow_key)
+    fast_events = await comparable_history(fast_handle, fast_key)
+    assert fast_events == await comparable_history(slow_handle, slow_key)
     # each history replays on either lane, to the same end
     for handle in (fast_handle, slow_handle):
         events = await handle.history()
@@ -228,8 +206,8 @@ async def test_a_run_taken_on_by_the_other_lane_is_cancelled_alike(
                 await handles[key].request_cancellation(reason="stop", cleanup_timeout=30)
                 with anyio.fail_after(30), pytest.raises(durable.WorkflowCancelled):
                     await handles[key].result()
-    assert (await _history(handles[fast_key], fast_key)
-            == await _history(handles[slow_key], slow_key))
+    assert (await comparable_history(handles[fast_key], fast_key)
+            == await comparable_history(handles[slow_key], slow_key))
     assert SEEN[fast_key] == [True, False]  # the cleanup ran on the supervised lane
     assert SEEN[slow_key] == [False, True]
 
@@ -253,7 +231,8 @@ async def test_a_cancelled_run_records_its_cleanup_step_alike_on_both_lanes(
                 with anyio.fail_after(30), pytest.raises(durable.WorkflowCancelled):
                     await handle.result()
         handles.append(handle)
-    assert await _history(handles[0], fast_key) == await _history(handles[1], slow_key)
+    assert (await comparable_history(handles[0], fast_key)
+            == await comparable_history(handles[1], slow_key))
     assert SEEN[fast_key] == [True, True] and SEEN[slow_key] == [False, False]
 
 
@@ -272,7 +251,8 @@ async def test_an_attempt_that_suspends_is_handed_on_and_its_timeout_holds(
     assert fast == slow_ == "ActivityTimedOut: start_to_close"
     assert SEEN[fast_key] == [True, True]  # the slow attempt began on the lane, once
     assert SEEN[slow_key] == [False, False]
-    assert await _history(fast_handle, fast_key) == await _history(slow_handle, slow_key)
+    assert (await comparable_history(fast_handle, fast_key)
+            == await comparable_history(slow_handle, slow_key))
 
 
 def test_never_suspends_reads_the_code() -> None:

@@ -14,7 +14,6 @@ loop's timers, or run with ``synchronous=FULL``. Counters, never timings.
 from __future__ import annotations
 
 import functools
-import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 import sniffio
+from comparable_history import comparable_history
 from durable_sqlite import SQLiteDriver
 from durable_sqlite._inline import Inline
 
@@ -106,26 +106,6 @@ def _driver(client: durable.Client) -> SQLiteDriver:
     return driver
 
 
-_VOLATILE = {"at", "started_at", "closed_at", "recorded_at", "scheduled_at", "deadline_at",
-             "delivered_at", "requested_at", "created_at", "run_id", "workflow_id",
-             "worker_id", "origin", "traceback", "stack", "epoch", "owner"}
-_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def _scrub(value: Any, key: str) -> Any:
-    if isinstance(value, dict):
-        return {k: _scrub(v, key) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list):
-        return [_scrub(v, key) for v in value]
-    if isinstance(value, str):
-        return _ID.sub("ID", value.replace(key, "KEY"))
-    return value
-
-
-async def _history(handle: durable.WorkflowHandle, key: str) -> list[tuple[str, Any]]:
-    return [(e.type, _scrub(e.data, key)) for e in await handle.history()]
-
-
 async def _until(condition: Any) -> None:
     with anyio.fail_after(30):
         while not await condition():
@@ -144,7 +124,7 @@ async def test_steps_record_the_same_history_on_either_lane(
                     before = driver.stats.inline
                     assert await client.execute(steps, key, 20, id=key) == 380
                     inline = driver.stats.inline - before
-                histories.append(await _history(client.get_handle(key), key))
+                histories.append(await comparable_history(client.get_handle(key), key))
         if name == "inline":
             # most of the 21 commits (20 steps, the close) on a quiet box; one
             # coming while something else is ready to run (a timer of the
@@ -284,7 +264,7 @@ async def test_cancellation_and_its_cleanup_record_alike_on_either_lane(
                     await handle.request_cancellation(reason="stop", cleanup_timeout=30)
                     with anyio.fail_after(30), pytest.raises(durable.WorkflowCancelled):
                         await handle.result()
-                histories.append(await _history(handle, key))
+                histories.append(await comparable_history(handle, key))
     assert histories[0] == histories[1]
 
 
