@@ -315,7 +315,7 @@ async def test_a_start_takes_the_reference_engines_ids_unless_it_asks_for_durabl
         plane: Plane) -> None:
     """The reference's start takes 1 to 128 of ``[a-zA-Z0-9._:-]``: so does ours
     (422 naming workflow_id, in its shape: its client raises InvalidArgument),
-    unless the start asks for durable's ids (``id_rules``, what durable's own
+    unless the start asks for durable's ids (``rules``, what durable's own
     remote client sends): any id the SDK takes, up to 255 characters. Every
     route takes any id in its path, as the reference's do."""
     for bad in ("order 1", "a/b", "ünï", "a#b", "x" * 129):
@@ -324,7 +324,7 @@ async def test_a_start_takes_the_reference_engines_ids_unless_it_asks_for_durabl
         error = error_of(refused)
         assert error["code"] == "validation_failed" and list(error["errors"]) == ["workflow_id"]
         assert "^[a-zA-Z0-9._:-]+$" in error["message"]
-        assert '"id_rules": "durable"' in error["message"] and repr(bad[:60]) in error["message"]
+        assert '"rules": "durable"' in error["message"] and repr(bad[:60]) in error["message"]
     signalled = await plane.http.post("/api/signal-with-start", headers=AS_OPERATOR, json={
         "workflow_type": "napper", "workflow_id": "order 1", "signal": "s",
         "require_registered": False})
@@ -332,10 +332,10 @@ async def test_a_start_takes_the_reference_engines_ids_unless_it_asks_for_durabl
     assert await plane.storage.list() == []
     for good in ("x" * 128, "Order-1.a_b:c"):
         assert (await plane.start(good)).status_code == 201, good
-    assert (await plane.start("order 1/ü", id_rules="durable")).status_code == 201
+    assert (await plane.start("order 1/ü", rules="durable")).status_code == 201
     described = await plane.http.get("/api/workflows/order%201%2F%C3%BC", headers=AS_VIEWER)
     assert described.status_code == 200 and described.json()["workflow_id"] == "order 1/ü"
-    too_long = await plane.start("x" * 256, id_rules="durable")  # the SDK's own bound
+    too_long = await plane.start("x" * 256, rules="durable")  # the SDK's own bound
     assert too_long.status_code == 400 and "at most 255" in error_of(too_long)["message"]
     history = await plane.http.get("/api/workflows/order%201%2F%C3%BC/history",
                                    params={"page_size": 1001}, headers=AS_VIEWER)
@@ -347,7 +347,7 @@ async def test_names_and_cleanup_budgets_the_reference_refuses_are_refused_unles
         plane: Plane) -> None:
     """A signal, query or update name over 256 bytes of UTF-8 and a cleanup
     budget outside 1..3600 whole seconds: 422 naming the field, the reference's
-    answer, unless the request asks for the SDK's rules (id_rules: durable)."""
+    answer, unless the request asks for the SDK's rules (rules: durable)."""
     assert (await plane.start("n-1")).status_code == 201
     run = "/api/workflows/n-1"
     long_name = "ü" * 129  # 129 characters, 258 bytes
@@ -357,8 +357,8 @@ async def test_names_and_cleanup_budgets_the_reference_refuses_are_refused_unles
                                         headers=AS_OPERATOR)
         assert refused.status_code == 422, (kind, refused.text)
         assert list(error_of(refused)["errors"]) == [field]
-        assert '"id_rules": "durable"' in error_of(refused)["message"]
-    taken = await plane.http.post(f"{run}/signal/{long_name}", json={"id_rules": "durable"},
+        assert '"rules": "durable"' in error_of(refused)["message"]
+    taken = await plane.http.post(f"{run}/signal/{long_name}", json={"rules": "durable"},
                                   headers=AS_OPERATOR)
     assert taken.status_code == 202, taken.text
     assert (await plane.http.post(f"{run}/signal/{'é' * 128}", json={},  # 256 bytes
@@ -374,7 +374,7 @@ async def test_names_and_cleanup_budgets_the_reference_refuses_are_refused_unles
         assert list(error_of(refused)["errors"]) == ["cleanup_timeout_seconds"]
     asked = await plane.http.post(f"{run}/request-cancellation", headers=AS_OPERATOR,
                                   json={"cleanup_timeout_seconds": 7200.5,
-                                        "id_rules": "durable"})
+                                        "rules": "durable"})
     assert asked.status_code == 202, asked.text
     assert asked.json()["request"]["cleanup_timeout_seconds"] == 7200.5
     assert (await plane.start("n-3")).status_code == 201
@@ -387,7 +387,7 @@ async def test_names_and_cleanup_budgets_the_reference_refuses_are_refused_unles
 @pytest.mark.remote_client
 async def test_the_sdk_keeps_its_wider_names_and_budgets_through_the_control_plane(
         client: durable.Client) -> None:
-    """durable's remote client sends id_rules: durable, so a name over the
+    """durable's remote client sends rules: durable, so a name over the
     reference's 256 bytes and a budget over its hour work remotely as embedded."""
     handle = await client.start(napper, 3600, id="wide-1")
     await handle.signal("ü" * 200)

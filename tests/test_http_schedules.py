@@ -156,7 +156,7 @@ async def test_the_sdk_keeps_its_wider_schedule_rules_embedded_and_remote(
         client: durable.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """What /api refuses as the reference does (ids over 128, jitter over an
     hour), the SDK takes, also through the control plane (its remote client
-    sends id_rules: durable); a list longer than a server page is read page
+    sends rules: durable); a list longer than a server page is read page
     after page (pages of 2 here; the server's are at most 200)."""
     monkeypatch.setattr("durable.http.remote_schedules.LIST_PAGE_MAX", 2)
     long_id = "s" * 200
@@ -311,7 +311,7 @@ async def test_bad_schedule_bodies_are_refused_naming_what_is_wrong(
 async def test_what_the_reference_refuses_is_refused_in_its_shape(
         http: httpx.AsyncClient) -> None:
     """Ids over 128 characters, jitter over 3600 s or not whole, max_runs 0: 422
-    naming the field (unless id_rules durable); backfill bounds without an
+    naming the field (unless rules durable); backfill bounds without an
     offset are UTC, a reversed range is 422 invalid_time_range; a history
     limit over 500 reads 500, a bad after_sequence is 422 invalid_after_sequence."""
     base = {"spec": {"cron_expressions": [NEVER]}, "require_registered": False,
@@ -325,7 +325,7 @@ async def test_what_the_reference_refuses_is_refused_in_its_shape(
         assert refused.status_code == 422, (extra, refused.text)
         assert list(refused.json()["errors"]) == [field], extra
     taken = await http.post("/api/schedules", headers=AS_OPERATOR, json={
-        **base, "schedule_id": "x" * 200, "jitter_seconds": 3601.5, "id_rules": "durable"})
+        **base, "schedule_id": "x" * 200, "jitter_seconds": 3601.5, "rules": "durable"})
     assert taken.status_code == 201, taken.text
     made = await http.post("/api/schedules", headers=AS_OPERATOR,
                            json={**base, "schedule_id": "r" * 128, "jitter_seconds": 3600})

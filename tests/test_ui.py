@@ -697,7 +697,7 @@ def test_a_malformed_cookie_odd_ids_and_unencodable_text_in_the_browser(
     victim = live.start("edge-nobody", "edge-victim")  # no worker: it stays open
     ids = ["edge-victim/runs/" + victim, "edge/..", "edge #1"]
     # ids the reference engine refuses: started with durable's id rules
-    runs = {wid: live.start("edge-nobody", wid, id_rules="durable") for wid in ids}
+    runs = {wid: live.start("edge-nobody", wid, rules="durable") for wid in ids}
     started = live.api.post("/api/workflows", content=json.dumps({
         "workflow_type": "ui-greet", "workflow_id": "edge-surrogate", "input": ["\udcff"],
         "require_registered": False}), headers={"Content-Type": "application/json"})

@@ -168,7 +168,7 @@ class RemoteControl:
             "require_registered": False,
             # any id the SDK takes, not only the reference engine's (the client
             # checked it already, as an embedded one does)
-            "id_rules": "durable",
+            "rules": "durable",
         }
 
     async def run_state(self, workflow_id: str, run_id: str | None) -> RunState | None:
@@ -228,7 +228,7 @@ class RemoteControl:
         _, data = await self._call(
             "POST", self._run_path(workflow_id, run_id, "request-cancellation"),
             body={"reason": reason, "cleanup_timeout_seconds": cleanup_timeout,
-                  "requester": requester, "source": source, "id_rules": "durable"})
+                  "requester": requester, "source": source, "rules": "durable"})
         return not data["duplicate"], record_from_wire(data["request"])
 
     async def close_run(self, workflow_id: str, run_id: str | None, *, status: str,
@@ -285,7 +285,7 @@ class RemoteControl:
                      sender: dict[str, Any] | None = None,
                      request_id: str | None = None) -> bool:
         body: dict[str, Any] = {"input": json.loads(args), "request_id": request_id,
-                                "id_rules": "durable"}
+                                "rules": "durable"}
         if sender is not None:  # the server records who its caller says asked
             body.update(requester=sender.get("requester"), source=sender.get("source"))
         _, data = await self._call("POST", self._run_path(workflow_id, run_id,
@@ -304,7 +304,7 @@ class RemoteControl:
                     wait: float) -> str:
         _, data = await self._call(
             "POST", self._run_path(workflow_id, run_id, f"query/{_segment(name)}"),
-            body={"input": json.loads(args), "timeout_seconds": wait, "id_rules": "durable"},
+            body={"input": json.loads(args), "timeout_seconds": wait, "rules": "durable"},
             read_timeout=wait + self.timeout)
         return encode_payload(data["result"])
 
@@ -322,7 +322,7 @@ class RemoteControl:
                     "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
                     body={"input": json.loads(args), "request_id": update_id,
                           "wait_for": "completed", "wait_timeout_seconds": step,
-                          "id_rules": "durable",
+                          "rules": "durable",
                           **({} if sender is None else {
                               "requester": sender.get("requester"),
                               "source": sender.get("source")})},
@@ -342,7 +342,7 @@ class RemoteControl:
         _, data = await self._call(
             "POST", self._run_path(workflow_id, run_id, f"update/{_segment(name)}"),
             body={"input": json.loads(args), "request_id": update_id,
-                  "wait_for": "accepted", "wait_timeout_seconds": step, "id_rules": "durable",
+                  "wait_for": "accepted", "wait_timeout_seconds": step, "rules": "durable",
                   **({} if sender is None else {"requester": sender.get("requester"),
                                                 "source": sender.get("source")})},
             read_timeout=step + self.timeout)

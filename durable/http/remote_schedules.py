@@ -210,7 +210,7 @@ class RemoteSchedules:
             # function it imports needs no live worker)
             "require_registered": False,
             # the SDK's ids and jitter, not only the reference engine's (checked here)
-            "id_rules": "durable",
+            "rules": "durable",
         }
         await self._call("POST", "", schedule_id, body=body)
 
@@ -288,7 +288,7 @@ class RemoteSchedules:
             body["memo"] = None if memo is None else json.loads(memo)
         if action:
             body["action"] = action
-        body["id_rules"] = "durable"  # (the SDK's jitter, checked here)
+        body["rules"] = "durable"  # (the SDK's jitter, checked here)
         await self._call("PUT", self._path(schedule_id), schedule_id, body=body)
 
     async def delete(self, schedule_id: str) -> None:

@@ -124,21 +124,21 @@ def seconds(description: str, *, minimum: float | None = None,
 
 #: the extension field a request sends to be checked by durable's SDK's rules
 #: rather than the reference engine's (its ids, names and bounds are wider);
-#: durable's remote client sends ``"id_rules": "durable"`` on every write
-ID_RULES = ("reference", "durable")
+#: durable's remote client sends ``"rules": "durable"`` on every write
+RULES = ("reference", "durable")
 
 
-def id_rules_field(what: str) -> Schema:
-    """The ``id_rules`` body field; `what` says what the SDK's rules widen here."""
-    return {"type": "string", "enum": list(ID_RULES), "default": "reference",
+def rules_field(what: str) -> Schema:
+    """The ``rules`` body field; `what` says what the SDK's rules widen here."""
+    return {"type": "string", "enum": list(RULES), "default": "reference",
             "description": "Extension: whose rules the request is checked by: the reference "
                            f"engine's (the default) or durable's SDK's ({what}); durable's "
                            "remote client sends durable."}
 
 
 def durable_rules(body: dict[str, Any] | None) -> bool:
-    """True when the request asked for the SDK's rules (``id_rules: durable``)."""
-    return bool(body) and body.get("id_rules") == "durable"  # type: ignore[union-attr]
+    """True when the request asked for the SDK's rules (``rules: durable``)."""
+    return bool(body) and body.get("rules") == "durable"  # type: ignore[union-attr]
 
 
 def reference_refusal(field_name: str, message: str, reason: str = "validation_failed",

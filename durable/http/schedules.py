@@ -33,8 +33,8 @@ from .routes import (
     Param,
     Reply,
     durable_rules,
-    id_rules_field,
     reference_refusal,
+    rules_field,
     seconds,
     text,
 )
@@ -50,7 +50,7 @@ REFERENCE_SCHEDULE_ID_MAX = 128
 REFERENCE_JITTER_MAX = 3600
 LIST_PAGE_MAX = 200
 HISTORY_PAGE_MAX = 500
-_ID_RULES = id_rules_field("schedule ids of up to 238 characters, any jitter")
+_ID_RULES = rules_field("schedule ids of up to 238 characters, any jitter")
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 _OVERLAP = {"type": ["string", "null"], "enum": [*OVERLAPS, None],
             "description": "What a fire does while an earlier run is open (default skip)."}
@@ -110,7 +110,7 @@ CREATE_BODY = check_schema({
     "properties": {
         "schedule_id": {**text(238, "Unique per namespace (default: a new id): at most "
                                     "128 characters, as the reference engine's; with "
-                                    "id_rules durable, the SDK's 238."),
+                                    "rules durable, the SDK's 238."),
                         "type": ["string", "null"]},
         "spec": SPEC_SCHEMA,
         "action": {**ACTION_SCHEMA, "required": ["workflow_type"]},
@@ -119,7 +119,7 @@ CREATE_BODY = check_schema({
         "search_attributes": {"type": ["object", "null"],
                               "description": "Accepted for the reference's clients; "
                                              "ignored."},
-        "id_rules": _ID_RULES,
+        "rules": _ID_RULES,
         "require_registered": {
             "type": "boolean", "default": True,
             "description": "Refuse (400 not_registered) a type no live worker registers."},
@@ -128,7 +128,7 @@ CREATE_BODY = check_schema({
 UPDATE_BODY = check_schema({
     "type": "object", "additionalProperties": False,
     "properties": {"spec": SPEC_SCHEMA, "action": ACTION_SCHEMA, **_SETTINGS,
-                   "search_attributes": {"type": ["object", "null"]}, "id_rules": _ID_RULES},
+                   "search_attributes": {"type": ["object", "null"]}, "rules": _ID_RULES},
 })
 NOTE_BODY = check_schema({"type": "object", "additionalProperties": False,
                           "properties": {"note": {**_NULLABLE_TEXT, "maxLength": 1000}}})
@@ -194,21 +194,21 @@ def _spec(data: dict[str, Any]) -> ScheduleSpec:
 
 def _check_reference_bounds(body: dict[str, Any], schedule_id: str | None) -> None:
     """Refuse what the reference engine's schedule routes refuse (422 naming the
-    field), unless the request asks for the SDK's rules (``id_rules``), which
+    field), unless the request asks for the SDK's rules (``rules``), which
     take schedule ids of up to 238 characters and any jitter."""
     if durable_rules(body):
         return
     if schedule_id is not None and len(schedule_id) > REFERENCE_SCHEDULE_ID_MAX:
         raise reference_refusal("schedule_id", (
             f"schedule_id is {len(schedule_id)} characters long; the reference engine takes "
-            f"at most {REFERENCE_SCHEDULE_ID_MAX}. Choose a shorter id, or send \"id_rules\": "
+            f"at most {REFERENCE_SCHEDULE_ID_MAX}. Choose a shorter id, or send \"rules\": "
             "\"durable\" for durable's SDK's (at most 238)"))
     jitter = body.get("jitter_seconds")
     if jitter is not None and (jitter != int(jitter) or jitter > REFERENCE_JITTER_MAX):
         raise reference_refusal("jitter_seconds", (
             f"jitter_seconds must be a whole number of seconds from 0 to "
             f"{REFERENCE_JITTER_MAX} (the reference engine's bound), got {jitter!r}; send "
-            "\"id_rules\": \"durable\" for durable's SDK's (any duration)"))
+            "\"rules\": \"durable\" for durable's SDK's (any duration)"))
 
 
 def _arguments(value: Any) -> list[Any]:

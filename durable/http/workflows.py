@@ -29,7 +29,7 @@ from .errors import HTTPError
 from .model import parse_payload
 from .routes import (
     ERROR_SCHEMA,
-    ID_RULES,
+    RULES,
     RUN_ID,
     WAIT,
     WORKFLOW_ID,
@@ -41,8 +41,8 @@ from .routes import (
     Schema,
     check_schema,
     durable_rules,
-    id_rules_field,
     reference_refusal,
+    rules_field,
     seconds,
     text,
 )
@@ -58,10 +58,10 @@ DUPLICATE_POLICIES = ("fail", "use-existing")
 REFERENCE_ID = re.compile(r"[a-zA-Z0-9._:-]{1,128}")
 #: the reference engine's bounds on a signal, query or update name (bytes of
 #: UTF-8) and on a cancellation's cleanup budget (whole seconds); the SDK takes
-#: names of 255 characters and any budget over 0 (`id_rules: durable`)
+#: names of 255 characters and any budget over 0 (`rules: durable`)
 REFERENCE_NAME_BYTES = 256
 REFERENCE_CLEANUP = (1, 3600)
-_NAME_RULES = id_rules_field("signal, query and update names of up to 255 characters")
+_NAME_RULES = rules_field("signal, query and update names of up to 255 characters")
 
 START_BODY = check_schema({
     "type": "object",
@@ -70,10 +70,10 @@ START_BODY = check_schema({
     "properties": {
         "workflow_id": text(1000, "The instance id (unique per namespace): 1 to 128 "
                                  "letters, digits, '.', '_', ':' or '-', as the reference "
-                                 "engine takes them; with id_rules durable, 1 to 255 "
+                                 "engine takes them; with rules durable, 1 to 255 "
                                  "characters without control characters."),
-        "id_rules": {
-            "type": "string", "enum": list(ID_RULES), "default": "reference",
+        "rules": {
+            "type": "string", "enum": list(RULES), "default": "reference",
             "description": "Extension: which ids the start takes: the reference engine's "
                            "(the default), or durable's SDK's (durable's remote client "
                            "sends it)."},
@@ -128,7 +128,7 @@ SIGNAL_BODY = check_schema({
                       "description": "Extension: who sends it (recorded as given); by "
                                      "default the role."},
         "source": {**text(200, "Extension: where the signal came from."), "default": "http"},
-        "id_rules": _NAME_RULES,
+        "rules": _NAME_RULES,
     },
 })
 QUERY_BODY = check_schema({
@@ -139,7 +139,7 @@ QUERY_BODY = check_schema({
             **seconds("Extension: how long to wait for a worker's answer (capped by the "
                       "server's max_wait); the request is withdrawn after.",
                       exclusive_minimum=0, nullable=False), "default": 10},
-        "id_rules": _NAME_RULES,
+        "rules": _NAME_RULES,
     },
 })
 UPDATE_BODY = check_schema({
@@ -163,7 +163,7 @@ UPDATE_BODY = check_schema({
                       "description": "Extension: who asks (recorded as given); by default "
                                      "the role."},
         "source": {**text(200, "Extension: where the update came from."), "default": "http"},
-        "id_rules": _NAME_RULES,
+        "rules": _NAME_RULES,
     },
 })
 CANCELLATION_BODY = check_schema({
@@ -178,7 +178,7 @@ CANCELLATION_BODY = check_schema({
                       "description": "Extension: who asks (recorded as given)."},
         "source": {**text(200, "Extension: where the request came from."),
                    "default": "http"},
-        "id_rules": id_rules_field("any cleanup budget over 0 seconds"),
+        "rules": rules_field("any cleanup budget over 0 seconds"),
     },
 })
 CLOSE_BODY = check_schema({
@@ -282,17 +282,17 @@ async def start_request(call: Call) -> StartRequest:
 
 def _check_id(body: dict[str, Any]) -> None:
     """Refuse a workflow id the reference engine refuses (422 naming the field,
-    its shape), unless the start asks for durable's ids (``id_rules``): its
+    its shape), unless the start asks for durable's ids (``rules``): its
     client, and callers of ours, must not start on our server an id its own
     server would refuse (docs/control-plane.md, "Workflow ids")."""
     workflow_id: str = body["workflow_id"]
-    if body.get("id_rules") == "durable" or REFERENCE_ID.fullmatch(workflow_id):
+    if body.get("rules") == "durable" or REFERENCE_ID.fullmatch(workflow_id):
         return
     why = (f"is {len(workflow_id)} characters long" if len(workflow_id) > 128
            else "holds a character the reference engine does not take")
     message = (f"body.workflow_id: {workflow_id[:60]!r} {why}; a workflow id is 1 to 128 "
                "letters, digits, '.', '_', ':' or '-' (^[a-zA-Z0-9._:-]+$, the reference "
-               "engine's rule). Choose such an id, or send \"id_rules\": \"durable\" to "
+               "engine's rule). Choose such an id, or send \"rules\": \"durable\" to "
                "start any id durable's SDK takes (1 to 255 characters, no control "
                "characters)")
     raise HTTPError(422, "validation_failed", message, field="body.workflow_id",
@@ -423,7 +423,7 @@ def _sender(call: Call) -> dict[str, Any]:
 def _check_name(call: Call, param: str, field_name: str) -> None:
     """Refuse a signal, query or update name over the reference engine's 256
     bytes (422 naming the field, its answer), unless the request asks for the
-    SDK's rules (``id_rules``: names of up to 255 characters, the path's bound)."""
+    SDK's rules (``rules``: names of up to 255 characters, the path's bound)."""
     _check_name_bytes(call.params[param], field_name, call.body)
 
 
@@ -432,7 +432,7 @@ def _check_name_bytes(name: str, field_name: str, body: dict[str, Any]) -> None:
     if size > REFERENCE_NAME_BYTES and not durable_rules(body):
         raise reference_refusal(field_name, (
             f"{field_name} is {size} bytes of UTF-8; the reference engine takes at most "
-            f"{REFERENCE_NAME_BYTES}. Use a shorter name, or send \"id_rules\": \"durable\" "
+            f"{REFERENCE_NAME_BYTES}. Use a shorter name, or send \"rules\": \"durable\" "
             "for durable's SDK's (up to 255 characters)"))
 
 
@@ -505,7 +505,7 @@ async def request_cancellation(call: Call) -> tuple[int, Any]:
             cleanup != int(cleanup) or not low <= cleanup <= high):
         raise reference_refusal("cleanup_timeout_seconds", (
             f"cleanup_timeout_seconds must be a whole number from {low} to {high} (the "
-            f"reference engine's bound), got {cleanup!r}; send \"id_rules\": \"durable\" "
+            f"reference engine's bound), got {cleanup!r}; send \"rules\": \"durable\" "
             "for durable's SDK's (any duration over 0)"))
     accepted, record = await control.request_cancellation(
         wf, run, reason=body.get("reason") or "cancellation requested",

@@ -120,7 +120,7 @@ class RunActionPages:
             body: dict[str, Any] = {
                 "cleanup_timeout_seconds": timeout, "source": "web_ui",
                 "requester": {"type": "web_ui", "id": None, "label": visitor.role},
-                "id_rules": "durable",  # (the SDK's budgets: any number of seconds over 0)
+                "rules": "durable",  # (the SDK's budgets: any number of seconds over 0)
             }
             if reason:
                 body["reason"] = reason
@@ -165,7 +165,7 @@ class RunActionPages:
         args = _arguments(form)
         await self.ui.perform(request, visitor, "signalWorkflowRun",
                            {"workflowId": workflow_id, "runId": run_id, "signalName": name},
-                           {"input": args, "source": "web_ui", "id_rules": "durable",
+                           {"input": args, "source": "web_ui", "rules": "durable",
                             "requester": {"type": "web_ui", "id": None,
                                           "label": visitor.role}})
 
