@@ -27,7 +27,7 @@ import pytest
 import durable
 from durable import activity, workflow
 from durable._runtime import inbox
-from durable.testing import isolated_definitions
+from durable.testing import Replayer, isolated_definitions
 
 pytestmark = pytest.mark.anyio
 
@@ -129,3 +129,67 @@ def test_the_verdict_counts_only_tasks_that_are_not_committing() -> None:
     level, event, fields = inbox.quiet_verdict(2, 1)
     assert (level, event, fields["running_tasks"], fields["committing_tasks"]) == (
         "warning", "delivery_without_quiet", 1, 1)
+
+
+with isolated_definitions():
+    @activity.defn(name="quiet_step")
+    async def step(name: str) -> str:
+        return name
+
+    @workflow.defn(name="quiet_steps")
+    class Steps:
+        """Local steps back to back: the task is never quiet between them."""
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        @workflow.signal
+        def poke(self, what: str) -> None:
+            self.seen.append(what)
+
+        @workflow.run
+        async def run(self) -> list[str]:
+            await workflow.execute_local_activity(step, "a")
+            before = bool(self.seen)  # what the code saw before the delivery
+            await workflow.execute_local_activity(step, "b")  # its record's commit is held
+            if before:
+                await workflow.sleep(0.01)
+            else:
+                await workflow.execute_local_activity(step, "c")
+            await workflow.wait_condition(lambda: bool(self.seen))
+            return self.seen
+
+
+@pytest.mark.parametrize("driver_name", ["sqlite"])
+async def test_a_delivery_during_a_commit_replays_where_it_was_made(
+    storage_client: durable.Client, caplog: pytest.LogCaptureFixture, short_quiet: None,
+) -> None:
+    """A signal that waited past QUIET_WAIT while the only task awaited the
+    commit of a local step's outcome was delivered at once, with an empty
+    frontier: replay made it before the code started, where the code saw
+    other state (the trial of 12-06: runs of 4 SQLite processes under kills
+    went to needs_review). Now the task stops at its next op, and the delivery
+    is made there."""
+    held, entered = anyio.Event(), anyio.Event()
+    async with durable.Worker(storage_client, workflows=[Steps], activities=[step],
+                              poll_interval=0.1) as worker:
+        original = worker.committer.submit
+
+        async def slow_storage(run_id: str, epoch: int, writes: Any, **kw: Any) -> Any:
+            if any(getattr(w, "op_id", None) == "0:2" and type(w).__name__ ==
+                   "RecordLocalActivity" for w in writes):
+                entered.set()
+                await held.wait()
+            return await original(run_id, epoch, writes, **kw)
+
+        worker.committer.submit = slow_storage  # type: ignore[method-assign]
+        handle = await storage_client.start(Steps, id="steps-slow-commit")
+        await entered.wait()
+        await handle.signal("poke", "x")  # while the task awaits its step's commit
+        await until_logged(caplog, "delivery_during_commit")
+        held.set()
+        assert await handle.result() == ["x"]
+    history = await handle.history()
+    delivered = [e.data for e in history if e.type == "SignalDelivered"]
+    assert [d["frontier"] for d in delivered] == [[{"op_id": "0:3", "kind": "local_activity"}]]
+    await Replayer(workflows=[Steps]).replay(history)  # NonDeterminismDetected before

@@ -79,8 +79,8 @@ def quiet_verdict(active: int, committing: int) -> tuple[str, str, dict[str, Any
         return "info", "delivery_during_commit", {
             "committing_tasks": committing,
             "hint": f"storage took over {QUIET_WAIT:g}s to commit the writes of {committing} "
-                    "workflow task(s); the delivery is made at the ops the other tasks wait "
-                    "on, which replays the same"}
+                    "workflow task(s); the delivery waits for them to reach their next op, "
+                    "where it is made (and replayed)"}
     return "warning", "delivery_without_quiet", {
         "running_tasks": active - committing, "committing_tasks": committing,
         "hint": "a workflow task waits on something that is not a durable op; it will not "
@@ -291,14 +291,44 @@ class Inbox:
         self.request_seq = max(self.request_seq, wanted[1])
 
     async def _until_quiet(self) -> None:
-        """Until every workflow task waits on a durable op (bounded: see QUIET_WAIT)."""
+        """Until every workflow task waits on a durable op (bounded: see QUIET_WAIT).
+
+        Past the bound, a task awaiting a commit of the run's writes is at no
+        op: a delivery made then recorded an empty frontier, which replay
+        makes before the code starts, where the code saw other state (the
+        SQLite trial of 12-06: runs of local steps under load went to
+        needs_review). So the gate is closed, each such task stops at its
+        next op once its commit returns (`Parking.hold`), and the wait goes
+        on for as long as every task still running awaits a commit. Only a
+        task that runs outside durable ends the wait (`quiet_verdict`)."""
         ctx = self.ctx
-        with anyio.move_on_after(QUIET_WAIT) as bound:
-            while ctx.parking.active > 0:
-                await ctx.parking.quiet.wait()
-        if bound.cancelled_caught:
-            level, event, fields = quiet_verdict(ctx.parking.active, ctx.parking.committing)
-            getattr(ctx.log, level)(event, **fields)
+        parking = ctx.parking
+        if await self._quiet_within(QUIET_WAIT):
+            return
+        level, event, fields = quiet_verdict(parking.active, parking.committing)
+        getattr(ctx.log, level)(event, **fields)
+        if level != "info":
+            return
+        gated = parking.gated
+        parking.close_gate()
+        try:
+            while not await self._quiet_within(QUIET_WAIT):
+                if parking.committing < parking.active:
+                    level, event, fields = quiet_verdict(parking.active, parking.committing)
+                    getattr(ctx.log, level)(event, **fields)
+                    return
+        finally:
+            if not gated:  # (the delivery that follows closes it again at once)
+                parking.open_gate()
+
+    async def _quiet_within(self, seconds: float) -> bool:
+        """Whether every workflow task waits on a durable op within `seconds`."""
+        parking = self.ctx.parking
+        with anyio.move_on_after(seconds):
+            while parking.active > 0:
+                await parking.quiet.wait()
+            return True
+        return False
 
     # ---------------------------------------------------------------- replay
 
