@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ import anyio.lowlevel
 import pytest
 import sniffio
 from comparable_history import comparable_history
-from durable_sqlite import SQLiteDriver
+from durable_sqlite import SQLiteDriver, _inline
 from durable_sqlite._inline import Inline
 
 import durable
@@ -309,4 +310,66 @@ async def test_a_brief_write_meeting_the_lock_waits_in_the_thread_not_on_the_loo
         assert driver.stats.inline == 0 and driver.stats.deferred == 1
     finally:
         blocker.close()
+        await driver.close()
+
+
+def _jump_loop_clock(seconds: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Move the running loop's clock `seconds` ahead: its timers due that much sooner."""
+    if sniffio.current_async_library() == "trio":
+        import attrs
+        import trio
+
+        statistics = trio.lowlevel.current_statistics  # (trio's clock is frozen: its reading)
+        monkeypatch.setattr(trio.lowlevel, "current_statistics", lambda: attrs.evolve(
+            statistics(), seconds_to_next_deadline=statistics().seconds_to_next_deadline
+            - seconds))
+        return
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    now = loop.time
+    monkeypatch.setattr(loop, "time", lambda: now() + seconds)
+
+
+async def test_a_commit_on_the_loop_thread_yields_once_a_timer_of_the_loop_is_due(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A due timer (a host's ticker, a sleep ending) gets the loop after the
+    next commit made on its thread, not only once `PAUSE_EVERY` passed: the
+    trial of 12-06 measured a host's 10 ms ticker 1.1-2.2 ms late at the
+    median beside a workflow of sequential steps, against 0.14-0.45 ms
+    through the database thread. The loop's clock is moved, not waited for."""
+    monkeypatch.setattr(_inline, "PAUSE_EVERY", 3600.0)  # only a due timer makes it yield
+    import durable_sqlite
+
+    pauses: list[str] = []
+    real_pause = durable_sqlite.pause
+
+    async def counted(backend: str) -> None:
+        pauses.append(backend)
+        await real_pause(backend)
+
+    monkeypatch.setattr(durable_sqlite, "pause", counted)
+
+    def program(tx: Any) -> Any:
+        yield durable.driver.ex("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+        yield durable.driver.ex("INSERT INTO t VALUES (1)")
+
+    driver = SQLiteDriver(f"sqlite:///{tmp_path / 'due.db'}")
+    await driver.open()
+    try:
+        inline = driver._inline
+        assert inline is not None
+        await driver.run(brief(program))  # (the table; the first commit pauses: paused_at 0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.sleep, 60)
+            await anyio.wait_all_tasks_blocked()
+            inline.paused_at = time.monotonic()
+            before = driver.stats.inline, len(pauses)
+            await driver.run(brief(program))
+            assert (driver.stats.inline, len(pauses)) == (before[0] + 1, before[1])
+            _jump_loop_clock(61, monkeypatch)  # the sleep's timer is due now
+            await driver.run(brief(program))
+            assert (driver.stats.inline, len(pauses)) == (before[0] + 2, before[1] + 1)
+            tg.cancel_scope.cancel()
+    finally:
         await driver.close()

@@ -300,7 +300,7 @@ class SQLiteDriver:
                 assert call.tx is not None
                 if call.error is None and call.tx.wakes:
                     self.hub.publish(call.tx.wakes)
-                if inline.pause_due():
+                if inline.pause_due(backend):
                     await pause(backend)
                 if call.error is not None:
                     raise call.error
