@@ -7,7 +7,8 @@ a dialect plus an executor (it runs the conformance tests on asyncio; crash
 and PostgreSQL-specific tests are deselected for it). PostgreSQL tests take
 their server from DURABLE_TEST_POSTGRES_URL
 (default postgresql://postgres@127.0.0.1:5432/test), each test in a schema of
-its own; they skip when no server answers, unless DURABLE_REQUIRE_POSTGRES=1,
+its own (a `db_url` one emptied by an earlier test, whose tables it keeps, or
+a fresh one); they skip when no server answers, unless DURABLE_REQUIRE_POSTGRES=1,
 when they fail instead (CI sets it).
 """
 
@@ -237,6 +238,139 @@ def new_postgres_url() -> str:
     return f"{POSTGRES_URL}{sep}schema={schema}"
 
 
+def _postgres_admin(base: str, work: Callable[[Any], Any]) -> Any:
+    """Run `work(connection)` (a coroutine function) on an asyncpg connection to
+    `base`, on a thread of its own, so any host loop may call it; its result."""
+    import asyncio
+    import threading
+
+    import asyncpg
+
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    async def run() -> None:
+        conn = await asyncpg.connect(base)
+        try:
+            results.append(await work(conn))
+        finally:
+            await conn.close()
+
+    def main() -> None:
+        try:
+            asyncio.run(run())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
+
+
+# Creating a schema's tables and dropping them costs PostgreSQL ~0.3 s a test
+# (more on a loaded box), over 700 tests: a `db_url` schema is emptied afterwards
+# and handed to the next test, as MariaDB's databases are.
+_POSTGRES_FREE: list[str] = []
+_SCHEMA_SHAPE = """
+WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = $1),
+rel AS (SELECT c.oid, c.relname, c.relkind FROM pg_class c, ns WHERE c.relnamespace = ns.oid)
+SELECT 'relation', relkind::text, relname::text FROM rel
+UNION ALL SELECT 'column', rel.relname::text, a.attname || ' ' || a.atttypid::text || ' '
+       || a.atttypmod::text || ' ' || a.attnotnull::text || ' ' || a.atthasdef::text
+  FROM pg_attribute a JOIN rel ON rel.oid = a.attrelid
+  WHERE rel.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL SELECT 'index', rel.relname::text, pg_get_indexdef(i.indexrelid)
+  FROM pg_index i JOIN rel ON rel.oid = i.indrelid
+UNION ALL SELECT 'constraint', rel.relname::text, conname || ' ' || contype::text
+  FROM pg_constraint c JOIN rel ON rel.oid = c.conrelid
+UNION ALL SELECT 'trigger', rel.relname::text, tgname::text
+  FROM pg_trigger t JOIN rel ON rel.oid = t.tgrelid
+UNION ALL SELECT 'function', '', proname::text FROM pg_proc p, ns WHERE p.pronamespace = ns.oid
+"""
+
+
+def _schema_shape(conn: Any, schema: str) -> Any:
+    async def shape() -> frozenset[tuple[str, str, str]]:
+        rows = await conn.fetch(_SCHEMA_SHAPE, schema)
+        return frozenset(tuple(str(v).replace(schema, "<schema>") for v in r) for r in rows)
+    return shape()
+
+
+@functools.cache
+def _fresh_postgres_shape() -> frozenset[tuple[str, str, str]]:
+    """What a schema the current durable just created holds (tables, columns,
+    indexes, constraints, triggers, functions): what an unchanged test schema has."""
+    import asyncio
+    import threading
+
+    url = new_postgres_url()
+
+    async def create() -> None:
+        async with durable.connect(url):
+            pass
+
+    thread = threading.Thread(target=asyncio.run, args=(create(),))
+    thread.start()
+    thread.join()
+    base, schema = url.rsplit("schema=", 1)
+    try:
+        shape: frozenset[tuple[str, str, str]] = _postgres_admin(
+            base.rstrip("?&"), lambda conn: _schema_shape(conn, schema))
+    finally:
+        drop_postgres_schema(url)
+    return shape
+
+
+def recycled_postgres_url() -> str:
+    """A URL naming an empty schema of its own (a fresh one, or one an earlier
+    test used and `recycle_postgres_schema` emptied)."""
+    return _POSTGRES_FREE.pop() if _POSTGRES_FREE else new_postgres_url()
+
+
+def recycle_postgres_schema(url: str) -> None:
+    """Empty the schema of a `recycled_postgres_url()` for the next test, keeping
+    its tables (and its version row); drop it instead when it is not exactly
+    what the current durable creates (a test changed it), or emptying it fails
+    (a lock a killed process's session still holds, say)."""
+    from durable.store.migrations import SCHEMA_VERSION
+
+    base, schema = url.rsplit("schema=", 1)
+    reference = _fresh_postgres_shape()
+
+    async def empty(conn: Any) -> bool:
+        if await _schema_shape(conn, schema) != reference:
+            return False
+        quoted = '"' + schema.replace('"', '""') + '"'
+        async with conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '5s'")
+            version = await conn.fetch(
+                f"SELECT value FROM {quoted}.durable_meta WHERE key = 'schema_version'")
+            if [r[0] for r in version] != [str(SCHEMA_VERSION)]:
+                return False
+            # DELETE, not TRUNCATE: the tables hold a test's few rows, and TRUNCATE
+            # (new files for every table) costs ten times as much
+            statements = [f"DELETE FROM {quoted}.durable_meta WHERE key <> 'schema_version'"]
+            for kind, what, name in sorted(reference):
+                if kind == "relation" and what == "r" and name != "durable_meta":
+                    statements.append(f'DELETE FROM {quoted}."{name}"')
+                elif kind == "relation" and what == "S":
+                    statements.append(f'ALTER SEQUENCE {quoted}."{name}" RESTART')
+            await conn.execute(";\n".join(statements))
+        return True
+
+    try:
+        emptied = _postgres_admin(base.rstrip("?&"), empty)
+    except Exception:
+        emptied = False
+    if emptied:
+        _POSTGRES_FREE.append(url)
+    else:
+        drop_postgres_schema(url)
+
+
 def drop_postgres_schema(url: str) -> None:
     """Drop the schema of a `new_postgres_url()`, even one the driver would
     refuse to open; on a thread of its own, so any host loop may call it."""
@@ -273,9 +407,9 @@ def pg_url() -> Iterator[str]:
 def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
     if driver_name == "postgres":
         require_postgres()
-        url = new_postgres_url()
+        url = recycled_postgres_url()
         yield url
-        drop_postgres_schema(url)  # tests that connect by URL leave it behind
+        recycle_postgres_schema(url)
         return
     if driver_name == "stepwise":
         yield f"{STEPWISE_SCHEME}:///{tmp_path / 'durable.db'}"
@@ -351,8 +485,6 @@ async def storage_client(db_url: str) -> AsyncIterator[durable.Client]:
     """The embedded client on the test's storage (workers are built on it)."""
     async with durable.connect(db_url) as c:
         yield c
-        if db_url.startswith("postgres"):
-            await _drop_schema(c)
 
 
 @pytest.fixture
@@ -373,12 +505,6 @@ async def client(storage_client: durable.Client, client_kind: str,
             yield remote
 
 
-async def _drop_schema(c: durable.Client) -> None:
-    drop = getattr(c.driver, "drop_schema", None)
-    if drop is not None:
-        await drop()
-
-
 @pytest.fixture
 def make_worker(storage_client: durable.Client) -> Callable[..., durable.Worker]:
     def make(**kwargs: Any) -> durable.Worker:
@@ -390,7 +516,12 @@ def make_worker(storage_client: durable.Client) -> Callable[..., durable.Worker]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Drop the emptied MariaDB test databases kept for reuse."""
+    """Drop the emptied MariaDB test databases and PostgreSQL schemas kept for reuse."""
+    while _POSTGRES_FREE:
+        try:
+            drop_postgres_schema(_POSTGRES_FREE.pop())
+        except Exception:
+            break
     while _MARIADB_FREE:
         database = _MARIADB_FREE.pop()
         try:
