@@ -103,9 +103,6 @@ def require_mariadb() -> None:
 def _mariadb_admin(*statements: str) -> list[list[Any]]:
     """Run statements on MARIADB_URL's server (outside any test database), on a
     thread of its own, so any host loop may call it; each one's rows."""
-    import asyncio
-    import threading
-
     import asyncmy
 
     parts = urlsplit(MARIADB_URL)
@@ -123,11 +120,22 @@ def _mariadb_admin(*statements: str) -> list[list[Any]]:
         finally:
             await conn.ensure_closed()
 
+    on_a_thread(run)
+    return results
+
+
+def on_a_thread(run: Callable[[], Any]) -> Any:
+    """`asyncio.run(run())` on a thread of its own (so any host loop may call
+    it), raising what it raised; its result."""
+    import asyncio
+    import threading
+
+    results: list[Any] = []
     errors: list[BaseException] = []
 
     def main() -> None:
         try:
-            asyncio.run(run())
+            results.append(asyncio.run(run()))
         except BaseException as exc:
             errors.append(exc)
 
@@ -136,7 +144,7 @@ def _mariadb_admin(*statements: str) -> list[list[Any]]:
     thread.join()
     if errors:
         raise errors[0]
-    return results
+    return results[0]
 
 
 # Creating a database and its tables costs MariaDB ~2 s (a file per table), so
@@ -241,33 +249,16 @@ def new_postgres_url() -> str:
 def _postgres_admin(base: str, work: Callable[[Any], Any]) -> Any:
     """Run `work(connection)` (a coroutine function) on an asyncpg connection to
     `base`, on a thread of its own, so any host loop may call it; its result."""
-    import asyncio
-    import threading
-
     import asyncpg
 
-    results: list[Any] = []
-    errors: list[BaseException] = []
-
-    async def run() -> None:
+    async def run() -> Any:
         conn = await asyncpg.connect(base)
         try:
-            results.append(await work(conn))
+            return await work(conn)
         finally:
             await conn.close()
 
-    def main() -> None:
-        try:
-            asyncio.run(run())
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=main)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return results[0]
+    return on_a_thread(run)
 
 
 # Creating a schema's tables and dropping them costs PostgreSQL ~0.3 s a test
@@ -303,18 +294,13 @@ def _schema_shape(conn: Any, schema: str) -> Any:
 def _fresh_postgres_shape() -> frozenset[tuple[str, str, str]]:
     """What a schema the current durable just created holds (tables, columns,
     indexes, constraints, triggers, functions): what an unchanged test schema has."""
-    import asyncio
-    import threading
-
     url = new_postgres_url()
 
     async def create() -> None:
         async with durable.connect(url):
             pass
 
-    thread = threading.Thread(target=asyncio.run, args=(create(),))
-    thread.start()
-    thread.join()
+    on_a_thread(create)
     base, schema = url.rsplit("schema=", 1)
     try:
         shape: frozenset[tuple[str, str, str]] = _postgres_admin(
