@@ -63,6 +63,10 @@ class LoopThread:
         shorten_switch_interval()
         self.loop = asyncio.new_event_loop()
         self._stopping = False
+        #: calls whose caller was cancelled and waits for the loop's task to
+        #: end (`run`): real work in flight, though the caller looks blocked
+        #: (the time-skipping environment must not take that for idle)
+        self.ending = 0
         self._thread = threading.Thread(
             target=self._main, name=f"durable-{what.split()[-2].lower()}-asyncio", daemon=True
         )
@@ -117,8 +121,12 @@ class LoopThread:
         except BaseException:
             if not done.is_set():
                 self.loop.call_soon_threadsafe(cancel)
-                with anyio.CancelScope(shield=True):
-                    await done.wait()
+                self.ending += 1
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await done.wait()
+                finally:
+                    self.ending -= 1
             raise
         task = started[0]
         if task.cancelled():  # by `stop` (the caller's cancellation raised above)

@@ -196,6 +196,13 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
 
     # ---------------------------------------------------------------- host bridge
 
+    @property
+    def calls_ending(self) -> int:
+        """Calls still ending on the library's loop whose caller was cancelled
+        (`LoopThread.ending`; 0 on an asyncio host, where the caller itself
+        awaits the cancelled call)."""
+        return self._thread.ending if self._thread is not None else 0
+
     async def _call(self, fn: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
         """Run `fn` where the library lives; shielded by default (see the module
         docstring)."""

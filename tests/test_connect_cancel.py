@@ -244,3 +244,62 @@ async def test_a_mariadb_connect_waiting_for_the_schema_lock_is_cancelled_and_le
 
         await side.close(close)
         drop_mariadb_database(url)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("anyio_backend", ["trio"])  # asyncio awaits the call itself
+async def test_virtual_time_holds_still_while_a_stopped_watch_winds_down_on_the_loop(
+        pg_url: str, anyio_backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that stops cancels the driver's watch, which waits on the
+    library's loop (LISTEN) and is no storage call the time-skipping
+    environment counts. Its caller then waits, blocked to trio's eyes, for the
+    loop's task to end: real work in flight, and the environment must not take
+    it for idle (it skipped virtual time to the next timer meanwhile:
+    test_virtual_time_holds_still_while_a_sync_activity_works, flaky on
+    trio-postgres). The loop's task winds down only once the environment has
+    seen it in flight; had it not looked, `_idle` returned first."""
+    import trio
+
+    from durable.testing import TimeSkippingEnvironment
+
+    token = trio.lowlevel.current_trio_token()
+    waiting, seen, wound_down = anyio.Event(), threading.Event(), threading.Event()
+
+    async def next_batch(wait: float, wanted: frozenset[str]) -> Any:  # on the loop
+        try:
+            token.run_sync_soon(waiting.set)
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.to_thread(seen.wait, 10)
+            wound_down.set()
+            raise
+
+    async with TimeSkippingEnvironment(pg_url, auto_skip=False) as env:
+        driver: Any = env._counting._inner
+        calls_ending = type(driver).calls_ending
+
+        def looked(self: Any) -> int:
+            ending = int(calls_ending.fget(self))
+            if ending:
+                seen.set()
+            return ending
+
+        monkeypatch.setattr(type(driver), "calls_ending", property(looked))
+        monkeypatch.setattr(driver._listener, "next_batch", next_batch)
+        stop = anyio.CancelScope()
+
+        async def watching() -> None:
+            with stop:
+                await env._counting.watch()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watching)
+            try:
+                with anyio.fail_after(10):
+                    await waiting.wait()
+                stop.cancel()  # as a stopping worker does
+                with anyio.fail_after(10):
+                    await env._idle()
+                assert wound_down.is_set(), "idle while the watch still wound down"
+            finally:
+                seen.set()  # (failing: the watch ends at once)

@@ -72,6 +72,13 @@ class _CountingDriver:
 
         return counted
 
+    def quiet(self) -> bool:
+        """No storage call in flight: none counted here, and none that a
+        cancelled caller waits for on the driver's own event loop (`watch`, not
+        counted, waits that way when a worker stops it: trio sees its task
+        blocked while asyncpg or asyncmy still winds the call down)."""
+        return self.inflight == 0 and not getattr(self._inner, "calls_ending", 0)
+
 
 async def _all_tasks_blocked() -> None:
     """Return once every other task of the event loop waits on something.
@@ -197,7 +204,7 @@ class TimeSkippingEnvironment:
         stable = 0
         while stable < 3:
             await _all_tasks_blocked()
-            if self._counting.inflight == 0 and not self.clock.holding():
+            if self._counting.quiet() and not self.clock.holding():
                 stable += 1
                 await anyio.lowlevel.checkpoint()
             else:
