@@ -199,10 +199,11 @@ async def _events(handle: durable.WorkflowHandle, etype: str) -> bool:
 
 async def test_the_loop_runs_its_timers_between_steps_committed_on_its_thread(
         tmp_path: Path) -> None:
-    """Each commit on the loop's thread is followed by one turn of the loop:
-    a timer due meanwhile runs before the next step, as it did while each
-    commit waited for the database thread. Without that turn, a workflow of
-    local steps would hold the loop for its whole run."""
+    """A chain of commits on the loop's thread gives the loop a turn once one
+    of its timers fell due (or `PAUSE_EVERY` passed): the timer task ticks
+    during the run, as it did while each commit waited for the database
+    thread. Without that turn, a workflow of local steps that never suspend
+    would hold the loop for its whole run."""
     key = "ticks"
     TICKER["ticks"] = 0
 

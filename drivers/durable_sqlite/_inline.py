@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover
 #: the ``synchronous`` settings whose commit syncs nothing in WAL mode
 UNSYNCED = ("OFF", "NORMAL")
 #: seconds after which a commit on the loop's thread yields to the loop
-PAUSE_EVERY = 0.005
+PAUSE_EVERY = 0.001
 
 
 class Inline:
