@@ -693,7 +693,7 @@ async def test_a_claim_whose_answer_is_lost_strands_no_run_for_a_lease(pg_url: s
         handle = await direct.start(noted_steps, key, id=key)  # ready before any claim
         # the worker's first claim (`fastpath.claim_runs_in_one`) takes the run,
         # commits, and its answer is lost
-        cut = proxy.arm("WITH claimed AS", "after")
+        cut = proxy.arm("WITH picked AS MATERIALIZED", "after")
         async with durable.Worker(client, workflows=[noted_steps], activities=[noted],
                                   lease_seconds=60):
             with anyio.fail_after(15):  # far below the 60 s lease it would have waited
