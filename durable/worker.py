@@ -55,6 +55,7 @@ from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
 from ._runtime.race import first_of
 from ._runtime.remote import RemoteActivities
+from ._runtime.slots import SlotWatch
 from ._runtime.upgrade import UpgradeGate
 from ._scheduler import Scheduler
 from .errors import ConfigurationError, WorkerFailed
@@ -210,11 +211,13 @@ class Worker:
         types = tuple(sorted(self.workflows))
         #: claiming runs: `runs.claim_now()` lets a test see a claim pass through
         self.run_claims = RunClaims(self, types)  # (and what a lost claim took: handed back)
+        #: warns when every slot is held by a run that only waits (docs/deployment.md)
+        self.slots = SlotWatch(self.log, self.max_concurrent_runs)
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
             room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
             claim=self.run_claims.claim, start=lambda claimed: self._start_run(claimed),
             poll_interval=self.poll_interval, now=self.clock.now, first_batch=CLAIM_START,
-            **self.run_claims.baton)
+            watch=self._watch_slots, **self.run_claims.baton)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)
@@ -479,6 +482,9 @@ class Worker:
             executors.clear()
 
     # ---------------------------------------------------------------- runs
+
+    def _watch_slots(self, room: int, woken: bool) -> None:
+        self.slots.check(room, woken, self.executors.values(), len(self.gate.checking))
 
     def _claim_all(self) -> None:
         """Claim runs and attempts now (work may be ready that no wake-up named)."""

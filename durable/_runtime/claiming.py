@@ -134,8 +134,12 @@ class ClaimLoop(Generic[T]):
                  spread: Callable[[], Awaitable[None]] | None = None,
                  quiet: Callable[[], bool] = lambda: True,
                  unheard: Callable[[], bool] = lambda: True,
-                 first_batch: int = CLAIM_BATCH) -> None:
+                 first_batch: int = CLAIM_BATCH,
+                 watch: Callable[[int, bool], None] | None = None) -> None:
         self._room = room
+        #: told at each pass the room left and whether a wake-up woke it
+        #: (runs: `durable._runtime.slots.SlotWatch`)
+        self._watch = watch
         self._first_batch = min(first_batch, CLAIM_BATCH)
         #: most items the next claim takes (slow start, see the class docstring)
         self.batch = self._first_batch
@@ -177,6 +181,8 @@ class ClaimLoop(Generic[T]):
         while True:
             self.begun += 1
             room = self._room()
+            if self._watch is not None:
+                self._watch(room, woken is not None)
             claimed: Claimed[T] = Claimed()
             if room > 0:
                 claimed = await self._claim(min(room, self.batch))
