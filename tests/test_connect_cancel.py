@@ -203,6 +203,7 @@ async def test_a_mariadb_connect_waiting_for_the_schema_lock_is_cancelled_and_le
     connect creates the tables. (asyncio only, as the MariaDB suites: the
     trio bridge is the one tested above.)"""
     import asyncmy
+    from durable_mariadb.driver import ddl_lock
 
     require_mariadb()
     database = f"durable_test_{uuid.uuid4().hex[:12]}"
@@ -229,13 +230,13 @@ async def test_a_mariadb_connect_waiting_for_the_schema_lock_is_cancelled_and_le
         return await sessions("AND info LIKE 'SELECT GET_LOCK%'") == 1
 
     try:
-        assert await query("SELECT GET_LOCK('durable_schema_ddl', 5)") == 1
+        assert await query(f"SELECT GET_LOCK('{ddl_lock(database)}', 5)") == 1
         took = await _cancel_once(lambda: durable.connect(url, min_pool=2), waits_for_the_lock)
         assert took < PROMPT
         with anyio.fail_after(0.5):  # (under the server's own second)
             while await sessions():
                 await anyio.sleep(0.01)
-        await query("SELECT RELEASE_LOCK('durable_schema_ddl')")
+        await query(f"SELECT RELEASE_LOCK('{ddl_lock(database)}')")
         async with durable.connect(url) as client:
             assert client.driver._pool is not None  # type: ignore[attr-defined]
     finally:

@@ -12,13 +12,20 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
 import pytest
-from conftest import MARIADB_URL, drop_mariadb_database, new_mariadb_url, require_mariadb
+from conftest import (
+    MARIADB_URL,
+    _mariadb_admin,
+    drop_mariadb_database,
+    new_mariadb_url,
+    require_mariadb,
+)
 
 import durable
 from durable.driver import Tx, Wake, ex, q1
@@ -396,3 +403,40 @@ async def test_a_table_locked_by_another_client_is_a_lock_wait_retried(url: str)
             assert await client.driver.run(read)
     finally:
         await other.ensure_closed()
+
+
+async def test_a_migration_waits_for_its_own_database_only_and_says_when_it_gave_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes creating durable's tables take turns under a named lock
+    (GET_LOCK), whose names are the whole server's: one name for every
+    database made a process wait for another creating tables elsewhere (a
+    minute, seen in the suite beside other runs on the same server), and a
+    lock not taken in time was not noticed: the DDL went ahead without it.
+    Now the lock is the database's own, and a wait that runs out is a clear
+    error naming the lock."""
+    import asyncmy
+    from durable_mariadb import driver as mariadb_driver
+
+    require_mariadb()
+    names = [f"durable_test_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    _mariadb_admin(*(f"CREATE DATABASE {name}" for name in names))
+    parts = urlsplit(MARIADB_URL)
+    urls = [parts._replace(path=f"/{name}").geturl() for name in names]
+    holder = await asyncmy.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+                                   user=parts.username or "root",
+                                   password=parts.password or "", autocommit=True)
+    try:
+        lock = mariadb_driver.ddl_lock(names[0])
+        async with holder.cursor() as cur:
+            await cur.execute("SELECT GET_LOCK(%s, 5)", (lock,))
+            assert (await cur.fetchone())[0] == 1
+        monkeypatch.setattr(mariadb_driver, "_DDL_LOCK_TAKE", 1)
+        async with durable.connect(urls[1]):  # another database: not held up
+            pass
+        with pytest.raises(ConfigurationError, match=f"schema lock.*{lock}"):
+            async with durable.connect(urls[0]):
+                pass
+    finally:
+        holder.close()
+        for url in urls:
+            drop_mariadb_database(url)

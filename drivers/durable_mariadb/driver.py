@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import time
 from contextlib import AbstractAsyncContextManager
@@ -62,8 +63,8 @@ _WAKES_DDL = (
     " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_nopad_bin"
 )
 _MAX_PAYLOAD = 60_000
-# GET_LOCK's name: processes migrating one database at once take turns
-_DDL_LOCK = "durable_schema_ddl"
+#: seconds a migration waits for another process migrating the same database
+_DDL_LOCK_TAKE = 60
 #: seconds a migration's DDL waits for the tables' metadata locks
 _DDL_LOCK_WAIT = 120
 
@@ -259,7 +260,17 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         if version is not None and version >= SCHEMA_VERSION:
             await self._drive_tx(conn, migrate(self.dialect))  # refuses a newer schema
             return
-        await execute(conn, Stmt("SELECT GET_LOCK(?, ?)", (_DDL_LOCK, 60), "one"))
+        lock = ddl_lock(self._target.database)
+        got = await execute(conn, Stmt("SELECT GET_LOCK(?, ?) AS got", (lock, _DDL_LOCK_TAKE),
+                                       "one"))
+        if got is None or got["got"] != 1:  # 0: still held; NULL: an error
+            raise ConfigurationError(
+                f"cannot create or upgrade durable's tables in MariaDB database "
+                f"{self._target.database!r} at {self._target.masked!r}: another session "
+                f"has held its schema lock (GET_LOCK({lock!r})) for {_DDL_LOCK_TAKE} s, "
+                "most likely another process creating or upgrading the same tables; "
+                "connect again once it is done (SELECT IS_USED_LOCK(...) names the "
+                "holder's connection id)")
         # DDL waits for every transaction open on its table (older processes'
         # workers during an upgrade): longer than a statement's lock wait
         await execute(conn, Stmt(f"SET SESSION lock_wait_timeout = {_DDL_LOCK_WAIT}", (),
@@ -271,7 +282,7 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         finally:
             await execute(conn, Stmt(
                 f"SET SESSION lock_wait_timeout = {self._target.lock_wait_timeout}", (), "exec"))
-            await execute(conn, Stmt("SELECT RELEASE_LOCK(?)", (_DDL_LOCK,), "one"))
+            await execute(conn, Stmt("SELECT RELEASE_LOCK(?)", (lock,), "one"))
 
     async def _schema_version(self, conn: Any) -> int | None:
         exists = await execute(conn, Stmt(
@@ -470,3 +481,13 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         async with self._require_pool().acquire() as conn:
             await execute(conn, Stmt("DELETE FROM durable_wakes WHERE at < ?",
                                      (time.time() - self.wake_retention,), "exec"))
+
+
+def ddl_lock(database: str) -> str:
+    """The GET_LOCK name under which processes migrating `database` take turns.
+
+    Per database: GET_LOCK's names are the whole server's, and one name for
+    every database made a process creating its tables wait for another
+    creating tables in another database (a minute, then it went ahead
+    without the lock). Hashed, because a name is at most 64 characters."""
+    return "durable_ddl_" + hashlib.sha1(database.encode()).hexdigest()
