@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/step_cpu.py [asyncio|trio] [steps] [batched]
+    python benchmarks/step_cpu.py [asyncio|trio] [steps] [batched|per-step] [FULL|NORMAL]
     DURABLE_TREE=/other/checkout python benchmarks/step_cpu.py
 
 `DURABLE_TREE` runs the `durable` and `durable_sqlite` of another checkout.
@@ -18,7 +18,9 @@ machine disturbs less than wall time), of the SQLite driver's database thread
 `time.pthread_getcpuclockid`), the process's CPU per step (both, and the
 passive checkpoints' threads) and the wall time per step; with
 ``batched``, the steps are recorded with ``record="batched"`` (one commit per
-64 steps: what is left is the engine's Python per step). Alternate
+64 steps: what is left is the engine's Python per step); with ``FULL``, the
+file is opened with ``?synchronous=FULL`` (each commit's fsync, on the
+database thread: its wait is wall time, not CPU). Alternate
 it with another checkout (PYTHONPATH) to compare two builds.
 """
 
@@ -47,6 +49,7 @@ async def bench_step(i: int) -> int:
 
 
 _BATCHED = len(sys.argv) > 3 and sys.argv[3] == "batched"
+_SYNCHRONOUS = sys.argv[4].upper() if len(sys.argv) > 4 else "NORMAL"
 
 
 @workflow.defn(name="bench_local")
@@ -65,7 +68,7 @@ async def main() -> None:
     proc: list[float] = []
     wall: list[float] = []
     with tempfile.TemporaryDirectory() as d:
-        async with durable.connect(f"sqlite:///{d}/steps.db") as client:
+        async with durable.connect(f"sqlite:///{d}/steps.db?synchronous={_SYNCHRONOUS}") as client:
             clock = time.pthread_getcpuclockid(client.driver._writer.thread.ident)  # type: ignore[attr-defined]
             async with durable.Worker(client, workflows=[bench_local], activities=[bench_step]):
                 await (await client.start(bench_local, 10, id="warm")).result()
@@ -80,7 +83,8 @@ async def main() -> None:
     print(f"loop thread CPU {statistics.median(cpu):.1f} µs/step, "
           f"database thread CPU {statistics.median(db):.1f} µs/step, "
           f"process CPU {statistics.median(proc):.1f} µs/step, "
-          f"wall {statistics.median(wall):.1f} µs/step ({os.path.dirname(durable.__file__)})")
+          f"wall {statistics.median(wall):.1f} µs/step, synchronous={_SYNCHRONOUS} "
+          f"({os.path.dirname(durable.__file__)})")
 
 
 if __name__ == "__main__":

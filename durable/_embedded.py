@@ -12,8 +12,11 @@ import base64
 import binascii
 import contextlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from ._registry import WorkflowDefn, arity_described
+from ._visibility_query import run_filter
 from .clock import Clock, held
 from .control import Page, RunState
 from .errors import (
@@ -85,8 +88,10 @@ def _update_outcome(item: InboxItem) -> str | None:
 
 
 def _state(run: RunRecord) -> RunState:
+    """The run's state, its status as shown (a run in review: needs_review or
+    unknown, as describe() and the result route's ``durable_status`` say)."""
     failure = run.failure.to_dict() if run.failure is not None else None
-    return RunState(run.run_id, run.status, run.result, failure, run.continued_run_id)
+    return RunState(run.run_id, run.listed_status, run.result, failure, run.continued_run_id)
 
 
 class EmbeddedControl:
@@ -179,10 +184,12 @@ class EmbeddedControl:
                                           self.clock.now())
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
-                        cursor: str | None) -> Page:
+                        cursor: str | None, query: str | None = None) -> Page:
+        found = run_filter(query)  # before the cursor: a bad query is the error to fix first
         before = decode_cursor(cursor) if cursor else None
         items, next_key = await self.store.list_runs(
-            self.namespace, status, workflow_type, limit, before, now=self.clock.now())
+            self.namespace, status, workflow_type, limit, before, statuses=found.statuses,
+            id_contains=found.id_contains, now=self.clock.now(), matching=found.matching)
         return Page(items, encode_cursor(next_key) if next_key is not None else None)
 
     async def repair_pass(self) -> dict[str, int]:
@@ -329,3 +336,32 @@ class EmbeddedControl:
 def _not_found(workflow_id: str, run_id: str | None, namespace: str) -> str:
     run = f" run {run_id!r}" if run_id else ""
     return f"no workflow {workflow_id!r}{run} in namespace {namespace!r}"
+
+
+async def check_start_arity(store: Store | None, namespace: str, clock: Clock, wf_type: str,
+                            defn: WorkflowDefn | None, args: Sequence[Any]) -> None:
+    """Refuse a start (or a schedule) of `wf_type` whose arguments its function
+    does not take, before anything is recorded: by `defn` when the function is
+    here; by name, when every live worker registering the type registered an
+    arity that refuses them (each run would fail with Python's TypeError). Left
+    to the run when a worker registered none (an older release), or when
+    storage is remote (its control plane checks there)."""
+    if defn is not None:
+        if defn.arity is not None:
+            defn.arity.check(f"workflow {wf_type!r}", len(args))
+        return
+    if store is None:
+        return
+    arities = [arity_described(d) for d in await store.workflow_definitions(
+        namespace, wf_type, clock.now())]
+    if not arities or any(a is None for a in arities):
+        return
+    failures: list[ConfigurationError] = []
+    for arity in arities:
+        assert arity is not None
+        try:
+            arity.check(f"workflow {wf_type!r} (as its live workers register it)", len(args))
+            return
+        except ConfigurationError as exc:
+            failures.append(exc)
+    raise failures[0]

@@ -344,7 +344,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         attempt = 0
         while True:
             pool = self._require_pool()
-            tx = Tx(self.dialect, notices=self._tx_notices, addressee=self._tx_addressee)
+            tx = Tx(self.dialect, notices=self._tx_notices, addressee=self._tx_addressee,
+                    slot_limited=self.hub.slot_limited)
             try:
                 async with self._acquire(pool) as conn:
                     try:

@@ -137,7 +137,7 @@ def _add(table: dict[str, Defn], defn: Defn, what: str, *, process_wide: bool) -
     table[defn.name] = defn
 
 
-def describe_definition(defn: WorkflowDefn | ActivityDefn) -> dict[str, str]:
+def describe_definition(defn: WorkflowDefn | ActivityDefn) -> dict[str, Any]:
     """What code stands behind a name: module, qualified name and signature, and
     their fingerprint (the same on every host for the same code; the file's
     path is left out, it differs between hosts). Recorded with a worker's
@@ -151,8 +151,25 @@ def describe_definition(defn: WorkflowDefn | ActivityDefn) -> dict[str, str]:
     except (TypeError, ValueError):  # a builtin without a signature
         signature = "(...)"
     digest = hashlib.sha256(f"{module}\n{qualname}\n{signature}".encode()).hexdigest()[:16]
-    return {"module": module, "qualname": qualname, "signature": signature,
-            "fingerprint": digest}
+    described: dict[str, Any] = {"module": module, "qualname": qualname,
+                                 "signature": signature, "fingerprint": digest}
+    if defn.arity is not None:  # lets a start by name be checked where it is made
+        described["arity"] = {"least": defn.arity.least, "most": defn.arity.most,
+                              "names": list(defn.arity.names)}
+    return described
+
+
+def arity_described(described: Any) -> Arity | None:
+    """The `Arity` a worker registered for a name (`describe_definition`); None
+    when it registered none (an older worker, or no readable signature)."""
+    found = described.get("arity") if isinstance(described, dict) else None
+    if not isinstance(found, dict):
+        return None
+    try:
+        return Arity(int(found["least"]), None if found["most"] is None else int(found["most"]),
+                     tuple(str(n) for n in found.get("names") or ()))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class Registry:

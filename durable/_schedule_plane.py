@@ -10,10 +10,11 @@ again (fire times that fired are left alone).
 
 from __future__ import annotations
 
-import base64
-import binascii
+import datetime
 from typing import Any
 
+from ._embedded import decode_cursor, encode_cursor
+from ._visibility_query import parse as parse_query
 from .clock import Clock
 from .errors import ConfigurationError, ScheduleNotFound
 from .schedules import ScheduleDefinition, ScheduleSpec
@@ -21,26 +22,10 @@ from .store import Store
 
 #: the most fire times one backfill call may cover
 MAX_BACKFILL_FIRES = 100_000
-_CURSOR_PREFIX = "s:"
 
 
-def encode_schedule_cursor(schedule_id: str) -> str:
-    """An opaque cursor for the page after `schedule_id` (keyset paging by id)."""
-    return base64.urlsafe_b64encode((_CURSOR_PREFIX + schedule_id).encode()).decode("ascii")
-
-
-def decode_schedule_cursor(cursor: str) -> str:
-    """The schedule id a cursor of `encode_schedule_cursor` pages after; a clear
-    `ConfigurationError` for one it did not make."""
-    try:
-        text = base64.urlsafe_b64decode(cursor.encode("ascii")).decode()
-    except (ValueError, binascii.Error, UnicodeError):
-        text = ""
-    if not text.startswith(_CURSOR_PREFIX):
-        raise ConfigurationError(
-            f"schedule list cursor {cursor!r} is not one this server returned; pass the "
-            "next_cursor (HTTP: next_page_token) of the previous page, or none for the first")
-    return text[len(_CURSOR_PREFIX):]
+def _iso(at: float) -> str:
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat()
 
 
 class EmbeddedSchedules:
@@ -66,10 +51,14 @@ class EmbeddedSchedules:
     async def list(self, limit: int, cursor: str | None = None, *, paused: bool | None = None,
                    workflow_type: str | None = None,
                    query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        # newest first, paged on like the run list: the cursor is the
+        # (created_at, schedule_id) of the page's last schedule
+        after = decode_cursor(cursor) if cursor else None
+        matching = [(p.column, p.value) for p in parse_query(query)] if query else []
         items, last = await self.store.list_schedules(
-            self.namespace, limit, decode_schedule_cursor(cursor) if cursor else None,
-            paused=paused, workflow_type=workflow_type, id_contains=query, now=self.clock.now())
-        return items, encode_schedule_cursor(last) if last is not None else None
+            self.namespace, limit, after, paused=paused, workflow_type=workflow_type,
+            matching=matching, now=self.clock.now())
+        return items, encode_cursor(last) if last is not None else None
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
         await self.store.pause_schedule(self.namespace, schedule_id, note, self.clock.now())
@@ -85,8 +74,17 @@ class EmbeddedSchedules:
                        overlap: str | None) -> dict[str, Any]:
         info = await self.describe(schedule_id)
         spec = ScheduleSpec.from_dict(info["spec"])
+        now = self.clock.now()
         count = 0
-        for _ in spec.fire_times(start, end):
+        for at in spec.fire_times(start, end):
+            if at > now:
+                # a fire time still to come, fired now, would take that
+                # time's run id (the schedule's own fire then finds it fired
+                # and starts nothing) and show a "last fired" in the future
+                raise ConfigurationError(
+                    f"a backfill makes up past fire times, and this range reaches "
+                    f"{_iso(at)}, still to come (it is now {_iso(now)}): end the range "
+                    "at or before now (a trigger fires now)")
             count += 1
             if count > MAX_BACKFILL_FIRES:
                 raise ConfigurationError(

@@ -25,14 +25,14 @@ from types import TracebackType
 from typing import Any
 
 from . import _validate, observe
-from ._embedded import EmbeddedControl
+from ._embedded import EmbeddedControl, check_start_arity
 from ._queues import EmbeddedQueues, QueueControl, QueueLimits
 from ._registry import WorkflowDefn, check_handler_arguments, workflow_defn_of, workflow_name
 from ._retention import EmbeddedRetention, RetentionControl
 from ._schedule_plane import EmbeddedSchedules
 from .cancellation import CancellationContext, CancellationRequestResult
 from .clock import Clock, SystemClock
-from .control import ControlPlane, Page, RunState
+from .control import ControlPlane, Page, RunState, say_review_wait
 from .converter import JSONConverter, PayloadConverter, check_size
 from .driver import Driver, driver_factory
 from .errors import (
@@ -51,6 +51,7 @@ from .schedules import (
     ScheduleHandle,
     ScheduleSpec,
     check_schedule_id,
+    check_scheduled_workflow,
     schedule_fields,
     schedule_list_args,
 )
@@ -111,16 +112,16 @@ class WorkflowHandle:
         return state.run_id
 
     async def result(self, *, follow_runs: bool = True) -> Any:
-        """Wait for the workflow's result, following continue-as-new.
-
-        Raises WorkflowFailed / WorkflowCancelled / WorkflowTimedOut /
-        WorkflowTerminated when it does not complete.
-        """
+        """Wait for the workflow's result, following continue-as-new; raises
+        WorkflowFailed / WorkflowCancelled / WorkflowTimedOut / WorkflowTerminated
+        when it does not complete. A run in review is open: waited for, saying why."""
         control = self.client.control  # a known run: straight to the wait (it reads it first)
         state = await (self._state(None) if self.run_id is None else
                        control.await_run(self.workflow_id, self.run_id, _RESULT_POLL))
+        told: set[tuple[str, str]] = set()  # (run, status) said to wait for review
         while True:
             if state.is_open:
+                say_review_wait(self.workflow_id, state, told)
                 state = await control.await_run(self.workflow_id, state.run_id, _RESULT_POLL)
                 continue
             if state.status == "continued":
@@ -465,22 +466,22 @@ class Client:
         _validate.optional_name(run_id, "run id")
         return WorkflowHandle(self, workflow_id, run_id)
 
-    async def list(
-        self, *, status: str | None = None, workflow_type: str | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
-        """Run summaries, newest first (the first `limit`; `list_page` pages through all)."""
-        page = await self.list_page(status=status, workflow_type=workflow_type, limit=limit)
-        return page.items
+    async def list(self, *, status: str | None = None, workflow_type: str | None = None,
+                   limit: int = 100, query: str | None = None) -> list[dict[str, Any]]:
+        """Run summaries, newest first (the first `limit`; `list_page` pages through all);
+        `status` is ours, `query` read as ``GET /api/workflows`` reads it (`run_filter`)."""
+        return (await self.list_page(status=status, workflow_type=workflow_type, limit=limit,
+                                     query=query)).items
 
-    async def list_page(
-        self, *, status: str | None = None, workflow_type: str | None = None, limit: int = 100,
-        cursor: str | None = None,
-    ) -> Page:
-        """One page of run summaries, newest first; pass `next_cursor` for the next."""
+    async def list_page(self, *, status: str | None = None, workflow_type: str | None = None,
+                        limit: int = 100, cursor: str | None = None,
+                        query: str | None = None) -> Page:
+        """One page of run summaries, newest first (filters as `list`); pass
+        `next_cursor`, with the same filters, for the next."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ConfigurationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
         return await self.control.list_runs(status=status, workflow_type=workflow_type,
-                                            limit=limit, cursor=cursor)
+                                            limit=limit, cursor=cursor, query=query)
 
     # ---------------------------------------------------------------- schedules
 
@@ -525,9 +526,8 @@ class Client:
             schedule_id=schedule_id, spec=spec, overlap=overlap, args=args,
             options=options or StartOptions(), task_queue=task_queue, workflow=workflow,
             jitter=jitter, catchup_window=catchup_window, max_runs=max_runs, note=note)
-        await self._check_registered(fields["workflow_type"], workflow, args)
-        definition = ScheduleDefinition(paused=paused, **fields)
-        await self.schedule_control.create(schedule_id, definition)
+        await check_scheduled_workflow(self, schedule_id, fields["workflow_type"], workflow, args)
+        await self.schedule_control.create(schedule_id, ScheduleDefinition(paused=paused, **fields))
         return ScheduleHandle(self, schedule_id)
 
     def get_schedule(self, schedule_id: str) -> ScheduleHandle:
@@ -535,15 +535,25 @@ class Client:
         return ScheduleHandle(self, check_schedule_id(schedule_id))
 
     async def list_schedules(self, *, limit: int = 1000) -> builtins.list[dict[str, Any]]:
-        """The first `limit` schedule summaries by id: spec, paused, next fire, counters,
-        the last fire and its run's status (`list_schedules_page` pages and filters)."""
+        """The first `limit` schedule summaries, newest first: spec, paused, next fire,
+        counters, the last fire and its run's status (`list_schedules_page` pages and
+        filters)."""
         return (await self.list_schedules_page(limit=limit)).items
 
     async def list_schedules_page(self, *, limit: int = 100, cursor: str | None = None,
                                   status: str | None = None, workflow_type: str | None = None,
                                   query: str | None = None) -> Page:
-        """A page of schedule summaries by id and the next page's `next_cursor` (None on
-        the last); filters: `status` ("active", "paused"), `workflow_type`, `query`."""
+        """A page of schedule summaries, newest first (by creation time, then by id,
+        as the control plane's list), and the next page's `next_cursor` (None on the
+        last); filters: `status` ("active", "paused"), `workflow_type`, and `query`,
+        the reference engine's grammar: ``Field = literal`` joined by ``AND``, fields
+        ``ScheduleId``, ``Status``, ``WorkflowType``, ``TaskQueue``, ``Note``
+        (`durable._visibility_query`; `InvalidScheduleQuery` for one that does not fit).
+
+        Pass a cursor with the filters it was given for. One whose last schedule
+        the filters no longer keep (deleted, paused under ``status="active"``, ...)
+        raises `StaleCursor`, as the reference engine refuses it: list again from the
+        first page."""
         return Page(*await self.schedule_control.list(
             **schedule_list_args(limit, cursor, status, workflow_type, query)))
 
@@ -559,8 +569,8 @@ class Client:
                 "here and no worker has registered it; pass the workflow function or check "
                 "the name"
             )
-        if defn is not None and defn.arity is not None and args is not None:
-            defn.arity.check(f"workflow {wf_type!r}", len(args))
+        if args is not None:
+            await check_start_arity(self._store, self.namespace, self.clock, wf_type, defn, args)
         return defn
 
     def _schedule_fields(self, *, unset: Any = None, **given: Any) -> dict[str, Any]:

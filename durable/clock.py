@@ -87,6 +87,7 @@ class VirtualClock:
         self._sleepers: list[tuple[float, int, anyio.Event]] = []
         self._background: list[tuple[float, int, anyio.Event]] = []
         self._counter = itertools.count()
+        self._dead: set[int] = set()  # cancelled sleepers still in a heap
         self._holds: list[tuple[float, float]] = []  # (began, limit), real seconds
 
     @contextlib.contextmanager
@@ -114,22 +115,46 @@ class VirtualClock:
             return
         event = anyio.Event()
         heap = self._background if background else self._sleepers
-        heapq.heappush(heap, (instant, next(self._counter), event))
-        await event.wait()
+        entry = (instant, next(self._counter), event)
+        heapq.heappush(heap, entry)
+        try:
+            await event.wait()
+        finally:
+            if not event.is_set():  # cancelled (a race lost, a scope ended)
+                self._forget(entry[1])
+
+    def _forget(self, seq: int) -> None:
+        """Drop a cancelled sleeper: nobody waits for its instant any more, so
+        `next_wakeup` must not offer it (a time-skipping environment would
+        move time to an instant nothing awaits), and a test that races many
+        timers must not grow the heap. Marked and skipped lazily; the heaps
+        are rebuilt once most of them is dead."""
+        self._dead.add(seq)
+        if len(self._dead) > 64 and len(self._dead) * 2 > len(self._sleepers) + len(
+            self._background
+        ):
+            for heap in (self._sleepers, self._background):
+                heap[:] = [e for e in heap if e[1] not in self._dead]
+                heapq.heapify(heap)
+            self._dead.clear()
 
     def next_wakeup(self) -> float | None:
         """The earliest instant a (foreground) sleeper waits for, or None."""
-        while self._sleepers and self._sleepers[0][2].is_set():
-            heapq.heappop(self._sleepers)
-        return self._sleepers[0][0] if self._sleepers else None
+        heap = self._sleepers
+        while heap and (heap[0][2].is_set() or heap[0][1] in self._dead):
+            self._dead.discard(heapq.heappop(heap)[1])
+        return heap[0][0] if heap else None
 
     def advance_to(self, instant: float) -> None:
         """Move time forward (never back) and wake every sleeper now due."""
         self._now = max(self._now, instant)
         for heap in (self._sleepers, self._background):
             while heap and heap[0][0] <= self._now:
-                _, _, event = heapq.heappop(heap)
-                event.set()
+                _, seq, event = heapq.heappop(heap)
+                if seq in self._dead:
+                    self._dead.discard(seq)
+                else:
+                    event.set()
 
 
 def held(clock: Clock, limit: float | None = None) -> contextlib.AbstractContextManager[None]:

@@ -14,15 +14,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ._log import get_logger
+from ._statuses import is_terminal
 from .errors import WorkflowNotFound
-from .store.records import OPEN_STATUSES, HistoryEvent, StartRequest, StartResult
+from .store.records import REVIEW_STATUSES, HistoryEvent, StartRequest, StartResult
 
 __all__ = ["ControlPlane", "Page", "RunState"]
+
+_LOG = get_logger("durable.client")
 
 
 @dataclass(frozen=True)
 class RunState:
-    """What `WorkflowHandle.result()` needs to know about one run."""
+    """What `WorkflowHandle.result()` needs to know about one run.
+
+    `status` is ours as describe() shows it (`durable._statuses`): an open run
+    marked for review is ``needs_review`` or ``unknown``, not its stored
+    ``running``, whichever plane read it (the remote one reads the result
+    route's ``durable_status``). Open is every status that is not terminal:
+    the review statuses too (the run goes on once retried after review), and
+    a status this engine does not know (a newer server's open run), so that
+    no client takes a run it must wait for for a finished one."""
 
     run_id: str
     status: str
@@ -32,7 +44,30 @@ class RunState:
 
     @property
     def is_open(self) -> bool:
-        return self.status in OPEN_STATUSES
+        return not is_terminal(self.status)
+
+    @property
+    def in_review(self) -> bool:
+        """Open and waiting for a person (needs_review, unknown)."""
+        return self.status in REVIEW_STATUSES
+
+
+def say_review_wait(workflow_id: str, state: RunState, told: set[tuple[str, str]]) -> None:
+    """Say why `WorkflowHandle.result()` goes on waiting for a run in review:
+    it is open (a person retries it after a fix, or closes it), so the wait is
+    right, but silent it looks like a hang. Once per call (`told`) for each
+    run and status, embedded or remote alike (both read the status as
+    describe() shows it)."""
+    if not state.in_review or (state.run_id, state.status) in told:
+        return
+    told.add((state.run_id, state.status))
+    hint = f"durable retry-after-review {workflow_id}" + (
+        " --units rerun|confirm" if state.status == "unknown" else "")
+    _LOG.warning("result_waits_for_review", workflow_id=workflow_id, run_id=state.run_id,
+                 status=state.status,
+                 hint=f"the run waits for a person: describe() says why; {hint} (or "
+                      "handle.retry_after_review()) lets it go on, cancel or terminate "
+                      "closes it; result() waits until then")
 
 
 @dataclass(frozen=True)
@@ -110,8 +145,10 @@ class ControlPlane(Protocol):
         ...
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
-                        cursor: str | None) -> Page:
-        """Run summaries, newest first, one page at a time."""
+                        cursor: str | None, query: str | None = None) -> Page:
+        """Run summaries, newest first, one page at a time; `query` is the
+        workflow list's (`durable._visibility_query.run_filter`): raises
+        `InvalidVisibilityQuery` for one that does not fit."""
         ...
 
     async def repair_pass(self) -> dict[str, int]:

@@ -27,7 +27,7 @@ core code never imports a driver module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
@@ -216,6 +216,12 @@ class Tx:
     #: for a read; None where a driver does not address wake-ups (SQLite,
     #: MariaDB). Use it through `durable.store.runs.addressee`.
     addressee: Callable[[str, str, float], str | None] | None = None
+    #: the task queues, as (namespace, name), that this process knows to be
+    #: limited by a count of slots (`durable.wakes.WakeHub.slot_limited`, which
+    #: a driver passes): a program that frees a slot of one (a close, a
+    #: release) wakes the queue's claimers everywhere, in this commit
+    #: (`durable.store.runs.slot_freed`); empty: no program wakes for a slot
+    slot_limited: Collection[tuple[str, str]] = frozenset()
 
     @property
     def lock(self) -> str:
@@ -330,6 +336,10 @@ def is_brief(program: object) -> bool:
 
 
 _registered: dict[str, Callable[..., Driver]] = {}
+# the factories found through the entry points, by scheme: reading them means
+# reading every installed distribution's metadata (~6 ms measured, more on a busy host),
+# which every connect paid. A scheme not found is looked up again next time.
+_from_entry_points: dict[str, Callable[..., Driver]] = {}
 
 
 def register_driver(scheme: str, factory: Callable[..., Driver]) -> None:
@@ -359,10 +369,13 @@ def driver_factory(url: str) -> Callable[..., Driver]:
         )
     if scheme in _registered:
         return _registered[scheme]
+    if scheme in _from_entry_points:
+        return _from_entry_points[scheme]
     entry_points = metadata.entry_points(group="durable.drivers")
     for entry_point in entry_points:
         if entry_point.name == scheme:
             factory: Callable[..., Driver] = entry_point.load()
+            _from_entry_points[scheme] = factory
             return factory
     known = sorted({ep.name for ep in entry_points} | set(_registered))
     raise ConfigurationError(

@@ -33,21 +33,49 @@ class ConfigurationError(DurableError, ValueError):
 
 
 class WorkflowAlreadyStarted(DurableError):
-    """A workflow with this id is already running (or exists, under reject_duplicate)."""
+    """A workflow with this id is already running (or exists, under reject_duplicate).
+
+    `status` is the instance's status when the refusal knew it (None from a
+    child's start, or from a server that did not say). The advice depends on
+    it: `StartOptions.return_existing_active()` helps only while the instance
+    is open, so an id whose run has closed is told what does help (reading its
+    outcome, starting a failed one again, another id) instead.
+    """
 
     def __init__(self, workflow_id: str, run_id: str | None = None, *,
-                 child: bool = False) -> None:
+                 child: bool = False, status: str | None = None) -> None:
         # a child's start knows no run id (the refusal is recorded in its
         # parent's history), and StartOptions do not apply to a child
-        held = f" (run {run_id})" if run_id else ""
-        fix = ("give the child an id of its own (workflow.start_child(..., id=...)): a "
-               "workflow id is used once in a namespace, closed runs included" if child else
-               "pick another id or start with StartOptions.return_existing_active() to get "
-               "the running one")
-        super().__init__(f"workflow id {workflow_id!r} is already in use{held}; {fix}")
         self.workflow_id = workflow_id
         self.run_id = run_id
         self.child = child
+        self.status = status
+        super().__init__(self._message())
+
+    @property
+    def closed(self) -> bool:
+        """True when the instance that holds the id has closed (its status says so)."""
+        return self.status is not None and self.status not in ("pending", "running")
+
+    def _message(self) -> str:
+        wid = self.workflow_id
+        if self.child:
+            return (f"workflow id {wid!r} is already in use; give the child an id of its own "
+                    "(workflow.start_child(..., id=...)): a workflow id is used once in a "
+                    "namespace, closed runs included")
+        run = f"run {self.run_id}" if self.run_id else "its run"
+        if not self.closed:
+            held = f" ({run}, {self.status})" if self.status else (
+                f" ({run})" if self.run_id else "")
+            return (f"workflow id {wid!r} is already in use{held}; pick another id or start "
+                    "with StartOptions.return_existing_active() to get the running one")
+        again = ("" if self.status == "completed" else
+                 ", StartOptions(id_reuse=IdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY) starts it "
+                 "again")
+        return (f"workflow id {wid!r} was used by a run that closed {self.status} ({run}); "
+                "an id is used once in a namespace, closed runs included, so "
+                "StartOptions.return_existing_active() does not help: "
+                f"client.get_handle({wid!r}) reads its outcome{again}, or pick another id")
 
 
 class WorkflowNotFound(DurableError):
@@ -66,6 +94,32 @@ class ScheduleAlreadyExists(DurableError):
             f"schedule {schedule_id!r} already exists in namespace {namespace!r}; pick another "
             "id, or change it with client.get_schedule(id).update(...)")
         self.schedule_id = schedule_id
+        self.namespace = namespace
+
+
+class InvalidVisibilityQuery(ConfigurationError):
+    """A list's `query` does not fit its grammar (`durable._visibility_query`);
+    `reason` names what is wrong, in the reference engine's words."""
+
+    def __init__(self, message: str, *,
+                 reason: str = "invalid_workflow_visibility_query") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class InvalidScheduleQuery(InvalidVisibilityQuery):
+    """A schedule list's `query` does not fit its grammar (`durable._visibility_query`);
+    `reason` is the reference engine's name for what is wrong."""
+
+    def __init__(self, message: str, *,
+                 reason: str = "invalid_schedule_visibility_query") -> None:
+        super().__init__(message, reason=reason)
+
+
+class StaleCursor(ConfigurationError):
+    """A schedule list's cursor whose last schedule is no longer in the list it was
+    given for (deleted, or changed so that the filters no longer keep it, or made
+    anew): list again from the first page, without a cursor."""
 
 
 class NameNotRegistered(ConfigurationError):

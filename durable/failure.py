@@ -210,6 +210,8 @@ class Failure:
             details.update(workflow_id=exc.workflow_id, run_id=exc.run_id)
             if exc.child:
                 details["child"] = True
+            if exc.status is not None:
+                details["status"] = exc.status
         if getattr(exc, "non_retryable", False):
             details["non_retryable"] = True
         if cause is None and exc.__cause__ is not None and depth < _MAX_CAUSES:
@@ -358,7 +360,8 @@ class Failure:
             if issubclass(cls, errors.WorkflowAlreadyStarted):
                 workflow_id = self.get("workflow_id") or self.get("child_workflow_id")
                 err = cls(str(workflow_id or "?"), self.get("run_id"),
-                          child=bool(self.get("child") or self.category == "child_start"))
+                          child=bool(self.get("child") or self.category == "child_start"),
+                          status=self.get("status"))
             elif issubclass(cls, errors.StructuralLimitExceeded):
                 err = cls(str(self.get("kind")), int(self.get("value")), int(self.get("limit")))
             else:

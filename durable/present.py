@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .store import records as _records
+from . import _statuses
 from .store.workers import holder_of
 
-#: the statuses of an open run (the store's list, not typed again here)
-OPEN_STATUSES = frozenset(str(s) for s in _records.OPEN_STATUSES)
+#: the statuses of an open run as views read them, review included (`_statuses.OPEN`)
+OPEN_STATUSES = _statuses.OPEN
 
 
 def utcnow() -> datetime:
@@ -419,9 +419,8 @@ def holders_text(waiting: Mapping[str, Any]) -> str:
 
 
 def ancestors_text(waiting: Mapping[str, Any]) -> str:
-    """For a run waiting for a slot that runs it descends from hold
-    (``held_by_ancestors``): they hold their slots while they wait on it, so
-    if they wait for it, it never starts; "" otherwise."""
+    """For a run waiting for a slot runs it descends from hold (``held_by_ancestors``):
+    if they wait for it, it never starts, unless (a queue's) they are traded for it."""
     held = [str(h) for h in waiting.get("held_by_ancestors") or []]
     if not held:
         return ""
@@ -430,11 +429,17 @@ def ancestors_text(waiting: Mapping[str, Any]) -> str:
         return (f"; {len(held)} of them held by runs it descends from ({names}), which hold "
                 "their slots while they wait")
     fix = " (raise the limit, or start the child on another queue or key)"
-    if len(held) == 1:
+    single = len(held) == 1
+    cond = "if "
+    if waiting.get("kind") == "queue_slot":  # traded for once they only wait (decision (ao))
+        cond = (f"{'its worker puts ' + names if single else 'their workers put one'} down "
+                f"for it once {names if single else 'it'} only waits (release_waiting_runs, "
+                f"the default); if {'it' if single else 'they'} cannot and ")
+    if single:
         return (f"; the slot is held by {names}, which it descends from and which holds it "
-                f"while it waits: if {names} waits for it, it never starts{fix}")
+                f"while it waits: {cond}{names} waits for it, it never starts{fix}")
     return (f"; all {len(held)} are held by runs it descends from ({names}), which hold them "
-            f"while they wait: if they wait for it, it never starts{fix}")
+            f"while they wait: {cond}they wait for it, it never starts{fix}")
 
 
 def wait_of(waiting: Any, holder: Any = None) -> tuple[str | None, str | None]:
@@ -558,6 +563,26 @@ def loop_blocked_text(blocked: Mapping[str, Any] | None, now: datetime) -> str |
     where = f" at {blocked['where']}" if blocked.get("where") else ""
     return (f"event loop blocked {times}; last for {duration(blocked.get('seconds'))}{ago}, "
             f"by {who}{where}")
+
+
+def runs_released_text(released: Mapping[str, Any] | None, now: datetime) -> str | None:
+    """What a worker's record says of the runs it put down under pressure
+    (``runs_released`` of `Client.list_workers`), or None if it put none down:
+    ``12 runs in all, 3 in the last 1m before its last renewal; last 4s ago``.
+    A worker putting runs down is full of runs that only wait while others are
+    ready (decision (am)); each costs a replay."""
+    if not released:
+        return None
+    count = int(released.get("count") or 0)
+    runs = "1 run" if count == 1 else f"{count} runs"
+    recent = int(released.get("recent") or 0)
+    window = duration(released.get("window_seconds"))
+    last = instant(released.get("last_at"))
+    ago = f"; last {relative(last, now)}" if last is not None else ""
+    failed = int(released.get("failed") or 0)
+    failures = f"; {failed} hand-back{'s' if failed != 1 else ''} failed" if failed else ""
+    return (f"{runs} in all, {recent or 'none'} in the last {window} before its last "
+            f"renewal{ago}{failures}")
 
 
 def loop_culprit(blocked: Mapping[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""What the views say of schedules and queues that an operator acts on: a
-schedule overdue (no worker fires it) or ended, a queue nobody uses.
+"""What the views say of schedules, queues and cancellations that an operator
+acts on: a schedule overdue (no worker fires it) or ended, a queue nobody
+uses, a cancellation cascade still under way.
 
 Shared by the CLI (rich) and the web UI (HTML), as `durable.present` is (whose
 instants and durations these use), so that both say the same words.
@@ -7,10 +8,12 @@ instants and durations these use), so that both say the same words.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from .present import absolute, duration, instant, seconds_text
+from .present import OPEN_STATUSES, absolute, duration, holder_text, instant, seconds_text
+from .store.workers import holder_of
 
 
 def schedule_overdue(overdue: Mapping[str, Any] | None) -> str | None:
@@ -62,3 +65,84 @@ def idle_queue(queue: Mapping[str, Any]) -> str | None:
     return (f"note: no live worker serves queue {queue.get('name')!r} and no open run or "
             "activity is on it. A queue is only a name: a misspelt one is a new, empty "
             f"queue, and its limits hold back nothing. Queues in use: {others}")
+
+
+def cascade_in_progress(data: Mapping[str, Any]) -> str | None:
+    """What of a cancellation cascade (`Client.cascade`'s dict) is still under
+    way, in words, or None once nothing is: the cascade's first run still
+    open, a run of the tree asked to stop and not closed yet, a stop awaiting
+    its receipt from a live worker.
+
+    While any is, there is nothing to call verified: "every stop is confirmed
+    by a receipt" read true of a request no worker had taken yet (no stop had
+    been asked for). A child the tree abandoned (its lifecycle
+    ``not_requested`` once its parent closed) keeps running by design and
+    does not count.
+    """
+    runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
+    going = [r for i, r in enumerate(runs) if r.get("status") in OPEN_STATUSES and (
+        i == 0 or r.get("lifecycle") in ("requested", "delivered", "cleaning_up"))]
+    stopping = sum(1 for r in runs for stop in r.get("activity_stops") or []
+                   if isinstance(stop, Mapping) and stop.get("state") == "stopping")
+    if not going and not stopping:
+        return None
+    parts = []
+    if going:
+        parts.append(f"{len(going)} of {len(runs)} {'run' if len(runs) == 1 else 'runs'} "
+                     "still open")
+    if stopping:
+        parts.append(f"{stopping} activity {'stop' if stopping == 1 else 'stops'} awaiting "
+                     "a receipt")
+    return f"in progress: {', '.join(parts)}; nothing to verify until they end"
+
+
+async def owner_presence(info: Mapping[str, Any],
+                         list_workers: Callable[[], Awaitable[Sequence[Mapping[str, Any]]]],
+                         ) -> dict[str, Any] | None:
+    """For an open run a worker holds (describe()'s ``run.owner``): that
+    worker's record, `holder_of`'s shape (alive, last seen, presumed alive
+    until), so a view can say whether the owner is still there; None for a
+    closed run or one no worker holds. `durable describe` named a worker
+    SIGKILLed a minute before as the run's owner, with nothing to say it was
+    gone."""
+    owner = (info.get("run") or {}).get("owner")
+    if not owner or info.get("status") not in OPEN_STATUSES:
+        return None
+    found = next((w for w in await list_workers() if w.get("worker_id") == owner), None)
+    return holder_of(owner, found)
+
+
+#: ``owner_record``'s states. There is no plain "alive": a worker is only ever
+#: presumed alive until its registration lapses (a SIGKILLed one looks alive
+#: until then), so the record says no more than the store knows.
+OWNER_STATES = ("presumed_alive", "gone", "none")
+#: the keys of ``owner_record``
+OWNER_KEYS = ("worker_id", "state", "alive", "last_seen_at", "expires_at")
+
+
+def owner_record(presence: Any) -> dict[str, Any]:
+    """`owner_presence`'s answer as the wire's ``owner_presence`` (``GET
+    /api/workflows/{id}``, the web UI's run page): ``{worker_id, state, alive,
+    last_seen_at, expires_at}``, state one of `OWNER_STATES` (``none``, with
+    nulls, for a closed run or one no worker holds). The page read
+    "worker-x · epoch 1" for a worker SIGKILLed long before."""
+    if not isinstance(presence, Mapping) or presence.get("worker_id") is None:
+        return {"worker_id": None, "state": "none", "alive": False, "last_seen_at": None,
+                "expires_at": None}
+    alive = bool(presence.get("alive"))
+    return {"worker_id": presence.get("worker_id"),
+            "state": "presumed_alive" if alive else "gone", "alive": alive,
+            "last_seen_at": presence.get("last_seen_at"),
+            "expires_at": presence.get("expires_at")}
+
+
+def owner_text(owner: Any, presence: Any, now: datetime) -> str:
+    """describe's ``owner`` line: the worker, and whether it is presumed alive
+    or gone (`owner_presence`, or the wire's `owner_record`) when that is known."""
+    if not owner:
+        return "none (no worker holds it)"
+    said = (holder_text(presence, now) if isinstance(presence, Mapping)
+            and presence.get("worker_id") == owner else None)
+    if said is None:
+        return str(owner)
+    return f"{owner} ({said.removeprefix(f'held by worker {owner}, ')})"

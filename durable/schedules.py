@@ -22,6 +22,7 @@ clock change.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import enum
 import functools
@@ -30,13 +31,18 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
 from . import _validate
-from ._registry import workflow_defn_of, workflow_name
-from .errors import ConfigurationError
+from ._registry import workflow_name
+from .errors import (
+    ConfigurationError,
+    NameNotRegistered,
+    ScheduleAlreadyExists,
+    ScheduleNotFound,
+)
 from .options import Seconds, StartOptions
 
 if TYPE_CHECKING:
@@ -44,6 +50,17 @@ if TYPE_CHECKING:
 
 #: how many upcoming fire times describe() lists
 NEXT_FIRES = 5
+#: cron's nicknames, as Debian cron and the reference engine's cron library
+#: (and Temporal) take them: the five fields each stands for (cronsim takes none)
+CRON_NICKNAMES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *",
+                  "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+                  "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+
+
+def _cron_fields(expr: str) -> str:
+    """A cron expression as cronsim reads it: a nickname (``@daily``) as its
+    fields; the expression itself is kept as written (describe() shows it)."""
+    return CRON_NICKNAMES.get(expr.strip().lower(), expr)
 
 
 class Overlap(enum.StrEnum):
@@ -95,10 +112,14 @@ def _zone(name: Any) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
+        # zone names are case-sensitive here (file names), not for every engine
+        # (the reference's PHP takes 'europe/amsterdam'): name the one meant
+        meant = {known.lower(): known for known in available_timezones()}.get(name.lower())
+        hint = f"; did you mean {meant!r}?" if meant else (
+            "; on a system without zone data, pip install tzdata")
         raise ConfigurationError(
             f"ScheduleSpec.timezone {name!r} is not a known IANA time zone (such as "
-            "'Europe/Amsterdam', 'America/New_York' or 'UTC'); on a system without zone "
-            "data, pip install tzdata") from exc
+            f"'Europe/Amsterdam', 'America/New_York' or 'UTC'){hint}") from exc
 
 
 @dataclass(frozen=True)
@@ -109,8 +130,9 @@ class ScheduleSpec:
     02:00 Amsterdam time every day; ``cron=[...]`` takes several expressions
     (a fire time matched by two of them fires once); ``every=3600`` fires at
     every whole UTC hour (``offset=900``: at a quarter past). Cron
-    expressions have five fields (minute hour day month weekday) or six (a
-    leading seconds field), and read in `timezone`. `start_at` / `end_at`
+    expressions have five fields (minute hour day month weekday), six (a
+    leading seconds field) or are a nickname (``@daily``, ``@hourly``, ...:
+    `CRON_NICKNAMES`), and read in `timezone`. `start_at` / `end_at`
     (aware datetimes) bound the fire times: none before `start_at`, none at
     or after `end_at`.
     """
@@ -144,12 +166,13 @@ class ScheduleSpec:
         zone = _zone(self.timezone)
         for expr in crons:
             try:
-                next(CronSim(expr, datetime.datetime.now(zone)))
+                next(CronSim(_cron_fields(expr), datetime.datetime.now(zone)))
             except (CronSimError, StopIteration, ValueError) as exc:
                 raise ConfigurationError(
                     f"ScheduleSpec.cron {expr!r} is not a valid cron expression ({exc}); "
                     "use five fields 'minute hour day month weekday' (e.g. '0 2 * * *' "
-                    "for 02:00 every day) or six with a leading seconds field") from exc
+                    "for 02:00 every day), six with a leading seconds field, or a nickname "
+                    f"({', '.join(CRON_NICKNAMES)})") from exc
         every = None
         if self.every is not None:
             every = _whole_seconds(self.every, "ScheduleSpec.every", 1)
@@ -183,7 +206,7 @@ class ScheduleSpec:
         if self._crons:
             local = datetime.datetime.fromtimestamp(instant, self._zone)
             for expr in self._crons:
-                best = min(best, next(CronSim(expr, local)).timestamp())
+                best = min(best, next(CronSim(_cron_fields(expr), local)).timestamp())
         if self._every is not None:
             k = math.floor((instant - self._offset) / self._every) + 1
             best = min(best, float(self._offset + k * self._every))
@@ -342,8 +365,9 @@ class ScheduleControl(Protocol):
     async def list(self, limit: int, cursor: str | None = None, *, paused: bool | None = None,
                    workflow_type: str | None = None,
                    query: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of summaries by id after `cursor` (an opaque cursor a previous
-        page returned), and the cursor of the next page (None on the last)."""
+        """A page of summaries, newest first (by ``created_at``, then by id),
+        after `cursor` (an opaque cursor a previous page returned), and the
+        cursor of the next page (None on the last)."""
         ...
 
     async def pause(self, schedule_id: str, note: str | None) -> None:
@@ -430,6 +454,8 @@ def schedule_fields(start_request: Callable[..., StartRequest], *, unset: Any = 
 class ScheduleClient(Protocol):
     """What a `ScheduleHandle` needs of its client (`durable.Client` is one)."""
 
+    namespace: str
+
     @property
     def schedule_control(self) -> ScheduleControl: ...
 
@@ -437,6 +463,25 @@ class ScheduleClient(Protocol):
 
     async def _check_registered(self, wf_type: str, workflow: Callable[..., Any] | str,
                                 args: Any = None) -> Any: ...
+
+
+async def check_scheduled_workflow(client: ScheduleClient, schedule_id: str, wf_type: str,
+                                   workflow: Callable[..., Any] | str,
+                                   args: Sequence[Any]) -> None:
+    """Refuse, before anything is recorded, a new schedule whose workflow no
+    worker registers or whose function does not take `args` (by name: as its
+    live workers register it, `durable._embedded.check_start_arity`): every fire
+    would fail. A schedule id already taken is said first, as the reference
+    engine answers a duplicate id before anything else of the request (one
+    read more, only when refusing)."""
+    try:
+        await client._check_registered(wf_type, workflow, args)
+    except ConfigurationError as refused:
+        try:
+            await client.schedule_control.describe(schedule_id)
+        except ScheduleNotFound:
+            raise refused from None
+        raise ScheduleAlreadyExists(schedule_id, client.namespace) from None
 
 
 class ScheduleHandle:
@@ -460,7 +505,7 @@ class ScheduleHandle:
     async def describe(self) -> dict[str, Any]:
         """The schedule, its next fire times and its recent fires with their runs' status:
         ``{schedule_id, workflow_type, spec, overlap, paused, note, next_fire_at,
-        next_fires, last_fired_at, fires_count, skipped_count, remaining_actions,
+        next_fires, last_fired_at, fires_count, skipped_count, remaining_actions, input,
         running, recent: [{scheduled_at, workflow_id, run_id, status, outcome, ...}]}``."""
         return await self._control.describe(self.schedule_id)
 
@@ -515,15 +560,18 @@ class ScheduleHandle:
             return
         given = None if args is _UNSET else list(args)
         if workflow is not _UNSET:
+            if given is None:  # the arguments it keeps must fit the new workflow
+                given = list((await self.describe())["input"])
             await self.client._check_registered(changes["workflow_type"], workflow, given)
         elif given is not None:
-            # new arguments for the workflow it starts: checked against its
-            # definition when this process has it, as create_schedule checks
-            # them (its runs would fail with TypeError at every fire)
+            # new arguments for the workflow it starts: checked as create_schedule
+            # checks them, against its definition when this process has it, else
+            # as its live workers register it (its runs would fail with TypeError
+            # at every fire); a type no live worker registers now is left to the
+            # runs, as it was (the update does not change the type)
             stored = str((await self.describe())["workflow_type"])
-            defn = workflow_defn_of(stored)
-            if defn is not None and defn.arity is not None:
-                defn.arity.check(f"workflow {stored!r}", len(given))
+            with contextlib.suppress(NameNotRegistered):
+                await self.client._check_registered(stored, stored, given)
         await self._control.update(self.schedule_id, changes)
 
     async def delete(self) -> None:

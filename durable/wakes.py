@@ -332,6 +332,15 @@ class WakeHub:
     (`Wake.to`), set by a driver that can send them (PostgreSQL; None
     elsewhere): a worker claims at once on a ``RUNS`` wake-up addressed to
     it, and leaves one addressed to another process to that process.
+
+    `slot_limited` holds the task queues, as (namespace, name), whose runs
+    this process's claims last found limited by a count of slots
+    (``max_running`` or ``max_running_per_key``; `limit_slots`, kept by
+    `durable.store.Store.claim_runs`). A driver hands it to each transaction
+    (`durable.driver.Tx.slot_limited`): a close or a release of a run of such
+    a queue wakes the queue's claimers in every process in the same commit
+    (`durable.store.runs.slot_freed`, decision (at)), and a run of any other
+    queue costs nothing more.
     """
 
     def __init__(self) -> None:
@@ -345,6 +354,8 @@ class WakeHub:
         # the ``RUN`` keys of the runs executed here, with how many say so
         # (replaced whole, never changed in place, as `_claimers`)
         self._executing: dict[tuple[str, ...], int] = {}
+        # replaced whole, never changed in place: a driver's thread reads it
+        self.slot_limited: frozenset[tuple[str, str]] = frozenset()
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call `callback` for every wake-up; returns the unsubscribe function."""
@@ -434,6 +445,14 @@ class WakeHub:
         """Whether a claimer of this process takes the work that a wake-up with
         `key` announces now (`claim_here`)."""
         return any(takes() for takes in self._claimers.get(key, ()))
+
+    def limit_slots(self, namespace: str, task_queue: str, limited: bool) -> None:
+        """Say whether a claim here found the runs of this task queue limited by
+        a count of slots (`slot_limited`)."""
+        queue = (namespace, task_queue)
+        if (queue in self.slot_limited) != limited:
+            self.slot_limited = (self.slot_limited | {queue} if limited
+                                 else self.slot_limited - {queue})
 
     def execute_here(self, run_id: str) -> Callable[[], None]:
         """Say that a worker of this process executes run `run_id`; returns the

@@ -54,6 +54,7 @@ from ._runtime.outage import FIRST_DELAY, Outage, raise_unless_storage
 from ._runtime.presence import Presence
 from ._runtime.queries import IdleQueries
 from ._runtime.race import first_of
+from ._runtime.relief import Relief
 from ._runtime.remote import RemoteActivities
 from ._runtime.slots import SlotWatch
 from ._runtime.upgrade import UpgradeGate
@@ -65,6 +66,7 @@ from .store.records import (
     ClientRequest,
     InboxItem,
     OpRecord,
+    earliest,
 )
 from .wakes import Wake, WakeKind
 
@@ -112,6 +114,7 @@ class Worker:
         retention: Seconds | None = None,
         build_id: str | None = None,
         loop_block_warning: Seconds | None = 2.0,
+        release_waiting_runs: bool = True,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -211,13 +214,25 @@ class Worker:
         types = tuple(sorted(self.workflows))
         #: claiming runs: `runs.claim_now()` lets a test see a claim pass through
         self.run_claims = RunClaims(self, types)  # (and what a lost claim took: handed back)
-        #: warns when every slot is held by a run that only waits (docs/deployment.md)
-        self.slots = SlotWatch(self.log, self.max_concurrent_runs)
+        if not isinstance(release_waiting_runs, bool):
+            raise ConfigurationError(
+                f"Worker release_waiting_runs= must be True or False, got {release_waiting_runs!r}")
+        #: a full worker with ready work puts down runs that only wait (docs/deployment.md)
+        self.release_waiting_runs = release_waiting_runs
+        #: warns when every slot is held by a run that only waits and none can be put down
+        self.slots = SlotWatch(self.log, self.max_concurrent_runs, release=release_waiting_runs)
+        #: puts them down (`relief.released` counts the runs put down so far,
+        #: `relief.record` what the registry shows of them)
+        self.relief = Relief(self, self.run_claims.claim, self._watchdog_trigger.set,
+                             lambda: self.runs.trigger.set())
+        self.presence.relief = self.relief
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
             room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
             claim=self.run_claims.claim, start=lambda claimed: self._start_run(claimed),
             poll_interval=self.poll_interval, now=self.clock.now, first_batch=CLAIM_START,
-            watch=self._watch_slots, **self.run_claims.baton)
+            watch=self._watch_slots, **self.run_claims.baton,
+            relieve=self.relief.relieve if release_waiting_runs else None,
+            trade=self.relief.trade if release_waiting_runs else None)
         #: fires the namespace's schedules; deletes closed runs past retention
         self.scheduler = Scheduler(self.store, self.clock, self.namespace,
                                    poll_interval=self.poll_interval, worker_id=self.worker_id)
@@ -499,7 +514,7 @@ class Worker:
             return
         if not checked and self.gate.needs_check(claimed):  # another build advanced it
             self._tg.start_soon(self.gate.admit, claimed, lambda c: self._start_run(c, True),
-                                self._hand_back, name=f"durable upgrade check {run.run_id}")
+                                self.hand_back, name=f"durable upgrade check {run.run_id}")
             return
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
@@ -520,14 +535,26 @@ class Worker:
         if self.executors.get(executor.run.run_id) is executor:
             del self.executors[executor.run.run_id]
             self.hearing.drop(executor.run.run_id)
+        self.relief.ended(executor)
         if executor.needs_release:
-            self._hand_back(executor.run.run_id)
-        if len(self.executors) + 1 >= self.max_concurrent_runs:
+            self.hand_back(executor.run.run_id)
+        if len(self.executors) + 1 >= self.max_concurrent_runs or self.runs.held or (
+                self.runs.left and self.relief.recently(self.clock.now())):
             # it was full: it claims again now (otherwise a notification of new
-            # work woke it already; claiming after every run found nothing)
+            # work woke it already; claiming after every run found nothing); or
+            # it put runs down recently (`relief.RECENT`) and its last claim left
+            # ready work, for others that may not come (runs put down under
+            # pressure turn ready together, after the wake-ups that said so were
+            # spent on full workers: relief). Not for every worker whose claim saw
+            # work left, nor for one that put runs down long ago: on PostgreSQL
+            # that work was addressed to another process, which was woken for it
+            # (tests/test_postgres_addressing.py). Or its last claim was held back
+            # by the queue's max_running (or keys at their max_running_per_key):
+            # the slot this run held is free, and no commit announces that
+            # (decisions (ao), (aw))
             self.runs.trigger.set()
 
-    def _hand_back(self, run_id: str) -> None:
+    def hand_back(self, run_id: str) -> None:
         if self._tg is not None and not self._stopping:
             self._tg.start_soon(self._release_after_error, run_id)
         else:
@@ -615,6 +642,8 @@ class Worker:
                         self.repairs[kind] = self.repairs.get(kind, 0) + n
                     self.log.info("deadlines_enforced", **done.counts)
                 self._claim_all()
+                if self.relief.fell_due(done.now):
+                    await self._announce_runs()  # a run put down here is due (relief)
                 self.watchdog_poked.set()
                 poked, next_at, lease_at = done.now, done.next_at, done.lease_at
             else:
@@ -624,6 +653,8 @@ class Worker:
                 if any(at is not None and at <= now for at in (next_at, lease_at)):
                     enforce = True  # already due: enforce at once
                     continue
+            # a run put down here on a timer falls due then (relief): claim it
+            next_at = earliest(next_at, self.relief.next_due())
             woken = False
 
             async def until_trigger() -> None:
@@ -639,6 +670,14 @@ class Worker:
                 for at, background in ((next_at, False), (lease_at, True)) if at is not None
             ), until_trigger)
             enforce = not woken
+
+
+    async def _announce_runs(self) -> None:
+        """Tell the queue's other processes that runs are ready (where the driver
+        can: `announce`); they claim as on any ``RUNS`` wake-up."""
+        announce = getattr(self.driver, "announce", None)
+        if announce is not None:
+            await announce([Wake.runs(self.namespace, self.task_queue)])
 
 
 def _loop_name(loop: Callable[..., Any]) -> str:

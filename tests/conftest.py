@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -59,7 +60,9 @@ _MARIADB_BOTH_LOOPS = ("test_engine.py",)
 _MARIADB_TRIO_EVERYWHERE = os.environ.get("DURABLE_TEST_MARIADB_TRIO") == "1"
 _MARIADB_ASYNCIO = ("test_interaction.py", "test_timeouts.py", "test_cancellation.py",
                     "test_crash.py", "test_mariadb.py", "test_builds.py", "test_reset.py",
-                    "test_queues.py", "test_schedule_statements.py")
+                    "test_queues.py", "test_schedule_statements.py", "test_schedule_list.py",
+                    "test_workflow_list.py", "test_relief.py", "test_relief_queue.py",
+                    "test_relief_key.py")
 
 
 def postgres_reachable() -> str | None:
@@ -101,50 +104,97 @@ def require_mariadb() -> None:
 
 
 def _mariadb_admin(*statements: str) -> list[list[Any]]:
-    """Run statements on MARIADB_URL's server (outside any test database), on a
-    thread of its own, so any host loop may call it; each one's rows."""
+    """Run statements on MARIADB_URL's server (outside any test database), on
+    the admin thread, so any host loop may call it; each one's rows."""
     import asyncmy
 
     parts = urlsplit(MARIADB_URL)
-    results: list[list[Any]] = []
 
-    async def run() -> None:
-        conn = await asyncmy.connect(host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
-                                     user=parts.username or "root",
+    async def connect() -> Any:
+        return await asyncmy.connect(host=parts.hostname or "127.0.0.1",
+                                     port=parts.port or 3306, user=parts.username or "root",
                                      password=parts.password or "", autocommit=True)
-        try:
-            async with conn.cursor() as cur:
-                for statement in statements:
-                    await cur.execute(statement)
-                    results.append(list(await cur.fetchall()))
-        finally:
-            await conn.ensure_closed()
 
-    on_a_thread(run)
-    return results
+    async def run(conn: Any) -> list[list[Any]]:
+        results: list[list[Any]] = []
+        async with conn.cursor() as cur:
+            for statement in statements:
+                await cur.execute(statement)
+                results.append(list(await cur.fetchall()))
+        return results
+
+    return _ADMIN.on_connection(MARIADB_URL, connect, run, lambda conn: conn.ensure_closed())
+
+
+class _AdminThread:
+    """One thread, for the whole session, running an asyncio loop for the
+    set-up work of the tests (any host loop may wait for it), and keeping its
+    admin connections open: a test on PostgreSQL or MariaDB cost a connect (a
+    server process forked) and a thread with a loop of its own at each admin
+    call, four of them for a MariaDB database emptied."""
+
+    def __init__(self) -> None:
+        self.loop: Any = None
+        self.connections: dict[str, tuple[Any, Callable[[Any], Any]]] = {}
+
+    def run(self, make: Callable[[], Any]) -> Any:
+        """`make()`'s coroutine run on the admin loop; its result, or its error."""
+        import asyncio
+        import threading
+
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, name="durable-tests admin",
+                             daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(make(), self.loop).result()
+
+    def on_connection(self, key: str, connect: Callable[[], Any], work: Callable[[Any], Any],
+                      close: Callable[[Any], Any]) -> Any:
+        """`work(connection)` on the admin loop, on the connection kept under
+        `key` (made by `connect()` when there is none); a connection whose work
+        failed is closed and made again next time."""
+
+        async def run() -> Any:
+            if key not in self.connections:
+                self.connections[key] = (await connect(), close)
+            conn = self.connections[key][0]
+            try:
+                return await work(conn)
+            except BaseException:
+                self.connections.pop(key, None)
+                try:
+                    await close(conn)
+                except Exception:
+                    pass
+                raise
+
+        return self.run(run)
+
+    def close(self) -> None:
+        """Close the connections kept, stop the loop."""
+        if self.loop is None:
+            return
+
+        async def close_all() -> None:
+            while self.connections:
+                _, (conn, close) = self.connections.popitem()
+                try:
+                    await close(conn)
+                except Exception:
+                    pass
+
+        self.run(close_all)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop = None
+
+
+_ADMIN = _AdminThread()
 
 
 def on_a_thread(run: Callable[[], Any]) -> Any:
-    """`asyncio.run(run())` on a thread of its own (so any host loop may call
-    it), raising what it raised; its result."""
-    import asyncio
-    import threading
-
-    results: list[Any] = []
-    errors: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            results.append(asyncio.run(run()))
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=main)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return results[0]
+    """`run()`'s coroutine run on the admin thread's loop (so any host loop may
+    call it), raising what it raised; its result."""
+    return _ADMIN.run(run)
 
 
 # Creating a database and its tables costs MariaDB ~2 s (a file per table), so
@@ -248,17 +298,11 @@ def new_postgres_url() -> str:
 
 def _postgres_admin(base: str, work: Callable[[Any], Any]) -> Any:
     """Run `work(connection)` (a coroutine function) on an asyncpg connection to
-    `base`, on a thread of its own, so any host loop may call it; its result."""
+    `base` kept open on the admin thread, so any host loop may call it; its result."""
     import asyncpg
 
-    async def run() -> Any:
-        conn = await asyncpg.connect(base)
-        try:
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    return on_a_thread(run)
+    return _ADMIN.on_connection(base, lambda: asyncpg.connect(base), work,
+                                lambda conn: conn.close())
 
 
 # Creating a schema's tables and dropping them costs PostgreSQL ~0.3 s a test
@@ -359,24 +403,10 @@ def recycle_postgres_schema(url: str) -> None:
 
 def drop_postgres_schema(url: str) -> None:
     """Drop the schema of a `new_postgres_url()`, even one the driver would
-    refuse to open; on a thread of its own, so any host loop may call it."""
-    import asyncio
-    import threading
-
-    import asyncpg
-
+    refuse to open; on the admin thread, so any host loop may call it."""
     base, schema = url.rsplit("schema=", 1)
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(base.rstrip("?&"))
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-    thread = threading.Thread(target=asyncio.run, args=(drop(),))
-    thread.start()
-    thread.join()
+    _postgres_admin(base.rstrip("?&"),
+                    lambda conn: conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
 
 
 @pytest.fixture
@@ -389,8 +419,27 @@ def pg_url() -> Iterator[str]:
     drop_postgres_schema(url)
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database the current durable created and closed, copied for
+    each `db_url` test: a copy costs a millisecond, creating the tables and
+    checkpointing them at the close ~25 ms (more on a busy host), over a
+    thousand tests. What a test sees is the same file: the schema, its version
+    row, WAL mode (kept in the file's header) and the owner-only mode."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "durable.db"
+
+    async def create() -> None:
+        async with durable.connect(f"sqlite:///{path}"):
+            pass
+
+    on_a_thread(create)
+    leftovers = [p.name for p in path.parent.iterdir() if p != path]
+    assert not leftovers, f"the closed template left {leftovers}: copy them too"
+    return path
+
+
 @pytest.fixture
-def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
+def db_url(driver_name: str, tmp_path: Path, sqlite_template: Path) -> Iterator[str]:
     if driver_name == "postgres":
         require_postgres()
         url = recycled_postgres_url()
@@ -406,6 +455,7 @@ def db_url(driver_name: str, tmp_path: Path) -> Iterator[str]:
         yield url
         recycle_mariadb_database(url)
         return
+    shutil.copy(sqlite_template, tmp_path / "durable.db")
     yield f"sqlite:///{tmp_path / 'durable.db'}"
 
 
@@ -514,6 +564,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             _mariadb_admin(f"DROP DATABASE IF EXISTS `{database}`")
         except Exception:
             break
+    _ADMIN.close()
 
 
 #: seconds the interpreter may take to exit after the last test

@@ -17,7 +17,13 @@ Usage::
 
     python tests/crash_app.py --db sqlite:///app.db --dir DIR [--pause after:r2]
         [--backend asyncio|trio] [--lease 1.0] [--poll 0.1] [--identity NAME]
-        [--max-runs N] [--max-activities N] [--log-level INFO]
+        [--max-runs N] [--max-activities N] [--log-level INFO] [--standby]
+
+With ``--standby`` the process imports everything, then waits for a line on
+its stdin before it connects: a test starts the worker that will take over
+ahead of time (``spawn_worker(standby=True)``) and lets it go (``go``) right
+after the kill, instead of waiting a second or more for an interpreter to
+start and import. What it does once let go is what a fresh process does.
 
 The module also holds the launch/kill/inspect helpers both users share.
 """
@@ -275,7 +281,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-activities", type=int, default=100)
     parser.add_argument("--log-level", default=os.environ.get("CRASH_APP_LOG_LEVEL", "WARNING"),
                         help="engine log level (the log goes to DIR/NAME.log)")
+    parser.add_argument("--standby", action="store_true",
+                        help="wait for a line on stdin before connecting")
     args = parser.parse_args(argv)
+    if args.standby:
+        sys.stdin.readline()
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s")
     EFFECTS_DIR = args.dir
     PAUSES = frozenset(args.pause)
@@ -297,8 +307,10 @@ def spawn_worker(
     name: str = "worker",
     max_runs: int = 1000,
     max_activities: int = 100,
+    standby: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start a crash_app worker process; its output goes to DIR/NAME.log."""
+    """Start a crash_app worker process; its output goes to DIR/NAME.log. A
+    standby one waits, imports done, until `go(proc)`."""
     directory.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, str(APP), "--db", db, "--dir", str(directory),
             "--backend", backend, "--lease", str(lease), "--poll", str(poll),
@@ -306,15 +318,28 @@ def spawn_worker(
             "--max-activities", str(max_activities)]
     for point in pauses:
         argv += ["--pause", point]
+    if standby:
+        argv.append("--standby")
     with open(directory / f"{name}.log", "ab") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.PIPE if standby else None)
+
+
+def go(proc: subprocess.Popen[bytes]) -> None:
+    """Let a standby worker process (crash_app's or schedule_app's) connect and serve."""
+    assert proc.stdin is not None, "not a standby process"
+    proc.stdin.write(b"go\n")
+    proc.stdin.close()
 
 
 def kill9(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL: no finally block, no lease release, no flush. Wait until it is gone."""
+    """SIGKILL: no finally block, no lease release, no flush. Wait until it is gone
+    (and close the stdin of a standby process)."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+    if proc.stdin is not None:
+        proc.stdin.close()
 
 
 def logs(directory: Path, limit: int = 4000) -> str:

@@ -7,9 +7,20 @@ which the runs really executed, read from outside. tests/test_queues_crash.py
 starts four of these processes on one PostgreSQL database with a queue limit,
 SIGKILLs one, and checks that the intervals never overlap more than the limit.
 
+``gated_holder`` records a start, waits for its ``open`` signal and records
+its end: a run that holds its slot until the test says so.
+tests/test_queues_wake.py runs one process of each type on a queue with
+``max_running=1`` and polls far apart (``--poll``), to show that a close
+wakes the other process's worker (decision (at)).
+
 Usage::
 
     python tests/queue_app.py --db URL --dir DIR [--lease 1.0] [--hold 0.3]
+        [--poll 0.1] [--workflows slot_holder|gated_holder]
+
+``--poll`` (0.1 s if not given) is also the driver's own look at everything (PostgreSQL's
+``poll_interval``, MariaDB's ``any_interval``; SQLite's look at the file's
+``data_version``, its only way to hear another process, is left as it is).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import anyio
 
 import durable
 from durable import activity, workflow
+from durable.wakes import Wake, WakeKind
 
 QUEUE = "limited"
 LOG: Path | None = None
@@ -51,6 +63,31 @@ async def hold_slot(key: str) -> str:
 async def slot_holder(key: str) -> str:
     result: str = await workflow.execute_local_activity(hold_slot, key)
     return result
+
+
+@activity.defn(name="mark")
+async def mark(line: str) -> None:
+    record(line)
+
+
+@workflow.defn(name="gated_holder")
+class GatedHolder:
+    """Holds its queue slot until signalled (``open``)."""
+
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.signal
+    def open(self) -> None:
+        self.go = True
+
+    @workflow.run
+    async def run(self, key: str) -> int:
+        run = workflow.info().workflow_id
+        await workflow.execute_local_activity(mark, f"start {key} {run}")
+        await workflow.wait_condition(lambda: self.go)
+        await workflow.execute_local_activity(mark, f"end {key} {run}")
+        return 0
 
 
 Interval = tuple[float, float, str, str, int]  # start, end, key, workflow id, pid
@@ -87,13 +124,39 @@ def most_at_once(intervals: list[Interval]) -> int:
     return best
 
 
+def driver_options(db: str, poll: float) -> dict[str, float]:
+    """The driver's own fallback look at everything, as far apart as the worker's poll."""
+    if db.startswith("postgres"):
+        return {"poll_interval": poll}
+    if db.startswith("mariadb"):
+        return {"any_interval": poll}
+    return {}
+
+
 async def main(args: argparse.Namespace) -> None:
-    async with durable.connect(args.db) as client, durable.Worker(
-        client, workflows=[slot_holder], activities=[hold_slot], task_queue=QUEUE,
-        lease_seconds=args.lease, poll_interval=0.1, identity=args.identity,
-    ) as worker:
-        print("ready", worker.worker_id, flush=True)
-        await anyio.sleep_forever()
+    workflows = {"slot_holder": [slot_holder], "gated_holder": [GatedHolder]}[args.workflows]
+    options = {} if args.poll is None else driver_options(args.db, args.poll)
+    async with durable.connect(args.db, **options) as client:
+        heard = anyio.Event()
+
+        def on_wake(wake: Wake) -> None:
+            if wake.remote or wake.kind is WakeKind.ANY:  # from the driver's watch
+                heard.set()
+
+        unsubscribe = client.store.hub.subscribe(on_wake)
+        async with durable.Worker(
+            client, workflows=workflows, activities=[hold_slot, mark], task_queue=QUEUE,
+            lease_seconds=args.lease, poll_interval=args.poll or 0.1, identity=args.identity,
+        ) as worker:
+            # "ready": a claim pass has been made, and the driver's watch has
+            # heard another process (PostgreSQL: it listens; MariaDB: it knows
+            # where the wake log ends; SQLite: it read the file's data_version),
+            # so no wake-up committed from now on is missed
+            await worker.runs.claim_now()
+            await heard.wait()
+            unsubscribe()
+            print("ready", worker.worker_id, os.getpid(), flush=True)
+            await anyio.sleep_forever()
 
 
 if __name__ == "__main__":
@@ -103,6 +166,9 @@ if __name__ == "__main__":
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--hold", type=float, default=0.3)
     parser.add_argument("--identity", default="queue-worker")
+    parser.add_argument("--poll", type=float, default=None)
+    parser.add_argument("--workflows", default="slot_holder",
+                        choices=["slot_holder", "gated_holder"])
     parsed = parser.parse_args()
     LOG = Path(parsed.dir) / "intervals.log"
     HOLD = parsed.hold

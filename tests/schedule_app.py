@@ -3,10 +3,14 @@
 Usage::
 
     python tests/schedule_app.py --db URL [--backend asyncio|trio] [--lease 1.0]
-        [--poll 0.1] [--identity NAME]
+        [--poll 0.1] [--identity NAME] [--standby]
 
 It registers one workflow, `fired`, which returns the schedule and fire time
-its run was started for (`workflow.info()`), and serves until killed.
+its run was started for (`workflow.info()`), and serves until killed. With
+`--standby` it imports everything, then waits for a line on its stdin before
+it connects: a replacement started ahead of time takes over at once when a
+worker is killed (`spawn(standby=True)`, then crash_app.go), instead of a second or more
+of interpreter start and imports later.
 """
 
 from __future__ import annotations
@@ -50,17 +54,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--lease", type=float, default=1.0)
     parser.add_argument("--poll", type=float, default=0.1)
     parser.add_argument("--identity", default=None)
+    parser.add_argument("--standby", action="store_true")
     args = parser.parse_args(argv)
+    if args.standby:
+        sys.stdin.readline()
     anyio.run(_serve, args, backend=args.backend)
 
 
 def spawn(db: str, log: Path, *, backend: str = "asyncio", name: str = "worker",
-          lease: float = 1.0) -> subprocess.Popen[bytes]:
-    """Start a worker process; its output goes to `log` (appended)."""
+          lease: float = 1.0, standby: bool = False) -> subprocess.Popen[bytes]:
+    """Start a worker process; its output goes to `log` (appended). A standby
+    one waits, imports done, until `crash_app.go(proc)`."""
     argv = [sys.executable, str(APP), "--db", db, "--backend", backend, "--lease", str(lease),
-            "--identity", f"{name}-{time.monotonic_ns()}"]
+            "--identity", f"{name}-{time.monotonic_ns()}"] + (["--standby"] if standby else [])
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.PIPE if standby else None)
 
 
 if __name__ == "__main__":

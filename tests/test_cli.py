@@ -243,6 +243,14 @@ def test_start_with_an_id_in_use_is_refused_with_exit_4(url: str) -> None:
                   extra=("--id-reuse", "return_existing_active"))
     assert again["run_id"] == first["run_id"]
     ok(url, "terminate", "dup-1")
+    # closed: --id-reuse return_existing_active is refused too, so it is not the advice
+    for extra in ((), ("--id-reuse", "return_existing_active")):
+        result = invoke(url, "start", "cli-guarded", "--id", "dup-1", "--input", '["c"]', *extra)
+        assert result.exit_code == 4
+        line = one_error_line(result)
+        assert "was used by a run that closed terminated" in line, line
+        assert "durable result dup-1" in line and "allow_duplicate_failed_only" in line
+        assert "return_existing_active" not in line
 
 
 @pytest.mark.parametrize(("args", "needle"), [
@@ -259,6 +267,25 @@ def test_start_with_bad_input_is_a_usage_error_on_one_line(
     assert result.exit_code == 2
     line = one_error_line(result)
     assert needle in line and "durable start --help" in line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("serve", "--db", "sqlite:///x.db", "--port", "0"),
+     "--db is a global option: give it before the command, durable --db URL serve ..."),
+    (("schedule", "list", "--namespace", "other"),
+     "--namespace is a global option: give it before the command, durable --namespace NS "
+     "schedule list ..."),
+    (("list", "--server", "http://h:8233"), "durable --server URL list ..."),
+])
+def test_a_global_option_after_the_command_says_where_it_goes(
+        args: tuple[str, ...], needle: str) -> None:
+    """`durable serve --db URL` (as the README wrote it) said only "No such
+    option '--db'"; nothing was served or written."""
+    result = invoke(None, *args)
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert needle in line, line
+    assert "No such option" not in line
 
 
 def test_result_of_a_failed_workflow_exits_1_with_its_failure(url: str) -> None:
@@ -535,6 +562,42 @@ def test_units_whose_effect_is_unknown_are_shown_and_cleared_after_review(url: s
     assert "not marked for review" in again
 
 
+def test_a_run_waiting_for_review_is_open_and_listed_by_the_word_it_shows(url: str) -> None:
+    """A run marked for review (``unknown`` here) is open: `durable list --query`
+    finds it by the reference's word its row shows (running, not pending),
+    `durable result` says it has no result yet instead of waiting for one, and
+    `durable cancel` closes it (it refused it as "already unknown")."""
+    start(url, "cli-units", "units-2", ["stuck"])
+    wait_for(lambda: describe(url, "units-2")["durable_status"] == "unknown",
+             "the run to wait for review")
+
+    def listed(*args: str) -> list[tuple[str, str, str]]:
+        data = as_json(ok(url, "list", *args, "--json"), "list")
+        return [(r["workflow_id"], r["status"], r["durable_status"]) for r in data["workflows"]]
+
+    one = "WorkflowId = 'units-2'"
+    assert listed("--query", one) == [("units-2", "running", "unknown")]
+    assert listed("--query", f"{one} AND ExecutionStatus = 'running'") == [
+        ("units-2", "running", "unknown")]
+    assert listed("--query", f"{one} and ExecutionStatus = 'pending'") == []
+    assert listed("--status", "unknown", "--query", "ExecutionStatus = 'running'") == [
+        ("units-2", "running", "unknown")]
+    assert ("units-2", "running", "unknown") in listed("--query", "its-2")  # id text
+    human = ok(url, "list", "--query", one).stdout
+    assert "units-2" in human and "[unknown]" in human
+    refused = invoke(url, "list", "--query", "ExecutionStatus = 'Running'")
+    assert refused.exit_code == 1
+    assert "requires a quoted pending, running, waiting" in one_error_line(refused)
+    # a process of its own, bounded: it used to wait for the result of a run in review
+    result = subprocess.run([str(SCRIPT), "--db", url, "result", "units-2"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60,
+                            env={k: v for k, v in os.environ.items() if k not in CLEAN_ENV})
+    assert result.returncode == 1, result
+    assert "is still unknown: it has no result yet" in result.stderr
+    cancelled = as_json(ok(url, "cancel", "units-2", "--reason", "decided", "--json"), "cancel")
+    assert cancelled["status"] == "cancelled" and cancelled["action"] == "cancelled"
+
+
 def test_cancel_and_terminate_close_at_once_and_refuse_a_closed_run(url: str) -> None:
     start(url, "cli-guarded", "close-1", "k")
     start(url, "cli-guarded", "close-2", "k")
@@ -587,6 +650,23 @@ def test_cascade_shows_the_tree_of_runs_with_policies_and_receipts(url: str) -> 
     assert child_line > parent_line and indent > 4
 
 
+def test_cascade_of_a_request_no_worker_took_yet_is_in_progress_not_verified(url: str) -> None:
+    """A request recorded while nothing has stopped yet (no worker serves the
+    run's queue): the cascade read "✓ verified: inspection complete, every
+    stop is confirmed by a receipt" though no stop had been asked for."""
+    start(url, "cli-guarded", "inflight-1", "k", extra=("--task-queue", "nobody-serves"))
+    ok(url, "request-cancellation", "inflight-1", "--reason", "withdrawn")
+    tree = ok(url, "cascade", "inflight-1").stdout
+    assert "verified" not in tree, tree
+    assert "… in progress: 1 of 1 run still open; nothing to verify until they end" in tree
+    assert "not delivered yet: no worker has taken the request" in tree
+    view = as_json(ok(url, "cascade", "inflight-1", "--json"), "cascade")
+    assert view["findings"] == []  # nothing is missing either: it is under way
+    ok(url, "terminate", "inflight-1")
+    closed = ok(url, "cascade", "inflight-1").stdout
+    assert "in progress" not in closed and "✓ verified: inspection complete" in closed
+
+
 def test_cascade_of_a_run_never_asked_to_cancel_says_so(url: str) -> None:
     start(url, "cli-greet", "calm-1", "c")
     out = ok(url, "cascade", "calm-1").stdout
@@ -607,6 +687,16 @@ def lost_worker_db(tmp_path: Path) -> Iterator[str]:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     yield db
+
+
+def test_describe_says_whether_the_owner_is_still_there(lost_worker_db: str) -> None:
+    """The owner line named the SIGKILLed worker and nothing more; it says when
+    it was last seen and whether it is presumed alive (its registration
+    outlives it) or gone."""
+    out = " ".join(ok(lost_worker_db, "describe", "lost-1").stdout.split())
+    owner = re.search(r"owner (worker-\S+) \(last seen [^,]*, presumed (alive until|gone)",
+                      out)
+    assert owner is not None, out
 
 
 def test_cascade_marks_a_stop_it_cannot_verify_in_colour_and_words(lost_worker_db: str) -> None:
@@ -819,6 +909,36 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
             proc.wait(30)
         finally:
             stop_process(proc)
+
+
+@pytest.mark.parametrize(("loop", "signum"), [("asyncio", signal.SIGTERM),
+                                              ("trio", signal.SIGINT)])
+def test_serve_stops_its_workers_gracefully_on_a_signal(tmp_path: Path, loop: str,
+                                                        signum: int) -> None:
+    """A deploy stops `durable serve --worker` with SIGTERM: its workers stop as
+    `durable worker`'s do (runs released, the worker shown stopped), not killed
+    by the signal uvicorn raises again once it has shut down."""
+    db = f"sqlite:///{tmp_path / 'served.db'}"
+    log = tmp_path / "serve.log"
+    env = {k: v for k, v in os.environ.items() if k not in CLEAN_ENV}
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [str(SCRIPT), "--db", db, "serve", "--loop", loop, "--port", str(_free_port()),
+             "--worker", "tests.cli_app:WORKER"], cwd=REPO, stdout=err, stderr=err, env=env)
+    try:
+        wait_for(lambda: "the web UI at" in log.read_text() or proc.poll() is not None,
+                 "durable serve to start")
+        assert proc.poll() is None, log.read_text()
+        start(db, "cli-gate", "held-1", 3)
+        wait_for(lambda: describe(db, "held-1")["run"]["owner"] is not None, "a worker to hold it")
+        proc.send_signal(signum)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        stop_process(proc)
+    assert "stopping gracefully" in log.read_text()
+    workers = json.loads(ok(db, "workers", "--all", "--json").stdout)["workers"]
+    assert [(w["stopped_at"] is not None, w["runs_held"]) for w in workers] == [(True, 0)]
+    assert describe(db, "held-1")["run"]["owner"] is None
 
 
 # ---------------------------------------------------------------- configuration and errors

@@ -20,7 +20,8 @@ import anyio
 import pytest
 from cli_app import greet
 from click.testing import Result
-from test_cli import ThreadWorker, as_json, invoke, ok, one_error_line
+from conftest import drop_postgres_schema, new_postgres_url, require_postgres
+from test_cli import ThreadWorker, as_json, invoke, ok, one_error_line, wait_for
 
 from durable import ScheduleSpec
 from durable.testing import TimeSkippingEnvironment
@@ -70,36 +71,39 @@ def test_create_list_describe_show_the_schedule_and_its_next_fires(url: str) -> 
     shown = ok(url, "schedule", "describe", "nightly").stdout
     for text in ("Schedule nightly (cli-greet) [active]", "time zone        Europe/Amsterdam",
                  "overlap          buffer_one", "note             the import",
-                 "execution timeout 14400s (4h 00m)", "jitter 60s (1m)",
+                 "execution timeout 14400s (4h 00m)", "jitter 60s (1m)", 'input ["sched"]',
                  "next fires " + info["next_fires"][0].replace("T", " ")[:19] + " UTC"):
         assert " ".join(text.split()) in " ".join(shown.split()), shown
 
 
-def test_list_pages_by_id_keeping_its_filters(url: str) -> None:
+def test_list_pages_newest_first_keeping_its_filters(url: str) -> None:
     for n in range(5):
-        create(url, f"paged-{n}")
+        create(url, f"paged-{n}", "--task-queue", "paged")
     run_json(url, "schedule", "pause", "paged-1")
-    first = run_json(url, "schedule", "list", "--query", "paged-", "--limit", "2")
-    assert [s["schedule_id"] for s in first["schedules"]] == ["paged-0", "paged-1"]
+    mine = "TaskQueue = 'paged'"  # the reference's visibility query
+    first = run_json(url, "schedule", "list", "--query", mine, "--limit", "2")
+    assert [s["schedule_id"] for s in first["schedules"]] == ["paged-4", "paged-3"]
     assert first["count"] == 2 and first["next_cursor"]
-    human = ok(url, "schedule", "list", "--query", "paged-", "--limit", "2").stdout
+    human = ok(url, "schedule", "list", "--query", mine, "--limit", "2").stdout
     assert (f"More: durable schedule list --cursor {first['next_cursor']}"
             in " ".join(human.split())), human
     seen, cursor = [], first["next_cursor"]
     while cursor:
-        page = run_json(url, "schedule", "list", "--query", "paged-", "--limit", "2",
+        page = run_json(url, "schedule", "list", "--query", mine, "--limit", "2",
                         "--cursor", cursor)
         seen += [s["schedule_id"] for s in page["schedules"]]
         cursor = page["next_cursor"]
-    assert seen == ["paged-2", "paged-3", "paged-4"]
-    paused = run_json(url, "schedule", "list", "--status", "paused", "--query", "paged-")
+    assert seen == ["paged-2", "paged-1", "paged-0"]
+    paused = run_json(url, "schedule", "list", "--status", "paused", "--query", mine)
     assert [s["schedule_id"] for s in paused["schedules"]] == ["paged-1"]
     assert paused["next_cursor"] is None and "More:" not in ok(
-        url, "schedule", "list", "--status", "paused", "--query", "paged-").stdout
+        url, "schedule", "list", "--status", "paused", "--query", mine).stdout
     typed = run_json(url, "schedule", "list", "--type", "no-such-type")
     assert typed == {"schedules": [], "count": 0, "next_cursor": None}
     bad = invoke(url, "schedule", "list", "--cursor", "nope")
     assert bad.exit_code != 0 and "not one this server returned" in one_error_line(bad)
+    refused = invoke(url, "schedule", "list", "--query", "paged-")
+    assert refused.exit_code != 0 and "Field = literal" in one_error_line(refused)
 
 
 def test_trigger_starts_one_run_named_after_the_fire_and_describe_shows_it(url: str) -> None:
@@ -168,7 +172,9 @@ def test_delete_then_describe_is_not_found_and_a_taken_id_is_refused(url: str) -
     refused = invoke(url, "schedule", "create", "doomed", "cli-greet", "--every", "1h",
                      "--input", '["again"]')
     assert refused.exit_code == 4, refused.stderr
-    assert "durable: refused:" in one_error_line(refused)
+    assert one_error_line(refused) == (
+        "durable: refused: schedule 'doomed' already exists in namespace 'default' (pick "
+        "another id, or change it with `durable schedule update`)")
     assert run_json(url, "schedule", "delete", "doomed")["action"] == "deleted"
     missing = invoke(url, "schedule", "describe", "doomed")
     assert missing.exit_code == 3
@@ -186,6 +192,8 @@ def test_delete_then_describe_is_not_found_and_a_taken_id_is_refused(url: str) -
     (["create", "x", "cli-greet", "--every", "soon"], "is not a duration"),
     (["create", "x", "cli-greet", "--every", "1h", "--max-runs", "many"],
      "is not a whole number"),
+    (["create", "x", "cli-greet", "--every", "1h", "--max-runs", "0"],
+     "must be at least 1 (or 'none': no limit), got 0"),
     (["create", "x", "cli-greet", "--every", "1h", "--input", '{"a": 1}'],
      "must be a JSON array"),
     (["backfill", "x", "--start", "2026-01-01T00:00:00", "--end", "2026-01-02T00:00:00Z"],
@@ -198,6 +206,22 @@ def test_bad_input_is_a_usage_error_that_says_what_to_give(
         url: str, args: list[str], expected: str) -> None:
     line = usage_error(invoke(url, "schedule", *args))
     assert expected in line, line
+
+
+def test_an_instant_without_offset_is_refused_with_an_example_that_is_taken(
+        url: str) -> None:
+    """The fix the refusal offers parses: a bare date's example is a full
+    date-time with Z (it was 2026-12-07Z, itself refused as no date-time)."""
+    for given, example in (("2026-12-07", "2026-12-07T00:00:00Z"),
+                           ("2026-12-07T10:00", "2026-12-07T10:00:00Z")):
+        line = usage_error(invoke(url, "schedule", "create", "x", "cli-greet", "--every",
+                                  "1h", "--start-at", given))
+        assert f"has no UTC offset; add Z (UTC) or one such as +02:00, e.g. {example}" \
+            in line, line
+        made = run_json(url, "schedule", "create", f"x-{given}", "cli-greet", "--every", "1h",
+                        "--input", '["a"]', "--start-at", example)
+        assert made["spec"]["start_at"].startswith(example[:-1])
+        ok(url, "schedule", "delete", f"x-{given}")
 
 
 def test_create_of_a_type_no_worker_registered_says_how_to_fix_it(url: str) -> None:
@@ -249,6 +273,54 @@ def test_prune_dry_run_lists_and_prune_deletes_closed_runs(tmp_path: Path) -> No
     error = usage_error(invoke(db, "prune", "--older-than", "0"))
     assert "must be greater than 0 seconds" in error
     assert usage_error(invoke(db, "prune")).count("--older-than")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def retention_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of its own for the retention guard, on each storage."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'retention.db'}"
+        return
+    require_postgres()
+    pg = new_postgres_url()
+    try:
+        yield pg
+    finally:
+        drop_postgres_schema(pg)
+
+
+def test_retention_set_under_an_hour_is_refused_without_yes_and_says_what_it_deletes(
+        retention_db: str) -> None:
+    db = retention_db
+    worker = ThreadWorker(db).start()
+    try:
+        for n in range(2):
+            ok(db, "start", "cli-greet", "--id", f"closed-{n}", "--input", '["x"]')
+            ok(db, "result", f"closed-{n}", "--wait")
+        wait_for(lambda: run_json(db, "prune", "--older-than", "1s", "--dry-run")[
+            "runs_expired"] == 2, "both runs to be closed more than 1s ago")
+        # a typo'd unit (1s for 1d): refused, the count it would delete now, how to confirm
+        refused = invoke(db, "retention", "--set", "1s")
+        assert refused.exit_code == 4, (refused.stdout, refused.stderr)
+        line = one_error_line(refused)
+        assert line.startswith("durable: refused: --set 1s keeps closed runs only 1s: ")
+        assert "would delete 2 closed run(s)" in line and "nothing was changed" in line
+        assert "durable retention --set 1s --yes" in line and "--set 30d" in line
+        assert run_json(db, "retention")["retention_seconds"] is None  # nothing written
+        assert invoke(db, "retention", "--set", "59m59s").exit_code == 4
+        # none stored (the workers' is unknown here): what the next pass deletes
+        first = run_json(db, "retention", "--set", "7d")
+        assert first["retention_seconds"] == 7 * 86400 and first["runs_to_delete"] == 0
+        assert "runs_to_delete" not in run_json(db, "retention", "--set", "30d")  # longer
+        shown = " ".join(ok(db, "retention", "--set", "1h").stdout.split())
+        assert "The next retention pass deletes 0 closed run(s) (closed more than 1h" in shown
+        assert run_json(db, "retention")["retention_seconds"] == 3600
+        # confirmed: set, with the runs the next pass deletes
+        confirmed = run_json(db, "retention", "--set", "1s", "--yes")
+        assert confirmed["retention_seconds"] == 1 and confirmed["runs_to_delete"] == 2
+        assert "at least 1 second" in usage_error(invoke(db, "retention", "--set", "0.5"))
+    finally:
+        worker.close()
 
 
 def test_schedule_help_lists_every_subcommand() -> None:

@@ -329,6 +329,21 @@ async def _asgi(app: Starlette) -> httpx.AsyncClient:
 
 
 @HTTP_ONLY
+async def test_a_token_less_server_says_how_to_reach_an_admin_route(
+        storage_client: durable.Client) -> None:
+    """Without tokens every request acts as operator, so an admin route (retention)
+    is refused; the refusal says why (no token sent, development mode) and how
+    to get there, not only that 'an operator token' may not."""
+    app = create_app(storage_client, anonymous_role="operator", environ={}, ui_secret=SECRET)
+    async with await _asgi(app) as http:
+        refused = await http.get("/api/system/retention", headers=VERSION)
+    assert refused.status_code == 403 and error_code(refused) == "forbidden"
+    message = error_message(refused)
+    assert "without a token" in message and "acts as operator" in message, message
+    assert "DURABLE_TOKENS" in message and "--db" in message, message
+
+
+@HTTP_ONLY
 async def test_a_token_less_server_answers_only_requests_naming_a_loopback_host(
         storage_client: durable.Client) -> None:
     """DNS rebinding: a page at attacker.example whose name now resolves to

@@ -75,7 +75,11 @@ async def wait_then_approve(handle: durable.WorkflowHandle) -> None:
     clock = handle.client.clock  # virtual: the waits between queries cost no real time
     while True:
         try:
-            if (await handle.query("progress"))["stage"] == "waiting for approval":
+            # a worker answers in milliseconds; a query sent as the worker is
+            # killed is not answered and waits out its timeout (real time: the
+            # default 10 s, at about one point of each PostgreSQL exploration),
+            # then it is asked again
+            if (await handle.query("progress", timeout=2))["stage"] == "waiting for approval":
                 break
         except durable.DurableError:  # no worker holds the run at this instant
             pass

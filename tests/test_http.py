@@ -702,7 +702,13 @@ async def test_cancel_and_terminate_close_the_run_at_once(plane: Plane) -> None:
     terminated = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
     assert terminated.status_code == 200 and terminated.json()["status"] == "terminated"
     again = await plane.http.post("/api/workflows/t1/cancel", headers=AS_OPERATOR)
-    assert again.json()["status"] == "terminated"  # closing a closed run changes nothing
+    assert again.status_code == 200  # closing a closed run changes nothing, and says so
+    assert again.json()["status"] == "terminated"
+    assert again.json()["outcome"] == "rejected_not_active"
+    assert again.json()["rejection_reason"] == "run_not_active"
+    repeat = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
+    assert repeat.json()["outcome"] == "terminated"  # a retry of what closed it
+    assert "rejection_reason" not in repeat.json()
     result = (await plane.http.get("/api/workflows/c1/result", headers=AS_VIEWER)).json()
     assert result["status"] == "cancelled" and result["failure"]["message"] == "stop now"
     missing = await plane.http.post("/api/workflows/ghost/cancel", headers=AS_OPERATOR)

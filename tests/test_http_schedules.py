@@ -26,7 +26,7 @@ import durable
 from durable import ScheduleSpec, workflow
 from durable.cli._group import cli
 from durable.http import create_app
-from durable.testing import TimeSkippingEnvironment
+from durable.testing import TimeSkippingEnvironment, isolated_definitions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("driver_name", ["sqlite"])]
 
@@ -48,6 +48,17 @@ async def echo(value: str) -> str:
 @workflow.defn(name="http-sched-other")
 async def other() -> None:
     return None
+
+
+# a workflow only its worker knows: schedules name it, its function is not here
+with isolated_definitions():
+    @workflow.defn(name="http-sched-elsewhere")
+    async def elsewhere(label: str, suffix: str = "!") -> str:
+        return label + suffix
+
+
+WRONG_ARITY = (r"workflow 'http-sched-elsewhere' \(as its live workers register it\) takes 1 to "
+               r"2 arguments \(label, suffix\), got {}")
 
 
 def reason(response: httpx.Response) -> str:
@@ -76,8 +87,10 @@ async def test_the_schedule_api_gives_the_same_answers_embedded_and_remote(
     handle = await client.create_schedule(
         "nightly", ScheduleSpec(cron=NEVER, timezone="Europe/Amsterdam"), echo, "x",
         overlap=durable.Overlap.BUFFER_ONE, jitter=30, max_runs=10, note="first",
-        options=durable.StartOptions().with_execution_timeout(3600))
+        options=durable.StartOptions(memo={"team": "ops"}).with_execution_timeout(3600))
     info = await handle.describe()
+    # what each fire starts with: its arguments and memo (the memo was shown nowhere)
+    assert info["input"] == ["x"] and info["memo"] == {"team": "ops"}
     assert info == await storage_client.get_schedule("nightly").describe()
     assert info["spec"]["cron"] == [NEVER] and info["overlap"] == "buffer_one"
     assert info["jitter"] == 30 and info["remaining_actions"] == 10
@@ -107,8 +120,9 @@ async def test_the_schedule_api_gives_the_same_answers_embedded_and_remote(
     assert info["spec"]["every"] == 3600 and info["remaining_actions"] is None
     assert info["execution_timeout"] == 3600  # kept: options were not given
 
-    with pytest.raises(durable.ScheduleAlreadyExists, match="already exists"):
+    with pytest.raises(durable.ScheduleAlreadyExists, match="already exists") as taken:
         await client.create_schedule("nightly", ScheduleSpec(every=60), echo, "z")
+    assert (taken.value.schedule_id, taken.value.namespace) == ("nightly", "default")
     await handle.delete()
     with pytest.raises(durable.ScheduleNotFound):
         await handle.describe()
@@ -119,32 +133,45 @@ async def test_the_schedule_api_gives_the_same_answers_embedded_and_remote(
 
 
 @pytest.mark.remote_client
-async def test_schedule_lists_page_by_id_with_filters_embedded_and_remote(
+async def test_schedule_lists_page_newest_first_with_filters_embedded_and_remote(
         client: durable.Client) -> None:
+    """Newest first (created one after another on the real clock: no two at the
+    same instant; tests/test_schedule_list.py covers ties), the same embedded
+    and through the control plane."""
     for n in range(7):
         handle = await client.create_schedule(f"page-{n}", ScheduleSpec(cron=NEVER), echo, "x")
         if n % 2:
             await handle.pause(note="odd")
     await client.create_schedule("zeta", ScheduleSpec(cron=NEVER), other)
     ids, cursor, pages = [], None, 0
-    while True:  # three at a time, each exactly once, in id order
+    while True:  # three at a time, each exactly once, the newest first
         page = await client.list_schedules_page(limit=3, cursor=cursor)
         ids += [s["schedule_id"] for s in page.items]
         pages += 1
         cursor = page.next_cursor
         if cursor is None:
             break
-    assert ids == [f"page-{n}" for n in range(7)] + ["zeta"] and pages == 3
+    assert ids == ["zeta"] + [f"page-{n}" for n in range(6, -1, -1)] and pages == 3
     # filters apply before the page is cut: a page of paused ones is full
     paused = await client.list_schedules_page(limit=2, status="paused")
-    assert [s["schedule_id"] for s in paused.items] == ["page-1", "page-3"]
+    assert [s["schedule_id"] for s in paused.items] == ["page-5", "page-3"]
     rest = await client.list_schedules_page(limit=2, status="paused", cursor=paused.next_cursor)
-    assert [s["schedule_id"] for s in rest.items] == ["page-5"] and rest.next_cursor is None
-    active = (await client.list_schedules_page(status="active", query="page-")).items
-    assert [s["schedule_id"] for s in active] == ["page-0", "page-2", "page-4", "page-6"]
+    assert [s["schedule_id"] for s in rest.items] == ["page-1"] and rest.next_cursor is None
+    active = (await client.list_schedules_page(
+        status="active", query='WorkflowType = "http-sched-echo"')).items
+    assert [s["schedule_id"] for s in active] == ["page-6", "page-4", "page-2", "page-0"]
     typed = (await client.list_schedules_page(workflow_type="http-sched-other")).items
     assert [s["schedule_id"] for s in typed] == ["zeta"]
-    assert (await client.list_schedules_page(query="%")).items == []  # a character
+    assert [s["schedule_id"] for s in (await client.list_schedules_page(
+        query="ScheduleId = 'page-3' AND Status = 'paused'")).items] == ["page-3"]
+    with pytest.raises(durable.InvalidScheduleQuery) as caught:  # the reference's reason
+        await client.list_schedules_page(query="ScheduleId LIKE 'page-%'")
+    assert caught.value.reason == "unsupported_schedule_visibility_predicate"
+    # the page's last one deleted: stale, the same class embedded and remote
+    first = await client.list_schedules_page(limit=2)
+    await client.get_schedule(first.items[-1]["schedule_id"]).delete()
+    with pytest.raises(durable.StaleCursor):
+        await client.list_schedules_page(limit=2, cursor=first.next_cursor)
     with pytest.raises(durable.ConfigurationError, match="not one this server returned"):
         await client.list_schedules_page(cursor="not-a-cursor")
     with pytest.raises(durable.ConfigurationError, match="'active' or 'paused'"):
@@ -167,10 +194,37 @@ async def test_the_sdk_keeps_its_wider_schedule_rules_embedded_and_remote(
     for n in range(3):
         await client.create_schedule(f"p-{n}", ScheduleSpec(cron=NEVER), echo, "x")
     page = await client.list_schedules_page(limit=3)
-    assert [s["schedule_id"] for s in page.items] == ["p-0", "p-1", "p-2"]
+    assert [s["schedule_id"] for s in page.items] == ["p-2", "p-1", "p-0"]
     assert page.next_cursor is not None
     assert [s["schedule_id"] for s in await client.list_schedules()] == [
-        "p-0", "p-1", "p-2", long_id]
+        "p-2", "p-1", "p-0", long_id]
+
+
+async def test_the_remote_client_raises_configuration_error_for_a_misused_page_token(
+        storage_client: durable.Client) -> None:
+    """The list's refusals of a token (another namespace's: 403; other
+    filters': 409; changed: 400) and of an unknown parameter (422) reach our
+    remote client as `ConfigurationError`, the server's words kept."""
+    async with remote_plane(storage_client) as url, durable.connect(
+            url, token=REMOTE_TOKEN) as remote:
+        for n in range(2):
+            await remote.create_schedule(f"t-{n}", ScheduleSpec(cron=NEVER), echo, "x")
+        token = (await remote.list_schedules_page(limit=1)).next_cursor
+        assert token is not None
+        elsewhere = remote.with_namespace("other")
+        for client, kwargs, words in (
+                (elsewhere, {}, "belongs to a different namespace"),
+                (remote, {"status": "paused"}, "must be reused with the same status"),
+                (remote, {"query": "ScheduleId = 't-1'"}, "must be reused with the same status")):
+            with pytest.raises(durable.ConfigurationError, match=words):
+                await client.list_schedules_page(limit=1, cursor=token, **kwargs)
+        with pytest.raises(durable.ConfigurationError, match="not one this server returned"):
+            await remote.list_schedules_page(limit=1, cursor=token[:-2])
+        assert [s["schedule_id"] for s in (await remote.list_schedules_page(
+            limit=5, cursor=token)).items] == ["t-0"]
+        with pytest.raises(durable.ConfigurationError, match=r"\[bogus\] is not supported"):
+            await remote.control._call("GET", "/api/schedules",  # type: ignore[attr-defined]
+                                       params={"bogus": "1"})
 
 
 @pytest.mark.remote_client(role="admin")
@@ -198,6 +252,75 @@ async def test_retention_settings_and_prune_embedded_and_remote(
                 await call()
     await client.set_retention(days=None)
     assert (await client.get_retention())["retention_seconds"] is None
+
+
+@pytest.mark.remote_client
+async def test_a_schedule_by_name_takes_the_arguments_its_live_workers_register(
+        client: durable.Client, storage_client: durable.Client) -> None:
+    """By name, embedded or remote, a schedule's arguments are checked against
+    the function the live workers register, at create and at an update of them
+    (each fire failed with TypeError), nothing written; a taken id is said first."""
+    spec = ScheduleSpec(cron=NEVER)
+    async with durable.Worker(storage_client, workflows=[elsewhere]):
+        with pytest.raises(durable.ConfigurationError, match=WRONG_ARITY.format(0)):
+            await client.create_schedule("named", spec, "http-sched-elsewhere")
+        assert await client.list_schedules() == []
+        handle = await client.create_schedule("named", spec, "http-sched-elsewhere", "a")
+        with pytest.raises(durable.ScheduleAlreadyExists, match="'named' already exists"):
+            await client.create_schedule("named", spec, "http-sched-elsewhere")
+        before = await handle.describe()
+        with pytest.raises(durable.ConfigurationError, match=WRONG_ARITY.format(3)):
+            await handle.update(args=["a", "b", "c"])
+        assert await handle.describe() == before
+        await handle.update(args=["b", "?"])
+        fired = await handle.trigger()
+        assert await client.get_handle(fired["workflow_id"]).result() == "b?"
+
+
+async def test_routes_refuse_a_schedule_whose_arguments_its_workers_do_not_take(
+        http: httpx.AsyncClient, storage_client: durable.Client) -> None:
+    """POST and PUT by name (the reference client's way) check the arguments as
+    a start by name does (400 invalid_argument, nothing written), after the
+    duplicate id (409, as the reference answers it first)."""
+    body = {"schedule_id": "named", "spec": {"cron_expressions": [NEVER]},
+            "action": {"workflow_type": "http-sched-elsewhere", "input": []}}
+    async with durable.Worker(storage_client, workflows=[elsewhere]):
+        refused = await http.post("/api/schedules", json=body, headers=AS_OPERATOR)
+        assert refused.status_code == 400 and reason(refused) == "invalid_argument"
+        assert "got 0" in refused.json()["message"]
+        assert (await http.get("/api/schedules", headers=AS_VIEWER)).json()["schedules"] == []
+        good = {**body, "action": {**body["action"], "input": ["a"]}}
+        assert (await http.post("/api/schedules", json=good, headers=AS_OPERATOR)
+                ).status_code == 201
+        taken = await http.post("/api/schedules", json=body, headers=AS_OPERATOR)
+        assert taken.status_code == 409 and reason(taken) == "schedule_already_exists"
+        before = (await http.get("/api/schedules/named", headers=AS_VIEWER)).json()
+        changed = await http.put("/api/schedules/named", headers=AS_OPERATOR, json={
+            "action": {"workflow_type": "http-sched-elsewhere", "input": ["a", "b", "c"]}})
+        assert changed.status_code == 400 and reason(changed) == "invalid_argument"
+        assert "got 3" in changed.json()["message"]
+        assert (await http.get("/api/schedules/named", headers=AS_VIEWER)).json() == before
+
+
+async def test_cli_schedule_create_by_name_over_server_checks_the_arguments(
+        storage_client: durable.Client) -> None:
+    """`durable schedule create --server` names the type: the control plane checks
+    its arguments against the live workers' function (the CLI cannot)."""
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(
+            cli, ["--server", url, "--token", REMOTE_TOKEN, "schedule", "create", "named",
+                  "http-sched-elsewhere", "--cron", NEVER, *args],
+            env={"DURABLE_DB_URL": None, "DURABLE_SERVER_URL": None, "DURABLE_TOKEN": None,
+                 "DURABLE_NAMESPACE": None})
+
+    async with durable.Worker(storage_client, workflows=[elsewhere]), \
+            remote_plane(storage_client) as url:
+        refused = await anyio.to_thread.run_sync(run, "--input", '["a", "b", "c"]')
+        assert refused.exit_code != 0 and "got 3" in refused.stderr, refused.stderr
+        assert await storage_client.list_schedules() == []
+        made = await anyio.to_thread.run_sync(run, "--input", '["a"]')
+        assert made.exit_code == 0, made.stderr
+    assert [s["schedule_id"] for s in await storage_client.list_schedules()] == ["named"]
 
 
 # ---------------------------------------------------------------- the reference's shapes
@@ -234,10 +357,10 @@ async def test_routes_speak_the_reference_shape(http: httpx.AsyncClient) -> None
                     headers=AS_OPERATOR)
     first = (await http.get("/api/schedules", params={"page_size": 1},
                             headers=AS_VIEWER)).json()
-    assert [s["schedule_id"] for s in first["schedules"]] == ["hourly"]
+    assert [s["schedule_id"] for s in first["schedules"]] == ["hourly-2"]  # newest first
     second = (await http.get("/api/schedules", headers=AS_VIEWER, params={
         "page_size": 1, "next_page_token": first["next_page_token"]})).json()
-    assert [s["schedule_id"] for s in second["schedules"]] == ["hourly-2"]
+    assert [s["schedule_id"] for s in second["schedules"]] == ["hourly"]
     assert second["next_page_token"] is None and second["schedule_count"] == 1
     bad = await http.get("/api/schedules", params={"next_page_token": "x"}, headers=AS_VIEWER)
     # a token this server did not give, and pages over 200: the reference's answers
@@ -308,6 +431,28 @@ async def test_bad_schedule_bodies_are_refused_naming_what_is_wrong(
     assert (await http.get("/api/schedules", headers=AS_VIEWER)).json()["schedules"] == []
 
 
+async def test_a_spec_with_no_fire_rule_is_refused_in_the_wire_s_words(
+        http: httpx.AsyncClient) -> None:
+    """The reference client's `update_schedule(spec=ScheduleSpec(timezone=...))`
+    (a spec is replaced whole) is refused naming cron_expressions and intervals,
+    the words it sent (they read cron= and every=, the SDK's), nothing changed."""
+    made = await http.post("/api/schedules", headers=AS_OPERATOR, json={
+        "schedule_id": "tz", "spec": {"cron_expressions": [NEVER]}, "require_registered": False,
+        "action": {"workflow_type": "http-sched-echo"}})
+    assert made.status_code == 201, made.text
+    before = (await http.get("/api/schedules/tz", headers=AS_VIEWER)).json()
+    for send in (lambda body: http.put("/api/schedules/tz", json=body, headers=AS_OPERATOR),
+                 lambda body: http.post("/api/schedules", headers=AS_OPERATOR, json={
+                     **body, "require_registered": False,
+                     "action": {"workflow_type": "http-sched-echo"}})):
+        refused = await send({"spec": {"timezone": "Europe/Amsterdam"}})
+        assert refused.status_code == 422 and reason(refused) == "invalid_schedule_spec"
+        message = refused.json()["message"]
+        assert "cron_expressions" in message and "intervals" in message, message
+        assert "replaced whole" in message and "cron=" not in message
+    assert (await http.get("/api/schedules/tz", headers=AS_VIEWER)).json() == before
+
+
 async def test_what_the_reference_refuses_is_refused_in_its_shape(
         http: httpx.AsyncClient) -> None:
     """Ids over 128 characters, jitter over 3600 s or not whole, max_runs 0: 422
@@ -343,6 +488,10 @@ async def test_what_the_reference_refuses_is_refused_in_its_shape(
         bad = await http.post(path + "/backfill", headers=AS_OPERATOR,
                               json={"start_time": start, "end_time": end})
         assert bad.status_code == 422 and reason(bad) == code, bad.text
+    ahead = await http.post(path + "/backfill", headers=AS_OPERATOR, json={
+        "start_time": "2026-01-01T00:00:00Z", "end_time": "2999-01-01T00:00:00Z"})
+    assert ahead.status_code == 422 and reason(ahead) == "invalid_time_range", ahead.text
+    assert "still to come" in ahead.json()["message"]
     history = await http.get(path + "/history", params={"limit": 501}, headers=AS_VIEWER)
     assert history.status_code == 200 and len(history.json()["events"]) == 1
     for after in ("-1", "x"):

@@ -8,10 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
 import pytest
 
 import durable
 from durable.store.migrations import SCHEMA_VERSION, UPGRADES
+from durable.store.records import WorkerRegistration
 from durable.store.schema import LATE_INDEXES
 from durable.testing.conformance.interaction import *  # noqa: F403
 from durable.testing.conformance.interaction import Approval, double, new_id
@@ -80,3 +82,94 @@ def _version(tx: Any) -> Any:
 
     row = yield q1("SELECT value FROM durable_meta WHERE key = 'schema_version'")
     return row["value"]
+
+
+# ---------------------------------------------------------------- a query's taker gone
+
+
+async def test_a_query_whose_taker_stopped_before_answering_is_answered_by_another_worker(
+        db_url: str) -> None:
+    """A worker takes a query of a closed run to answer it by a replay and is
+    gone before it answers (here: stopped while its replay hangs; a crashed one
+    is gone once its registration lapses): the query is offered again, and
+    another worker answers it, within the caller's wait."""
+    answers: list[Any] = []
+    taken, answered = anyio.Event(), anyio.Event()
+
+    async def hang(request: Any) -> dict[str, Any]:
+        taken.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with durable.connect(db_url) as c, anyio.create_task_group() as tg:
+        handle = None
+        async with durable.Worker(c, workflows=[Approval], activities=[double],
+                                  poll_interval=0.05) as first:
+            handle = await c.start(Approval, "o-71", 60, id=new_id("taker-gone"))
+            await handle.signal("approve", "ann")
+            await handle.result()
+            first.idle_queries._replay_and_ask = hang  # type: ignore[method-assign]
+
+            async def ask() -> None:
+                answers.append(await handle.query("status", timeout=60))
+                answered.set()
+
+            tg.start_soon(ask)
+            await taken.wait()
+        # the first worker is gone (stopped) with the query taken, unanswered
+        async with durable.Worker(c, workflows=[Approval], activities=[double],
+                                  poll_interval=0.05):
+            await answered.wait()
+    assert answers == [{"approved": True, "approvers": ["ann"], "limit": 5}]
+
+
+#: how long the crashed taker's registration lasts after it took the query
+TAKER_TTL = 1.5
+
+
+def _slow_watch(db_url: str) -> dict[str, float]:
+    """The driver's own look at everything (which also looks for queries) 30 s
+    apart, where it has one: only the taker's lapse may bring the answer sooner."""
+    if db_url.startswith("postgres"):
+        return {"poll_interval": 30.0}
+    if db_url.startswith(("mysql", "mariadb")):
+        return {"any_interval": 30.0}
+    return {}
+
+
+async def test_a_query_whose_taker_crashed_is_answered_just_after_its_registration_lapses(
+        db_url: str) -> None:
+    """A worker took a query of a closed run to answer it by a replay and was
+    SIGKILLed (here: registered until `TAKER_TTL` from now, and never answers):
+    the query is offered again once its registration lapses, an instant no
+    commit announces. A worker that answers queries looks again just after it
+    (`Store.queries_due`), and looks at once when it starts; its polls are 30 s
+    apart here (the query loop's fallback 150 s), so the answer can come within
+    the bound only so. Before, it came at the next fallback poll."""
+    async with durable.connect(db_url, **_slow_watch(db_url)) as c:
+        async with durable.Worker(c, workflows=[Approval], activities=[double],
+                                  poll_interval=0.05):
+            handle = await c.start(Approval, "o-72", 60, id=new_id("taker-crashed"))
+            await handle.signal("approve", "ann")
+            await handle.result()
+        await c.store.register_worker(WorkerRegistration(
+            "crashed", c.namespace, "default", ("ia_approval",), (), ()), TAKER_TTL,
+            c.clock.now())
+        answers: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def ask() -> None:
+                answers.append(await handle.query("status", timeout=60))
+
+            tg.start_soon(ask)
+            with anyio.fail_after(10):
+                while not (waiting := await c.store.idle_requests(
+                        c.namespace, "default", ("ia_approval",), 10, c.clock.now())):
+                    await anyio.sleep(0.01)
+            assert len(await c.store.take_requests(waiting, "crashed", c.clock.now())) == 1
+            async with durable.Worker(c, workflows=[Approval], activities=[double],
+                                      poll_interval=30):
+                with anyio.fail_after(10):  # the next fallback poll: 150 s away
+                    while not answers:
+                        await anyio.sleep(0.01)
+    assert answers == [{"approved": True, "approvers": ["ann"], "limit": 5}]

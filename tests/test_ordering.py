@@ -145,6 +145,56 @@ async def test_a_signal_received_while_no_worker_ran_beats_a_timer_due_later(
     assert result2.finished
 
 
+@pytest.mark.parametrize("how", ["sleep", "condition"])
+async def test_a_resumed_run_replays_its_deliveries_before_a_due_timer_takes_a_signal(
+        env: TimeSkippingEnvironment, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, but a signal was already delivered at the timer: the worker
+    that resumes the run has that delivery to make again first. The signal
+    received before the timer fell due still beats it, whichever of the timer
+    and the replay the loop runs first; here the timer looks first (the
+    hook), as the approval example's crash exploration found on trio and
+    PostgreSQL under load (its approval came after the timeout)."""
+    import anyio
+
+    from durable._runtime.inbox import Inbox
+
+    env.auto_skip = False
+    handle = await env.client.start(Napper, how, id=f"napper-replay-{how}-{id(env)}")
+    async with env.worker(workflows=[Napper]):
+        await until_pending(handle, "timer" if how == "sleep" else "condition")
+        await handle.signal("poke", "delivered")
+        with anyio.fail_after(10):
+            while "SignalDelivered" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.01)
+    await env.sleep(10)
+    await handle.signal("poke", "early")
+    await env.sleep(90)
+
+    looked = anyio.Event()  # the due timer has looked for the signals received by then
+    deliver_received_by, replay_next = Inbox.deliver_received_by, Inbox._replay_next
+
+    async def timer_looks(inbox: Inbox, instant: float) -> None:
+        looked.set()
+        await deliver_received_by(inbox, instant)
+
+    async def replay_after_it(inbox: Inbox) -> None:
+        await looked.wait()
+        await replay_next(inbox)
+
+    monkeypatch.setattr(Inbox, "deliver_received_by", timer_looks)
+    monkeypatch.setattr(Inbox, "_replay_next", replay_after_it)
+    async with env.worker(workflows=[Napper]):
+        with anyio.fail_after(30):
+            result = await env.run(handle.result)
+    assert result == {"at_wake": ["delivered", "early"]}
+    order = [e.type for e in await handle.history()
+             if e.type in ("SignalReceived", "SignalDelivered", "TimerFired",
+                           "ConditionTimedOut", "ConditionSatisfied")]
+    assert order == ["SignalReceived", "SignalDelivered"] * 2 + [order[-1]], order
+    replayed = await durable.testing.Replayer(workflows=[Napper]).replay(await handle.history())
+    assert replayed.finished
+
+
 @workflow.defn
 class Ledger:
     def __init__(self) -> None:

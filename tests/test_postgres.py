@@ -127,7 +127,7 @@ async def test_an_upgrade_that_waits_for_a_lock_says_so_not_that_no_server_answe
     import asyncpg
 
     async with durable.connect(pg_url) as client:  # a schema one version behind
-        await sql(client, "ALTER TABLE workers DROP COLUMN loop_blocks")
+        await sql(client, "ALTER TABLE workers DROP COLUMN runs_released")
         await sql(client, "UPDATE durable_meta SET value = ? WHERE key = 'schema_version'",
                   str(SCHEMA_VERSION - 1))
     schema = pg_url.rsplit("schema=", 1)[1]

@@ -20,7 +20,7 @@ import pytest
 from crash_app import kill9, logs, spawn_worker
 
 import durable
-from durable import workflow
+from durable import activity, workflow
 from durable.store.fastpath import start_in_one
 from durable.store.records import Claimed
 
@@ -62,8 +62,26 @@ async def again(n: int) -> int:
     return n
 
 
+@activity.defn(name="addr_never")
+async def never() -> None:
+    """No worker of these tests runs it (its queue has none)."""
+
+
+@workflow.defn(name="addr_nap")
+async def nap(seconds: float) -> str:
+    await workflow.sleep(seconds)
+    return "rested"
+
+
+@workflow.defn(name="addr_stuck")
+async def stuck() -> None:
+    """Waits on an activity attempt that nobody runs: a run not put down."""
+    await workflow.execute_activity(never, options=durable.ActivityOptions(
+        task_queue="nowhere", schedule_to_close_timeout=60))
+
+
 #: every process of these tests registers the same types (so each is a member)
-WORKFLOWS = [quick, hold, parent, again]
+WORKFLOWS = [quick, hold, parent, again, nap, stuck]
 
 
 class Claims:
@@ -104,13 +122,21 @@ async def _process(url: str, **worker: Any) -> AsyncIterator[tuple[durable.Clien
         connected = anyio.Event()
         unsubscribe = client.store.hub.subscribe(
             lambda wake: connected.set() if wake.key == ("any",) else None)
+        claims = Claims(client)
         async with durable.Worker(client, workflows=WORKFLOWS, poll_interval=SLOW_POLL,
                                   **worker) as running:
             await _listening(client)
             with anyio.fail_after(20):
                 await connected.wait()
+                # the worker's first claim pass (at its start) is behind it: on a
+                # loaded box it came after the test's first start, addressed to
+                # the other process, and took it (CI 12-07)
+                while not claims.took:
+                    await anyio.sleep(0.01)
             unsubscribe()
-            yield client, Claims(client), running
+            claims.took.clear()
+            claims.heard.clear()
+            yield client, claims, running
 
 
 async def test_starts_go_to_one_process_in_turn_and_wake_no_other(pg_url: str) -> None:
@@ -131,7 +157,9 @@ async def test_starts_go_to_one_process_in_turn_and_wake_no_other(pg_url: str) -
 
 
 async def test_a_full_process_passes_its_addressed_start_to_the_others(pg_url: str) -> None:
-    async with _process(pg_url, max_concurrent_runs=1) as (a, _, worker_a):
+    # full for good: it keeps its waiting run (no putting it down to take the work)
+    async with _process(pg_url, max_concurrent_runs=1, release_waiting_runs=False) as (
+            a, _, worker_a):
         # the queue's only member yet: its own start is its own, claimed here
         blocker = await a.start(hold, id="blocker")
         with anyio.fail_after(20):
@@ -318,8 +346,10 @@ async def test_new_work_from_a_process_without_the_queues_worker_goes_to_its_mem
 async def test_a_full_process_passes_the_children_it_keeps_to_the_others(
         pg_url: str) -> None:
     """Its one slot holds the parent: the children it addresses to itself
-    are passed to the other process by the baton, long before any poll."""
-    async with _process(pg_url, max_concurrent_runs=1) as (a, _, worker_a):
+    are passed to the other process by the baton, long before any poll (it
+    keeps the parent: no putting it down to take the children)."""
+    async with _process(pg_url, max_concurrent_runs=1, release_waiting_runs=False) as (
+            a, _, worker_a):
         handle = await a.start(parent, "passed", 2, True, id="parent")
         with anyio.fail_after(20):  # the queue's only member yet: held here
             while "parent" not in {r.workflow_id for r in _held(worker_a)}:
@@ -384,3 +414,26 @@ async def test_the_watching_driver_reads_the_members_a_commit_found_unknown(
                 await anyio.sleep(0.01)
         assert driver.addressing.reads == reads + 1
         assert driver.addressing.peek(a.namespace, "default", a.clock.now()) == _origin(a)
+
+
+async def test_a_run_put_down_on_a_timer_is_announced_when_it_falls_due(pg_url: str) -> None:
+    """A full process put a run down on its timer (durable/_runtime/relief.py)
+    and cannot take it back when the timer falls due (its one slot holds a run
+    it cannot put down: an activity attempt is its wait): its watchdog tells
+    the other processes of the queue, and one takes it long before its poll."""
+    async with _process(pg_url, max_concurrent_runs=1) as (a, _, worker_a):
+        napping = await a.start(nap, 2.0, id="nap")
+        with anyio.fail_after(20):
+            while (await napping.describe()).get("waiting_for") is None:
+                await anyio.sleep(0.01)
+        blocker = await a.start(stuck, id="stuck")
+        with anyio.fail_after(20):  # it took the blocker and put the napping run down
+            while worker_a.relief.released < 1 or "stuck" not in {
+                    r.workflow_id for r in _held(worker_a)}:
+                await anyio.sleep(0.01)
+        async with _process(pg_url) as (_, claims_b, _):
+            with anyio.fail_after(10):  # announced at its instant: no poll (60 s) comes first
+                assert await napping.result() == "rested"
+            assert sum(claims_b.took) >= 1
+        assert [r.workflow_id for r in _held(worker_a)] == ["stuck"]
+        await blocker.terminate()

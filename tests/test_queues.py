@@ -10,6 +10,7 @@ tests/test_queues_crash.py.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -17,7 +18,12 @@ import pytest
 
 import durable
 from durable import workflow
+from durable.driver import Program, ProgramFactory, Tx
 from durable.store import Store
+from durable.store.parked import Parked
+from durable.store.records import RunStatus
+from durable.store.writes import CloseRun, RunWrites
+from durable.wakes import Wake
 
 pytestmark = pytest.mark.anyio
 
@@ -155,6 +161,149 @@ async def test_an_unlimited_queue_claims_by_fair_share_as_before(
         "activity_rate": None, "max_running_per_key": None}
 
 
+async def test_a_slot_that_comes_free_wakes_the_queues_claimers_only_where_it_counts(
+    storage_client: durable.Client,
+) -> None:
+    """A close or a release of a run that held a slot of a queue limited by
+    slots wakes the queue's claimers in its commit: here, and in the other
+    processes through the driver (tests/test_queues_wake.py). A queue without
+    such a limit (none, or a rate only), or a close of a run that held no
+    slot, wakes no one more than before (decision (at))."""
+    client, store = storage_client, storage_client.store
+    ns = client.namespace
+    handles = {}
+    for queue, n in (("q", 6), ("u", 2), ("paced", 1)):
+        for i in range(n):
+            handles[f"{queue}-{i}"] = await client.start(
+                queued, i, id=f"{queue}-{i}", options=durable.StartOptions(task_queue=queue))
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=5))
+    await client.set_queue_limits("paced", durable.QueueLimits(rate=durable.Rate(10, per=1)))
+    now = client.clock.now()
+    held = {}
+    for queue in ("q", "u", "paced"):
+        for got in await store.claim_runs(ns, queue, "w1", ("queued",), 5, LEASE, now):
+            held[got.run.workflow_id] = got.run
+    assert sorted(held) == ["paced-0", "q-0", "q-1", "q-2", "q-3", "q-4",
+                            "u-0", "u-1"]
+    seen: list[Wake] = []
+    unsubscribe = store.hub.subscribe(seen.append)
+
+    def woken(queue: str) -> list[Wake]:
+        return [w for w in seen if w.key == Wake.runs(ns, queue).key]
+
+    try:
+        await store.release_runs("w1", [held["q-0"].run_id], now)  # a hand-back
+        assert len(woken("q")) == 1
+        assert not woken("q")[0].brings_deadline  # a free slot brings no deadline
+        await handles["q-1"].terminate()  # a close by someone else than its owner
+        assert len(woken("q")) == 2
+        await handles["q-5"].terminate()  # it waited: it held no slot
+        assert len(woken("q")) == 2
+        await store.release_parked("w1", [Parked(held["q-2"].run_id, held["q-2"].epoch, ())],
+                                   now)  # put down under pressure
+        assert len(woken("q")) == 3
+        # no slots counted (no limit, a rate only): nothing more than before
+        await handles["u-0"].terminate()
+        await store.release_runs("w1", [held["u-1"].run_id], now)
+        await handles["paced-0"].terminate()
+        assert woken("u") == woken("paced") == []
+    finally:
+        unsubscribe()
+
+
+def limits_reads(store: Store) -> tuple[list[str], Callable[[], None]]:
+    """Record the statements of `store`'s transactions that read a queue's
+    limits row (``task_queues``); and a function that stops recording."""
+    seen: list[str] = []
+    driver = store.driver
+    run = driver.run
+
+    def recorded(program: Program[Any]) -> Iterator[Any]:
+        try:
+            stmt = next(program)
+            while True:
+                if "task_queues" in stmt.sql:
+                    seen.append(stmt.sql)
+                stmt = program.send((yield stmt))
+        except StopIteration as stop:
+            return stop.value
+
+    def watching(factory: ProgramFactory[Any], **options: Any) -> Any:
+        def wrapped(tx: Tx) -> Program[Any]:
+            return recorded(factory(tx))
+        if getattr(factory, "durable_brief", False):
+            wrapped.durable_brief = True  # type: ignore[attr-defined]
+        return run(wrapped, **options)
+
+    driver.run = watching  # type: ignore[method-assign]
+    return seen, lambda: setattr(driver, "run", run)
+
+
+async def test_a_terminate_by_a_process_that_never_claimed_wakes_a_limited_queues_claimers(
+    storage_client: durable.Client, db_url: str,
+) -> None:
+    """A client that never claims from a queue (a ``durable.connect`` with no
+    worker, ``durable serve``, the CLI) does not know whether it counts slots:
+    its close of a held run reads the queue's limits row in the close's
+    transaction, once, and wakes the claimers when the queue counts slots
+    (decision (at)). The owner's close reads nothing more: its process
+    learnt the queue's limits at its claim."""
+    client, store = storage_client, storage_client.store
+    ns = client.namespace
+    for queue, n in (("q", 4), ("u", 3)):
+        for i in range(n):
+            await client.start(queued, i, id=f"{queue}-{i}",
+                               options=durable.StartOptions(task_queue=queue))
+    await client.set_queue_limits("q", durable.QueueLimits(max_running=3))
+    now = client.clock.now()
+    held = {}
+    for queue in ("q", "u"):
+        for got in await store.claim_runs(ns, queue, "w1", ("queued",), 3, LEASE, now):
+            held[got.run.workflow_id] = got.run
+    assert sorted(held) == ["q-0", "q-1", "q-2", "u-0", "u-1", "u-2"]
+    async with durable.connect(db_url, namespace=ns) as other:
+        assert not other.store.hub.slot_limited  # it never claimed
+        seen: list[Wake] = []
+        unsubscribe = other.store.hub.subscribe(seen.append)
+        reads, stop = limits_reads(other.store)
+
+        def woken(queue: str) -> list[Wake]:
+            return [w for w in seen if w.key == Wake.runs(ns, queue).key]
+
+        try:
+            await other.get_handle("q-0").terminate()
+            assert len(woken("q")) == 1 and not woken("q")[0].brings_deadline
+            assert len(reads) == 1  # one small read of the queue's row
+            await other.get_handle("u-0").terminate()
+            assert woken("u") == [] and len(reads) == 2
+            await other.get_handle("q-3").terminate()  # it waited: no slot, no read
+            assert len(woken("q")) == 1 and len(reads) == 2
+            # a process that knows the queue counts slots wakes without a read
+            other.store.hub.limit_slots(ns, "q", True)
+            await other.get_handle("q-1").cancel()
+            assert len(woken("q")) == 2 and len(reads) == 2
+        finally:
+            stop()
+            unsubscribe()
+    # the owner's close (and its review) reads no limits, limited queue or not
+    seen = []
+    unsubscribe = store.hub.subscribe(seen.append)
+    reads, stop = limits_reads(store)
+    try:
+        for workflow_id, close in (("q-2", CloseRun(RunStatus.COMPLETED, result="2")),
+                                   ("u-1", CloseRun(RunStatus.COMPLETED, result="1")),
+                                   ("u-2", CloseRun(RunStatus.FAILED, needs_review=True))):
+            run = held[workflow_id]
+            [result] = await store.commit([RunWrites(run.run_id, run.epoch, [close])], now)
+            assert result.committed
+        assert reads == []
+        assert len([w for w in seen if w.key == Wake.runs(ns, "q").key]) == 1
+        assert [w for w in seen if w.key == Wake.runs(ns, "u").key] == []
+    finally:
+        stop()
+        unsubscribe()
+
+
 async def test_bad_limits_are_refused_saying_what_to_fix() -> None:
     with pytest.raises(durable.ConfigurationError, match="max_running must be at least 1"):
         durable.QueueLimits(max_running=0)
@@ -217,13 +366,16 @@ async def test_a_child_waiting_for_a_slot_its_parent_holds_says_so(
     """max_running=1, and the parent starts its child on its own queue: the
     parent holds the one slot while it waits for the child, which waits for
     that slot. describe() names the parent as the holder, and the words say
-    that the child never starts if the parent waits for it, and the fix."""
+    that the child never starts if the parent waits for it, and the fix.
+    (With ``release_waiting_runs=False``: by default the worker trades the
+    parent for its child, tests/test_relief_queue.py.)"""
     from durable.cli._words import waiting_text
     from durable.present import utcnow, wait_of
 
     client = storage_client
     await client.set_queue_limits("q", durable.QueueLimits(max_running=1))
-    async with make_worker(workflows=[slot_parent, queued], task_queue="q"):
+    async with make_worker(workflows=[slot_parent, queued], task_queue="q",
+                           release_waiting_runs=False):
         parent = await client.start(slot_parent, 4, id="p-1",
                                     options=durable.StartOptions(task_queue="q"))
         child = client.get_handle("p-1-c")
@@ -241,6 +393,7 @@ async def test_a_child_waiting_for_a_slot_its_parent_holds_says_so(
                            "held_by_ancestors": ["p-1"]}
         _, reason = wait_of(waiting)
         assert reason is not None and "held by p-1" in reason and "never starts" in reason
+        assert "its worker puts p-1 down for it once p-1 only waits" in reason
         assert "never starts" in waiting_text(waiting, utcnow()).plain
         # a run of the queue that descends from nobody says nothing of the kind
         await start(client, 1, prefix="x")
@@ -564,3 +717,29 @@ async def test_a_child_inherits_its_parents_priority_unless_it_is_given_one(
     assert (first["priority"], first["concurrency_key"]) == (
         2 if child_priority is None else child_priority, "child-key")
     assert (second["priority"], second["concurrency_key"]) == (2, None)
+
+
+async def test_a_claim_says_when_keys_at_their_limit_may_have_held_runs_back(
+    storage_client: durable.Client,
+) -> None:
+    """`Claimed.held_back` hints at runs a key at its max_running_per_key held
+    back (what a worker's trade looks at, decision (aw)): in the transaction
+    that reads the limits, and in the one-statement claim of PostgreSQL that
+    trusts the limits the store read (there the claim found nothing at all,
+    the case of a child whose key's slot its parent holds)."""
+    client, store = storage_client, storage_client.store
+    await start(client, 2, prefix="a", concurrency_key="k1")
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=1))
+    now = client.clock.now()
+    got = await store.claim_runs(client.namespace, "q", "w", ("queued",), 10, LEASE, now)
+    assert [c.run.workflow_id for c in got] == ["a-0"] and got.held_back == 1
+    assert ("runs", client.namespace, "q") in store._limits  # PostgreSQL: one statement next
+    got = await store.claim_runs(client.namespace, "q", "w", ("queued",), 10, LEASE, now)
+    assert list(got) == [] and got.held_back == 1
+    await start(client, 1, prefix="b", concurrency_key="k2")
+    now = client.clock.now()
+    got = await store.claim_runs(client.namespace, "q", "w", ("queued",), 10, LEASE, now)
+    assert [c.run.workflow_id for c in got] == ["b-0"] and got.held_back == 1
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_per_key=2))
+    got = await store.claim_runs(client.namespace, "q", "w", ("queued",), 10, LEASE, now)
+    assert [c.run.workflow_id for c in got] == ["a-1"] and got.held_back == 0

@@ -299,6 +299,27 @@ async def test_start_policies_describe_runs_list_and_history(live: Live) -> None
             assert (await c.list_workflows(status="failed", query="list-")).executions == []
             running = await c.list_workflows(status="failed", query="s-1")
             assert [e.status for e in running.executions] == ["terminated"]
+            # a visibility query (`durable._visibility_query.WORKFLOWS`) filters in storage
+            typed = await c.list_workflows(
+                query="WorkflowType = 'ref_greet' AND ExecutionStatus = 'completed'")
+            assert sorted(e.workflow_id for e in typed.executions) == sorted(seen)
+            one = await c.list_workflows(query='WorkflowId = "list-2" and TaskQueue = \'default\'')
+            assert [e.workflow_id for e in one.executions] == ["list-2"]
+            ended = await c.list_workflows(workflow_type="ref_nap", query="Status = 'terminated'")
+            assert [e.workflow_id for e in ended.executions] == ["s-1"]
+            for disagreeing in ({"status": "running", "query": "ExecutionStatus = 'completed'"},
+                                {"query": "WorkflowType = 'ref_nap' AND WorkflowId = 'list-1'"},
+                                {"query": "Status = 'waiting'"}):
+                assert (await c.list_workflows(**disagreeing)).executions == []
+            for bad, words in (("BusinessKey = 'x'", "[BusinessKey] is not searchable. Use "
+                                "WorkflowId, WorkflowType, TaskQueue or ExecutionStatus"),
+                               ("WorkflowId != 'x'", "only equality predicates"),
+                               ("ExecutionStatus = 'Running'", "quoted pending, running,"),
+                               ("WorkflowId = 'x", "unterminated string")):
+                with pytest.raises(dw_errors.InvalidArgument) as refused:  # 422, not []
+                    await c.list_workflows(query=bad)
+                assert list(refused.value.errors) == ["query"], bad
+                assert words in refused.value.errors["query"][0], bad
 
             done = c.get_workflow_handle("list-0")
             pages: list[str] = []

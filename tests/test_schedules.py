@@ -19,9 +19,10 @@ import anyio
 import pytest
 
 import durable
-from durable import Overlap, ScheduleSpec, present_ops, workflow
+from durable import Overlap, ScheduleSpec, present, present_ops, workflow
+from durable.cli._schedules import _next_fire
 from durable.schedules import jitter_delay
-from durable.testing import TimeSkippingEnvironment
+from durable.testing import TimeSkippingEnvironment, isolated_definitions
 
 pytestmark = pytest.mark.anyio
 
@@ -72,6 +73,17 @@ async def chain(n: int) -> int:
     if n < 2:
         workflow.continue_as_new(n + 1)
     return n
+
+
+# a workflow only its worker knows: a schedule names it, its function is not here
+with isolated_definitions():
+    @workflow.defn(name="sched_elsewhere")
+    async def elsewhere(label: str, suffix: str = "!") -> str:
+        return label + suffix
+
+    @workflow.defn(name="sched_elsewhere_pair")
+    async def elsewhere_pair(left: str, right: str) -> str:
+        return left + right
 
 
 @pytest.fixture
@@ -346,6 +358,24 @@ async def test_backfill_fires_each_past_fire_time_once(env: TimeSkippingEnvironm
     assert result["scheduled_at"] == "2025-12-29T02:00:00+00:00"
 
 
+async def test_a_backfill_reaching_fire_times_still_to_come_is_refused(
+        env: TimeSkippingEnvironment) -> None:
+    """Fired now, a future fire time would take that time's run id (the real
+    fire then finds it fired) and show a last fire in the future: refused,
+    nothing fired; a range ending now is a backfill."""
+    async with env.worker(workflows=[note]):
+        handle = await env.client.create_schedule("ahead", ScheduleSpec(every=3600), note,
+                                                  "a")
+        with pytest.raises(durable.ConfigurationError, match=(
+                r"reaches 2026-01-01T01:00:00\+00:00, still to come.*end the range at "
+                r"or before now")):
+            await handle.backfill(START - dt.timedelta(hours=2), START + dt.timedelta(hours=2))
+        info = await handle.describe()
+        assert (info["fires_count"], info["recent"], info["last_fired_at"]) == (0, [], None)
+        done = await handle.backfill(START - dt.timedelta(hours=2), START)
+        assert done["fires"] == 2 and done["already_fired"] == 0
+
+
 # ---------------------------------------------------------------- control
 
 
@@ -453,6 +483,9 @@ async def test_max_runs_bounds_scheduled_runs_not_triggers(
     assert present_ops.schedule_ended(done) == (
         "ended: its 2 scheduled run(s) (max_runs) have started; update max_runs to let it "
         "go on")
+    # the list says so as describe does (it had no max_runs: "its None scheduled run(s)")
+    [summary] = await env.client.list_schedules()
+    assert present_ops.schedule_ended(summary) == present_ops.schedule_ended(done)
     await handle.update(max_runs=1)
     assert (await handle.describe())["ended"] is None
     bounded = await env.client.create_schedule(
@@ -462,9 +495,11 @@ async def test_max_runs_bounds_scheduled_runs_not_triggers(
     assert (await bounded.describe())["ended"] is None  # paused, with fires to come
     await env.sleep(300)  # past its end
     [listed] = [s for s in await env.client.list_schedules() if s["schedule_id"] == "e"]
-    assert listed["ended"] == "end_at"
+    # no scheduled run may start any more: 0 remaining (not None, "no limit")
+    assert listed["ended"] == "end_at" and listed["remaining_actions"] == 0
     await bounded.resume()
     info = await bounded.describe()
+    assert info["remaining_actions"] == 0 and info["next_fires"] == []
     assert info["ended"] == "end_at" and present_ops.schedule_ended(info) == (
         "ended: its spec has no fire time left (end_at 2026-01-01 00:12:00 UTC); update its "
         "spec to let it go on")
@@ -503,6 +538,19 @@ async def test_jitter_delays_each_fire_by_its_own_fixed_amount(
         assert fire["started_at"] == fire["due_at"]  # virtual time: on the dot
         result = await env.client.get_handle(fire["workflow_id"]).result()
         assert result["scheduled_at"] == fire["scheduled_at"]  # the id keeps the nominal time
+    # past the next fire's time, before its jitter has it start: the views say
+    # when it starts (its fire time alone read "Ns ago", as if overdue)
+    nominal = dt.datetime.fromisoformat(info["next_fire_at"]).timestamp()
+    delay = jitter_delay("default", "j", nominal, 30, nominal + 60)
+    assert delay > 2
+    await env.sleep(nominal + 1 - env.clock.now())
+    [summary] = await env.client.list_schedules()
+    assert summary["next_fire_at"] == info["next_fire_at"]
+    assert summary["next_due_at"] == dt.datetime.fromtimestamp(nominal + delay, UTC).isoformat()
+    now = dt.datetime.fromtimestamp(env.clock.now(), UTC)
+    shown = _next_fire(summary, now).plain
+    assert shown.startswith(present.absolute(dt.datetime.fromtimestamp(nominal, UTC)))
+    assert "(jitter: starts in " in shown and "ago" not in shown, shown
 
 
 async def test_a_continued_run_keeps_its_schedule(env: TimeSkippingEnvironment) -> None:
@@ -600,6 +648,41 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
     assert fired["status"] == "completed"
 
 
+async def test_a_schedule_by_name_takes_the_arguments_its_live_workers_register(
+    env: TimeSkippingEnvironment,
+) -> None:
+    """By name, a schedule's arguments are checked against the function its live
+    workers register, at create and at an update of them (each fire's run
+    failed with TypeError), nothing written when refused; a taken id is said
+    before the arguments (as the reference engine answers)."""
+    client = env.client
+    spec = ScheduleSpec(every=3600)
+    wrong = (r"workflow 'sched_elsewhere' \(as its live workers register it\) takes 1 to 2 "
+             r"arguments \(label, suffix\), got {}")
+    async with env.worker(workflows=[elsewhere, elsewhere_pair]):
+        with pytest.raises(durable.ConfigurationError, match=wrong.format(0)):
+            await client.create_schedule("by-name", spec, "sched_elsewhere")
+        assert await client.list_schedules() == []
+        handle = await client.create_schedule("by-name", spec, "sched_elsewhere", "a")
+        with pytest.raises(durable.ScheduleAlreadyExists, match="'by-name' already exists"):
+            await client.create_schedule("by-name", spec, "sched_elsewhere")
+        before = await handle.describe()
+        with pytest.raises(durable.ConfigurationError, match=wrong.format(3)):
+            await handle.update(args=["a", "b", "c"])
+        assert await handle.describe() == before
+        # another workflow keeps the stored arguments: they must fit it too
+        assert before["input"] == ["a"]
+        with pytest.raises(durable.ConfigurationError, match=(
+                r"workflow 'sched_elsewhere_pair' \(as its live workers register it\) takes 2 "
+                r"arguments \(left, right\), got 1")):
+            await handle.update(workflow="sched_elsewhere_pair")
+        assert await handle.describe() == before
+        await handle.update(args=["b", "?"])
+        fired = await handle.trigger()
+        result = await client.get_handle(fired["workflow_id"]).result()
+    assert result == "b?"
+
+
 # ---------------------------------------------------------------- several schedulers
 
 
@@ -613,8 +696,9 @@ async def test_racing_schedulers_start_each_fire_once(db_url: str) -> None:
                                                            poll_interval=0.05))
         # the first fire is set once the workers run: a schedule does not fire for
         # instants before it was created, and three connects and workers took more
-        # than the 1-2 s once allowed on a loaded machine
-        first = dt.datetime.now(UTC).replace(microsecond=0) + dt.timedelta(seconds=3)
+        # than the 1-2 s once allowed on a loaded machine. Set here, it is 1-2 s
+        # after now, and only the create_schedule just below must come first.
+        first = dt.datetime.now(UTC).replace(microsecond=0) + dt.timedelta(seconds=2)
         spec = ScheduleSpec(every=1, start_at=first, end_at=first + dt.timedelta(seconds=4))
         handle = await clients[0].create_schedule(
             "race", spec, note, "r", overlap=Overlap.ALLOW_ALL, catchup_window=60)

@@ -113,6 +113,24 @@ def test_start_and_end_bound_the_fire_times() -> None:
         z("2026-01-01T04:00"), z("2026-01-01T05:00")]
 
 
+def test_cron_nicknames_fire_as_their_fields_in_the_zone() -> None:
+    """``@daily`` and its kin (the reference engine's cron library, Debian cron
+    and Temporal take them) fire as the fields they stand for, in the spec's
+    zone; the spec keeps them as written."""
+    daily = ScheduleSpec(cron="@daily", timezone="Europe/Amsterdam")
+    assert fires(daily, "2026-03-28T00:00", 2) == ["2026-03-28T23:00", "2026-03-29T22:00"]
+    assert daily.to_dict()["cron"] == ["@daily"]
+    assert fires(ScheduleSpec.from_dict(daily.to_dict()), "2026-03-28T00:00", 1) == [
+        "2026-03-28T23:00"]
+    for nickname, first in (("@hourly", "2026-01-01T01:00"), ("@weekly", "2026-01-04T00:00"),
+                            ("@monthly", "2026-02-01T00:00"), ("@yearly", "2027-01-01T00:00"),
+                            ("@annually", "2027-01-01T00:00"), ("@midnight", "2026-01-02T00:00"),
+                            ("@DAILY", "2026-01-02T00:00")):
+        assert fires(ScheduleSpec(cron=nickname), "2026-01-01T00:00", 1) == [first], nickname
+    with pytest.raises(durable.ConfigurationError, match=r"or a nickname .*@daily"):
+        ScheduleSpec(cron="@fortnightly")
+
+
 def test_a_spec_survives_storage() -> None:
     spec = ScheduleSpec(cron=["0 2 * * *"], every=600, offset=60, timezone="Europe/Amsterdam",
                         start_at=dt.datetime(2026, 1, 1, tzinfo=UTC))
@@ -141,6 +159,10 @@ def test_fire_ids_and_jitter_are_fixed_by_the_fire() -> None:
     ({"cron": "0 0 30 2 *"}, "not a valid cron expression"),
     ({"cron": 5}, "must be a cron expression or a list"),
     ({"cron": "0 2 * * *", "timezone": "Mars/Olympus"}, "not a known IANA time zone"),
+    # names are case-sensitive here: the one meant is named
+    ({"cron": "0 2 * * *", "timezone": "europe/amsterdam"},
+     r"'europe/amsterdam' is not a known IANA .*; did you mean 'Europe/Amsterdam'\?"),
+    ({"cron": "0 2 * * *", "timezone": "utc"}, r"did you mean 'UTC'\?"),
     ({"every": 0}, "ScheduleSpec.every must be at least 1"),
     ({"every": 1.5}, "whole number of seconds"),
     ({"every": 60, "offset": 60}, "offset must be less than every"),

@@ -1,8 +1,10 @@
 """A full worker whose runs only wait says so (durable/_runtime/slots.py).
 
 Parents waiting on their children hold every slot of the worker: the
-children, on the same queue, are never claimed. The worker logs
-``worker_slots_all_waiting`` once, with a hint, instead of staying silent.
+children, on the same queue, are never claimed unless the worker puts a
+parent down (tests/test_relief.py). When it cannot (here: told not to,
+``release_waiting_runs=False``) it logs ``worker_slots_all_waiting`` once,
+with a hint, instead of staying silent.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 import durable
 from durable import workflow
-from durable._runtime.slots import SlotWatch
+from durable._runtime.slots import SlotWatch, releasable
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +47,7 @@ async def test_parents_waiting_on_children_in_every_slot_are_reported_once(
     for key in ("a", "b"):
         await storage_client.start(slots_parent, key, id=f"slots-{key}")
     async with durable.Worker(storage_client, workflows=[slots_parent, slots_child],
-                              max_concurrent_runs=2) as worker:
+                              max_concurrent_runs=2, release_waiting_runs=False) as worker:
         with anyio.fail_after(10):
             while not warnings(caplog):
                 await worker.runs.claim_now()  # a pass: the watch looks again
@@ -97,3 +99,42 @@ def _run(parked: dict[str, str]) -> Any:
     parking = SimpleNamespace(active=0, committing=0, parked=parked)
     return SimpleNamespace(code_started=True,
                            ctx=SimpleNamespace(parking=parking, running_local={}))
+
+
+def test_a_worker_that_can_put_a_run_down_does_not_warn() -> None:
+    """With ``release_waiting_runs`` (the default) the warning is for a full
+    worker none of whose waiting runs can be put down now (`releasable`)."""
+    log = _Log()
+    watch = SlotWatch(log, 2, release=True)
+    parent, other = _releasable({"c1": "child"}), _releasable({"t1": "timer"})
+    assert releasable(parent) == {"child"}
+    watch.check(0, True, [parent, other], 0)
+    assert not log.lines  # the worker puts one down and takes the work
+    parent.ctx.running_handlers = 1  # a handler runs, parked: its state is not recorded yet
+    other.ctx.deferred = ["a marker"]  # a write kept for the run's next commit
+    assert releasable(parent) is None and releasable(other) is None
+    watch.check(0, False, [parent, other], 0)
+    assert [(x["held_runs"], x["waiting_on_children"]) for x in log.lines] == [(2, 1)]
+    other.ctx.deferred = []
+    for busy in ({"a1": "activity"}, {"c1": "child", "x": "external"}):
+        other.ctx.parking.parked = busy  # an attempt in flight; an op of another kind
+        assert releasable(other) is None
+
+
+def _releasable(parked: dict[str, str]) -> Any:
+    run = _run(parked)
+    run.ctx.parking.gated = False
+    run.ctx.parking.holding = {}
+    run.ctx.parking.replay_delivery_pending = False
+    for name in ("hard_stop", "closing", "failing", "delivering"):
+        setattr(run.ctx, name, False)
+    run.ctx.broken = None
+    run.ctx.deferred = []
+    run.ctx.batched = 0
+    run.ctx.pending_counts = {"activity": 0}
+    run.ctx.running_handlers = 0
+    run.stop_reason = None
+    run.delivery_lock = anyio.Lock()
+    run.delivering_cancellation = False
+    run.inbox_idle = lambda: True
+    return run

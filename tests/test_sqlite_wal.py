@@ -2,7 +2,7 @@
 
 Issue 28: the ``-wal`` file grew by ~105 KB per run forever (158 MB after
 1,500 runs), because the passive checkpoints ran beside the one writer and
-the log was never started over. These tests write thousands of runs on
+the log was never started over. These tests write hundreds of runs on
 virtual time, with and without readers polling all the time, and hold the
 file under the limit; the policy's own rules (when a reset runs, what a
 reader that never lets go does, the URL option, the figures in
@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +33,7 @@ import durable
 from durable import activity, workflow
 from durable.driver import Program, Tx, ex
 from durable.http import create_app
+from durable.program import q1
 from durable.testing import TimeSkippingEnvironment
 
 pytestmark = pytest.mark.anyio
@@ -52,11 +56,9 @@ async def minutely(n: int) -> int:
 
 
 class WalWatch:
-    """The largest size the -wal file was seen at, and how often it shrank: the
-    log was started over and trimmed (journal_size_limit), by the database
-    thread's reset or by SQLite itself, when a write began after a passive
-    checkpoint had copied all of it (more often since passive checkpoints keep
-    coming while a reset is due: then the reset has nothing left to do)."""
+    """The largest size the -wal file was seen at, and how often it shrank
+    (trimmed to journal_size_limit, 5/8 of the limit, when the log started
+    over from past it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(f"{path}-wal")
@@ -122,10 +124,14 @@ def readers() -> Iterator[list[PollingReader]]:
         reader.stop()
 
 
-#: the busy tests' log limit: half the default, so that the ~30 MB of log their
-#: 2,000 runs write cross a reset point (a quarter of it) several times
-LIMIT = "32MiB"
-LIMIT_BYTES = 32 * 2**20
+#: the busy tests' log limit: an eighth of the default, so that the log their
+#: 500 runs write (measured: 13-20 resets, each of a log past a quarter of the
+#: limit, 2 MiB: 26 MB or more) is three times the limit: unbounded, it would
+#: pass it
+LIMIT = "8MiB"
+LIMIT_BYTES = 8 * 2**20
+#: the busy tests' runs
+RUNS = 500
 
 
 async def _runs_without_a_pause(env: TimeSkippingEnvironment, watch: WalWatch, total: int,
@@ -149,19 +155,19 @@ async def _runs_without_a_pause(env: TimeSkippingEnvironment, watch: WalWatch, t
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_two_thousand_runs_without_a_pause_keep_the_log_under_the_limit(
+async def test_runs_without_a_pause_keep_the_log_under_the_limit(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "busy.db"
     watch = WalWatch(path)
     async with TimeSkippingEnvironment(f"sqlite:///{path}?wal_limit={LIMIT}") as env:
-        await _runs_without_a_pause(env, watch, 2000, describe=False)
+        await _runs_without_a_pause(env, watch, RUNS, describe=False)
         stats = env.client.driver.stats
-    # some 30-120 MB of log written in all (less as a step writes fewer pages:
-    # time-ordered ids made it ~30): started over more than once (by a reset
-    # past `reset_at`, a quarter of the limit, or by SQLite after a passive
-    # checkpoint); how often depends on the pauses
-    assert watch.shrank >= 2, (watch.shrank, stats)
+    # 26 MB of log or more written in all, three times the limit: started over
+    # more than once by a reset past `reset_at`, a quarter of the limit (the
+    # file is rewritten in place after one, not trimmed below half the limit:
+    # it need not shrink)
+    assert stats.wal_resets >= 2, stats
     assert stats.wal_resets_blocked == 0
     assert 0 < watch.largest < LIMIT_BYTES, watch.largest
 
@@ -181,13 +187,18 @@ async def test_the_log_stays_bounded_with_readers_polling_all_the_time(
         reader = PollingReader(url, watch)
         readers.append(reader)
         reader.start()
-        await _runs_without_a_pause(env, watch, 2000, describe=True)
+        await _runs_without_a_pause(env, watch, RUNS, describe=True)
         stats = env.client.driver.stats
         reader.stop()
     assert not reader.failures, reader.failures
     assert reader.reads > 100  # it really read all along
-    assert watch.shrank >= 2, (watch.shrank, stats)  # started over more than once (above)
-    assert stats.wal_resets_blocked == 0
+    assert stats.wal_resets >= 2, stats  # started over more than once (above)
+    # A reset waits RESET_WAIT (50 ms) for readers: on a loaded machine one of
+    # the reader's read transactions can outlast that (its thread starved of
+    # the GIL mid-read), and that reset is given up and tried again later
+    # (the policy: CI saw 1 blocked of 10). What must hold: resets are not
+    # kept from succeeding, and the file stays bounded.
+    assert stats.wal_resets > stats.wal_resets_blocked, stats
     assert 0 < watch.largest < LIMIT_BYTES, watch.largest
 
 
@@ -216,21 +227,26 @@ async def _write_until(driver: SQLiteDriver, size: int, start: int = 0) -> int:
     return k
 
 
-async def _write_until_reset(driver: SQLiteDriver) -> None:
+async def _write_until_reset(driver: SQLiteDriver, start: int = 0,
+                             watch: WalWatch | None = None) -> int:
     """Insert rows until the log has been started over once (the reset runs
-    on the database thread after a drain: the next call waits for it)."""
-    k = 0
+    on the database thread after a drain: the next call waits for it),
+    `watch` looking at the file after each; the next key."""
+    k = start
     resets = driver.stats.wal_resets
     with anyio.fail_after(60):
         while driver.stats.wal_resets == resets:
             await driver.run(_rows(k, 20))
             k += 20
+            if watch is not None:
+                watch.look()
+    return k
 
 
 async def test_a_small_limit_on_the_url_bounds_the_file(tmp_path: Path) -> None:
-    """`?wal_limit=1MiB`: the log is started over past 256 KiB and trimmed
-    back to 128 KiB (journal_size_limit), so the file stays under 1 MiB
-    through 8 MiB of writes; the figures say so."""
+    """`?wal_limit=1MiB`: the log is started over past 256 KiB (at once past
+    512 KiB; a file past 640 KiB is trimmed back to it: journal_size_limit), so
+    the file stays under 1 MiB through 8 MiB of writes; the figures say so."""
     path = tmp_path / "small.db"
     driver = SQLiteDriver(f"sqlite:///{path}?wal_limit=1MiB", checkpoint_every=20)
     assert driver.wal_limit == MiB
@@ -249,6 +265,126 @@ async def test_a_small_limit_on_the_url_bounds_the_file(tmp_path: Path) -> None:
     assert stats.checkpoints >= 1  # the passive ones still run, off the thread
     assert stats.last_wal_reset_at is not None and stats.last_checkpoint_at is not None
     assert stats.last_checkpoint_at >= stats.last_wal_reset_at - 1
+
+
+async def test_after_a_reset_the_log_rewrites_the_file_in_place(tmp_path: Path) -> None:
+    """Once the file has held a log as long as a reset lets it grow, later
+    logs rewrite it in place: it is neither trimmed nor grown again, so a
+    commit never has to make a new file size durable (at FULL, its fdatasync
+    would commit the file system's journal too: 350 µs against 185 µs here).
+    Before, the file was trimmed to an eighth of the limit at every reset and
+    grew again, at each of them."""
+    path = tmp_path / "place.db"
+    driver = SQLiteDriver(f"sqlite:///{path}?wal_limit=1MiB", checkpoint_every=20)
+    watch = WalWatch(path)
+    await driver.open()
+    try:
+        await driver.run(lambda tx: _create())
+        k = await _write_until_reset(driver)
+        for _ in range(6):
+            k = await _write_until_reset(driver, k, watch)
+        stats = driver.stats
+    finally:
+        await driver.close()
+    # never trimmed (before: at each reset), so grown only where a cycle's log
+    # ran longer than any before it (a forced reset comes by 512 KiB)
+    assert watch.shrank == 0, (watch.shrank, stats)
+    assert 0 < watch.largest < MiB, watch.largest
+    assert stats.wal_resets >= 7 and stats.wal_resets_blocked == 0, stats
+
+
+async def test_at_full_the_file_is_written_ahead_of_the_log(tmp_path: Path) -> None:
+    """With ``synchronous=FULL`` each commit fsyncs, and one that grows the
+    file pays for its new size too: so once the log reaches the file's end,
+    the file is extended by zeros ahead of it (1 MiB at a time here), and
+    the commits that follow rewrite those blocks. At NORMAL, where a commit
+    syncs nothing, it is not."""
+    sizes: dict[str, set[int]] = {}
+    for mode in ("FULL", "NORMAL"):
+        path = tmp_path / f"{mode}.db"
+        driver = SQLiteDriver(f"sqlite:///{path}?synchronous={mode}&wal_limit=16MiB",
+                              checkpoint_every=10**6)
+        watch = WalWatch(path)
+        await driver.open()
+        try:
+            await driver.run(lambda tx: _create())
+            seen: set[int] = set()
+            k = 0
+            while watch.look() < 3 * MiB:  # ~150 commits of ~20 KB
+                await driver.run(_rows(k, 20))
+                k += 20
+                seen.add(watch.look())
+            checkpoints = driver._writer.checkpoints  # type: ignore[union-attr]
+            assert checkpoints is not None
+            extended = checkpoints.extended
+            rows = await driver.run(lambda tx: _count())
+        finally:
+            await driver.close()
+        assert rows == k
+        sizes[mode] = seen
+        if mode == "FULL":
+            assert extended >= 2, extended
+            # the file's size changed at the extensions and at the commits that
+            # reached its end (one before each), not at the other ~150
+            assert len(seen) <= 2 * extended + 2, (len(seen), extended)
+        else:
+            assert extended == 0
+            assert len(seen) > 100  # every commit grew the file
+    assert len(sizes["FULL"]) < len(sizes["NORMAL"]) // 10
+
+
+def _count() -> Program[int]:
+    row = yield q1("SELECT count(*) AS n FROM t")
+    return int(row["n"])
+
+
+_WRITER = """
+import anyio, os, signal, sys
+sys.path[:0] = sys.argv[3:]
+from durable_sqlite import SQLiteDriver
+from durable.driver import ex
+
+def rows(start):
+    def program(tx):
+        for k in range(start, start + 20):
+            yield ex("INSERT INTO t (k, v) VALUES (?, ?)", k, os.urandom(400).hex())
+    return program
+
+def create(tx):
+    yield ex("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v TEXT)")
+
+async def main():
+    driver = SQLiteDriver(f"sqlite:///{sys.argv[1]}?synchronous=FULL&wal_limit=16MiB")
+    await driver.open()
+    await driver.run(create)
+    for k in range(0, int(sys.argv[2]), 20):
+        await driver.run(rows(k))
+    print(driver._writer.checkpoints.extended, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no close: the log is what recovery reads
+
+anyio.run(main)
+"""
+
+
+def test_a_log_written_ahead_is_read_back_whole_after_a_kill(tmp_path: Path) -> None:
+    """SIGKILLed after its last commit, with the file written ahead of the
+    log: the next open recovers every committed row and nothing else (the
+    zeros past the log are not frames), and the database checks whole."""
+    path = tmp_path / "killed.db"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(path), "3000", str(root), str(root / "drivers")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert int(done.stdout.split()[-1]) >= 1  # it had written ahead
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 0  # the log was left behind, not checkpointed away
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT count(*), max(k) FROM t").fetchone() == (3000, 2999)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
 
 
 async def test_a_reader_that_never_lets_go_is_reported_then_the_log_shrinks(

@@ -868,25 +868,33 @@ async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserl
     assert claimed.run.run_id == run_id
 
 
+async def _killed_and_live(ui: Browserless, gone_queue: str, live_queue: str) -> float:
+    """Worker w-killed takes the run of `gone_queue` and w-live that of
+    `live_queue`; then w-killed's registration lapses (last seen 1000 s ago,
+    for 30 s: a SIGKILLed worker's record, its run's lease still held). The
+    clock's now."""
+    from durable.store.records import WorkerRegistration
+
+    store, ns = ui.storage.store, ui.storage.namespace
+    now = ui.storage.clock.now()
+    for worker, queue in (("w-killed", gone_queue), ("w-live", live_queue)):
+        registration = WorkerRegistration(worker, ns, queue, ("ui-nobody",), (), ())
+        await store.register_worker(registration, 600.0, now)
+        [_] = await store.claim_runs(ns, queue, worker, ("ui-nobody",), 1, 600.0, now)
+    await store.register_worker(WorkerRegistration("w-killed", ns, gone_queue, ("ui-nobody",),
+                                                   (), ()), 30.0, now - 1000)
+    return now
+
+
 async def test_the_runs_list_names_a_killed_holder(ui: Browserless, db_url: str) -> None:
     # a run held by a SIGKILLed worker was listed "busy" everywhere (UI, durable
     # list, /api) long after that worker's presumed-alive time had passed; its
     # page said so. A worker last seen 1000 s ago holds gone-1; a live one live-1.
     from durable.cli._group import cli
-    from durable.store.records import WorkerRegistration
-
-    store, ns = ui.storage.store, ui.storage.namespace
     await ui.start("gone-1", task_queue="q-gone")
     await ui.start("live-1", task_queue="q-live")
     await ui.start("free-1", task_queue="q-free")  # no worker took it: waiting
-    now = ui.storage.clock.now()
-    for worker, queue in (("w-killed", "q-gone"), ("w-live", "q-live")):
-        registration = WorkerRegistration(worker, ns, queue, ("ui-nobody",), (), ())
-        await store.register_worker(registration, 600.0, now)
-        [_] = await store.claim_runs(ns, queue, worker, ("ui-nobody",), 1, 600.0, now)
-    # w-killed's record as a worker last seen 1000 s ago leaves it (its run's lease holds)
-    await store.register_worker(WorkerRegistration("w-killed", ns, "q-gone", ("ui-nobody",),
-                                                   (), ()), 30.0, now - 1000)
+    await _killed_and_live(ui, "q-gone", "q-live")
     # the embedded client's summaries
     listed = {r["workflow_id"]: r for r in await ui.storage.list()}
     gone, live = listed["gone-1"]["holder"], listed["live-1"]["holder"]
@@ -1046,6 +1054,26 @@ def test_the_cascade_tree_nests_children_under_their_parents() -> None:
     assert b["node"]["children"][0]["node"]["workflow_id"] == "c"
 
 
+async def test_the_cascade_of_a_request_no_worker_took_yet_is_in_progress(
+        ui: Browserless) -> None:
+    """A cancellation no worker delivered yet (no worker serves the run): the
+    page read "✓ Verified: inspection complete, every stop is confirmed by a
+    receipt" while nothing had stopped. It says what is under way instead,
+    and "Verified" once the tree has closed."""
+    await ui.storage.start(ui_mom, "x", id="inflight")
+    await ui.storage.get_handle("inflight").request_cancellation(reason="withdrawn")
+    await ui.login(VIEWER)
+    page = (await ui.http.get("/ui/run/cascade?wf=inflight")).text
+    shown = re.search(r'id="inspection" role="status">\s*<p>(.*?)</p>', page, re.S)
+    assert shown is not None, page
+    assert " ".join(shown.group(1).split()) == (
+        "&hellip; In progress: 1 of 1 run still open; nothing to verify until they end.")
+    assert "Verified" not in page
+    await ui.storage.get_handle("inflight").terminate(reason="done looking")
+    page = (await ui.http.get("/ui/run/cascade?wf=inflight")).text
+    assert "In progress" not in page and "Verified</" in page
+
+
 @workflow.defn(name="ui-idle-greet")
 async def idle_greet(name: str) -> str:
     return name
@@ -1072,7 +1100,49 @@ async def test_a_schedule_no_worker_fired_reads_overdue_on_its_pages(tmp_path: P
             "past the catch-up window (900s (15m))") in " ".join(shown.group(1).split())
 
 
+async def test_a_jittered_fire_reads_when_it_starts_not_ago(tmp_path: Path) -> None:
+    """Past its fire time, before its jitter has it start, the list's next fire
+    says when it starts (it read "Ns ago", as if overdue), its fire time beside."""
+    from durable.schedules import jitter_delay
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    async with TimeSkippingEnvironment(f"sqlite:///{tmp_path / 'jitter.db'}",
+                                       start=start.timestamp()) as env:
+        await env.client.create_schedule("jit", durable.ScheduleSpec(every=600), idle_greet,
+                                         "x", jitter=300)
+        fire = start.timestamp() + 600
+        delay = jitter_delay("default", "jit", fire, 300, fire + 600)
+        assert delay > 2
+        await env.sleep(601)  # past 00:10:00, before it is due
+        transport = httpx.ASGITransport(app=_app(env.client), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as http:
+            ui = Browserless(http, env.client)
+            await ui.login(VIEWER)
+            listed = (await http.get("/ui/schedules")).text
+    cell = re.search(r'data-next-fire="2026-01-01T00:10:00\+00:00">(.*?)</td>', listed, re.S)
+    assert cell is not None, listed
+    due = datetime.fromtimestamp(fire + delay, UTC).isoformat()
+    assert f'<time datetime="{due}"' in cell.group(1), cell.group(1)
+    # (its "in"/"ago" is the page's clock, the wall clock here, not the test's)
+    assert "(jitter: fire time 00:10:00)" in cell.group(1)
+
+
 @SQLITE_ONLY
+async def test_an_ended_schedule_is_shown_ended_not_active(ui: Browserless) -> None:
+    """A schedule with no fire time left is `ended` (as `durable schedule list`
+    says), not `active` beside an `ended` badge, on the list and its page."""
+    past = datetime(2020, 1, 1, tzinfo=UTC)
+    await ui.storage.create_schedule("over", durable.ScheduleSpec(every=60, end_at=past),
+                                     idle_greet, "x")
+    await ui.login(VIEWER)
+    listed = (await ui.http.get("/ui/schedules")).text
+    row = listed[listed.index('data-schedule-id="over"'):]
+    row = row[:row.index("</tr>")]
+    assert re.findall(r'data-state="(\w+)"[^>]*>(\w+)<', row) == [("ended", "ended")], row
+    page = (await ui.http.get("/ui/schedule", params={"id": "over"})).text
+    assert re.findall(r'<h1>.*data-state="(\w+)">(\w+)<', page) == [("ended", "ended")]
+
+
 async def test_the_schedules_page_lists_past_one_api_page(
         ui: Browserless, monkeypatch: pytest.MonkeyPatch) -> None:
     """The API's pages hold at most 200 schedules (the reference's bound); the
@@ -1084,3 +1154,47 @@ async def test_the_schedules_page_lists_past_one_api_page(
     await ui.login(VIEWER)
     listed = (await ui.http.get("/ui/schedules")).text
     assert all(f"page-{n}" in listed for n in range(3)), listed
+
+
+async def test_the_run_page_and_api_say_whether_the_owner_is_still_there(
+        ui: Browserless) -> None:
+    # the run page read "w-killed · epoch 1" for a worker SIGKILLed long before
+    # (`durable describe` said it was gone): /api's description names the
+    # owner's presence, and the page says it as the CLI does
+    for workflow_id in ("own-gone", "own-live", "own-none"):
+        await ui.start(workflow_id, task_queue=f"q-{workflow_id}")
+    now = await _killed_and_live(ui, "q-own-gone", "q-own-live")
+    viewer = {**API, "Authorization": f"Bearer {VIEWER}"}
+
+    async def presence(workflow_id: str) -> dict[str, Any]:
+        described = (await ui.http.get(f"/api/workflows/{workflow_id}", headers=viewer)).json()
+        # an extension beside the reference's fields; describe() has no such key
+        assert described["status_bucket"] == "running" and "owner_presence" not in \
+            described["durable_keys"]
+        found: dict[str, Any] = described["owner_presence"]
+        return found
+    gone, live, none = (await presence("own-gone"), await presence("own-live"),
+                        await presence("own-none"))
+    assert (gone["worker_id"], gone["state"], gone["alive"]) == ("w-killed", "gone", False)
+    assert datetime.fromisoformat(gone["last_seen_at"]).timestamp() == pytest.approx(now - 1000)
+    assert datetime.fromisoformat(gone["expires_at"]).timestamp() == pytest.approx(now - 970)
+    assert (live["worker_id"], live["state"], live["alive"]) == ("w-live", "presumed_alive", True)
+    assert datetime.fromisoformat(live["expires_at"]).timestamp() == pytest.approx(now + 600)
+    assert none == {"worker_id": None, "state": "none", "alive": False, "last_seen_at": None,
+                    "expires_at": None}
+    # the remote client's describe() is the embedded one's: no wire-only key
+    assert "owner_presence" not in await ui.storage.get_handle("own-gone").describe()
+    await ui.login(VIEWER)
+
+    async def worker_row(workflow_id: str) -> str:
+        text = (await ui.http.get(f"/ui/run?wf={workflow_id}")).text
+        rest = text[text.index('<th scope="row">Worker</th>'):]
+        return rest[:rest.index("</tr>")]
+    row = await worker_row("own-gone")
+    assert 'class="bad" data-owner="gone"' in row and "⚠" in row, row
+    assert "w-killed (last seen 16m" in row and "presumed gone" in row, row
+    row = await worker_row("own-live")
+    assert 'data-owner="presumed_alive"' in row and "bad" not in row, row
+    assert "w-live (last seen" in row and "presumed alive until" in row, row
+    row = await worker_row("own-none")
+    assert 'data-owner="none"' in row and "none (no worker holds it)" in row, row

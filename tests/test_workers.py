@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from click.testing import CliRunner
+from conftest import REMOTE_TOKEN, remote_plane
 
 import durable
 from durable import activity, workflow
 from durable.cli._group import cli
+from durable.http import create_app
 from durable.testing import isolated_definitions
 
 pytestmark = pytest.mark.anyio
@@ -111,6 +115,12 @@ async def test_durable_workers_lists_them_and_flags_the_clash(tmp_path: Path) ->
         data = json.loads(await anyio.to_thread.run_sync(run_cli, url, "workers", "--json"))
     assert "Worker shop alive" in human and "Worker theatre alive" in human
     assert "shop_order" in human
+    # "alive" is a presumption: a SIGKILLed worker reads so until its
+    # registration lapses, and the view says until when (as the web UI's does)
+    flat = " ".join(human.split())
+    assert len(re.findall(r"presumed alive until \d{4}-\d\d-\d\d [\d:]+ UTC \(in \d+s\) "
+                          r"unless seen again \(a killed worker looks alive until then\)",
+                          flat)) == 2, human
     assert "warning: activity 'reserve' on queue 'default' has different code" in human
     assert (data["count"], data["alive"]) == (2, 2)
     [clash] = data["clashes"]
@@ -128,6 +138,7 @@ async def test_durable_workers_lists_them_and_flags_the_clash(tmp_path: Path) ->
     assert (data["count"], data["alive"], data["gone"]) == (0, 0, 2)
     listed = await anyio.to_thread.run_sync(run_cli, url, "workers", "--all")
     assert "Worker shop gone" in listed and "Worker theatre gone" in listed
+    assert "presumed" not in listed
     assert "more gone" not in listed, listed
 
 
@@ -170,17 +181,86 @@ async def test_the_run_list_names_the_worker_an_attempt_runs_on(
         assert (holder["worker_id"], holder["alive"], holder["activity"]) == (
             worker.worker_id, True, "held-pack")
         assert summary["waiting"] is False
+        from durable import present, present_ops
+        info = await client.get_handle("held-o-1").describe()
+        owner = present_ops.owner_text(
+            info["run"]["owner"], await present_ops.owner_presence(info, client.list_workers),
+            present.utcnow())
+        assert owner.startswith(f"{worker.worker_id} (last seen ") and \
+            "presumed alive until" in owner, owner
         # its record as a worker last seen 1000 s ago leaves it (killed then)
         await client.store.register_worker(WorkerRegistration(
             worker.worker_id, client.namespace, "default", ("held-order",), ("held-pack",), ()),
             30.0, client.clock.now() - 1000)
         [summary] = await client.list()
         assert summary["holder"]["alive"] is False and summary["waiting"] is True
-        from durable import present
         text = present.holder_text(summary["holder"], present.utcnow())
+        # `durable describe` named it the run's owner, nothing more
+        info = await client.get_handle("held-o-1").describe()
+        owner = present_ops.owner_text(
+            info["run"]["owner"], await present_ops.owner_presence(info, client.list_workers),
+            present.utcnow())
+        assert owner.startswith(f"{worker.worker_id} (last seen 16m "), owner
+        assert owner.endswith("ago, presumed gone: another worker takes the run when that "
+                              "worker's lease on it ends)"), owner
         assert text is not None and text.startswith(
             f"activity held-pack runs on worker {worker.worker_id}, last seen 16m")
         assert "presumed gone: the attempt ends when it times out" in text
         RELEASE_ATTEMPT.set()
         with anyio.fail_after(30):
             assert await client.get_handle("held-o-1").result() == "o-1"
+
+
+VERSION = {"X-Durable-Workflow-Control-Plane-Version": "2"}
+
+# a workflow only its worker knows: started by name, its function is not here
+with isolated_definitions():
+    @workflow.defn(name="greet-elsewhere")
+    async def greet_elsewhere(name: str, punctuation: str = "!") -> str:
+        return f"hello {name}{punctuation}"
+
+
+async def test_a_start_by_name_with_arguments_its_workers_do_not_take_is_refused(
+    storage_client: durable.Client,
+) -> None:
+    """The live workers registered how many arguments the function takes: a
+    start by name (or a schedule) whose every run would fail with Python's
+    TypeError is refused at the call, nothing recorded; the right count starts."""
+    client = storage_client
+    async with durable.Worker(client, workflows=[greet_elsewhere]):
+        for args in ((), ("a", "b", "c")):
+            with pytest.raises(durable.ConfigurationError, match=(
+                    r"workflow 'greet-elsewhere' \(as its live workers register it\) takes "
+                    rf"1 to 2 arguments \(name, punctuation\), got {len(args)}")):
+                await client.start("greet-elsewhere", *args, id="arity-1")
+        with pytest.raises(durable.ConfigurationError, match="got 0"):
+            await client.create_schedule("arity-s", durable.ScheduleSpec(every=3600),
+                                         "greet-elsewhere")
+        assert await client.list_schedules() == []
+        with pytest.raises(durable.WorkflowNotFound):
+            await client.get_handle("arity-1").describe()
+        assert await (await client.start("greet-elsewhere", "ann", id="arity-2")).result() \
+            == "hello ann!"
+        # over the control plane (the reference client's start, curl) likewise
+        app = create_app(client, anonymous_role="operator", environ={})
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as http:
+            refused = await http.post("/api/workflows", headers=VERSION, json={
+                "workflow_id": "arity-3", "workflow_type": "greet-elsewhere", "input": []})
+        assert refused.status_code == 400, refused.text
+        assert "takes 1 to 2 arguments (name, punctuation), got 0" in refused.json()["message"]
+        with pytest.raises(durable.WorkflowNotFound):
+            await client.get_handle("arity-3").describe()
+        # a remote client (durable start --server) cannot read the workers'
+        # definitions: the control plane checks its start by name
+        async with remote_plane(client) as url, durable.connect(
+                url, token=REMOTE_TOKEN) as remote:
+            with pytest.raises(durable.ConfigurationError,
+                               match=r"takes 1 to 2 arguments \(name, punctuation\), got 3"):
+                await remote.start("greet-elsewhere", "a", "b", "c", id="arity-4")
+            with pytest.raises(durable.ConfigurationError, match="got 0"):
+                await remote.signal_with_start("greet-elsewhere", id="arity-4", signal="poke")
+            with pytest.raises(durable.WorkflowNotFound):
+                await client.get_handle("arity-4").describe()
+            started = await remote.start("greet-elsewhere", "bo", id="arity-5")
+            assert await started.result() == "hello bo!"

@@ -221,6 +221,12 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         elif code in (1044, 1142):
             hint = (f"the user may not create tables in {t.database!r}; grant it CREATE, "
                     "INDEX, SELECT, INSERT, UPDATE, DELETE on the database")
+        elif isinstance(exc, TimeoutError):
+            hint = (f"no answer from {t.address} within connect_timeout="
+                    f"{self.connect_timeout:g} s; check that the host and port are "
+                    "MariaDB's (not another service's), that the server is not hung or "
+                    "overloaded and that no firewall drops packets (or pass a larger "
+                    "connect_timeout)")
         elif _lost(exc) and t.unix_socket:
             hint = (f"no server answered on the socket {t.unix_socket}; check that MariaDB "
                     "is running and that the path is its socket (SELECT @@socket), or "
@@ -230,7 +236,8 @@ class MariaDBDriver(PooledDriver[Any, Any]):
                     "listens on that host and port and that no firewall is in the way")
         else:
             hint = "check the URL and the server's log"
-        return ConfigurationError(f"cannot connect to MariaDB at {t.masked!r}: {exc}; {hint}")
+        detail = str(exc) or type(exc).__name__
+        return ConfigurationError(f"cannot connect to MariaDB at {t.masked!r}: {detail}; {hint}")
 
     def _new_pool(self) -> Any:
         # what asyncmy.create_pool makes before it connects: a pool it fills
@@ -240,8 +247,14 @@ class MariaDBDriver(PooledDriver[Any, Any]):
                     **self._connect_kwargs())
 
     async def _fill_pool(self, pool: Any) -> None:
-        async with pool.cond:
-            await pool.fill_free_pool(False)
+        # asyncmy's connect_timeout bounds the TCP connect only, and then the
+        # server's greeting is awaited for read_timeout (command_timeout, 60 s
+        # by default): a port that accepts and never answers (a hung server,
+        # another service) held `durable.connect` for a minute. (asyncio's own
+        # timeout: this runs on an asyncio loop, a thread of its own under trio.)
+        async with asyncio.timeout(self.connect_timeout):
+            async with pool.cond:
+                await pool.fill_free_pool(False)
 
     async def _prepare(self, conn: Any) -> None:
         try:

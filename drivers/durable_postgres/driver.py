@@ -178,13 +178,20 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
         elif isinstance(exc, pgerr.InsufficientPrivilegeError):
             hint = (f"the user may not create schema {self.schema!r} or its tables; grant "
                     "CREATE on the database or create the schema beforehand")
+        elif isinstance(exc, TimeoutError):
+            hint = (f"no answer from {t.address} within connect_timeout="
+                    f"{self.connect_timeout:g} s; check that the host and port are "
+                    "PostgreSQL's (not another service's), that the server is not hung or "
+                    "overloaded and that no firewall drops packets (or pass a larger "
+                    "connect_timeout)")
         elif isinstance(exc, OSError):
             hint = (f"no server answered at {t.address}; check that PostgreSQL is running, "
                     "listens on that host and port (listen_addresses, port) and that no "
                     "firewall is in the way")
         else:
             hint = "check the URL and the server's log"
-        return ConfigurationError(f"cannot connect to {where}: {exc}; {hint}")
+        detail = str(exc) or type(exc).__name__
+        return ConfigurationError(f"cannot connect to {where}: {detail}; {hint}")
 
     def _prepare_timeout_error(self, exc: TimeoutError) -> ConfigurationError:
         """A schema check or upgrade over command_timeout: asyncpg's TimeoutError

@@ -213,7 +213,7 @@ class SQLiteDriver:
         self._closing = False
         checkpoints = None if not self.shared else Checkpoints(
             self.path, busy_timeout=self.busy_timeout, every=self.checkpoint_every,
-            limit=self.wal_limit)
+            limit=self.wal_limit, ahead=self.synchronous not in UNSYNCED)
         # The thread does not hold the driver, so that a driver dropped
         # without close() is collected and its finalizer ends the thread.
         writer = Writer(self.url, self.busy_timeout, self.dialect, checkpoints)
@@ -281,6 +281,10 @@ class SQLiteDriver:
             raise call.error
         return call.value  # type: ignore[return-value]
 
+    def _tx(self) -> Tx:
+        """A transaction's context (the queues limited by slots: `Tx.slot_limited`)."""
+        return Tx(self.dialect, slot_limited=self.hub.slot_limited)
+
     async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
         """Run the program whole on the database thread, grouped with whatever
         else is queued into one transaction (in a savepoint of its own)."""
@@ -289,12 +293,12 @@ class SQLiteDriver:
             raise _closed(self.url)
         inline = self._inline
         if inline is None:
-            call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write,
+            call = Call(*_waiter(), factory=program, tx=self._tx(), write=write,
                         urgent=is_urgent(program))
             return await self._queued(writer, call)
         backend = inline.loop_idle() if is_brief(program) else None
         if backend is not None:  # a step's commit, the loop idle: on its thread
-            call = Call(_NO_WAIT, _NO_WAIT, _NO_WAIT, factory=program, tx=Tx(self.dialect),
+            call = Call(_NO_WAIT, _NO_WAIT, _NO_WAIT, factory=program, tx=self._tx(),
                         write=write)
             if writer.run_inline(call):
                 assert call.tx is not None
@@ -307,7 +311,7 @@ class SQLiteDriver:
                 return call.value  # type: ignore[return-value]
             call.event, call.notify, call.soon = _waiter()
         else:
-            call = Call(*_waiter(), factory=program, tx=Tx(self.dialect), write=write,
+            call = Call(*_waiter(), factory=program, tx=self._tx(), write=write,
                         urgent=is_urgent(program))
         inline.queued += 1  # until resumed: see `_inline`
         try:

@@ -135,8 +135,17 @@ class ClaimLoop(Generic[T]):
                  quiet: Callable[[], bool] = lambda: True,
                  unheard: Callable[[], bool] = lambda: True,
                  first_batch: int = CLAIM_BATCH,
-                 watch: Callable[[int, bool], None] | None = None) -> None:
+                 watch: Callable[[int, bool], None] | None = None,
+                 relieve: Callable[[int], Awaitable[Claimed[T]]] | None = None,
+                 trade: Callable[[int, int], Awaitable[Claimed[T]]] | None = None) -> None:
         self._room = room
+        #: a pass whose claim the queue's max_running held back: trades runs held
+        #: here that only wait for ready runs that descend from them (runs:
+        #: `durable._runtime.relief.Relief.trade`); what to start
+        self._trade = trade
+        #: a full worker's pass: claims what it frees slots for, and frees them
+        #: (runs: `durable._runtime.relief.Relief.relieve`); what to start
+        self._relieve = relieve
         #: told at each pass the room left and whether a wake-up woke it
         #: (runs: `durable._runtime.slots.SlotWatch`)
         self._watch = watch
@@ -158,6 +167,10 @@ class ClaimLoop(Generic[T]):
         self.passes = 0
         #: items claimed so far (a test environment learns whether a pass found work)
         self.claimed = 0
+        #: ready items the last claim saw left for others (`Claimed.left`), and
+        #: those the queue's max_running held back from it (`Claimed.held_back`)
+        self.left = 0
+        self.held = 0
         #: whether `run()` ended (no pass will come until it runs again)
         self.ended = False
         self._passed = anyio.Event()
@@ -186,11 +199,26 @@ class ClaimLoop(Generic[T]):
             claimed: Claimed[T] = Claimed()
             if room > 0:
                 claimed = await self._claim(min(room, self.batch))
+                self.left = claimed.left
+                self.held = claimed.held_back
                 self.batch = (min(CLAIM_BATCH, self.batch * 2) if claimed.backlog
                               else self._first_batch)
                 self.claimed += len(claimed)
                 for item in claimed:
                     self._start(item)
+                if claimed.held_back and self._trade is not None:
+                    traded = await self._trade(claimed.held_back, self.batch)
+                    self.claimed += len(traded)
+                    for item in traded:
+                        self._start(item)
+            elif self._relieve is not None:
+                claimed = await self._relieve(self.batch)
+                if claimed:  # slots were freed for them: the baton's rules as for room
+                    room = len(claimed)
+                    self.left = claimed.left
+                    self.claimed += len(claimed)
+                    for item in claimed:
+                        self._start(item)
             spread = self._spread
             alone = self.alone
             more = claimed.left > 0 and room > len(claimed)

@@ -77,6 +77,10 @@ class RunExecutor:
         self._delivery_started = False
         self.delivery_lock = anyio.Lock()  # one delivery (cancellation, signal, update) at a time
         self.code_started = False  # the workflow's own code runs (deliveries may be made)
+        #: called when the code stops running (a task parked, blocked, finished),
+        #: while the worker is full and none of its runs can be put down now
+        #: (`durable._runtime.relief`)
+        self.on_wait: Callable[[], None] | None = None
 
     def stop(self, reason: str) -> None:
         """Stop executing this run locally (lost lease, shutdown, closed elsewhere)."""
@@ -178,6 +182,18 @@ class RunExecutor:
 
     # ---------------------------------------------------------------- signals, queries, updates
 
+    @property
+    def delivering_cancellation(self) -> bool:
+        """A cancellation request is being delivered (not recorded yet)."""
+        return self._delivery_started and self.ctx.cancellation is None
+
+    def inbox_idle(self) -> bool:
+        """Nothing waits in the inbox: no signal or request to deliver or answer,
+        no recorded delivery still to make again, nothing to fetch."""
+        inbox = self._inbox
+        return inbox is None or not (inbox.signals or inbox.requests or inbox.replay
+                                     or inbox.wanted is not None)
+
     def inbox(self) -> Inbox:
         """The run's signals, queries and updates (made on the first one)."""
         if self._inbox is None:
@@ -193,6 +209,8 @@ class RunExecutor:
     def poke(self) -> None:
         if self._inbox is not None:
             self._inbox.poke()
+        if self.on_wait is not None:  # a full worker waits for a run it can put down
+            self.on_wait()
 
     def deliver_buffered(self, handler: Handler, deliveries: list[Any]) -> None:
         self.inbox().deliver_buffered(handler, deliveries)

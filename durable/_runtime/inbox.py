@@ -248,11 +248,25 @@ class Inbox:
         A worker that resumes a run after its timer fell due finds the timer
         already due; without this the timer fired at once and a signal
         received before it was delivered after it (history: SignalReceived,
-        TimerFired, SignalDelivered), unlike the peers (issue 21). Returns
-        at once when no delivery can be made now (replay not caught up, the
-        run stopping or failing): then the timer fires first, as before.
+        TimerFired, SignalDelivered), unlike the peers (issue 21).
+
+        Replay comes first: such a worker has the deliveries recorded while
+        the timer was pending to make again, and until they are made no new
+        one is. Returning then let the timer fire before the signal whenever
+        the timer's task looked before the inbox had replayed them, which
+        the host loop's scheduling decided (the approval example's crash
+        exploration on trio and PostgreSQL under load: its approval, received
+        before the timeout, came after it). Those deliveries need no more than
+        the tasks parked where history made them, none past this timer (it
+        has not fired in history), so the wait ends. Returns at once when no
+        delivery can be made (the run stopping or failing): then the timer
+        fires first, as before.
         """
         ctx = self.ctx
+        while self.replay and not ctx.broken and self._may_deliver():
+            released = ctx.parking.released
+            self.poke()
+            await released.wait()  # opens once each replayed delivery was made
         while (self._live() and not self.replay and not ctx.broken
                and any(item.received_at <= instant for item in self.signals.values())):
             released = ctx.parking.released
@@ -271,8 +285,13 @@ class Inbox:
         on: cleanup code may wait for a signal or take an update.)"""
         ctx = self.ctx
         return (self.executor.code_started and not ctx.parking.replay_delivery_pending
-                and not ctx.closing and not ctx.failing and not ctx.hard_stop
-                and not ctx.delivering and not ctx.scratch)
+                and not ctx.delivering and self._may_deliver())
+
+    def _may_deliver(self) -> bool:
+        """Whether deliveries, made again or new, may still be made: the run is
+        not closing, failing or being stopped, nor replayed read-only."""
+        ctx = self.ctx
+        return not (ctx.closing or ctx.failing or ctx.hard_stop or ctx.scratch)
 
     async def _fetch(self) -> None:
         wanted, self.wanted = self.wanted, None

@@ -25,6 +25,7 @@ run becomes quiet (`on_quiet`) and when a cancellation is due again
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from time import monotonic
 
 import anyio
 
@@ -40,6 +41,9 @@ class Parking:
         self._on_quiet = on_quiet
         self._redeliver = redeliver
         self.active = 0  # workflow tasks running now
+        #: when the run last became quiet (the process's monotonic time): a full
+        #: worker puts down the least recently active first (`durable._runtime.relief`)
+        self.quiet_since = 0.0
         #: commits of the run's writes awaited now (an op's schedule, a child's
         #: start): a task awaiting one runs, but waits on storage, not on
         #: something that would not replay (`quiet_verdict`)
@@ -119,6 +123,7 @@ class Parking:
 
     def _check_quiet(self) -> None:
         if self.active <= 0:
+            self.quiet_since = monotonic()
             if self._quiet is not None:
                 self._quiet.set()
             self._on_quiet()

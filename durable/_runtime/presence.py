@@ -3,12 +3,13 @@ clashes it warns about.
 
 Every worker records who it is (identity, host, pid, build), its queue and
 the code behind each name it registers (`_registry.describe_definition`), at
-start and at each lease renewal (its last-seen time); ``durable workers`` and
-``/api/workers`` read it. When another live worker of the same queue
-registers one of its names with different code, both workers log a warning
-naming both definitions (once per name and other worker): the newcomer at
-start, the other at its next renewal. Either may run the name, so the wrong
-code would otherwise run silently.
+start and at each lease renewal (its last-seen time), with what it saw
+since (its event loop blocked, runs it put down under pressure), in the
+same write; ``durable workers`` and ``/api/workers`` read it. When another
+live worker of the same queue registers one of its names with different
+code, both workers log a warning naming both definitions (once per name and
+other worker): the newcomer at start, the other at its next renewal.
+Either may run the name, so the wrong code would otherwise run silently.
 
 It also records where a start may be addressed to the worker's process
 (its driver's `durable.wakes.WakeHub.address`, PostgreSQL only): a starter
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .._registry import Registry
     from ..store import Store
     from .loop_watch import LoopWatch
+    from .relief import Relief
 
 
 class Presence:
@@ -42,6 +44,8 @@ class Presence:
         self.started_at: float | None = None
         #: what the loop watch saw (`loop_watch.LoopWatch`), recorded at each renewal
         self.loop_watch: LoopWatch | None = None
+        #: the runs it put down under pressure (`relief.Relief`), recorded likewise
+        self.relief: Relief | None = None
         self._warned: set[tuple[str, str, str]] = set()
         #: the clashes warned about so far (for tests and describe)
         self.clashes: list[DefinitionClash] = []
@@ -52,18 +56,20 @@ class Presence:
             identity=identity, host=socket.gethostname(), pid=os.getpid(), build_id=build_id,
             definitions=registry.describe(), address=store.hub.address)
 
-    def registration(self) -> WorkerRegistration:
+    def registration(self, now: float) -> WorkerRegistration:
         watch = self.loop_watch
         blocks = None
         if watch is not None and watch.last_ended is not None:
             blocks = watch.last_ended.as_record(watch.count)
-        return dataclasses.replace(self._base, started_at=self.started_at, loop_blocks=blocks)
+        released = self.relief.record(now) if self.relief is not None else None
+        return dataclasses.replace(self._base, started_at=self.started_at, loop_blocks=blocks,
+                                   runs_released=released)
 
     async def register(self, ttl: float, now: float) -> None:
         """Record (or refresh) the worker until `now + ttl`; warn about new clashes."""
         if self.started_at is None:
             self.started_at = now
-        self.warn(await self.store.register_worker(self.registration(), ttl, now))
+        self.warn(await self.store.register_worker(self.registration(now), ttl, now))
 
     def warn(self, clashes: list[DefinitionClash]) -> None:
         for clash in clashes:

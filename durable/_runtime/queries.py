@@ -7,10 +7,18 @@ that has its workflow type on the run's task queue: it takes the request
 (one worker only), loads the run's records, replays them without recording
 anything (`durable._runtime.replay`), answers from the state reached and
 drops the replay. The worker runs this loop beside its claim loops.
+
+A request whose taker is gone before it answered (crashed: its registration
+lapsed; or stopped) is offered again, here and to the run's owner once one
+claims it; the first answer counts, and the gone taker's late one is refused.
+A crashed taker's lapse is an instant no commit announces: each answering
+worker's read also says when the first other live taker's registration runs
+out (`Store.queries_due`), and the loop looks again just after it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,6 +30,7 @@ from ..failure import leaf_exceptions
 from ..store.records import ClientRequest
 from .context import LIVE_ADVICE
 from .inbox import answer_query
+from .race import first_of
 from .replay import replay_run
 from .serving import ServingWorker
 
@@ -36,6 +45,9 @@ REQUEST_RETENTION = 3600.0
 PURGE_EVERY = 600.0
 #: Without a wake-up, the loop looks for queries every this many poll intervals.
 FALLBACK_POLLS = 5
+#: Seconds after a taker's registration lapses that the loop looks again: it is
+#: live up to that instant itself (``expires_at >= now``).
+LAPSE_MARGIN = 0.001
 
 
 class QueryWorker(ServingWorker, Protocol):
@@ -77,22 +89,35 @@ class IdleQueries:
         types = tuple(sorted(worker.workflows))
         clock = worker.run_setup.clock
         purged_at = clock.now()
-        while True:
-            # woken by a request's wake-up (or another process's commit); the slow
-            # fallback only covers a wake-up that got lost
-            with anyio.move_on_after(worker.poll_interval * FALLBACK_POLLS):
-                await self._event.wait()
-            self._event = anyio.Event()
+        while True:  # a look at once: queries may wait from before this worker started
             now = clock.now()
             if now - purged_at > PURGE_EVERY:
                 purged_at = now
                 await worker.store.purge_requests(now - REQUEST_RETENTION)
-            waiting = await worker.store.idle_requests(  # a read: most polls find nothing
-                worker.namespace, worker.task_queue, types, 20, now)
-            if not waiting:
-                continue
-            for request in await worker.store.take_requests(waiting, worker.worker_id):
-                tg.start_soon(self._answer, request)
+            waiting, lapse = await worker.store.queries_due(  # a read: most find nothing
+                worker.namespace, worker.task_queue, types, 20, now, worker.worker_id)
+            if waiting:
+                for request in await worker.store.take_requests(waiting, worker.worker_id, now):
+                    tg.start_soon(self._answer, request)
+            # woken by a request's wake-up (or another process's commit), or just
+            # after the registration of another worker that took a query lapses
+            # (it died before answering: its query is offered again then, and no
+            # commit says so); the slow fallback only covers a wake-up that got lost
+            await self._wait(worker.poll_interval * FALLBACK_POLLS, lapse)
+
+    async def _wait(self, fallback: float, lapse: float | None) -> None:
+        """Until a wake-up (`trigger`), `fallback` seconds, or just after `lapse`
+        on the worker's clock (a wait for what should not happen while all is
+        well: a virtual clock does not skip ahead to it)."""
+        if lapse is None:
+            with anyio.move_on_after(fallback):
+                await self._event.wait()
+        else:
+            clock = self.worker.run_setup.clock
+            await first_of(self._event.wait, functools.partial(anyio.sleep, fallback),
+                           functools.partial(clock.sleep_until, lapse + LAPSE_MARGIN,
+                                             background=True))
+        self._event = anyio.Event()
 
     async def _answer(self, request: ClientRequest) -> None:
         worker = self.worker
@@ -109,7 +134,7 @@ class IdleQueries:
                                            f"query: {exc}"}}
         try:
             await worker.store.answer_request(request.request_id, answer,
-                                              worker.run_setup.clock.now())
+                                              worker.run_setup.clock.now(), worker.worker_id)
         except Exception as exc:  # the caller times out and says so
             worker.log.warning("request_answer_failed", request_id=request.request_id,
                                error=repr(exc))

@@ -10,13 +10,20 @@ pressure, the worker says so: `SlotWatch.check` runs at each claim pass of
 runs, and when the worker has no room, work was announced that it could not
 take, and every run it holds waits, it logs ``worker_slots_all_waiting``
 once; again only after that cleared.
+
+Since a full worker puts down a run that only waits (`releasable`,
+`durable._runtime.relief`), the warning is for when that cannot help: no
+run it holds can be put down now (each waits with something of its own in
+memory: a handler running, an inbox delivery to make, batched outcomes to
+record), or the worker was told not to (``release_waiting_runs=False``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from ..store.parked import RELEASABLE
 from ..store.records import OpKind
 
 if TYPE_CHECKING:
@@ -42,18 +49,49 @@ def waiting_on(executor: RunExecutor) -> set[str] | None:
     return None if kinds & _IN_FLIGHT else kinds
 
 
-class SlotWatch:
-    """One worker's watch over its run slots (see the module docstring)."""
+def releasable(executor: RunExecutor) -> set[str] | None:
+    """The kinds of op a run waits on when it can be put down now (its history
+    replays all it has in memory), else None: it only waits, on children,
+    timers and conditions alone, and nothing of its own is under way or kept
+    for later (a signal or update handler running, an inbox delivery or
+    request to serve, a cancellation being delivered, batched outcomes or
+    markers not recorded yet, a stop)."""
+    kinds = waiting_on(executor)
+    if kinds is None or not kinds <= RELEASABLE:
+        return None
+    ctx = executor.ctx
+    parking = ctx.parking
+    if (executor.stop_reason is not None or ctx.hard_stop or ctx.closing or ctx.failing
+            or ctx.broken is not None or ctx.delivering or ctx.deferred or ctx.batched
+            or ctx.pending_counts["activity"] or ctx.running_handlers or parking.gated
+            or parking.holding or parking.replay_delivery_pending
+            or executor.delivery_lock.locked() or executor.delivering_cancellation
+            or not executor.inbox_idle()):
+        return None
+    return kinds
 
-    def __init__(self, log: Any, limit: int) -> None:
+
+def may_wait(executor: RunExecutor) -> bool:
+    """Whether a run may come to only wait soon: it is not waiting on an
+    attempt in flight (an activity, a local one, a phase or units) now."""
+    return not (set(executor.ctx.parking.parked.values()) & _IN_FLIGHT
+                or executor.ctx.running_local)
+
+
+class SlotWatch:
+    """One worker's watch over its run slots (see the module docstring);
+    `release`: the worker puts down runs that only wait (`releasable`)."""
+
+    def __init__(self, log: Any, limit: int, release: bool = False) -> None:
         self._log = log
         self._limit = limit
+        self._release = release
         #: work was announced while the worker had no room (since it last had some)
         self.wanted = False
         #: the warning was logged and the condition has not cleared since
         self.warned = False
 
-    def check(self, room: int, woken: bool, executors: Iterable[RunExecutor],
+    def check(self, room: int, woken: bool, executors: Collection[RunExecutor],
               checking: int) -> None:
         """At a claim pass of runs: `room` left, `woken` by a wake-up (work was
         announced), the runs held (and `checking` more the upgrade gate replays)."""
@@ -71,8 +109,9 @@ class SlotWatch:
                 return
             held += 1
             children += OpKind.CHILD in kinds
-        if checking or not held:
-            self.warned = False
+        if checking or not held or (self._release and any(
+                releasable(executor) is not None for executor in executors)):
+            self.warned = False  # (one can be put down: `relief` takes the work)
             return
         if not self.warned:
             self.warned = True

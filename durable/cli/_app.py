@@ -77,11 +77,29 @@ class CliError(click.ClickException):
         click.echo(line, file=stream)
 
 
+#: the group's own options: given after a command, click knows them not
+_GLOBAL_OPTIONS = ("--db", "--server", "--token", "--namespace", "-n", "--debug")
+
+
+def _global_option_misplaced(exc: click.UsageError) -> str | None:
+    """The message for a global option given after the command
+    (``durable serve --db URL``), which click refuses as "No such option":
+    where it goes instead, with the command line rewritten. None for any
+    other usage error."""
+    if not isinstance(exc, click.NoSuchOption) or exc.option_name not in _GLOBAL_OPTIONS:
+        return None
+    command = exc.ctx.command_path.split(" ", 1)[-1] if exc.ctx is not None else "COMMAND"
+    value = "" if exc.option_name == "--debug" else (" NS" if exc.option_name in (
+        "--namespace", "-n") else " URL" if exc.option_name in ("--db", "--server") else " T")
+    return (f"{exc.option_name} is a global option: give it before the command, "
+            f"durable {exc.option_name}{value} {command} ...")
+
+
 class OneLineUsageError(click.UsageError):
     """A usage error as one line, pointing at the command's --help (exit code 2)."""
 
     def __init__(self, exc: click.UsageError) -> None:
-        super().__init__(exc.format_message(), exc.ctx)
+        super().__init__(_global_option_misplaced(exc) or exc.format_message(), exc.ctx)
 
     def show(self, file: Any = None) -> None:
         stream = file if file is not None else sys.stderr
@@ -134,10 +152,25 @@ def error_from_exception(exc: BaseException) -> CliError:
     if isinstance(exc, durable.WorkflowNotFound | durable.ScheduleNotFound):
         return CliError(message, EXIT_NOT_FOUND, label="not found", fix=fix)
     if isinstance(exc, durable.WorkflowAlreadyStarted):
-        # The engine's text names a Python option; on the command line the fix is --id.
-        return CliError(f"workflow id {exc.workflow_id!r} is already in use (run {exc.run_id})",
+        # The engine's text names a Python option; on the command line the fix is
+        # --id, and --id-reuse return_existing_active helps only while it is open
+        if exc.closed:
+            again = ("" if exc.status == "completed" else
+                     ", --id-reuse allow_duplicate_failed_only starts it again")
+            return CliError(
+                f"workflow id {exc.workflow_id!r} was used by a run that closed {exc.status} "
+                f"(run {exc.run_id}); an id is used once in a namespace, closed runs included",
+                EXIT_REFUSED, label="refused",
+                fix=f"`durable result {exc.workflow_id}` prints its outcome{again}, "
+                    "or pick another --id")
+        held = f"run {exc.run_id}, {exc.status}" if exc.status else f"run {exc.run_id}"
+        return CliError(f"workflow id {exc.workflow_id!r} is already in use ({held})",
                         EXIT_REFUSED, label="refused",
                         fix="pick another --id, or --id-reuse return_existing_active")
+    if isinstance(exc, durable.ScheduleAlreadyExists):
+        # the engine's text names the Python API's fix; the fix here is a command
+        return CliError(f"schedule {exc.schedule_id!r} already exists in namespace "
+                        f"{exc.namespace!r}", EXIT_REFUSED, label="refused", fix=fix)
     if isinstance(exc, _REFUSED):
         return CliError(message, EXIT_REFUSED, label="refused", fix=fix)
     if isinstance(exc, durable.DurableError):

@@ -22,6 +22,7 @@ from rich.tree import Tree
 import durable
 
 from .. import present as _fmt
+from .. import present_ops as _ops
 from ..present import requester_text as _requester
 from ._app import Output, Session, json_option
 from ._params import run_option, workflow_id_argument
@@ -98,7 +99,10 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
         f"  cleanup timeout {_fmt.seconds_text(root.get('cleanup_timeout_seconds'))}"
         if root.get("cleanup_timeout_seconds") is not None else ""))
     findings = [f for f in data.get("findings") or [] if isinstance(f, Mapping)]
-    if data.get("inspection_complete") and not findings:
+    progress = _ops.cascade_in_progress(data)
+    if progress is not None and not findings:
+        tree.add(Text(f"{out.glyph('…', '...')} {progress}", style="bold yellow"))
+    elif data.get("inspection_complete") and not findings:
         tree.add(Text.assemble(verified(out), ": inspection complete, every stop is confirmed "
                                "by a receipt"))
     else:

@@ -30,6 +30,7 @@ import click
 import durable
 
 from .. import present as _fmt
+from .. import present_ops as _ops
 from ..http import model
 from . import _views
 from ._app import EXIT_ERROR, EXIT_REFUSED, CliError, Session, json_option
@@ -151,23 +152,29 @@ def start(session: Session, workflow_type: str, workflow_id: str, input_json: st
 @click.option("--status", metavar="S", shell_complete=complete_status,
               help="Only runs with this status (running, completed, failed, timed_out, ...).")
 @click.option("--type", "workflow_type", metavar="T", help="Only workflows of this type.")
+@click.option("--query", metavar="Q",
+              help="Only runs the reference engine's visibility query keeps: "
+                   "Field = 'literal' joined by AND, on WorkflowId, WorkflowType, TaskQueue, "
+                   "ExecutionStatus (its status words: pending, running, completed, failed, "
+                   "cancelled, terminated); or text of the workflow id.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True,
               help="At most this many runs, newest first.")
 @click.option("--next-page-token", "token", metavar="TOKEN",
               help="The next page: the next_page_token of the previous page (--json).")
 @json_option
 @pass_session
-def list_(session: Session, status: str | None, workflow_type: str | None, limit: int,
-          token: str | None) -> None:
+def list_(session: Session, status: str | None, workflow_type: str | None,
+          query: str | None, limit: int, token: str | None) -> None:
     """List workflow runs, newest first.
 
     With --json: the wire's page, ``{workflows, workflow_count,
-    next_page_token}``; pass --next-page-token for the page after.
+    next_page_token}``; pass --next-page-token (and the same filters) for
+    the page after.
     """
 
     async def body(client: durable.Client) -> dict[str, Any]:
         page = await client.list_page(status=status, workflow_type=workflow_type,
-                                      limit=limit, cursor=token)
+                                      limit=limit, cursor=token, query=query)
         return model.list_to_wire(page)
 
     session.out.emit(session.run(body), _views.run_list)
@@ -187,6 +194,7 @@ def describe(session: Session, workflow_id: str, run_id: str | None) -> None:
     async def body(client: durable.Client) -> tuple[dict[str, Any], dict[str, Any] | None]:
         info = await client.get_handle(workflow_id, run_id=run_id).describe()
         info["holder"] = await _fmt.holder(info, client.list_workers)
+        info["owner_presence"] = await _ops.owner_presence(info, client.list_workers)
         wire = None
         if session.out.json:
             wire = await model.read_run_description(client.control, workflow_id,

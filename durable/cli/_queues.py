@@ -96,11 +96,22 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
         grid.add_row("activities", ", ".join(worker.get("activities") or []) or "-")
         seen = _fmt.instant(worker.get("last_seen_at"))
         grid.add_row("last seen", _fmt.relative(seen, now) if seen else "-")
+        until = _fmt.instant(worker.get("expires_at"))
+        if alive and until is not None:
+            # a SIGKILLed worker reads alive until its registration lapses:
+            # say on what evidence, as the web UI's Workers page does
+            grid.add_row("presumed", Text(
+                f"alive until {_fmt.absolute(until)} ({_fmt.relative(until, now)}) unless "
+                "seen again (a killed worker looks alive until then)", style="dim"))
         grid.add_row("holds", f"{worker.get('runs_held', 0)} runs, "
                               f"{worker.get('activities_held', 0)} activity attempts")
         blocked = _fmt.loop_blocked_text(worker.get("loop_blocked"), now)
         if blocked is not None:
             grid.add_row("event loop", Text(blocked, style="yellow"))
+        released = _fmt.runs_released_text(worker.get("runs_released"), now)
+        if released is not None:
+            recent = (worker.get("runs_released") or {}).get("recent")
+            grid.add_row("put down", Text(released, style="yellow" if recent else ""))
         out.console.print(grid)
         out.console.print()
     if hidden > 0:

@@ -15,6 +15,7 @@ function in another module.
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ import durable
 
 from .. import present as _fmt
 from .. import present_ops as _ops
-from ._app import Output, Session, json_option
+from ._app import EXIT_REFUSED, CliError, Output, Session, json_option
 from ._params import DURATION, parse_args_json
 from ._views import _grid, badge, status_badge, when
 
@@ -56,8 +57,10 @@ class Instant(click.ParamType):  # type: ignore[type-arg,unused-ignore]
             self.fail(f"{value!r} is not an ISO 8601 date-time; give e.g. "
                       "2026-04-01T00:00:00Z or 2026-04-01T02:00:00+02:00", param, ctx)
         if parsed.tzinfo is None:
+            # the example is the value itself, in full: a bare date with Z
+            # (2026-12-07Z) is not one fromisoformat reads
             self.fail(f"{value!r} has no UTC offset; add Z (UTC) or one such as +02:00, "
-                      f"e.g. {value}Z", param, ctx)
+                      f"e.g. {parsed.isoformat()}Z", param, ctx)
         return parsed
 
 
@@ -119,8 +122,9 @@ def _max_runs(text: str | None) -> int | None:
     except ValueError:
         raise click.BadParameter(f"{text!r} is not a whole number; give e.g. 10, or 'none'",
                                  param_hint="--max-runs") from None
-    if value < 0:
-        raise click.BadParameter(f"must be 0 or more, got {value}", param_hint="--max-runs")
+    if value < 1:  # (as the SDK and the control plane refuse it)
+        raise click.BadParameter(f"must be at least 1 (or 'none': no limit), got {value}",
+                                 param_hint="--max-runs")
     return value
 
 
@@ -229,20 +233,24 @@ def create(session: Session, schedule_id: str, workflow_type: str, crons: tuple[
 
 @schedule.command("list", short_help="List the namespace's schedules.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True,
-              help="At most this many schedules (one page), by id.")
+              help="At most this many schedules (one page), newest first.")
 @click.option("--cursor", metavar="C",
               help="The next page: the cursor the previous page printed (same filters).")
 @click.option("--status", type=click.Choice(["active", "paused"]),
               help="Only active or only paused schedules.")
 @click.option("--type", "workflow_type", metavar="T",
               help="Only schedules starting this workflow type.")
-@click.option("--query", metavar="TEXT", help="Only schedule ids containing TEXT.")
+@click.option("--query", metavar="Q",
+              help="Only schedules Q keeps: Field = \"value\" joined by AND, fields "
+                   "ScheduleId, Status, WorkflowType, TaskQueue, Note (the reference "
+                   "engine's schedule visibility query).")
 @json_option
 @pass_session
 def list_(session: Session, limit: int, cursor: str | None, status: str | None,
           workflow_type: str | None, query: str | None) -> None:
-    """List schedules by id: when they fire, the next fire, the last fire and its run.
-    A page ends with the cursor of the next one when there are more."""
+    """List schedules, newest first: when they fire, the next fire, the last fire and its run.
+    A page ends with the cursor of the next one when there are more; a cursor whose
+    last schedule was deleted or no longer fits the filters is refused (list again)."""
 
     async def body(client: durable.Client) -> dict[str, Any]:
         page = await client.list_schedules_page(limit=limit, cursor=cursor, status=status,
@@ -425,29 +433,63 @@ def prune(session: Session, older_than: float, dry_run: bool) -> None:
     session.out.emit(session.run(body), _pruned)
 
 
+#: ``retention --set`` below this many seconds is refused without ``--yes``:
+#: every bare number under 3600 (seconds, not the days or hours meant) and
+#: every ``s``/``m`` slip for ``d`` (``1s`` for ``1d``, ``30m`` for ``30d``)
+#: falls under it, while hours-long retentions of scratch namespaces stay
+#: one command. The API and the HTTP route take any positive value (tests and
+#: virtual clocks set seconds on purpose): the guard is for a human typing.
+SHORT_RETENTION = 3600.0
+
+
 @click.command(short_help="Show (or set) how long closed runs are kept, and what was deleted.")
 @click.option("--set", "keep", type=DURATION, metavar="S",
-              help="Keep the namespace's closed runs this long (30d): wins over the workers'.")
+              help="Keep the namespace's closed runs this long (30d): wins over the workers'. "
+                   "Under 1h it needs --yes.")
 @click.option("--clear", is_flag=True,
               help="Remove the namespace's setting (the workers' retention applies again).")
+@click.option("--yes", is_flag=True,
+              help="Set a retention under 1h anyway (the next pass deletes every run "
+                   "closed longer ago, irreversibly).")
 @json_option
 @pass_session
-def retention(session: Session, keep: float | None, clear: bool) -> None:
+def retention(session: Session, keep: float | None, clear: bool, yes: bool) -> None:
     """The namespace's retention (`client.get_retention`): how long it keeps
     closed runs, when retention last deleted runs and how many rows, by
     table, it deleted so far. --set / --clear change the setting first
-    (`client.set_retention`). With --server it needs an admin token."""
+    (`client.set_retention`). With --server it needs an admin token.
+
+    A --set under 1h is refused unless --yes is given, with the number of
+    closed runs it would delete now; a --set shorter than the setting (or
+    with none stored) reports how many closed runs the next pass deletes."""
     if keep is not None and clear:
         raise click.UsageError("give --set or --clear, not both")
-    if keep is not None and keep <= 0:
-        raise click.BadParameter("must be greater than 0 seconds", param_hint="--set")
+    if keep is not None and keep < 1:  # client.set_retention's floor, said before any read
+        raise click.BadParameter("must be at least 1 second (1s)", param_hint="--set")
 
     async def body(client: durable.Client) -> dict[str, Any]:
+        doomed: int | None = None
         if clear:
             await client.set_retention(days=None)
         elif keep is not None:
+            current = (await client.get_retention())["retention_seconds"]
+            if keep < SHORT_RETENTION or current is None or keep < current:
+                # what the next pass deletes: counted before anything is written
+                doomed = int((await client.prune(keep, dry_run=True))["runs_expired"])
+            if keep < SHORT_RETENTION and not yes:
+                text, arg = _fmt.duration(keep), f"{keep:g}s"
+                raise CliError(
+                    f"--set {arg} keeps closed runs only {text}: the workers' next retention "
+                    f"pass would delete {doomed} closed run(s), every one closed more than "
+                    f"{text} ago, irreversibly; nothing was changed",
+                    EXIT_REFUSED, label="refused",
+                    fix=f"if that is meant, run again with --yes (durable retention --set "
+                        f"{arg} --yes); for days give a unit, e.g. --set 30d")
             await client.set_retention(days=keep / 86400)
-        return dict(_fmt.jsonable(await client.get_retention()))
+        settings = dict(_fmt.jsonable(await client.get_retention()))
+        if doomed is not None:
+            settings["runs_to_delete"] = doomed
+        return settings
 
     session.out.emit(session.run(body), _retention_view)
 
@@ -509,7 +551,12 @@ def _list_view(out: Output, data: Mapping[str, Any]) -> None:
 
 
 def _next_fire(s: Mapping[str, Any], now: datetime.datetime) -> Text:
-    """A list row's next fire; an overdue one says so (no worker fires it)."""
+    """A list row's next fire; an overdue one says so (no worker fires it); one
+    its jitter starts later says when (its fire time alone read "40s ago")."""
+    due, fire = _fmt.instant(s.get("next_due_at")), _fmt.instant(s.get("next_fire_at"))
+    if not s.get("overdue_since") and due is not None and fire is not None and due != fire:
+        return Text.assemble(_fmt.absolute(fire),
+                             (f" (jitter: starts {_fmt.relative(due, now)})", "dim"))
     if not s.get("overdue_since"):
         return when(s.get("next_fire_at"), now)
     return Text.assemble(("overdue ", "bold red"), when(s.get("overdue_since"), now))
@@ -539,6 +586,9 @@ def _describe_view(out: Output, info: Mapping[str, Any]) -> None:
     remaining = info.get("remaining_actions")
     grid.add_row("remaining runs", Text("no limit" if remaining is None else str(remaining)))
     grid.add_row("task queue", Text(str(info.get("task_queue") or "-")))
+    for key in ("input", "memo"):  # what each fire starts with
+        if info.get(key) is not None:
+            grid.add_row(key, Text(json.dumps(info[key], ensure_ascii=False)[:200]))
     for key, label in (("execution_timeout", "execution timeout"),
                        ("run_timeout", "run timeout")):
         if info.get(key) is not None:
@@ -675,3 +725,8 @@ def _retention_view(out: Output, data: Mapping[str, Any]) -> None:
         f"{pruned.get('runs', 0)} runs" + "".join(
             f", {n} {table}" for table, n in sorted(pruned.items()) if table != "runs")))
     out.console.print(grid)
+    if data.get("runs_to_delete") is not None:
+        out.console.print(Text(
+            f"The next retention pass deletes {data['runs_to_delete']} closed run(s) "
+            f"(closed more than {_fmt.duration(seconds)} ago)",
+            style="yellow" if data["runs_to_delete"] else ""))

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import present as _fmt
+from .. import present_ops as _ops
 from ..present import EVENT_SKIPPED_KEYS as _SKIPPED_KEYS
 from ..present import EVENT_SUMMARY_KEYS as _SUMMARY_KEYS
 from ..present import requester_text as _requester
@@ -232,7 +233,9 @@ def describe_renderable(out: Output, info: Mapping[str, Any], now: datetime) -> 
     if run.get("task_queue"):
         grid.add_row("task queue", Text(str(run.get("task_queue"))))
     if "owner" in run:
-        grid.add_row("owner", Text(str(run.get("owner") or "none (no worker holds it)")))
+        presence = info.get("owner_presence")
+        grid.add_row("owner", Text(_ops.owner_text(run.get("owner"), presence, now),
+                                   style="bold yellow" if _fmt.holder_gone(presence) else ""))
     grid.add_row("started", when(run.get("started_at"), now))
     if open_ and "waiting_for" in info:
         grid.add_row("waiting for", waiting_text(info.get("waiting_for"), now,

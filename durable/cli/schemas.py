@@ -173,7 +173,9 @@ RETENTION = obj({
     "namespace": STRING, "retention_seconds": {"type": ["number", "null"]},
     "pruned": {"type": "object", "additionalProperties": INTEGER},
     "last_pruned_at": NULLABLE_INSTANT,
-})
+    # after --set shorter than before (or under 1h with --yes): what the next pass deletes
+    "runs_to_delete": INTEGER,
+}, optional=("runs_to_delete",))
 
 #: The shape each command prints with --json. ``history --follow --json`` and
 #: ``watch --json`` print JSON Lines: one ``history_event`` / ``describe``

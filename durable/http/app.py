@@ -4,8 +4,9 @@
 storage `client` opened. Every /api route checks, in this order: the
 version header (400), the bearer token and its role (401 / 403), the
 namespace header, the path parameters (400) and query parameters (422, as
-the reference's), the body (read with a cap before parsing: 413; not JSON:
-400; not fitting the schema: 422);
+the reference's; a parameter the route does not take is ignored, or 422
+where the reference refuses it: `Operation.unknown_query`), the body (read
+with a cap before parsing: 413; not JSON: 400; not fitting the schema: 422);
 then the handler runs and a `durable` error becomes the status of
 `errors.ERROR_TABLE`. Nothing reaches a handler unvalidated, so bad input is
 a 4xx, never a 500.
@@ -51,9 +52,10 @@ from .fleet import fleet_operations
 from .metrics import Metrics
 from .openapi import build_spec
 from .queues import queue_operations
-from .routes import Call, Operation, Param, operations
+from .routes import Call, Operation, Param, check_query_names, operations
 from .schedules import schedule_operations
 from .schema import SchemaViolation, validate
+from .signing import secret_key
 from .system import system_operations
 from .throttle import AuthThrottle, client_of
 from .wire import NonFiniteNumber, dumps, loads_finite
@@ -132,8 +134,10 @@ class ControlPlaneServer:
 
     def __init__(self, client: Client, tokens: TokenSet, *, anonymous_role: str | None,
                  max_body_bytes: int, max_wait: float, public_metrics: bool,
-                 throttle: AuthThrottle | None = None) -> None:
+                 throttle: AuthThrottle | None = None, signing_key: bytes | None = None,
+                 ) -> None:
         self.client = client
+        self.signing_key = signing_key or secret_key(None, {})
         self.tokens = tokens
         self.throttle = throttle or AuthThrottle()
         self.anonymous_role = anonymous_role
@@ -171,6 +175,18 @@ class ControlPlaneServer:
                                 "this route needs 'Authorization: Bearer <token>'",
                                 headers={"WWW-Authenticate": 'Bearer realm="durable"'})
             grant = Grant(self.anonymous_role)
+            if not role_allows(grant.role, required):  # say how to get there
+                fix = ("send a token with it ('Authorization: Bearer <token>', durable "
+                       "--token)") if len(self.tokens) else (
+                    f"start the server with a {required} token (DURABLE_TOKENS="
+                    f"'secret:{required}') and send it (durable --token, 'Authorization: "
+                    "Bearer secret'), or use the database directly (durable --db URL)")
+                mode = "" if len(self.tokens) else " (development mode: the server has no tokens)"
+                raise HTTPError(
+                    403, "forbidden",
+                    f"a request without a token acts as {grant.role} here{mode}, and this "
+                    f"needs the {required} role: {fix}",
+                    role=grant.role, required_role=required)
         else:
             client = client_of(request.scope)
             self.check_throttle(client)
@@ -231,6 +247,8 @@ class ControlPlaneServer:
         return value
 
     def _params(self, op: Operation, request: Request) -> dict[str, Any]:
+        check_query_names(op, request.query_params.keys())
+
         def lookup(param: Param) -> str | None:
             if param.location == "path":
                 value: str | None = request.path_params.get(param.name)
@@ -316,7 +334,7 @@ class ControlPlaneServer:
             client=self.client.with_namespace(namespace), namespace=namespace,
             role=role, params=params, body=body, request_id=request_id,
             max_wait=self.max_wait, wait_for_change=self.wait_for_change,
-            namespaces=namespaces,
+            signing_key=self.signing_key, namespaces=namespaces,
         )
 
     async def perform(self, operation_id: str, *, role: str, namespace: str,
@@ -338,6 +356,8 @@ class ControlPlaneServer:
             raise HTTPError(400, "invalid_parameter",
                             "the namespace must be 1 to 128 letters, digits, '.', '_', ':' "
                             "or '-' (starting with a letter or digit)", parameter="namespace")
+
+        check_query_names(op, params)
 
         def lookup(param: Param) -> str | None:
             value = params.get(param.name)
@@ -590,7 +610,8 @@ def create_app(
     `ui` mounts the web UI for operators at ``/ui`` (see docs/ui.md; needs
     Jinja2, the ``ui`` extra): a browser signs in with the same tokens and
     gets a session cookie signed with `ui_secret` (else ``DURABLE_UI_SECRET``,
-    else a random key per process, so sessions end when it restarts).
+    else a random key per process, so sessions end when it restarts). The same
+    secret signs the schedule list's page tokens (`durable.http.signing`).
 
     `allowed_hosts` are the names the server is reached by (``"*.example.com"``
     for subdomains, ``"*"`` for any): a request naming another ``Host`` is
@@ -646,7 +667,8 @@ def create_app(
     plane = ControlPlaneServer(client, token_set, anonymous_role=anonymous_role,
                          max_body_bytes=max_body_bytes, max_wait=float(max_wait),
                          public_metrics=public_metrics,
-                         throttle=AuthThrottle(max_auth_failures, float(auth_failure_window)))
+                         throttle=AuthThrottle(max_auth_failures, float(auth_failure_window)),
+                         signing_key=secret_key(ui_secret, environ))
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
     for op in plane.operations:
         by_path.setdefault(op.path, {})[op.method] = plane.endpoint(op)

@@ -23,6 +23,8 @@ from ..errors import (
     ConfigurationError,
     DurableError,
     FailureCarrying,
+    InvalidScheduleQuery,
+    InvalidVisibilityQuery,
     NameNotRegistered,
     PayloadRejected,
     PolicyRejected,
@@ -31,6 +33,7 @@ from ..errors import (
     RunNotCurrent,
     ScheduleAlreadyExists,
     ScheduleNotFound,
+    StaleCursor,
     StorageUnavailable,
     StructuralLimitExceeded,
     UpdateFailed,
@@ -112,11 +115,25 @@ _SIMPLE: dict[str, type[DurableError]] = {
     "invalid_argument": ConfigurationError, "validation_failed": ConfigurationError,
     "invalid_parameter": ConfigurationError, "invalid_json": ConfigurationError,
     "invalid_payload_framing": ConfigurationError, "schedule_not_found": ScheduleNotFound,
-    # the reference's own refusals of schedule input
+    # the reference's own refusals of schedule input (a list's page token used
+    # in another namespace is a 403 that is no role's refusal)
     "malformed_schedule_page_token": ConfigurationError,
+    "schedule_page_token_namespace_mismatch": ConfigurationError,
+    "schedule_page_token_filter_mismatch": ConfigurationError,
+    "stale_schedule_page_token": StaleCursor,
+    "unsupported_schedule_list_filter": ConfigurationError,
     "invalid_cron_expression": ConfigurationError, "invalid_schedule_spec": ConfigurationError,
     "invalid_time_range": ConfigurationError, "invalid_after_sequence": ConfigurationError,
 }
+
+#: the reference's refusals of a schedule list's ``query`` (`durable._visibility_query`)
+SCHEDULE_QUERY_REASONS = frozenset({
+    "invalid_schedule_visibility_query", "unsupported_schedule_visibility_field",
+    "unsupported_schedule_visibility_predicate"})
+#: a workflow list's (`durable._visibility_query.WORKFLOWS`)
+WORKFLOW_QUERY_REASONS = frozenset({
+    "invalid_workflow_visibility_query", "unsupported_workflow_visibility_field",
+    "unsupported_workflow_visibility_predicate"})
 
 
 def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
@@ -134,9 +151,12 @@ def classify(exc: BaseException) -> tuple[int, str, dict[str, Any]] | None:
 
 def _details(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, WorkflowAlreadyStarted):
-        return {"workflow_id": exc.workflow_id, "run_id": exc.run_id}
+        return {"workflow_id": exc.workflow_id, "run_id": exc.run_id,
+                # an extension (the reference's client ignores it): the advice
+                # the remote client's error gives depends on it
+                "instance_status": exc.status}
     if isinstance(exc, ScheduleAlreadyExists):
-        return {"schedule_id": exc.schedule_id}
+        return {"schedule_id": exc.schedule_id, "namespace": exc.namespace}
     if isinstance(exc, StructuralLimitExceeded):
         return {"kind": exc.kind, "value": exc.value, "limit": exc.limit}
     if isinstance(exc, StorageUnavailable):
@@ -156,7 +176,9 @@ def error_from_wire(status: int, body: Any) -> DurableError:
     details = {k: v for k, v in body.items() if k not in ("reason", "message")}
     exc: DurableError
     if code in ("instance_already_started", "duplicate_not_allowed"):
-        exc = WorkflowAlreadyStarted(str(body.get("workflow_id")), body.get("run_id"))
+        status_of = body.get("instance_status")
+        exc = WorkflowAlreadyStarted(str(body.get("workflow_id")), body.get("run_id"),
+                                     status=status_of if isinstance(status_of, str) else None)
     elif code == "structural_limit_exceeded":
         exc = StructuralLimitExceeded(str(body.get("kind")), int(body.get("value") or 0),
                                       int(body.get("limit") or 0))
@@ -167,6 +189,10 @@ def error_from_wire(status: int, body: Any) -> DurableError:
         exc = ScheduleAlreadyExists(str(body.get("schedule_id")), str(body.get("namespace")))
     elif code == "storage_unavailable":
         exc = StorageUnavailable(message, outcome_unknown=bool(body.get("outcome_unknown")))
+    elif code in SCHEDULE_QUERY_REASONS:
+        exc = InvalidScheduleQuery(message, reason=code)
+    elif code in WORKFLOW_QUERY_REASONS:
+        exc = InvalidVisibilityQuery(message, reason=code)
     elif code in _CARRYING:
         failure = body.get("failure") if isinstance(body.get("failure"), dict) else {}
         exc = _CARRYING[code](message, failure)
@@ -174,7 +200,7 @@ def error_from_wire(status: int, body: Any) -> DurableError:
             exc.__cause__ = Failure.from_dict(failure).to_error()
     elif status == 401 or code == "too_many_failed_authentications":
         exc = AuthenticationFailed(message, status=status, code=code, details=details)
-    elif status == 403:
+    elif status == 403 and code not in _SIMPLE:
         exc = PermissionDenied(message, status=status, code=code, details=details)
     else:
         cls = _SIMPLE.get(code)

@@ -6,7 +6,8 @@ their series). What is exported, and where each figure comes from:
 Gauges, counted in storage at every scrape (one read transaction,
 `Store.observe`):
 
-- ``durable_runs{namespace,status}``: runs by status.
+- ``durable_runs{namespace,status}``: runs by status (ours, as a list shows
+  them: a run in review is ``needs_review``/``unknown``, not ``running``).
 - ``durable_cancellations_open{namespace,lifecycle}``: open runs under a
   cooperative cancellation request, by lifecycle (requested, delivered,
   cleaning_up).
@@ -16,7 +17,9 @@ Gauges, counted in storage at every scrape (one read transaction,
 Queue gauges, counted at every scrape (`Store.queue_gauges`; docs/queues.md):
 
 - ``durable_queue_runs{namespace,queue,state}``: runs running (held under a
-  live lease) and waiting (ready, no live owner): the queue's depth.
+  live lease) and waiting (ready, no live owner): the queue's depth; and
+  parked: runs a full worker put down while they wait (on a child, a timer,
+  a signal), claimable again once that wait ends (docs/deployment.md).
 - ``durable_queue_activities{namespace,queue,state}``: the same for remote
   activity attempts.
 - ``durable_queue_limit{namespace,queue,limit}``: each limit that is set
@@ -73,7 +76,11 @@ Workers, read at each scrape (`durable.store.workers.gauges`; docs/deployment.md
 listed for an hour), and for each live worker whose event loop something
 blocked, ``durable_worker_event_loop_blocks{namespace,queue,worker_id}``
 (how many times) and ``durable_worker_event_loop_last_block_seconds{...}``
-(how long the last one lasted), as recorded at its last renewal.
+(how long the last one lasted), as recorded at its last renewal; and for each
+live worker that put runs down under pressure (decision (am)), the counter
+``durable_worker_runs_released_total{namespace,queue,worker_id}`` (in all, as
+of its last renewal: a new worker starts a new series; the runs down now are
+``durable_queue_runs{state="parked"}``).
 
 And the control plane's own traffic: ``durable_http_requests_total{method,
 route,status}`` and ``durable_http_request_duration_seconds{method,route}``
@@ -85,6 +92,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -96,6 +104,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily
 
 from ..store import Store, workers
 from ..store.records import RecordedEvent
@@ -116,6 +125,23 @@ _STEP_EVENTS = {
 }
 _LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                      60.0, 300.0)
+
+
+class _ReleasedRuns:
+    """``durable_worker_runs_released_total``: a counter whose value each worker
+    keeps (its registry row), so it is read, not incremented, at a scrape."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[tuple[str, str, str], int]] = []
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "durable_worker_runs_released",
+            "Runs a live worker put down under pressure (as of its last renewal).",
+            labels=["namespace", "queue", "worker_id"])
+        for labels, count in self.rows:
+            family.add_metric(list(labels), count)
+        yield family
 
 
 def _epoch(value: Any) -> float | None:
@@ -194,6 +220,8 @@ class Metrics:
             "durable_worker_event_loop_last_block_seconds",
             "How long the last block of a live worker's event loop lasted.",
             ["namespace", "queue", "worker_id"], registry=r)
+        self.runs_released = _ReleasedRuns()
+        r.register(self.runs_released)
         self.retention_deleted = Gauge(
             "durable_retention_deleted_rows", "Rows retention deleted, by table.",
             ["namespace", "table"], registry=r)
@@ -293,6 +321,7 @@ class Metrics:
             for state in ("running", "waiting"):
                 self.queue_runs.labels(ns, name, state).set(q[f"runs_{state}"])
                 self.queue_activities.labels(ns, name, state).set(q[f"activities_{state}"])
+            self.queue_runs.labels(ns, name, "parked").set(q["runs_parked"])
             for limit, value in q["limits"].items():
                 if isinstance(value, dict):
                     self.queue_limit.labels(ns, name, limit).set(value["count"])
@@ -306,14 +335,19 @@ class Metrics:
         for gauge in (self.workers, self.loop_blocks, self.loop_last_block):
             gauge.clear()
         counts: dict[tuple[str, str, str], int] = {}
+        released: list[tuple[tuple[str, str, str], int]] = []
         for w in found:
             key = (w["namespace"], w["task_queue"], "alive" if w["alive"] else "gone")
             counts[key] = counts.get(key, 0) + 1
+            if w["alive"] and w["runs_released"]:
+                released.append(((w["namespace"], w["task_queue"], w["worker_id"]),
+                                 int(w["runs_released"].get("count") or 0)))
             blocked = w["loop_blocked"]
             if w["alive"] and blocked:
                 labels = (w["namespace"], w["task_queue"], w["worker_id"])
                 self.loop_blocks.labels(*labels).set(blocked.get("count") or 0)
                 self.loop_last_block.labels(*labels).set(blocked.get("seconds") or 0.0)
+        self.runs_released.rows = released
         for (namespace, queue, state), count in counts.items():
             self.workers.labels(namespace, queue, state).set(count)
         # a queue whose workers are all gone reads alive 0, not nothing

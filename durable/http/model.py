@@ -32,8 +32,11 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import _statuses
+from .._statuses import REFERENCE_STATUSES
 from ..present import holder, wait_of
-from ..store.records import LISTED_STATUSES, OPEN_STATUSES, REVIEW_STATUSES, HistoryEvent
+from ..present_ops import OWNER_STATES, owner_presence, owner_record
+from ..store.records import LISTED_STATUSES, HistoryEvent
 from . import avro
 
 if TYPE_CHECKING:
@@ -44,38 +47,17 @@ if TYPE_CHECKING:
 #: our statuses (`durable.RunStatus`) and the two `describe()`/`list` derive for
 #: open runs marked for review; the one list every layer reads
 DURABLE_STATUSES = LISTED_STATUSES
-#: the reference engine's run statuses
-WIRE_STATUSES = ("pending", "running", "waiting", "completed", "failed", "cancelled",
-                 "terminated")
-#: the reference's list filter: a bucket of statuses
-BUCKETS = ("running", "completed", "failed")
+#: the reference engine's run statuses, and its list filter's buckets; ours in
+#: its words is one mapping, `durable._statuses` (rows and filters read it)
+WIRE_STATUSES = REFERENCE_STATUSES
+BUCKETS = _statuses.BUCKETS
+BUCKET_MEMBERS = _statuses.BUCKET_MEMBERS
 #: the most runs a page of ``GET /api/workflows`` holds (the reference's
 #: ``page_size`` bound); durable's own clients ask for more in pages of it
 LIST_PAGE_MAX = 200
-OPEN_DURABLE = frozenset(str(s) for s in (*OPEN_STATUSES, *REVIEW_STATUSES))
-
-_TO_WIRE = {"pending": "pending", "running": "running", "completed": "completed",
-            "failed": "failed", "cancelled": "cancelled", "terminated": "terminated",
-            "timed_out": "failed", "continued": "completed", "needs_review": "running",
-            "unknown": "running"}
-#: the durable statuses in each bucket (what the list filter selects)
-BUCKET_MEMBERS: dict[str, tuple[str, ...]] = {
-    "running": tuple(str(s) for s in OPEN_STATUSES),
-    "completed": ("completed", "continued"),
-    "failed": ("failed", "cancelled", "timed_out", "terminated"),
-}
-
-
-def wire_status(status: str) -> str:
-    """The reference's word for one of ours."""
-    return _TO_WIRE.get(status, "running")
-
-
-def status_bucket(status: str) -> str:
-    """running (open), completed or failed (every other close), for one of ours."""
-    if status in OPEN_DURABLE:
-        return "running"
-    return "completed" if status in ("completed", "continued") else "failed"
+OPEN_DURABLE = _statuses.OPEN
+wire_status = _statuses.reference_status
+status_bucket = _statuses.status_bucket
 
 
 def wire_closed_reason(status: str, closed_reason: str | None) -> str | None:
@@ -92,7 +74,7 @@ def status_fields(status: str, closed_reason: str | None) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "status": wire_status(status),
         "status_bucket": status_bucket(status),
-        "is_terminal": status not in OPEN_DURABLE,
+        "is_terminal": _statuses.is_terminal(status),
         "closed_reason": wire_closed_reason(status, closed_reason),
         "durable_status": status,
         "durable_closed_reason": closed_reason,
@@ -158,6 +140,10 @@ def _iso(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime.datetime) else value
 
 
+#: keys the wire's description adds to describe()'s from the worker records
+WIRE_ONLY = ("holder", "owner_presence")
+
+
 def describe_to_wire(info: dict[str, Any], input_value: Any = None,
                      output_value: Any = None, *, has_output: bool = False) -> dict[str, Any]:
     """`WorkflowHandle.describe()` as the reference's run description: its flat
@@ -203,8 +189,9 @@ def describe_to_wire(info: dict[str, Any], input_value: Any = None,
             body[key] = value
     body["durable_memo"] = info.get("memo")
     # the keys of our describe(), so a remote client rebuilds exactly that dictionary
-    # (``holder``, when the caller named it, is the wire's alone: not describe()'s)
-    body["durable_keys"] = [key for key in info if key != "holder"]
+    # (``holder`` and ``owner_presence``, when the caller named them, are the
+    # wire's alone: not describe()'s)
+    body["durable_keys"] = [key for key in info if key not in WIRE_ONLY]
     return body
 
 
@@ -250,12 +237,22 @@ async def read_run_description(
     completed, its output read too), or None for no such run: what
     ``GET /api/workflows/{id}`` answers and ``durable describe --json`` prints.
     With `list_workers`, an open run with nothing open names its ``holder``
-    (`durable.present.holder`): whether that worker is presumed alive."""
+    (`durable.present.holder`): whether that worker is presumed alive; and
+    every run names its owner's presence (``owner_presence``,
+    `durable.present_ops.owner_record`), the run page's "Worker" line."""
     info = await control.describe(workflow_id, run_id)
     if info is None:
         return None
     if list_workers is not None:
-        info["holder"] = await holder(info, list_workers)
+        workers: list[Sequence[Mapping[str, Any]]] = []
+
+        async def read_once() -> Sequence[Mapping[str, Any]]:
+            # one read of the worker records for both
+            if not workers:
+                workers.append(await list_workers())
+            return workers[0]
+        info["holder"] = await holder(info, read_once)
+        info["owner_presence"] = owner_record(await owner_presence(info, read_once))
     actual = str((info.get("run") or {}).get("run_id"))
     first = await control.history(workflow_id, actual, after_sequence=0, limit=1)
     started = first[0].data if first and first[0].type == "WorkflowStarted" else {}
@@ -410,6 +407,14 @@ RUN_SCHEMA: dict[str, Any] = {
         "started_at": _INSTANT, "closed_at": _INSTANT,
         "execution_deadline_at": _INSTANT, "run_deadline_at": _INSTANT,
         "memo": {"type": "object"}, "actions": {"type": "object"},
+        # ours: whether the worker that owns the run is still there
+        "owner_presence": {
+            "type": "object", "required": ["worker_id", "state", "alive", "last_seen_at",
+                                           "expires_at"],
+            "properties": {"worker_id": {"type": ["string", "null"]},
+                           "state": {"type": "string", "enum": list(OWNER_STATES)},
+                           "alive": {"type": "boolean"},
+                           "last_seen_at": _INSTANT, "expires_at": _INSTANT}},
     },
 }
 SUMMARY_SCHEMA: dict[str, Any] = {

@@ -88,6 +88,9 @@ def worker_summary(worker: dict[str, Any]) -> dict[str, Any]:
         "activities_held": worker["activities_held"],
         # how often something blocked its event loop, and the last time (None: never)
         "loop_blocked": worker.get("loop_blocked"),
+        # the runs it put down under pressure: {count, recent, window_seconds,
+        # last_at, failed} as of its last renewal (None: none)
+        "runs_released": worker.get("runs_released"),
     }
 
 

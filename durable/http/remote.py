@@ -19,6 +19,8 @@ import httpx
 
 from .._embedded import decode_cursor
 from .._log import mask_password_in, mask_url
+from .._registry import workflow_defn_of
+from .._visibility_query import check_text
 from ..control import Page, RunState
 from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
 from ..store.records import HistoryEvent, StartRequest, StartResult
@@ -164,8 +166,11 @@ class RemoteControl:
             "memo": json.loads(request.memo) if request.memo else None,
             "priority": request.priority,
             "concurrency_key": request.concurrency_key,
-            # The client checked a workflow name already (as an embedded one does).
-            "require_registered": False,
+            # The client checked a workflow function it imports (as an embedded
+            # one does: it needs no live worker); a name it does not import the
+            # plane checks, arguments included, against its live workers'
+            # definitions, which a remote client cannot read
+            "require_registered": workflow_defn_of(request.workflow_type) is None,
             # any id the SDK takes, not only the reference engine's (the client
             # checked it already, as an embedded one does)
             "rules": "durable",
@@ -261,7 +266,8 @@ class RemoteControl:
         return dict(data)
 
     async def list_runs(self, *, status: str | None, workflow_type: str | None, limit: int,
-                        cursor: str | None) -> Page:
+                        cursor: str | None, query: str | None = None) -> Page:
+        check_text(query)  # the server reads the grammar (as the schedule list's)
         if cursor:  # refused here in the Python API's words (`cursor`, `next_cursor`)
             decode_cursor(cursor)
         # The server pages by at most LIST_PAGE_MAX (the reference's bound); a
@@ -270,7 +276,7 @@ class RemoteControl:
         items: list[dict[str, Any]] = []
         while True:
             _, data = await self._call("GET", "/api/workflows", params={
-                "durable_status": status, "workflow_type": workflow_type,
+                "durable_status": status, "workflow_type": workflow_type, "query": query,
                 "page_size": min(LIST_PAGE_MAX, limit - len(items)), "next_page_token": cursor})
             items += [summary_from_wire(item) for item in data["workflows"]]
             cursor = data["next_page_token"]

@@ -31,6 +31,7 @@ def worker_from_wire(w: dict[str, Any]) -> dict[str, Any]:
         "status": "alive" if w["alive"] else "gone", "runs_held": w["runs_held"],
         "activities_held": w["activities_held"],
         "loop_blocked": w.get("loop_blocked"),  # (absent from an older server)
+        "runs_released": w.get("runs_released"),  # (likewise)
     }
 
 

@@ -19,6 +19,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._registry import workflow_defn_of
 from ..errors import ConfigurationError, ScheduleAlreadyExists, ScheduleNotFound
 from .errors import ControlPlaneError
 from .paths import quote_segment
@@ -43,7 +44,8 @@ class RemoteControl(Protocol):
 SPEC_KEYS = ("cron", "every", "offset", "timezone", "start_at", "end_at")
 #: keys the wire adds for the reference engine's clients (dropped on the way back)
 REFERENCE_KEYS = ("status", "overlap_policy", "jitter_seconds", "action", "failures_count",
-                  "latest_workflow_instance_id", "paused_at", "info", "search_attributes")
+                  "latest_workflow_instance_id", "paused_at", "info", "state",
+                  "search_attributes")
 #: the most schedules a page of ``GET /api/schedules`` holds (the reference's
 #: bound); `RemoteSchedules.list` reads a longer page in pages of it
 LIST_PAGE_MAX = 200
@@ -119,28 +121,39 @@ def schedule_to_wire(info: dict[str, Any]) -> dict[str, Any]:
     """A schedule (describe() or a list summary) with the reference's fields added."""
     out = dict(info)
     out["spec"] = spec_to_wire(info.get("spec") or {})
+    # the reference's statuses are active and paused (its deleted is gone): an
+    # ended schedule (`ended`, ours) keeps its own, and the reference's fields
+    # say it fires no more: no next_fire_at nor info.next_fire, remaining_actions 0
     out["status"] = "paused" if info.get("paused") else "active"
+    out["state"] = {"status": out["status"], "paused": bool(info.get("paused")),
+                    "note": info.get("note")}
     out["overlap_policy"] = info.get("overlap")
-    jitter = info.get("jitter")
-    # whole seconds as the reference's integer; a fraction (the SDK's) stays
-    out["jitter_seconds"] = int(jitter) if isinstance(jitter, float) and jitter.is_integer() \
-        else jitter
+    out["jitter_seconds"] = _whole(info.get("jitter"))
     out["action"] = {
         "workflow_type": info.get("workflow_type"), "task_queue": info.get("task_queue"),
-        "execution_timeout_seconds": info.get("execution_timeout"),
-        "run_timeout_seconds": info.get("run_timeout"),
+        "execution_timeout_seconds": _whole(info.get("execution_timeout")),
+        "run_timeout_seconds": _whole(info.get("run_timeout")),
     }
     out["failures_count"] = 0
     out["paused_at"] = None  # (not kept here)
     out["search_attributes"] = {}  # (accepted on create, not kept)
     if "skipped_count" in info:
-        out["info"] = {"skipped_trigger_count": info.get("skipped_count"),
+        out["info"] = {"next_fire": info.get("next_fire_at"),
+                       "last_fire": info.get("last_fired_at"),
+                       "fires_count": info.get("fires_count"), "failures_count": 0,
+                       "skipped_trigger_count": info.get("skipped_count"),
                        "last_skip_reason": info.get("last_skip_reason"),
                        "last_skipped_at": info.get("last_skipped_at")}
     latest = info.get("last_fire") or next(
         (f for f in info.get("recent") or () if f.get("workflow_id")), None)
     out["latest_workflow_instance_id"] = (latest or {}).get("workflow_id")
     return out
+
+
+def _whole(seconds: Any) -> Any:
+    """Whole seconds as the reference's integer (its client's fields are int); a
+    fraction (the SDK's) stays."""
+    return int(seconds) if isinstance(seconds, float) and seconds.is_integer() else seconds
 
 
 def schedule_from_wire(data: dict[str, Any]) -> dict[str, Any]:
@@ -206,9 +219,11 @@ class RemoteSchedules:
             "max_runs": definition.max_runs,
             "paused": definition.paused,
             "note": definition.note,
-            # the client checked the name, as an embedded client does (a workflow
-            # function it imports needs no live worker)
-            "require_registered": False,
+            # the client checked a workflow function it imports, as an embedded
+            # client does (it needs no live worker); a name it does not import
+            # the plane checks, arguments included, against its live workers'
+            # definitions (which a remote client cannot read)
+            "require_registered": workflow_defn_of(definition.workflow_type) is None,
             # the SDK's ids and jitter, not only the reference engine's (checked here)
             "rules": "durable",
         }

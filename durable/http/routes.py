@@ -13,7 +13,7 @@ routes (result, cascade, review, workflow types, repair pass).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,8 @@ class Call:
     # each wake-up naming the run (or a bounded poll); None after `seconds`
     # (`durable.wakes.WakeHub.until`)
     wait_for_change: Callable[[str, Callable[[], Awaitable[Any]], float], Awaitable[Any]]
+    # the server's key for what it signs and takes back (`durable.http.signing`)
+    signing_key: bytes
     # the namespaces the token may act in (None: every one); a route that names
     # a namespace other than the request's checks it (`system.py`)
     namespaces: frozenset[str] | None = None
@@ -104,6 +106,21 @@ class Operation:
     tags: tuple[str, ...] = ("workflows",)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # what a query parameter the route does not declare is: the refusal to
+    # raise, or None to let it be (None here: any such parameter is ignored)
+    unknown_query: Callable[[str], Exception | None] | None = None
+
+
+def check_query_names(op: Operation, names: Iterable[str]) -> None:
+    """Refuse a query parameter `op` does not declare, if it refuses them
+    (`Operation.unknown_query`), before any parameter is read."""
+    if op.unknown_query is None:
+        return
+    known = {p.name for p in op.params if p.location == "query"}
+    for name in names:
+        refusal = None if name in known else op.unknown_query(name)
+        if refusal is not None:
+            raise refusal
 
 
 def text(max_length: int, description: str, *, min_length: int = 1) -> Schema:

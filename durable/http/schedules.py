@@ -1,7 +1,7 @@
 """The control plane's schedule and retention routes, in the reference engine's shape.
 
-``/api/schedules`` (list, create, describe, update, delete, pause, resume,
-trigger, backfill) and ``/api/system/retention`` (+ ``/pass``), declared as
+``/api/schedules`` (list: `schedule_list`; create, describe, update, delete,
+pause, resume, trigger, backfill) and ``/api/system/retention`` (+ ``/pass``), declared as
 `routes.Operation`s like every other route (`app.py` mounts them, validates
 against these schemas, and `openapi.py` publishes them). The shapes are the
 reference server's ScheduleController / SystemController, with our own
@@ -21,7 +21,13 @@ from typing import Any
 from ..clock import to_iso
 from ..errors import ConfigurationError, PayloadRejected
 from ..options import StartOptions
-from ..schedules import Overlap, ScheduleDefinition, ScheduleSpec, check_schedule_id
+from ..schedules import (
+    Overlap,
+    ScheduleDefinition,
+    ScheduleSpec,
+    check_schedule_id,
+    check_scheduled_workflow,
+)
 from . import avro, model
 from .errors import HTTPError
 from .remote_schedules import TRIGGER_OUTCOMES, schedule_to_wire, spec_from_wire
@@ -38,17 +44,17 @@ from .routes import (
     seconds,
     text,
 )
+from .schedule_list import list_operation
 from .schema import check_schema
 
 OVERLAPS = [o.value for o in Overlap]
 SCHEDULE_ID = Param("scheduleId", "path", text(255, "The schedule id."), "The schedule id.",
                     required=True)
 #: the reference engine's bounds (its ScheduleController's rules): a schedule id
-#: of at most 128 characters, a jitter of 0 to 3600 whole seconds, pages of 1
-#: to 200 schedules (50 by default), history pages clamped to 1..500 (100)
+#: of at most 128 characters, a jitter of 0 to 3600 whole seconds, history
+#: pages clamped to 1..500 (100) (the list's: `schedule_list`)
 REFERENCE_SCHEDULE_ID_MAX = 128
 REFERENCE_JITTER_MAX = 3600
-LIST_PAGE_MAX = 200
 HISTORY_PAGE_MAX = 500
 _ID_RULES = rules_field("schedule ids of up to 238 characters, any jitter")
 _NULLABLE_TEXT = {"type": ["string", "null"]}
@@ -183,7 +189,15 @@ def _spec(data: dict[str, Any]) -> ScheduleSpec:
     reference answers it: ``invalid_cron_expression`` naming
     ``spec.cron_expressions``, else ``invalid_schedule_spec`` naming ``spec``."""
     try:
-        return ScheduleSpec.from_dict(spec_from_wire(data))
+        wire = spec_from_wire(data)
+        if not wire["cron"] and wire["every"] is None:
+            # (the SDK's words would name cron= and every=); a spec sent to
+            # change only its time zone is the usual way to get here
+            raise reference_refusal("spec", (
+                "spec needs cron_expressions (e.g. [\"0 2 * * *\"]) or intervals (e.g. "
+                "[{\"every\": \"PT1H\"}]); a spec is replaced whole, on update too: send "
+                "them with the timezone"), "invalid_schedule_spec")
+        return ScheduleSpec.from_dict(wire)
     except ConfigurationError as exc:
         message = str(exc)
         if "cron expression" in message:
@@ -238,22 +252,6 @@ def _options(action: dict[str, Any], memo: Any) -> StartOptions:
 # ---------------------------------------------------------------- schedules
 
 
-async def list_schedules(call: Call) -> tuple[int, Any]:
-    """One page by schedule id, filtered in storage (so a page is full whatever
-    the filters); ``next_page_token`` is null on the last page."""
-    p = call.params
-    try:
-        page = await call.client.list_schedules_page(
-            limit=p["page_size"], cursor=p.get("next_page_token") or None,
-            status=p.get("status"), workflow_type=p.get("workflow_type"), query=p.get("query"))
-    except ConfigurationError as exc:  # (the reference's answer to a token it did not sign)
-        raise HTTPError(400, "malformed_schedule_page_token", str(exc), field="next_page_token",
-                        errors={"next_page_token": [str(exc)]}) from None
-    shown = [schedule_to_wire(i) for i in page.items]
-    return 200, {"schedules": shown, "schedule_count": len(shown),
-                 "next_page_token": page.next_cursor}
-
-
 async def create_schedule(call: Call) -> tuple[int, Any]:
     body = call.body
     client = call.client
@@ -264,15 +262,18 @@ async def create_schedule(call: Call) -> tuple[int, Any]:
         raise reference_refusal("schedule_id", str(exc)) from None
     action = _action(body)
     wf_type = action["workflow_type"]
+    args = _arguments(action.get("input"))
     fields = client._schedule_fields(
         schedule_id=schedule_id, spec=_spec(body["spec"]),
         overlap=body.get("overlap_policy") or Overlap.SKIP,
-        args=_arguments(action.get("input")), options=_options(action, body.get("memo")),
+        args=args, options=_options(action, body.get("memo")),
         workflow=wf_type, jitter=body.get("jitter_seconds") or 0,
         catchup_window=body.get("catchup_window_seconds") or 3600,
         max_runs=body.get("max_runs"), note=body.get("note"))
     if body.get("require_registered", True):
-        await client._check_registered(wf_type, wf_type)
+        # the name, and the arguments against its function as live workers
+        # register it (each fire would fail with TypeError); a taken id first
+        await check_scheduled_workflow(client, schedule_id, wf_type, wf_type, args)
     definition = ScheduleDefinition(paused=bool(body.get("paused")), **fields)
     await client.schedule_control.create(schedule_id, definition)
     return 201, {"schedule_id": schedule_id, "outcome": "created"}
@@ -319,13 +320,24 @@ async def delete_schedule(call: Call) -> tuple[int, Any]:
     return 200, {"schedule_id": call.params["scheduleId"], "outcome": "deleted"}
 
 
+async def _note(call: Call) -> str | None:
+    """A pause's or resume's note: the one sent, null included (our remote client
+    sends null to clear it, as the SDK's pause() and resume() do); none sent
+    keeps the schedule's own, as the reference keeps it (its client sends no
+    note when given none: a note set at create was lost to a bare pause)."""
+    if "note" in call.body:
+        return call.body["note"]  # type: ignore[no-any-return]
+    kept = (await call.client.get_schedule(call.params["scheduleId"]).describe())["note"]
+    return None if kept is None else str(kept)
+
+
 async def pause_schedule(call: Call) -> tuple[int, Any]:
-    await call.client.get_schedule(call.params["scheduleId"]).pause(call.body.get("note"))
+    await call.client.get_schedule(call.params["scheduleId"]).pause(await _note(call))
     return 200, {"schedule_id": call.params["scheduleId"], "outcome": "paused"}
 
 
 async def resume_schedule(call: Call) -> tuple[int, Any]:
-    await call.client.get_schedule(call.params["scheduleId"]).resume(call.body.get("note"))
+    await call.client.get_schedule(call.params["scheduleId"]).resume(await _note(call))
     return 200, {"schedule_id": call.params["scheduleId"], "outcome": "resumed"}
 
 
@@ -351,8 +363,11 @@ async def backfill_schedule(call: Call) -> tuple[int, Any]:
             f"end_time must be after start_time (got {body['start_time']!r} to "
             f"{body['end_time']!r}): a backfill fires every fire time in [start_time, "
             "end_time)"), field="end_time")
-    done = await call.client.get_schedule(call.params["scheduleId"]).backfill(
-        start, end, body.get("overlap_policy"))
+    try:
+        done = await call.client.get_schedule(call.params["scheduleId"]).backfill(
+            start, end, body.get("overlap_policy"))
+    except ConfigurationError as exc:  # a range with fire times to come, or too many
+        raise HTTPError(422, "invalid_time_range", str(exc), field="end_time") from None
     results = [{**r, "fire_time": r["scheduled_at"]} for r in done["results"]]
     return 200, {**done, "results": results, "outcome": "backfill_started",
                  "fires_attempted": done["fires"]}
@@ -463,28 +478,7 @@ def schedule_operations() -> list[Operation]:
     by_id = (SCHEDULE_ID,)
     not_found = Reply(404, "schedule_not_found.", ERROR_SCHEMA)
     return [
-        Operation(
-            "GET", "/api/schedules", "listSchedules", "List the namespace's schedules",
-            list_schedules, tags=tags,
-            params=(
-                Param("page_size", "query",
-                      {"type": "integer", "minimum": 1, "maximum": LIST_PAGE_MAX,
-                       "default": 50},
-                      "At most this many, by id: 1 to 200 (the reference's bound)."),
-                Param("status", "query", {"type": "string", "enum": ["active", "paused"]},
-                      "Only active or only paused schedules."),
-                Param("workflow_type", "query", text(255, "Only this workflow type."),
-                      "Only schedules starting this type."),
-                Param("query", "query", text(2048, "A part of the schedule id."),
-                      "Only ids containing this."),
-                Param("next_page_token", "query", text(8192, "The previous page's token."),
-                      "The next_page_token of the previous page (same filters)."),
-            ),
-            replies=(Reply(200, "{schedules, schedule_count, next_page_token}: by id; "
-                                "next_page_token is null on the last page", ANY_OBJECT),
-                     Reply(400, "malformed_schedule_page_token: a next_page_token this "
-                                "server did not give", ERROR_SCHEMA)),
-        ),
+        list_operation(),
         Operation(
             "POST", "/api/schedules", "createSchedule", "Create a schedule", create_schedule,
             "operator", tags=tags, body=CREATE_BODY, body_required=True,

@@ -8,14 +8,17 @@ refuses a non-loopback address when no token is configured.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
@@ -33,6 +36,8 @@ from .auth import load_tokens
 log = get_logger("durable.http")
 
 LOOPS = ("asyncio", "trio")
+#: The signals that stop `serve` gracefully (the first; a second ends it at once).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: What a token-less server logs when it starts (and the UI shows on every page).
 NO_TOKEN_BANNER = (
     "NO TOKENS: this control plane is in development mode. Every request acts as "
@@ -96,7 +101,17 @@ async def _serve_uvicorn(app: Any, host: str, port: int, task_status: TaskStatus
     bound = int(sock.getsockname()[1])
     config = uvicorn.Config(app, host=host, port=bound, log_config=None, access_log=False,
                             lifespan="on", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its signal handlers: uvicorn raises a caught
+        SIGTERM again once it has shut down, which ended the process before its
+        workers stopped; `serve` (or the embedding program) owns the signals."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    server = Server(config)
     done = anyio.Event()
 
     async def run() -> None:
@@ -121,6 +136,19 @@ async def _serve_uvicorn(app: Any, host: str, port: int, task_status: TaskStatus
             server.should_exit = True
             with anyio.CancelScope(shield=True), anyio.move_on_after(15):
                 await done.wait()
+
+
+async def _stop_on_signal(stop: anyio.Event) -> None:
+    """`serve`'s first SIGINT or SIGTERM stops it gracefully: the server stops
+    accepting and its workers stop as `durable worker`'s do (runs released,
+    the worker deregistered); a second one, with the default handlers back,
+    ends the process at once."""
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            log.info("stopping gracefully (send the signal again to exit at once)",
+                     signal=signal.Signals(signum).name)
+            stop.set()
+            return
 
 
 async def _serve_hypercorn(app: Any, host: str, port: int, task_status: TaskStatus[int]) -> None:
@@ -201,9 +229,15 @@ async def serve_async(
     ui_secret: str | bytes | None = None,
     allowed_hosts: Sequence[str] | None = None,
     max_auth_failures: int = 10,
+    stop: anyio.Event | None = None,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """`serve` inside a running event loop (asyncio or trio); see `serve`."""
+    """`serve` inside a running event loop (asyncio or trio); see `serve`.
+
+    Setting `stop` stops it gracefully: the server stops accepting, then the
+    workers stop as on leaving their ``async with`` (runs released), and it
+    returns. Cancelling it instead stops the workers abruptly (their runs
+    stay held until their leases end)."""
     token_set = load_tokens(tokens, tokens_file)
     anonymous: str | None = None
     if not len(token_set):
@@ -224,7 +258,14 @@ async def serve_async(
                          max_wait=max_wait, public_metrics=public_metrics, ui=ui,
                          ui_secret=ui_secret, allowed_hosts=_hosts_for(host, allowed_hosts),
                          max_auth_failures=max_auth_failures)
-        await serve_app(app, host=host, port=port, task_status=task_status)
+        if stop is None:
+            await serve_app(app, host=host, port=port, task_status=task_status)
+            return
+        async with anyio.create_task_group() as serving:
+            bound = await serving.start(partial(serve_app, app, host=host, port=port))
+            task_status.started(bound)
+            await stop.wait()
+            serving.cancel_scope.cancel()  # the server only: the workers stop on their own
 
 
 def worker_specs(worker: WorkerSpecs | None) -> list[WorkerSpec]:
@@ -302,12 +343,15 @@ def serve(
         logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     async def main() -> None:
+        stop = anyio.Event()
         async with anyio.create_task_group() as tg:
+            if threading.current_thread() is threading.main_thread():
+                tg.start_soon(_stop_on_signal, stop)
             bound = await tg.start(partial(
                 serve_async, db_url, host, port, tokens=tokens, tokens_file=tokens_file,
                 worker=worker, max_wait=max_wait, public_metrics=public_metrics, ui=ui,
                 ui_secret=ui_secret, allowed_hosts=allowed_hosts,
-                max_auth_failures=max_auth_failures))
+                max_auth_failures=max_auth_failures, stop=stop))
             api, web = urls(host, bound)
             log.info("control plane listening", url=api.removesuffix("/api"), loop=loop,
                      **({"ui": web} if ui else {}))

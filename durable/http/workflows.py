@@ -19,11 +19,18 @@ import re
 import uuid
 from typing import Any
 
-from .._embedded import decode_cursor, encode_cursor
+from .._embedded import check_start_arity, decode_cursor, encode_cursor
+from .._visibility_query import run_filter
 from ..control import Page
-from ..errors import ConfigurationError, NameNotRegistered, PayloadRejected, WorkflowNotFound
+from ..errors import (
+    ConfigurationError,
+    InvalidVisibilityQuery,
+    NameNotRegistered,
+    PayloadRejected,
+    WorkflowNotFound,
+)
 from ..options import IdReusePolicy, StartOptions
-from ..store.records import HistoryEvent, StartRequest
+from ..store.records import HistoryEvent, StartRequest, StartResult
 from . import avro, model
 from .errors import HTTPError
 from .model import parse_payload
@@ -46,6 +53,7 @@ from .routes import (
     seconds,
     text,
 )
+from .schedule_list import list_error
 from .wire import encode_payload, record_to_wire
 
 PAYLOAD = {"type": ["object", "array", "null"],
@@ -229,7 +237,10 @@ CANCELLATION_REPLY: Schema = {
 CLOSE_REPLY: Schema = {
     "type": "object", "required": ["workflow_id", "run_id", "outcome", "status"],
     "properties": {"workflow_id": {"type": "string"}, "run_id": {"type": "string"},
-                   "outcome": {"type": "string"},
+                   "outcome": {"type": "string", "description":
+                               "cancelled or terminated; rejected_not_active when the run "
+                               "had closed otherwise before (nothing done)"},
+                   "rejection_reason": {"type": "string", "enum": ["run_not_active"]},
                    "status": {"type": "string", "enum": list(model.WIRE_STATUSES)}},
 }
 
@@ -276,8 +287,12 @@ async def start_request(call: Call) -> StartRequest:
         priority=5 if body.get("priority") is None else body["priority"],
         concurrency_key=body.get("concurrency_key"),
     )
-    return client._start_request(wf_type, _arguments(body.get("input"), "input"),
-                                 body["workflow_id"], options, body.get("task_queue"))
+    args = _arguments(body.get("input"), "input")
+    if body.get("require_registered", True):
+        await check_start_arity(client._store, call.namespace, client.clock, wf_type, None,
+                                args)
+    return client._start_request(wf_type, args, body["workflow_id"], options,
+                                 body.get("task_queue"))
 
 
 def _check_id(body: dict[str, Any]) -> None:
@@ -299,14 +314,21 @@ def _check_id(body: dict[str, Any]) -> None:
                     errors={"workflow_id": [message]})
 
 
-def _start_reply(call: Call, run_id: str, status: str, created: bool,
-                 outcome: str) -> dict[str, Any]:
+async def _start_reply(call: Call, started: StartResult, outcome: str) -> dict[str, Any]:
+    """A start's answer. The store's answer holds the instance's stored status;
+    a run it did not just create (the open run returned or signalled) may be
+    in review, so its status is read as describe() shows it (`RunState`,
+    `durable._statuses`): ``durable_status`` says needs_review there too."""
+    status = started.status
+    if not (started.created and status == "pending"):  # not a fresh run: read it
+        state = await call.client.control.run_state(call.body["workflow_id"], started.run_id)
+        status = status if state is None else state.status
     return {
-        "workflow_id": call.body["workflow_id"], "run_id": run_id,
+        "workflow_id": call.body["workflow_id"], "run_id": started.run_id,
         "workflow_type": call.body["workflow_type"], "namespace": call.namespace,
         "status": model.wire_status(status), "durable_status": status,
         "business_key": None, "payload_codec": avro.CODEC, "outcome": outcome,
-        "created": created,
+        "created": started.created,
     }
 
 
@@ -317,8 +339,7 @@ async def start_workflow(call: Call) -> tuple[int, Any]:
         raise ConfigurationError("send duplicate_policy or id_reuse_policy, not both")
     result = await call.client.control.start(await start_request(call))
     outcome = "started_new" if result.created else "returned_existing_active"
-    return (201 if result.created else 200), _start_reply(
-        call, result.run_id, result.status, result.created, outcome)
+    return (201 if result.created else 200), await _start_reply(call, result, outcome)
 
 
 async def signal_with_start(call: Call) -> tuple[int, Any]:
@@ -329,8 +350,7 @@ async def signal_with_start(call: Call) -> tuple[int, Any]:
     result = await call.client.control.signal_with_start(request, body["signal"],
                                                          encode_payload(args))
     outcome = "started_new" if result.created else "signalled_existing"
-    return (201 if result.created else 200), _start_reply(
-        call, result.run_id, result.status, result.created, outcome)
+    return (201 if result.created else 200), await _start_reply(call, result, outcome)
 
 
 # ---------------------------------------------------------------- reading
@@ -375,10 +395,18 @@ async def list_workflows(call: Call) -> tuple[int, Any]:
         before = decode_cursor(token) if token else None
     except ConfigurationError:  # its words name the Python API's `next_cursor`
         raise _foreign_page_token() from None
+    try:  # the one reading of a query, the embedded list's too (`run_filter`)
+        found = run_filter(p.get("query"))
+    except InvalidVisibilityQuery as exc:
+        raise list_error(422, exc.reason, str(exc), "query") from None
+    statuses = found.statuses
+    if bucket:  # both must hold: ours in the bucket that rows show as the word
+        members = model.BUCKET_MEMBERS[bucket]
+        statuses = members if statuses is None else tuple(s for s in statuses if s in members)
     items, next_key = await call.client.store.list_runs(
         call.namespace, p.get("durable_status"), p.get("workflow_type"), p["page_size"],
-        before, statuses=model.BUCKET_MEMBERS[bucket] if bucket else None,
-        id_contains=p.get("query"), now=call.client.clock.now())
+        before, statuses=statuses, id_contains=found.id_contains,
+        now=call.client.clock.now(), matching=found.matching)
     return 200, model.list_to_wire(
         Page(items, encode_cursor(next_key) if next_key else None))
 
@@ -552,9 +580,17 @@ async def _close(call: Call, status: str, outcome: str) -> tuple[int, Any]:
     state = await control.run_state(wf, run)
     if state is None:
         raise await _not_found(call, wf, run)
-    return 200, {"workflow_id": wf, "run_id": state.run_id, "outcome": outcome,
-                 "reason": reason, "request_id": call.body.get("request_id"),
-                 **model.status_fields(state.status, None)}
+    reply = {"workflow_id": wf, "run_id": state.run_id, "outcome": outcome,
+             "reason": reason, "request_id": call.body.get("request_id"),
+             **model.status_fields(state.status, None)}
+    if state.status != status:
+        # closed otherwise before this call (completed, failed, the other of
+        # cancel/terminate): still 200, as closing a closed run changes nothing
+        # (the SDK's cancel() and terminate() are no-ops there, remote too),
+        # but the outcome says nothing was done, in the reference's words for a
+        # command on a closed run; it used to say "cancelled" beside "completed"
+        reply.update(outcome="rejected_not_active", rejection_reason="run_not_active")
+    return 200, reply
 
 
 async def cancel(call: Call) -> tuple[int, Any]:
@@ -627,8 +663,13 @@ def workflow_operations() -> list[Operation]:
                       "Extension: only runs with this status of ours."),
                 Param("workflow_type", "query", text(1000, "Only runs of this type."),
                       "Only runs of this type."),
-                Param("query", "query", text(1000, "Only ids holding this text."),
-                      "Only workflow ids holding this text."),
+                Param("query", "query", text(1000, "Field = literal [AND ...], or id text."),
+                      "A visibility query: equality predicates joined by AND on WorkflowId, "
+                      "WorkflowType, TaskQueue or ExecutionStatus (Status), e.g. "
+                      "WorkflowType = 'order' AND ExecutionStatus = 'running'. A status "
+                      "(lowercase) finds the runs whose rows show it: a run waiting for "
+                      "review is running, a timed-out one failed. A query with no =, < or > "
+                      "keeps the workflow ids holding it."),
                 Param("page_size", "query",
                       {"type": "integer", "minimum": 1, "maximum": model.LIST_PAGE_MAX,
                        "default": 50},
@@ -636,7 +677,11 @@ def workflow_operations() -> list[Operation]:
                 Param("next_page_token", "query", text(1000, "The previous page's token."),
                       "The next_page_token of the previous page."),
             ),
-            replies=(Reply(200, "One page of run summaries.", model.LIST_SCHEMA),),
+            replies=(Reply(200, "One page of run summaries.", model.LIST_SCHEMA),
+                     Reply(422, "invalid_workflow_visibility_query, "
+                                "unsupported_workflow_visibility_field, "
+                                "unsupported_workflow_visibility_predicate: a query that does "
+                                "not fit the grammar (field: query)", ERROR_SCHEMA)),
         ),
         Operation(
             "GET", "/api/workflows/{workflowId}/runs", "listWorkflowRuns",
@@ -679,10 +724,14 @@ def workflow_operations() -> list[Operation]:
     )
     ops += _both("POST", "cancel", "cancelWorkflow",
                  "Close the run at once as cancelled (no cleanup)", cancel, role="operator",
-                 body=CLOSE_BODY, replies=(Reply(200, "The run after.", CLOSE_REPLY),))
+                 body=CLOSE_BODY, replies=(Reply(200, "The run after (a closed run: unchanged, "
+                                                      "outcome rejected_not_active).",
+                                                 CLOSE_REPLY),))
     ops += _both("POST", "terminate", "terminateWorkflow",
                  "Close the run at once as terminated", terminate, role="operator",
-                 body=CLOSE_BODY, replies=(Reply(200, "The run after.", CLOSE_REPLY),))
+                 body=CLOSE_BODY, replies=(Reply(200, "The run after (a closed run: unchanged, "
+                                                      "outcome rejected_not_active).",
+                                                 CLOSE_REPLY),))
     ops += _both(
         "POST", "signal/{signalName}", "signalWorkflow", "Send the run a signal", signal,
         role="operator", params=(_name("signalName", "signal"),), body=SIGNAL_BODY,

@@ -8,11 +8,14 @@ programs, so every driver behaves the same by construction; a driver only
 supplies a `Dialect` and runs programs (`durable.driver`).
 
     engine / client  ->  Store (this)  ->  Driver.run(program)  ->  database
+
+Kept whole: one short method per transaction, the one face the engine and
+the clients reach storage through; split, the face would be two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..driver import Driver, WakeHub, brief, runs_shielded, urgent
@@ -28,6 +31,8 @@ from . import (
     inspection,
     interaction,
     namespaces,
+    parked,
+    queue_views,
     queues,
     reset,
     retention,
@@ -155,6 +160,9 @@ class Store:
             self._limits[queue] = claimed.limits
         else:
             self._limits.pop(queue, None)
+        # a close or release of a run of this queue wakes its claimers (decision (at))
+        self.hub.limit_slots(namespace, task_queue,
+                             claimed.limited and queues.counts_slots(claimed.limits))
         if claimed.unread:  # after the claim committed: see fastpath.claim_runs_in_one
             await self.driver.run(lambda tx: claims.read_claimed_ops(claimed), write=False)
         return claimed
@@ -192,6 +200,31 @@ class Store:
     async def release_strays(self, worker_id: str, running: frozenset[str]) -> list[str]:
         """Hand back the runs `worker_id` owns but is not running (`claims.release_strays`)."""
         return await self.driver.run(lambda tx: claims.release_strays(tx, worker_id, running))
+
+    async def release_parked(self, worker_id: str, runs: list[parked.Parked],
+                             now: float) -> list[parked.Released]:
+        """Put runs down under pressure, each claimable again once its wait ends."""
+        return await self.driver.run(lambda tx: parked.release_parked(tx, worker_id, runs, now))
+
+    async def waited_for(self, namespace: str, task_queue: str, types: tuple[str, ...],
+                         run_ids: list[str], now: float) -> dict[str, int]:
+        """Of these runs (held, only waiting), those a ready run of the queue
+        descends from, and how many each (`parked.waited_for`)."""
+        return await self.driver.run(lambda tx: parked.waited_for(
+            namespace, task_queue, types, run_ids, now), write=False)
+
+    async def trade_parked(
+        self, namespace: str, task_queue: str, worker_id: str, types: tuple[str, ...],
+        runs: list[parked.Parked], lease_seconds: float, now: float,
+        capabilities: tuple[str, ...] = (), build_id: str | None = None,
+    ) -> parked.Traded:
+        """Under queue pressure: put runs down and claim, in the queue slots they
+        free, ready runs that descend from them, in one transaction
+        (`parked.trade_parked`, decision (ao))."""
+        sql = claims.claim_sql(namespace, task_queue, worker_id, types, len(runs),
+                               lease_seconds, now, capabilities, build_id)
+        return await self.driver.run(lambda tx: parked.trade_parked(
+            tx, worker_id, runs, sql, namespace, task_queue, now))
 
     async def expire_leases(self, worker_id: str, now: float) -> int:
         """Declare a worker gone now (its leases expire at once); how many leases."""
@@ -325,10 +358,12 @@ class Store:
         """Stop waiting for a request; its answer if one arrived meanwhile."""
         return await self.driver.run(lambda tx: interaction.withdraw_request(request_id))
 
-    async def answer_request(self, request_id: str, answer: dict[str, Any], now: float) -> bool:
-        """A worker's answer to a request (the first one counts)."""
+    async def answer_request(self, request_id: str, answer: dict[str, Any], now: float,
+                             taker: str | None = None) -> bool:
+        """A worker's answer to a request (the first one counts; a `taker`'s only
+        while the request is still its own)."""
         return await self.driver.run(
-            lambda tx: interaction.answer_request(tx, request_id, answer, now))
+            lambda tx: interaction.answer_request(tx, request_id, answer, now, taker))
 
     async def update_state(self, run_id: str, update_id: str,
                            request_id: str | None) -> UpdateState:
@@ -360,10 +395,20 @@ class Store:
         return await self.driver.run(lambda tx: interaction.idle_requests(
             namespace, task_queue, types, limit, now), write=False)
 
-    async def take_requests(self, request_ids: list[str], worker_id: str) -> list[ClientRequest]:
-        """Take pending requests to answer (each by one worker only)."""
+    async def queries_due(self, namespace: str, task_queue: str, types: tuple[str, ...],
+                          limit: int, now: float, worker_id: str
+                          ) -> tuple[list[str], float | None]:
+        """`idle_requests`, and when the first other live taker of such a query
+        registered until (its query is offered again just after), in one read."""
+        return await self.driver.run(lambda tx: interaction.queries_due(
+            namespace, task_queue, types, limit, now, worker_id), write=False)
+
+    async def take_requests(self, request_ids: list[str], worker_id: str,
+                            now: float) -> list[ClientRequest]:
+        """Take requests to answer (each by one live worker only; again once
+        its taker is gone)."""
         return await self.driver.run(lambda tx: interaction.take_requests(tx, request_ids,
-                                                                          worker_id))
+                                                                          worker_id, now))
 
     async def purge_requests(self, before: float) -> int:
         """Delete requests created before `before`; how many."""
@@ -390,11 +435,13 @@ class Store:
         self, namespace: str, status: str | None, workflow_type: str | None, limit: int,
         before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
         id_contains: str | None = None, now: float | None = None,
+        matching: Sequence[tuple[str, str]] = (),
     ) -> ListPage:
-        """Run summaries, newest first, and the next page's key (`now`: names holders)."""
+        """Run summaries, newest first, and the next page's key (`now`: names holders;
+        `matching`: column = value, `inspection.list_runs`)."""
         return await self.driver.run(lambda tx: inspection.list_runs(
             namespace, status, workflow_type, limit, before, statuses=statuses,
-            id_contains=id_contains, now=now), write=False)
+            id_contains=id_contains, now=now, matching=matching), write=False)
 
     async def namespaces(self) -> list[dict[str, Any]]:
         """Every namespace that holds something: run counts, description,
@@ -452,6 +499,13 @@ class Store:
         return await self.driver.run(lambda tx: workers.list_workers(namespace, now),
                                      write=False)
 
+    async def workflow_definitions(self, namespace: str, workflow_type: str,
+                                   now: float) -> list[dict[str, Any]]:
+        """What each live worker registering the type registered for it."""
+        return await self.driver.run(
+            lambda tx: workers.workflow_definitions(namespace, workflow_type, now),
+            write=False)
+
     async def registered_names(self, namespace: str, now: float, task_queue: str | None = None,
                                ) -> tuple[set[str], set[str]]:
         """Workflow types and activity names live workers have registered (of
@@ -468,20 +522,20 @@ class Store:
 
     async def describe_queue(self, namespace: str, name: str, now: float) -> dict[str, Any]:
         """A queue's limits, what runs and waits, and the rate left."""
-        return await self.driver.run(lambda tx: queues.describe_queue(namespace, name, now),
+        return await self.driver.run(lambda tx: queue_views.describe_queue(namespace, name, now),
                                      write=False)
 
     async def queue_gauges(self, now: float) -> list[dict[str, Any]]:
         """Every queue's running, waiting, limits and rate left (for /metrics)."""
-        return await self.driver.run(lambda tx: queues.gauges(now), write=False)
+        return await self.driver.run(lambda tx: queue_views.gauges(now), write=False)
 
     async def list_queues(self, namespace: str, now: float) -> list[dict[str, Any]]:
         """`describe_queue` of every queue known in the namespace."""
         def program(tx: Any) -> Any:
-            names = yield from queues.queue_names(namespace, now)
+            names = yield from queue_views.queue_names(namespace, now)
             out = []
             for name in names:
-                out.append((yield from queues.describe_queue(namespace, name, now)))
+                out.append((yield from queue_views.describe_queue(namespace, name, now)))
             return out
         return await self.driver.run(program, write=False)
 
@@ -519,16 +573,17 @@ class Store:
             lambda tx: schedule_reads.describe(namespace, schedule_id, now), write=False)
 
     async def list_schedules(
-        self, namespace: str, limit: int, after: str | None = None, *,
+        self, namespace: str, limit: int, after: tuple[float, str] | None = None, *,
         paused: bool | None = None, workflow_type: str | None = None,
-        id_contains: str | None = None, now: float,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of schedule summaries by id, with their last fire, and the id the
-        next page starts after (None on the last)."""
+        matching: Sequence[tuple[str, str | int]] = (), now: float,
+    ) -> tuple[list[dict[str, Any]], tuple[float, str] | None]:
+        """A page of schedule summaries, newest first, with their last fire, and
+        the (created_at, schedule_id) the next page starts after (None on the last).
+        Raises `StaleCursor` for an `after` the filters no longer keep."""
         return await self.driver.run(
             lambda tx: schedule_reads.list_schedules(
                 namespace, limit, after, paused=paused, workflow_type=workflow_type,
-                id_contains=id_contains, now=now), write=False)
+                matching=matching, now=now), write=False)
 
     async def pause_schedule(self, namespace: str, schedule_id: str, note: str | None,
                              now: float) -> None:

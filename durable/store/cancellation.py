@@ -100,6 +100,8 @@ def _record_request(tx: Tx, run: RunRecord, ctx: dict[str, Any], now: float) -> 
     yield from append_events(tx, run.run_id, [("CancellationRequested", public_context(ctx))],
                              now)
     tx.wake(Wake.run(run.run_id))
+    if run.owner is None:  # no worker holds it (one put it down under pressure: store.parked)
+        tx.wake(Wake.runs(run.namespace, run.task_queue))
     return None
 
 

@@ -11,6 +11,7 @@ deadlock_timeout (1 s).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..driver import Program, Tx, ex, many, placeholders, q, q1
@@ -32,6 +33,7 @@ from .records import (
     run_from_row,
 )
 from .returning import update_one_returning, update_returning
+from .runs import slot_freed
 
 #: a claim counts at most this many times its limit of ready rows (the count
 #: only decides a fair share; a bounded count keeps a deep queue cheap)
@@ -98,6 +100,44 @@ def share_limit(tx: Tx, ready_sql: str, ready_params: tuple[Any, ...], limit: in
     return "?", (min(fair, limit),)
 
 
+@dataclass(frozen=True)
+class ClaimSql:
+    """A claim of runs by one worker in SQL: the runs ready for it (`ready_sql`,
+    a ``FROM`` clause with its ``WHERE``), the select-list counts of its fair
+    share (`counted`: ``ready`` and ``live``) and its ``SET`` clause (`claim`)."""
+
+    ready_sql: str
+    ready_params: tuple[Any, ...]
+    counted: str
+    counted_params: tuple[Any, ...]
+    claim: str
+    claim_params: tuple[Any, ...]
+
+
+def claim_sql(namespace: str, task_queue: str, worker_id: str, types: tuple[str, ...],
+              limit: int, lease_seconds: float, now: float,
+              capabilities: tuple[str, ...] = (), build_id: str | None = None) -> ClaimSql:
+    """The SQL of a claim of runs (`claim_runs`; a trade's, `parked.trade_parked`)."""
+    ready_sql = (f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))}) "
+                 "AND (blocked_build IS NULL OR blocked_build <> ?) "
+                 "AND (blocked_builds IS NULL OR REPLACE(blocked_builds, ?, '') = blocked_builds) ")
+    # no build is never a blocked build ('' is refused as a build id)
+    ready_params = (namespace, task_queue, now, now, *types, build_id or "",
+                    refusal_needle(build_id))
+    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
+                                          now, "workflow_types")
+    # the builds first: some databases evaluate SET assignments left to right,
+    # each seeing the ones before it (epoch must still be the one before the claim)
+    claim = ("started_build = CASE WHEN epoch = 0 THEN ? ELSE started_build END, "
+             "last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END, "
+             "owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
+             "status = 'running', started_at = COALESCE(started_at, ?), "
+             "claim_capabilities = ?")
+    claim_params = (build_id, build_id, worker_id, now + lease_seconds, now,
+                    json.dumps(list(capabilities)))
+    return ClaimSql(ready_sql, ready_params, counted, counted_params, claim, claim_params)
+
+
 def claim_runs(
     tx: Tx,
     namespace: str,
@@ -139,23 +179,11 @@ def claim_runs(
     """
     if limit <= 0 or not types:
         return Claimed()
-    ready_sql = (f"runs WHERE {_READY_RUNS}AND workflow_type IN ({placeholders(len(types))}) "
-                 "AND (blocked_build IS NULL OR blocked_build <> ?) "
-                 "AND (blocked_builds IS NULL OR REPLACE(blocked_builds, ?, '') = blocked_builds) ")
-    # no build is never a blocked build ('' is refused as a build id)
-    ready_params = (namespace, task_queue, now, now, *types, build_id or "",
-                    refusal_needle(build_id))
-    counted, counted_params = ready_count(ready_sql, ready_params, limit, namespace, task_queue,
-                                          now, "workflow_types")
-    # the builds first: some databases evaluate SET assignments left to right,
-    # each seeing the ones before it (epoch must still be the one before the claim)
-    claim = ("started_build = CASE WHEN epoch = 0 THEN ? ELSE started_build END, "
-             "last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END, "
-             "owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
-             "status = 'running', started_at = COALESCE(started_at, ?), "
-             "claim_capabilities = ?")
-    claim_params = (build_id, build_id, worker_id, now + lease_seconds, now,
-                    json.dumps(list(capabilities)))
+    sql = claim_sql(namespace, task_queue, worker_id, types, limit, lease_seconds, now,
+                    capabilities, build_id)
+    ready_sql, ready_params = sql.ready_sql, sql.ready_params
+    counted, counted_params = sql.counted, sql.counted_params
+    claim, claim_params = sql.claim, sql.claim_params
     order = "ORDER BY priority, ready_at"
     if tx.dialect.writable_cte and limited and limits is not None:
         return (yield from queues.claim_limited_in_one(
@@ -173,10 +201,12 @@ def claim_runs(
             (guard, guard_params)))
     queue = yield from queues.read_limits(tx, namespace, task_queue, "runs", known=limited)
     next_at = None
+    held = 0
     if queue is not None:
         chosen = yield from queues.pick_runs(tx, queue, namespace, task_queue, ready_sql,
                                              ready_params, counted, counted_params, limit, now)
         ids, ready, live, next_at = chosen.ids, chosen.ready, chosen.live, chosen.next_at
+        held = chosen.held
     else:
         share, share_params = yield from share_limit(
             tx, ready_sql, ready_params, limit, namespace, task_queue, now, "workflow_types")
@@ -184,7 +214,7 @@ def claim_runs(
                        + tx.skip_locked, *counted_params, *ready_params, *share_params)
         ids = [r["run_id"] for r in rows]
         ready, live = (int(rows[0]["ready"]), int(rows[0]["live"])) if rows else (0, 0)
-    claimed = yield from _claim_ids(tx, claim, claim_params, ids, ready, live,
+    claimed = yield from claim_ids(tx, claim, claim_params, ids, ready, live,
                                     recheck=None if queue is None else now)
     if queue is not None and claimed and tx.dialect.writable_cte:
         # tells a one-statement claim waiting for the row that its snapshot's
@@ -194,10 +224,11 @@ def claim_runs(
     claimed.limited = queue is not None
     claimed.limits = None if queue is None else str(queue["limits"])
     claimed.next_at = next_at
+    claimed.held_back = held
     return claimed
 
 
-def _claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str], ready: int,
+def claim_ids(tx: Tx, claim: str, claim_params: tuple[Any, ...], ids: list[str], ready: int,
                live: int, recheck: float | None = None) -> Program[Claimed[ClaimedRun]]:
     """Claim the chosen runs (epochs bumped, workflows running) with their ops.
 
@@ -308,7 +339,14 @@ def release_runs(
     Attempts go back to pending without using up a retry (the worker, not the
     activity, stopped); a late result from the old attempt is refused.
     """
-    if run_ids:
+    if run_ids and tx.slot_limited:  # a queue limited by slots: say which slots came free
+        released = yield from update_returning(
+            tx.dialect, "runs", "owner = NULL, lease_expires_at = NULL", (),
+            f"owner = ? AND run_id IN ({placeholders(len(run_ids))})", (worker_id, *run_ids),
+            "namespace, task_queue", key="run_id", ordered=True)
+        for queue in sorted({(r["namespace"], r["task_queue"]) for r in released}):
+            slot_freed(tx, *queue)
+    elif run_ids:
         yield ex(
             "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE owner = ? AND "
             f"run_id IN ({placeholders(len(run_ids))})",

@@ -43,7 +43,7 @@ from .records import (
     run_from_row,
 )
 from .returning import update_one_returning
-from .runs import get_run, insert_run
+from .runs import get_run, insert_run, slot_freed, slot_freed_by_other, unheld_wake
 
 _CLOSE_EVENT = {
     RunStatus.COMPLETED: "WorkflowCompleted",
@@ -151,8 +151,13 @@ def close_run(
     reason: str | None = None,
     locked: RunRecord | None = None,
     events: list[Event] | None = None,
+    by_owner: bool = False,
 ) -> Program[str | None]:
     """Close a run (see the module docstring); the next run's id for continue-as-new.
+
+    `by_owner`: its owner's commit closes it (this process claimed from its
+    queue, so knows whether the queue counts slots: `slot_freed`); any other
+    close of a held run may read the queue's limits (`slot_freed_by_other`).
 
     `locked`: the run as the caller read it, locked, in this transaction, and
     open (the owner's commit, which fenced it): not read again. `events`: the
@@ -178,6 +183,8 @@ def close_run(
         yield from append_events(tx, run_id, events, now)
         if failure is not None:
             yield from record_failure(run_id, failure, now)
+        if run.owner is not None:  # no longer held: its slot is free
+            yield from _slot_freed(tx, run, by_owner)
         return None
     closed_reason = reason or status
     cancellation_record = run.cancellation
@@ -196,7 +203,8 @@ def close_run(
         if row is not None:  # closed: no open work (most runs; else nothing was written)
             if failure is not None:
                 yield from record_failure(run_id, failure, now)
-            return (yield from _closed(tx, run, status, result, failure, closed_reason, now))
+            return (yield from _closed(tx, run, status, result, failure, closed_reason, now,
+                                       held=run.owner is not None, by_owner=by_owner))
     # What the close settles (open attempts, open ops, open children), asked in
     # one read: there is none for most runs, and a read per kind costs a round
     # trip each on a server (issue 26). Asked first, so that the close's events
@@ -232,7 +240,7 @@ def close_run(
         yield ex(_INSTANCE_CLOSED, status, closed_reason, now, run.namespace,
                  run.workflow_id, run_id)
     return (yield from _closed(tx, run, status, result, failure, closed_reason, now,
-                               next_run_id))
+                               next_run_id, held=run.owner is not None, by_owner=by_owner))
 
 
 def _close_event(status: str, closed_reason: str, result: str | None,
@@ -282,22 +290,39 @@ def close_owned_in_one(tx: Tx, run_id: str, epoch: int, status: str, result: str
                  row["workflow_id"], run_id)
     if failure is not None:
         yield from record_failure(run_id, failure, now)
-    yield from _closed(tx, run_from_row(row), status, result, failure, closed_reason, now)
+    yield from _closed(tx, run_from_row(row), status, result, failure, closed_reason, now,
+                       held=True, by_owner=True)  # (its owner's close: it held a slot)
     return True
 
 
 def _closed(tx: Tx, run: RunRecord, status: str, result: str | None, failure: Failure | None,
-            closed_reason: str, now: float, next_run_id: str | None = None
-            ) -> Program[str | None]:
-    """A closed run's last steps: its parent's child op, and the wake-ups."""
+            closed_reason: str, now: float, next_run_id: str | None = None, *,
+            held: bool, by_owner: bool) -> Program[str | None]:
+    """A closed run's last steps: its parent's child op, and the wake-ups
+    (`held`: a worker held the run, so its queue has a slot free now;
+    `by_owner`: that worker's own commit closes it, see `_slot_freed`)."""
     run_id = run.run_id
     if run.parent_run_id is not None and status != RunStatus.CONTINUED:
         yield from notify_parent(tx, run, status, result, failure, now)
     tx.wake(Wake.run(run_id))
+    if held:
+        yield from _slot_freed(tx, run, by_owner)
     if run.schedule_id is not None and status != RunStatus.CONTINUED:
         tx.wake(Wake.schedule_run_closed(run.namespace))  # a fire may wait for it
     tx.wake(Wake.stopped(run_id, _stop_notice(run, status, closed_reason, failure, now)))
     return next_run_id
+
+
+def _slot_freed(tx: Tx, run: RunRecord, by_owner: bool) -> Program[None]:
+    """A held run closed, so its slot is free: its owner's commit knows without
+    a read whether the queue counts slots (`slot_freed`); a close by anyone else
+    (terminate, cancel, a deadline, ...) may have to read the queue's limits
+    (`slot_freed_by_other`, decision (at))."""
+    if by_owner:
+        slot_freed(tx, run.namespace, run.task_queue)
+    else:
+        yield from slot_freed_by_other(tx, run.namespace, run.task_queue)
+    return None
 
 
 def _stop_notice(run: RunRecord, status: str, reason: str, failure: Failure | None,
@@ -441,7 +466,8 @@ def notify_parent(
 ) -> Program[None]:
     """Resolve the parent's child op with the child's terminal outcome."""
     parent = yield q1(
-        "SELECT status FROM runs WHERE run_id = ?" + tx.lock, child.parent_run_id
+        "SELECT status, owner, lease_expires_at, namespace, task_queue, blocked_build "
+        "FROM runs WHERE run_id = ?" + tx.lock, child.parent_run_id
     )
     if parent is None or parent["status"] not in OPEN_STATUSES:
         return None
@@ -473,6 +499,8 @@ def notify_parent(
         "UPDATE runs SET ready_at = ? WHERE run_id = ? AND ready_at IS NULL",
         now, child.parent_run_id,
     )
+    if parent["owner"] is None:  # put down under pressure (store.parked): claimable now
+        tx.wake(unheld_wake(tx, parent, now))
     op = OpRecord(child.parent_op_id, OpKind.CHILD, child.workflow_type, op_status, result,
                   op_failure, None, now, child_workflow_id=child.workflow_id,
                   child_run_id=child.run_id)

@@ -296,7 +296,7 @@ def _close(c: _RunCommit, w: CloseRun) -> Program[None]:
     c.next_run_id = yield from close_run(
         c.tx, c.run.run_id, w.status, c.now, result=w.result, failure=w.failure,
         continue_input=w.continue_input, needs_review=w.needs_review,
-        locked=c.run if c.fresh else None, events=events,
+        locked=c.run if c.fresh else None, events=events, by_owner=True,
     )
     return None
 

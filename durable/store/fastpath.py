@@ -518,7 +518,7 @@ def claim_runs_in_one(claim: str, claim_params: tuple[Any, ...], pick: str,
 def claim_ids_in_one(claim: str, claim_params: tuple[Any, ...], where: str,
                      where_params: tuple[Any, ...]) -> Program[list[Row]]:
     """A limited claim's chosen runs claimed and their workflows started in one
-    statement of its transaction (`durable.store.claims._claim_ids`): one round
+    statement of its transaction (`durable.store.claims.claim_ids`): one round
     trip less than the UPDATE and the workflows' status apart. The rows."""
     rows: list[Row] = yield q(
         f"WITH claimed AS ({claim}WHERE {where} RETURNING {RUN_COLUMNS}), "

@@ -4,6 +4,7 @@ cascade is `durable.store.cascade`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ..clock import to_datetime, to_iso
@@ -19,6 +20,8 @@ from .records import (
     RecordedEvent,
     RunRecord,
     StorageSnapshot,
+    listed_status,
+    listed_status_sql,
     loads,
     refusing,
 )
@@ -93,8 +96,7 @@ def describe(
     if run.needs_review and run.is_open:
         # the outcome is not known (units whose effect could not be confirmed)
         # or the code does not replay its history: either way a person decides
-        unknown = run.failure is not None and run.failure.category == "unknown"
-        status = "unknown" if unknown else "needs_review"
+        status = run.listed_status
     waiting = None
     if now is not None and run.is_open and run.needs_review:
         waiting = {"kind": "review", "status": status,
@@ -199,9 +201,12 @@ def _mark_clashes(namespace: str, pending: list[dict[str, Any]], now: float) -> 
 
 
 def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
-    """Why an open run is not held by a worker, when none holds it."""
-    held = yield q1("SELECT 1 AS held FROM runs WHERE run_id = ? AND owner IS NOT NULL "
-                    "AND lease_expires_at > ?", run.run_id, now)
+    """Why an open run is not held by a worker, when none holds it. None too
+    for a run put down under pressure that waits on its ops (not claimable
+    before one of them ends: `durable.store.parked`), which `_waiting_on` names."""
+    held = yield q1("SELECT 1 AS held FROM runs WHERE run_id = ? AND ((owner IS NOT NULL "
+                    "AND lease_expires_at > ?) OR ready_at IS NULL OR ready_at > ?)",
+                    run.run_id, now, now)
     if held is not None:
         return None
     waiting = yield from _queue_waiting_for(run.namespace, run.task_queue, run.concurrency_key,
@@ -405,42 +410,52 @@ def _review_status(needs_review: Any, status: str, failure: str | None) -> str:
     if not needs_review or status not in OPEN_STATUSES:
         return status
     category = (json.loads(failure) or {}).get("failure_category") if failure else None
-    return "unknown" if category == "unknown" else "needs_review"
+    return listed_status(status, bool(needs_review), category)
+
+
+#: the columns a run list's `matching` may compare
+MATCHABLE = frozenset({"workflow_id", "workflow_type", "task_queue"})
 
 
 def list_runs(
     namespace: str, status: str | None, workflow_type: str | None, limit: int,
     before: tuple[float, str] | None = None, *, statuses: tuple[str, ...] | None = None,
     id_contains: str | None = None, now: float | None = None,
+    matching: Sequence[tuple[str, str]] = (),
 ) -> Program[tuple[list[dict[str, Any]], tuple[float, str] | None]]:
     """Run summaries, newest first, and the key of the next page (None on the last).
 
     `before` is the key a previous page returned: (created_at, run_id) of its
     last row (keyset pagination: stable while new runs are added). `status`
-    may be one describe() derives (`needs_review`, `unknown`); a run marked
-    for review is listed under that status, not as running. `statuses` keeps
-    runs whose stored status is any of them (the control plane's status
-    buckets); `id_contains` keeps workflow ids holding that text. With
+    keeps the runs listed with that status, `statuses` those listed with any of
+    them (both: those listed with one of `statuses` that is `status`). A
+    listed status is the row's, one of `LISTED_STATUSES`: a run marked for
+    review is listed ``needs_review`` or ``unknown``, not as its stored
+    ``running``, so it is kept for those and for no other (`listed_status_sql`):
+    what a row shows is what a filter finds (the control plane's status
+    buckets and ``ExecutionStatus``, `durable._statuses`). `id_contains`
+    keeps workflow ids holding that text; `matching` runs whose columns
+    (`MATCHABLE`) equal the values given (a parsed ``query``,
+    `durable._visibility_query.WORKFLOWS`). With
     `now`, a run at work names its ``holder`` (`workers.holder_of`, and the
     ``activity`` whose attempt that worker runs, None for the run's own code):
     a run held by a SIGKILLed worker was listed as busy.
     """
+    wanted: tuple[str, ...] | None = statuses
+    if status is not None:
+        wanted = (status,) if wanted is None or status in wanted else ()
+    if wanted is not None and not wanted:  # no run is listed with none of the statuses
+        return [], None
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
         "closed_at, closed_reason, task_queue, needs_review, failure, owner FROM runs "
         "WHERE namespace = ?"
     )
     params: list[Any] = [namespace]
-    if status in REVIEW_STATUSES:
-        sql += f" AND needs_review = 1 AND status IN {OPEN_SQL}"
-    elif status is not None:
-        sql += " AND status = ?"
-        params.append(status)
-        if status in OPEN_STATUSES:
-            sql += " AND needs_review = 0"
-    if statuses is not None:
-        sql += f" AND status IN ({placeholders(len(statuses))})"
-        params.extend(statuses)
+    if wanted is not None:
+        where, values = listed_status_sql(wanted)
+        sql += f" AND {where}"
+        params.extend(values)
     if id_contains:
         escaped = id_contains.replace("!", "!!").replace("%", "!%").replace("_", "!_")
         sql += " AND workflow_id LIKE ? ESCAPE '!'"
@@ -448,6 +463,11 @@ def list_runs(
     if workflow_type is not None:
         sql += " AND workflow_type = ?"
         params.append(workflow_type)
+    for column, value in matching:
+        if column not in MATCHABLE:
+            raise ValueError(f"runs cannot be matched on {column!r}")
+        sql += f" AND {column} = ?"
+        params.append(value)
     if before is not None:
         sql += " AND (created_at < ? OR (created_at = ? AND run_id < ?))"
         params.extend([before[0], before[0], before[1]])
@@ -468,8 +488,8 @@ def list_runs(
         }
         for r in rows
     ]
-    if status in REVIEW_STATUSES:  # the two share a column: told apart by the failure
-        summaries = [r for r in summaries if r["status"] == status]
+    if wanted is not None:  # the two review statuses share a column: told apart by the failure
+        summaries = [r for r in summaries if r["status"] in wanted]
     busy = yield from _busy_runs([r["run_id"] for r in rows if r["status"] == "running"
                                   and not r["needs_review"]])
     held = {r["run_id"]: busy[r["run_id"]][1] or r["owner"] for r in rows if r["run_id"] in busy}
@@ -526,7 +546,9 @@ def observe(
 ) -> Program[StorageSnapshot]:
     """Run counts by status, open cancellations by lifecycle, and an event tail.
 
-    Counting runs walks the (namespace, status, created_at) index; open
+    Counting runs walks the (namespace, status, created_at) index; a run in
+    review counts under the status a list shows (`_review_status`), as
+    `durable list --status` finds it, not as its stored running; open
     cancellations are read from open runs only; the tail is a primary-key
     range (plus the ids the caller re-checks: on PostgreSQL a transaction may
     commit a lower id after a higher one was read).
@@ -535,6 +557,13 @@ def observe(
     for r in (yield q("SELECT namespace, status, COUNT(*) AS n FROM runs "
                       "GROUP BY namespace, status")):
         runs[(str(r["namespace"]), str(r["status"]))] = int(r["n"])
+    for r in (yield q("SELECT namespace, status, failure FROM runs WHERE needs_review = 1 "
+                      f"AND status IN {OPEN_SQL}")):
+        stored, shown = (str(r["namespace"]), str(r["status"])), (
+            str(r["namespace"]), _review_status(1, str(r["status"]), r["failure"]))
+        runs[stored] = runs.get(stored, 0) - 1  # (a read apart from the count's)
+        runs[shown] = runs.get(shown, 0) + 1
+    runs = {key: n for key, n in runs.items() if n > 0}
     cancellations: dict[tuple[str, str], int] = {}
     for r in (yield q("SELECT namespace, cancellation FROM runs WHERE status IN "
                       f"{OPEN_SQL} AND cancellation IS NOT NULL")):

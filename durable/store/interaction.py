@@ -67,7 +67,7 @@ from .records import (
     run_from_row,
 )
 from .returning import update_one_returning
-from .runs import addressee, start_workflow
+from .runs import live_owner, start_workflow, unheld_wake
 from .writes import (
     AcceptUpdate,
     CancelExternal,
@@ -125,22 +125,6 @@ def _target_run(tx: Tx, namespace: str, workflow_id: str,
     return row
 
 
-def _live_owner(row: Row, now: float) -> bool:
-    return row["owner"] is not None and row["lease_expires_at"] is not None and (
-        row["lease_expires_at"] > now)
-
-
-def _unheld(tx: Tx, row: Row, now: float) -> Wake:
-    """The ``RUNS`` wake-up for a run that no live worker holds and that has
-    news (a signal, a query): one run, so addressed to one member of its
-    queue (`runs.addressee`) unless a build refused it (``blocked_build``:
-    a worker of another build must take it, and the members do not say which)."""
-    if row["blocked_build"] is not None:
-        return Wake.runs(row["namespace"], row["task_queue"])
-    return Wake.runs(row["namespace"], row["task_queue"],
-                     to=addressee(tx, row["namespace"], row["task_queue"], now))
-
-
 def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
                   sender: dict[str, Any] | None = None,
                   request_id: str | None = None) -> Program[InboxItem]:
@@ -168,8 +152,8 @@ def insert_signal(tx: Tx, row: Row, name: str, payload: str, now: float,
     item = InboxItem(run_id, seq, "signal", name, payload, now, "received",
                      update_id=request_id)
     tx.wake(Wake.run(run_id, item))
-    if not _live_owner(row, now):
-        tx.wake(_unheld(tx, row, now))
+    if not live_owner(row, now):
+        tx.wake(unheld_wake(tx, row, now))
     return item
 
 
@@ -252,6 +236,22 @@ def signal_with_start(tx: Tx, request: StartRequest, name: str, payload: str,
 
 # ---------------------------------------------------------------- requests (queries, updates)
 
+def _offered(t: str) -> str:
+    """A request (of table or alias `t`) is offered to a worker that answers
+    queries by replaying their run while it is pending, or taken by a worker
+    that is gone (crashed: its registration lapsed; or stopped): one that took
+    it and died before answering would otherwise leave its caller waiting its
+    whole timeout. One parameter: now."""
+    return (f"({t}.status = 'pending' OR ({t}.status = 'taken' AND NOT EXISTS (SELECT 1 FROM "
+            f"workers w WHERE w.worker_id = {t}.taken_by AND w.expires_at >= ? "
+            "AND w.stopped_at IS NULL)))")
+
+
+#: The requests a run's owner answers: pending ones, and ones taken for a replay
+#: while no live worker held the run (their taker may have died; if not, the
+#: first answer counts, both being read-only).
+_UNANSWERED = "('pending', 'taken')"
+
 
 def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, kind: str,
                    name: str, payload: str, update_id: str | None,
@@ -296,14 +296,18 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
     if kind == "update" and sender is not None:
         yield ex("INSERT INTO request_senders (request_id, run_id, sender) VALUES (?, ?, ?)",
                  request_id, run.run_id, dumps(sender))
-    yield ex("UPDATE runs SET request_seq = request_seq + 1 WHERE run_id = ?", run.run_id)
+    if kind == "update":  # a run put down under pressure is claimable again (store.parked)
+        yield ex("UPDATE runs SET request_seq = request_seq + 1, ready_at = COALESCE(ready_at, "
+                 "?) WHERE run_id = ?", now, run.run_id)
+    else:  # a query of such a run is answered by a replay, without claiming it
+        yield ex("UPDATE runs SET request_seq = request_seq + 1 WHERE run_id = ?", run.run_id)
     tx.wake(Wake.run(run.run_id, ClientRequest(
         request_id, run.run_id, run.workflow_id, run.workflow_type, run.task_queue, kind, name,
         payload, update_id, now)))
-    if not run.is_open or not _live_owner(row, now):
+    if not run.is_open or not live_owner(row, now):
         tx.wake(Wake.requests(namespace, run.task_queue))
         if run.is_open:
-            tx.wake(_unheld(tx, row, now))
+            tx.wake(unheld_wake(tx, row, now))
     return RequestTicket(run.run_id, request_id, None, run.workflow_type, run.task_queue)
 
 
@@ -329,13 +333,19 @@ def withdraw_request(request_id: str) -> Program[dict[str, Any] | None]:
     return (yield from take_answer(request_id))
 
 
-def answer_request(tx: Tx, request_id: str, answer: dict[str, Any],
-                   now: float) -> Program[bool]:
-    """Record a worker's answer (the first one counts) and wake the caller."""
+def answer_request(tx: Tx, request_id: str, answer: dict[str, Any], now: float,
+                   taker: str | None = None) -> Program[bool]:
+    """Record a worker's answer (the first one counts) and wake the caller. A
+    `taker` (a worker that took the request to answer it by a replay) answers
+    only while the request is still its own: once it was offered again and
+    taken by another worker (the taker was thought gone), its late answer is
+    refused. A run's owner answers without taking (`taker` None)."""
+    mine = "" if taker is None else " AND (status = 'pending' OR taken_by = ?)"
     count = yield ex(
         "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "
-        "WHERE request_id = ? AND status <> 'answered'",
+        f"WHERE request_id = ? AND status <> 'answered'{mine}",
         json.dumps(answer, default=str), now, request_id,
+        *(() if taker is None else (taker,)),
     )
     tx.wake(Wake.request(request_id))
     return bool(count)
@@ -366,7 +376,7 @@ def pending_interactions(run_id: str,
         run_id, after_seq,
     )
     requests = yield q(
-        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'pending' "
+        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status IN {_UNANSWERED} "
         "ORDER BY created_at",
         run_id,
     )
@@ -377,7 +387,7 @@ def load_inbox(run_id: str) -> Program[tuple[list[InboxItem], list[ClientRequest
     """Everything in a run's inbox (for replay) and its unanswered requests."""
     items = yield q(f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? ORDER BY seq", run_id)
     requests = yield q(
-        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'pending' "
+        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status IN {_UNANSWERED} "
         "ORDER BY created_at",
         run_id,
     )
@@ -397,32 +407,66 @@ def load_for_replay(
             [inbox_from_row(r) for r in items])
 
 
+def _idle_sql(types: int) -> str:
+    """The offered queries of runs no live worker holds, oldest first (`idle_requests`).
+    Parameters: namespace, task queue, now, the `types` workflow types, now, limit."""
+    return ("SELECT r.request_id, r.created_at FROM requests r JOIN runs u ON "
+            f"u.run_id = r.run_id WHERE r.namespace = ? AND r.task_queue = ? AND {_offered('r')} "
+            f"AND r.kind = 'query' AND r.workflow_type IN ({placeholders(types)}) "
+            f"AND (u.status NOT IN {OPEN_SQL} OR u.owner IS NULL "
+            "OR u.lease_expires_at <= ?) ORDER BY r.created_at LIMIT ?")
+
+
 def idle_requests(namespace: str, task_queue: str, types: tuple[str, ...], limit: int,
                   now: float) -> Program[list[str]]:
     """Queries waiting for runs no live worker holds (closed ones included), that
-    a worker with these workflow types can answer by replaying the run (a read)."""
+    a worker with these workflow types can answer by replaying the run (a read):
+    pending ones, and ones taken by a worker that is gone (`_offered`)."""
     if not types or limit <= 0:
         return []
-    rows = yield q(
-        "SELECT r.request_id FROM requests r JOIN runs u ON u.run_id = r.run_id "
-        "WHERE r.namespace = ? AND r.task_queue = ? AND r.status = 'pending' "
-        f"AND r.kind = 'query' AND r.workflow_type IN ({placeholders(len(types))}) "
-        f"AND (u.status NOT IN {OPEN_SQL} OR u.owner IS NULL "
-        "OR u.lease_expires_at <= ?) ORDER BY r.created_at LIMIT ?",
-        namespace, task_queue, *types, now, limit,
-    )
+    rows = yield q(_idle_sql(len(types)), namespace, task_queue, now, *types, now, limit)
     return [r["request_id"] for r in rows]
 
 
-def take_requests(tx: Tx, request_ids: list[str],
-                  worker_id: str) -> Program[list[ClientRequest]]:
-    """Take pending requests for this worker to answer; each is taken once (a
-    row another worker took meanwhile is skipped)."""
+def queries_due(namespace: str, task_queue: str, types: tuple[str, ...], limit: int,
+                now: float, worker_id: str) -> Program[tuple[list[str], float | None]]:
+    """`idle_requests`, and when the first of the other live workers that took
+    such a query registered until (None: none did), in ONE statement: a taker
+    that dies before it answers makes its query offered again once its
+    registration lapses (`_offered`), an instant no commit announces, so the
+    answerers look again just after it (`durable._runtime.queries`), instead
+    of at their slow fallback poll. The second part reads the index of
+    pending requests (``requests_pending``) for the queue's taken queries:
+    none most of the time."""
+    if not types or limit <= 0:
+        return [], None
+    rows = yield q(
+        f"SELECT o.request_id, o.created_at, NULL AS lapse FROM ({_idle_sql(len(types))}) o "
+        "UNION ALL SELECT NULL, NULL, MIN(w.expires_at) FROM requests t JOIN workers w ON "
+        "w.worker_id = t.taken_by WHERE t.namespace = ? AND t.task_queue = ? AND "
+        f"t.status = 'taken' AND t.kind = 'query' AND t.workflow_type IN "
+        f"({placeholders(len(types))}) AND t.taken_by <> ? AND w.expires_at >= ? "
+        "AND w.stopped_at IS NULL",
+        namespace, task_queue, now, *types, now, limit,
+        namespace, task_queue, *types, worker_id, now,
+    )
+    offered = sorted((float(r["created_at"]), str(r["request_id"])) for r in rows
+                     if r["request_id"] is not None)
+    lapses = [float(r["lapse"]) for r in rows if r["request_id"] is None
+              and r["lapse"] is not None]
+    return [request_id for _, request_id in offered], min(lapses, default=None)
+
+
+def take_requests(tx: Tx, request_ids: list[str], worker_id: str,
+                  now: float) -> Program[list[ClientRequest]]:
+    """Take requests for this worker to answer; each is taken once while its
+    taker lives (a row another live worker took meanwhile is skipped; one whose
+    taker is gone is taken again: `_offered`)."""
     taken: list[ClientRequest] = []
     for request_id in request_ids:
         row = yield from update_one_returning(
             tx.dialect, "requests", "status = 'taken', taken_by = ?", (worker_id,),
-            "request_id = ? AND status = 'pending'", (request_id,), REQUEST_COLUMNS,
+            f"request_id = ? AND {_offered('requests')}", (request_id, now), REQUEST_COLUMNS,
             key="request_id", value=request_id)
         if row is not None:
             taken.append(request_from_row(row))

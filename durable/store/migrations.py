@@ -12,7 +12,7 @@ from ..driver import Dialect, Program, ex, q1
 from ..errors import ConfigurationError
 from .schema import late_indexes
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 #: Statements that bring a database from version N - 1 to version N.
 #: (BIGINT and DOUBLE PRECISION are integer and real columns on SQLite and PostgreSQL alike.)
@@ -87,6 +87,9 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     # 14: the last time something blocked a worker's event loop, and how often
     # (`durable._runtime.loop_watch`): ``durable workers`` shows it
     14: ("ALTER TABLE workers ADD COLUMN loop_blocks TEXT",),
+    # 15: the runs a worker put down under pressure, in all and recently
+    # (`durable._runtime.relief.Relief.record`): ``durable workers`` shows it
+    15: ("ALTER TABLE workers ADD COLUMN runs_released TEXT",),
 }
 
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..clock import to_iso
 from ..driver import Program, Row, Stmt, Tx, ex, placeholders, q, q1
 from ..wakes import Wake
 from .records import OPEN_SQL, RUN_COLUMNS, Claimed, ClaimedRun, run_from_row
@@ -39,6 +39,19 @@ from .records import OPEN_SQL, RUN_COLUMNS, Claimed, ClaimedRun, run_from_row
 #: the limits a queue may have, and what kind of work each bounds
 RUN_LIMITS = ("max_running", "max_running_per_key", "rate")
 ACTIVITY_LIMITS = ("max_running_activities", "activity_rate")
+
+#: the limits on runs that count slots: a run's close or release frees one
+SLOT_LIMITS = ("max_running", "max_running_per_key")
+
+
+def counts_slots(limits: str | None) -> bool:
+    """Whether a limited queue's `limits` (JSON, as a claim read them) count
+    slots (`SLOT_LIMITS`); limits not read count, to be safe (a wake-up too many)."""
+    if limits is None:
+        return True
+    found = json.loads(limits)
+    return any(found.get(name) is not None for name in SLOT_LIMITS)
+
 
 RUNNING_RUNS = (f"runs WHERE namespace = ? AND task_queue = ? AND status IN {OPEN_SQL} "
                 "AND owner IS NOT NULL AND lease_expires_at > ? ")
@@ -123,11 +136,43 @@ class Pick:
     next_at: float | None = None
     #: keys at their limit held candidates back and it took fewer than it might
     crowded: bool = False
+    #: ready runs it would have taken but for ``max_running`` (`held_back`)
+    held: int = 0
+    #: runs of the queue under a live lease (with ``max_running``), else None
+    running: int | None = None
+    #: runs under a live lease per key (with ``max_running_per_key``), as read
+    #: before the choice (a trade's runs put down still counted)
+    by_key: dict[Any, int] = field(default_factory=dict)
+
+
+def keys_held_back(fair: int, ready: int, taken: int, full: bool) -> int:
+    """How many more ready runs a claim (`fair`: at most its fair share and its
+    size) might have taken had keys at their ``max_running_per_key`` (`full`:
+    some key's slots are all taken) not held them back: a hint, as the ready
+    runs are not counted per key (a trade verifies under the queue's lock
+    which of them wait for a slot their own ancestor holds; decision (aw))."""
+    if not full:
+        return 0
+    return max(0, min(fair, ready) - taken)
+
+
+def held_back(fair: int, ready: int, taken: int, max_running: Any,
+              running: int | None) -> int:
+    """How many more ready runs a claim would have taken (`fair`: at most its
+    fair share and its size) had the queue's ``max_running`` not been taken by
+    `running` runs under live leases (`Claimed.held_back`)."""
+    if max_running is None or running is None:
+        return 0
+    wanted = min(fair, ready)
+    if int(max_running) - running >= wanted:
+        return 0
+    return max(0, wanted - taken)
 
 
 def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
               ready_params: tuple[Any, ...], counted: str, counted_params: tuple[Any, ...],
-              limit: int, now: float) -> Program[Pick]:
+              limit: int, now: float, freeing: int | None = None,
+              freeing_keys: Sequence[Any] = ()) -> Program[Pick]:
     """Choose the runs a claim of a limited queue takes (the row is locked).
 
     One read brings the candidates (by priority, then age; keys at their
@@ -136,7 +181,14 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
     limit. With a per-key limit, what runs per key is read first (an index
     read: ``runs_running``); only when keys at their limit crowd the
     candidates out of a claim (it takes fewer than it may) is a second read
-    made, at most ``max_running_per_key`` per key over a longer view."""
+    made, at most ``max_running_per_key`` per key over a longer view.
+
+    `freeing`: a trade (`durable.store.parked.trade_parked`) that puts that
+    many of the queue's runs down in the same transaction: they count as
+    not running, and no fair share applies (the runs it may take descend
+    from those it puts down, which no other worker can trade for);
+    `freeing_keys`: the keys of those runs (a run of each given key counts as
+    not running; `Pick.by_key` still counts them)."""
     limits = json.loads(row["limits"])
     per_key = limits.get("max_running_per_key")
     order = "ORDER BY priority, ready_at"
@@ -152,6 +204,10 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
                                "AND concurrency_key IS NOT NULL GROUP BY concurrency_key",
                                namespace, task_queue, now)
         by_key = {r["concurrency_key"]: int(r["n"]) for r in running_rows}
+        read_by_key = dict(by_key)
+        for key in freeing_keys:
+            if key is not None and by_key.get(key, 0) > 0:
+                by_key[key] -= 1
         full = [k for k, n in by_key.items() if n >= int(per_key)]
         skip = ("" if not full else "AND (concurrency_key IS NULL OR concurrency_key NOT IN "
                 f"({placeholders(len(full))})) ")
@@ -166,7 +222,14 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
     window = limit * 2 + 8 if droppable else limit
     rows = yield q(f"SELECT {columns} FROM {ready_sql}{skip}{order} LIMIT ?" + tx.skip_locked,
                    *columns_params, *ready_params, *full, window)
-    pick = _choose(rows, limit, limits, dict(by_key), bucket)
+    pick = _choose(rows, limit, limits, dict(by_key), bucket, freeing, bool(full))
+    if not rows and full and freeing is None:
+        # every ready run (if any) is of a key at its limit: how many, for the
+        # hint (`keys_held_back`); read only when a claim found nothing so
+        counts = yield q1(f"SELECT {counted}", *counted_params)
+        ready, live = int(counts["ready"]), int(counts["live"])
+        fair = limit if live < 1 else min(limit, -(-ready // live))
+        pick = Pick([], 0, 0, held=keys_held_back(fair, ready, 0, True))
     if per_key is not None and pick.crowded and len(rows) == window:
         # Keys at their limit crowded this view: look again, at most per_key
         # candidates a key. The window looks at the first PREFIX x window ready
@@ -183,7 +246,9 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
             f"{order} LIMIT ?",
             *columns_params, *ready_params, *full, window * PREFIX, int(per_key), window)
         bucket = token_bucket(limits.get("rate"), row["run_tokens"], row["run_refilled_at"], now)
-        pick = _choose(rows, limit, limits, by_key, bucket)
+        pick = _choose(rows, limit, limits, by_key, bucket, freeing, bool(full))
+    if per_key is not None:
+        pick.by_key = read_by_key
     if bucket is not None:
         yield ex("UPDATE task_queues SET run_tokens = ?, run_refilled_at = ? WHERE namespace = ? "
                  "AND name = ?", bucket.tokens, bucket.at, namespace, task_queue)
@@ -191,19 +256,22 @@ def pick_runs(tx: Tx, row: Row, namespace: str, task_queue: str, ready_sql: str,
 
 
 def _choose(rows: list[Row], limit: int, limits: dict[str, Any], by_key: dict[Any, int],
-            bucket: Bucket | None) -> Pick:
+            bucket: Bucket | None, freeing: int | None = None, full: bool = False) -> Pick:
     """The candidates a claim takes, in order, within every limit: its fair
     share, ``max_running``, each key's slots (`by_key`: what runs per key,
     counted up as runs are chosen) and the rate's tokens (spent from
     `bucket`). `Pick.crowded`: it took fewer than it might because keys at
-    their limit held candidates back."""
+    their limit held candidates back. `full`: keys at their limit were left
+    out of `rows` (`Pick.held` counts what they may have held back too)."""
     if not rows:
         return Pick([], 0, 0)
     per_key = limits.get("max_running_per_key")
     ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
-    room = limit if live < 1 else min(limit, -(-ready // live))  # the fair share
-    if limits.get("max_running") is not None:
-        room = min(room, int(limits["max_running"]) - int(rows[0]["running"]))
+    fair = limit if live < 1 or freeing is not None else min(limit, -(-ready // live))
+    room = fair
+    running = None if limits.get("max_running") is None else int(rows[0]["running"])
+    if running is not None:
+        room = min(room, int(limits["max_running"]) - running + (freeing or 0))
     new_room = math.inf if bucket is None else math.floor(bucket.tokens + 1e-9)
     chosen: list[str] = []
     next_at = None
@@ -225,7 +293,10 @@ def _choose(rows: list[Row], limit: int, limits: dict[str, Any], by_key: dict[An
         if key is not None:
             by_key[key] = by_key.get(key, 0) + 1
         chosen.append(r["run_id"])
-    return Pick(chosen, ready, live, next_at, crowded=held and len(chosen) < room)
+    return Pick(chosen, ready, live, next_at, crowded=held and len(chosen) < room,
+                held=max(held_back(fair, ready, len(chosen), limits.get("max_running"), running),
+                         keys_held_back(fair, ready, len(chosen), full or held)),
+                running=running)
 
 
 def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str,
@@ -375,7 +446,12 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
     else:
         add("bump AS (UPDATE task_queues SET claims = claims + 1 WHERE namespace = ? "
             "AND name = ? AND EXISTS (SELECT 1 FROM claimed)) ", namespace, task_queue)
-    add("SELECT claimed.*, pick.is_first AS first_start, s.ready, s.live, lk.limits AS "
+    running_col = "s.running AS queue_running, " if max_running is not None else ""
+    if per_key is not None:  # keys at their limit, for the hint (`keys_held_back`)
+        running_col += "(SELECT count(*) FROM rk WHERE n >= ?) AS full_keys, "
+        params.append(int(per_key))
+    add(f"SELECT claimed.*, pick.is_first AS first_start, s.ready, s.live, {running_col}"
+        "lk.limits AS "
         "queue_limits, lk.run_tokens AS queue_tokens, lk.run_refilled_at AS queue_refilled_at, "
         "(SELECT count(*) FROM ok) AS fresh FROM lk CROSS JOIN s LEFT JOIN claimed ON TRUE "
         "LEFT JOIN pick ON pick.run_id = claimed.run_id")
@@ -391,6 +467,14 @@ def claim_limited_in_one(tx: Tx, namespace: str, task_queue: str, ready_sql: str
                          int(rows[0]["live"]))
     claimed.limited = True
     claimed.limits = limits_text
+    ready, live = int(rows[0]["ready"]), int(rows[0]["live"])
+    share = limit if live < 1 else min(limit, -(-ready // live))
+    if max_running is not None:
+        claimed.held_back = held_back(share, ready, len(taken), max_running,
+                                      int(rows[0]["queue_running"]))
+    if per_key is not None:
+        claimed.held_back = max(claimed.held_back, keys_held_back(
+            share, ready, len(taken), int(rows[0]["full_keys"]) > 0))
     # a reset's new run starts with the ops it kept (durable.store.reset)
     claimed.unread = [c.run.run_id for c in claimed
                       if c.run.epoch > 1 or c.run.reset_from_run_id is not None]
@@ -460,129 +544,3 @@ def set_limits(tx: Tx, namespace: str, name: str, limits: dict[str, Any],
     tx.wake(Wake.runs(namespace, name))
     tx.wake(Wake.activities(namespace, name))
     return None
-
-
-def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, Any]]:
-    """The queue's limits, what runs and waits, and the rate left."""
-    row = yield q1(f"SELECT {LIMIT_COLUMNS} FROM task_queues WHERE namespace = ? AND name = ?",
-                   namespace, name)
-    limits = json.loads(row["limits"]) if row is not None else {}
-    running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_RUNS}", namespace, name, now)
-    waiting = yield q1(
-        "SELECT count(*) AS n, min(ready_at) AS oldest FROM runs WHERE namespace = ? AND "
-        f"task_queue = ? AND status IN {OPEN_SQL} AND needs_review = 0 AND "
-        "ready_at <= ? AND (owner IS NULL OR lease_expires_at <= ?)", namespace, name, now, now)
-    tasks_running = yield q1(f"SELECT count(*) AS n FROM {RUNNING_TASKS}", namespace, name, now)
-    tasks_waiting = yield q1(
-        "SELECT count(*) AS n, min(available_at) AS oldest FROM activity_tasks WHERE "
-        "namespace = ? AND task_queue = ? AND status = 'pending' AND available_at <= ?",
-        namespace, name, now)
-    keys = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
-                   "AND concurrency_key IS NOT NULL GROUP BY concurrency_key "
-                   "ORDER BY count(*) DESC, concurrency_key LIMIT 20", namespace, name, now)
-    workers = yield q1("SELECT count(*) AS n FROM workers WHERE namespace = ? AND task_queue = ? "
-                       "AND expires_at >= ? AND stopped_at IS NULL", namespace, name, now)
-    run_bucket = token_bucket(limits.get("rate"), row["run_tokens"] if row else None,
-                              row["run_refilled_at"] if row else None, now)
-    task_bucket = token_bucket(limits.get("activity_rate"),
-                               row["activity_tokens"] if row else None,
-                               row["activity_refilled_at"] if row else None, now)
-    # no live worker and no open work: a name nobody uses (a misspelt one, say);
-    # the queues in use are named, so the caller sees which it meant
-    used = int(workers["n"]) > 0 or (yield from _has_open_work(namespace, name))
-    known = [] if used else [n for n in (yield from queue_names(namespace, now)) if n != name]
-    oldest = waiting["oldest"]
-    oldest_task = tasks_waiting["oldest"]
-    return {
-        "name": name,
-        "namespace": namespace,
-        "limits": public_limits(limits),
-        "runs": {
-            "running": int(running["n"]), "waiting": int(waiting["n"]),
-            "oldest_waiting_at": to_iso(oldest),
-            "oldest_waiting_seconds": None if oldest is None else max(0.0, now - oldest),
-            "rate_left": None if run_bucket is None else math.floor(run_bucket.tokens + 1e-9),
-            "running_by_key": {r["concurrency_key"]: int(r["n"]) for r in keys},
-        },
-        "activities": {
-            "running": int(tasks_running["n"]), "waiting": int(tasks_waiting["n"]),
-            "oldest_waiting_at": to_iso(oldest_task),
-            "oldest_waiting_seconds": None if oldest_task is None else max(0.0,
-                                                                           now - oldest_task),
-            "rate_left": None if task_bucket is None else math.floor(task_bucket.tokens + 1e-9),
-        },
-        "workers": int(workers["n"]),
-        "updated_at": to_iso(row["updated_at"]) if row is not None else None,
-        "idle": not used,
-        **({} if used else {"queues_in_use": known}),
-    }
-
-
-def _has_open_work(namespace: str, name: str) -> Program[bool]:
-    """Whether an open run or activity attempt is on the queue (waiting or not)."""
-    row = yield q1(
-        f"SELECT (SELECT 1 FROM runs WHERE namespace = ? AND task_queue = ? AND status IN "
-        f"{OPEN_SQL} LIMIT 1) AS r, (SELECT 1 FROM activity_tasks WHERE namespace = ? AND "
-        f"task_queue = ? AND status IN {OPEN_SQL} LIMIT 1) AS a", namespace, name,
-        namespace, name)
-    return row is not None and (row["r"] is not None or row["a"] is not None)
-
-
-def public_limits(limits: dict[str, Any]) -> dict[str, Any]:
-    """Every limit, None where unset."""
-    return {k: limits.get(k) for k in ("max_running", "max_running_activities", "rate",
-                                        "activity_rate", "max_running_per_key")}
-
-
-def queue_names(namespace: str, now: float) -> Program[list[str]]:
-    """The queues anyone knows of: limited, served by a live worker, or holding open work."""
-    rows = yield q(
-        "SELECT name FROM task_queues WHERE namespace = ? UNION "
-        "SELECT task_queue FROM workers WHERE namespace = ? AND expires_at >= ? UNION "
-        "SELECT DISTINCT task_queue FROM runs WHERE namespace = ? AND status IN "
-        f"{OPEN_SQL} UNION SELECT DISTINCT task_queue FROM activity_tasks WHERE "
-        f"namespace = ? AND status IN {OPEN_SQL}",
-        namespace, namespace, now, namespace, namespace)
-    return sorted({r["name"] for r in rows})
-
-
-def gauges(now: float) -> Program[list[dict[str, Any]]]:
-    """Per (namespace, queue), for /metrics: runs and activity attempts running
-    (under a live lease) and waiting (ready, no live owner), the limits, and
-    the rate left; one read of a few grouped counts."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def entry(namespace: str, name: str) -> dict[str, Any]:
-        return found.setdefault((namespace, name), {
-            "namespace": namespace, "queue": name, "runs_running": 0, "runs_waiting": 0,
-            "activities_running": 0, "activities_waiting": 0, "limits": {},
-            "rate_left": {}})
-
-    counts = (
-        ("runs_running", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
-         f"{OPEN_SQL} AND owner IS NOT NULL AND lease_expires_at > ? "
-         "GROUP BY namespace, task_queue", (now,)),
-        ("runs_waiting", "SELECT namespace, task_queue, count(*) AS n FROM runs WHERE status IN "
-         f"{OPEN_SQL} AND needs_review = 0 AND ready_at <= ? AND (owner IS NULL OR "
-         "lease_expires_at <= ?) GROUP BY namespace, task_queue", (now, now)),
-        ("activities_running", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
-         "WHERE status = 'running' AND lease_expires_at > ? GROUP BY namespace, task_queue",
-         (now,)),
-        ("activities_waiting", "SELECT namespace, task_queue, count(*) AS n FROM activity_tasks "
-         "WHERE status = 'pending' AND available_at <= ? GROUP BY namespace, task_queue",
-         (now,)),
-    )
-    for key, sql, params in counts:
-        for r in (yield q(sql, *params)):
-            entry(str(r["namespace"]), str(r["task_queue"]))[key] = int(r["n"])
-    for r in (yield q(f"SELECT namespace, name, {LIMIT_COLUMNS} FROM task_queues")):
-        limits = json.loads(r["limits"])
-        e = entry(str(r["namespace"]), str(r["name"]))
-        e["limits"] = limits
-        for kind, rate, tokens, at in (("runs", "rate", "run_tokens", "run_refilled_at"),
-                                       ("activities", "activity_rate", "activity_tokens",
-                                        "activity_refilled_at")):
-            bucket = token_bucket(limits.get(rate), r[tokens], r[at], now)
-            if bucket is not None:
-                e["rate_left"][kind] = bucket.tokens
-    return [found[k] for k in sorted(found)]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from .. import _json
 from ..deadlines import Deadlines
 from ..failure import Failure
-from ..program import Row
+from ..program import Row, placeholders
 from .ids import new_id as new_id
 
 
@@ -50,9 +50,42 @@ REVIEW_STATUSES: tuple[str, ...] = ("needs_review", "unknown")
 LISTED_STATUSES: tuple[str, ...] = (*(s.value for s in RunStatus), *REVIEW_STATUSES)
 
 
+def listed_status(status: str, needs_review: bool, failure_category: str | None) -> str:
+    """The status a run is shown with (of `LISTED_STATUSES`), from its stored
+    one: an open run marked for review is ``unknown`` when its failure says
+    units of unknown outcome wait for a decision, else ``needs_review`` (a
+    replay mismatch); every other run is shown as stored. The one derivation
+    (`listed_status_sql` is its SQL): describe(), the list, a run's state
+    (`durable.control.RunState`) and so every reply's ``durable_status``."""
+    if not needs_review or status not in OPEN_STATUSES:
+        return status
+    return "unknown" if failure_category == "unknown" else "needs_review"
+
+
 def open_status_sql(column: str = "status") -> str:
     """SQL for "`column` is an open status": ``status IN ('pending', 'running')``."""
     return f"{column} IN {OPEN_SQL}"
+
+
+def listed_status_sql(listed: tuple[str, ...]) -> tuple[str, list[str]]:
+    """SQL for "a list shows the run with one of `listed`" (of `LISTED_STATUSES`:
+    an open run marked for review is shown needs_review / unknown, never as its
+    stored status) and its parameters: a stored open status while not marked,
+    a review status for any open run marked (its failure tells the two apart:
+    the caller keeps the rows it wants), a closed one by the column alone."""
+    opened = [s for s in listed if s in OPEN_STATUSES]
+    closed = [s for s in listed if s not in OPEN_STATUSES and s not in REVIEW_STATUSES]
+    review = any(s in REVIEW_STATUSES for s in listed)
+    if review and set(opened) == set(OPEN_STATUSES):  # every open run (a bucket): the index
+        closed, opened, review = [*opened, *closed], [], False
+    clauses: list[str] = []
+    if opened:
+        clauses.append(f"(status IN ({placeholders(len(opened))}) AND needs_review = 0)")
+    if closed:
+        clauses.append(f"status IN ({placeholders(len(closed))})")
+    if review:
+        clauses.append(f"(status IN {OPEN_SQL} AND needs_review = 1)")
+    return "(" + " OR ".join(clauses) + ")", [*opened, *closed]
 
 
 class OpKind(enum.StrEnum):
@@ -210,6 +243,13 @@ class RunRecord:
         return self.status in OPEN_STATUSES
 
     @property
+    def listed_status(self) -> str:
+        """The status it is shown with (`listed_status`): needs_review / unknown
+        while open and marked for review."""
+        return listed_status(self.status, self.needs_review,
+                             self.failure.category if self.failure is not None else None)
+
+    @property
     def deadlines(self) -> Deadlines:
         return Deadlines(self.execution_deadline_at, self.run_deadline_at,
                          self.cleanup_deadline_at)
@@ -239,6 +279,12 @@ class Claimed(list[T]):
     next_at: float | None = None
     limits: str | None = None
     stale: bool = False
+    #: ready runs this claim would have taken but for the queue's ``max_running``
+    #: (taken by runs under live leases), or may have but for keys at their
+    #: ``max_running_per_key`` (a hint: `queues.keys_held_back`): a worker holding
+    #: runs of the queue that only wait may trade them for runs that descend
+    #: from them (decisions (ao), (aw))
+    held_back: int = 0
 
     def __init__(self, items: Any = ()) -> None:
         super().__init__(items)
@@ -462,6 +508,8 @@ class WorkerRegistration:
     #: how often something blocked its event loop, and the last time
     #: (`durable._runtime.loop_watch.LoopBlock.as_record`); None: never
     loop_blocks: dict[str, Any] | None = None
+    #: the runs it put down under pressure (`durable._runtime.relief.Relief.record`)
+    runs_released: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

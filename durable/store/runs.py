@@ -10,6 +10,7 @@ from ..driver import Program, Row, Tx, ex, placeholders, q, q1
 from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
 from ..wakes import Wake
 from .events import EVENT_INSERT, append_events, event_text
+from .queues import counts_slots
 from .records import (
     OP_COLUMNS,
     OPEN_SQL,
@@ -87,7 +88,8 @@ def reuse(req: StartRequest, run_id: str, existing: Row) -> StartResult | None:
     if is_open or req.id_reuse != "allow_duplicate_failed_only" or (
         existing["status"] == RunStatus.COMPLETED
     ):
-        raise WorkflowAlreadyStarted(req.workflow_id, existing["current_run_id"])
+        raise WorkflowAlreadyStarted(req.workflow_id, existing["current_run_id"],
+                                     status=str(existing["status"]))
     return None
 
 
@@ -148,6 +150,71 @@ def addressee(tx: Tx, namespace: str, task_queue: str, now: float) -> str | None
     the members do not tell apart, so its wake-ups still go to everybody."""
     choose = tx.addressee
     return None if choose is None else choose(namespace, task_queue, now)
+
+
+def live_owner(row: Row, now: float) -> bool:
+    """Whether a run's row (``owner``, ``lease_expires_at``) names a worker
+    whose lease on it runs."""
+    return row["owner"] is not None and row["lease_expires_at"] is not None and (
+        row["lease_expires_at"] > now)
+
+
+def slot_freed(tx: Tx, namespace: str, task_queue: str) -> None:
+    """A run of this queue that held a slot closed or was handed back: when the
+    queue is limited by a count of slots (`Tx.slot_limited`: a claim of this
+    process found ``max_running`` or ``max_running_per_key``), wake its
+    claimers, here and in every other process of the queue, in this commit.
+
+    Why: a run waiting for the slot was otherwise claimed by the closing
+    worker only (it claims again when a run ends while held back, decision
+    (ao)); a worker of another process learnt of the slot at its next poll,
+    so a queue limited to N runs across processes stayed below N for up to
+    a poll interval after each close. Not addressed to one process (as a
+    start is): the closing process's own workers would then be the only ones
+    told, and they may not take the runs waiting (other types, no room).
+    ``deadline=False``: a free slot brings no new deadline. A queue with no
+    such limit gets nothing: its closes notify no one more than before
+    (decision (at)). For a queue this process never claimed from, a close
+    by someone other than the owner reads its limits (`slot_freed_by_other`)."""
+    if (namespace, task_queue) in tx.slot_limited:
+        tx.wake(Wake.runs(namespace, task_queue, deadline=False))
+
+
+def slot_freed_by_other(tx: Tx, namespace: str, task_queue: str) -> Program[None]:
+    """`slot_freed` for a close of a held run by someone other than its owner
+    (a client's terminate or cancel, the control plane, the CLI, a deadline,
+    a parent's close policy, a reset, a schedule's overlap): when this process
+    does not know the queue to count slots (`Tx.slot_limited`: it never
+    claimed from it), ONE read of the queue's limits row in the same
+    transaction says whether to wake the queue's claimers.
+
+    Why: such a process (a ``durable.connect`` with no worker, ``durable
+    serve``, the CLI) never claims, so it never learns a queue's limits, and
+    its close of a held run woke no one: the other processes took the freed
+    slot only at their poll (decision (at)). Only on these rare paths: the
+    owner's close (`slot_freed`) and a step's commit read nothing more."""
+    if (namespace, task_queue) in tx.slot_limited:
+        slot_freed(tx, namespace, task_queue)
+        return None
+    row = yield q1("SELECT runs_limited, limits FROM task_queues WHERE namespace = ? "
+                   "AND name = ?", namespace, task_queue)
+    if row is not None and int(row["runs_limited"]) and counts_slots(
+            None if row["limits"] is None else str(row["limits"])):
+        tx.wake(Wake.runs(namespace, task_queue, deadline=False))
+    return None
+
+
+def unheld_wake(tx: Tx, row: Row, now: float) -> Wake:
+    """The ``RUNS`` wake-up for a run that no live worker holds and that has
+    news (a signal, a query, an op of a run put down under pressure that
+    closed): one run, so addressed to one member of its queue (`addressee`)
+    unless a build refused it (``blocked_build``: a worker of another build
+    must take it, and the members do not say which). `row`: the run's
+    ``namespace``, ``task_queue`` and ``blocked_build``."""
+    if row["blocked_build"] is not None:
+        return Wake.runs(row["namespace"], row["task_queue"])
+    return Wake.runs(row["namespace"], row["task_queue"],
+                     to=addressee(tx, row["namespace"], row["task_queue"], now))
 
 
 def start_wake(req: StartRequest, now: float, execution_deadline: float | None,

@@ -8,12 +8,14 @@ firing transactions of `durable.store.schedules`, whose records they read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..clock import to_iso
 from ..driver import Program, q, q1
+from ..errors import StaleCursor
 from ..schedules import NEXT_FIRES
-from .records import OPEN_STATUSES
+from .records import OPEN_STATUSES, loads
 from .schedules import (
     FIRE_COLUMNS,
     RECENT_KEPT,
@@ -60,11 +62,9 @@ def describe(namespace: str, schedule_id: str,
                         "stopped_at IS NULL AND expires_at >= ?", namespace, now)
         overdue = dict(_overdue(s, now), live_workers=int(live["n"]))
     return dict(_summary(s, now), running=running, buffered=buffered[::-1], recent=recent,
-                next_fires=_next_fires(s, now), overdue=overdue, jitter=s.jitter,
-                catchup_window=s.catchup_window,
-                max_runs=s.max_runs, task_queue=s.task_queue,
-                execution_timeout=s.start_options.get("execution_timeout"),
-                run_timeout=s.start_options.get("run_timeout"),
+                next_fires=_next_fires(s, now), overdue=overdue,
+                catchup_window=s.catchup_window, input=loads(s.input),
+                memo=loads(s.start_options.get("memo")),
                 last_skip_reason=s.last_skip_reason, last_skipped_at=to_iso(s.last_skipped_at))
 
 
@@ -134,15 +134,26 @@ def _next_fires(s: ScheduleRecord, now: float) -> list[str | None]:
 
 
 def _summary(s: ScheduleRecord, now: float) -> dict[str, Any]:
+    ended = _ended(s, now)
     return {
         "schedule_id": s.schedule_id, "namespace": s.namespace,
         "workflow_type": s.workflow_type, "spec": s.spec.to_dict(), "overlap": s.overlap,
         "paused": s.paused, "note": s.note, "next_fire_at": to_iso(s.next_fire_at),
+        # when that fire starts: its time plus its jitter (the views' "in 20s",
+        # not "40s ago" for a fire whose jitter has it start later)
+        "next_due_at": to_iso(s.due_at),
         "last_fired_at": to_iso(s.last_fired_at), "fires_count": s.fires_count,
-        "skipped_count": s.skipped_count, "remaining_actions": s.remaining_actions,
+        "skipped_count": s.skipped_count,
+        # how many more scheduled runs may start: none once it has ended,
+        # whatever max_runs left (an end_at passed reads "no limit" otherwise)
+        "remaining_actions": 0 if ended else s.remaining_actions, "max_runs": s.max_runs,
         "buffered_count": s.buffered, "overdue_since": to_iso(_overdue_since(s, now)),
-        "ended": _ended(s, now),
+        "ended": ended,
         "created_at": to_iso(s.created_at), "updated_at": to_iso(s.updated_at),
+        # what the runs start with: the list's (and the reference's `action`) too
+        "task_queue": s.task_queue, "jitter": s.jitter,
+        "execution_timeout": s.start_options.get("execution_timeout"),
+        "run_timeout": s.start_options.get("run_timeout"),
     }
 
 
@@ -158,14 +169,32 @@ def _ended(s: ScheduleRecord, now: float) -> str | None:
 
 
 def list_schedules(
-    namespace: str, limit: int, after: str | None, *, paused: bool | None = None,
-    workflow_type: str | None = None, id_contains: str | None = None, now: float,
-) -> Program[tuple[list[dict[str, Any]], str | None]]:
-    """One page of summaries by schedule id (those after `after`: keyset paging,
-    stable while schedules come and go), each with its last fire and that
-    fire's run status; and the id to page on after (None on the last page).
+    namespace: str, limit: int, after: tuple[float, str] | None, *,
+    paused: bool | None = None, workflow_type: str | None = None,
+    matching: Sequence[tuple[str, str | int]] = (), now: float,
+) -> Program[tuple[list[dict[str, Any]], tuple[float, str] | None]]:
+    """One page of summaries, newest first (``created_at``; those created at
+    the same instant by schedule id), each with its last fire and that fire's
+    run status; and the (created_at, schedule_id) of its last schedule to page
+    on after (None on the last page). Keyset paging from `after`: a schedule
+    created or deleted between two pages moves no other one, so none is
+    listed twice or missed (a new one is newer than the pages already read).
     `paused` keeps paused (True) or active (False) schedules, `workflow_type`
-    those starting that type, `id_contains` ids holding that text."""
+    those starting that type, `matching` those whose columns (`MATCHABLE`)
+    equal the values given (a parsed ``query``, `durable._visibility_query`).
+
+    `after` must still name a schedule the same filters keep, created when it
+    was: else `StaleCursor` (the reference engine's rule; read in the same
+    transaction as the page)."""
+    where, params = _filters(paused, workflow_type, matching)
+    if after is not None:
+        anchor = yield q1("SELECT s.created_at FROM schedules s WHERE s.namespace = ? AND "
+                          "s.schedule_id = ?" + where, namespace, after[1], *params)
+        if anchor is None or float(anchor["created_at"]) != after[0]:
+            raise StaleCursor(
+                f"the cursor's last schedule ({after[1]!r}) is no longer in this list "
+                "(deleted, or changed so that the filters no longer keep it): list again "
+                "from the first page, without a cursor")
     sql = (
         f"SELECT s.{SCHEDULE_COLUMNS.replace(', ', ', s.')}, f.outcome AS last_outcome, "
         "f.scheduled_at AS last_scheduled_at, f.workflow_id AS last_workflow_id, "
@@ -173,31 +202,50 @@ def list_schedules(
         "LEFT JOIN schedule_fires f ON f.namespace = s.namespace AND "
         "f.schedule_id = s.schedule_id AND f.seq = s.fire_seq "
         "LEFT JOIN workflows w ON w.namespace = f.namespace AND w.workflow_id = f.workflow_id "
-        "WHERE s.namespace = ? AND s.schedule_id > ?")
-    params: list[Any] = [namespace, after or ""]
-    if paused is not None:
-        sql += " AND s.paused = ?"
-        params.append(int(paused))
-    if workflow_type is not None:
-        sql += " AND s.workflow_type = ?"
-        params.append(workflow_type)
-    if id_contains:
-        escaped = id_contains.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-        sql += " AND s.schedule_id LIKE ? ESCAPE '!'"
-        params.append(f"%{escaped}%")
-    rows = yield q(sql + " ORDER BY s.schedule_id LIMIT ?", *params, limit + 1)
+        "WHERE s.namespace = ?")
+    page_params: list[Any] = [namespace]
+    if after is not None:
+        # after (t, id) in (created_at DESC, schedule_id ASC): older than t, or
+        # of t with a greater id; written as a range on created_at (what the
+        # schedules_created index seeks) less the few rows of t up to id
+        sql += (" AND s.created_at <= ? AND NOT (s.created_at = ? AND "
+                "s.schedule_id <= ?)")
+        page_params += [after[0], after[0], after[1]]
+    rows = yield q(sql + where + " ORDER BY s.created_at DESC, s.schedule_id LIMIT ?",
+                   *page_params, *params, limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     out = []
+    last: ScheduleRecord | None = None
     for row in rows:
-        s = schedule_from_row(row)
-        last = None
+        s = last = schedule_from_row(row)
+        fire = None
         if row["last_outcome"] is not None:
-            last = {"scheduled_at": to_iso(row["last_scheduled_at"]),
+            fire = {"scheduled_at": to_iso(row["last_scheduled_at"]),
                     "outcome": row["last_outcome"], "workflow_id": row["last_workflow_id"],
                     "run_id": row["last_run_id"],
                     "status": (row["last_status"] or "deleted")
                     if row["last_outcome"] == "started" else None}
-        out.append(dict(_summary(s, now), last_fire=last))
-    return out, (out[-1]["schedule_id"] if more else None)
+        out.append(dict(_summary(s, now), last_fire=fire))
+    return out, ((last.created_at, last.schedule_id) if more and last is not None else None)
 
+
+
+#: the columns a list's `matching` may compare (`durable._visibility_query.SCHEDULES`)
+MATCHABLE = frozenset({"schedule_id", "paused", "workflow_type", "task_queue", "note"})
+
+
+def _filters(paused: bool | None, workflow_type: str | None,
+             matching: Sequence[tuple[str, str | int]]) -> tuple[str, list[Any]]:
+    """The list's filters as SQL conditions on ``s`` (each ``AND ...``) and their values."""
+    conditions: list[tuple[str, str | int]] = []
+    if paused is not None:
+        conditions.append(("paused", int(paused)))
+    if workflow_type is not None:
+        conditions.append(("workflow_type", workflow_type))
+    conditions += matching
+    for column, _ in conditions:
+        if column not in MATCHABLE:
+            raise ValueError(f"schedules cannot be listed by {column!r}")
+    return "".join(f" AND s.{column} = ?" for column, _ in conditions), [
+        value for _, value in conditions]

@@ -226,7 +226,8 @@ CREATE TABLE IF NOT EXISTS workers (
     started_at {real},
     stopped_at {real},
     address {text},
-    loop_blocks {text}
+    loop_blocks {text},
+    runs_released {text}
 ){options};
 CREATE TABLE IF NOT EXISTS task_queues (
     namespace {key} NOT NULL,
@@ -272,6 +273,7 @@ CREATE TABLE IF NOT EXISTS schedules (
 ){options};
 CREATE INDEX IF NOT EXISTS schedules_due ON schedules (namespace, due_at);
 CREATE INDEX IF NOT EXISTS schedules_buffered ON schedules (namespace, buffered);
+CREATE INDEX IF NOT EXISTS schedules_created ON schedules (namespace, created_at DESC, schedule_id);
 CREATE TABLE IF NOT EXISTS schedule_fires (
     namespace {key} NOT NULL,
     schedule_id {key} NOT NULL,

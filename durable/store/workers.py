@@ -40,12 +40,14 @@ def register_worker(reg: WorkerRegistration, ttl: float,
     yield ex(
         "INSERT INTO workers (worker_id, namespace, task_queue, workflow_types, activity_names, "
         "capabilities, heartbeat_at, expires_at, identity, host, pid, build_id, definitions, "
-        "started_at, address, loop_blocks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "started_at, address, loop_blocks, runs_released) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         reg.worker_id, reg.namespace, reg.task_queue, json.dumps(list(reg.workflow_types)),
         json.dumps(list(reg.activity_names)), json.dumps(list(reg.capabilities)), now, now + ttl,
         reg.identity, reg.host, reg.pid, reg.build_id, json.dumps(reg.definitions, sort_keys=True),
         reg.started_at if reg.started_at is not None else now, reg.address,
         None if reg.loop_blocks is None else json.dumps(reg.loop_blocks, sort_keys=True),
+        None if reg.runs_released is None else json.dumps(reg.runs_released, sort_keys=True),
     )
     yield ex("DELETE FROM workers WHERE expires_at < ?", now - KEEP_GONE)
     if not reg.definitions:
@@ -111,6 +113,18 @@ def registered_names(namespace: str, now: float, task_queue: str | None = None,
     return types, names
 
 
+def workflow_definitions(namespace: str, workflow_type: str, now: float,
+                         ) -> Program[list[dict[str, Any]]]:
+    """What each live worker registering `workflow_type` registered for it
+    (`durable._registry.describe_definition`; {} from a worker that registered
+    none): a start by name checks its arguments against them."""
+    rows = yield q(
+        "SELECT workflow_types, definitions FROM workers WHERE namespace = ? "
+        "AND expires_at >= ? AND stopped_at IS NULL", namespace, now)
+    return [_definitions(r["definitions"]).get("workflows", {}).get(workflow_type) or {}
+            for r in rows if workflow_type in json.loads(r["workflow_types"])]
+
+
 def list_workers(namespace: str, now: float) -> Program[list[dict[str, Any]]]:
     """The namespace's workers, alive first, then by last seen (newest first):
     what each is (identity, host, pid, build), serves (queue, names with their
@@ -118,7 +132,7 @@ def list_workers(namespace: str, now: float) -> Program[list[dict[str, Any]]]:
     rows = yield q(
         "SELECT w.worker_id, w.task_queue, w.workflow_types, w.activity_names, w.capabilities, "
         "w.heartbeat_at, w.expires_at, w.identity, w.host, w.pid, w.build_id, w.definitions, "
-        "w.started_at, w.stopped_at, w.loop_blocks, "
+        "w.started_at, w.stopped_at, w.loop_blocks, w.runs_released, "
         "(SELECT count(*) FROM runs r WHERE r.owner = w.worker_id "
         f"AND r.status IN {OPEN_SQL}) AS runs_held, "
         "(SELECT count(*) FROM activity_tasks t WHERE t.owner = w.worker_id "
@@ -201,23 +215,38 @@ def _worker(row: Any, now: float) -> dict[str, Any]:
         "activities_held": int(row["activities_held"]),
         # how often something blocked its event loop, and the last time (or None)
         "loop_blocked": _loop_blocks(row["loop_blocks"]),
+        # the runs it put down under pressure (None: none): in all, in the window
+        # before its last renewal, when last
+        "runs_released": _runs_released(row["runs_released"]),
     }
 
 
-def _loop_blocks(text: str | None) -> dict[str, Any] | None:
+def _record(text: str | None, instant: str) -> dict[str, Any] | None:
+    """A JSON record a worker keeps in its row (None if it has none), its
+    `instant` field (epoch seconds) as ISO 8601."""
     if not text:
         return None
     value = json.loads(text)
     if not isinstance(value, dict):
         return None
-    return {**value, "started_at": to_iso(value.get("started_at"))}
+    return {**value, instant: to_iso(value.get(instant))}
+
+
+def _loop_blocks(text: str | None) -> dict[str, Any] | None:
+    return _record(text, "started_at")
+
+
+def _runs_released(text: str | None) -> dict[str, Any] | None:
+    return _record(text, "last_at")
 
 
 def gauges(now: float) -> Program[list[dict[str, Any]]]:
-    """Every namespace's workers for /metrics: queue, alive or gone, and how
-    often something blocked its event loop (`loop_blocks`), one row each."""
-    rows = yield q("SELECT namespace, task_queue, worker_id, stopped_at, expires_at, loop_blocks "
-                   "FROM workers ORDER BY namespace, task_queue, worker_id")
+    """Every namespace's workers for /metrics: queue, alive or gone, how often
+    something blocked its event loop (`loop_blocks`) and the runs it put down
+    (`runs_released`), one row each."""
+    rows = yield q("SELECT namespace, task_queue, worker_id, stopped_at, expires_at, loop_blocks, "
+                   "runs_released FROM workers ORDER BY namespace, task_queue, worker_id")
     return [{"namespace": r["namespace"], "task_queue": r["task_queue"],
              "worker_id": r["worker_id"], "alive": _alive(r, now),
-             "loop_blocked": _loop_blocks(r["loop_blocks"])} for r in rows]
+             "loop_blocked": _loop_blocks(r["loop_blocks"]),
+             "runs_released": _runs_released(r["runs_released"])} for r in rows]

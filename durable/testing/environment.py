@@ -243,6 +243,13 @@ class TimeSkippingEnvironment:
 
     async def _skip_when_idle(self) -> None:
         while True:
+            if self._paused or not self.auto_skip:
+                # no idle check while it could not skip: one beside `sleep`'s
+                # own made each wait for the other (a task spinning in
+                # `_all_tasks_blocked` is not blocked), and with skipping off
+                # it ran every 5 ms for nothing
+                await anyio.sleep(0.005)
+                continue
             await self._idle()
             next_at = self.clock.next_wakeup()
             if self._paused or not self.auto_skip or next_at is None:

@@ -90,6 +90,44 @@ async def test_a_sleeper_not_yet_due_keeps_sleeping() -> None:
     assert done.is_set()
 
 
+async def test_a_cancelled_sleeper_is_no_wake_up_any_more() -> None:
+    """A sleep cancelled before its instant (a timer that lost a race to a
+    signal) leaves nothing behind: a time-skipping environment asks
+    `next_wakeup` where to move time, and must not be sent to an instant
+    nobody awaits; the live sleeper after it is still woken at its own."""
+    clock = VirtualClock(start=0.0)
+    woken: list[float] = []
+
+    async def sleeper(until: float) -> None:
+        await clock.sleep_until(until)
+        woken.append(clock.now())
+
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as raced:
+            tg.start_soon(clock.sleep_until, 3600.0)  # (outside the scope: stays)
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(clock.sleep_until, 10.0)
+                await anyio.wait_all_tasks_blocked()
+                assert clock.next_wakeup() == 10.0
+                raced.cancel()
+        assert clock.next_wakeup() == 3600.0
+        tg.start_soon(sleeper, 20.0)
+        await anyio.wait_all_tasks_blocked()
+        assert clock.next_wakeup() == 20.0
+        clock.advance_to(3600.0)
+    assert woken == [3600.0] and clock.next_wakeup() is None
+
+
+async def test_many_cancelled_sleepers_do_not_grow_the_heap() -> None:
+    """A test that races thousands of timers keeps a heap of the live ones."""
+    clock = VirtualClock(start=0.0)
+    for i in range(2000):
+        with anyio.move_on_after(0):
+            await clock.sleep_until(100.0 + i)
+    assert len(clock._sleepers) <= 130
+    assert clock.next_wakeup() is None
+
+
 async def test_virtual_clock_starts_at_the_wall_clock_by_default() -> None:
     before = time.time()
     assert before <= VirtualClock().now() <= time.time()

@@ -14,6 +14,7 @@ import datetime
 import enum
 import json
 import math
+import re
 import typing
 import uuid
 from typing import Any
@@ -79,10 +80,16 @@ LONG = "x" * 200  # past the guard's short-text regular expression
 
 
 def label(value: Any) -> str:
+    """A test id from the value's repr, without the memory addresses a repr
+    of a bare object carries: the ids must be equal in every process that
+    collects them (pytest-xdist compares its workers' collections), so no
+    set order that string hashing varies either."""
     try:
-        text = repr(value)
+        text = (f"{type(value).__name__}({sorted(map(repr, value))})"
+                if isinstance(value, set | frozenset) else repr(value))  # (str hashes vary)
     except Exception:
         text = type(value).__name__
+    text = re.sub(r" at 0x[0-9a-f]+", "", text)
     return text if len(text) < 40 else text[:37] + "..."
 
 

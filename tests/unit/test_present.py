@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from durable import present
 
 
@@ -135,8 +137,13 @@ def test_a_run_lists_holder_is_told_alive_gone_or_none() -> None:
     assert present.wait_of(None, {"worker_id": None})[0] == "workflow-task"
 
 
-def test_a_run_no_worker_started_is_not_listed_as_started(capsys: object) -> None:
+def test_a_run_no_worker_started_is_not_listed_as_started(
+        capsys: object, monkeypatch: pytest.MonkeyPatch) -> None:
     from durable.cli._app import Output
+
+    # a pipe's width (160), whatever COLUMNS the runner set (pytest-xdist's
+    # workers have 80, which cuts "never started" short)
+    monkeypatch.delenv("COLUMNS", raising=False)
     from durable.cli._views import run_list
 
     base = {"workflow_type": "w", "durable_status": "pending", "run_number": 1,

@@ -3,7 +3,15 @@ operator reads of an overdue or ended schedule and of a queue nobody uses."""
 
 from __future__ import annotations
 
-from durable.present_ops import idle_queue, schedule_ended, schedule_overdue
+from datetime import UTC, datetime
+
+from durable.present_ops import (
+    idle_queue,
+    owner_record,
+    owner_text,
+    schedule_ended,
+    schedule_overdue,
+)
 
 
 def test_an_overdue_schedule_with_live_workers_reads_behind_or_stuck() -> None:
@@ -29,3 +37,24 @@ def test_ended_and_idle_say_nothing_when_not_so() -> None:
         "note: no live worker serves queue 'qq' and no open run or activity is on it. A queue "
         "is only a name: a misspelt one is a new, empty queue, and its limits hold back "
         "nothing. Queues in use: none")
+
+
+def test_the_wire_owner_record_reads_as_the_cli_owner_line() -> None:
+    # the web UI's Worker line reads /api's owner_presence with describe's
+    # owner_text: the same words for the same worker record
+    now = datetime(2026, 12, 7, 4, 0, 0, tzinfo=UTC)
+    gone = {"worker_id": "w-1", "alive": False, "last_seen_at": "2026-12-07T03:43:20+00:00",
+            "expires_at": "2026-12-07T03:43:50+00:00"}
+    record = owner_record(gone)
+    assert (record["state"], record["alive"]) == ("gone", False)
+    assert owner_text("w-1", record, now) == owner_text("w-1", gone, now)
+    assert owner_text("w-1", record, now).startswith("w-1 (last seen 16m 40s ago, presumed gone")
+    live = owner_record({**gone, "alive": True, "expires_at": "2026-12-07T04:10:00+00:00"})
+    assert live["state"] == "presumed_alive"
+    assert "presumed alive until" in owner_text("w-1", live, now)
+    # a closed run (no presence: state none) is named by its owner alone, not
+    # "w-1 (waiting for a worker: none holds it)"
+    assert owner_record(None) == {"worker_id": None, "state": "none", "alive": False,
+                                  "last_seen_at": None, "expires_at": None}
+    assert owner_text("w-1", owner_record(None), now) == "w-1"
+    assert owner_text(None, owner_record(None), now) == "none (no worker holds it)"

@@ -185,13 +185,13 @@ def test_a_run_a_build_refused_is_told_to_every_process() -> None:
     addressed to one member; not one that a build refused, which only a
     worker of another build takes (the members do not say which)."""
     from durable.driver import Dialect, Tx
-    from durable.store.interaction import _unheld
+    from durable.store.runs import unheld_wake
 
     dialect: Any = Dialect
     tx = Tx(dialect, addressee=lambda ns, q, now: "b")
     free = {"namespace": "ns", "task_queue": "q", "blocked_build": None}
-    assert _unheld(tx, free, 1.0).to == "b"
-    assert _unheld(tx, {**free, "blocked_build": "v1"}, 1.0).to is None
+    assert unheld_wake(tx, free, 1.0).to == "b"
+    assert unheld_wake(tx, {**free, "blocked_build": "v1"}, 1.0).to is None
 
 
 async def test_new_work_stays_with_a_member_that_takes_it_else_goes_in_turn() -> None:

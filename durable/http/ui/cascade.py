@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ... import present as _fmt
+from ... import present_ops as _ops
 from .views import _RECEIPT_KEYS, _REQUEST_KEYS, filled, is_open
 
 STOP_STATES = {
@@ -109,7 +110,10 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "root": filled(data.get("root"), _REQUEST_KEYS)
         if isinstance(data.get("root"), Mapping) else None,
-        "verified": bool(data.get("inspection_complete")) and not findings,
+        # still under way: nothing to call verified yet (_ops.cascade_in_progress)
+        "in_progress": _ops.cascade_in_progress(data),
+        "verified": bool(data.get("inspection_complete")) and not findings
+        and _ops.cascade_in_progress(data) is None,
         "findings": findings, "truncated": bool(data.get("truncated")),
         "nodes": roots, "run_count": len(runs),
         "any_open": any(is_open(r.get("status")) for r in runs),

@@ -150,7 +150,7 @@ class WebUI:
             cleanup_end_label=_fmt.cleanup_end_label, ancestors_text=_fmt.ancestors_text,
             cleanup_of=_fmt.cleanup_of, build_wait_text=_fmt.build_wait_text,
             blocked_text=_fmt.blocked_text, holder_text=_fmt.holder_text,
-            holder_gone=_fmt.holder_gone)
+            holder_gone=_fmt.holder_gone, owner_text=views.owner_text)
 
     # ------------------------------------------------------------ plumbing
 
@@ -355,9 +355,9 @@ class WebUI:
             else ("describeWorkflow", {"workflowId": workflow_id})))
 
         # the worker holding an open run with nothing open: the wire names it
-        # (`durable.present.holder`), alive or presumed gone
+        # (`durable.present.holder`), alive or presumed gone; and the run's owner's presence
         return views.with_holder(views.describe_view(model.describe_from_wire(info)),
-                                 info.get("holder"))
+                                 info.get("holder"), info.get("owner_presence"))
 
     # ------------------------------------------------------------ auth pages
 

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ...present import loop_blocked_text, utcnow
+from ...present import loop_blocked_text, runs_released_text, utcnow
 from .pages import Visitor
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ class QueuePages:
         now = utcnow()
         return self.ui.render(request, visitor, "workers.html", items=found,
                               clashes=clashes(found),
-                              loop_blocked=lambda blocked: loop_blocked_text(blocked, now))
+                              loop_blocked=lambda blocked: loop_blocked_text(blocked, now),
+                              released=lambda found: runs_released_text(found, now))
 
     async def queues(self, request: Request, visitor: Visitor) -> Response:
         _, listed = await self.ui.perform(request, visitor, "listTaskQueues", {})

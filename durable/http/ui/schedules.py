@@ -73,15 +73,24 @@ class SchedulePages:
         return dict(info)
 
     async def list(self, request: Request, visitor: Visitor) -> Response:
-        # the first LIST_SCAN schedules, a page (at most the reference's 200) at a time
-        items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"page_size": LIST_PAGE_MAX}
-        while True:
-            _, page = await self.ui.perform(request, visitor, "listSchedules", params)
-            items += page.get("schedules") or []
-            params["next_page_token"] = page.get("next_page_token")
-            if not params["next_page_token"] or len(items) >= LIST_SCAN:
-                break
+        # the first LIST_SCAN schedules, a page (at most the reference's 200) at a time;
+        # a schedule deleted between two pages (the page's last one: its token is
+        # stale) starts the scan again, a few times at most
+        for attempt in range(3):
+            items: list[dict[str, Any]] = []
+            params: dict[str, Any] = {"page_size": LIST_PAGE_MAX}
+            try:
+                while True:
+                    _, page = await self.ui.perform(request, visitor, "listSchedules", params)
+                    items += page.get("schedules") or []
+                    params["next_page_token"] = page.get("next_page_token")
+                    if not params["next_page_token"] or len(items) >= LIST_SCAN:
+                        break
+            except HTTPError as exc:
+                if exc.code != "stale_schedule_page_token" or attempt == 2:
+                    raise
+                continue
+            break
         return self.ui.render(request, visitor, "schedules.html", items=items,
                               when_text=when_text)
 

@@ -18,52 +18,27 @@ session id (no session fixation).
 
 The key comes from `create_app(ui_secret=...)` or ``DURABLE_UI_SECRET``;
 without either, a random key per process (sessions end when it restarts, and
-several server processes behind one address need the same secret).
+several server processes behind one address need the same secret); the
+signatures are `durable.http.signing`'s, the server's one mechanism.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
-import os
 import secrets
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...errors import ConfigurationError
+from ..signing import b64 as _b64
+from ..signing import secret_key as session_key
+from ..signing import sign, verify
+from ..signing import unb64 as _unb64
+
+__all__ = ["COOKIE_NAME", "SESSION_SECONDS", "Session", "SessionCodec", "session_key"]
 
 COOKIE_NAME = "durable_ui"
 #: How long a session lasts after signing in (or after the first page, unsigned).
 SESSION_SECONDS = 12 * 3600
-_MIN_SECRET_BYTES = 16
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def session_key(secret: str | bytes | None, environ: Mapping[str, str] | None = None) -> bytes:
-    """The signing key: from `secret`, else ``DURABLE_UI_SECRET``, else random."""
-    env = os.environ if environ is None else environ
-    if secret is None:
-        secret = env.get("DURABLE_UI_SECRET") or None
-    if secret is None:
-        return secrets.token_bytes(32)
-    raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
-    if len(raw) < _MIN_SECRET_BYTES:
-        raise ConfigurationError(
-            f"the web UI secret (ui_secret= or DURABLE_UI_SECRET) must be at least "
-            f"{_MIN_SECRET_BYTES} bytes, got {len(raw)}; generate one with "
-            "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
-        )
-    return hashlib.sha256(b"durable-ui-session-key|" + raw).digest()
 
 
 @dataclass(frozen=True)
@@ -95,9 +70,7 @@ class SessionCodec:
         return Session(secrets.token_hex(16), fingerprint, int(moment) + self.lifetime)
 
     def _sign(self, payload: str) -> str:
-        mac = hmac.new(self._key, b"durable-ui-session|" + payload.encode("ascii"),
-                       hashlib.sha256).digest()
-        return _b64(mac)
+        return sign(self._key, b"durable-ui-session", payload)
 
     def encode(self, session: Session) -> str:
         body = {"sid": session.sid, "exp": session.expires,
@@ -115,7 +88,7 @@ class SessionCodec:
         if len(parts) != 3 or parts[0] != "v1":
             return None
         _, payload, signature = parts
-        if not hmac.compare_digest(self._sign(payload), signature):
+        if not verify(self._key, b"durable-ui-session", payload, signature):
             return None
         try:
             body = json.loads(_unb64(payload))
@@ -128,11 +101,9 @@ class SessionCodec:
         return Session(sid, fingerprint, expires)
 
     def csrf_token(self, session: Session) -> str:
-        mac = hmac.new(self._key, b"durable-ui-csrf|" + session.sid.encode("ascii"),
-                       hashlib.sha256).digest()
-        return _b64(mac)
+        return sign(self._key, b"durable-ui-csrf", session.sid)
 
     def csrf_ok(self, session: Session, presented: str | None) -> bool:
         if not presented:
             return False
-        return hmac.compare_digest(self.csrf_token(session), presented)
+        return verify(self._key, b"durable-ui-csrf", session.sid, presented)

@@ -22,6 +22,7 @@ from typing import Any
 from markupsafe import Markup
 
 from ... import present as _fmt
+from ... import present_ops as _ops
 from ...store.records import LISTED_STATUSES
 from ...store.workers import HOLDER_KEYS
 
@@ -81,14 +82,21 @@ _RECEIPT_KEYS = ("kind", "worker_id", "attempt", "acknowledged_at", "confirmed",
                  "received_after_deadline", "at")
 
 
-def with_holder(info: dict[str, Any], holder: Any) -> dict[str, Any]:
+#: the run page's Worker line, in `durable describe`'s words (one source)
+owner_text = _ops.owner_text
+
+
+def with_holder(info: dict[str, Any], holder: Any, owner: Any = None) -> dict[str, Any]:
     """``info["holder"]``: the wire's record of the worker that holds an open
     run that waits for nothing while none of its activities runs (its code is
     due to run on that worker; `durable.present.holder`, whose keys it has),
     the id None when no worker holds it yet; None otherwise. "It is busy" was
     said even when the worker holding it had been killed: the page says when
-    that worker was last seen instead."""
+    that worker was last seen instead. ``info["owner_presence"]``: the wire's
+    record of the run's owner, None when the wire has none (the page then
+    names the owner alone)."""
     info["holder"] = filled(holder, HOLDER_KEYS) if isinstance(holder, Mapping) else None
+    info["owner_presence"] = filled(owner, _ops.OWNER_KEYS) if isinstance(owner, Mapping) else None
     return info
 
 

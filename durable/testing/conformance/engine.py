@@ -125,6 +125,17 @@ async def parent(x: int) -> int:
 
 
 @workflow.defn
+async def doubled(n: int) -> int:
+    return n * 2
+
+
+@workflow.defn
+async def nested(n: int) -> int:
+    child: int = await workflow.execute_child(doubled, n)
+    return child + 1
+
+
+@workflow.defn
 async def fan_out(n: int) -> list[int]:
     results: list[int] = [0] * n
 
@@ -251,6 +262,32 @@ async def test_child_results_and_failures(client: durable.Client, make_worker: A
     assert "ChildWorkflowCompleted" in types and "ChildWorkflowFailed" in types
 
 
+async def test_parents_awaiting_children_on_a_full_worker_complete(
+    client: durable.Client, make_worker: Any
+) -> None:
+    """A worker whose every slot holds a parent waiting on its child puts
+    parents down (`Store.release_parked`: claimable again when the child
+    closes) and takes the children in their slots: 4 parents on 2 slots."""
+    handles = [await client.start(nested, i, id=f"nested-{i}") for i in range(4)]
+    async with make_worker(workflows=[nested, doubled], max_concurrent_runs=2) as worker:
+        assert [await h.result() for h in handles] == [1, 3, 5, 7]
+    assert worker.relief.released > 0
+
+
+async def test_parents_holding_a_full_queue_trade_their_slots_for_their_children(
+    client: durable.Client, make_worker: Any
+) -> None:
+    """A queue of ``max_running=1`` whose slot a parent waiting on its child
+    holds: the worker (room to spare) puts the parent down and claims the
+    child in its slot in one transaction (`Store.trade_parked`, decision
+    (ao)); 3 parents complete, the limit held throughout."""
+    await client.set_queue_limits("default", durable.QueueLimits(max_running=1))
+    handles = [await client.start(nested, i, id=f"traded-{i}") for i in range(3)]
+    async with make_worker(workflows=[nested, doubled]) as worker:
+        assert [await h.result() for h in handles] == [1, 3, 5]
+    assert worker.relief.traded > 0
+
+
 @pytest.mark.remote_client
 async def test_task_group_fan_out(client: durable.Client, make_worker: Any) -> None:
     async with make_worker(workflows=[fan_out], activities=[add]):
@@ -309,6 +346,39 @@ async def test_duplicate_id_is_rejected(client: durable.Client, make_worker: Any
     )
     assert again.workflow_id == "dup"
     assert len(await client.list()) == 1
+
+
+@pytest.mark.remote_client
+async def test_duplicate_id_of_a_closed_run_says_what_helps(
+    client: durable.Client, make_worker: Any
+) -> None:
+    """An id whose run has closed is refused under every policy that does not
+    replace it; the error says it closed, how, and what helps. It advised
+    `return_existing_active()`, which refuses a closed run too (the README's
+    example, run a second time)."""
+    async with make_worker(workflows=[arithmetic, failing], activities=[add, shout]):
+        await client.execute(arithmetic, 1, id="dup-done")
+        with pytest.raises(durable.WorkflowFailed):
+            await client.execute(failing, "no", id="dup-failed")
+    for options in (durable.StartOptions.reject_duplicate(),
+                    durable.StartOptions.return_existing_active()):
+        with pytest.raises(durable.WorkflowAlreadyStarted) as err:
+            await client.start(arithmetic, 1, id="dup-done", options=options)
+        assert (err.value.status, err.value.closed) == ("completed", True)
+        text = str(err.value)
+        assert "closed completed" in text and "client.get_handle('dup-done')" in text
+        assert "to get the running one" not in text and "ALLOW_DUPLICATE" not in text
+    with pytest.raises(durable.WorkflowAlreadyStarted) as err:
+        await client.start(failing, "no", id="dup-failed")
+    assert err.value.status == "failed"
+    assert "IdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY" in str(err.value)
+    again = await client.start(failing, "yes", id="dup-failed", options=durable.StartOptions(
+        id_reuse=durable.IdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY))
+    assert again.workflow_id == "dup-failed"
+    with pytest.raises(durable.WorkflowAlreadyStarted) as err:  # open: the running one helps
+        await client.start(failing, "no", id="dup-failed")
+    assert err.value.status in ("pending", "running") and not err.value.closed
+    assert "return_existing_active() to get the running one" in str(err.value)
 
 
 @pytest.mark.remote_client

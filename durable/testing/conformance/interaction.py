@@ -26,6 +26,7 @@ pytestmark = pytest.mark.anyio
 
 RUNS: dict[str, int] = {}  # how many times a handler really ran, by key
 GATES: dict[str, anyio.Event] = {}
+STARTED: dict[str, anyio.Event] = {}  # set by `hold` once its attempt runs, by key
 
 
 def new_id(prefix: str) -> str:
@@ -73,6 +74,8 @@ async def double(x: int) -> int:
 
 @activity.defn(name="ia_hold")
 async def hold(key: str) -> str:
+    if key in STARTED:
+        STARTED[key].set()
     await GATES[key].wait()
     return f"held {key}"
 
@@ -396,10 +399,11 @@ async def test_query_of_a_run_no_worker_holds_is_answered_by_replaying_it(
         handle = await client.start(Approval, "o-9", 60, id=new_id("approval"))
         await waiting_on(handle, "condition")
         assert await handle.update("set_limit", 10) == 20
-    # the run is released; this worker is full (it holds the blocker), so it cannot
-    # claim the run, but it answers the query by replaying it
+    # the run is released; this worker is full (it holds the blocker, and keeps it:
+    # it puts no waiting run down), so it cannot claim the run, but it answers the
+    # query by replaying it
     async with make_worker(workflows=[Approval, sleeper], activities=[double],
-                           max_concurrent_runs=1):
+                           max_concurrent_runs=1, release_waiting_runs=False):
         await waiting_on(blocker, "timer")
         assert await handle.query("status") == {"approved": None, "approvers": [],
                                                  "limit": 20}
@@ -508,10 +512,15 @@ async def _has(handle: durable.WorkflowHandle, event_type: str) -> bool:
 
 @workflow.defn(name="ia_cancel_one")
 async def cancel_one(key: str, policy: str) -> dict[str, Any]:
+    running: list[bool] = []
+    workflow.on_signal("running", lambda: running.append(True))
     options = durable.ActivityOptions(cancellation=durable.CancellationPolicy(policy),
                                       schedule_to_close_timeout=30)
     handle = workflow.start_activity(hold, key, options=options)
-    await workflow.sleep(0.05)
+    # the test says when the attempt runs: a time waited instead (0.05 s) passed,
+    # under load, before any worker claimed it, and a pending attempt's receipt
+    # is `not_started`
+    await workflow.wait_condition(lambda: bool(running))
     await handle.request_cancellation()
     try:
         return {"result": await handle}
@@ -525,9 +534,11 @@ async def test_an_activity_handle_cancels_that_activity_under_its_policy(
     client: durable.Client, make_worker: Callable[..., durable.Worker], policy: str
 ) -> None:
     key = new_id("hold")
-    GATES[key] = anyio.Event()
+    GATES[key], STARTED[key] = anyio.Event(), anyio.Event()
     async with make_worker(workflows=[cancel_one], activities=[hold, double]):
         handle = await client.start(cancel_one, key, policy, id=new_id("cancel-one"))
+        await STARTED[key].wait()
+        await handle.signal("running")
         result = await handle.result()
         GATES[key].set()
     assert result == {"cancelled": True, "then": 8}

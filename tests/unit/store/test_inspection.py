@@ -143,6 +143,27 @@ async def test_listing_filters_by_status_and_type(store: Store) -> None:
     assert (await store.list_runs("elsewhere", None, None, 10)) == ([], None)
 
 
+async def test_counts_by_status_count_a_run_in_review_as_the_list_shows_it(
+        store: Store) -> None:
+    """`durable_runs{status}` reads these: a run in review is not counted
+    running, where `durable list --status running` does not find it."""
+    await started_and_claimed(store, "busy")
+    for workflow_id, failure in (
+            ("mismatch", Failure("non_determinism", "another op")),
+            ("doubt", Failure.units_unknown(["u1"], "step", "doubt"))):
+        run = await started_and_claimed(store, workflow_id)
+        await commit(store, run, CloseRun(RunStatus.FAILED, needs_review=True, failure=failure))
+    done = await started_and_claimed(store, "done")
+    await commit(store, done, CloseRun(RunStatus.COMPLETED, result="1"))
+    await start(store, "waiting")
+    counted = (await store.observe(None, 10)).runs
+    assert counted == {(NS, "running"): 1, (NS, "needs_review"): 1, (NS, "unknown"): 1,
+                       (NS, "completed"): 1, (NS, "pending"): 1}
+    listed, _ = await store.list_runs(NS, None, None, 100)
+    assert counted == {(NS, status): sum(1 for r in listed if r["status"] == status)
+                       for status in {r["status"] for r in listed}}
+
+
 async def test_the_cascade_without_a_request_is_empty_and_complete(store: Store) -> None:
     with pytest.raises(WorkflowNotFound):
         await store.cancellation_cascade(NS, "missing", None, T0)

@@ -6,7 +6,7 @@ import pytest
 
 from durable import RunAlreadyClosed, WorkflowNotFound
 from durable.store import Store
-from durable.store.records import ClientRequest, InboxItem, RunStatus
+from durable.store.records import ClientRequest, InboxItem, RunStatus, WorkerRegistration
 from durable.store.writes import CloseRun
 from durable.wakes import Wake, WakeKind
 
@@ -67,10 +67,74 @@ async def test_a_query_nobody_holds_is_taken_by_one_worker_only(store: Store) ->
     assert Wake.requests(NS, run.task_queue) in wakes.seen  # any worker of the type may
     waiting = await store.idle_requests(NS, run.task_queue, (WF,), 10, T0)
     assert waiting == [ticket.request_id]
-    taken = await store.take_requests(waiting, "w1")
+    await register(store, "w1", run.task_queue, until=T0 + 10)
+    taken = await store.take_requests(waiting, "w1", T0)
     assert [r.request_id for r in taken] == waiting
-    assert await store.take_requests(waiting, "w2") == []  # taken once
+    assert await store.take_requests(waiting, "w2", T0) == []  # taken once
     assert await store.idle_requests(NS, run.task_queue, (WF,), 10, T0) == []
+
+
+async def register(store: Store, worker_id: str, queue: str, *, until: float) -> None:
+    await store.register_worker(WorkerRegistration(worker_id, NS, queue, (WF,), (), ()),
+                                until - T0, T0)
+
+
+async def test_a_query_whose_taker_is_gone_is_offered_again_and_its_late_answer_refused(
+        store: Store) -> None:
+    run = await started_and_claimed(store, "taker-gone")
+    await commit(store, run, CloseRun(RunStatus.COMPLETED, result="1"))
+    ticket = await store.submit_request(NS, "taker-gone", None, "query", "q", "[]", None, T0)
+    assert ticket.request_id is not None
+    await register(store, "w1", run.task_queue, until=T0 + 10)
+    await register(store, "w2", run.task_queue, until=T0 + 100)
+    assert len(await store.take_requests([ticket.request_id], "w1", T0)) == 1
+    # while its taker lives, nobody else is offered it
+    assert await store.idle_requests(NS, run.task_queue, (WF,), 10, T0 + 9) == []
+    assert await store.take_requests([ticket.request_id], "w2", T0 + 9) == []
+    # w1 died: its registration lapsed, and the query is offered again
+    later = T0 + 11
+    assert await store.idle_requests(NS, run.task_queue, (WF,), 10, later) == [
+        ticket.request_id]
+    assert len(await store.take_requests([ticket.request_id], "w2", later)) == 1
+    assert await store.idle_requests(NS, run.task_queue, (WF,), 10, later) == []
+    # w1's late answer (it was only paused) is refused; w2's counts
+    assert not await store.answer_request(ticket.request_id, {"result": "stale"}, later, "w1")
+    assert await store.answer_request(ticket.request_id, {"result": "2"}, later, "w2")
+    assert await store.take_answer(ticket.request_id) == {"result": "2"}
+
+
+async def test_the_answerers_read_when_another_live_taker_lapses(store: Store) -> None:
+    """`queries_due`: the offered queries, and when the first other live taker's
+    registration runs out (the answerers look again just after it)."""
+    run = await started_and_claimed(store, "taker-lapse")
+    await commit(store, run, CloseRun(RunStatus.COMPLETED, result="1"))
+    ticket = await store.submit_request(NS, "taker-lapse", None, "query", "q", "[]", None, T0)
+    assert ticket.request_id is not None
+    queue = run.task_queue
+    assert await store.queries_due(NS, queue, (WF,), 10, T0, "w2") == (
+        [ticket.request_id], None)
+    await register(store, "w1", queue, until=T0 + 10)
+    assert len(await store.take_requests([ticket.request_id], "w1", T0)) == 1
+    assert await store.queries_due(NS, queue, (WF,), 10, T0 + 1, "w2") == ([], T0 + 10)
+    assert await store.queries_due(NS, queue, (WF,), 10, T0 + 1, "w1") == ([], None)  # its own
+    assert await store.queries_due(NS, queue, (WF,), 10, T0 + 10, "w2") == ([], T0 + 10)
+    assert await store.queries_due(NS, queue, (WF,), 10, T0 + 11, "w2") == (
+        [ticket.request_id], None)  # lapsed: offered again
+
+
+async def test_a_query_taken_while_nobody_held_the_run_is_its_next_owners(store: Store) -> None:
+    run = await started_and_claimed(store, "owner-next")
+    ticket = await store.submit_request(NS, "owner-next", None, "query", "q", "[]", None, T0)
+    assert ticket.request_id is not None
+    assert len(await store.take_requests([ticket.request_id], "gone", T0)) == 1
+    # the run's (next) owner loads it with the run's inbox, and answers it
+    _, requests = await store.load_inbox(run.run_id)
+    assert [r.request_id for r in requests] == [ticket.request_id]
+    _, requests = await store.pending_interactions(run.run_id, 0)
+    assert [r.request_id for r in requests] == [ticket.request_id]
+    assert await store.answer_request(ticket.request_id, {"result": "3"}, T0)
+    _, requests = await store.load_inbox(run.run_id)
+    assert requests == []
 
 
 async def test_a_withdrawn_request_leaves_nothing_behind_unless_it_was_answered(

@@ -39,7 +39,8 @@ def _set_version(version: int):  # type: ignore[no-untyped-def]
 
 
 def _as_version_10():  # type: ignore[no-untyped-def]
-    """A fresh database as version 10 made it (versions 12, 13 and 14 added a column each)."""
+    """A fresh database as version 10 made it (versions 12 to 15 added a column each)."""
+    yield ex("ALTER TABLE workers DROP COLUMN runs_released")
     yield ex("ALTER TABLE workers DROP COLUMN loop_blocks")
     yield ex("ALTER TABLE workers DROP COLUMN address")
     yield ex("ALTER TABLE runs DROP COLUMN blocked_builds")
@@ -99,15 +100,18 @@ async def test_version_11_keeps_ops_as_they_are_in_either_layout(tmp_path: Path)
 
 
 def _as_version_13():  # type: ignore[no-untyped-def]
-    """A fresh database as version 13 made it (version 14 added a column)."""
+    """A fresh database as version 13 made it (versions 14 and 15 added a column each)."""
     yield ex("DELETE FROM workers")
+    yield ex("ALTER TABLE workers DROP COLUMN runs_released")
     yield ex("ALTER TABLE workers DROP COLUMN loop_blocks")
     yield from _set_version(13)
 
 
-async def test_version_14_records_loop_blocks_of_workers(tmp_path: Path) -> None:
-    """A version-13 database gains the workers' ``loop_blocks`` column: a worker
-    registers, and is listed with no block, as before."""
+async def test_versions_14_and_15_record_loop_blocks_and_runs_put_down(
+        tmp_path: Path) -> None:
+    """A version-13 database gains the workers' ``loop_blocks`` and
+    ``runs_released`` columns: a worker registers, and is listed with no block
+    and no run put down, as before."""
     from durable import workflow
 
     @workflow.defn(name="mig_v13")
@@ -119,7 +123,9 @@ async def test_version_14_records_loop_blocks_of_workers(tmp_path: Path) -> None
         await client.driver.run(lambda tx: _as_version_13())
     async with durable.connect(url) as client:
         assert (await row(client.store, "SELECT value FROM durable_meta "
-                                        "WHERE key = 'schema_version'"))["value"] == "14"
+                                        "WHERE key = 'schema_version'"))["value"] == str(
+            SCHEMA_VERSION)
         async with durable.Worker(client, workflows=[mig_v13]):
             [worker] = await client.list_workers()
             assert worker["loop_blocked"] is None and worker["alive"]
+            assert worker["runs_released"] is None  # (version 15's column)

@@ -8,6 +8,7 @@ from durable import WorkflowAlreadyStarted, WorkflowNotFound
 from durable.store import Store
 from durable.store.records import OpStatus, RunStatus
 from durable.store.writes import CloseRun, FireTimer, ScheduleTimer
+from durable.wakes import Wake
 
 from ._support import (
     NS,
@@ -122,6 +123,21 @@ async def test_clear_review_lets_a_marked_run_be_claimed_again(store: Store) -> 
     assert await events_of(store, run.run_id, "WorkflowReviewCleared") == [{}]
     [again] = await store.claim_runs(NS, "wf", "w2", (WF,), 10, 30.0, T0 + 3)
     assert again.run.run_id == run.run_id and not again.run.needs_review
+
+
+@pytest.mark.parametrize("limited", [True, False])
+async def test_a_run_marked_for_review_frees_its_slot_of_a_limited_queue(
+        store: Store, limited: bool) -> None:
+    """A run marked for review is no longer held: on a queue a claim here found
+    limited by slots, its commit wakes the queue's claimers (decision (at));
+    on any other queue it wakes no one more."""
+    run = await started_and_claimed(store, "wf")
+    store.hub.limit_slots(NS, run.task_queue, limited)
+    wakes = Wakes(store)
+    await commit(store, run, CloseRun(RunStatus.FAILED, needs_review=True))
+    wakes.unsubscribe()
+    freed = [w for w in wakes.seen if w.key == Wake.runs(NS, run.task_queue).key]
+    assert len(freed) == (1 if limited else 0)
 
 
 async def test_resync_reads_runs_and_the_closed_ops_they_wait_on(store: Store) -> None:
