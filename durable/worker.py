@@ -518,25 +518,40 @@ class Worker:
             return
         executor = RunExecutor(run, claimed.ops, self.workflows[run.workflow_type],
                                self.run_setup, self._run_done)
+        before = self.executors.get(run.run_id)
+        if before is not None:
+            # claimed again while still executed here: its lease lapsed (a loop
+            # blocked for a whole lease, or a virtual clock moved past it), and
+            # the claim fenced the old executor. Stop it, or it runs on beside
+            # the new one, and what it heard the new one must re-read (below)
+            before.stop("claimed again after its lease lapsed")
         self.executors[run.run_id] = executor
         self.hearing.hold(run.run_id)  # its wake-ups from other processes come here
         if claimed.ops:  # started before (a restart, a lost worker): say it was taken up
             self.log.info("run_resumed", workflow_id=run.workflow_id, run_id=run.run_id,
                           workflow_type=run.workflow_type, recorded_ops=len(claimed.ops))
-        if self.hearing.noticed_early(run.run_id):
+        if self.hearing.noticed_early(run.run_id) or before is not None:
             # an interaction was recorded after the claim read the run's counters
-            # and before this executor existed: re-read them (a resync) so it is
-            # fetched instead of waiting for the next one
+            # and before this executor existed (or went to the one it replaces, or
+            # to one stopped here just before: `_run_done`): re-read them (a
+            # resync) so it is fetched instead of waiting for the next one
             self._resync.add(run.run_id)
             self._resync_trigger.set()
         self._tg.start_soon(executor.execute, name=f"durable run {run.workflow_id}/{run.run_id}")
 
     def _run_done(self, executor: RunExecutor) -> None:
-        if self.executors.get(executor.run.run_id) is executor:
+        current = self.executors.get(executor.run.run_id) is executor
+        if current:
             del self.executors[executor.run.run_id]
             self.hearing.drop(executor.run.run_id)
+        if executor.stop_reason is not None:
+            # stopped with the run open (put down, lease lost, replaced): a signal
+            # or request it heard in-process went with it, while the claim that
+            # takes the run up again here may have read the run's counters
+            # before; its successor re-reads them (tests/test_reclaimed_here.py)
+            self.hearing.remember_early(executor.run.run_id)
         self.relief.ended(executor)
-        if executor.needs_release:
+        if executor.needs_release and current:  # not a run claimed again since
             self.hand_back(executor.run.run_id)
         if len(self.executors) + 1 >= self.max_concurrent_runs or self.runs.held or (
                 self.runs.left and self.relief.recently(self.clock.now())):

@@ -471,7 +471,8 @@ async def test_operators_see_the_runs_a_worker_put_down_and_it_claims_for_them_o
             # aside meanwhile, so that what sets this one is only the run's end)
             loop_trigger, worker.max_concurrent_runs = worker.runs.trigger, 3
             worker.runs.left = 2
-            gone = SimpleNamespace(run=SimpleNamespace(run_id="elsewhere"), needs_release=False)
+            gone = SimpleNamespace(run=SimpleNamespace(run_id="elsewhere"), needs_release=False,
+                                   stop_reason=None)
             worker.runs.trigger = Trigger()
             worker._run_done(gone)  # type: ignore[arg-type]
             assert worker.runs.trigger.pending

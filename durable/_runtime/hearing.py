@@ -96,7 +96,9 @@ class Hearing:
             unwant()
 
     def remember_early(self, run_id: str) -> None:
-        """Note an interaction for a run we run no executor for (yet)."""
+        """Note an interaction for a run we run no executor for (yet), or that
+        an executor stopped with the run open (what it heard went with it): an
+        executor started here for the run soon after re-reads its counters."""
         now = time.monotonic()
         if len(self._early) >= EARLY_REMEMBERED:
             self._early = {r: t for r, t in self._early.items() if now - t < EARLY_WINDOW}
