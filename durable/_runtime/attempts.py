@@ -517,28 +517,64 @@ async def _run_in_thread(ctx: ActivityContext, fn: Any, args: list[Any],
     attempt is fenced already; its late result is refused) so that a worker
     can always leave. `process_isolated=True` is the way to stop code that
     never checks.
+
+    A stop that comes before the thread began the function (it waited for a
+    thread token, or for a thread to pick it up) ends the attempt at once:
+    the function never runs (anyio's asyncio backend drops a job cancelled
+    before a thread took it; here a job that begins after the stop returns
+    unrun). That wait spent the whole grace for a `done` that could not come,
+    then said the function "ignored its stop" (seen under load: a WAIT-policy
+    cancellation took 10 s instead of the activity's 1 s). The grace is
+    waited for on the loop, not in another thread: with every thread token
+    held (by activities that ignore their stops) a thread for the wait was
+    itself waited for, shielded, without bound.
     """
     context = contextvars.copy_context()
     done = threading.Event()
     outcome: list[tuple[bool, Any]] = []
     ctx.call_soon_threadsafe = _thread_safe_soon()
+    soon = ctx.call_soon_threadsafe
+    #: decides once whether the function began (or never will), and whether a
+    #: stop waits for its end (then its end wakes the loop: `finished`)
+    turn = threading.Lock()
+    began = gave_up = waiting = False
+    finished = anyio.Event()
 
     def target() -> None:
+        nonlocal began
+        with turn:
+            if gave_up:
+                return  # stopped before it began: never run
+            began = True
         try:
             outcome.append((True, context.run(fn, *args)))
         except BaseException as exc:
             outcome.append((False, exc))
         finally:
-            done.set()
+            with turn:
+                done.set()
+                wake = waiting
+            if wake:
+                try:
+                    soon(finished.set)
+                except Exception:  # the loop ended: an abandoned thread's late end
+                    pass
 
     try:
         await anyio.to_thread.run_sync(target, abandon_on_cancel=True)
     except anyio.get_cancelled_exc_class():
         if abandon_on_cancel:
             raise
-        if not done.is_set():
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(done.wait, ctx.stop_grace)
+        with turn:
+            if not began:
+                gave_up = True
+            elif not done.is_set():
+                waiting = True
+        if gave_up:
+            raise  # it never ran: nothing to wait for, the stop is confirmed
+        if waiting:
+            with anyio.move_on_after(ctx.stop_grace, shield=True):
+                await finished.wait()
         if not done.is_set():
             ctx.abandoned = True
             raise

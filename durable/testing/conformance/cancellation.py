@@ -628,8 +628,14 @@ async def test_cancellation_between_steps(client: durable.Client, make_worker: A
     assert EFFECTS[key] == ["cleanup"]
 
 
+#: set once `deaf` runs in its thread: "ActivityStarted" is recorded at the
+#: claim, and a cancellation before the thread began stops it unrun
+DEAF_RUNNING = threading.Event()
+
+
 @activity.defn
 def deaf(seconds: float) -> str:
+    DEAF_RUNNING.set()
     time.sleep(seconds)  # cannot be stopped: only its return ends it
     return "returned"
 
@@ -648,9 +654,13 @@ async def waits_for_deaf() -> str:
 async def test_wait_policy_waits_for_an_operation_that_only_stops_when_it_returns(
     client: durable.Client, make_worker: Any
 ) -> None:
+    DEAF_RUNNING.clear()
     async with make_worker(workflows=[waits_for_deaf], activities=[deaf, note]):
         handle = await client.start(waits_for_deaf, id="deaf")
         await started(handle)
+        with anyio.fail_after(10):  # its thread runs it (a loaded box starts it late)
+            while not DEAF_RUNNING.is_set():
+                await anyio.sleep(0.01)
         began = time.monotonic()
         await handle.request_cancellation(reason="stop")
         with pytest.raises(durable.WorkflowCancelled):

@@ -111,6 +111,62 @@ async def test_a_stop_ends_a_sync_attempt_at_its_next_heartbeat_and_says_how() -
     assert not actx.abandoned
 
 
+RAN = threading.Event()
+
+
+@activity.defn(name="unit_attempt_unstarted")
+def unstarted() -> str:
+    RAN.set()
+    return "ran"
+
+
+async def test_a_stop_before_the_thread_began_ends_the_attempt_at_once_unrun() -> None:
+    """Every thread token held (here: one, by a thread that waits for the end
+    of the test): the attempt waits for a token when its stop comes. It ends
+    at once, stopped and confirmed, and its function never runs. It waited
+    for the whole grace (30 s here; under load, seen: 10 s for a 1 s activity)
+    and said the function ignored its stop, and a grace wait of its own in a
+    thread waited for a token, without bound."""
+    RAN.clear()
+    defn = activity_defn_of(unstarted)
+    assert defn is not None
+    actx = context("unit_attempt_unstarted", stop_grace=30.0)
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    tokens, limiter.total_tokens = limiter.total_tokens, 1
+    release = threading.Event()
+    failure = None
+    ended = anyio.Event()
+
+    async def run() -> None:
+        nonlocal failure
+        try:
+            await attempts.run_attempt(actx, defn, [])
+        except Exception as exc:
+            failure = attempts.attempt_failure(exc, actx, defn)
+        finally:
+            ended.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(anyio.to_thread.run_sync, release.wait,
+                                            abandon_on_cancel=True))
+            with anyio.fail_after(10):
+                while limiter.borrowed_tokens < 1:  # the one token is taken
+                    await anyio.sleep(0.005)
+                tg.start_soon(run)
+                while limiter.statistics().tasks_waiting < 1:  # the attempt waits for it
+                    await anyio.sleep(0.005)
+                actx.request_stop("the attempt was fenced")
+                await ended.wait()  # not the grace's 30 s
+            release.set()
+    finally:
+        release.set()
+        limiter.total_tokens = tokens
+    assert failure is not None and failure.category == "stopped", failure
+    assert failure.get("stop_confirmed") is not False and not actx.abandoned
+    assert not RAN.is_set(), "the function ran after its attempt was stopped"
+
+
 def test_a_result_over_the_payload_limit_is_not_retried() -> None:
     defn = activity_defn_of(weigh)
     assert defn is not None
