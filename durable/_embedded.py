@@ -117,12 +117,14 @@ class EmbeddedControl:
         run = await self._run(workflow_id, run_id)
         return None if run is None else _state(run)
 
-    async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:
+    async def await_run(self, workflow_id: str, run_id: str, wait: float, *,
+                        until_review: bool = False) -> RunState:
         async def closed() -> RunState | None:
             run = await self._run(workflow_id, run_id)
             if run is None:
                 raise await self.not_found(workflow_id, run_id)
-            return None if run.is_open else _state(run)
+            state = _state(run)
+            return state if not state.is_open or (until_review and state.in_review) else None
 
         state = await self.store.hub.until({Wake.run(run_id).key}, closed, wait)
         if state is not None:

@@ -115,9 +115,11 @@ class WorkflowHandle:
         """Wait for the workflow's result, following continue-as-new; raises
         WorkflowFailed / WorkflowCancelled / WorkflowTimedOut / WorkflowTerminated
         when it does not complete. A run in review is open: waited for, saying why."""
-        control = self.client.control  # a known run: straight to the wait (it reads it first)
+        control = self.client.control  # a known run: straight to the wait (it reads it
+        # first), which answers at once for a run in review so that it is said at once
         state = await (self._state(None) if self.run_id is None else
-                       control.await_run(self.workflow_id, self.run_id, _RESULT_POLL))
+                       control.await_run(self.workflow_id, self.run_id, _RESULT_POLL,
+                                         until_review=True))
         told: set[tuple[str, str]] = set()  # (run, status) said to wait for review
         while True:
             if state.is_open:

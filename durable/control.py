@@ -102,9 +102,12 @@ class ControlPlane(Protocol):
         may have deleted the run (`durable.store.retention.missing_note`)."""
         ...
 
-    async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:
+    async def await_run(self, workflow_id: str, run_id: str, wait: float, *,
+                        until_review: bool = False) -> RunState:
         """The run's state once it has closed, or after `wait` seconds if it
-        is still open (`wait`). Raises `WorkflowNotFound` for an unknown run."""
+        is still open (`wait`); with `until_review`, also as soon as it is
+        seen waiting for a person, so that a caller can say so at once rather
+        than after a silent wait. Raises `WorkflowNotFound` for an unknown run."""
         ...
 
     async def describe(self, workflow_id: str, run_id: str | None) -> dict[str, Any] | None:

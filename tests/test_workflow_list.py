@@ -322,17 +322,21 @@ async def test_result_of_a_run_in_review_waits_and_says_why(
     """result() of a run in review waits (it is open: a retry after review lets
     it go on), embedded and remote alike, and says why in a warning naming the
     status and the way out; it waited in silence embedded, and the remote
-    client, reading needs_review as a closed status, raised."""
-    client, _, _ = walked
+    client, reading needs_review as a closed status, raised. A handle bound to
+    the run says it at once too: its first read is the long poll, which used
+    to answer only after its 30 s (`until_review`)."""
+    client, _, written = walked
     workflow_id = "st-review" if ours == "needs_review" else "st-unknown"
+    [run_id] = [run for run, status in written.items() if status == ours]
     logger = logging.getLogger("durable.client")
-    for plane in (client, remote):
+    for plane, bound in ((client, None), (remote, None), (client, run_id), (remote, run_id)):
         seen = _Seen()
         logger.addHandler(seen)
         try:
-            with anyio.fail_after(60):  # a guard: the line comes at the first read
+            with anyio.fail_after(20):  # a guard under the poll's 30 s: the line comes at once
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(plane.get_handle(workflow_id).result)  # a raise fails this
+                    handle = plane.get_handle(workflow_id, run_id=bound)
+                    tg.start_soon(handle.result)  # a raise fails this
                     await seen.told.wait()
                     tg.cancel_scope.cancel()
         finally:

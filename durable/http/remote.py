@@ -183,10 +183,14 @@ class RemoteControl:
             return None
         return state_from_wire(data)
 
-    async def await_run(self, workflow_id: str, run_id: str, wait: float) -> RunState:
+    async def await_run(self, workflow_id: str, run_id: str, wait: float, *,
+                        until_review: bool = False) -> RunState:
         wait = max(0.0, min(wait, _MAX_WAIT))
+        params: dict[str, Any] = {"wait": wait}
+        if until_review:  # sent only when asked: an older server refuses names it lacks
+            params["until_review"] = "true"
         _, data = await self._call("GET", self._run_path(workflow_id, run_id, "result"),
-                                   params={"wait": wait}, read_timeout=wait + self.timeout)
+                                   params=params, read_timeout=wait + self.timeout)
         return state_from_wire(data)
 
     async def not_found(self, workflow_id: str, run_id: str | None) -> WorkflowNotFound:

@@ -174,6 +174,12 @@ WAIT = Param("wait", "query",
               "description": "Long-poll for up to this many seconds (capped by the server's "
                              "max_wait); 0 answers at once."},
              "Long-poll for up to this many seconds (capped by the server).")
+UNTIL_REVIEW = Param(
+    "until_review", "query",
+    {"type": "boolean", "default": False,
+     "description": "With wait: answer as soon as the run is seen waiting for a person "
+                    "(durable_status needs_review or unknown), not only once it closes."},
+    "With wait: answer once the run waits for a person, too.")
 
 ID_FIELD = {"type": "string"}
 INSTANT = {"type": ["string", "null"], "description": "ISO 8601 with an offset"}
@@ -254,8 +260,9 @@ async def result(call: Call) -> tuple[int, Any]:
     control = call.client.control
     state = await _run_state_or_404(call, wf, run)
     wait = min(float(p.get("wait") or 0), call.max_wait)
-    if state.is_open and wait > 0:
-        state = await control.await_run(wf, state.run_id, wait)
+    until_review = bool(p.get("until_review"))
+    if state.is_open and wait > 0 and not (until_review and state.in_review):
+        state = await control.await_run(wf, state.run_id, wait, until_review=until_review)
     return (202 if state.is_open else 200), state_to_wire(wf, state)
 
 
@@ -423,7 +430,7 @@ def operations() -> list[Operation]:
         ),
     ]
     ops += _run_scoped(
-        "GET", "result", "getResult", "The outcome", result, params=(WAIT,),
+        "GET", "result", "getResult", "The outcome", result, params=(WAIT, UNTIL_REVIEW),
         replies=(
             Reply(200, "The run is closed: result (completed), failure (failed, cancelled, "
                        "timed_out, terminated) or continued_run_id (continued).",
