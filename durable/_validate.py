@@ -9,10 +9,13 @@ runs. The same rules apply on every driver.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import inspect
 import json
 import math
 import os
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -116,6 +119,54 @@ def options(value: Any, default: T, what: str) -> T:
         f"{what} must be a durable.{kind.__name__}, got {value!r} ({type(value).__name__}); "
         f"build one: options=durable.{kind.__name__}(...)"
     )
+
+
+def misplaced_keywords(call: str, given: Mapping[str, Any], options_type: type,
+                       takes: str) -> ConfigurationError:
+    """The error for keyword arguments a call does not take, saying where they go.
+
+    Why: a Temporal user writes ``execute_activity(fn, x,
+    start_to_close_timeout=10)``; Python's own ``TypeError`` ("unexpected
+    keyword argument") says what is wrong but not what to write, and inside a
+    workflow it fails the run. Option names are shown as the options object
+    to build, with their values; other names as what they are: `takes` (the
+    activity's or workflow's) arguments are positional only.
+    """
+    fields = {f.name for f in dataclasses.fields(options_type)}
+    as_options = [name for name in given if name in fields]
+    others = [name for name in given if name not in fields]
+    parts: list[str] = []
+    if as_options:
+        shown = ", ".join(f"{name}={given[name]!r}" for name in as_options)
+        parts.append(f"{call} takes its options in one object, not as keyword arguments: "
+                     f"options=durable.{options_type.__name__}({shown})")
+    if others:
+        names = ", ".join(repr(name) for name in others)
+        parts.append(f"{call} got the keyword argument(s) {names}, which it does not take: "
+                     f"{takes} arguments are positional (pass them in order, or one dict "
+                     f"or dataclass), and options go in options=durable."
+                     f"{options_type.__name__}(...), whose fields are "
+                     f"{', '.join(sorted(fields))}")
+    return ConfigurationError("; ".join(parts))
+
+
+def driver_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:
+    """Refuse `durable.connect` options the driver does not take, naming those it
+    does: passed on, they would raise a TypeError from inside the driver."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigurationError(
+            f"durable.connect({url!r}) does not take {', '.join(unknown)}; its driver "
+            f"accepts {', '.join(accepted) or 'no options'} (and namespace, clock, "
+            "converter, limits for the client)"
+        )
 
 
 def sender(requester: dict[str, Any] | None, source: str) -> dict[str, Any]:

@@ -17,12 +17,11 @@ split that one face, not separate concerns (the schedules' own logic lives in
 from __future__ import annotations
 
 import builtins
-import inspect
 import os
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Never
 
 from . import _validate, observe
 from ._embedded import EmbeddedControl, check_start_arity
@@ -388,8 +387,12 @@ class Client:
         id: str,
         options: StartOptions | None = None,
         task_queue: str | None = None,
+        **misplaced: Never,
     ) -> WorkflowHandle:
         """Start a workflow instance; returns once the start is recorded."""
+        if misplaced:
+            raise _validate.misplaced_keywords("client.start()", misplaced, StartOptions,
+                                               "the workflow's")
         options = _validate.options(options, StartOptions(), "options")
         wf_type = workflow_name(workflow)
         defn = await self._check_registered(wf_type, workflow, args)
@@ -457,8 +460,12 @@ class Client:
         id: str,
         options: StartOptions | None = None,
         task_queue: str | None = None,
+        **misplaced: Never,
     ) -> Any:
         """Start a workflow and wait for its result."""
+        if misplaced:
+            raise _validate.misplaced_keywords("client.execute()", misplaced, StartOptions,
+                                               "the workflow's")
         handle = await self.start(workflow, *args, id=id, options=options, task_queue=task_queue)
         return await handle.result()
 
@@ -674,24 +681,6 @@ class Client:
         return await self.control.repair_pass()
 
 
-def _check_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:
-    """Refuse driver options the driver does not take, naming those it does."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ConfigurationError(
-            f"durable.connect({url!r}) does not take {', '.join(unknown)}; its driver "
-            f"accepts {', '.join(accepted) or 'no options'} (and namespace, clock, "
-            "converter, limits for the client)"
-        )
-
-
 class _Connecting:
     """What `connect()` returns: await it, or use it with ``async with``."""
 
@@ -737,7 +726,7 @@ class _Connecting:
                 f"database URL ({self._url.split(':', 1)[0]}://) needs none"
             )
         factory = driver_factory(self._url)
-        _check_options(factory, self._url, self._driver_options)
+        _validate.driver_options(factory, self._url, self._driver_options)
         driver = factory(self._url, **self._driver_options)
         await driver.open()
         try:

@@ -15,7 +15,7 @@ import uuid as _uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import Any, Generic, Never, ParamSpec, Protocol, TypeVar, cast, overload
 
 import anyio
 
@@ -245,10 +245,14 @@ def start_activity(
     activity: Callable[..., Any] | str,
     *args: Any,
     options: ActivityOptions | None = None,
+    **misplaced: Never,
 ) -> ActivityHandle:
     """Start a remote activity and return at once with its handle: ``await
     handle`` for the result, ``handle.request_cancellation()`` to cancel this
     one activity under its `ActivityOptions.cancellation` policy."""
+    if misplaced:
+        raise _validate.misplaced_keywords(
+            "workflow.start_activity()", misplaced, ActivityOptions, "the activity's")
     return current().start_activity(activity, args, _validate.options(
         options, _DEFAULT_ACTIVITY_OPTIONS, "workflow.start_activity(options=...)"))
 
@@ -264,12 +268,16 @@ async def execute_activity(
     activity: Callable[..., Any] | str,
     *args: Any,
     options: ActivityOptions | None = None,
+    **misplaced: Never,
 ) -> Any:
     """Run an activity on any worker that has it registered (a remote activity).
 
     At least once; its recorded outcome exactly once. Raises `ActivityFailed`
     (`ActivityTimedOut`, `ActivityCancelled`) when it did not complete.
     """
+    if misplaced:
+        raise _validate.misplaced_keywords(
+            "workflow.execute_activity()", misplaced, ActivityOptions, "the activity's")
     return await current().execute_activity(activity, args, _validate.options(
         options, _DEFAULT_ACTIVITY_OPTIONS, "workflow.execute_activity(options=...)"))
 
@@ -278,11 +286,15 @@ async def execute_local_activity(
     activity: Callable[..., Any] | str,
     *args: Any,
     options: ActivityOptions | None = None,
+    **misplaced: Never,
 ) -> Any:
     """Run an activity in this worker, supervised, without a queue round trip.
 
     One write records its outcome; a crash before that write re-runs it.
     """
+    if misplaced:
+        raise _validate.misplaced_keywords(
+            "workflow.execute_local_activity()", misplaced, ActivityOptions, "the activity's")
     state = current_task_state()  # once: the runtime is told it (as the op needs it)
     return await state.runtime.execute_local_activity(activity, args, _validate.options(
         options, _DEFAULT_ACTIVITY_OPTIONS, "workflow.execute_local_activity(options=...)"),
@@ -299,8 +311,12 @@ async def start_child(
     *args: Any,
     id: str | None = None,
     options: ChildOptions | None = None,
+    **misplaced: Never,
 ) -> ChildHandle:
     """Start a child workflow and return its handle once the start is recorded."""
+    if misplaced:
+        raise _validate.misplaced_keywords(
+            "workflow.start_child()", misplaced, ChildOptions, "the child workflow's")
     return await current().start_child(workflow, args, id, _validate.options(
         options, _DEFAULT_CHILD_OPTIONS, "workflow.start_child(options=...)"))
 
@@ -310,12 +326,16 @@ async def execute_child(
     *args: Any,
     id: str | None = None,
     options: ChildOptions | None = None,
+    **misplaced: Never,
 ) -> Any:
     """Start a child workflow and wait for its result.
 
     Raises `ChildWorkflowFailed` (its ``__cause__`` is the child's own error,
     e.g. `WorkflowTimedOut`) when the child does not complete.
     """
+    if misplaced:
+        raise _validate.misplaced_keywords(
+            "workflow.execute_child()", misplaced, ChildOptions, "the child workflow's")
     handle = await start_child(workflow, *args, id=id, options=options)
     return await handle.result()
 

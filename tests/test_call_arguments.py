@@ -49,6 +49,14 @@ async def args_misuse(kind: str) -> object:
         return await workflow.wait_condition(ready)
     if kind == "external id":
         return await workflow.get_external_handle("x" * 300).signal("go")
+    if kind == "temporal style":  # Temporal's keyword options
+        return await workflow.execute_activity(
+            args_double, 1, start_to_close_timeout=10)  # type: ignore[arg-type]
+    if kind == "local keyword":
+        return await workflow.execute_local_activity(args_double, x=1)  # type: ignore[arg-type]
+    if kind == "child keyword":
+        return await workflow.execute_child(
+            args_one, 1, id="args-kw", run_timeout=5)  # type: ignore[arg-type]
     return await workflow.execute_activity(args_double, 1, options={"max_attempts": 1})
 
 
@@ -63,6 +71,14 @@ async def test_a_start_with_arguments_the_workflow_does_not_take_records_nothing
     with pytest.raises(durable.ConfigurationError,
                        match=r"options must be a durable\.StartOptions, got \{'priority': 1\}"):
         await client.start(args_one, 1, id="args-opts", options={"priority": 1})  # type: ignore[arg-type]
+    with pytest.raises(durable.ConfigurationError, match=(
+            r"client\.start\(\) takes its options in one object, not as keyword arguments: "
+            r"options=durable\.StartOptions\(execution_timeout=60\); client\.start\(\) got "
+            r"the keyword argument\(s\) 'x', which it does not take: the workflow's arguments "
+            r"are positional .* whose fields are .*execution_timeout")):
+        await client.start(args_one, id="args-kw", execution_timeout=60, x=1)  # type: ignore[arg-type]
+    with pytest.raises(durable.ConfigurationError, match=r"client\.execute\(\) takes its opt"):
+        await client.execute(args_one, 1, id="args-kw", priority=1)  # type: ignore[arg-type]
     assert await client.list() == []
 
 
@@ -75,6 +91,13 @@ async def test_a_start_with_arguments_the_workflow_does_not_take_records_nothing
     ("child id", r"child workflow id 'child\\x00' contains the control character"),
     ("predicate", r"wait_condition needs a plain function that says whether to go on"),
     ("external id", r"workflow id is 300 characters long; at most 255"),
+    ("temporal style", r"workflow\.execute_activity\(\) takes its options in one object, not as "
+                       r"keyword arguments: options=durable\.ActivityOptions\("
+                       r"start_to_close_timeout=10\)"),
+    ("local keyword", r"workflow\.execute_local_activity\(\) got the keyword argument\(s\) 'x', "
+                      r"which it does not take: the activity's arguments are positional"),
+    ("child keyword", r"workflow\.execute_child\(\) takes its options in one object, not as "
+                      r"keyword arguments: options=durable\.ChildOptions\(run_timeout=5\)"),
 ])
 async def test_a_workflows_call_with_them_fails_the_run_at_that_call(
     client: durable.Client, make_worker: Any, kind: str, message: str
