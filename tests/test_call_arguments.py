@@ -155,3 +155,15 @@ async def test_a_handlers_arguments_are_checked_where_its_workflow_is_known(
         await handle.signal("add", 6)
         assert await handle.result() == 10
         assert not [e for e in await handle.history() if e.type == "SignalReceived"][1:]
+
+
+async def test_connect_refuses_a_driver_option_the_driver_does_not_take(tmp_path: Any) -> None:
+    """Passed on, it would be a TypeError from inside the driver; nothing is opened."""
+    url = f"sqlite:///{tmp_path / 'opts.db'}"
+    with pytest.raises(durable.ConfigurationError, match=(
+            r"durable\.connect\('sqlite:///.*opts\.db'\) does not take busy_timout, pool; its "
+            r"driver accepts busy_timeout, poll_interval, checkpoint_every, file_mode")):
+        await durable.connect(url, busy_timout=5, pool=2)
+    assert not (tmp_path / "opts.db").exists()
+    async with durable.connect(url, busy_timeout=5) as client:
+        assert await client.list() == []
