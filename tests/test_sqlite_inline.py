@@ -137,7 +137,7 @@ async def test_steps_record_the_same_history_on_either_lane(
 
 
 async def test_synchronous_full_never_commits_on_the_loop(tmp_path: Path) -> None:
-    """A commit that syncs takes milliseconds: the loop never waits for one."""
+    """A commit that syncs takes 0.2 ms to milliseconds: the loop never waits for one."""
     async with durable.connect(f"sqlite:///{tmp_path / 'full.db'}?synchronous=FULL") as client:
         async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
             assert await client.execute(steps, "full", 10, id="full") == 90
