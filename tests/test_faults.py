@@ -104,7 +104,8 @@ async def call(name: str, args: list[Any], max_attempts: int = 1) -> Any:
 @workflow.defn(name="faults_sleep_forever")
 async def sleep_bad(duration: str) -> str:
     try:
-        await workflow.sleep(float(duration))  # "inf", "nan", "1e12"
+        # "inf", "nan", "1e12"; "none": None, which failed the run with a bare AssertionError
+        await workflow.sleep(None if duration == "none" else float(duration))  # type: ignore[arg-type]
     except durable.ConfigurationError as exc:
         return f"refused: {exc}"
     return "slept"
@@ -408,7 +409,8 @@ async def test_an_unrepresentable_sleep_is_refused_at_the_call(
     client: durable.Client, make_worker: Any,
 ) -> None:
     async with make_worker(workflows=[sleep_bad, echo_wf]):
-        for duration, ident in (("inf", "inf"), ("1e12", "huge"), ("nan", "nan")):
+        for duration, ident in (("inf", "inf"), ("1e12", "huge"), ("nan", "nan"),
+                                ("none", "none")):
             out = await client.execute(sleep_bad, duration, id=f"sleep-{ident}")
             assert out.startswith("refused: sleep duration must be")
         assert await client.execute(echo_wf, "still fine", id="after-sleeps") == "still fine"

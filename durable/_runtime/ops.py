@@ -248,8 +248,7 @@ async def execute_activity(ctx: WorkflowContext, state: TaskState,
 
 async def sleep(ctx: WorkflowContext, state: TaskState, duration: Seconds) -> None:
     """A durable timer: survives crashes and restarts; fires once."""
-    seconds = _validate.optional_duration(duration, "sleep duration")
-    assert seconds is not None
+    seconds = _validate.duration(duration, "sleep duration")  # None too: no "forever" here
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.TIMER, "sleep")
     if record is not None and record.closed and not ctx.parking.must_block(record, op_id):
