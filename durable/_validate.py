@@ -10,6 +10,7 @@ runs. The same rules apply on every driver.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import inspect
 import json
@@ -148,6 +149,17 @@ def misplaced_keywords(call: str, given: Mapping[str, Any], options_type: type,
                      f"{options_type.__name__}(...), whose fields are "
                      f"{', '.join(sorted(fields))}")
     return ConfigurationError("; ".join(parts))
+
+
+def one_of(value: Any, allowed: tuple[str, ...], what: str) -> str:
+    """`value` if it is one of `allowed`, else an error listing them and, for a
+    near miss ("runing"), the one meant. Why: a filter word nobody stores
+    matches nothing, and "no runs match" then reads as a fact about the runs."""
+    if isinstance(value, str) and value in allowed:
+        return value
+    meant = difflib.get_close_matches(value, allowed, n=1) if isinstance(value, str) else []
+    hint = f"; did you mean {meant[0]!r}?" if meant else ""
+    raise ConfigurationError(f"{what} must be one of {', '.join(allowed)}, got {value!r}{hint}")
 
 
 def driver_options(factory: Callable[..., Any], url: str, options: dict[str, Any]) -> None:

@@ -55,7 +55,7 @@ from .schedules import (
     schedule_list_args,
 )
 from .store import Store
-from .store.records import HistoryEvent, StartRequest
+from .store.records import LISTED_STATUSES, HistoryEvent, StartRequest
 
 # How long one wait of result() lasts before it asks again (a remote plane
 # holds a request open that long; the embedded one listens to wake-ups).
@@ -489,6 +489,8 @@ class Client:
         `next_cursor`, with the same filters, for the next."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ConfigurationError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        if status is not None:
+            _validate.one_of(status, LISTED_STATUSES, "status")
         return await self.control.list_runs(status=status, workflow_type=workflow_type,
                                             limit=limit, cursor=cursor, query=query)
 

@@ -352,6 +352,12 @@ def test_list_filters_by_status_and_type_and_pages_as_the_wire(url: str) -> None
         assert f"1 …{r['run_id'][-8:]}" in human, human
     assert data["workflows"][0]["run_id"][:8] not in human, human
     assert "No workflow runs match." in ok(url, "list", "--type", "nothing-here").stdout
+    # a status nobody stores is refused, naming the one meant: "no runs match"
+    # would read as a fact about the runs (over --server too, before any request)
+    typo = invoke(url, "list", "--status", "runing")
+    assert typo.exit_code == 1 and typo.stdout == ""
+    assert ("status must be one of pending, running, completed" in one_error_line(typo)
+            and "got 'runing'; did you mean 'running'?" in one_error_line(typo))
 
 
 def test_describe_shows_status_deadlines_and_pending_activity(url: str) -> None:

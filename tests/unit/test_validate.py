@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from durable import ConfigurationError
+from durable import ConfigurationError, _validate
 from durable._validate import MAX_SECONDS, duration, name, optional_duration
 
 
@@ -123,3 +123,16 @@ def test_a_storage_url_is_a_string_and_a_path_gets_its_url() -> None:
         durable.connect(5)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=r"for a SQLite file: 'sqlite:////srv/app\.db'"):
         durable.connect(Path("/srv/app.db"))  # type: ignore[arg-type]
+
+
+def test_one_of_names_the_words_and_the_one_meant() -> None:
+    words = ("pending", "running", "completed")
+    assert _validate.one_of("running", words, "status") == "running"
+    with pytest.raises(ConfigurationError, match=(
+            r"^status must be one of pending, running, completed, got 'runing'; "
+            r"did you mean 'running'\?$")):
+        _validate.one_of("runing", words, "status")
+    with pytest.raises(ConfigurationError, match=r"got 'waiting'$"):
+        _validate.one_of("waiting", words, "status")
+    with pytest.raises(ConfigurationError, match=r"got 3$"):
+        _validate.one_of(3, words, "status")
