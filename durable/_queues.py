@@ -39,6 +39,10 @@ class QueueControl(Protocol):
         """`describe` of every queue known: limited, served, or holding open work."""
         ...
 
+    async def builds(self, name: str) -> dict[str, Any]:
+        """The queue's builds during a deploy (`durable._builds.rollout`)."""
+        ...
+
 
 class EmbeddedQueues:
     """Queues and workers over storage opened in this process."""
@@ -59,6 +63,9 @@ class EmbeddedQueues:
 
     async def list(self) -> list[dict[str, Any]]:
         return await self.store.list_queues(self.namespace, self.clock.now())
+
+    async def builds(self, name: str) -> dict[str, Any]:
+        return await self.store.queue_builds(self.namespace, name, self.clock.now())
 
 
 @dataclass(frozen=True)

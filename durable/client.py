@@ -672,6 +672,12 @@ class Client:
         worker, or holds open work."""
         return await self.queue_control.list()
 
+    async def queue_builds(self, task_queue: str) -> dict[str, Any]:
+        """The queue's builds during a deploy: each build's workers and the open
+        runs it last advanced, of which other builds refused, and it refused
+        (docs/deploying.md, "What an operator sees")."""
+        return await self.queue_control.builds(_validate.name(task_queue, "task_queue"))
+
     # ---------------------------------------------------------------- maintenance
 
     async def repair_pass(self) -> dict[str, int]:

@@ -398,3 +398,96 @@ async def test_a_rollback_blocks_what_the_newer_build_advanced_and_names_it(
 
 async def _blocked(handle: durable.WorkflowHandle[Any]) -> bool:
     return (await handle.describe())["blocked"] is not None
+
+
+async def test_a_queues_builds_say_which_runs_only_the_old_build_can_continue(
+        storage: durable.Client, db_url: str) -> None:
+    """`client.queue_builds` (``durable queue builds``, ``GET
+    /api/task-queues/{q}/build-ids``): before an old build's last worker
+    stops, an operator sees which open runs only it can continue; after, the
+    build is still listed, with no workers, while runs wait for it."""
+    async with worker(storage, V1, "v1") as old:
+        runs = [await storage.start(OrderV1, f"s{i}", id=f"bd-s{i}") for i in range(2)]
+        for handle in runs:
+            await until(lambda h=handle: waiting(h), "v1 ran the run to its wait")
+        builds = await storage.queue_builds("default")
+        assert (builds["namespace"], builds["task_queue"]) == ("default", "default")
+        assert builds["stale_after_seconds"] == 10  # twice the 5 s lease
+        [v1] = builds["build_ids"]
+        assert (v1["build_id"], v1["rollout_status"], v1["active_worker_count"],
+                v1["worker_ids"]) == ("v1", "active", 1, [old.worker_id])
+        assert (v1["open_runs"], v1["refused_elsewhere"], v1["blocked_runs"]) == (2, 0, 0)
+        # one definition of each workflow type the build registers, no clash
+        assert (v1["workflow_definition_fingerprint_count"],
+                v1["workflow_definition_fingerprint_conflicts"]) == (2, [])
+    async with worker(storage, V2, "v2") as new:
+
+        async def refused() -> bool:
+            return all([(await h.describe())["blocked"] is not None for h in runs])
+
+        await until(refused, "v2 refused the runs")
+        builds = await storage.queue_builds("default")
+        v2, v1 = builds["build_ids"]  # serving builds first
+        assert (v2["build_id"], v2["rollout_status"], v2["active_worker_count"],
+                v2["open_runs"], v2["blocked_runs"]) == ("v2", "active", 1, 0, 2)
+        assert (v1["build_id"], v1["rollout_status"], v1["total_worker_count"],
+                v1["stopped_worker_count"], v1["worker_ids"]) == ("v1", "no_workers", 0, 1, [])
+        assert (v1["open_runs"], v1["refused_elsewhere"], v1["blocked_runs"]) == (2, 2, 0)
+        # nothing claims to be drained or promoted: nothing is, here
+        assert {(e["drain_intent"], e["new_start_selected"], e["drained_at"])
+                for e in builds["build_ids"]} == {("active", False, None)}
+        assert (await storage.queue_builds("elsewhere"))["build_ids"] == []
+
+        from click.testing import CliRunner
+
+        from durable.cli._group import cli
+
+        def invoke(*args: str) -> Any:
+            return CliRunner().invoke(cli, ["--db", db_url, "queue", "builds", *args])
+
+        shown = await anyio.to_thread.run_sync(invoke, "default")
+        assert shown.exit_code == 0, shown.output
+        assert "Builds of queue default" in shown.output
+        assert ("warning: 2 open run(s) that other builds cannot replay wait for build v1, "
+                "and no live worker runs it: start one, deploy a patched build, or reset "
+                "them") in " ".join(shown.output.split())
+        as_json = await anyio.to_thread.run_sync(invoke, "default", "--json")
+        assert [e["build_id"] for e in json.loads(as_json.output)["build_ids"]] == ["v2", "v1"]
+
+        import httpx
+        from conftest import REMOTE_TOKEN, remote_plane
+
+        async with remote_plane(storage) as url, \
+                durable.connect(url, token=REMOTE_TOKEN) as remote:
+            theirs = await remote.queue_builds("default")
+            ours = await storage.queue_builds("default")
+            for snapshot in (theirs, ours):  # a renewal may move a heartbeat between reads
+                for entry in snapshot["build_ids"]:
+                    entry.pop("last_heartbeat_at")
+            assert theirs == ours
+            headers = {"X-Durable-Workflow-Control-Plane-Version": "2",
+                       "Authorization": f"Bearer {REMOTE_TOKEN}"}
+            async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+                for action in ("drain", "promote", "resume"):
+                    refused_ = await http.post(f"/api/task-queues/default/build-ids/{action}",
+                                               json={"build_id": "v1"})
+                    assert refused_.status_code == 409, refused_.text
+                    body = refused_.json()
+                    assert body["reason"] == "capability_unsupported"
+                    assert body["message"].startswith(
+                        f"cannot {action} build 'v1' of task queue 'default': this server "
+                        "does not drain, promote or resume builds: take a build out by "
+                        "stopping its workers")
+                bad = await http.post("/api/task-queues/default/build-ids/drain", json={})
+                assert bad.status_code == 422  # the reference's body: {build_id}
+                info = (await http.get("/api/cluster/info")).json()["capabilities"]
+                assert (info["build_id_rollouts"], info["build_id_rollout_control"]) == (
+                    True, False)
+        assert new.gate.blocked == 2
+    async with worker(storage, V1, "v1"):  # the old build back: it finishes them
+        for handle in runs:
+            await handle.signal("proceed")
+        assert [await h.result() for h in runs] == [["a:s0", "b:s0"], ["a:s1", "b:s1"]]
+    after = await storage.queue_builds("default")
+    assert [(e["build_id"], e["rollout_status"], e["open_runs"]) for e in after["build_ids"]] \
+        == []  # every worker stopped and no open run names a build

@@ -225,6 +225,37 @@ async def test_workers_search_attributes_and_the_worker_plane(
     await run_reference(scenario, live)
 
 
+async def test_a_queues_builds_read_by_the_reference_client(live: Live) -> None:
+    """Its `list_task_queue_build_ids` parses our rollout snapshot (our fields
+    in its ``raw``); its drain, promote and resume are refused, saying how a
+    build is taken out here."""
+    async def scenario(url: str) -> None:
+        async with ref_client(url) as c:
+            done = await c.start_workflow(workflow_type="ref_greet", task_queue="default",
+                                          workflow_id="builds-1", input=["ann"])
+            await c.get_result(done, timeout=RESULT_TIMEOUT)
+            snapshot = await c.list_task_queue_build_ids("default")
+            assert (snapshot.namespace, snapshot.task_queue) == ("default", "default")
+            assert isinstance(snapshot.stale_after_seconds, int)
+            [cohort] = snapshot.build_ids  # the live server's worker has no build id
+            assert (cohort.build_id, cohort.rollout_status, cohort.drain_intent) == (
+                None, "active", "active")
+            assert cohort.active_worker_count == cohort.total_worker_count >= 1
+            assert cohort.runtimes == ["python"] and cohort.raw is not None
+            assert cohort.raw["open_runs"] == 0  # the run it ran is closed
+            for steer in (c.drain_task_queue_build_id, c.promote_task_queue_build_id,
+                          c.resume_task_queue_build_id):
+                with pytest.raises(dw_errors.ServerError) as refused:
+                    await steer("default", None)
+                assert refused.value.status == 409
+                assert refused.value.body["capability"] == "build_id_rollout_control"
+                assert "of task queue 'default': this server does not drain, promote or " \
+                       "resume builds" in refused.value.body["message"]
+                assert "the workers without a build id" in refused.value.body["message"]
+
+    await run_reference(scenario, live)
+
+
 async def test_versioned_answers_echo_the_control_plane_version(live: Live) -> None:
     async with httpx.AsyncClient(base_url=live.url) as http:
         for path in ("/api/workflows", "/api/workflows/none-such", "/api/namespaces"):

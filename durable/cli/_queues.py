@@ -266,3 +266,64 @@ def queue_view(out: Output, q: Mapping[str, Any]) -> None:
     idle = _ops.idle_queue(q)
     if idle:
         out.console.print(Text(idle, style="bold yellow"))
+
+
+@queue.command("builds", short_help="Show a queue's builds during a deploy.")
+@click.argument("name", metavar="QUEUE")
+@json_option
+@pass_session
+def queue_builds(session: Session, name: str) -> None:
+    """Each build serving the queue (or still named by its open runs): its live
+    and stale workers, the open runs it last advanced, how many of those other
+    builds refused (only it, or a patched build, continues them), and the open
+    runs it refused itself. Read it before stopping an old build's last
+    workers (docs/deploying.md)."""
+
+    async def body(client: durable.Client) -> dict[str, Any]:
+        return dict(_fmt.jsonable(await client.queue_builds(name)))
+
+    session.out.emit(session.run(body), builds_view)
+
+
+def _build_name(build_id: str | None) -> str:
+    return "(no build id)" if build_id is None else str(build_id)
+
+
+def builds_view(out: Output, data: Mapping[str, Any]) -> None:
+    entries = data.get("build_ids") or []
+    queue = data.get("task_queue")
+    if not entries:
+        out.console.print(Text(f"No worker serves queue {queue!r} and no open run of it has "
+                               "been taken by a worker yet.", style="dim"), soft_wrap=True)
+        return
+    out.console.print(Text.assemble(("Builds of queue ", "bold"), (str(queue), "bold")))
+    table = Table(box=None, padding=(0, 2))
+    for column in ("build", "workers", "open runs", "others refused", "it refused"):
+        table.add_column(column, justify="left" if column in ("build", "workers") else "right")
+    for e in entries:
+        live, stale = e["active_worker_count"], e["stale_worker_count"]
+        workers = (f"{live} live" + (f", {stale} stale" if stale else "") if live or stale
+                   else "none")
+        table.add_row(_build_name(e["build_id"]),
+                      Text(workers, style="" if live else "yellow"),
+                      str(e["open_runs"]), str(e["refused_elsewhere"]), str(e["blocked_runs"]))
+    out.console.print(table)
+    for e in entries:
+        build = _build_name(e["build_id"])
+        if e["refused_elsewhere"] and not e["active_worker_count"]:
+            out.console.print(Text(
+                f"warning: {e['refused_elsewhere']} open run(s) that other builds cannot "
+                f"replay wait for build {build}, and no live worker runs it: start one, "
+                "deploy a patched build, or reset them (docs/deploying.md)",
+                style="bold yellow"), soft_wrap=True)
+        elif e["refused_elsewhere"]:
+            out.console.print(Text(
+                f"{e['refused_elsewhere']} open run(s) only build {build} (or a patched "
+                "build) can continue: keep a worker of it until they close", style="yellow"),
+                soft_wrap=True)
+        for clash in e["workflow_definition_fingerprint_conflicts"]:
+            out.console.print(Text(
+                f"warning: the workers of build {build} register workflow "
+                f"{clash['workflow_type']!r} with {clash['fingerprint_count']} different "
+                "definitions: one build id for different code hides which runs it cannot "
+                "replay", style="yellow"), soft_wrap=True)

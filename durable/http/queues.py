@@ -20,7 +20,8 @@ from typing import Any
 
 from .._queues import QueueLimits
 from ..clock import to_iso
-from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Operation, Param, Reply, text
+from .errors import HTTPError
+from .routes import ANY_OBJECT, ERROR_SCHEMA, Call, Handler, Operation, Param, Reply, text
 from .schema import check_schema
 
 RUNTIME = "python"
@@ -40,6 +41,11 @@ LIMITS_BODY = check_schema({
         "max_running": _COUNT, "max_running_activities": _COUNT, "max_running_per_key": _COUNT,
         "rate": _RATE, "activity_rate": _RATE,
     },
+})
+
+BUILD_BODY = check_schema({
+    "type": "object", "required": ["build_id"], "additionalProperties": False,
+    "properties": {"build_id": {"type": ["string", "null"], "maxLength": 255}},
 })
 
 
@@ -185,6 +191,37 @@ async def set_task_queue_limits(call: Call) -> tuple[int, Any]:
                  to_iso(call.client.clock.now())}
 
 
+async def task_queue_builds(call: Call) -> tuple[int, Any]:
+    return 200, await call.client.queue_builds(call.params["taskQueue"])
+
+
+#: why the reference's drain, promote and resume of a build are refused
+_NO_ROLLOUT_STEERING = (
+    "this server does not drain, promote or resume builds: take a build out by stopping "
+    "its workers (they hand their runs back at once), and each open run moves to a "
+    "build whose code replays it (the upgrade gate, docs/deploying.md); GET "
+    "/api/task-queues/{queue}/build-ids shows each build's workers and the open runs "
+    "only it can continue")
+
+
+def _cohort_name(build_id: str | None) -> str:
+    return "the workers without a build id" if build_id is None else f"build {build_id!r}"
+
+
+def steer_build(action: str) -> Handler:
+    """The handler of the reference's `action` (drain, promote, resume) of a
+    build: refused, saying what does that here."""
+    async def refuse(call: Call) -> tuple[int, Any]:
+        raise HTTPError(
+            409, "capability_unsupported",
+            f"cannot {action} {_cohort_name(call.body.get('build_id'))} of task queue "
+            f"{call.params['taskQueue']!r}: "
+            + _NO_ROLLOUT_STEERING.replace("{queue}", call.params["taskQueue"]),
+            capability="build_id_rollout_control",
+            discovery_path="capabilities.build_id_rollout_control", supported=False)
+    return refuse
+
+
 def queue_operations() -> list[Operation]:
     """The worker and task-queue routes (appended to `routes.operations()`)."""
     workers, queues = ("workers",), ("task-queues",)
@@ -221,6 +258,27 @@ def queue_operations() -> list[Operation]:
             params=(TASK_QUEUE,),
             replies=(Reply(200, "{name, stats, pollers, limits, runs, activities, ...}.",
                            ANY_OBJECT),)),
+        Operation(
+            "GET", "/api/task-queues/{taskQueue}/build-ids", "listTaskQueueBuildIds",
+            "The queue's builds during a deploy", task_queue_builds, tags=queues,
+            params=(TASK_QUEUE,),
+            replies=(Reply(200, "{namespace, task_queue, stale_after_seconds, build_ids: "
+                                "[{build_id, rollout_status, worker counts, ..., open_runs, "
+                                "refused_elsewhere, blocked_runs}]}.", ANY_OBJECT),),
+            description="One entry per build id (null: workers without one): its live and "
+                        "stale workers, the definitions they register, and ours: the open "
+                        "runs it last advanced, how many of those other builds refused "
+                        "(only it, or a patched build, continues them), and the open runs "
+                        "it refused. A build no live worker runs is listed while open runs "
+                        "name it (docs/deploying.md)."),
+        *(Operation(
+            "POST", f"/api/task-queues/{{taskQueue}}/build-ids/{action}",
+            f"{action}TaskQueueBuildId", f"The reference's {action} of a build (not supported "
+            "here)", steer_build(action), "operator", tags=queues, params=(TASK_QUEUE,),
+            body=BUILD_BODY, body_required=True,
+            replies=(Reply(409, "capability_unsupported: stop a build's workers instead.",
+                           ERROR_SCHEMA),))
+          for action in ("drain", "promote", "resume")),
         Operation(
             "PUT", "/api/task-queues/{taskQueue}/limits", "setTaskQueueLimits",
             "Set how much of a task queue may run at once", set_task_queue_limits,

@@ -16,6 +16,7 @@ from .remote_schedules import RemoteControl
 
 _QUEUE_KEYS = ("name", "namespace", "limits", "runs", "activities", "workers", "updated_at",
                "idle", "queues_in_use")
+_ROLLOUT_KEYS = ("namespace", "task_queue", "stale_after_seconds", "build_ids")
 
 
 def worker_from_wire(w: dict[str, Any]) -> dict[str, Any]:
@@ -60,3 +61,8 @@ class RemoteQueues:
     async def list(self) -> list[dict[str, Any]]:
         _, data = await self.control._call("GET", "/api/task-queues")
         return [{k: q[k] for k in _QUEUE_KEYS if k in q} for q in data["task_queues"]]
+
+    async def builds(self, name: str) -> dict[str, Any]:
+        _, data = await self.control._call(
+            "GET", f"/api/task-queues/{quote_segment(name)}/build-ids")
+        return {k: data[k] for k in _ROLLOUT_KEYS}

@@ -329,6 +329,9 @@ def cluster_info_body(client: Client) -> dict[str, Any]:
             # storage, never poll this server for tasks (`durable.http.fleet`)
             "search_attributes": False, "workflow_tasks": False, "activity_tasks": False,
             "history_retention": True,
+            # a queue's builds are shown (GET /api/task-queues/{q}/build-ids), not
+            # drained or promoted: stopping a build's workers does that here
+            "build_id_rollouts": True, "build_id_rollout_control": False,
         },
         "limits": {"max_payload_bytes": client.limits.payload_bytes,
                    "max_memo_bytes": client.limits.memo_bytes},

@@ -525,6 +525,17 @@ class Store:
         return await self.driver.run(lambda tx: queue_views.describe_queue(namespace, name, now),
                                      write=False)
 
+    async def queue_builds(self, namespace: str, name: str, now: float) -> dict[str, Any]:
+        """The queue's builds, their workers and the open runs each holds or
+        refused (`durable._builds.rollout`), read in one transaction."""
+        from .._builds import rollout
+
+        def program(tx: Any) -> Any:
+            found = yield from workers.list_workers(namespace, now)
+            runs = yield from queue_views.build_runs(namespace, name)
+            return rollout(namespace, name, found, runs)
+        return await self.driver.run(program, write=False)
+
     async def queue_gauges(self, now: float) -> list[dict[str, Any]]:
         """Every queue's running, waiting, limits and rate left (for /metrics)."""
         return await self.driver.run(lambda tx: queue_views.gauges(now), write=False)

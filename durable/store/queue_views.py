@@ -13,7 +13,7 @@ from typing import Any
 from ..clock import to_iso
 from ..driver import Program, q, q1
 from .queues import LIMIT_COLUMNS, RUNNING_RUNS, RUNNING_TASKS, token_bucket
-from .records import OPEN_SQL
+from .records import OPEN_SQL, refusing
 
 
 def describe_queue(namespace: str, name: str, now: float) -> Program[dict[str, Any]]:
@@ -146,3 +146,31 @@ def gauges(now: float) -> Program[list[dict[str, Any]]]:
             if bucket is not None:
                 e["rate_left"][kind] = bucket.tokens
     return [found[k] for k in sorted(found)]
+
+
+def build_runs(namespace: str, name: str) -> Program[dict[str | None, dict[str, int]]]:
+    """The queue's open runs by build (None: workers without a build id), for
+    the build rollout (`durable._builds`): ``open_runs`` a build last took
+    (advanced), ``refused_elsewhere`` those of them another build refused (its
+    code does not replay them: only this build, or a patched one, continues
+    them), ``blocked_runs`` open runs this build refused. A run no worker ever
+    claimed (``epoch = 0``) belongs to no build yet."""
+    rows = yield q(
+        "SELECT last_build, blocked_build, blocked_builds, count(*) AS n FROM runs "
+        f"WHERE namespace = ? AND task_queue = ? AND status IN {OPEN_SQL} AND epoch > 0 "
+        "GROUP BY last_build, blocked_build, blocked_builds", namespace, name)
+    out: dict[str | None, dict[str, int]] = {}
+
+    def entry(build: str | None) -> dict[str, int]:
+        return out.setdefault(build, {"open_runs": 0, "refused_elsewhere": 0,
+                                      "blocked_runs": 0})
+
+    for r in rows:
+        n, last = int(r["n"]), r["last_build"]
+        refused = refusing(r["blocked_build"], r["blocked_builds"])
+        entry(last)["open_runs"] += n
+        if refused and last not in refused:
+            entry(last)["refused_elsewhere"] += n
+        for build in refused:
+            entry(build)["blocked_runs"] += n
+    return out
