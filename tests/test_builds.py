@@ -456,6 +456,15 @@ async def test_a_queues_builds_say_which_runs_only_the_old_build_can_continue(
 
         import httpx
         from conftest import REMOTE_TOKEN, remote_plane
+        from test_ui_http import VIEWER, Browserless, _app
+
+        transport = httpx.ASGITransport(app=_app(storage), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://plane") as page:
+            await Browserless(page, storage).login(VIEWER)
+            queues = (await page.get("/ui/queues")).text
+            assert '<div data-build="v2">v2: 1 live, refused 2</div>' in queues
+            assert '<div data-build="v1">v1: no workers, 2 open runs <strong class="warn" ' \
+                   'data-stranded="2"' in queues
 
         async with remote_plane(storage) as url, \
                 durable.connect(url, token=REMOTE_TOKEN) as remote:

@@ -5,7 +5,9 @@ operation (`listWorkers`, `listTaskQueues`) with the visitor's role. Workers:
 alive first, then gone (kept an hour), with what each serves and holds, and a
 name that live workers of one queue register with different code flagged.
 Queues: backlog, running of the limit, the oldest waiting run's age, rate
-left, live workers. Limits are set with ``durable queue set-limits`` or
+left, live workers, and each build serving the queue or named by its open
+runs (`listTaskQueueBuildIds`), flagged when runs that other builds refused
+wait for a build no live worker runs. Limits are set with ``durable queue set-limits`` or
 ``PUT /api/task-queues/{name}/limits``.
 """
 
@@ -78,5 +80,11 @@ class QueuePages:
 
     async def queues(self, request: Request, visitor: Visitor) -> Response:
         _, listed = await self.ui.perform(request, visitor, "listTaskQueues", {})
-        return self.ui.render(request, visitor, "queues.html",
-                              items=listed.get("task_queues") or [], limits_text=limits_text)
+        items = listed.get("task_queues") or []
+        builds: dict[str, list[dict[str, Any]]] = {}
+        for q in items:  # each queue's builds: who serves it, and runs waiting for a build
+            _, rollout = await self.ui.perform(request, visitor, "listTaskQueueBuildIds",
+                                               {"taskQueue": q["name"]})
+            builds[q["name"]] = rollout["build_ids"]
+        return self.ui.render(request, visitor, "queues.html", items=items, builds=builds,
+                              limits_text=limits_text)
