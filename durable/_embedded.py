@@ -197,6 +197,9 @@ class EmbeddedControl:
     async def repair_pass(self) -> dict[str, int]:
         return await self.store.enforce_expired(self.namespace, self.clock.now())
 
+    async def overdue(self) -> dict[str, Any]:
+        return await self.store.overdue(self.namespace, self.clock.now())
+
     async def registered_types(self) -> set[str]:
         types, _ = await self.store.registered_names(self.namespace, self.clock.now())
         return types

@@ -369,12 +369,8 @@ class Client:
     async def __aenter__(self) -> Client:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -673,9 +669,8 @@ class Client:
         return await self.queue_control.list()
 
     async def queue_builds(self, task_queue: str) -> dict[str, Any]:
-        """The queue's builds during a deploy: each build's workers and the open
-        runs it last advanced, of which other builds refused, and it refused
-        (docs/deploying.md, "What an operator sees")."""
+        """The queue's builds during a deploy: each one's workers, the open runs it
+        advanced, others refused, it refused (docs/deploying.md)."""
         return await self.queue_control.builds(_validate.name(task_queue, "task_queue"))
 
     # ---------------------------------------------------------------- maintenance
@@ -687,6 +682,11 @@ class Client:
         for operators and scripts (and works with no worker running).
         """
         return await self.control.repair_pass()
+
+    async def overdue_deadlines(self) -> dict[str, Any]:
+        """The deadlines passed and not enforced yet, by kind, and how late the
+        oldest is: what `repair_pass` would enforce now (none: watchdogs run)."""
+        return await self.control.overdue()
 
 
 class _Connecting:
@@ -750,12 +750,8 @@ class _Connecting:
         self._client = await self._open()
         return self._client
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         if self._client is not None:
             await self._client.close()
 

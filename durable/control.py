@@ -158,6 +158,10 @@ class ControlPlane(Protocol):
         """Enforce every deadline due now, once; counts by kind."""
         ...
 
+    async def overdue(self) -> dict[str, Any]:
+        """The deadlines passed and not enforced yet (`durable.store.deadlines.overdue`)."""
+        ...
+
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
                      sender: dict[str, Any] | None = None,
                      request_id: str | None = None) -> bool:

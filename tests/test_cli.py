@@ -736,8 +736,19 @@ def test_repair_pass_enforces_a_deadline_no_worker_is_left_to_enforce(
     start(db, "cli-greet", "late-1", "x", extra=("--run-timeout", "1", "--task-queue", "nobody"))
     wait_for(lambda: "(" in ok(db, "describe", "late-1").stdout.split("run deadline")[1]
              and " late)" in ok(db, "describe", "late-1").stdout, "the run deadline to pass")
+    # --dry-run shows what is overdue and enforces nothing
+    seen = as_json(ok(db, "repair-pass", "--dry-run", "--json"), "repair-pass --dry-run")
+    assert seen["runs"].get("run_timeout") == 1 and seen["oldest_overdue_seconds"] > 0
+    shown = " ".join(ok(db, "repair-pass", "--dry-run").stdout.split())
+    assert "passed without being enforced; the oldest is" in shown
+    assert "runs run_timeout 1" in shown
+    assert describe(db, "late-1")["status"] == "pending"  # not enforced: still open
     counts = as_json(ok(db, "repair-pass", "--json"), "repair-pass")
     assert counts["total"] >= 1 and sum(counts["repaired"].values()) == counts["total"]
+    assert counts["total"] == sum(seen["runs"].values()) + sum(
+        seen["activity_attempts"].values())
+    assert ("No deadline has passed without being enforced."
+            in ok(db, "repair-pass", "--dry-run").stdout)
     info = describe(db, "late-1")
     # the wire's words (a timed-out run is failed, closed timed_out), ours beside them
     assert info["status"] == "failed" and info["closed_reason"] == "timed_out"

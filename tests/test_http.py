@@ -1120,12 +1120,14 @@ async def test_remote_client_speaks_the_same_api_with_the_same_errors(
         assert summaries[0]["started_at"] == (await plane.storage.list(
             status="completed"))[0]["started_at"]
         assert await remote.repair_pass() == {}
+        assert await remote.overdue_deadlines() == await plane.storage.overdue_deadlines()
         other = remote.with_namespace("elsewhere")
         assert await other.list() == []
         await other.close()  # a view: the connection stays open
         assert len(await remote.list()) == 2
     async with durable.connect(url, token=VIEWER) as viewer:
         assert len(await viewer.list()) == 2
+        assert (await viewer.overdue_deadlines())["runs"] == {}  # a read: a viewer's too
         with pytest.raises(durable.http.PermissionDenied):
             await viewer.get_handle("r1").terminate()
     async with durable.connect(url, token="wrong") as stranger:

@@ -225,6 +225,37 @@ async def test_workers_search_attributes_and_the_worker_plane(
     await run_reference(scenario, live)
 
 
+async def test_repair_and_activity_timeout_status_and_pass(live: Live) -> None:
+    """Its `repair_status`, `activity_timeout_status` and `activity_timeout_pass`
+    (admin only, as in the reference): how deadlines are enforced here and
+    which have passed unenforced; the pass reports each id it was given.
+    (What the pass enforces is pinned in tests/unit/store/test_deadlines.py.)"""
+    async def scenario(url: str) -> None:
+        async with ref_client(url, token=OPERATOR) as c:
+            for call in (c.repair_status(), c.activity_timeout_status(),
+                         c.activity_timeout_pass()):
+                with pytest.raises(dw_errors.ServerError) as refused:
+                    await call
+                assert refused.value.status == 403
+        async with ref_client(url, token=ADMIN) as c:
+            status = await c.repair_status()
+            assert status["policy"]["enforced_by"] == "watchdog"
+            assert status["candidates"]["runs"] == {}  # a live worker's watchdog runs
+            assert status["candidates"]["activity_attempts"] == {}
+            assert await c.activity_timeout_status() == {
+                "namespace": "default", "expired_count": 0, "expired_execution_ids": [],
+                "scan_limit": 100, "scan_pressure": False, "by_kind": {}}
+            assert await c.activity_timeout_pass() == {
+                "processed": 0, "enforced": 0, "skipped": 0, "failed": 0, "results": []}
+            assert (await c.activity_timeout_pass(execution_ids=["none-such", "none-such"])
+                    )["results"] == [{"execution_id": "none-such", "outcome": "skipped",
+                                      "reason": "not_found"}]
+            with pytest.raises(dw_errors.InvalidArgument):
+                await c.activity_timeout_pass(limit=101)
+
+    await run_reference(scenario, live)
+
+
 async def test_a_queues_builds_read_by_the_reference_client(live: Live) -> None:
     """Its `list_task_queue_build_ids` parses our rollout snapshot (our fields
     in its ``raw``); its drain, promote and resume are refused, saying how a

@@ -21,16 +21,24 @@ pass_session = click.make_pass_decorator(Session)
 
 
 @click.command("repair-pass", short_help="Enforce every deadline that is due, once.")
+@click.option("--dry-run", is_flag=True,
+              help="Enforce nothing: show the deadlines passed and not enforced yet.")
 @json_option
 @pass_session
-def repair_pass(session: Session) -> None:
-    """Enforce every deadline that is due now, once (works with no worker running)."""
+def repair_pass(session: Session, dry_run: bool) -> None:
+    """Enforce every deadline that is due now, once (works with no worker running).
+
+    With --dry-run, only show what it would enforce, by kind, and how late the
+    oldest is: every worker's watchdog enforces deadlines as they fall due, so
+    anything seconds late means none runs in the namespace."""
 
     async def body(client: durable.Client) -> dict[str, Any]:
+        if dry_run:
+            return dict(await client.overdue_deadlines())
         counts = await client.repair_pass()
         return {"repaired": dict(counts), "total": sum(counts.values())}
 
-    session.out.emit(session.run(body), _views.repair)
+    session.out.emit(session.run(body), _views.overdue if dry_run else _views.repair)
 
 
 @click.command(short_help="Run a worker for what MODULE:ATTR lists.")

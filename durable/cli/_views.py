@@ -551,6 +551,34 @@ def updated(out: Output, data: Mapping[str, Any]) -> None:
         _fmt.dumps(data.get("result"))), soft_wrap=True)
 
 
+def overdue(out: Output, data: Mapping[str, Any]) -> None:
+    """`durable repair-pass --dry-run`: the deadlines passed and not enforced."""
+    runs, attempts = data.get("runs") or {}, data.get("activity_attempts") or {}
+    if not runs and not attempts:
+        out.console.print("No deadline has passed without being enforced.")
+        return
+    total = sum(runs.values()) + sum(attempts.values())
+    late = float(data.get("oldest_overdue_seconds") or 0.0)
+    more = " or more (the scan stops at the limit)" if data.get("scan_pressure") else ""
+    out.console.print(Text(
+        f"{total}{more} {'deadline has' if total == 1 else 'deadlines have'} passed without "
+        f"being enforced; the oldest is {_fmt.duration(late)} late", style="bold"),
+        soft_wrap=True)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("OF")
+    table.add_column("KIND")
+    table.add_column("COUNT", justify="right")
+    for of, counts in (("runs", runs), ("activity attempts", attempts)):
+        for kind, count in sorted(counts.items()):
+            table.add_row(of, kind, str(count))
+    out.console.print(table)
+    if late >= 5.0:  # a watchdog enforces within milliseconds
+        out.console.print(Text(
+            "No worker's watchdog seems to run in this namespace (each enforces deadlines as "
+            "they fall due): start a worker, or run `durable repair-pass` to enforce these "
+            "once.", style="yellow"), soft_wrap=True)
+
+
 def repair(out: Output, data: Mapping[str, Any]) -> None:
     counts = data.get("repaired") or {}
     if not counts:

@@ -116,6 +116,15 @@ CASCADE = obj({
 REPAIR_PASS = obj({"repaired": {"type": "object", "additionalProperties": INTEGER},
                    "total": INTEGER})
 
+#: ``repair-pass --dry-run``: `durable.store.deadlines.overdue`
+OVERDUE = obj({
+    "runs": {"type": "object", "additionalProperties": INTEGER},
+    "activity_attempts": {"type": "object", "additionalProperties": INTEGER},
+    "run_ids": array(STRING), "attempt_ids": array(STRING),
+    "oldest_due_at": NULLABLE_INSTANT, "oldest_overdue_seconds": NULLABLE_NUMBER,
+    "scan_limit": INTEGER, "scan_pressure": BOOLEAN,
+})
+
 REVIEW = obj({"workflow_id": STRING, "cleared": BOOLEAN,
               "units": {"type": ["string", "null"], "enum": ["rerun", "confirm", None]}})
 SIGNAL = obj({"workflow_id": STRING, "run_id": NULLABLE_STRING, "signal": STRING,
@@ -193,6 +202,7 @@ SCHEMAS: dict[str, Schema] = {
     "cascade": CASCADE,
     "watch": model.RUN_SCHEMA,
     "repair-pass": REPAIR_PASS,
+    "repair-pass --dry-run": OVERDUE,
     "retry-after-review": REVIEW,
     "signal": SIGNAL,
     "query": QUERY,

@@ -13,6 +13,12 @@ Gauges, counted in storage at every scrape (one read transaction,
   cleaning_up).
 - ``durable_runs_blocked{namespace,build_id}``: open runs a build cannot take
   (its code does not replay their history: the upgrade gate).
+- ``durable_deadlines_overdue{namespace,of}`` (of: runs, activity_attempts)
+  and ``durable_deadline_oldest_overdue_seconds{namespace}``: deadlines that
+  have passed and are not enforced yet, and how late the oldest is
+  (`Store.overdue_counts`). Every worker's watchdog enforces a deadline as it
+  falls due, so these stay at none, or milliseconds, while one runs; alert
+  when the oldest is seconds late: no watchdog runs in the namespace.
 
 Queue gauges, counted at every scrape (`Store.queue_gauges`; docs/queues.md):
 
@@ -166,6 +172,15 @@ class Metrics:
             "durable_cancellations_open",
             "Open runs under a cooperative cancellation request, by lifecycle.",
             ["namespace", "lifecycle"], registry=r)
+        self.overdue = Gauge(
+            "durable_deadlines_overdue",
+            "Deadlines passed and not enforced yet (every worker's watchdog enforces them as "
+            "they fall due: a count that stays means none runs), of runs or activity attempts.",
+            ["namespace", "of"], registry=r)
+        self.oldest_overdue = Gauge(
+            "durable_deadline_oldest_overdue_seconds",
+            "How late the oldest deadline passed and not enforced yet is.",
+            ["namespace"], registry=r)
         self.blocked = Gauge("durable_runs_blocked",
                              "Open runs a build cannot take (its code does not replay them).",
                              ["namespace", "build_id"], registry=r)
@@ -251,6 +266,7 @@ class Metrics:
             self._set_worker_gauges(await self.store.driver.run(
                 lambda tx: workers.gauges(now), write=False))
             await self._refresh_schedules()
+            await self._refresh_overdue()
             for _ in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
                 for event_id, since in list(self._gaps.items()):
@@ -279,6 +295,18 @@ class Metrics:
                 self._last_event = snapshot.last_event_id
                 if len(snapshot.events) < _BATCH:
                     return
+
+    async def _refresh_overdue(self) -> None:
+        now = time.time()
+        counts = await self.store.overdue_counts(now)
+        self.overdue.clear()
+        self.oldest_overdue.clear()
+        oldest: dict[str, float] = {}
+        for (namespace, of), (count, due) in counts.items():
+            self.overdue.labels(namespace, of).set(count)
+            oldest[namespace] = min(due, oldest.get(namespace, due))
+        for namespace, due in oldest.items():
+            self.oldest_overdue.labels(namespace).set(max(0.0, now - due))
 
     async def _refresh_schedules(self) -> None:
         stats = await self.store.schedule_stats(self._fire_mark, _BATCH)

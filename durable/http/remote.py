@@ -291,6 +291,10 @@ class RemoteControl:
         _, data = await self._call("POST", "/api/repair-pass")
         return {str(k): int(v) for k, v in data["counts"].items()}
 
+    async def overdue(self) -> dict[str, Any]:
+        _, data = await self._call("GET", "/api/deadlines/overdue")
+        return dict(data)
+
     async def signal(self, workflow_id: str, run_id: str | None, name: str, args: str, *,
                      sender: dict[str, Any] | None = None,
                      request_id: str | None = None) -> bool:

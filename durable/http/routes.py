@@ -287,6 +287,30 @@ async def repair_pass(call: Call) -> tuple[int, Any]:
     return 200, {"counts": await call.client.control.repair_pass()}
 
 
+async def overdue(call: Call) -> tuple[int, Any]:
+    return 200, await call.client.control.overdue()
+
+
+#: the shape of `durable.store.deadlines.overdue`
+OVERDUE: Schema = {
+    "type": "object",
+    "required": ["runs", "activity_attempts", "run_ids", "attempt_ids", "oldest_due_at",
+                 "oldest_overdue_seconds", "scan_limit", "scan_pressure"],
+    "properties": {
+        "runs": {"type": "object", "additionalProperties": {"type": "integer"},
+                 "description": "Open runs past a deadline, by kind."},
+        "activity_attempts": {"type": "object", "additionalProperties": {"type": "integer"},
+                              "description": "Open activity attempts past one, by kind."},
+        "run_ids": {"type": "array", "items": {"type": "string"}},
+        "attempt_ids": {"type": "array", "items": {"type": "string"}},
+        "oldest_due_at": {"type": ["string", "null"]},
+        "oldest_overdue_seconds": {"type": ["number", "null"]},
+        "scan_limit": {"type": "integer"},
+        "scan_pressure": {"type": "boolean"},
+    },
+}
+
+
 async def health(call: Call) -> tuple[int, Any]:
     """The reference's health answer: 200 serving, or 503 degraded when storage fails."""
     try:
@@ -409,6 +433,15 @@ def operations() -> list[Operation]:
                 "properties": {"counts": {"type": "object",
                                           "additionalProperties": {"type": "integer"}}}}),),
         ),
+        Operation(
+            "GET", "/api/deadlines/overdue", "overdueDeadlines",
+            "Deadlines passed and not enforced yet", overdue,
+            replies=(Reply(200, "Counts by kind, ids (oldest first), how late the oldest is.",
+                           OVERDUE),),
+            description="Read only: what a repair pass would enforce now. Every worker's "
+                        "watchdog enforces a deadline as it falls due, so counts that stay, "
+                        "or an oldest one seconds late, mean no watchdog runs in the "
+                        "namespace."),
         Operation(
             "POST", "/api/workflows/{workflowId}/retry-after-review", "retryAfterReview",
             "Replay a run marked for review (after a code fix or a decision on units "

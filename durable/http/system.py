@@ -1,7 +1,10 @@
 """Operator routes of the reference engine's contract: namespaces and the repair pass.
 
 `GET /api/namespaces`, `GET /api/namespaces/{name}`, `POST /api/namespaces`,
-`PUT /api/namespaces/{name}` and `POST /api/system/repair/pass` need the
+`PUT /api/namespaces/{name}`, `POST /api/system/repair/pass`, and the
+reference's read-only `GET /api/system/repair` (how deadlines are enforced
+here, and those passed and not enforced yet) and `GET
+/api/system/activity-timeouts` with its `POST .../pass` need the
 ``admin`` role (ours: ``viewer`` < ``operator`` < ``admin``), as the
 reference's writes do. A namespace here is a name that holds something
 (runs, workers, schedules or settings; `durable.store.namespaces`); every
@@ -18,7 +21,17 @@ from typing import Any
 
 from ..store.namespaces import NamespaceAlreadyExists, NoSuchNamespace
 from .errors import HTTPError, NamespaceNotFound
-from .routes import ERROR_SCHEMA, Call, Operation, Param, Reply, Schema, check_schema, text
+from .routes import (
+    ANY_OBJECT,
+    ERROR_SCHEMA,
+    Call,
+    Operation,
+    Param,
+    Reply,
+    Schema,
+    check_schema,
+    text,
+)
 
 _NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 NAMESPACE: Schema = {
@@ -147,6 +160,55 @@ async def repair_pass(call: Call) -> tuple[int, Any]:
                  "repaired": sum(counts.values())}
 
 
+#: how deadlines are enforced here (the reference's repair policy, in our terms)
+REPAIR_POLICY = {
+    "enforced_by": "watchdog",
+    "description": "every worker's watchdog enforces each deadline of its namespace as it "
+                   "falls due: execution and run timeouts, cleanup deadlines, activity "
+                   "timeouts, and the leases of workers that stopped renewing; POST "
+                   "/api/system/repair/pass enforces what is due once, with no worker "
+                   "running",
+    "pass_scan_limit": 500,
+}
+
+
+async def repair_status(call: Call) -> tuple[int, Any]:
+    return 200, {"namespace": call.namespace, "policy": REPAIR_POLICY,
+                 "candidates": await call.client.control.overdue()}
+
+
+async def activity_timeout_status(call: Call) -> tuple[int, Any]:
+    found = await call.client.control.overdue()
+    ids = found["attempt_ids"]
+    return 200, {"namespace": call.namespace, "expired_count": len(ids),
+                 "expired_execution_ids": ids, "scan_limit": found["scan_limit"],
+                 "scan_pressure": found["scan_pressure"],
+                 "by_kind": found["activity_attempts"]}
+
+
+async def activity_timeout_pass(call: Call) -> tuple[int, Any]:
+    limit = call.body.get("limit") or 100
+    ids = call.body.get("execution_ids") or (
+        await call.client.control.overdue())["attempt_ids"][:limit]
+    results = await call.client.store.enforce_attempts(
+        call.namespace, list(dict.fromkeys(ids)), call.client.clock.now())
+    enforced = sum(1 for r in results if r["outcome"] == "enforced")
+    return 200, {"processed": len(results), "enforced": enforced,
+                 "skipped": len(results) - enforced, "failed": 0, "results": results}
+
+
+ACTIVITY_PASS_BODY = check_schema({
+    "type": "object", "additionalProperties": False,
+    "properties": {
+        "execution_ids": {"type": "array", "maxItems": 100,
+                          "items": {"type": "string", "minLength": 1, "maxLength": 300},
+                          "description": "Only these activity attempts (task ids)."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100,
+                  "description": "At most this many overdue attempts (default 100)."},
+    },
+})
+
+
 def system_operations() -> list[Operation]:
     """The admin routes: namespaces and the repair pass."""
     not_found = Reply(404, "namespace_not_found.", ERROR_SCHEMA)
@@ -189,4 +251,27 @@ def system_operations() -> list[Operation]:
                                           "additionalProperties": {"type": "integer"}},
                                "repaired": {"type": "integer"}}}),),
         ),
+        Operation(
+            "GET", "/api/system/repair", "systemRepairStatus",
+            "How deadlines are enforced, and those passed and not enforced yet",
+            repair_status, "admin", tags=("system",),
+            replies=(Reply(200, "{namespace, policy, candidates}: candidates as "
+                                "GET /api/deadlines/overdue answers.", ANY_OBJECT),)),
+        Operation(
+            "GET", "/api/system/activity-timeouts", "systemActivityTimeoutStatus",
+            "Activity attempts past a deadline and not timed out yet", activity_timeout_status,
+            "admin", tags=("system",),
+            replies=(Reply(200, "{expired_count, expired_execution_ids, scan_limit, "
+                                "scan_pressure, by_kind}.", ANY_OBJECT),)),
+        Operation(
+            "POST", "/api/system/activity-timeouts/pass", "systemActivityTimeoutPass",
+            "Time out activity attempts past a deadline, once", activity_timeout_pass,
+            "admin", tags=("system",), body=ACTIVITY_PASS_BODY,
+            replies=(Reply(200, "{processed, enforced, skipped, failed, results: "
+                                "[{execution_id, outcome, kind?, has_retry?, reason?}]}.",
+                           ANY_OBJECT),),
+            description="Each attempt's passed deadline is applied as the watchdog would "
+                        "(a retry when its policy allows one); an attempt none of whose "
+                        "deadlines has passed is skipped (not_expired), as is an id with no "
+                        "open attempt here (not_found)."),
     ]

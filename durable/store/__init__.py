@@ -292,6 +292,22 @@ class Store:
         return await self.driver.run(
             lambda tx: deadlines.enforce_expired(tx, namespace, now, run_id))
 
+    async def overdue(self, namespace: str, now: float, limit: int = 100) -> dict[str, Any]:
+        """The deadlines passed and not enforced yet (`deadlines.overdue`)."""
+        return await self.driver.run(lambda tx: deadlines.overdue(namespace, now, limit),
+                                     write=False)
+
+    async def overdue_counts(self, now: float) -> dict[tuple[str, str], tuple[int, float]]:
+        """Deadlines passed unenforced, per namespace (`deadlines.overdue_counts`)."""
+        return await self.driver.run(lambda tx: deadlines.overdue_counts(now), write=False)
+
+    async def enforce_attempts(self, namespace: str, task_ids: list[str],
+                               now: float) -> list[dict[str, Any]]:
+        """Apply the passed deadline of each of these attempts
+        (`deadlines.enforce_attempts`)."""
+        return await self.driver.run(
+            lambda tx: deadlines.enforce_attempts(tx, namespace, task_ids, now))
+
     async def watchdog_pass(self, namespace: str, clock: Callable[[], float]
                             ) -> deadlines.WatchPass:
         """Enforce every deadline due at `clock()` read inside the transaction,

@@ -315,33 +315,34 @@ def _unconfirmed(failure: Failure) -> bool:
         "start_to_close", "heartbeat")
 
 
+def task_expiry(task: Row, now: float) -> tuple[str, float] | None:
+    """Which of an open attempt's deadlines has passed at `now`, and when it
+    fell due (the one `time_out_task` applies); None when none has."""
+    s2c = task["schedule_to_close_deadline"]
+    if s2c is not None and now >= s2c:
+        return "schedule_to_close", s2c
+    if task["status"] == AttemptStatus.PENDING:
+        s2s = task["schedule_to_start_deadline"]
+        return ("schedule_to_start", s2s) if s2s is not None and now >= s2s else None
+    candidates = ((task["start_to_close_deadline"], "start_to_close"),
+                  (task["heartbeat_deadline"], "heartbeat"),
+                  (task["lease_expires_at"], "worker_lost"))
+    expired = sorted((d, k) for d, k in candidates if d is not None and now >= d)
+    return (expired[0][1], expired[0][0]) if expired else None
+
+
 def time_out_task(tx: Tx, task: Row, now: float) -> Program[str | None]:
     """Apply whichever of the task's timeouts has expired; None when none has."""
-    status = task["status"]
-    s2c = task["schedule_to_close_deadline"]
     name, attempt = task["activity_name"], int(task["attempt"])
-    if s2c is not None and now >= s2c:
-        failure = Failure.activity_timeout("schedule_to_close", s2c, name, attempt)
-        yield from _retry_or_fail(tx, task, failure, False, now, "ActivityTimedOut")
-        return "schedule_to_close"
-    if status == AttemptStatus.PENDING:
-        s2s = task["schedule_to_start_deadline"]
-        if s2s is not None and now >= s2s:
-            failure = Failure.activity_timeout("schedule_to_start", s2s, name, attempt)
-            yield from _retry_or_fail(tx, task, failure, True, now, "ActivityTimedOut")
-            return "schedule_to_start"
+    expiry = task_expiry(task, now)
+    if expiry is None:
         return None
-    stc, hb = task["start_to_close_deadline"], task["heartbeat_deadline"]
-    lease = task["lease_expires_at"]
-    candidates = [
-        (d, k)
-        for d, k in ((stc, "start_to_close"), (hb, "heartbeat"), (lease, "worker_lost"))
-        if d is not None
-    ]
-    expired = sorted((d, k) for d, k in candidates if now >= d)
-    if not expired:
-        return None
-    deadline, kind = expired[0]
+    kind, deadline = expiry
+    if kind in ("schedule_to_close", "schedule_to_start"):
+        failure = Failure.activity_timeout(kind, deadline, name, attempt)
+        yield from _retry_or_fail(tx, task, failure, kind == "schedule_to_start", now,
+                                  "ActivityTimedOut")
+        return kind
     if kind == "worker_lost":
         failure = Failure.worker_lost(name, attempt, deadline)
         yield from _retry_or_fail(tx, task, failure, True, now, "ActivityFailed")

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..driver import Program, Tx, q, q1
+from ..clock import to_iso
+from ..driver import Program, Tx, placeholders, q, q1
 from ..failure import Failure
-from .activities import time_out_task
+from .activities import task_expiry, time_out_task
 from .closing import close_run
 from .records import OPEN_SQL, RUN_COLUMNS, TASK_COLUMNS, RunStatus, earliest, run_from_row
 
@@ -108,6 +109,87 @@ def enforce_expired(
         if task_kind is not None:
             counts[task_kind] = counts.get(task_kind, 0) + 1
     return counts
+
+
+def overdue(namespace: str, now: float, limit: int = 100) -> Program[dict[str, Any]]:
+    """The deadlines that have passed and are not enforced yet, read only:
+    what a repair pass would enforce now. Every worker's watchdog enforces a
+    deadline as it falls due, so a healthy namespace shows none, or only
+    ones a few milliseconds old; a count that stays, or an oldest one
+    seconds late, means no watchdog is running in it (no worker, or none
+    reaching the database). Counts by kind; the ids of at most `limit` runs
+    and `limit` activity attempts, oldest first (``scan_pressure``: there
+    may be more)."""
+    runs = yield q(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE namespace = ? AND status IN {OPEN_SQL} "
+        "AND deadline_at <= ? ORDER BY deadline_at LIMIT ?", namespace, now, limit)
+    tasks = yield q(
+        f"SELECT {TASK_COLUMNS} FROM activity_tasks WHERE namespace = ? AND status IN "
+        f"{OPEN_SQL} AND deadline_at <= ? ORDER BY deadline_at LIMIT ?", namespace, now, limit)
+    run_kinds: dict[str, int] = {}
+    task_kinds: dict[str, int] = {}
+    run_ids: list[str] = []
+    task_ids: list[str] = []
+    due: list[float] = []
+    for row in runs:
+        expired = run_from_row(row).deadlines.expired(now)
+        if expired is not None:
+            run_kinds[expired[0]] = run_kinds.get(expired[0], 0) + 1
+            run_ids.append(str(row["run_id"]))
+            due.append(expired[1])
+    for task in tasks:
+        expiry = task_expiry(task, now)
+        if expiry is not None:
+            task_kinds[expiry[0]] = task_kinds.get(expiry[0], 0) + 1
+            task_ids.append(str(task["task_id"]))
+            due.append(expiry[1])
+    oldest = min(due) if due else None
+    return {"runs": run_kinds, "activity_attempts": task_kinds, "run_ids": run_ids,
+            "attempt_ids": task_ids, "oldest_due_at": to_iso(oldest),
+            "oldest_overdue_seconds": None if oldest is None else max(0.0, now - oldest),
+            "scan_limit": limit,
+            "scan_pressure": len(runs) >= limit or len(tasks) >= limit}
+
+
+def overdue_counts(now: float) -> Program[dict[tuple[str, str], tuple[int, float]]]:
+    """For /metrics, every namespace at once: (namespace, "runs" or
+    "activity_attempts") -> (how many deadlines have passed unenforced, when
+    the oldest fell due). The same rows as `overdue`, counted, not read."""
+    out: dict[tuple[str, str], tuple[int, float]] = {}
+    for of, table in (("runs", "runs"), ("activity_attempts", "activity_tasks")):
+        rows = yield q(f"SELECT namespace, count(*) AS n, min(deadline_at) AS oldest FROM {table} "
+                       f"WHERE status IN {OPEN_SQL} AND deadline_at <= ? GROUP BY namespace", now)
+        for r in rows:
+            out[(str(r["namespace"]), of)] = (int(r["n"]), float(r["oldest"]))
+    return out
+
+
+def enforce_attempts(tx: Tx, namespace: str, task_ids: list[str],
+                     now: float) -> Program[list[dict[str, Any]]]:
+    """Apply the passed deadline of each of these activity attempts (the
+    reference's activity-timeout pass); per id: ``enforced`` (with
+    ``kind`` and whether a next attempt was scheduled, ``has_retry``) or
+    ``skipped`` with the reason (``not_expired``: none of its deadlines has
+    passed; ``not_found``: no open attempt has this id here)."""
+    if not task_ids:
+        return []
+    rows = yield q(
+        f"SELECT {TASK_COLUMNS} FROM activity_tasks WHERE namespace = ? AND status IN "
+        f"{OPEN_SQL} AND task_id IN ({placeholders(len(task_ids))}) ORDER BY task_id{tx.lock}",
+        namespace, *task_ids)
+    found = {str(r["task_id"]): r for r in rows}
+    outcomes: dict[str, dict[str, Any]] = {}
+    for task in sorted(found.values(), key=lambda t: str(t["run_id"])):  # lock order: claims
+        kind = yield from time_out_task(tx, task, now)
+        if kind is None:
+            continue
+        after = yield q1("SELECT status FROM activity_tasks WHERE task_id = ?", task["task_id"])
+        outcomes[str(task["task_id"])] = {
+            "outcome": "enforced", "kind": kind,
+            "has_retry": after is not None and after["status"] == "pending"}
+    return [{"execution_id": task_id, **outcomes.get(task_id, {
+        "outcome": "skipped", "reason": "not_expired" if task_id in found else "not_found"})}
+        for task_id in task_ids]
 
 
 class WatchPass(NamedTuple):

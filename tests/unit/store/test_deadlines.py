@@ -176,3 +176,68 @@ async def test_an_attempt_whose_worker_stopped_renewing_is_worker_lost(store: St
     failure = json.loads(op["failure"])
     assert (failure["failure_category"], failure["exception_class"]) == (
         "worker_lost", "durable.WorkerLost")
+
+
+async def test_overdue_reads_what_a_pass_would_enforce_and_enforces_nothing(
+        store: Store) -> None:
+    """`overdue` (``durable repair-pass --dry-run``, ``GET /api/system/repair``):
+    the deadlines passed and not enforced, by kind, oldest first, and how late
+    the oldest is; reading it changes nothing."""
+    assert (await store.overdue(NS, T0))["runs"] == {}
+    await start(store, "slow", run_timeout=10.0)
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", max_attempts=1, start_to_close_timeout=5))
+    await commit(store, run, schedule("0:2", max_attempts=1, schedule_to_start_timeout=3))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)  # takes 0:1
+    assert (await store.overdue(NS, T0 + 2.9))["activity_attempts"] == {}
+    seen = await store.overdue(NS, T0 + 12)
+    assert seen["runs"] == {"run_timeout": 1}
+    assert seen["activity_attempts"] == {"schedule_to_start": 1, "start_to_close": 1}
+    assert seen["attempt_ids"] == ["task-0:2", "task-0:1"]  # oldest due first
+    assert seen["oldest_overdue_seconds"] == pytest.approx(9.0)  # 0:2's, due at T0 + 3
+    assert (seen["scan_limit"], seen["scan_pressure"]) == (100, False)
+    assert (await store.overdue(NS, T0 + 12, limit=1))["scan_pressure"] is True
+    assert (await store.overdue("other", T0 + 12))["attempt_ids"] == []
+    assert await store.overdue(NS, T0 + 12) == seen  # read only
+    assert await store.overdue_counts(T0 + 12) == {(NS, "runs"): (1, T0 + 10),
+                                                  (NS, "activity_attempts"): (2, T0 + 3)}
+    # the activity-timeout pass: the ids asked for, each once
+    results = await store.enforce_attempts(NS, ["task-0:1", "task-0:9"], T0 + 12)
+    assert results == [
+        {"execution_id": "task-0:1", "outcome": "enforced", "kind": "start_to_close",
+         "has_retry": False},
+        {"execution_id": "task-0:9", "outcome": "skipped", "reason": "not_found"}]
+    assert (await task_of(store, "task-0:1"))["status"] == AttemptStatus.TIMED_OUT
+    assert await store.enforce_attempts(NS, ["task-0:2"], T0 + 1) == [
+        {"execution_id": "task-0:2", "outcome": "skipped", "reason": "not_expired"}]
+    after = await store.overdue(NS, T0 + 12)
+    assert after["activity_attempts"] == {"schedule_to_start": 1}
+    assert await store.enforce_expired(NS, T0 + 12) == {"run_timeout": 1,
+                                                        "schedule_to_start": 1}
+    assert (await store.overdue(NS, T0 + 12))["attempt_ids"] == []
+
+
+async def test_an_activity_pass_says_when_it_scheduled_a_retry(store: Store) -> None:
+    run = await started_and_claimed(store, "wf")
+    await commit(store, run, schedule("0:1", start_to_close_timeout=5, max_attempts=2))
+    await store.claim_activities(NS, "default", "a1", ("ship",), 1, 100.0, T0)
+    assert await store.enforce_attempts(NS, ["task-0:1"], T0 + 5) == [
+        {"execution_id": "task-0:1", "outcome": "enforced", "kind": "start_to_close",
+         "has_retry": True}]
+
+
+async def test_metrics_count_deadlines_passed_and_not_enforced(store: Store) -> None:
+    """``durable_deadlines_overdue`` and ``durable_deadline_oldest_overdue_seconds``:
+    what an operator alerts on when no watchdog runs (T0 is long past)."""
+    pytest.importorskip("prometheus_client")
+    from durable.http.metrics import Metrics
+
+    await start(store, "slow", run_timeout=10.0)
+    text, _ = await Metrics(store).render()
+    lines = {x.split(" ")[0]: float(x.split(" ")[1]) for x in text.decode().splitlines()
+             if x.startswith("durable_deadline")}
+    assert lines[f'durable_deadlines_overdue{{namespace="{NS}",of="runs"}}'] == 1.0
+    assert lines[f'durable_deadline_oldest_overdue_seconds{{namespace="{NS}"}}'] > 60
+    await store.enforce_expired(NS, T0 + 10)
+    text, _ = await Metrics(store).render()
+    assert "durable_deadlines_overdue{" not in text.decode()
