@@ -256,6 +256,31 @@ async def test_repair_and_activity_timeout_status_and_pass(live: Live) -> None:
     await run_reference(scenario, live)
 
 
+async def test_archive_repair_and_redrive_say_what_to_do_here(live: Live) -> None:
+    """The reference's run commands this engine has no counterpart for are
+    refused (409, not a bare 404), each naming what does the job here."""
+    async def scenario(url: str) -> None:
+        async with ref_client(url) as c:
+            done = await c.start_workflow(workflow_type="ref_greet", task_queue="default",
+                                          workflow_id="commands-1", input=["ann"])
+            await c.get_result(done, timeout=RESULT_TIMEOUT)
+            for call, verb, hint in (
+                    (c.archive_workflow("commands-1", reason="old"), "archive",
+                     "has no archive tier"),
+                    (c.repair_workflow("commands-1"), "repair", "waiting_for"),
+                    (c.redrive_workflow("commands-1", done.run_id), "redrive",
+                     "POST /api/workflows/{id}/reset")):
+                with pytest.raises(dw_errors.ServerError) as refused:
+                    await call
+                assert refused.value.status == 409
+                assert refused.value.body["reason"] == "capability_unsupported"
+                message = refused.value.body["message"]
+                assert message.startswith(f"cannot {verb} workflow 'commands-1': "), message
+                assert hint in message
+
+    await run_reference(scenario, live)
+
+
 async def test_a_queues_builds_read_by_the_reference_client(live: Live) -> None:
     """Its `list_task_queue_build_ids` parses our rollout snapshot (our fields
     in its ``raw``); its drain, promote and resume are refused, saying how a

@@ -14,6 +14,13 @@ and an honest refusal for what does not.
   a worker that runs nothing and make its types look served (a start of
   such a type would wait forever). Both answer 409 ``capability_unsupported``
   and cluster info says ``workflow_tasks: false, activity_tasks: false``.
+- A run's archive, repair and redrive (``POST /api/workflows/{id}/archive``,
+  ``.../repair``, ``.../runs/{run}/redrive``) are the reference's answers to
+  problems this engine solves otherwise: no archive tier (retention deletes
+  closed runs; export a history to keep it), no task to lose (a run's state
+  is in storage and any worker of its queue claims it), and a failed run
+  continues after a fix through ``reset``. Each is 409
+  ``capability_unsupported`` naming what to do here.
 - Search attributes: the engine stores none and cannot filter runs by
   them (its list filters are the workflow type, the status and an id
   substring). ``GET /api/search-attributes`` lists none (``supported:
@@ -26,7 +33,19 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from .errors import HTTPError
-from .routes import ERROR_SCHEMA, Call, Operation, Param, Reply, Schema, check_schema, text
+from .routes import (
+    ERROR_SCHEMA,
+    RUN_ID,
+    WORKFLOW_ID,
+    Call,
+    Handler,
+    Operation,
+    Param,
+    Reply,
+    Schema,
+    check_schema,
+    text,
+)
 
 WORKER_ID = Param("workerId", "path", text(300, "The worker id."), "The worker id.",
                   required=True)
@@ -43,6 +62,8 @@ ATTRIBUTE_BODY = check_schema({
 })
 WORKER_PLANE_BODY = check_schema({"type": "object", "description":
                                   "The reference's worker registration or heartbeat (ignored)."})
+WORKER_PLANE_BODY_ANY = check_schema({"type": "object",
+                                      "description": "The reference's command body (ignored)."})
 ATTRIBUTE_LIST: Schema = {
     "type": "object", "required": ["system_attributes", "custom_attributes", "supported"],
     "properties": {
@@ -86,6 +107,36 @@ async def worker_plane(call: Call) -> tuple[int, Any]:
                  "(capabilities.workflow_tasks and activity_tasks are false in GET "
                  "/api/cluster/info). Run a durable.Worker against the same storage instead: "
                  "it registers itself, and /api/workers lists it")
+
+
+#: the reference's run commands with no counterpart: (path suffix, operation id,
+#: summary, capability, what to do here instead)
+RUN_COMMANDS = (
+    ("/api/workflows/{workflowId}/archive", "archiveWorkflow",
+     "Move a closed run to an archive tier", "archive",
+     "this server has no archive tier: a closed run is kept until the namespace's retention "
+     "deletes it (GET/PUT /api/system/retention); to keep a run's record past that, export "
+     "its history (GET /api/workflows/{id}/runs/{run}/history/export)"),
+    ("/api/workflows/{workflowId}/repair", "repairWorkflow",
+     "Repair a stalled workflow", "workflow_repair",
+     "a run has no task here to lose or recreate: its state is in storage and any live worker "
+     "of its queue claims it. GET /api/workflows/{id} says what it waits for (waiting_for: a "
+     "worker, a build, a queue slot) and POST /api/system/repair/pass enforces the deadlines "
+     "due when no worker runs"),
+    ("/api/workflows/{workflowId}/runs/{runId}/redrive", "redriveWorkflowRun",
+     "Continue a failed run, reusing its completed activity results", "redrive",
+     "continue a failed run after a fix with POST /api/workflows/{id}/reset "
+     "{\"to_op\": ..., \"reason\": ...}: the new run keeps the ops recorded before to_op, "
+     "their results included, and runs the rest with today's code (docs/deploying.md)"),
+)
+
+
+def refuse_run_command(capability: str, message: str) -> Handler:
+    """The handler of one of `RUN_COMMANDS`: refused, naming what to do here."""
+    async def refuse(call: Call) -> tuple[int, Any]:
+        _unsupported(capability, f"cannot {capability.split('_')[-1]} workflow "
+                                 f"{call.params['workflowId']!r}: " + message)
+    return refuse
 
 
 async def forget_worker(call: Call) -> tuple[int, Any]:
@@ -133,6 +184,12 @@ def fleet_operations() -> list[Operation]:
                      Reply(404, "worker_not_found.", ERROR_SCHEMA),
                      Reply(409, "worker_alive: a live worker's record is kept.",
                            ERROR_SCHEMA))),
+        *(Operation(
+            "POST", path, op_id, f"The reference's: {summary} (not supported here)",
+            refuse_run_command(capability, message), "operator",
+            params=(WORKFLOW_ID, *((RUN_ID,) if "{runId}" in path else ())),
+            body=WORKER_PLANE_BODY_ANY, replies=(_UNSUPPORTED,))
+          for path, op_id, summary, capability, message in RUN_COMMANDS),
         *(Operation(
             "POST", f"/api/worker/{action}", f"worker{action.title()}",
             f"The reference's worker-plane {action} (not supported here)", worker_plane,
