@@ -451,6 +451,9 @@ async def test_a_queues_builds_say_which_runs_only_the_old_build_can_continue(
         assert ("warning: 2 open run(s) that other builds cannot replay wait for build v1, "
                 "and no live worker runs it: start one, deploy a patched build, or reset "
                 "them") in " ".join(shown.output.split())
+        misspelt = await anyio.to_thread.run_sync(invoke, "defualt")
+        assert ("No worker serves queue 'defualt' and no open run of it has been taken by a "
+                "worker yet. Queues in use: default.") in " ".join(misspelt.output.split())
         as_json = await anyio.to_thread.run_sync(invoke, "default", "--json")
         assert [e["build_id"] for e in json.loads(as_json.output)["build_ids"]] == ["v2", "v1"]
 

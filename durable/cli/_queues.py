@@ -279,22 +279,32 @@ def queue_builds(session: Session, name: str) -> None:
     runs it refused itself. Read it before stopping an old build's last
     workers (docs/deploying.md)."""
 
-    async def body(client: durable.Client) -> dict[str, Any]:
-        return dict(_fmt.jsonable(await client.queue_builds(name)))
+    in_use: list[str] = []
 
-    session.out.emit(session.run(body), builds_view)
+    async def body(client: durable.Client) -> dict[str, Any]:
+        found = dict(_fmt.jsonable(await client.queue_builds(name)))
+        if not found["build_ids"]:  # a misspelt queue, say: name the ones in use
+            in_use.extend(q["name"] for q in await client.list_queues())
+        return found
+
+    data = session.run(body)
+    session.out.emit(data, lambda out, shown: builds_view(out, shown, in_use))
 
 
 def _build_name(build_id: str | None) -> str:
     return "(no build id)" if build_id is None else str(build_id)
 
 
-def builds_view(out: Output, data: Mapping[str, Any]) -> None:
+def builds_view(out: Output, data: Mapping[str, Any],
+                queues_in_use: Sequence[str] = ()) -> None:
     entries = data.get("build_ids") or []
     queue = data.get("task_queue")
     if not entries:
-        out.console.print(Text(f"No worker serves queue {queue!r} and no open run of it has "
-                               "been taken by a worker yet.", style="dim"), soft_wrap=True)
+        others = [q for q in queues_in_use if q != queue]
+        out.console.print(Text(
+            f"No worker serves queue {queue!r} and no open run of it has been taken by a "
+            "worker yet." + (f" Queues in use: {', '.join(others)}." if others else ""),
+            style="dim"), soft_wrap=True)
         return
     out.console.print(Text.assemble(("Builds of queue ", "bold"), (str(queue), "bold")))
     table = Table(box=None, padding=(0, 2))
