@@ -16,6 +16,7 @@ import inspect
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -212,6 +213,27 @@ def choice(value: Any, kind: type[E], what: str) -> E:
         raise ConfigurationError(
             f"{what} must be one of {allowed}, got {value!r}"
         ) from None
+
+
+#: a namespace the control plane can address: its X-Namespace header (and the
+#: web UI, and the reference engine's client) takes only these
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+def namespace(value: Any) -> str:
+    """A namespace: `name`'s rules, and 1 to 128 letters, digits, ``.``, ``_``,
+    ``:`` or ``-`` starting with a letter or digit. Why narrower than an id:
+    HTTP carries a namespace in a header, which the control plane, the web UI
+    and the reference client accept only in this form, so runs of any other
+    namespace would be stored where no operator's tool could reach them."""
+    name(value, "namespace")
+    if not NAMESPACE_PATTERN.match(value):
+        raise ConfigurationError(
+            f"namespace {value!r} cannot be used: a namespace is 1 to 128 letters, digits, "
+            "'.', '_', ':' or '-', starting with a letter or digit, because the HTTP control "
+            "plane, the web UI and the reference client address it in a header that takes "
+            "only these (runs in any other namespace would be out of their reach)")
+    return str(value)
 
 
 def name(value: Any, what: str) -> str:

@@ -313,7 +313,7 @@ class Client:
     ) -> None:
         if (driver is None) == (control is None):
             raise ConfigurationError("a Client needs exactly one of a driver or a control plane")
-        _validate.name(namespace, "namespace")
+        _validate.namespace(namespace)
         self.clock: Clock = clock or SystemClock()
         self.converter: PayloadConverter = converter or JSONConverter()
         self.limits = limits or Limits()
@@ -359,7 +359,7 @@ class Client:
         Cheap (no new connection): a server answering many namespaces builds
         one per request. Closing the view releases nothing; close this client.
         """
-        _validate.name(namespace, "namespace")
+        _validate.namespace(namespace)
         view = Client(control=self.control.for_namespace(namespace), clock=self.clock,
                       converter=self.converter, limits=self.limits)
         view._driver = self._driver
@@ -599,7 +599,7 @@ class Client:
         """Keep the namespace's closed runs `days` days (None: clear the setting,
         the workers' `retention` applies again). Workers of the namespace delete
         older closed runs, with everything they own, from their next pass on."""
-        target = _validate.name(namespace or self.namespace, "namespace")
+        target = _validate.namespace(namespace or self.namespace)
         seconds = None
         if days is not None:
             seconds = _validate.number(days, "retention days", minimum=1 / 86400,
@@ -610,7 +610,7 @@ class Client:
         """``{namespace, retention_seconds, pruned: {table: rows}, last_pruned_at}``:
         the stored setting (None: the workers' applies) and what retention
         deleted there so far."""
-        target = _validate.name(namespace or self.namespace, "namespace")
+        target = _validate.namespace(namespace or self.namespace)
         return await self.retention_control.get(target)
 
     async def prune(self, older_than: Seconds, *, dry_run: bool = False) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import _validate
 from .._log import get_logger
 from ..client import Client
 from ..errors import ConfigurationError
@@ -67,7 +68,7 @@ ANONYMOUS_ROLES = tuple(role for role in ROLES if role != "admin")
 
 NAMESPACE_HEADER = "X-Namespace"
 REQUEST_ID_HEADER = "X-Request-Id"
-_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_NAMESPACE = _validate.NAMESPACE_PATTERN
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # JSON nested deeper than this is refused (422) before anything encodes it.
 MAX_DEPTH = 64

@@ -136,3 +136,31 @@ def test_one_of_names_the_words_and_the_one_meant() -> None:
         _validate.one_of("waiting", words, "status")
     with pytest.raises(ConfigurationError, match=r"got 3$"):
         _validate.one_of(3, words, "status")
+
+
+@pytest.mark.parametrize("value", ["default", "billing-eu", "a", "team.orders:v2_1", "x" * 128])
+def test_a_namespace_the_control_plane_can_address_is_taken(value: str) -> None:
+    assert _validate.namespace(value) == value
+
+
+@pytest.mark.parametrize("value", ["orders eu", "-orders", "заказы", "a/b", "x" * 129, ""])
+def test_a_namespace_no_operators_tool_could_reach_is_refused(value: str) -> None:
+    """An embedded client took any name; the X-Namespace header (the control
+    plane, the web UI, the reference client) takes only the reference's
+    form, so runs of such a namespace were out of every operator's reach."""
+    with pytest.raises(ConfigurationError, match="namespace"):
+        _validate.namespace(value)
+
+
+@pytest.mark.anyio
+async def test_a_client_refuses_such_a_namespace_at_the_call(tmp_path: Any) -> None:
+    import durable
+
+    with pytest.raises(ConfigurationError, match="namespace 'orders eu' cannot be used: a "
+                                                 "namespace is 1 to 128 letters"):
+        await durable.connect(f"sqlite:///{tmp_path}/n.db", namespace="orders eu")
+    async with durable.connect(f"sqlite:///{tmp_path}/n.db") as client:
+        with pytest.raises(ConfigurationError, match="header that takes only these"):
+            client.with_namespace("a/b")
+        with pytest.raises(ConfigurationError, match="namespace 'a b' cannot be used"):
+            await client.set_retention("a b", days=1)
