@@ -29,12 +29,12 @@ from typing import Any
 _RANK = {"active": 0, "stale_only": 1, "no_workers": 2}
 
 
-def _epoch(value: str | None) -> float | None:
-    return None if value is None else datetime.datetime.fromisoformat(value).timestamp()
-
-
 def _instant(value: str) -> float:
     return datetime.datetime.fromisoformat(value).timestamp()
+
+
+def _epoch(value: str | None) -> float | None:
+    return None if value is None else _instant(value)
 
 
 def stale_after(workers: list[dict[str, Any]]) -> int | None:
