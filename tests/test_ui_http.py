@@ -620,6 +620,11 @@ async def test_the_live_parts_of_a_run_page_render_alone(ui: Browserless) -> Non
     assert 'data-waiting=' not in row[:row.index("</tr>")]  # closed: neither
 
 
+@durable.workflow.defn(name="ui-dash-late")
+async def _late() -> None:
+    """Started, never run: no worker in these tests registers it."""
+
+
 @SQLITE_ONLY
 async def test_the_dashboard_page_links_each_figure_to_its_worst_run(
         ui: Browserless) -> None:
@@ -640,6 +645,19 @@ async def test_the_dashboard_page_links_each_figure_to_its_worst_run(
     assert "<svg" in page.text and page.text.count("<rect") == 60
     # after a prune, "0 failures" would read as "nothing failed": it says it is a floor
     assert "Runs already deleted (<code>durable prune</code>" in page.text
+    overdue = page.text[page.text.index('id="d-overdue"'):page.text.index('id="d-chart"')]
+    assert 'data-overdue="0"' in overdue and "none: every deadline passed so far" in overdue
+    # a run whose run timeout passed an hour ago, and no worker to enforce it
+    import time
+
+    past = durable.Client(ui.storage.driver, clock=durable.VirtualClock(time.time() - 3600))
+    await past.start(_late, id="dash-late", options=durable.StartOptions(run_timeout=10))
+    page = await ui.http.get("/ui/dashboard")
+    overdue = page.text[page.text.index('id="d-overdue"'):page.text.index('id="d-chart"')]
+    assert 'class="card bad-card" id="d-overdue"' in page.text
+    assert 'data-overdue="1"' in overdue and "data-unwatched" in overdue
+    assert "(run_timeout): no worker" in overdue
+    assert "s watchdog seems to run in this namespace" in overdue
 
 
 @SQLITE_ONLY

@@ -41,6 +41,21 @@ def _at(value: Any) -> datetime | None:
     return _fmt.instant(value)
 
 
+#: how late a deadline must be before the dashboard says no watchdog enforces
+#: it (a watchdog enforces each within milliseconds of its time)
+UNWATCHED = 5.0
+
+
+def overdue_card(found: Mapping[str, Any]) -> dict[str, Any]:
+    """The card of the deadlines passed and not enforced (`overdueDeadlines`):
+    how many, how late the oldest is, and whether that means no watchdog runs."""
+    count = sum(found["runs"].values()) + sum(found["activity_attempts"].values())
+    late = found["oldest_overdue_seconds"]
+    return {"count": count, "more": bool(found["scan_pressure"]), "late": late,
+            "unwatched": late is not None and late >= UNWATCHED,
+            "kinds": sorted({**found["runs"], **found["activity_attempts"]})}
+
+
 def dashboard(recent: Iterable[Mapping[str, Any]], open_runs: Iterable[Mapping[str, Any]],
               now: datetime) -> dict[str, Any]:
     """The dashboard's figures from run summaries (`recent`: the newest runs;
@@ -140,6 +155,8 @@ class DashboardPage:
         open_runs, open_capped = await self._scan(request, visitor, {"status": "running"},
                                                   None, SCAN)
         figures = dashboard(recent, open_runs, now)
+        _, overdue = await self.ui.perform(request, visitor, "overdueDeadlines", {})
         return self.ui.render(request, visitor, "dashboard.html", d=figures,
                               bars=bars(figures["per_minute"]), scanned=len(recent),
-                              capped=capped or open_capped, scan=SCAN)
+                              capped=capped or open_capped, scan=SCAN,
+                              overdue=overdue_card(overdue))
