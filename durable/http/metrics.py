@@ -266,8 +266,7 @@ class Metrics:
             self._set_worker_gauges(await self.store.driver.run(
                 lambda tx: workers.gauges(now), write=False))
             await self._refresh_schedules()
-            await self._refresh_overdue()
-            for _ in range(_BATCHES_PER_SCRAPE):
+            for batch in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
                 for event_id, since in list(self._gaps.items()):
                     if now - since > _GAP_SECONDS:
@@ -275,6 +274,8 @@ class Metrics:
                 snapshot = await self.store.observe(self._last_event, _BATCH,
                                                      tuple(self._gaps))
                 self._set_gauges(snapshot.runs, snapshot.open_cancellations)
+                if batch == 0:  # the counts are the same in every batch's snapshot
+                    await self._refresh_overdue(sorted({ns for ns, _ in snapshot.runs}))
                 self.blocked.clear()
                 for (namespace, build_id), count in snapshot.blocked.items():
                     self.blocked.labels(namespace, build_id).set(count)
@@ -296,9 +297,11 @@ class Metrics:
                 if len(snapshot.events) < _BATCH:
                     return
 
-    async def _refresh_overdue(self) -> None:
+    async def _refresh_overdue(self, namespaces: list[str]) -> None:
+        """The overdue gauges of the namespaces that hold runs (those the run
+        counts found: an activity attempt always belongs to a run)."""
         now = time.time()
-        counts = await self.store.overdue_counts(now)
+        counts = await self.store.overdue_counts(namespaces, now)
         self.overdue.clear()
         self.oldest_overdue.clear()
         oldest: dict[str, float] = {}

@@ -297,9 +297,11 @@ class Store:
         return await self.driver.run(lambda tx: deadlines.overdue(namespace, now, limit),
                                      write=False)
 
-    async def overdue_counts(self, now: float) -> dict[tuple[str, str], tuple[int, float]]:
+    async def overdue_counts(self, namespaces: list[str],
+                             now: float) -> dict[tuple[str, str], tuple[int, float]]:
         """Deadlines passed unenforced, per namespace (`deadlines.overdue_counts`)."""
-        return await self.driver.run(lambda tx: deadlines.overdue_counts(now), write=False)
+        return await self.driver.run(lambda tx: deadlines.overdue_counts(namespaces, now),
+                                     write=False)
 
     async def enforce_attempts(self, namespace: str, task_ids: list[str],
                                now: float) -> list[dict[str, Any]]:

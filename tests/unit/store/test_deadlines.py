@@ -199,8 +199,8 @@ async def test_overdue_reads_what_a_pass_would_enforce_and_enforces_nothing(
     assert (await store.overdue(NS, T0 + 12, limit=1))["scan_pressure"] is True
     assert (await store.overdue("other", T0 + 12))["attempt_ids"] == []
     assert await store.overdue(NS, T0 + 12) == seen  # read only
-    assert await store.overdue_counts(T0 + 12) == {(NS, "runs"): (1, T0 + 10),
-                                                  (NS, "activity_attempts"): (2, T0 + 3)}
+    assert await store.overdue_counts([NS, "other"], T0 + 12) == {
+        (NS, "runs"): (1, T0 + 10), (NS, "activity_attempts"): (2, T0 + 3)}
     # the activity-timeout pass: the ids asked for, each once
     results = await store.enforce_attempts(NS, ["task-0:1", "task-0:9"], T0 + 12)
     assert results == [
