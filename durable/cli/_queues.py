@@ -128,7 +128,7 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------- durable queue
 
 
-@click.group(short_help="See task queues and set their limits.")
+@click.group(short_help="See task queues and their builds, and set their limits.")
 def queue() -> None:
     """Task queues: what runs and waits on each, and how much may run at once
     across every worker (docs/queues.md)."""
