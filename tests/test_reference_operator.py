@@ -257,8 +257,9 @@ async def test_repair_and_activity_timeout_status_and_pass(live: Live) -> None:
 
 
 async def test_archive_repair_and_redrive_say_what_to_do_here(live: Live) -> None:
-    """The reference's run commands this engine has no counterpart for are
-    refused (409, not a bare 404), each naming what does the job here."""
+    """The reference's run commands this engine has no counterpart for, and its
+    standalone activities, are refused (409, not a bare 404), each naming what
+    does the job here."""
     async def scenario(url: str) -> None:
         async with ref_client(url) as c:
             done = await c.start_workflow(workflow_type="ref_greet", task_queue="default",
@@ -277,6 +278,14 @@ async def test_archive_repair_and_redrive_say_what_to_do_here(live: Live) -> Non
                 message = refused.value.body["message"]
                 assert message.startswith(f"cannot {verb} workflow 'commands-1': "), message
                 assert hint in message
+            for call in (c.start_activity(activity_type="ref_cleanup", task_queue="default"),
+                         c.list_activities(), c.describe_activity("act-1")):
+                with pytest.raises(dw_errors.ServerError) as standalone:
+                    await call
+                assert standalone.value.status == 409
+                assert standalone.value.body["capability"] == "standalone_activities"
+                assert "runs activities only inside workflows" in \
+                    standalone.value.body["message"]
 
     await run_reference(scenario, live)
 

@@ -20,7 +20,8 @@ and an honest refusal for what does not.
   closed runs; export a history to keep it), no task to lose (a run's state
   is in storage and any worker of its queue claims it), and a failed run
   continues after a fix through ``reset``. Each is 409
-  ``capability_unsupported`` naming what to do here.
+  ``capability_unsupported`` naming what to do here; so are its standalone
+  activities (``/api/activities``): an activity runs inside a workflow here.
 - Search attributes: the engine stores none and cannot filter runs by
   them (its list filters are the workflow type, the status and an id
   substring). ``GET /api/search-attributes`` lists none (``supported:
@@ -49,6 +50,8 @@ from .routes import (
 
 WORKER_ID = Param("workerId", "path", text(300, "The worker id."), "The worker id.",
                   required=True)
+ACTIVITY_ID = Param("activityId", "path", text(300, "The activity id."), "The activity id.",
+                    required=True)
 ATTRIBUTE = Param("name", "path", text(128, "The attribute's name."), "The attribute's name.",
                   required=True)
 #: the reference's search attribute types (what its create route takes)
@@ -131,6 +134,24 @@ RUN_COMMANDS = (
 )
 
 
+#: the reference's standalone activities (an activity run on its own, outside
+#: any workflow): (method, path, operation id, summary)
+STANDALONE_ACTIVITIES = (
+    ("POST", "/api/activities", "startActivity", "Start an activity outside a workflow"),
+    ("GET", "/api/activities", "listActivities", "List activities run outside workflows"),
+    ("GET", "/api/activities/{activityId}", "describeActivity",
+     "Describe an activity run outside a workflow"),
+)
+_NO_STANDALONE = (
+    "this server runs activities only inside workflows: start a workflow whose one step "
+    "calls the activity (workflow.execute_activity), and read its result, failure and "
+    "history through that workflow's routes")
+
+
+async def standalone_activity(call: Call) -> tuple[int, Any]:
+    _unsupported("standalone_activities", _NO_STANDALONE)
+
+
 def refuse_run_command(capability: str, message: str) -> Handler:
     """The handler of one of `RUN_COMMANDS`: refused, naming what to do here."""
     async def refuse(call: Call) -> tuple[int, Any]:
@@ -190,6 +211,13 @@ def fleet_operations() -> list[Operation]:
             params=(WORKFLOW_ID, *((RUN_ID,) if "{runId}" in path else ())),
             body=WORKER_PLANE_BODY_ANY, replies=(_UNSUPPORTED,))
           for path, op_id, summary, capability, message in RUN_COMMANDS),
+        *(Operation(
+            method, path, op_id, f"The reference's: {summary} (not supported here)",
+            standalone_activity, "operator" if method == "POST" else "viewer",
+            params=(ACTIVITY_ID,) if "{activityId}" in path else (),
+            body=WORKER_PLANE_BODY_ANY if method == "POST" else None,
+            replies=(_UNSUPPORTED,))
+          for method, path, op_id, summary in STANDALONE_ACTIVITIES),
         *(Operation(
             "POST", f"/api/worker/{action}", f"worker{action.title()}",
             f"The reference's worker-plane {action} (not supported here)", worker_plane,
