@@ -37,12 +37,21 @@ def _epoch(value: str | None) -> float | None:
     return None if value is None else _instant(value)
 
 
-def stale_after(workers: list[dict[str, Any]]) -> int | None:
+def registration_span(last_seen: str | None, expires: str | None) -> float | None:
     """How long after its last heartbeat a live worker turns stale: its
-    registration's lifetime (twice its lease), the longest among them."""
-    spans = [e - s for w in workers if w["alive"]
-             if (s := _epoch(w["last_seen_at"])) is not None
-             and (e := _epoch(w["expires_at"])) is not None]
+    registration's lifetime (twice its lease), from the two instants a worker
+    record gives (ISO 8601; None when either is unknown). `/api/workers`'
+    ``stale_after_seconds`` and a rollout's are this, the longest among the
+    live workers listed."""
+    seen, until = _epoch(last_seen), _epoch(expires)
+    return None if seen is None or until is None else max(0.0, until - seen)
+
+
+def stale_after(workers: list[dict[str, Any]]) -> int | None:
+    """`registration_span`'s longest among these (client) workers that are
+    alive, in whole seconds as the reference's rollout gives it."""
+    spans = [s for w in workers if w["alive"]
+             if (s := registration_span(w["last_seen_at"], w["expires_at"])) is not None]
     return round(max(spans)) if spans else None
 
 

@@ -15,9 +15,9 @@ handler is one call of the client's queue API (`durable._queues`).
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
+from .._builds import registration_span
 from .._queues import QueueLimits
 from ..clock import to_iso
 from .errors import HTTPError
@@ -47,17 +47,6 @@ BUILD_BODY = check_schema({
     "type": "object", "required": ["build_id"], "additionalProperties": False,
     "properties": {"build_id": {"type": ["string", "null"], "maxLength": 255}},
 })
-
-
-def _epoch(value: str | None) -> float | None:
-    return None if value is None else datetime.datetime.fromisoformat(value).timestamp()
-
-
-def _stale_after(summary: dict[str, Any]) -> float | None:
-    """A live worker's registration lifetime: how long after its last heartbeat
-    it turns stale (twice its lease)."""
-    seen, expires = _epoch(summary["last_heartbeat_at"]), _epoch(summary["heartbeat_expires_at"])
-    return None if seen is None or expires is None else max(0.0, expires - seen)
 
 
 def worker_summary(worker: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +101,8 @@ async def list_workers(call: Call) -> tuple[int, Any]:
         workers = [w for w in workers if w["task_queue"] == queue]
     # the reference lists live workers unless asked for a status
     workers = [w for w in workers if (w["status"] == status if status else w["alive"])]
-    stale = [s for w in workers if w["alive"] and (s := _stale_after(w)) is not None]
+    stale = [s for w in workers if w["alive"] and (s := registration_span(
+        w["last_heartbeat_at"], w["heartbeat_expires_at"])) is not None]
     return 200, {"workers": workers, "stale_after_seconds": max(stale) if stale else None}
 
 
