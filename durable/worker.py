@@ -47,6 +47,7 @@ from ._runtime import attempts
 from ._runtime.claiming import CLAIM_START, ClaimLoop, RunClaims, Trigger
 from ._runtime.committer import Committer
 from ._runtime.context import RunSetup
+from ._runtime.eager import EagerStarts
 from ._runtime.executor import RunExecutor
 from ._runtime.hearing import Hearing
 from ._runtime.loop_watch import LoopWatch, codes_of
@@ -115,6 +116,7 @@ class Worker:
         build_id: str | None = None,
         loop_block_warning: Seconds | None = 2.0,
         release_waiting_runs: bool = True,
+        eager_starts: bool = True,
     ) -> None:
         workflows = _names(workflows, "workflows")
         activities = _names(activities, "activities")
@@ -226,8 +228,13 @@ class Worker:
         self.relief = Relief(self, self.run_claims.claim, self._watchdog_trigger.set,
                              lambda: self.runs.trigger.set())
         self.presence.relief = self.relief
+        if not isinstance(eager_starts, bool):
+            raise ConfigurationError(
+                f"Worker eager_starts= must be True or False, got {eager_starts!r}")
+        #: takes its process's starts in their transaction (`durable._runtime.eager`)
+        self.eager = EagerStarts(self, eager_starts)
         self.runs: ClaimLoop[ClaimedRun] = ClaimLoop(
-            room=lambda: self.max_concurrent_runs - len(self.executors) - len(self.gate.checking),
+            room=self.run_room,
             claim=self.run_claims.claim, start=lambda claimed: self._start_run(claimed),
             poll_interval=self.poll_interval, now=self.clock.now, first_batch=CLAIM_START,
             watch=self._watch_slots, **self.run_claims.baton,
@@ -267,6 +274,8 @@ class Worker:
             loops.append(self.loop_watch.run)
         for loop in loops:
             tg.start_soon(self._guarded, loop, name=f"durable worker {_loop_name(loop)}")
+        if self.workflows:
+            self.store.takers.append(self.eager)
         self.log.info("worker_started", task_queue=self.task_queue,
                       workflows=sorted(self.workflows), activities=sorted(self.activities))
         return self
@@ -304,6 +313,8 @@ class Worker:
     def _crash_now(self, point: str) -> None:
         """Stop abruptly now (`crash_point`, `durable.testing.explore_crashes`)."""
         self.crashed_at = point
+        if self.eager in self.store.takers:  # a killed process takes nothing more
+            self.store.takers.remove(self.eager)
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):
             executor.stop("crash")
@@ -329,6 +340,7 @@ class Worker:
         if tg is None:
             return
         self._stopping = True
+        self._take_no_starts()
         self._stop_work("shutdown")
         tg.cancel_scope.cancel()
         # The body's own exception is not ours to pass in: it comes out of
@@ -339,6 +351,13 @@ class Worker:
             await self._release_all()
         self._stopped.set()
         self.log.info("worker_stopped")
+
+    def _take_no_starts(self) -> None:
+        """No more eager starts; runs of starts under way are handed back with
+        the others (a start that commits after that leaves its run to expire)."""
+        if self.eager in self.store.takers:
+            self.store.takers.remove(self.eager)
+        self._to_release.extend(self.eager.in_flight)
 
     def _stop_work(self, reason: str) -> None:
         self._to_release.extend(self.executors)
@@ -497,6 +516,25 @@ class Worker:
             executors.clear()
 
     # ---------------------------------------------------------------- runs
+
+    def run_room(self) -> int:
+        """How many more runs this worker can take now: its free slots, less
+        those the upgrade gate and eager starts under way hold."""
+        return (self.max_concurrent_runs - len(self.executors) - len(self.gate.checking)
+                - self.eager.reserved)
+
+    @property
+    def serving(self) -> bool:
+        """Running, not stopping, and storage answering its last request."""
+        return (self._tg is not None and not self._stopping and self.crashed_at is None
+                and not self.outage.down)
+
+    def start_taken(self, taken: ClaimedRun) -> None:
+        """Start a run this worker took as it started (`durable._runtime.eager`);
+        its watchdog learns of the run's deadlines (nobody announced them)."""
+        self._start_run(taken)
+        if taken.run.deadlines.earliest is not None:
+            self._watchdog_trigger.set()
 
     def _watch_slots(self, room: int, woken: bool) -> None:
         self.slots.check(room, woken, self.executors.values(), len(self.gate.checking))

@@ -173,6 +173,9 @@ class ClaimLoop(Generic[T]):
         self.held = 0
         #: whether `run()` ended (no pass will come until it runs again)
         self.ended = False
+        #: how many items the claim under way may take, until it started them
+        #: (room that an eager start must not take: `durable._runtime.eager`)
+        self.claiming = 0
         self._passed = anyio.Event()
 
     @property
@@ -198,7 +201,11 @@ class ClaimLoop(Generic[T]):
                 self._watch(room, woken is not None)
             claimed: Claimed[T] = Claimed()
             if room > 0:
-                claimed = await self._claim(min(room, self.batch))
+                self.claiming = min(room, self.batch)
+                try:
+                    claimed = await self._claim(self.claiming)
+                finally:
+                    self.claiming = 0
                 self.left = claimed.left
                 self.held = claimed.held_back
                 self.batch = (min(CLAIM_BATCH, self.batch * 2) if claimed.backlog
@@ -270,6 +277,11 @@ class _Gate(Protocol):
     def checking(self) -> set[str]: ...
 
 
+class _Eager(Protocol):
+    @property
+    def in_flight(self) -> set[str]: ...
+
+
 class RunClaimer(ServingWorker, Protocol):
     """What claiming runs needs of its worker."""
 
@@ -285,6 +297,9 @@ class RunClaimer(ServingWorker, Protocol):
     @property
     def gate(self) -> _Gate:
         """The upgrade gate: `checking` are the claimed runs it replays first."""
+    @property
+    def eager(self) -> _Eager:
+        """Its eager starts: `in_flight` are the runs of starts under way."""
 
 
 class RunClaims:
@@ -358,7 +373,7 @@ class RunClaims:
         self._addressed_pass, self._addressed = self._addressed, False
         worker = self.worker
         if self.failed:
-            running = frozenset(worker.executors) | worker.gate.checking
+            running = frozenset(worker.executors) | worker.gate.checking | worker.eager.in_flight
             strays = await worker.store.release_strays(worker.worker_id, running)
             if strays:
                 worker.log.warning("claim_outcome_unknown_runs_released", runs=len(strays))

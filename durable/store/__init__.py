@@ -62,6 +62,7 @@ from .records import (
     StartResult,
     StorageSnapshot,
     WorkerRegistration,
+    new_id,
 )
 from .writes import RunWrites
 
@@ -83,6 +84,10 @@ class Store:
         #: the limits each limited queue had at its last claim: a one-statement
         #: claim checks them against the queue's row (`queues.claim_limited_in_one`)
         self._limits: dict[tuple[str, str, str], str] = {}
+        #: this process's workers that take runs as they start (eager starts,
+        #: `durable._runtime.eager`): asked in turn, from the one after the last
+        self.takers: list[runs.StartTakers] = []
+        self._next_taker = 0
 
     @property
     def hub(self) -> WakeHub:
@@ -99,8 +104,29 @@ class Store:
 
     async def start_workflow(self, request: StartRequest, now: float) -> StartResult:
         """Start an instance under its id-reuse policy (`WorkflowAlreadyStarted` when it
-        refuses the id); an unknown outcome is read back (`unknown.start_workflow`)."""
-        return await unknown.start_workflow(self.driver, request, now)
+        refuses the id); an unknown outcome is read back (`unknown.start_workflow`).
+
+        A worker of this process with a free slot for it takes the new run in
+        the start's transaction (`takers`, `runs.Taker`), as a claim would."""
+        if not self.takers or self.driver.dialect.writable_cte or (
+                ("runs", request.namespace, request.task_queue) in self._limited):
+            return await unknown.start_workflow(self.driver, request, now)
+        run_id = new_id()
+        for turn in range(len(self.takers)):
+            source = self.takers[(self._next_taker + turn) % len(self.takers)]
+            taker = source.offer(request, run_id)
+            if taker is not None:
+                self._next_taker = (self._next_taker + turn + 1) % len(self.takers)
+                break
+        else:
+            return await unknown.start_workflow(self.driver, request, now, run_id=run_id)
+        try:
+            started = await unknown.start_workflow(self.driver, request, now, taker, run_id)
+        except BaseException:
+            source.settle(run_id, None, failed=True)
+            raise
+        source.settle(run_id, started.taken, failed=False)
+        return started
 
     async def get_run(
         self, namespace: str, workflow_id: str, run_id: str | None = None

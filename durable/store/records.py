@@ -360,9 +360,14 @@ class StartRequest:
 
 @dataclass(frozen=True)
 class StartResult:
+    """A start's answer. `taken`: the new run, when a worker of this process
+    took it in the start's own transaction (an eager start,
+    `durable.store.runs.Taker`): it owns it (epoch 1), and nobody claims it."""
+
     run_id: str
     created: bool
     status: str
+    taken: ClaimedRun | None = None
 
 
 @dataclass(frozen=True)

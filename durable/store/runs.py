@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..clock import to_iso
 from ..deadlines import Deadlines
@@ -16,6 +18,7 @@ from .records import (
     OPEN_SQL,
     OPEN_STATUSES,
     RUN_COLUMNS,
+    ClaimedRun,
     OpRecord,
     RunRecord,
     RunStatus,
@@ -47,13 +50,54 @@ RUN_INSERT = (
     "event_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
     "?, ?, ?, ?)"
 )
+#: a new run taken by a worker as it starts (`Taker`): `RUN_INSERT`'s columns
+#: and those a claim sets (`durable.store.claims.claim_sql`)
+RUN_INSERT_TAKEN = RUN_INSERT.replace(
+    "event_seq) VALUES (", "event_seq, owner, epoch, lease_expires_at, started_at, "
+    "started_build, last_build, claim_capabilities) VALUES (?, ?, ?, ?, ?, ?, ?, ")
+
+
+@dataclass(frozen=True)
+class Taker:
+    """A worker of this process that takes a run in its start's transaction
+    (an eager start: `durable._runtime.eager`), as its claim would have: the
+    same owner, lease, builds and capabilities (`claims.claim_sql`), epoch 1.
+
+    Why (issue 26): each awaited start woke the worker, whose claim of that
+    one run was a transaction of its own (the fair share's counts, the
+    queue's limits, an UPDATE) and a pass of its claim loop: ~10 % of a
+    short workflow's CPU. Taken here, the run costs its INSERT's columns."""
+
+    worker_id: str
+    lease_seconds: float
+    build_id: str | None
+    capabilities: tuple[str, ...]
+
+    def columns(self, now: float) -> tuple[Any, ...]:
+        """The claim's values, in `RUN_INSERT_TAKEN`'s order after `RUN_INSERT`'s."""
+        return (self.worker_id, 1, now + self.lease_seconds, now, self.build_id,
+                self.build_id, json.dumps(list(self.capabilities)))
+
+
+class StartTakers(Protocol):
+    """A worker's side of eager starts (`durable._runtime.eager.EagerStarts`)."""
+
+    def offer(self, request: StartRequest, run_id: str) -> Taker | None:
+        """Its `Taker` if it has a free slot for this start's run, reserved until
+        `settle`; None if it does not take this start."""
+
+    def settle(self, run_id: str, taken: ClaimedRun | None, failed: bool) -> None:
+        """The start it was offered ended: the run it took, or None (`failed`:
+        the start raised, and may have committed a run it owns)."""
 
 
 def start_workflow(tx: Tx, req: StartRequest, now: float,
-                   run_id: str | None = None, to: str | None = None) -> Program[StartResult]:
+                   run_id: str | None = None, to: str | None = None,
+                   taker: Taker | None = None) -> Program[StartResult]:
     """Start an instance, honouring its id-reuse policy. `run_id`: the new
     run's id, fixed by the caller across retries (`reuse`); `to`: the process
-    its wake-up is addressed to (`start_wake`)."""
+    its wake-up is addressed to (`start_wake`); `taker`: the worker that takes
+    the new run in this transaction if the queue has no limits (`may_take`)."""
     existing = yield q1(
         "SELECT workflow_id, current_run_id, status FROM workflows "
         "WHERE namespace = ? AND workflow_id = ?" + tx.lock,
@@ -65,9 +109,29 @@ def start_workflow(tx: Tx, req: StartRequest, now: float,
         if known is not None:
             return known
     execution_deadline = plus(now, req.execution_timeout)
+    if taker is not None and not (yield from may_take(tx, req)):
+        taker = None
     yield from insert_run(tx, req, run_id, 1, now, execution_deadline,
-                          replace=existing is not None, to=to)
-    return StartResult(run_id, True, RunStatus.PENDING)
+                          replace=existing is not None, to=to, taker=taker)
+    if taker is None:
+        return StartResult(run_id, True, RunStatus.PENDING)
+    row = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", run_id)
+    assert row is not None  # inserted above, in this transaction
+    return StartResult(run_id, True, RunStatus.RUNNING, ClaimedRun(run_from_row(row), {}))
+
+
+def may_take(tx: Tx, req: StartRequest) -> Program[bool]:
+    """Whether a worker may take this start's run in its transaction (`Taker`):
+    not with a concurrency key (its slots are counted by a claim), and not on
+    a queue that limits its runs (``max_running``, a rate, per-key slots:
+    only a claim honours them, `durable.store.queues`). One read of the
+    queue's row by its key, the plain read a claim of an unlimited queue
+    makes first (`queues.read_limits`)."""
+    if req.concurrency_key is not None:
+        return False
+    row = yield q1("SELECT runs_limited FROM task_queues WHERE namespace = ? AND name = ?",
+                   req.namespace, req.task_queue)
+    return row is None or not int(row["runs_limited"])
 
 
 def reuse(req: StartRequest, run_id: str, existing: Row) -> StartResult | None:
@@ -104,14 +168,17 @@ def insert_run(
     replace: bool = False,
     new_instance: bool = True,
     to: str | None = None,
+    taker: Taker | None = None,
 ) -> Program[None]:
     """Insert a run (and its instance when new) plus its WorkflowStarted event.
     Its wake-up goes `to` one process (see `start_wake`): the one a client's
     start chose, else the one the driver picks by what it knows
     (`addressee`: a child's start, a continued run, a schedule's fire, a
-    reset's new run are each one run any member of the queue can take)."""
+    reset's new run are each one run any member of the queue can take).
+    A run a `taker` took is inserted running and owned, and announced to no
+    claimer: the taker starts it (and watches its deadlines) itself."""
     workflow_row, run_row, started = new_run_rows(req, run_id, run_number, now,
-                                                  execution_deadline)
+                                                  execution_deadline, taken=taker is not None)
     if new_instance:
         if replace:
             yield ex(
@@ -125,10 +192,15 @@ def insert_run(
             "status = 'pending' WHERE namespace = ? AND workflow_id = ?",
             run_id, req.namespace, req.workflow_id,
         )
-    yield ex(RUN_INSERT, *run_row)
+    if taker is None:
+        yield ex(RUN_INSERT, *run_row)
+    else:
+        yield ex(RUN_INSERT_TAKEN, *run_row, *taker.columns(now))
     # the new run's first event: its counter was inserted at 1 above (one round
     # trip less than append_events' counter update, on every start)
     yield ex(EVENT_INSERT, run_id, 1, "WorkflowStarted", now, started)
+    if taker is not None:
+        return None
     if to is None:
         to = addressee(tx, req.namespace, req.task_queue, now)
     tx.wake(start_wake(req, now, execution_deadline, to))
@@ -239,20 +311,22 @@ def _deadlines(req: StartRequest, now: float, execution_deadline: float | None) 
 
 def new_run_rows(
     req: StartRequest, run_id: str, run_number: int, now: float,
-    execution_deadline: float | None,
+    execution_deadline: float | None, taken: bool = False,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...], str]:
     """A new run's rows: the parameters of `WORKFLOW_INSERT` (its instance's,
     when new) and of `RUN_INSERT`, and its WorkflowStarted event's data (the
-    event is numbered 1). Every path that starts a run stores these."""
+    event is numbered 1). Every path that starts a run stores these.
+    `taken`: a worker takes it as it starts (`Taker`): running, not pending."""
     deadlines = _deadlines(req, now, execution_deadline)
     run_deadline, cleanup_deadline = deadlines.run, deadlines.cleanup
+    status = (RunStatus.RUNNING if taken else RunStatus.PENDING).value
     workflow_row = (
-        req.namespace, req.workflow_id, req.workflow_type, run_id, RunStatus.PENDING.value,
+        req.namespace, req.workflow_id, req.workflow_type, run_id, status,
         req.execution_timeout, execution_deadline, 1, req.memo, now,
     )
     run_row = (
         run_id, req.namespace, req.workflow_id, req.workflow_type, run_number,
-        req.task_queue, RunStatus.PENDING.value, req.input, req.parent_run_id,
+        req.task_queue, status, req.input, req.parent_run_id,
         req.parent_workflow_id, req.parent_op_id,
         req.parent_close_policy, req.cleanup_timeout, req.run_timeout, req.execution_timeout,
         execution_deadline, run_deadline, cleanup_deadline, deadlines.earliest,
@@ -390,8 +464,14 @@ def open_runs(namespace: str, task_queue: str, after_run_id: str,
     return [dict(r) for r in rows]
 
 
-def started_run(run_id: str) -> Program[StartResult | None]:
+def started_run(run_id: str, taker: Taker | None = None) -> Program[StartResult | None]:
     """A start's run read back by its id (fixed for every attempt of the start):
-    the start's answer if the run is there (it started), else None."""
-    row = yield q1("SELECT status FROM runs WHERE run_id = ?", run_id)
-    return None if row is None else StartResult(run_id, True, row["status"])
+    the start's answer if the run is there (it started), else None. A run
+    its `taker` took (its first owner, epoch 1) is handed to it as taken."""
+    row = yield q1(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", run_id)
+    if row is None:
+        return None
+    taken = None
+    if taker is not None and row["owner"] == taker.worker_id and int(row["epoch"]) == 1:
+        taken = ClaimedRun(run_from_row(row), {})
+    return StartResult(run_id, True, row["status"], taken)

@@ -35,7 +35,9 @@ from .writes import RunWrites
 RESENDS = 2
 
 
-async def start_workflow(driver: Driver, request: StartRequest, now: float) -> StartResult:
+async def start_workflow(driver: Driver, request: StartRequest, now: float,
+                         taker: runs.Taker | None = None,
+                         run_id: str | None = None) -> StartResult:
     """`durable.store.Store.start_workflow`: the start, in one statement where the
     dialect allows (`fastpath.start_in_one`), else in a transaction; its run's
     id fixed for every attempt (`runs.reuse`). An outcome-unknown attempt is
@@ -44,22 +46,31 @@ async def start_workflow(driver: Driver, request: StartRequest, now: float) -> S
     not there, it is sent again.
 
     Its wake-up is addressed to one process of the queue when the driver can
-    choose one (`addressee`)."""
-    run_id = new_id()
-    to = await addressee(driver, request.namespace, request.task_queue, now)
+    choose one (`addressee`). A `taker` (a worker of this process) takes the
+    run in the start's transaction (`runs.Taker`); not where a start is one
+    self-committing statement (PostgreSQL: its start is addressed to this
+    process's worker already, `addressee`); read back, a run its taker took
+    is still handed to it (`runs.started_run`)."""
+    run_id = run_id or new_id()
+    if driver.dialect.writable_cte:
+        taker = None
+    to = None if taker is not None else await addressee(
+        driver, request.namespace, request.task_queue, now)
     for again in range(RESENDS + 1):
         try:
-            return await _start(driver, request, now, run_id, to)
+            return await _start(driver, request, now, run_id, to, taker)
         except StorageUnavailable as exc:
             if not exc.outcome_unknown or again == RESENDS:
                 raise
             try:
-                landed = await driver.run(lambda tx: runs.started_run(run_id), write=False)
+                landed = await driver.run(lambda tx: runs.started_run(run_id, taker),
+                                          write=False)
             except StorageUnavailable:
                 raise exc from None  # still unknown: the caller hears so
             if landed is not None:
-                deadline = plus(now, request.execution_timeout)
-                driver.hub.publish([runs.start_wake(request, now, deadline, to)])
+                if landed.taken is None:  # (a taken run is announced to nobody)
+                    deadline = plus(now, request.execution_timeout)
+                    driver.hub.publish([runs.start_wake(request, now, deadline, to)])
                 return landed
     raise AssertionError("unreachable")  # (the loop returns or raises)
 
@@ -76,13 +87,13 @@ async def addressee(driver: Driver, namespace: str, task_queue: str, now: float)
 
 
 async def _start(driver: Driver, request: StartRequest, now: float,
-                 run_id: str, to: str | None) -> StartResult:
+                 run_id: str, to: str | None, taker: runs.Taker | None) -> StartResult:
     if driver.dialect.writable_cte:  # one round trip (`fastpath.start_in_one`)
         started = await driver.run(
             lambda tx: fastpath.start_in_one(tx, request, run_id, now, to))
         if started is not None:
             return started
-    return await driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id, to))
+    return await driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id, to, taker))
 
 
 async def settle_commit(driver: Driver, batches: list[RunWrites],
