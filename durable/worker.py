@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -275,6 +276,7 @@ class Worker:
         for loop in loops:
             tg.start_soon(self._guarded, loop, name=f"durable worker {_loop_name(loop)}")
         if self.workflows:
+            self.eager.thread = threading.get_ident()  # (entered on its loop's thread)
             self.store.takers.append(self.eager)
         self.log.info("worker_started", task_queue=self.task_queue,
                       workflows=sorted(self.workflows), activities=sorted(self.activities))

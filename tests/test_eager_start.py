@@ -23,7 +23,7 @@ import pytest
 
 import durable
 from durable import QueueLimits, StartOptions, workflow
-from durable._runtime.claiming import CLAIM_START
+from durable._runtime.claiming import CLAIM_BATCH, CLAIM_START
 from durable.errors import StorageUnavailable
 from durable.store import unknown
 from durable.store.records import RunStatus, StartRequest
@@ -149,8 +149,8 @@ async def test_ready_work_waiting_for_the_claim_is_not_overtaken(
     not claimed, a worker takes a start only with a slot to spare beyond its
     next claim's batch; none while the queue's limits held some back, a claim
     under way fills its room, a claim's outcome must be cleared up first, or
-    it is not serving: the claim takes the ready runs in their order
-    (priority, age)."""
+    it is not serving, nor a start made on another thread: the claim takes
+    the ready runs in their order (priority, age)."""
     client = storage_client
     # room for exactly one first claim's batch (slow start): no slot to spare
     worker = make_worker(workflows=[eager_echo], max_concurrent_runs=CLAIM_START)
@@ -175,9 +175,14 @@ async def test_ready_work_waiting_for_the_claim_is_not_overtaken(
             enter()
             assert worker.eager.offer(request, f"r-{name}") is None, name
             leave()
+        # a start made on another thread (another loop): the worker's task group
+        # is not that thread's to start a run in
+        assert await anyio.to_thread.run_sync(worker.eager.offer, request, "r-thread") is None
         runs.trigger.set()  # a wake-up announced work: the claim goes first
         assert worker.eager.offer(request, "r-woken") is None
-        worker.max_concurrent_runs = CLAIM_START + 1  # a slot beyond the claim's batch
+        # slots to spare beyond the next claim's batch, and beyond a claim the
+        # watchdog's poke may have begun meanwhile (`claiming`, at most a batch)
+        worker.max_concurrent_runs = 2 * CLAIM_BATCH + 1
         taker = worker.eager.offer(request, "r-1")
         assert taker is not None and taker.worker_id == worker.worker_id
         assert worker.eager.reserved == 1 and worker.run_room() == worker.max_concurrent_runs - 1

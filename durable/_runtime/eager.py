@@ -40,6 +40,7 @@ after a claim whose outcome was lost.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection
 from typing import Any, Protocol
 
@@ -86,6 +87,9 @@ class EagerStarts:
         self.in_flight: set[str] = set()
         #: runs taken so far (tests, and the worker's `durable_runs_taken`)
         self.taken = 0
+        #: the thread of the worker's event loop: it takes only starts made there
+        #: (it starts the run in its task group at once, `settle`)
+        self.thread = threading.get_ident()
         self._taker = Taker(worker.worker_id, worker.lease_seconds, worker.build_id,
                             worker.capabilities)
 
@@ -94,6 +98,8 @@ class EagerStarts:
         does not take it (module docstring)."""
         worker = self.worker
         runs = worker.runs
+        if threading.get_ident() != self.thread:
+            return None  # a start from another thread (its own loop): claimed as before
         if not self.enabled or not worker.serving or runs.ended or (
                 request.workflow_type not in worker.workflows
                 or request.namespace != worker.namespace
