@@ -3,9 +3,9 @@ transaction (`durable._runtime.eager`), only where its claim would have taken
 it at once, and a run so taken lives as a claimed one does: a start whose
 answer was lost, a worker that stops, a worker SIGKILLed with it.
 
-On PostgreSQL a start stays one self-committing statement, addressed to this
-process's worker (`durable.store.unknown.start_workflow`): there every start
-is claimed, and these tests check that too.
+On PostgreSQL the start stays one self-committing statement, the take and
+the queue's limits read in it (`durable.store.start_statement.start_in_one`); a
+start that replaces a closed instance is a transaction there too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 import durable
-from durable import QueueLimits, StartOptions, workflow
+from durable import IdReusePolicy, QueueLimits, StartOptions, workflow
 from durable._runtime.claiming import CLAIM_BATCH, CLAIM_START
 from durable.errors import StorageUnavailable
 from durable.store import unknown
@@ -55,11 +55,6 @@ class EagerGate:
         self.opened_by = who
 
 
-def takes(client: durable.Client) -> bool:
-    """Whether this driver's starts may be taken (not PostgreSQL's one statement)."""
-    return not client.store.driver.dialect.writable_cte
-
-
 async def test_a_start_with_a_free_local_slot_is_taken_in_its_own_transaction(
     storage_client: durable.Client, make_worker: Callable[..., durable.Worker],
 ) -> None:
@@ -71,21 +66,16 @@ async def test_a_start_with_a_free_local_slot_is_taken_in_its_own_transaction(
         handle = await client.start(EagerGate, 3, id="eager-1")
         run = await client.store.get_run(client.namespace, "eager-1")
         assert run is not None
-        if takes(client):
-            assert worker.eager.taken == 1
-            # owned as a claim would own it: epoch 1, its lease, its build
-            assert (run.owner, run.epoch, run.status) == (worker.worker_id, 1, RunStatus.RUNNING)
-            assert run.started_build == run.last_build == "v1"
-            assert (await handle.describe())["status"] == "running"
+        assert worker.eager.taken == 1
+        # owned as a claim would own it: epoch 1, its lease, its build
+        assert (run.owner, run.epoch, run.status) == (worker.worker_id, 1, RunStatus.RUNNING)
+        assert run.started_build == run.last_build == "v1"
+        assert (await handle.describe())["status"] == "running"
         await handle.signal("open", "test")
         assert await handle.result() == {"n": 3, "opened_by": "test"}
         assert await client.execute(eager_echo, 5, id="eager-2") == 5
-        if takes(client):
-            assert worker.eager.taken == 2
-            assert worker.runs.claimed == claimed  # no claim took either
-        else:
-            assert worker.eager.taken == 0
-            assert worker.runs.claimed == claimed + 2
+        assert worker.eager.taken == 2
+        assert worker.runs.claimed == claimed  # no claim took either
         assert worker.eager.reserved == 0
         history = [e.type for e in await handle.history()]
         assert history[0] == "WorkflowStarted" and history[-1] == "WorkflowCompleted"
@@ -118,6 +108,38 @@ async def test_a_start_its_claim_must_decide_is_left_to_the_claim(
             async with other:
                 assert await handle.result() == 4
             assert other.runs.claimed == 1
+
+
+@workflow.defn(name="eager_fails")
+async def eager_fails(n: int) -> int:
+    raise durable.ApplicationError(f"failed with {n}", non_retryable=True)
+
+
+async def test_a_start_that_replaces_a_failed_instance_or_returns_an_open_one(
+    storage_client: durable.Client, make_worker: Callable[..., durable.Worker],
+) -> None:
+    """A start that replaces a failed instance (a transaction on every driver)
+    is taken too; one that returns the open run already there takes nothing
+    and gives its reserved slot back."""
+    client = storage_client
+    worker = make_worker(workflows=[eager_fails, EagerGate])
+    async with worker:
+        await worker.runs.claim_now()
+        first = await client.start(eager_fails, 1, id="again")
+        with pytest.raises(durable.WorkflowFailed):
+            await first.result()
+        again = await client.start(eager_fails, 2, id="again", options=StartOptions(
+            id_reuse=IdReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY))
+        assert again.run_id != first.run_id and worker.eager.taken == 2
+        with pytest.raises(durable.WorkflowFailed):
+            await again.result()
+        gate = await client.start(EagerGate, 3, id="open")
+        same = await client.start(EagerGate, 4, id="open", options=StartOptions(
+            id_reuse=IdReusePolicy.RETURN_EXISTING_ACTIVE))
+        assert same.run_id == gate.run_id
+        assert worker.eager.taken == 3 and worker.eager.reserved == 0
+        await gate.signal("open", "test")
+        assert (await same.result())["n"] == 3
 
 
 async def test_a_full_worker_takes_no_start_and_claims_it_once_a_slot_frees(
@@ -213,7 +235,7 @@ async def test_a_taken_start_whose_answer_was_lost_is_read_back_and_still_taken(
         await worker.runs.claim_now()
         handle = await client.start(eager_echo, 6, id="lost-answer")
         assert lost == [handle.run_id]
-        assert worker.eager.taken == (1 if takes(client) else 0)
+        assert worker.eager.taken == 1
         assert await handle.result() == 6
 
 
@@ -250,7 +272,7 @@ async def test_a_stopping_worker_takes_no_start(
     worker = make_worker(workflows=[eager_echo])
     async with worker:
         await worker.runs.claim_now()
-        assert worker.eager in client.store.takers or not takes(client)
+        assert worker.eager in client.store.takers
     assert worker.eager not in client.store.takers
     handle = await client.start(eager_echo, 9, id="after-stop")
     run = await client.store.get_run(client.namespace, "after-stop")

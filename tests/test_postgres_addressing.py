@@ -21,8 +21,8 @@ from crash_app import kill9, logs, spawn_worker
 
 import durable
 from durable import activity, workflow
-from durable.store.fastpath import start_in_one
 from durable.store.records import Claimed
+from durable.store.start_statement import start_in_one
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 

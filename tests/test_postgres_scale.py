@@ -24,8 +24,8 @@ import durable.store.commit
 from durable import activity, workflow
 from durable.driver import Program, Stmt, Tx
 from durable.failure import Failure
-from durable.store.fastpath import start_in_one
 from durable.store.records import CommitResult, StartRequest, StartResult, WorkerRegistration
+from durable.store.start_statement import start_in_one
 from durable.store.writes import CloseRun, RecordLocalActivity, RunWrites, ScheduleTimer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

@@ -427,7 +427,7 @@ class PostgresDriver(PooledDriver["Pool", "Connection"]):
 
     def _notices(self, wakes: Iterable[Wake]) -> tuple[list[str], list[str]]:
         """`Tx.notices`: the channels and payloads of these wake-ups' notifications,
-        for a statement's ``pg_notify`` (`durable.store.fastpath.start_in_one`);
+        for a statement's ``pg_notify`` (`durable.store.start_statement.start_in_one`);
         the same as a commit's NOTIFY statements would send (`_notify`)."""
         pairs = self._notifications(self._sent(wakes))
         return [channel for channel, _ in pairs], [text for _, text in pairs]

@@ -27,9 +27,9 @@ taken the run at once, and in no other order:
 
 Across processes it changes nothing that a claim would not: a start in this
 process was claimed by this process's worker first anyway (its wake-up is
-local; on PostgreSQL it is addressed here), and that driver keeps its
-one-statement start (`durable.store.unknown.start_workflow`). A worker built
-with ``eager_starts=False`` takes none.
+local; on PostgreSQL it is addressed here). PostgreSQL's start stays one
+statement, the take in it (`durable.store.start_statement.start_in_one`). A worker
+built with ``eager_starts=False`` takes none.
 
 The run is inserted owned by the worker, epoch 1, with the builds and
 capabilities a claim records; the worker starts it when the start returns

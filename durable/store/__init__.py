@@ -108,8 +108,7 @@ class Store:
 
         A worker of this process with a free slot for it takes the new run in
         the start's transaction (`takers`, `runs.Taker`), as a claim would."""
-        if not self.takers or self.driver.dialect.writable_cte or (
-                ("runs", request.namespace, request.task_queue) in self._limited):
+        if not self.takers or ("runs", request.namespace, request.task_queue) in self._limited:
             return await unknown.start_workflow(self.driver, request, now)
         run_id = new_id()
         for turn in range(len(self.takers)):

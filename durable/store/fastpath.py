@@ -19,8 +19,9 @@ forms, chosen here by the dialect's capabilities (never by its name):
 - one event for each of several runs (`append_events_of_runs`): one
   statement with CTEs, run by run elsewhere;
 - a claim of runs (`claim_runs_in_one`): one statement with CTEs;
-- a start (`start_in_one`): the instance, its run, its first event and the
-  notification, one self-committing statement with CTEs.
+- a start (`durable.store.start_statement.start_in_one`): the instance, its
+  run, its first event and the notification, one self-committing statement
+  with CTEs (a module of its own: it is the start, not a step).
 
 Every fenced form uses `fence`: the lease epoch, an open status, the
 deadline not passed. When it matches no row nothing is written and the
@@ -31,7 +32,6 @@ general path runs in the same transaction to give the precise outcome
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
 from ..driver import Dialect, Program, Row, Stmt, Tx, ex, many, placeholders, q, q1
@@ -44,16 +44,11 @@ from .records import (
     OpKind,
     OpRecord,
     OpStatus,
-    RunStatus,
-    StartRequest,
-    StartResult,
     dump_failure,
     open_status_sql,
-    plus,
     run_from_row,
 )
 from .returning import update_one_returning
-from .runs import RUN_INSERT, WORKFLOW_INSERT, new_run_rows, reuse, start_wake
 from .writes import RecordLocalActivity, RunWrites
 
 #: a local activity's op row; `local_op_row` gives its parameters (shared with
@@ -527,74 +522,3 @@ def claim_ids_in_one(claim: str, claim_params: tuple[Any, ...], where: str,
         "AND w.current_run_id = c.run_id AND w.status = 'pending') "
         "SELECT * FROM claimed", *claim_params, *where_params)
     return rows
-
-
-def _cast_select(insert: str, types: str) -> str:
-    """`insert` (``INSERT INTO t (cols) VALUES (?, ...)``) as ``INSERT INTO t
-    (cols) SELECT CAST(? AS type), ...``, so that a CTE may make it
-    conditional: `types` has one letter per column (T text, R double
-    precision, I bigint), the columns' types in the schema."""
-    match = re.fullmatch(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(\?(?:, \?)*\)", insert)
-    assert match is not None and len(match[2].split(", ")) == len(types), insert
-    names = {"T": "TEXT", "R": "DOUBLE PRECISION", "I": "BIGINT"}
-    return (f"INSERT INTO {match[1]} ({match[2]}) SELECT "
-            + ", ".join(f"CAST(? AS {names[t]})" for t in types))
-
-
-# A start in one statement: the instance's row unless one is there, and with
-# it the run's row, its WorkflowStarted event and the notification to other
-# processes; then whether it started, and the instance that was there.
-_START_SQL = (
-    "WITH existing AS (SELECT current_run_id, status FROM workflows "
-    "WHERE namespace = ? AND workflow_id = ?), "
-    f"wf AS ({_cast_select(WORKFLOW_INSERT, 'TTTTTRRITR')} "
-    "WHERE NOT EXISTS (SELECT 1 FROM existing) RETURNING current_run_id), "
-    f"new_run AS ({_cast_select(RUN_INSERT, 'TTTTITTTTTTTRRRRRRRRRTTRITI')} FROM wf), "
-    "new_event AS (INSERT INTO events (run_id, seq, type, recorded_at, data) "
-    "SELECT wf.current_run_id, 1, 'WorkflowStarted', CAST(? AS DOUBLE PRECISION), "
-    "CAST(? AS TEXT) FROM wf), "
-    # volatile, so never inlined: evaluated once per row, for a new instance only
-    "notified AS MATERIALIZED (SELECT pg_notify(n.channel, n.payload) AS sent FROM wf, "
-    "unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[])) AS n(channel, payload)) "
-    "SELECT (SELECT count(*) FROM wf) AS started, (SELECT count(*) FROM notified) AS notified, "
-    "existing.current_run_id, existing.status "
-    "FROM (SELECT 1) AS one LEFT JOIN existing ON TRUE"
-)
-
-
-def start_in_one(tx: Tx, req: StartRequest, run_id: str, now: float,
-                 to: str | None = None) -> Program[StartResult | None]:
-    """A start as ONE self-committing statement (data-modifying CTEs,
-    `Dialect.writable_cte`): the instance, its run and its first event are
-    inserted unless the instance is there, and the driver's notification
-    (`Tx.notices`) travels in the statement: one round trip instead of six
-    (BEGIN, a locking read, three INSERTs, NOTIFY + COMMIT).
-
-    The rows are those of `durable.store.runs.insert_run` (`new_run_rows`).
-    When the instance is there, nothing was written and `reuse` decides as
-    the general path does; None when the policy lets this start replace it:
-    the caller then runs `durable.store.runs.start_workflow`, which locks the
-    instance first, in a transaction of its own. Two starts of one new id at
-    once: the second's INSERT meets the first's key and is rolled back
-    (unique violation, a conflict the driver retries), as in the general path.
-    """
-    execution_deadline = plus(now, req.execution_timeout)
-    wake = start_wake(req, now, execution_deadline, to)
-    channels: list[str] = []
-    payloads: list[str] = []
-    if tx.notices is None:  # the driver tells the others (a transaction of its own)
-        tx.wake(wake)
-    else:
-        channels, payloads = tx.notices([wake])
-    workflow_row, run_row, started = new_run_rows(req, run_id, 1, now, execution_deadline)
-    row = yield Stmt(_START_SQL, (req.namespace, req.workflow_id, *workflow_row, *run_row,
-                                  now, started, channels, payloads), "one", autocommit=True)
-    assert row is not None  # (a SELECT FROM (SELECT 1) always has its row)
-    if row["started"]:
-        if tx.notices is not None:
-            tx.wake(wake)  # sent by the statement: published in this process only
-        return StartResult(run_id, True, RunStatus.PENDING)
-    # not inserted: the instance is there (else the INSERT ran, and inserted or
-    # raised); the same snapshot read it
-    assert row["current_run_id"] is not None
-    return reuse(req, run_id, row)

@@ -143,7 +143,7 @@ def reuse(req: StartRequest, run_id: str, existing: Row) -> StartResult | None:
 
     An instance whose current run is `run_id` is this very start, recorded by
     an attempt whose answer was lost (a self-committing statement whose
-    connection broke, `durable.store.fastpath.start_in_one`): it started.
+    connection broke, `durable.store.start_statement.start_in_one`): it started.
     """
     if existing["current_run_id"] == run_id:
         return StartResult(run_id, True, existing["status"])

@@ -26,7 +26,7 @@ import functools
 
 from ..driver import Driver, Program, Tx
 from ..errors import StorageUnavailable
-from . import commit, fastpath, runs
+from . import commit, runs, start_statement
 from .records import CommitResult, StartRequest, StartResult, new_id, plus
 from .writes import RunWrites
 
@@ -39,7 +39,7 @@ async def start_workflow(driver: Driver, request: StartRequest, now: float,
                          taker: runs.Taker | None = None,
                          run_id: str | None = None) -> StartResult:
     """`durable.store.Store.start_workflow`: the start, in one statement where the
-    dialect allows (`fastpath.start_in_one`), else in a transaction; its run's
+    dialect allows (`start_statement.start_in_one`), else in a transaction; its run's
     id fixed for every attempt (`runs.reuse`). An outcome-unknown attempt is
     read back (`runs.started_run`): there, it started (its notification went
     with it, and this process is told here, as the driver would have);
@@ -47,15 +47,10 @@ async def start_workflow(driver: Driver, request: StartRequest, now: float,
 
     Its wake-up is addressed to one process of the queue when the driver can
     choose one (`addressee`). A `taker` (a worker of this process) takes the
-    run in the start's transaction (`runs.Taker`); not where a start is one
-    self-committing statement (PostgreSQL: its start is addressed to this
-    process's worker already, `addressee`); read back, a run its taker took
-    is still handed to it (`runs.started_run`)."""
+    run in the start's transaction or statement (`runs.Taker`); read back, a
+    run its taker took is still handed to it (`runs.started_run`)."""
     run_id = run_id or new_id()
-    if driver.dialect.writable_cte:
-        taker = None
-    to = None if taker is not None else await addressee(
-        driver, request.namespace, request.task_queue, now)
+    to = await addressee(driver, request.namespace, request.task_queue, now)
     for again in range(RESENDS + 1):
         try:
             return await _start(driver, request, now, run_id, to, taker)
@@ -88,9 +83,9 @@ async def addressee(driver: Driver, namespace: str, task_queue: str, now: float)
 
 async def _start(driver: Driver, request: StartRequest, now: float,
                  run_id: str, to: str | None, taker: runs.Taker | None) -> StartResult:
-    if driver.dialect.writable_cte:  # one round trip (`fastpath.start_in_one`)
+    if driver.dialect.writable_cte:  # one round trip (`start_statement.start_in_one`)
         started = await driver.run(
-            lambda tx: fastpath.start_in_one(tx, request, run_id, now, to))
+            lambda tx: start_statement.start_in_one(tx, request, run_id, now, to, taker))
         if started is not None:
             return started
     return await driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id, to, taker))
