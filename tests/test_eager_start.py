@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from eager_app import EagerGate
 
 import durable
 from durable import IdReusePolicy, QueueLimits, StartOptions, workflow
@@ -36,23 +37,6 @@ APP = Path(__file__).with_name("eager_app.py")
 @workflow.defn(name="eager_echo")
 async def eager_echo(n: int) -> int:
     return n
-
-
-@workflow.defn(name="eager_gate")
-class EagerGate:
-    """Waits for `open` (as tests/eager_app.py's)."""
-
-    def __init__(self) -> None:
-        self.opened_by: str | None = None
-
-    @workflow.run
-    async def run(self, n: int) -> dict[str, object]:
-        await workflow.wait_condition(lambda: self.opened_by is not None)
-        return {"n": n, "opened_by": self.opened_by}
-
-    @workflow.signal
-    def open(self, who: str) -> None:
-        self.opened_by = who
 
 
 async def test_a_start_with_a_free_local_slot_is_taken_in_its_own_transaction(
