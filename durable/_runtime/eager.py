@@ -4,9 +4,10 @@ transaction, instead of claiming it after the start woke it.
 Why (issue 26): a client that awaits each start (an HTTP handler, a loop of
 ``await client.start``) woke the worker once per run, and the worker's claim
 of that one run was a transaction of its own (the fair share's counts, the
-queue's limits, the claiming UPDATE) plus a pass of its claim loop: about a
-tenth of a short workflow's CPU. Temporal calls the same idea "eager
-workflow start"; DBOS runs every workflow in the process that starts it.
+queue's limits, the claiming UPDATE) plus a pass of its claim loop: 10-15
+µs of the database thread per step of a ten-step workflow, ~5 % of its CPU
+(docs/benchmarks.md). Temporal calls the same idea "eager workflow start";
+DBOS runs every workflow in the process that starts it.
 
 A worker takes a start (`EagerStarts.offer`) only where its claim would have
 taken the run at once, and in no other order:
@@ -85,7 +86,7 @@ class EagerStarts:
         self.reserved = 0
         #: the runs of those starts: a claim's hand-back of strays spares them
         self.in_flight: set[str] = set()
-        #: runs taken so far (tests, and the worker's `durable_runs_taken`)
+        #: runs taken so far (`worker.eager.taken`, for tests and operators)
         self.taken = 0
         #: the thread of the worker's event loop: it takes only starts made there
         #: (it starts the run in its task group at once, `settle`)
