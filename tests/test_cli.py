@@ -814,6 +814,19 @@ def test_worker_accepts_a_spec_object_and_a_factory(fresh_url: str) -> None:
                                ("async-made", "default")]
 
 
+def test_a_worker_spec_may_turn_eager_starts_off(fresh_url: str) -> None:
+    """A spec's ``eager_starts`` reaches the Worker (`durable serve --worker`
+    takes its HTTP starts itself unless told not to)."""
+    async def main() -> list[bool]:
+        async with durable.connect(fresh_url) as client:
+            off = await build_worker(client, {"workflows": [cli_app.greet],
+                                              "eager_starts": False}, "m:off", {})
+            on = await build_worker(client, {"workflows": [cli_app.greet]}, "m:on", {})
+            return [off.eager.enabled, on.eager.enabled]
+
+    assert anyio.run(main) == [False, True]
+
+
 @pytest.mark.parametrize(("target", "code", "needle"), [
     ("cli_app", 2, "is not MODULE:ATTR"),
     ("no_such_module:WORKER", 1, "cannot import module 'no_such_module'"),

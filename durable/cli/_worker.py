@@ -40,7 +40,7 @@ from ._app import CliError, Output
 
 SPEC_KEYS = ("workflows", "activities", "task_queue", "max_concurrent_runs",
              "max_concurrent_activities", "lease_seconds", "poll_interval", "identity",
-             "capabilities", "build_id")
+             "capabilities", "build_id", "eager_starts")
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
