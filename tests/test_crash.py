@@ -720,12 +720,14 @@ async def test_one_late_lease_renewal_causes_at_most_one_takeover(
         nonlocal calls
         calls += 1
         if calls == 1:
-            await anyio.sleep(0.9)  # the 0.6 s lease lapses meanwhile
+            await anyio.sleep(1.6)  # the 1.2 s lease lapses meanwhile
         return await renew(worker_id, run_ids, lease, client.clock.now())
 
     client.store.renew_leases = late_first_renewal  # type: ignore[method-assign,assignment]
+    # (a lease long enough that only the one renewal made late lapses: with
+    # 0.6 s, a later renewal 0.4 s late on a loaded box lapsed too, once in CI)
     async with durable.Worker(client, workflows=[steps], activities=[counted],
-                              lease_seconds=0.6, poll_interval=0.05):
+                              lease_seconds=1.2, poll_interval=0.05):
         handle = await client.start(steps, key, 40, id="lapse")
         with anyio.fail_after(20):
             assert await handle.result() == 40
