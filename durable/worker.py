@@ -315,8 +315,7 @@ class Worker:
     def _crash_now(self, point: str) -> None:
         """Stop abruptly now (`crash_point`, `durable.testing.explore_crashes`)."""
         self.crashed_at = point
-        if self.eager in self.store.takers:  # a killed process takes nothing more
-            self.store.takers.remove(self.eager)
+        self._leave_takers()  # a killed process takes nothing more
         self.log.info("worker_crashed_on_purpose", point=point)
         for executor in list(self.executors.values()):
             executor.stop("crash")
@@ -357,9 +356,13 @@ class Worker:
     def _take_no_starts(self) -> None:
         """No more eager starts; runs of starts under way are handed back with
         the others (a start that commits after that leaves its run to expire)."""
+        self._leave_takers()
+        self._to_release.extend(self.eager.in_flight)
+
+    def _leave_takers(self) -> None:
+        """Be asked for no more starts (`durable.store.Store.takers`)."""
         if self.eager in self.store.takers:
             self.store.takers.remove(self.eager)
-        self._to_release.extend(self.eager.in_flight)
 
     def _stop_work(self, reason: str) -> None:
         self._to_release.extend(self.executors)

@@ -12,7 +12,7 @@ from ..driver import Program, Row, Tx, ex, placeholders, q, q1
 from ..errors import ConfigurationError, WorkflowAlreadyStarted, WorkflowNotFound
 from ..wakes import Wake
 from .events import EVENT_INSERT, append_events, event_text
-from .queues import counts_slots
+from .queues import counts_slots, limited_guard
 from .records import (
     OP_COLUMNS,
     OPEN_SQL,
@@ -126,13 +126,13 @@ def may_take(tx: Tx, req: StartRequest) -> Program[bool]:
     not with a concurrency key (its slots are counted by a claim), and not on
     a queue that limits its runs (``max_running``, a rate, per-key slots:
     only a claim honours them, `durable.store.queues`). One read of the
-    queue's row by its key, the plain read a claim of an unlimited queue
-    makes first (`queues.read_limits`)."""
+    queue's row by its key, the guard a claim of an unlimited queue carries
+    (`queues.limited_guard`)."""
     if req.concurrency_key is not None:
         return False
-    row = yield q1("SELECT runs_limited FROM task_queues WHERE namespace = ? AND name = ?",
-                   req.namespace, req.task_queue)
-    return row is None or not int(row["runs_limited"])
+    guard, params = limited_guard(req.namespace, req.task_queue, "runs")
+    row = yield q1(f"SELECT {guard} AS n", *params)
+    return row is not None and int(row["n"]) == 0
 
 
 def reuse(req: StartRequest, run_id: str, existing: Row) -> StartResult | None:

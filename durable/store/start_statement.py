@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ..driver import Program, Stmt, Tx
+from .queues import limited_guard
 from .records import (
     RUN_COLUMNS,
     ClaimedRun,
@@ -76,8 +77,8 @@ _UNLIMITED = "(SELECT n FROM limited) = 0"
 _START_TAKEN_SQL = (
     "WITH existing AS (SELECT current_run_id, status FROM workflows "
     "WHERE namespace = ? AND workflow_id = ?), "
-    "limited AS (SELECT count(*) AS n FROM task_queues WHERE namespace = ? AND name = ? "
-    "AND runs_limited = 1), "
+    # (`runs.may_take`: the guard an unlimited queue's claim carries)
+    f"limited AS (SELECT {limited_guard('', '', 'runs')[0]} AS n), "
     "wf AS (" + _cast_select(WORKFLOW_INSERT, "TTTTTRRITR", _UNLIMITED, {4: "'pending'"})
     + " "
     "WHERE NOT EXISTS (SELECT 1 FROM existing) RETURNING current_run_id), "
