@@ -14,6 +14,7 @@ loop's timers, or run with ``synchronous=FULL``. Counters, never timings.
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from durable_sqlite._inline import Inline
 
 import durable
 from durable import activity, workflow
-from durable.driver import brief
+from durable.driver import brief, q1
 
 pytestmark = pytest.mark.anyio
 
@@ -143,6 +144,42 @@ async def test_synchronous_full_never_commits_on_the_loop(tmp_path: Path) -> Non
             assert await client.execute(steps, "full", 10, id="full") == 90
         assert _driver(client).stats.inline == 0
         assert _driver(client).stats.transactions > 10
+
+
+def _busy_timeout() -> Any:
+    row = yield q1("PRAGMA busy_timeout")
+    return int(row[0])
+
+
+async def test_steps_on_the_loop_set_the_busy_timeout_once_and_the_thread_puts_it_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit on the loop's thread runs with busy_timeout 0, the database
+    thread's transactions with the driver's own. The connection keeps what
+    was set last (`durable_sqlite._busy`): a run of steps on the loop sets it
+    once, not twice a step, and the thread's next drain finds the driver's
+    timeout back before its transaction runs. (That the thread then waits for
+    a lock held elsewhere: the test below this one.)"""
+    monkeypatch.setattr(Inline, "loop_idle",
+                        lambda self: None if self.queued else sniffio.current_async_library())
+    async with durable.connect(f"sqlite:///{tmp_path / 'busy.db'}",
+                               busy_timeout=7) as client:
+        driver = _driver(client)
+        writer = driver._writer
+        assert writer is not None and writer.conn is not None
+        pragmas: list[str] = []
+        writer.conn.set_trace_callback(
+            lambda sql: pragmas.append(sql) if sql.startswith("PRAGMA busy_timeout") else None)
+        async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+            before = driver.stats.inline
+            assert await client.execute(steps, "busy", 20, id="busy") == 380
+            on_loop = driver.stats.inline - before
+            assert on_loop >= 15, on_loop  # (a busy box may send a few to the thread)
+            # the thread's next transaction: the driver's own timeout again
+            assert await driver.run(lambda tx: _busy_timeout(), write=False) == 7000
+        # each change is one statement; none is sent twice in a row, and the
+        # steps on the loop did not set it twice each (40 statements before)
+        assert len(pragmas) < on_loop, pragmas
+        assert all(a != b for a, b in itertools.pairwise(pragmas)), pragmas
 
 
 async def test_a_write_lock_held_elsewhere_sends_the_step_to_the_thread(

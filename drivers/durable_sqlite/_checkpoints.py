@@ -79,6 +79,8 @@ from pathlib import Path
 from durable._log import get_logger
 from durable.errors import ConfigurationError
 
+from ._busy import BusyTimeout
+
 #: the default bound on the -wal file (``?wal_limit=`` in the URL)
 DEFAULT_WAL_LIMIT = 64 * 2**20
 #: the smallest bound accepted: below it a reset would come every few runs
@@ -134,6 +136,8 @@ class Checkpoints:
         # mode=rw: a checkpoint never creates a file that was removed
         self.uri = resolved.as_uri() + "?mode=rw"
         self.busy_timeout = busy_timeout
+        #: the engine connection's busy timeout, shared with the writer (`_busy`)
+        self.busy = BusyTimeout(busy_timeout)
         self.every = every
         self.limit = limit
         self.reset_at = limit // 4
@@ -277,11 +281,11 @@ class Checkpoints:
     def _reset(self, conn: sqlite3.Connection, size: int) -> None:
         """``wal_checkpoint(RESTART)``, waiting at most RESET_WAIT for others."""
         try:
-            conn.execute(f"PRAGMA busy_timeout={int(RESET_WAIT * 1000)}")
+            self.busy.set(conn, int(RESET_WAIT * 1000))
             try:
                 busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
             finally:
-                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+                self.busy.restore(conn)
         except sqlite3.Error:
             busy = 1  # e.g. an I/O error: the next transaction reports it to its callers
         self._due = False
@@ -317,11 +321,11 @@ class Checkpoints:
         overwritten); given up quietly if that cannot be taken or the write
         fails: the log then grows as before."""
         try:
-            conn.execute("PRAGMA busy_timeout=0")
+            self.busy.set(conn, 0)
             try:
                 conn.execute("BEGIN IMMEDIATE")
             finally:
-                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+                self.busy.restore(conn)
         except sqlite3.Error:
             return
         try:

@@ -59,6 +59,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from durable.driver import Dialect, Program, ProgramFactory, Stmt, Tx, drive_sync
 from durable.errors import StorageClosed, StorageUnavailable
 
+from ._busy import BusyTimeout
 from ._checkpoints import Checkpoints
 
 T = TypeVar("T")
@@ -318,6 +319,9 @@ class Writer:
         self.busy_timeout = busy_timeout
         self.dialect = dialect
         self.checkpoints = checkpoints  # the -wal file's upkeep (None in memory)
+        #: the connection's busy timeout now: 0 after a brief write on the
+        #: loop's thread, the default again before the next drain (`_busy`)
+        self.busy = checkpoints.busy if checkpoints is not None else BusyTimeout(busy_timeout)
         self.conn: sqlite3.Connection | None = None
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._held: Any = None  # taken from the queue while waiting for a quiet point
@@ -388,6 +392,12 @@ class Writer:
             else:
                 calls.append(item)
                 urgent = urgent or item.urgent
+        conn = self.conn
+        if calls and conn is not None and self.busy.now != self.busy.default:
+            try:  # after brief writes on the loop's thread (`run_inline`)
+                self.busy.restore(conn)
+            except sqlite3.Error:
+                pass  # the connection fails the transactions below: they report it
         if urgent and not stopping and len(calls) > 1:
             calls = self._serve_urgent(calls)
         self._serve_guarded(calls)
@@ -438,13 +448,10 @@ class Writer:
             if conn is None or self.stopped:
                 return False
             try:
-                conn.execute("PRAGMA busy_timeout=0")
+                self.busy.set(conn, 0)  # left so: the next drain puts the default back
             except sqlite3.Error:
                 return False  # (a connection SQLite no longer serves: the thread's error)
-            try:
-                self._serve_guarded([call])  # a bug of ours becomes the caller's error
-            finally:
-                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            self._serve_guarded([call])  # a bug of ours becomes the caller's error
             error = call.error
             if isinstance(error, StorageUnavailable) and not error.outcome_unknown:
                 call.restart(self.dialect)
