@@ -35,11 +35,6 @@ class BusyTimeout:
         self.default = int(seconds * 1000)
         self._now: int | None = self.default
 
-    @property
-    def now(self) -> int | None:
-        """The value the connection has (None: not known, set it again)."""
-        return self._now
-
     def set(self, conn: sqlite3.Connection, ms: int) -> None:
         """Give `conn` a busy timeout of `ms` unless it has it already."""
         if ms == self._now:

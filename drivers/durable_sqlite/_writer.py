@@ -393,8 +393,8 @@ class Writer:
                 calls.append(item)
                 urgent = urgent or item.urgent
         conn = self.conn
-        if calls and conn is not None and self.busy.now != self.busy.default:
-            try:  # after brief writes on the loop's thread (`run_inline`)
+        if calls and conn is not None:
+            try:  # after brief writes on the loop's thread (`run_inline`); else nothing sent
                 self.busy.restore(conn)
             except sqlite3.Error:
                 pass  # the connection fails the transactions below: they report it
