@@ -318,14 +318,15 @@ def is_urgent(program: object) -> bool:
 
 
 def brief(program: ProgramFactory[T]) -> ProgramFactory[T]:
-    """Mark `program` as a brief write: a worker's step commit, whose
-    statements are bounded by the writes it carries (no scan, no wait on
-    anything but the write lock). A driver whose commit costs no fsync may
-    run it on the caller's own thread while its storage is idle (SQLite at
-    ``synchronous=NORMAL``: decision (aj)); any other may ignore the mark.
-    Why only these: the event loop then waits for the transaction, which is
-    harmless for a step's few rows and not for a claim, a scan or a
-    watchdog pass."""
+    """Mark `program` as brief: its statements are bounded by the rows it
+    names by key (no scan, no wait on anything but the write lock). A
+    worker's step commit; a client's start (one instance's rows, decision
+    (ba)); a read of one run by its id. A driver whose commit costs no fsync
+    may run it on the caller's own thread while its storage is idle (SQLite
+    at ``synchronous=NORMAL``: decision (aj)); any other may ignore the
+    mark. Why only these: the event loop then waits for the transaction,
+    which is harmless for a few rows by key and not for a claim, a scan or
+    a watchdog pass."""
     program.durable_brief = True  # type: ignore[attr-defined]
     return program
 

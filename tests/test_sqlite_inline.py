@@ -94,7 +94,7 @@ WORKFLOWS: list[Any] = [steps, cancelled, timed_out]
 def thread_lane(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every commit goes through the database thread, as before the inline lane."""
     with monkeypatch.context() as m:
-        m.setattr(Inline, "loop_idle", lambda self: None)
+        m.setattr(Inline, "loop_idle", lambda self, reading=False: None)
         yield
 
 
@@ -166,7 +166,8 @@ async def test_steps_on_the_loop_set_the_busy_timeout_once_and_the_thread_puts_i
     thread's, or the other way round), so however many drains a loaded box
     puts between the steps, the count is bounded by those changes."""
     monkeypatch.setattr(Inline, "loop_idle",
-                        lambda self: None if self.queued else sniffio.current_async_library())
+                        lambda self, reading=False:
+                        None if self.queued else sniffio.current_async_library())
     uses: list[str] = []  # "loop", "thread", or the PRAGMA sent, in order
     real_inline, real_drain = Writer.run_inline, Writer._drain
 
@@ -218,7 +219,8 @@ async def test_a_write_lock_held_elsewhere_sends_the_step_to_the_thread(
     key = "locked"
     path = tmp_path / "locked.db"
     monkeypatch.setattr(Inline, "loop_idle",
-                        lambda self: None if self.queued else sniffio.current_async_library())
+                        lambda self, reading=False:
+                        None if self.queued else sniffio.current_async_library())
     async with durable.connect(f"sqlite:///{path}") as client:
         driver = _driver(client)
         inline = driver._inline
@@ -362,7 +364,8 @@ async def test_a_brief_write_meeting_the_lock_waits_in_the_thread_not_on_the_loo
     the loop keeps running (this task's own awaits), and the write commits
     once, through the thread, when the lock is gone."""
     monkeypatch.setattr(Inline, "loop_idle",
-                        lambda self: None if self.queued else sniffio.current_async_library())
+                        lambda self, reading=False:
+                        None if self.queued else sniffio.current_async_library())
     path = tmp_path / "driver.db"
     driver = SQLiteDriver(f"sqlite:///{path}")
     await driver.open()
@@ -493,3 +496,169 @@ async def test_on_trio_a_deadline_read_before_the_commit_makes_the_commit_pause(
             assert inline.loop_idle() == "trio"
             inline.paused_at = time.monotonic()  # `PAUSE_EVERY` not passed yet
             assert inline.pause_due("trio") is expected
+
+
+@contextmanager
+def idle_lane(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The loop counts as idle whenever nothing of the driver's is in flight."""
+    with monkeypatch.context() as m:
+        m.setattr(Inline, "loop_idle", lambda self, reading=False:
+                  None if self.queued else sniffio.current_async_library())
+        yield
+
+
+def _what(call: Call[Any]) -> str:
+    """Which of the store's programs a call runs: "start", "read" (a run by
+    its id) or "commit" (a worker's steps or close); else "other"."""
+    name = getattr(call.factory, "__qualname__", "")
+    for part, what in (("_start.", "start"), ("get_run.", "read"), ("commit.", "commit")):
+        if part in name:
+            return what
+    return "other"
+
+
+def _record_lanes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """From now on, every program call's lane in order: ("loop", what) for
+    one made on the loop's thread, ("thread", what) for one queued (`_what`)."""
+    lanes: list[tuple[str, str]] = []
+    real_inline, real_queued = Writer.run_inline, SQLiteDriver._queued
+
+    def on_loop(self: Writer, call: Call[Any]) -> bool:
+        what = _what(call)  # (before: a call sent back to the queue is made afresh)
+        made = real_inline(self, call)
+        if made:
+            lanes.append(("loop", what))
+        return made
+
+    async def queued(self: SQLiteDriver, writer: Writer, call: Call[Any]) -> Any:
+        lanes.append(("thread", _what(call)))
+        return await real_queued(self, writer, call)
+
+    monkeypatch.setattr(Writer, "run_inline", on_loop)
+    monkeypatch.setattr(SQLiteDriver, "_queued", queued)
+    return lanes
+
+
+async def test_a_start_and_the_reads_of_its_result_run_on_the_loop_like_its_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client's start (one instance's rows by key) and the reads of a run by
+    its id that `result()` makes are brief too (`durable.driver.brief`): with
+    nothing of the driver's in flight, they skip the two hand-overs to the
+    database thread, so an awaited short workflow waits for no thread at all.
+    Side by side with the thread's lane: the same results and histories.
+    The loop counts as idle whenever nothing of the driver's is in flight
+    (`idle_lane`), so that the worker's own tasks, ready at the instant of a
+    start, do not decide the lane here; a write then waits for an idle loop
+    (`test_a_brief_read_runs_on_the_loop_while_other_callbacks_are_ready`)."""
+    histories = []
+    for name, make_lane in (("inline", idle_lane), ("thread", thread_lane)):
+        with make_lane(monkeypatch), monkeypatch.context() as m:
+            lanes = _record_lanes(m)
+            async with durable.connect(f"sqlite:///{tmp_path / name}.db") as client:
+                async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+                    for k in range(5):
+                        handle = await client.start(steps, f"start{k}", 2, id=f"start{k}")
+                        assert await handle.result() == 2
+                    m.undo()
+                histories.append([await comparable_history(client.get_handle(f"start{k}"),
+                                                           f"start{k}") for k in range(5)])
+        if name == "inline":
+            assert {("loop", "start"), ("loop", "read"), ("loop", "commit")} <= set(lanes), lanes
+        else:
+            assert not any(lane == "loop" for lane, _ in lanes), lanes
+            assert {"start", "read", "commit"} <= {what for _, what in lanes}, lanes
+    assert histories[0] == histories[1]
+
+
+async def test_a_brief_read_runs_on_the_loop_while_other_callbacks_are_ready(
+        anyio_backend: str) -> None:
+    """A brief read only needs nothing of the driver's in flight: it has no
+    commit to share with the callers the loop is about to run. A brief write
+    in the same instant goes to the database thread, whose group commit may
+    share its transaction with theirs (decision (aj))."""
+    driver = SQLiteDriver("sqlite://:memory:")
+    await driver.open()
+    try:
+        def read(tx: Any) -> Any:
+            row = yield q1("SELECT 1 AS one")
+            return row["one"]
+
+        def write(tx: Any) -> Any:
+            yield durable.driver.ex("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+            return 1
+
+        async def ready_soon() -> None:
+            await anyio.lowlevel.checkpoint()
+
+        for program, is_write in ((read, False), (write, True)):
+            before = driver.stats.inline
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ready_soon)  # runnable, not run yet: the loop is not idle
+                assert await driver.run(brief(program), write=is_write) == 1
+            assert driver.stats.inline - before == (0 if is_write else 1), program
+    finally:
+        await driver.close()
+
+
+async def test_a_start_refused_on_the_loop_raises_at_the_call_and_writes_nothing(
+        tmp_path: Path) -> None:
+    """The id-reuse refusal of a start made on the loop's thread is the
+    caller's error, as from the thread; its transaction is rolled back."""
+    async with durable.connect(f"sqlite:///{tmp_path / 'refused.db'}") as client:
+        driver = _driver(client)
+        async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
+            handle = await client.start(cancelled, "refused", id="refused")
+            await _until(functools.partial(_events, handle, "ConditionScheduled"))
+            monkeypatch = pytest.MonkeyPatch()
+            try:
+                monkeypatch.setattr(
+                    Inline, "loop_idle", lambda self, reading=False:
+                    None if self.queued else sniffio.current_async_library())
+                before = driver.stats.inline
+                with pytest.raises(durable.WorkflowAlreadyStarted, match="refused"):
+                    await client.start(cancelled, "refused", id="refused")
+                assert driver.stats.inline > before  # refused on the loop's thread
+            finally:
+                monkeypatch.undo()
+            await handle.request_cancellation(reason="done", cleanup_timeout=30)
+            with anyio.fail_after(30), pytest.raises(durable.WorkflowCancelled):
+                await handle.result()
+        rows = await driver.run(
+            lambda tx: (yield durable.driver.q("SELECT run_id FROM runs")), write=False)
+        assert len(rows) == 1
+
+
+async def test_a_start_meeting_a_write_lock_held_elsewhere_waits_in_the_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start tried on the loop's thread while another process holds the
+    write lock is made afresh and queued (`deferred`): the loop keeps running
+    (this task's own awaits) and the start lands once, when the lock is gone."""
+    monkeypatch.setattr(Inline, "loop_idle", lambda self, reading=False:
+                        None if self.queued else sniffio.current_async_library())
+    path = tmp_path / "start_locked.db"
+    async with durable.connect(f"sqlite:///{path}") as client:
+        driver = _driver(client)
+        blocker = sqlite3.connect(path, isolation_level=None, timeout=5)
+        started: list[str] = []
+
+        async def start() -> None:
+            handle = await client.start(steps, "locked_start", 1, id="locked_start")
+            started.append(handle.workflow_id)
+
+        try:
+            blocker.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start)
+                await _until(lambda: _value(driver.stats.deferred == 1))
+                for _ in range(10):  # the loop is not held by the waiting start
+                    await anyio.lowlevel.checkpoint()
+                assert not started
+                blocker.execute("ROLLBACK")
+        finally:
+            if blocker.in_transaction:
+                blocker.execute("ROLLBACK")
+            blocker.close()
+        assert started == ["locked_start"]
+        rows = await driver.run(
+            lambda tx: (yield durable.driver.q("SELECT run_id FROM runs")), write=False)
+        assert len(rows) == 1

@@ -296,8 +296,8 @@ class SQLiteDriver:
             call = Call(*_waiter(), factory=program, tx=self._tx(), write=write,
                         urgent=is_urgent(program))
             return await self._queued(writer, call)
-        backend = inline.loop_idle() if is_brief(program) else None
-        if backend is not None:  # a step's commit, the loop idle: on its thread
+        backend = inline.loop_idle(reading=not write) if is_brief(program) else None
+        if backend is not None:  # a brief program, the loop idle: on its thread
             call = Call(_NO_WAIT, _NO_WAIT, _NO_WAIT, factory=program, tx=self._tx(),
                         write=write)
             if writer.run_inline(call):

@@ -1,4 +1,4 @@
-"""Brief writes committed on the event loop's own thread while SQLite is idle.
+"""Brief programs run on the event loop's own thread while SQLite is idle.
 
 A worker's step commit (`durable.driver.brief`) used to go through the
 database thread like every other program: queued, taken by the thread, run,
@@ -20,10 +20,16 @@ goes to the database thread as before otherwise:
   still resume in the order their transactions committed;
 - the loop has nothing else ready to run: with other callbacks ready, the
   thread's group commit shares one transaction among them (workload (b)),
-  and the loop runs their Python meanwhile;
+  and the loop runs their Python meanwhile. A brief read (a run by its id,
+  which `result()` makes: decision (ba)) does not need this one: it has no
+  commit to share, and in WAL mode it waits on no lock;
 - the connection is free (`Writer.run_inline` takes its lock without
   waiting) and the write lock is (``busy_timeout`` 0 for that transaction:
   another process's writer sends the call to the thread, which waits).
+
+Brief since decision (ba), beside a worker's step commit: a client's start
+(one instance's rows by key) and a read of one run, so that an awaited start
+and an awaited result, like the steps between them, wait for no thread.
 
 The caller of such a commit does not suspend, where the hop it replaces
 did. A local step that never suspends runs in the workflow's own task, so
@@ -89,24 +95,27 @@ class Inline:
         loop = self.loop
         return timer_due(backend) if loop is None else _asyncio_timer_due(loop)
 
-    def loop_idle(self) -> str | None:
+    def loop_idle(self, *, reading: bool = False) -> str | None:
         """The running backend's name if the loop has nothing else ready to
-        run (and this driver nothing in flight), else None."""
+        run (and this driver nothing in flight), else None. `reading`: a
+        brief read, which only needs nothing of the driver's in flight: it
+        has no commit to share with callers the loop is about to run, so
+        they lose nothing by it, and waits on no lock in WAL mode."""
         if self.queued:
             return None
         if sniffio is not None and sniffio.current_async_library() == "trio":
             import trio
 
             stats = trio.lowlevel.current_statistics()
-            if stats.tasks_runnable:
+            if stats.tasks_runnable and not reading:
                 return None
             # counted on `time.monotonic` from now: trio's system clock runs
             # at its pace (a test's frozen clock at worst yields once more)
             self.deadline_at = time.monotonic() + stats.seconds_to_next_deadline
             return "trio"
         self.loop = loop = asyncio.get_running_loop()
-        ready: Any = getattr(loop, "_ready", None)
-        return "asyncio" if ready is not None and not ready else None
+        ready: Any = getattr(loop, "_ready", None)  # (uvloop: none, never inline)
+        return "asyncio" if ready is not None and (reading or not ready) else None
 
 
 def timer_due(backend: str) -> bool:

@@ -276,10 +276,11 @@ class SQLiteStats:
     savepoint because they raised); `drains`: wake-ups of the thread that
     found work (each completes its callers with one call into their loop);
     `largest_drain`: most calls served by one wake-up; `inline`: brief
-    writes (step commits) committed on their caller's thread instead
-    (`Writer.run_inline`; each is also one transaction and one program);
-    `deferred`: brief writes sent to this thread after all, because another
-    connection held the write lock or storage failed (nothing committed).
+    programs (step commits, starts, reads of one run: `durable.driver.brief`)
+    run on their caller's thread instead (`Writer.run_inline`; each is also
+    one transaction and one program); `deferred`: brief programs sent to
+    this thread after all, because another connection held the write lock
+    or storage failed (nothing committed).
 
     The write-ahead log (see `_checkpoints`; zeros and None in memory):
     `wal_bytes`: the ``-wal`` file's size when the stats were read;
@@ -334,8 +335,8 @@ class Writer:
         # Held by whoever uses the connection: this thread for a drain and the
         # upkeep after it, or a caller's thread for a brief write (`run_inline`).
         self.lock = threading.Lock()
-        self.inline = 0  # brief writes committed on a caller's thread
-        self.deferred = 0  # brief writes sent to this thread after all (`run_inline`)
+        self.inline = 0  # brief programs run on a caller's thread
+        self.deferred = 0  # brief programs sent to this thread after all (`run_inline`)
         self._upkeep_queued = False
         self.thread = threading.Thread(target=self._serve, name="durable-sqlite", daemon=True)
 
@@ -427,10 +428,11 @@ class Writer:
         self._upkeep_queued = False
 
     def run_inline(self, call: Call[Any]) -> bool:
-        """On the caller's thread: run `call` (a brief write, `durable.driver.
-        brief`) as a transaction of its own on the connection, if nobody uses
-        it; False when it must go through the queue (busy, closed, or the
-        write lock held by another process: this path never waits for it).
+        """On the caller's thread: run `call` (a brief program, `durable.driver.
+        brief`: a step's commit, a start, a read of one run) as a transaction
+        of its own on the connection, if nobody uses it; False when it must
+        go through the queue (busy, closed, or the write lock held by another
+        process: this path never waits for it).
 
         Why: on SQLite with ``synchronous=NORMAL`` a step's commit appends a
         few pages to the log without an fsync, some tens of microseconds,

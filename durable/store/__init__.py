@@ -130,9 +130,12 @@ class Store:
     async def get_run(
         self, namespace: str, workflow_id: str, run_id: str | None = None
     ) -> RunRecord | None:
-        """A run (the instance's current run when `run_id` is None), or None."""
-        return await self.driver.run(lambda tx: runs.get_run(namespace, workflow_id, run_id),
-                                     write=False)
+        """A run (the instance's current run when `run_id` is None), or None.
+        Brief (`durable.driver.brief`): a read by key, which SQLite serves on
+        the caller's thread when nothing of its driver is in flight there, so
+        `result()` waits for no thread (decision (ba))."""
+        return await self.driver.run(
+            brief(lambda tx: runs.get_run(namespace, workflow_id, run_id)), write=False)
 
     async def resync(
         self, run_ids: list[str], waiting: dict[str, list[str]]

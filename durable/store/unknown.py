@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 
-from ..driver import Driver, Program, Tx
+from ..driver import Driver, Program, Tx, brief
 from ..errors import StorageUnavailable
 from . import commit, runs, start_statement
 from .records import CommitResult, StartRequest, StartResult, new_id, plus
@@ -88,7 +88,10 @@ async def _start(driver: Driver, request: StartRequest, now: float,
             lambda tx: start_statement.start_in_one(tx, request, run_id, now, to, taker))
         if started is not None:
             return started
-    return await driver.run(lambda tx: runs.start_workflow(tx, request, now, run_id, to, taker))
+    # brief: one instance's rows by key (decision (ba)); SQLite runs it on the
+    # caller's thread when its loop is idle, so an awaited start needs no hop
+    return await driver.run(
+        brief(lambda tx: runs.start_workflow(tx, request, now, run_id, to, taker)))
 
 
 async def settle_commit(driver: Driver, batches: list[RunWrites],
