@@ -601,7 +601,7 @@ async def test_a_brief_read_runs_on_the_loop_while_other_callbacks_are_ready(
 
 
 async def test_a_start_refused_on_the_loop_raises_at_the_call_and_writes_nothing(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The id-reuse refusal of a start made on the loop's thread is the
     caller's error, as from the thread; its transaction is rolled back."""
     async with durable.connect(f"sqlite:///{tmp_path / 'refused.db'}") as client:
@@ -609,17 +609,11 @@ async def test_a_start_refused_on_the_loop_raises_at_the_call_and_writes_nothing
         async with durable.Worker(client, workflows=WORKFLOWS, activities=[step]):
             handle = await client.start(cancelled, "refused", id="refused")
             await _until(functools.partial(_events, handle, "ConditionScheduled"))
-            monkeypatch = pytest.MonkeyPatch()
-            try:
-                monkeypatch.setattr(
-                    Inline, "loop_idle", lambda self, reading=False:
-                    None if self.queued else sniffio.current_async_library())
+            with idle_lane(monkeypatch):
                 before = driver.stats.inline
                 with pytest.raises(durable.WorkflowAlreadyStarted, match="refused"):
                     await client.start(cancelled, "refused", id="refused")
                 assert driver.stats.inline > before  # refused on the loop's thread
-            finally:
-                monkeypatch.undo()
             await handle.request_cancellation(reason="done", cleanup_timeout=30)
             with anyio.fail_after(30), pytest.raises(durable.WorkflowCancelled):
                 await handle.result()
