@@ -357,6 +357,22 @@ async def test_cancellation_and_its_cleanup_record_alike_on_either_lane(
     assert histories[0] == histories[1]
 
 
+async def _behind_the_lock(blocker: sqlite3.Connection, driver: SQLiteDriver,
+                           call: Any, done: list[Any]) -> None:
+    """Run `call` (a task that appends to `done` once its brief write landed)
+    while `blocker` holds the write lock: the write is tried on the loop's
+    thread, made afresh and queued (`deferred`), the loop is not held while it
+    waits, and it lands once the lock is let go."""
+    blocker.execute("BEGIN IMMEDIATE")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await _until(lambda: _value(driver.stats.deferred == 1))
+        for _ in range(10):  # the loop is not held by the waiting write
+            await anyio.lowlevel.checkpoint()
+        assert not done and driver._inline is not None and driver._inline.queued == 1
+        blocker.execute("ROLLBACK")
+
+
 async def test_a_brief_write_meeting_the_lock_waits_in_the_thread_not_on_the_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """At the driver: the write lock is held by another connection; a brief
@@ -384,14 +400,7 @@ async def test_a_brief_write_meeting_the_lock_waits_in_the_thread_not_on_the_loo
         outcome.append(await driver.run(brief(program)))
 
     try:
-        blocker.execute("BEGIN IMMEDIATE")
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(write)
-            await _until(lambda: _value(driver.stats.deferred == 1))
-            for _ in range(10):  # the loop is not held by the waiting write
-                await anyio.lowlevel.checkpoint()
-            assert not outcome and driver._inline is not None and driver._inline.queued == 1
-            blocker.execute("ROLLBACK")
+        await _behind_the_lock(blocker, driver, write, outcome)
         assert outcome == [1]  # its statements ran once: in the thread's transaction
         rows = await driver.run(lambda tx: (yield durable.driver.q("SELECT x FROM t")),
                                 write=False)
@@ -640,14 +649,7 @@ async def test_a_start_meeting_a_write_lock_held_elsewhere_waits_in_the_thread(
             started.append(handle.workflow_id)
 
         try:
-            blocker.execute("BEGIN IMMEDIATE")
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(start)
-                await _until(lambda: _value(driver.stats.deferred == 1))
-                for _ in range(10):  # the loop is not held by the waiting start
-                    await anyio.lowlevel.checkpoint()
-                assert not started
-                blocker.execute("ROLLBACK")
+            await _behind_the_lock(blocker, driver, start, started)
         finally:
             if blocker.in_transaction:
                 blocker.execute("ROLLBACK")
