@@ -1,10 +1,11 @@
-"""Step commits on the loop's own thread (SQLite, ``synchronous=NORMAL``), side
-by side with the database thread's lane.
+"""Brief programs on the loop's own thread (SQLite, ``synchronous=NORMAL``),
+side by side with the database thread's lane.
 
-`drivers/durable_sqlite/_inline.py`: a brief write (a worker's step commit)
-runs on the caller's thread when the loop has nothing else ready, nothing of
-the driver's is in flight and the connection and the write lock are free;
-else it goes through the database thread as before. Each test runs the same
+`drivers/durable_sqlite/_inline.py`: a brief write (a worker's step commit,
+a client's start) runs on the caller's thread when the loop has nothing else
+ready, nothing of the driver's is in flight and the connection and the write
+lock are free; a brief read (a run by its id) needs only nothing in flight
+(decision (ba)); else each goes through the database thread as before. Each test runs the same
 workflow on both lanes (the thread's forced by making `Inline.loop_idle`
 answer None) and compares what storage recorded, or pins what the lane must
 never do: wait for another process's write lock on the loop, starve the

@@ -5,8 +5,9 @@ writer's lock, so one at a time):
 
 - the database thread's transactions wait for another process's write lock
   up to the driver's ``busy_timeout`` (the default, 30 s);
-- a brief write committed on the loop's own thread (`Writer.run_inline`,
-  decision (aj)) must never wait for it: 0, and it goes to the thread instead;
+- a brief program run on the loop's own thread (`Writer.run_inline`,
+  decisions (aj), (ba)) must never wait for it: 0, and it goes to the thread
+  instead;
 - a reset of the log waits briefly for others (`_checkpoints.RESET_WAIT`),
   and writing the file ahead does not wait at all.
 
