@@ -5,6 +5,7 @@ rewrites the schema with SQLite's and PostgreSQL's DDL)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -173,3 +174,49 @@ async def test_a_query_whose_taker_crashed_is_answered_just_after_its_registrati
                     while not answers:
                         await anyio.sleep(0.01)
     assert answers == [{"approved": True, "approvers": ["ann"], "limit": 5}]
+
+
+# ---------------------------------------------------------------- an update id, two updates
+
+
+def _pending_updates(run_id: str, tx: Any) -> Any:
+    from durable.driver import q
+
+    rows = yield q("SELECT name, update_id FROM requests WHERE run_id = ? AND kind = 'update' "
+                   "AND status <> 'answered'", run_id)
+    return [(r["name"], r["update_id"]) for r in rows]
+
+
+async def test_an_update_id_waiting_for_a_worker_names_that_update_only(db_url: str) -> None:
+    """An update still waiting for a worker holds its id: another update sent with
+    that id is refused at once (it used to wait with the first and answer its
+    outcome as its own), and the first, once a worker runs, completes alone."""
+    async with durable.connect(db_url) as c:
+        handle = await c.start(Approval, "o-72", 60, id=new_id("one-id"))
+        run_id = (await handle.describe())["run"]["run_id"]
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def first() -> None:
+                results.append(await handle.update("set_limit", 3, update_id="early",
+                                                   timeout=30))
+
+            tg.start_soon(first)  # no worker yet: the update waits for one
+            with anyio.fail_after(10):
+                while await c.driver.run(functools.partial(_pending_updates, run_id),
+                                         write=False) != [("set_limit", "early")]:
+                    await anyio.sleep(0.02)
+            with pytest.raises(durable.ConfigurationError,
+                               match="already names update 'set_limit'"):
+                await handle.update("explode", update_id="early", timeout=5)
+            async with durable.Worker(c, workflows=[Approval], activities=[double],
+                                      poll_interval=0.05):
+                with anyio.fail_after(20):
+                    while not results:
+                        await anyio.sleep(0.02)
+                await handle.signal("approve", "ann")
+                await handle.result()
+        history = await handle.history()
+    assert results == [6]
+    assert [e.data["update_id"] for e in history if e.type == "UpdateAccepted"] == ["early"]
+    assert not any(e.type == "UpdateFailed" for e in history)

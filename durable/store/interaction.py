@@ -266,7 +266,9 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
             f"SELECT {INBOX_COLUMNS} FROM inbox WHERE run_id = ? AND update_id = ?",
             run.run_id, update_id,
         )
-        if existing is not None and existing["kind"] != "update":
+        if existing is not None and (existing["kind"] != "update" or existing["name"] != name):
+            # another signal, or another update: the key names that message, and
+            # its outcome is not this update's (as for a signal's key)
             raise _key_conflict(str(update_id), existing["kind"], existing["name"],
                                 "update", name)
         if existing is not None:  # the same update again: its recorded outcome
@@ -278,10 +280,12 @@ def submit_request(tx: Tx, namespace: str, workflow_id: str, run_id: str | None,
                 "updates reach open runs only"
             )
         pending = yield q1(
-            "SELECT request_id FROM requests WHERE run_id = ? AND update_id = ? "
+            "SELECT request_id, name FROM requests WHERE run_id = ? AND update_id = ? "
             "AND status <> 'answered'",
             run.run_id, update_id,
         )
+        if pending is not None and pending["name"] != name:
+            raise _key_conflict(str(update_id), "update", str(pending["name"]), "update", name)
         if pending is not None:  # another caller asked the same update: wait together
             return RequestTicket(run.run_id, pending["request_id"], None, run.workflow_type,
                                  run.task_queue)

@@ -269,6 +269,27 @@ async def test_update_runs_once_per_update_id(
 
 
 @pytest.mark.remote_client
+async def test_an_update_id_names_one_update_only(
+    client: durable.Client, make_worker: Callable[..., durable.Worker]
+) -> None:
+    """An update id already given to another update of the run is refused, as a
+    signal's is: it used to answer the other update's recorded outcome as this
+    one's (`explode` "returned" 6 and never ran)."""
+    async with make_worker(workflows=[Approval], activities=[double]):
+        handle = await client.start(Approval, "o-4b", 60, id=new_id("approval"))
+        await waiting_on(handle, "condition")
+        assert await handle.update("set_limit", 3, update_id="limit-3") == 6
+        with pytest.raises(durable.ConfigurationError, match="already names update 'set_limit'"):
+            await handle.update("explode", update_id="limit-3", timeout=5)
+        assert await handle.update("set_limit", 3, update_id="limit-3") == 6  # a retry still is
+        await handle.signal("approve", "ann")
+        await handle.result()
+    history = await handle.history()
+    assert [e.data["update_id"] for e in history if e.type == "UpdateAccepted"] == ["limit-3"]
+    assert not any(e.type == "UpdateFailed" for e in history)
+
+
+@pytest.mark.remote_client
 async def test_signal_to_a_closed_run_or_an_unknown_workflow_is_refused(
     client: durable.Client, make_worker: Callable[..., durable.Worker]
 ) -> None:
