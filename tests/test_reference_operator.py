@@ -252,6 +252,14 @@ async def test_repair_and_activity_timeout_status_and_pass(live: Live) -> None:
                                       "reason": "not_found"}]
             with pytest.raises(dw_errors.InvalidArgument):
                 await c.activity_timeout_pass(limit=101)
+            # the pass covers the namespace: a filter is refused, never ignored (it
+            # answered for the whole namespace as if for the runs asked about)
+            assert (await c.repair_pass())["counts"] == {}
+            for narrowed, field in (({"run_ids": ["r-1"]}, "run_ids"),
+                                    ({"instance_id": "commands-1"}, "instance_id")):
+                with pytest.raises(dw_errors.InvalidArgument) as refused:
+                    await c.repair_pass(**narrowed)
+                assert list(refused.value.errors) == [field]
 
     await run_reference(scenario, live)
 

@@ -208,6 +208,14 @@ ACTIVITY_PASS_BODY = check_schema({
     },
 })
 
+#: the reference's pass takes `run_ids` and `instance_id` to narrow it; ours
+#: covers the namespace, so they are refused (422 naming the field), never
+#: ignored: a caller that asked for one run must not learn "repaired: 3" of others
+REPAIR_PASS_BODY = check_schema({
+    "type": "object", "additionalProperties": False, "properties": {},
+    "description": "No fields: the pass covers the namespace (the reference's run_ids "
+                   "and instance_id filters are not supported, 422).",
+})
 
 def system_operations() -> list[Operation]:
     """The admin routes: namespaces and the repair pass."""
@@ -243,7 +251,7 @@ def system_operations() -> list[Operation]:
         Operation(
             "POST", "/api/system/repair/pass", "systemRepairPass",
             "Enforce every deadline due now in the namespace, once", repair_pass, "admin",
-            tags=("system",),
+            tags=("system",), body=REPAIR_PASS_BODY,
             replies=(Reply(200, "Counts by kind of what was enforced.", {
                 "type": "object", "required": ["counts"],
                 "properties": {"namespace": {"type": "string"},
