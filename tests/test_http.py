@@ -702,10 +702,16 @@ async def test_cancel_and_terminate_close_the_run_at_once(plane: Plane) -> None:
     terminated = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
     assert terminated.status_code == 200 and terminated.json()["status"] == "terminated"
     again = await plane.http.post("/api/workflows/t1/cancel", headers=AS_OPERATOR)
-    assert again.status_code == 200  # closing a closed run changes nothing, and says so
+    # closing a run that closed otherwise does nothing, and is refused as the
+    # reference refuses it (its client raises): the caller must not read "done"
+    assert again.status_code == 409, again.text
+    assert error_of(again)["code"] == "run_not_active"
+    assert again.json()["message"] == (
+        f"workflow 't1' run {again.json()['run_id']} is already terminated; nothing was "
+        "cancelled (cancel closes open runs only)")
     assert again.json()["status"] == "terminated"
     assert again.json()["outcome"] == "rejected_not_active"
-    assert again.json()["rejection_reason"] == "run_not_active"
+    assert (await plane.storage.get_handle("t1").describe())["status"] == "terminated"
     repeat = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
     assert repeat.json()["outcome"] == "terminated"  # a retry of what closed it
     assert "rejection_reason" not in repeat.json()

@@ -236,6 +236,19 @@ async def test_result_of_completed_failed_timed_out_cancelled_and_terminated_run
             with pytest.raises(dw_errors.WorkflowTerminated):
                 await terminated.result(timeout=RESULT_TIMEOUT, poll_interval=0.05)
             assert (await c.describe_workflow("r-term")).status == "terminated"
+            await c.terminate_workflow("r-term")  # a retry of what closed it: accepted
+
+            # a run that closed otherwise: refused as the reference refuses it (409
+            # run_not_active), so the caller does not believe it stopped work that
+            # had finished; the run is left as it was
+            for close in (c.cancel_workflow, c.terminate_workflow):
+                with pytest.raises(dw_errors.ServerError) as refused:
+                    await close("r-done", reason="too late")
+                assert refused.value.status == 409, refused.value
+                assert refused.value.reason() == "run_not_active"
+                assert isinstance(refused.value.body, dict)
+                assert refused.value.body["status"] == "completed"
+            assert (await c.describe_workflow("r-done")).status == "completed"
 
     await run_reference(scenario, live)
 

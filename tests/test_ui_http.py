@@ -293,6 +293,14 @@ async def test_operator_actions_go_through_the_api_operations(ui: Browserless) -
                                 data={"csrf": csrf.group(1)})
     assert closed.status_code == 409
     assert "is already cancelled; there is nothing to cancel" in closed.text
+    # "Terminate" on a run that closed otherwise: refused, never the notice
+    # that it was terminated (it said so before, beside a cancelled run)
+    late = await ui.http.post(f"/ui/run/terminate?wf=act-c&run={run_c}",
+                              data={"csrf": csrf.group(1), "reason": "too late"})
+    assert late.status_code == 409 and "location" not in late.headers
+    assert "is already cancelled; nothing was terminated" in late.text
+    assert 'role="alert"' in late.text
+    assert await ui.status("act-c") == "cancelled"
 
 
 @SQLITE_ONLY

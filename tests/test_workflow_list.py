@@ -378,9 +378,10 @@ async def test_cancel_and_terminate_answer_the_status_describe_says(
         remote: durable.Client) -> None:
     """Cancel's and terminate's answer says, through the one mapping, the
     status of the run after the call: an open run (in review too) is closed
-    by it; a closed run is left as it was (``rejected_not_active``), in its
-    own words (a timed-out run ``failed``/``timed_out``). The remote client
-    closes a run in review and its result() then raises, as embedded."""
+    by it; a closed run is left as it was (409 ``run_not_active``, the body's
+    status in its own words: a timed-out run ``failed``/``timed_out``). The
+    remote client closes a run in review and its result() then raises, as
+    embedded."""
     client, http, written = walked
     rows = {r["run_id"]: r for r in await client.list(limit=1000)}
     for index, (run_id, ours) in enumerate(written.items()):
@@ -390,11 +391,14 @@ async def test_cancel_and_terminate_answer_the_status_describe_says(
         workflow_id = rows[run_id]["workflow_id"]
         answer = await http.post(f"/api/workflows/{workflow_id}/runs/{run_id}/{action}",
                                  headers=HEADERS, json={"reason": "walked"})
-        assert answer.status_code == 200, answer.text
         reply = answer.json()
         if EXPECTED[ours][2]:  # terminal: nothing done
+            assert answer.status_code == 409, answer.text
+            assert reply["reason"] == "run_not_active", reply
+            assert f"nothing was {closed}" in reply["message"], reply
             expected = ("rejected_not_active", *EXPECTED[ours][:3], ours)
         else:
+            assert answer.status_code == 200, answer.text
             expected = (closed, closed, "failed", True, closed)
         assert (reply["outcome"], reply["status"], reply["status_bucket"],
                 reply["is_terminal"], reply["durable_status"]) == expected, (ours, action)

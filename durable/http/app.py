@@ -76,7 +76,7 @@ MAX_DEPTH = 64
 _HISTORY_POLL = 1.0
 
 
-def error_response(status: int, code: str, message: str, *,
+def error_response(status: int, code: str, message: str, /, *,
                    headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
     return Response(dumps(error_body(code, message, **extra)), status_code=status,
                     media_type="application/json", headers=dict(headers or {}))

@@ -214,8 +214,10 @@ def error_from_wire(status: int, body: Any) -> DurableError:
 class HTTPError(Exception):
     """A refusal with a status, a code and a message (becomes a JSON error)."""
 
-    def __init__(self, status: int, code: str, message: str, *,
+    def __init__(self, status: int, code: str, message: str, /, *,
                  headers: Mapping[str, str] | None = None, **extra: Any) -> None:
+        # (positional-only: a body may carry a `status` or a `message` field
+        # of its own, e.g. the run's status beside a refused close)
         super().__init__(message)
         self.status = status
         self.code = code
@@ -224,7 +226,7 @@ class HTTPError(Exception):
         self.extra = extra
 
 
-def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+def error_body(code: str, message: str, /, **extra: Any) -> dict[str, Any]:
     """The reference engine's flat error body: ``{message, reason, ...}``; a
     body that did not fit its schema (422) also names the field in ``errors``
     (``{field: [messages]}``, Laravel's validation shape)."""

@@ -22,7 +22,13 @@ from .._log import mask_password_in, mask_url
 from .._registry import workflow_defn_of
 from .._visibility_query import check_text
 from ..control import Page, RunState
-from ..errors import ConfigurationError, StorageUnavailable, UpdateFailed, WorkflowNotFound
+from ..errors import (
+    ConfigurationError,
+    RunAlreadyClosed,
+    StorageUnavailable,
+    UpdateFailed,
+    WorkflowNotFound,
+)
 from ..store.records import HistoryEvent, StartRequest, StartResult
 from .errors import VERSION, VERSION_HEADER, error_from_wire
 from .model import (
@@ -246,8 +252,13 @@ class RemoteControl:
         if action is None:
             raise ConfigurationError(f"a run is closed from outside as cancelled or terminated, "
                                      f"not {status!r}")
-        await self._call("POST", self._run_path(workflow_id, run_id, action),
-                         body={"reason": reason})
+        try:
+            await self._call("POST", self._run_path(workflow_id, run_id, action),
+                             body={"reason": reason})
+        except RunAlreadyClosed:
+            # the server's 409 run_not_active (closed otherwise before): a no-op,
+            # as the embedded client's close of a closed run is
+            return
 
     async def cancellation_cascade(self, workflow_id: str, run_id: str | None) -> dict[str, Any]:
         _, data = await self._call(

@@ -238,9 +238,8 @@ CLOSE_REPLY: Schema = {
     "type": "object", "required": ["workflow_id", "run_id", "outcome", "status"],
     "properties": {"workflow_id": {"type": "string"}, "run_id": {"type": "string"},
                    "outcome": {"type": "string", "description":
-                               "cancelled or terminated; rejected_not_active when the run "
-                               "had closed otherwise before (nothing done)"},
-                   "rejection_reason": {"type": "string", "enum": ["run_not_active"]},
+                               "cancelled or terminated (a retry of the close that ended "
+                               "the run answers the same)"},
                    "status": {"type": "string", "enum": list(model.WIRE_STATUSES)}},
 }
 
@@ -585,11 +584,19 @@ async def _close(call: Call, status: str, outcome: str) -> tuple[int, Any]:
              **model.status_fields(state.status, None)}
     if state.status != status:
         # closed otherwise before this call (completed, failed, the other of
-        # cancel/terminate): still 200, as closing a closed run changes nothing
-        # (the SDK's cancel() and terminate() are no-ops there, remote too),
-        # but the outcome says nothing was done, in the reference's words for a
-        # command on a closed run; it used to say "cancelled" beside "completed"
-        reply.update(outcome="rejected_not_active", rejection_reason="run_not_active")
+        # cancel/terminate): nothing was done, and the answer must not read as
+        # done. The reference answers 409 run_not_active (its client raises),
+        # so a caller that believed it stopped a run learns that it had already
+        # ended, and how. A retry of the close that ended it (terminate after
+        # terminate) is still 200. The SDK's cancel() and terminate() stay
+        # no-ops on a closed run, remote too (`RemoteControl.close_run`).
+        verb = {"cancelled": "cancel", "terminated": "terminate"}[status]
+        raise HTTPError(
+            409, "run_not_active",
+            f"workflow {wf!r} run {state.run_id} is already {state.status}; nothing was "
+            f"{status} ({verb} closes open runs only)",
+            workflow_id=wf, run_id=state.run_id, outcome="rejected_not_active",
+            **model.status_fields(state.status, None))
     return 200, reply
 
 
@@ -724,14 +731,16 @@ def workflow_operations() -> list[Operation]:
     )
     ops += _both("POST", "cancel", "cancelWorkflow",
                  "Close the run at once as cancelled (no cleanup)", cancel, role="operator",
-                 body=CLOSE_BODY, replies=(Reply(200, "The run after (a closed run: unchanged, "
-                                                      "outcome rejected_not_active).",
-                                                 CLOSE_REPLY),))
+                 body=CLOSE_BODY, replies=(
+                     Reply(200, "The run after.", CLOSE_REPLY),
+                     Reply(409, "run_not_active: the run had closed otherwise; nothing "
+                                "done (its status in the body).", ERROR_SCHEMA)))
     ops += _both("POST", "terminate", "terminateWorkflow",
                  "Close the run at once as terminated", terminate, role="operator",
-                 body=CLOSE_BODY, replies=(Reply(200, "The run after (a closed run: unchanged, "
-                                                      "outcome rejected_not_active).",
-                                                 CLOSE_REPLY),))
+                 body=CLOSE_BODY, replies=(
+                     Reply(200, "The run after.", CLOSE_REPLY),
+                     Reply(409, "run_not_active: the run had closed otherwise; nothing "
+                                "done (its status in the body).", ERROR_SCHEMA)))
     ops += _both(
         "POST", "signal/{signalName}", "signalWorkflow", "Send the run a signal", signal,
         role="operator", params=(_name("signalName", "signal"),), body=SIGNAL_BODY,

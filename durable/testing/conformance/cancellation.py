@@ -370,6 +370,13 @@ async def test_cancel_is_immediate_and_runs_no_cleanup(
         await other.terminate(reason="now")
         with pytest.raises(durable.WorkflowTerminated):
             await other.result()
+        # closing a closed run changes nothing and raises nothing, on every client
+        # (the HTTP plane refuses it with 409 run_not_active; the remote client
+        # reads that as the no-op the embedded one makes)
+        await handle.terminate(reason="again")
+        await other.cancel(reason="again")
+        assert [(await h.describe())["status"] for h in (handle, other)] == [
+            "cancelled", "terminated"]
         with anyio.fail_after(10):  # the code of both has stopped: nothing more can run
             while worker.executors:
                 await anyio.sleep(0.01)
