@@ -199,8 +199,12 @@ def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: d
     kind of timeout that ended it (`timed_out`). Never "met" (it reads as done
     in time, for an attempt that failed or was cancelled), and never "passed
     6m ago" for an attempt that ended 30s before it. A heartbeat deadline as
-    recorded at the start moves with each heartbeat: one that ended after it
-    only "passed"."""
+    recorded at the start moves with each heartbeat, so once it is behind us it
+    is neither "late" (the attempt heartbeated: the watchdog times out one that
+    does not) nor "passed" (the attempt ended in time): it was extended."""
+    if kind == "heartbeat" and timed_out != kind and value < (
+            now if open_ or ended is None else ended):
+        return "extended by the attempt's heartbeats (the first was due then)", "passed"
     if open_ or ended is None:
         return deadline_state(value, now, open_)
     margin = (value - ended).total_seconds()
@@ -208,8 +212,6 @@ def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: d
         return "reached: the attempt timed out", "missed"
     if margin >= 0:
         return f"not reached: the attempt ended {duration(margin)} before it", "passed"
-    if kind == "heartbeat":
-        return deadline_state(value, now, False)
     return f"passed: the attempt ended {duration(margin)} after it", "passed"
 
 

@@ -1224,3 +1224,34 @@ async def test_the_run_page_and_api_say_whether_the_owner_is_still_there(
     assert "w-live (last seen" in row and "presumed alive until" in row, row
     row = await worker_row("own-none")
     assert 'data-owner="none"' in row and "none (no worker holds it)" in row, row
+
+
+def test_a_heartbeating_attempts_heartbeat_deadline_is_not_late_nor_passed() -> None:
+    # the heartbeat deadline recorded when the attempt started moves with each
+    # heartbeat; the activity page showed a healthy, heartbeating attempt as
+    # "⚠ (3s late)" and, once it completed in time, "passed 6.7s ago"
+    events = [
+        _event(2, "ActivityScheduled", op_id="0:1", activity_type="pack", task_id="t1",
+               start_to_close_timeout=60.0, heartbeat_timeout=2.0),
+        _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
+               start_to_close_deadline="2026-04-12T12:01:03+00:00",
+               heartbeat_deadline="2026-04-12T12:00:05+00:00"),
+    ]
+    pending = [{"op_id": "0:1", "kind": "activity", "task_status": "running", "attempt": 1,
+                "heartbeat_details": {"done": 4, "total": 10}}]
+    now = NOW + timedelta(seconds=30)  # 25s past the first heartbeat deadline
+    running = views.activity_detail(events, "0:1", pending, now)
+    assert running is not None
+    [attempt] = running["attempts"]
+    shown = str(views.deadline(attempt["heartbeat_deadline"], now, True, attempt=attempt,
+                               kind="heartbeat"))
+    assert "late" not in shown and "⚠" not in shown and "extended" in shown
+    assert "data-deadline" not in shown  # the page's script must not count it down to "late"
+    done = views.activity_detail(
+        [*events, _event(20, "ActivityCompleted", op_id="0:1", attempt=1, result=10)],
+        "0:1", [], now)
+    assert done is not None
+    [attempt] = done["attempts"]
+    shown = str(views.deadline(attempt["heartbeat_deadline"], now, False, attempt=attempt,
+                               kind="heartbeat"))
+    assert "(passed" not in shown and "extended" in shown  # (the CSS class is "passed")

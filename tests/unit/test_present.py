@@ -37,8 +37,17 @@ def test_an_attempts_deadline_is_judged_by_how_the_attempt_ended() -> None:
         "reached: the attempt timed out", "missed")
     # a heartbeat deadline recorded at the start moves with each heartbeat
     later = deadline + timedelta(seconds=20)
-    assert present.attempt_deadline_state(deadline, now, False, later, "heartbeat")[0] == (
-        "passed 6m ago")
+    # ... so an attempt that heartbeated past it neither "passed" it (it ended
+    # in time) nor is "late" while it runs (the watchdog times out one that
+    # stops heartbeating): the page showed a healthy attempt as "⚠ 3s late"
+    extended = ("extended by the attempt's heartbeats (the first was due then)", "passed")
+    assert present.attempt_deadline_state(deadline, now, False, later, "heartbeat") == extended
+    assert present.attempt_deadline_state(deadline, now, True, None, "heartbeat") == extended
+    assert present.attempt_deadline_state(
+        deadline, now, False, later, "heartbeat", "heartbeat") == (
+        "reached: the attempt timed out", "missed")
+    assert present.attempt_deadline_state(deadline, deadline - timedelta(seconds=2), True,
+                                          None, "heartbeat") == ("in 2s", "ahead")
     assert "met" not in present.attempt_deadline_state(deadline, now, False, ended,
                                                        "heartbeat")[0]
     assert present.attempt_deadline_state(deadline, deadline - timedelta(seconds=5), True,

@@ -165,7 +165,10 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
     sign = Markup('<span class="sign" aria-hidden="true">⚠ </span>') if state in (
         "late", "missed", "cut") else ""
     judged = end if closed is None else _fmt.instant(ended)  # what the script must leave
-    if state in ("met", "missed", "cut") or (judged is not None and not open_):
+    # an attempt's heartbeat deadline moves with each heartbeat, which the page
+    # does not see: the script must not count it down to "late"
+    extended = attempt is not None and kind == "heartbeat"
+    if state in ("met", "missed", "cut") or (judged is not None and not open_) or extended:
         return Markup(
             '<time datetime="{iso}" class="deadline {state}">{text} <span class="rel">{sign}'
             '({rel})</span></time>'
