@@ -368,7 +368,8 @@ class Store:
             now))
 
     async def stop_requests(self, worker_id: str) -> list[str]:
-        """Running attempts of this worker that were asked to stop."""
+        """Attempts of this worker that were asked to stop, or fenced by their
+        run's close, and have not stopped yet."""
         return await self.driver.run(lambda tx: cancellation.stop_requests(worker_id),
                                      write=False)
 

@@ -455,8 +455,14 @@ def stop_receipt(
 
 
 def stop_requests(worker_id: str) -> Program[list[str]]:
+    """Attempts this worker runs that were asked to stop: those still running,
+    and those fenced by their run's close (cancel, terminate, an expired cleanup
+    deadline: `closing` marks them cancelled) whose stop receipt has not come.
+    A close made by another process reaches the worker only through this read
+    (its wake-up stays in that process): a fenced attempt ran to its end."""
     rows = yield q(
-        "SELECT task_id FROM activity_tasks WHERE owner = ? AND status = 'running' "
-        "AND stop_requested = 1", worker_id,
+        "SELECT task_id FROM activity_tasks WHERE owner = ? AND stop_requested = 1 "
+        "AND (status = 'running' OR (status = 'cancelled' AND stop_receipt IS NULL))",
+        worker_id,
     )
     return [r["task_id"] for r in rows]

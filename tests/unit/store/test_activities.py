@@ -261,3 +261,24 @@ async def test_a_try_cancel_stop_done_is_the_attempts_receipt_not_a_late_result(
     assert (event["op_id"], event["attempt"], event["stop_receipt"]["kind"]) == (
         "0:1", 1, "cancel_scope")
     assert (await task_of(store, task.task_id))["status"] == AttemptStatus.CANCELLED
+
+
+async def test_an_attempt_fenced_by_its_runs_close_is_a_stop_request(store: Store) -> None:
+    # a run closed by another process (`durable cancel`, another worker's
+    # watchdog expiring the cleanup deadline): the wake-up stays in that
+    # process, and the worker running the attempt reads its stop requests
+    # (`stop_requests`). The fenced attempt (cancelled) was not among them: a
+    # cleanup activity ran to its end, and the cascade said "NOT VERIFIED ...
+    # its worker is gone" while that worker was alive and running it.
+    run = await scheduled(store)
+    task = await claim(store)
+    await store.close_run_externally(NS, run.workflow_id, None, "cancelled", "enough", T0 + 1)
+    assert (await task_of(store, task.task_id))["status"] == "cancelled"
+    assert await store.stop_requests("a1") == [task.task_id]
+    assert await store.stop_requests("a2") == []
+    stopped = Failure.from_exception(RuntimeError("stopped")).with_details(
+        stop_kind="cancel_scope", stop_confirmed=True)
+    await store.complete_activity(task.task_id, 1, "a1", None, stopped, T0 + 2)
+    assert json.loads((await task_of(store, task.task_id))["stop_receipt"])["kind"] == (
+        "cancel_scope")
+    assert await store.stop_requests("a1") == []  # stopped: not asked again
