@@ -1255,3 +1255,32 @@ def test_a_heartbeating_attempts_heartbeat_deadline_is_not_late_nor_passed() -> 
     shown = str(views.deadline(attempt["heartbeat_deadline"], now, False, attempt=attempt,
                                kind="heartbeat"))
     assert "(passed" not in shown and "extended" in shown  # (the CSS class is "passed")
+
+
+async def test_a_run_waiting_for_a_queue_or_key_slot_has_a_page(ui: Browserless) -> None:
+    # the run page answered 500 (jinja2 UndefinedError: 'held_by_ancestors')
+    # for every run waiting for a slot that no run it descends from holds: a
+    # top-level run behind a full queue or key, the page an operator opens first
+    import durable
+    from durable.store.records import WorkerRegistration
+
+    store, ns = ui.storage.store, ui.storage.namespace
+    await ui.storage.set_queue_limits("slot-q", durable.QueueLimits(max_running=1))
+    first = await ui.start("slot-1", task_queue="slot-q", concurrency_key="k")
+    second = await ui.start("slot-2", task_queue="slot-q", concurrency_key="k")
+    now = ui.storage.clock.now()
+    await store.register_worker(WorkerRegistration("w-slot", ns, "slot-q", ("ui-nobody",),
+                                                   (), ()), 600.0, now)
+    [claimed] = await store.claim_runs(ns, "slot-q", "w-slot", ("ui-nobody",), 5, 600.0, now)
+    assert claimed.run.run_id == first
+    await ui.login(VIEWER)
+    for path in (f"/ui/run?wf=slot-2&run={second}", f"/ui/run/live?wf=slot-2&run={second}"):
+        page = await ui.http.get(path)
+        assert page.status_code == 200, page.text
+        assert "a slot on queue slot-q (1 of 1 running); held by slot-1 (worker w-slot" in (
+            page.text), page.text
+    await ui.storage.set_queue_limits("slot-q", durable.QueueLimits(max_running=5,
+                                                                    max_running_per_key=1))
+    page = await ui.http.get(f"/ui/run?wf=slot-2&run={second}")
+    assert page.status_code == 200, page.text
+    assert "a slot of its key on queue slot-q (1 of 1 running); held by slot-1" in page.text
