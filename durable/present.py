@@ -193,7 +193,8 @@ def run_deadline_state(value: datetime, now: datetime, open_: bool, ended: datet
 
 
 def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: datetime | None,
-                           kind: str, timed_out: Any = None) -> tuple[str, str]:
+                           kind: str, timed_out: Any = None, *,
+                           current: bool = False) -> tuple[str, str]:
     """`deadline_state` for a deadline that bounds one activity attempt (`kind`:
     ``start_to_close`` or ``heartbeat``), by when the attempt `ended` and the
     kind of timeout that ended it (`timed_out`). Never "met" (it reads as done
@@ -201,7 +202,13 @@ def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: d
     6m ago" for an attempt that ended 30s before it. A heartbeat deadline as
     recorded at the start moves with each heartbeat, so once it is behind us it
     is neither "late" (the attempt heartbeated: the watchdog times out one that
-    does not) nor "passed" (the attempt ended in time): it was extended."""
+    does not) nor "passed" (the attempt ended in time): it was extended. A
+    running attempt's `current` heartbeat deadline (storage's, as its last
+    heartbeat moved it: `describe()`'s pending operation) is judged as it
+    stands: past it, the attempt is late for real (the watchdog is about to
+    time it out, or is not running)."""
+    if current and open_:
+        return deadline_state(value, now, open_)
     if kind == "heartbeat" and timed_out != kind and value < (
             now if open_ or ended is None else ended):
         return "extended by the attempt's heartbeats (the first was due then)", "passed"

@@ -1284,3 +1284,32 @@ async def test_a_run_waiting_for_a_queue_or_key_slot_has_a_page(ui: Browserless)
     page = await ui.http.get(f"/ui/run?wf=slot-2&run={second}")
     assert page.status_code == 200, page.text
     assert "a slot of its key on queue slot-q (1 of 1 running); held by slot-1" in page.text
+
+
+def test_a_running_attempts_current_heartbeat_deadline_is_judged_as_it_stands() -> None:
+    """describe()'s pending operation carries the running attempt's heartbeat
+    deadline as its last heartbeat moved it: the page judges that one, ahead
+    ("in 1s") while the attempt heartbeats, and "late" only when it is past
+    (the attempt stopped heartbeating and nothing has timed it out yet)."""
+    events = [
+        _event(2, "ActivityScheduled", op_id="0:1", activity_type="pack", task_id="t1",
+               start_to_close_timeout=60.0, heartbeat_timeout=2.0),
+        _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
+               start_to_close_deadline="2026-04-12T12:01:03+00:00",
+               heartbeat_deadline="2026-04-12T12:00:05+00:00"),
+    ]
+    now = NOW + timedelta(seconds=30)
+    for moved, words, late in ((now + timedelta(seconds=1), "in 1s", False),
+                               (now - timedelta(seconds=3), "3s late", True)):
+        pending = [{"op_id": "0:1", "kind": "activity", "task_status": "running",
+                    "attempt": 1, "heartbeat_details": None,
+                    "heartbeat_deadline": moved.isoformat()}]
+        detail = views.activity_detail(events, "0:1", pending, now)
+        assert detail is not None
+        [attempt] = detail["attempts"]
+        assert attempt["heartbeat_deadline"] == moved.isoformat()
+        shown = str(views.deadline(attempt["heartbeat_deadline"], now, True, attempt=attempt,
+                                   kind="heartbeat"))
+        assert words in shown and "extended" not in shown, shown
+        assert ("⚠" in shown) is late, shown
+        assert "data-deadline" not in shown  # fixed: the script cannot see the next heartbeat

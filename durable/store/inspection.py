@@ -57,7 +57,8 @@ def describe(
     open_ops = yield q(
         "SELECT o.op_id, o.kind, o.name, o.scheduled_at, o.fire_at, o.child_workflow_id, "
         "o.result, t.status AS task_status, t.attempt, t.heartbeat_details, t.last_failure, "
-        "t.task_queue AS task_queue, t.available_at AS available_at "
+        "t.task_queue AS task_queue, t.available_at AS available_at, "
+        "t.heartbeat_deadline AS heartbeat_deadline "
         "FROM ops o LEFT JOIN activity_tasks t ON t.task_id = o.task_id "
         "WHERE o.run_id = ? AND o.status = 'scheduled' ORDER BY o.scheduled_at, o.op_id",
         run.run_id,
@@ -156,6 +157,10 @@ def describe(
                 "scheduled_at": to_iso(p["scheduled_at"]), "fire_at": to_iso(p["fire_at"]),
                 "child_workflow_id": p["child_workflow_id"], "task_status": p["task_status"],
                 "attempt": p["attempt"], "heartbeat_details": loads(p["heartbeat_details"]),
+                # the running attempt's heartbeat deadline as its last heartbeat
+                # moved it (history records only the first one, at its start)
+                "heartbeat_deadline": to_iso(p["heartbeat_deadline"])
+                if p["task_status"] == "running" else None,
                 "last_failure": loads(p["last_failure"]),
             } | ({"child_status": p["child_status"],
                   "child_closed_at": to_iso(p["child_closed_at"])} if "child_status" in p else {})

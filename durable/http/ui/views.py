@@ -157,8 +157,9 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
         return Markup('<span class="none">none</span>')
     end = _fmt.instant(attempt.get("ended_at")) if attempt is not None else None
     if attempt is not None:
-        text, state = _fmt.attempt_deadline_state(moment, now, open_, end, kind,
-                                                  attempt.get("timeout_kind"))
+        text, state = _fmt.attempt_deadline_state(
+            moment, now, open_, end, kind, attempt.get("timeout_kind"),
+            current=bool(attempt.get("heartbeat_deadline_current")))
     else:
         text, state = _fmt.judged_deadline(moment, now, open_, _fmt.instant(ended),
                                            cleanup=cleanup, closed=closed, kind=kind)
@@ -167,7 +168,7 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
     judged = end if closed is None else _fmt.instant(ended)  # what the script must leave
     # an attempt's heartbeat deadline moves with each heartbeat, which the page
     # does not see: the script must not count it down to "late"
-    extended = attempt is not None and kind == "heartbeat"
+    extended = attempt is not None and kind == "heartbeat"  # (current or first)
     if state in ("met", "missed", "cut") or (judged is not None and not open_) or extended:
         return Markup(
             '<time datetime="{iso}" class="deadline {state}">{text} <span class="rel">{sign}'
@@ -437,6 +438,9 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
         if op.get("attempt"):
             a = attempt(op.get("attempt"))
             a["heartbeat_details"] = op.get("heartbeat_details")
+            if op.get("heartbeat_deadline"):  # where its heartbeats have moved it now
+                a["heartbeat_deadline"] = op.get("heartbeat_deadline")
+                a["heartbeat_deadline_current"] = True
             if a["outcome"] is None:
                 a["outcome"] = str(op.get("task_status") or "running")
         if op.get("task_status"):

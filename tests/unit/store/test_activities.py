@@ -7,6 +7,7 @@ import json
 import pytest
 
 from durable import RetryPolicy
+from durable.clock import to_iso
 from durable.failure import Failure
 from durable.store import Store
 from durable.store.records import ActivityTask, AttemptStatus, OpStatus, RunRecord
@@ -181,6 +182,8 @@ async def test_a_heartbeat_records_details_and_extends_its_deadline(store: Store
     assert (await task_of(store, task.task_id))["heartbeat_details"] == '{"done":3}'
     info = await store.describe(NS, "wf", None)
     assert info is not None and info["pending_operations"][0]["heartbeat_details"] == {"done": 3}
+    # the deadline as the last heartbeat moved it (history has only the first)
+    assert info["pending_operations"][0]["heartbeat_deadline"] == to_iso(T0 + 13)
 
 
 async def test_a_late_or_stale_heartbeat_tells_the_attempt_to_stop(store: Store) -> None:

@@ -38,7 +38,7 @@ RUN_KEYS = {"run_id", "run_number", "status", "run_timeout_seconds", "execution_
             "started_build", "last_build", "priority", "concurrency_key", "reset_from_run_id",
             "reset_from_op", "reset_run_id"}
 PENDING_KEYS = {"op_id", "kind", "name", "scheduled_at", "fire_at", "child_workflow_id",
-                "task_status", "attempt", "heartbeat_details", "last_failure"}
+                "task_status", "attempt", "heartbeat_details", "heartbeat_deadline", "last_failure"}
 
 
 async def test_describe_shows_the_instance_its_run_and_pending_operations(store: Store) -> None:
