@@ -32,6 +32,22 @@ class ConfigurationError(DurableError, ValueError):
     """A call was given input it cannot use; the message says how to fix it."""
 
 
+class RequestIdConflict(ConfigurationError):
+    """A signal's or update's request id already names another message of the
+    run (another name, or the other kind): give each message its own id and
+    reuse one only to retry the very same message. HTTP 409
+    ``request_id_conflict``, the reference engine's reason; still a
+    `ConfigurationError` for code that catches that."""
+
+    def __init__(self, message: str, *, request_id: str | None = None,
+                 retained_command_type: str | None = None,
+                 retained_name: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.retained_command_type = retained_command_type
+        self.retained_name = retained_name
+
+
 class WorkflowAlreadyStarted(DurableError):
     """A workflow with this id is already running (or exists, under reject_duplicate).
 

@@ -410,6 +410,18 @@ async def test_signal_query_update_and_request_cancellation(live: Live) -> None:
             again = await c.update_workflow("g-1", "set", args=[7], wait_for="completed",
                                             request_id="upd-7")
             assert again["result"] == 7
+            # the key of another message: the reference's 409 request_id_conflict,
+            # which its client raises as the command's typed failure
+            with pytest.raises(dw_errors.UpdateFailed) as taken:
+                await c.update_workflow("g-1", "reset", wait_for="completed",
+                                        request_id="upd-7")
+            assert taken.value.body["reason"] == "request_id_conflict", taken.value
+            assert taken.value.body["retained_command_type"] == "update"
+            # (a signal sent with an update's key: the client types the failure
+            # by the retained command, as against its own server)
+            with pytest.raises(dw_errors.UpdateFailed) as taken_too:
+                await c.signal_workflow("g-1", "open", args=["eve"], request_id="upd-7")
+            assert taken_too.value.body["reason"] == "request_id_conflict", taken_too.value
             with pytest.raises(dw_errors.UpdateRejected):
                 await c.update_workflow("g-1", "set", args=[-1], wait_for="completed")
 

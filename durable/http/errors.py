@@ -29,6 +29,7 @@ from ..errors import (
     PayloadRejected,
     PolicyRejected,
     QueryFailed,
+    RequestIdConflict,
     RunAlreadyClosed,
     RunNotCurrent,
     ScheduleAlreadyExists,
@@ -89,6 +90,7 @@ ERROR_TABLE: tuple[tuple[type[DurableError], int, str], ...] = (
     (RunAlreadyClosed, 409, "run_not_active"),
     (CapabilityUnsupported, 409, "capability_unsupported"),
     (StructuralLimitExceeded, 413, "structural_limit_exceeded"),
+    (RequestIdConflict, 409, "request_id_conflict"),
     (NameNotRegistered, 400, "not_registered"),
     (PolicyRejected, 400, "policy_rejected"),
     (PayloadRejected, 400, "payload_error"),
@@ -159,6 +161,11 @@ def _details(exc: BaseException) -> dict[str, Any]:
         return {"schedule_id": exc.schedule_id, "namespace": exc.namespace}
     if isinstance(exc, StructuralLimitExceeded):
         return {"kind": exc.kind, "value": exc.value, "limit": exc.limit}
+    if isinstance(exc, RequestIdConflict):
+        # the reference's fields for a key retained with another intent (its
+        # client's SignalFailed/UpdateFailed `.details`)
+        return {"request_id": exc.request_id, "retained_command_type": exc.retained_command_type,
+                "conflict": {"name": exc.retained_name}}
     if isinstance(exc, StorageUnavailable):
         return {"outcome_unknown": exc.outcome_unknown}
     if isinstance(exc, FailureCarrying):
@@ -187,6 +194,12 @@ def error_from_wire(status: int, body: Any) -> DurableError:
                                       int(body.get("limit") or 0))
     elif code == "schedule_already_exists":
         exc = ScheduleAlreadyExists(str(body.get("schedule_id")), str(body.get("namespace")))
+    elif code == "request_id_conflict":
+        conflict = body.get("conflict") if isinstance(body.get("conflict"), dict) else {}
+        kind, name = body.get("retained_command_type"), conflict.get("name")
+        exc = RequestIdConflict(message, request_id=str(body.get("request_id")),
+                                retained_command_type=kind if isinstance(kind, str) else None,
+                                retained_name=name if isinstance(name, str) else None)
     elif code == "storage_unavailable":
         exc = StorageUnavailable(message, outcome_unknown=bool(body.get("outcome_unknown")))
     elif code in SCHEDULE_QUERY_REASONS:

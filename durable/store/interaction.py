@@ -33,7 +33,7 @@ from ..clock import to_iso
 from ..driver import Program, Row, Tx, ex, placeholders, q, q1
 from ..errors import (
     CapabilityUnsupported,
-    ConfigurationError,
+    RequestIdConflict,
     RunAlreadyClosed,
     RunNotCurrent,
     WorkflowNotFound,
@@ -209,11 +209,12 @@ def _message_key(tx: Tx, run_id: str, key: str) -> Program[InboxItem | None]:
 
 
 def _key_conflict(key: str, kind: str, name: str, new_kind: str,
-                  new_name: str) -> ConfigurationError:
-    return ConfigurationError(
+                  new_name: str) -> RequestIdConflict:
+    return RequestIdConflict(
         f"request id {key!r} already names {kind} {name!r} of this run, so it cannot "
         f"also name {new_kind} {new_name!r}: give each signal and update its own request "
-        "id (reuse one only to retry the very same message)")
+        "id (reuse one only to retry the very same message)",
+        request_id=key, retained_command_type=kind, retained_name=name)
 
 
 def signal_with_start(tx: Tx, request: StartRequest, name: str, payload: str,

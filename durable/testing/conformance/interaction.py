@@ -279,7 +279,7 @@ async def test_an_update_id_names_one_update_only(
         handle = await client.start(Approval, "o-4b", 60, id=new_id("approval"))
         await waiting_on(handle, "condition")
         assert await handle.update("set_limit", 3, update_id="limit-3") == 6
-        with pytest.raises(durable.ConfigurationError, match="already names update 'set_limit'"):
+        with pytest.raises(durable.RequestIdConflict, match="already names update 'set_limit'"):
             await handle.update("explode", update_id="limit-3", timeout=5)
         assert await handle.update("set_limit", 3, update_id="limit-3") == 6  # a retry still is
         await handle.signal("approve", "ann")
@@ -315,9 +315,13 @@ async def test_a_retried_signal_with_the_same_request_id_is_recorded_once(
     assert await handle.signal("approve", "ann", request_id="approve-ann") is True
     assert await handle.signal("approve", "ann", request_id="approve-ann") is False
     assert await handle.signal("approve", "ann") is True  # no request id: a new signal
-    with pytest.raises(durable.ConfigurationError, match="already names signal 'approve'"):
+    with pytest.raises(durable.RequestIdConflict, match="already names signal 'approve'") as no:
         await handle.signal("reject", "ann", request_id="approve-ann")
-    with pytest.raises(durable.ConfigurationError, match="already names signal 'approve'"):
+    # (HTTP 409 request_id_conflict; the remote client rebuilds its fields)
+    assert (no.value.request_id, no.value.retained_command_type, no.value.retained_name) == (
+        "approve-ann", "signal", "approve")
+    assert isinstance(no.value, durable.ConfigurationError)
+    with pytest.raises(durable.RequestIdConflict, match="already names signal 'approve'"):
         await handle.update("set_limit", 1, update_id="approve-ann", timeout=5)
     await handle.terminate("done")
     # a retry after the run closed still learns its signal arrived
