@@ -48,12 +48,25 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
 
     Left to propagate, the others (`SystemExit`, a class of the code's own)
     ended the worker's task group and the host with it (an activity), or had
-    the run handed back and claimed again forever (a workflow)."""
+    the run handed back and claimed again forever (a workflow). So did, on
+    asyncio, a `CancelledError` the code raised while nothing cancelled its
+    task (`cancellation_pending`): it cancelled the worker's task group and the
+    host's own code in the ``async with Worker`` block; it fails here too."""
     leaves = leaf_exceptions(exc)
     going_on = (anyio.get_cancelled_exc_class(), KeyboardInterrupt, GeneratorExit,
                 errors.ContinueAsNew)  # (a coroutine closed; the engine's own)
-    if isinstance(exc, Exception) or any(isinstance(leaf, going_on) for leaf in leaves):
+    if isinstance(exc, Exception):
         return None
+    if any(isinstance(leaf, going_on) for leaf in leaves):
+        cancel = anyio.get_cancelled_exc_class()
+        if not all(isinstance(leaf, cancel) for leaf in leaves if isinstance(leaf, going_on)):
+            return None
+        if cancellation_pending():
+            return None
+        # The code raised the host's cancellation while nothing cancelled it
+        # (asyncio: `raise CancelledError()`, a cancelled future awaited, a
+        # sync activity's `asyncio.run` that was cancelled): going on, it
+        # cancelled the worker's task group and the host's own code with it.
     raised = leaves[0] if len(leaves) == 1 else exc
     text = safe_str(raised)
     error = errors.RaisedNotAnException(
@@ -62,6 +75,20 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
         "query or the update) rather than stop the worker; raise an Exception subclass instead")
     error.__cause__ = raised
     return error
+
+
+def cancellation_pending() -> bool:
+    """Whether the current task is being cancelled (a cancel scope around it,
+    a task group's, the host's ``task.cancel()``), so that a cancellation
+    exception caught now must go on. Only asyncio lets code raise one that no
+    cancellation sent (``trio.Cancelled`` has no public constructor): there a
+    task being cancelled counts ``cancelling()`` above 0."""
+    import asyncio
+
+    if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
+        return True
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def code_error(exc: BaseException, what: str) -> Exception:
@@ -79,6 +106,17 @@ def code_error(exc: BaseException, what: str) -> Exception:
     if error is None:
         raise exc
     return error
+
+
+def safe_repr(value: object) -> str:
+    """``repr(value)``, or a stand-in naming its type when its ``__repr__``
+    raises (for a log line: logging a failure must not fail, or the run is
+    handed back and claimed again forever)."""
+    try:
+        return repr(value)
+    except Exception as exc:
+        return (f"<{type(value).__name__}: its __repr__ raised "
+                f"{type(exc).__name__}; make __repr__ return a string>")
 
 
 def safe_str(value: object) -> str:

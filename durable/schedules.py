@@ -423,13 +423,17 @@ def schedule_fields(start_request: Callable[..., StartRequest], *, unset: Any = 
         out["catchup_window"] = _validate.duration(given["catchup_window"], "catchup_window",
                                                    minimum=1)
     if "max_runs" in given:
+        # bounded: past 64 bits the driver raised its own OverflowError /
+        # DataError instead of a ConfigurationError
         out["max_runs"] = None if given["max_runs"] is None else _validate.integer(
-            given["max_runs"], "max_runs")
+            given["max_runs"], "max_runs", maximum=1_000_000_000)
     if "note" in given:
         note = given["note"]
         if note is not None and (not isinstance(note, str) or len(note) > 1000):
+            shown = (f"{note[:40]!r}... ({len(note)} characters)"
+                     if isinstance(note, str) else repr(note))
             raise ConfigurationError(
-                f"note must be a string of at most 1000 characters, got {note!r}")
+                f"note must be a string of at most 1000 characters, got {shown}")
         out["note"] = note
     if "workflow" in given:
         out["workflow_type"] = workflow_name(given["workflow"])

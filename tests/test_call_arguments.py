@@ -167,3 +167,22 @@ async def test_connect_refuses_a_driver_option_the_driver_does_not_take(tmp_path
     assert not (tmp_path / "opts.db").exists()
     async with durable.connect(url, busy_timeout=5) as client:
         assert await client.list() == []
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("limits", "x", r"limits must be a durable\.Limits, got 'x' \(str\)"),
+    ("limits", {"payload_bytes": 10},
+     r"limits must be a durable\.Limits, got \{'payload_bytes': 10\}"),
+    ("clock", "x", r"clock must be a durable\.Clock \(now\(\) and sleep_until\(\)\)"),
+    ("converter", "x", r"converter must be a durable\.PayloadConverter"),
+])
+async def test_connect_refuses_a_client_option_of_the_wrong_kind(
+        tmp_path: Any, option: str, value: Any, message: str) -> None:
+    """Unchecked, it was kept and the first start raised an AttributeError or a
+    TypeError ("encode() argument 'encoding' must be str") far from the call."""
+    url = f"sqlite:///{tmp_path / 'opts.db'}"
+    with pytest.raises(durable.ConfigurationError, match=message):
+        await durable.connect(url, **{option: value})
+    async with durable.connect(url, limits=durable.Limits(), clock=durable.SystemClock(),
+                               converter=durable.JSONConverter()) as client:
+        assert await client.list() == []

@@ -32,6 +32,17 @@ class Unprintable(Exception):
         raise RuntimeError("no text")
 
 
+class Unreprable(Exception):
+    """Neither its text nor its repr can be had: logging the run's failure
+    (`repr`) raised, and the run was handed back and claimed again forever."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
 class Halt(BaseException):
     pass
 
@@ -39,6 +50,10 @@ class Halt(BaseException):
 def _raise(kind: str) -> None:
     if kind == "unprintable":
         raise Unprintable()
+    if kind == "unreprable":
+        raise Unreprable()
+    if kind == "cancelled":  # the host's cancellation, raised while nothing cancels
+        raise anyio.get_cancelled_exc_class()()
     if kind == "exit":
         sys.exit(3)
     raise Halt("stop everything")
@@ -78,7 +93,12 @@ EXPECTED = {
     "unprintable": "<Unprintable: its __str__ raised RuntimeError; make __str__ return a string>",
     "exit": "raised SystemExit (3), a BaseException that is not an Exception",
     "halt": "raised Halt (stop everything), a BaseException that is not an Exception",
+    "unreprable": "<Unreprable: its __str__ raised RuntimeError; make __str__ return a string>",
 }
+#: asyncio only (trio.Cancelled cannot be raised by hand): unfixed, it went on
+#: as a cancellation, cancelled the worker's task group and with it the host's
+#: own code in the ``async with Worker`` block, and left the run open
+CANCELLED = "raised CancelledError, a BaseException that is not an Exception"
 
 
 async def _fails_alone(client: durable.Client, handle: durable.WorkflowHandle,
@@ -113,7 +133,7 @@ async def test_a_workflow_raising_it_fails_its_run(
     async with make_worker(workflows=[exotic_workflow, exotic_healthy]):
         handle = await client.start(exotic_workflow, kind, id=f"exotic-wf-{kind}")
         failure = await _fails_alone(client, handle, EXPECTED[kind])
-        if kind != "unprintable":
+        if kind not in ("unprintable", "unreprable"):
             assert failure["exception_class"] == "durable.errors.RaisedNotAnException"
             assert failure["cause"]["exception_class"].endswith(
                 "SystemExit" if kind == "exit" else "Halt")
@@ -173,3 +193,46 @@ async def test_a_handler_continuing_as_new_is_told_only_the_run_may(
             await handle.update("renew")
         await handle.signal("tell", "continue")
         await _fails_alone(client, handle, message)
+
+
+@pytest.mark.parametrize(("sync", "local"),
+                         [(True, False), (False, False), (False, True), (None, None)])
+async def test_a_cancellation_raised_by_hand_fails_its_run_not_the_host(
+    client: durable.Client, make_worker: Any, anyio_backend: str, sync: Any, local: Any
+) -> None:
+    """asyncio's CancelledError raised by workflow or activity code while nothing
+    cancels it (a library that leaks one, a sync activity's own ``asyncio.run``
+    that was cancelled) is the code's failure: the host's own code goes on."""
+    if anyio_backend != "asyncio":
+        pytest.skip("trio.Cancelled has no public constructor")
+    host_ticks = 0
+    body_done = False
+
+    async def tick() -> None:
+        nonlocal host_ticks
+        while True:
+            await anyio.sleep(0.01)
+            host_ticks += 1
+
+    try:
+        async with anyio.create_task_group() as host:
+            host.start_soon(tick)
+            async with make_worker(workflows=[exotic_activity, exotic_workflow, exotic_healthy],
+                                   activities=[exotic_sync_step, exotic_async_step]):
+                if sync is None:
+                    handle = await client.start(exotic_workflow, "cancelled",
+                                                id="exotic-wf-cancelled")
+                else:
+                    handle = await client.start(exotic_activity, "cancelled", sync, local,
+                                                id=f"exotic-cancelled-{sync}-{local}")
+                failure = await _fails_alone(client, handle, CANCELLED)
+                assert "RaisedNotAnException" in repr(failure)
+            ticks = host_ticks
+            await anyio.sleep(0.05)
+            assert host_ticks > ticks  # the host's own task was not cancelled
+            body_done = True
+            host.cancel_scope.cancel()
+    finally:
+        # unfixed, the host's code was cancelled silently: nothing above failed,
+        # the body just stopped
+        assert body_done, "the host's own code was cancelled by a run's code"

@@ -603,6 +603,12 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
         ({"jitter": -1}, durable.ConfigurationError, "jitter must be at least 0"),
         ({"max_runs": 0}, durable.ConfigurationError, "max_runs must be at least 1"),
         ({"note": "x" * 1001}, durable.ConfigurationError, "at most 1000 characters"),
+        # past 64 bits the driver's own OverflowError / DataError came out
+        ({"max_runs": 10**30}, durable.ConfigurationError,
+         "max_runs must be at least 1 and at most 1000000000"),
+        # the message names the note's length, not the note (it was all of it)
+        ({"note": "n" * 2**20}, durable.ConfigurationError,
+         r"got 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'\.\.\. \(1048576 characters\)$"),
         ({"spec": "0 2 * * *"}, durable.ConfigurationError, "spec must be a durable.ScheduleSpec"),
         ({"schedule_id": "x" * 240}, durable.ConfigurationError, "at most 238 characters"),
         ({"schedule_id": "bad\nid"}, durable.ConfigurationError, "control character"),
@@ -619,6 +625,8 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
     with pytest.raises(durable.ScheduleAlreadyExists, match="already exists"):
         await client.create_schedule("s", spec, note, "b")
     handle = client.get_schedule("s")
+    with pytest.raises(durable.ConfigurationError, match="max_runs must be at least 1 and at most"):
+        await handle.update(max_runs=2**64)
     with pytest.raises(durable.ConfigurationError, match="must be after start"):
         await handle.backfill(START, START)
     with pytest.raises(durable.ConfigurationError, match="timezone-aware"):

@@ -31,7 +31,7 @@ from ..errors import (
     UnitOutcomeUnknown,
     WriteRejected,
 )
-from ..failure import Failure, leaf_exceptions, not_an_exception
+from ..failure import Failure, leaf_exceptions, not_an_exception, safe_repr
 from ..store.records import ClientRequest, InboxItem, OpRecord, RunRecord, RunStatus
 from ..store.writes import CloseRun, DeliverCancellation, Write
 from .context import RunHost, RunSetup, WorkflowContext
@@ -320,7 +320,7 @@ class RunExecutor:
             return
         # A storage error (not the workflow's own): drop the run locally and hand
         # it back; whoever claims it next replays it from storage.
-        self.ctx.log.warning("run_execution_error", error=repr(exc))
+        self.ctx.log.warning("run_execution_error", error=safe_repr(exc))
         self.needs_release = True
 
     async def _execute(self) -> None:
@@ -512,7 +512,7 @@ class RunExecutor:
                             failure=phase_failure(phase, self.run.workflow_id))
         category = "structural_limit" if any(
             isinstance(e, StructuralLimitExceeded) for e in leaves) else "application"
-        ctx.log.info("run_failed", error=repr(exc))
+        ctx.log.info("run_failed", error=safe_repr(exc))
         return CloseRun(RunStatus.FAILED, failure=Failure.from_exception(exc, category))
 
     async def _watch_deadline(self, deadline: float) -> None:

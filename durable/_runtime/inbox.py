@@ -47,7 +47,7 @@ from ..errors import (
     QueryFailed,
     StructuralLimitExceeded,
 )
-from ..failure import Failure, code_error, safe_str
+from ..failure import Failure, code_error, safe_repr, safe_str
 from ..store.records import ClientRequest, InboxItem, RunRecord
 from ..store.writes import AcceptUpdate, CompleteUpdate, DeliverSignal, Write
 from .context import RunHost, WorkflowContext
@@ -560,7 +560,7 @@ class Inbox:
 
     def _signal_failed(self, d: Delivery, error: Exception) -> None:
         """A signal handler's error fails the run (non-determinism included)."""
-        self.ctx.log.info("signal_handler_failed", signal=d.name, error=repr(error))
+        self.ctx.log.info("signal_handler_failed", signal=d.name, error=safe_repr(error))
         self.executor.fail(self.ctx.fatal or error)
 
     async def _finish(self, d: Delivery, value: Any, error: Exception | None) -> None:
