@@ -133,8 +133,11 @@ class Worker:
             max_concurrent_runs, "Worker max_concurrent_runs", maximum=1_000_000)
         self.max_concurrent_activities = _validate.integer(
             max_concurrent_activities, "Worker max_concurrent_activities", maximum=1_000_000)
+        # at least half a second: a worker renews its leases a few times per
+        # lease, so a lease of milliseconds lapsed between renewals and healthy
+        # runs were taken back and failed with WorkerLost, in a storm of logs
         self.lease_seconds = _validate.duration(lease_seconds, "Worker lease_seconds",
-                                                inclusive=False)
+                                                minimum=0.5)
         self.poll_interval = _validate.duration(poll_interval, "Worker poll_interval",
                                                 inclusive=False, maximum=3600)
         self.shutdown_grace = _validate.duration(shutdown_grace, "Worker shutdown_grace",

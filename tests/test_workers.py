@@ -264,3 +264,18 @@ async def test_a_start_by_name_with_arguments_its_workers_do_not_take_is_refused
                 await client.get_handle("arity-4").describe()
             started = await remote.start("greet-elsewhere", "bo", id="arity-5")
             assert await started.result() == "hello bo!"
+
+
+async def test_a_lease_too_short_to_renew_is_refused_at_the_worker(
+    storage_client: durable.Client,
+) -> None:
+    """A lease of milliseconds lapsed between its renewals: healthy runs were
+    taken back and failed with WorkerLost, thousands of log lines a second
+    (the embedding audit's `lease_seconds=0.001`). Refused at the call now;
+    half a second, the shortest the tests use, is accepted."""
+    for bad in (0.001, 0.49, 0):
+        with pytest.raises(durable.ConfigurationError,
+                           match=r"Worker lease_seconds must be at least 0.5 seconds"):
+            durable.Worker(storage_client, workflows=[greet_elsewhere], lease_seconds=bad)
+    assert durable.Worker(storage_client, workflows=[greet_elsewhere],
+                          lease_seconds=0.5).lease_seconds == 0.5
