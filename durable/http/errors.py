@@ -195,8 +195,9 @@ def error_from_wire(status: int, body: Any) -> DurableError:
     elif code == "schedule_already_exists":
         exc = ScheduleAlreadyExists(str(body.get("schedule_id")), str(body.get("namespace")))
     elif code == "request_id_conflict":
-        conflict = body.get("conflict") if isinstance(body.get("conflict"), dict) else {}
-        kind, name = body.get("retained_command_type"), conflict.get("name")
+        conflict = body.get("conflict")
+        kind = body.get("retained_command_type")
+        name = conflict.get("name") if isinstance(conflict, dict) else None
         exc = RequestIdConflict(message, request_id=str(body.get("request_id")),
                                 retained_command_type=kind if isinstance(kind, str) else None,
                                 retained_name=name if isinstance(name, str) else None)
