@@ -108,6 +108,23 @@ def code_error(exc: BaseException, what: str) -> Exception:
     return error
 
 
+#: the longest exception message a failure records (characters); its
+#: traceback keeps its last 8,000
+MAX_MESSAGE = 32_768
+
+
+def bounded_message(text: str) -> str:
+    """`text` cut to `MAX_MESSAGE` characters, saying how long it was. Why: a
+    message is recorded several times (the failure's message, its
+    ``cause_message``, again in each failure that wraps it: an activity's in
+    its run's), so an exception carrying a 5 MiB message wrote 10 MiB and 20
+    MiB events (the embedding audit), past any payload limit, into every
+    history read and UI page of the run."""
+    if len(text) <= MAX_MESSAGE:
+        return text
+    return f"{text[:MAX_MESSAGE]}... [message cut: {len(text):,} characters in all]"
+
+
 def safe_repr(value: object) -> str:
     """``repr(value)``, or a stand-in naming its type when its ``__repr__``
     raises (for a log line: logging a failure must not fail, or the run is
@@ -223,7 +240,7 @@ class Failure:
         original = (cls.from_dict(carried) if isinstance(carried, Mapping) and carried
                     else None)
         exception_class = f"{kind.__module__}.{kind.__qualname__}"
-        text = safe_str(exc)
+        text = bounded_message(safe_str(exc))
         message = text or kind.__name__
         details: dict[str, Any] = {"cause_type": kind.__name__, "cause_message": text}
         cause = original
@@ -236,7 +253,7 @@ class Failure:
                            if k in original.details}
                 cause = original.cause
             else:
-                raw = safe_str(exc.args[0]) if exc.args else ""
+                raw = bounded_message(safe_str(exc.args[0])) if exc.args else ""
                 message = raw or kind.__name__
                 details = {"cause_type": exc.type or kind.__name__, "cause_message": raw}
         if depth == 0:  # the traceback shows the whole chain: record it once

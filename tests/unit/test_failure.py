@@ -23,7 +23,7 @@ from durable import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
-from durable.failure import Failure, exception_from_failure
+from durable.failure import MAX_MESSAGE, Failure, exception_from_failure
 
 
 class PaymentDeclined(Exception):
@@ -344,3 +344,20 @@ async def test_what_code_raises_that_is_not_an_exception_fails_it_unless_it_must
         with pytest.raises(type(going_on)):
             code_error(going_on, "x")
     assert "only the workflow's run may" in str(code_error(ContinueAsNew(()), "x"))
+
+
+def test_a_huge_message_is_recorded_cut_saying_how_long_it_was() -> None:
+    """An exception carrying 5 MiB of message wrote 10 MiB events (message and
+    cause_message) and 20 MiB once wrapped in its run's failure: the record
+    keeps MAX_MESSAGE characters and says how many there were."""
+    huge = "x" * (5 * 1024 * 1024)
+    failure = Failure.from_exception(ValueError(huge))
+    assert failure.message.startswith("x" * 1000)
+    assert failure.message.endswith(f"... [message cut: {len(huge):,} characters in all]")
+    assert len(failure.message) < MAX_MESSAGE + 100
+    assert failure.details["cause_message"] == failure.message
+    assert len(json.dumps(failure.to_dict())) < 3 * MAX_MESSAGE + 20_000  # + the traceback
+    short = Failure.from_exception(ValueError("no stock"))
+    assert short.message == "no stock"
+    app = Failure.from_exception(ApplicationError(huge, type="Big"))
+    assert app.message.endswith("characters in all]") and len(app.message) < MAX_MESSAGE + 100
