@@ -518,6 +518,11 @@ async def test_what_the_reference_refuses_is_refused_in_its_shape(
     info = shown["info"]  # the reference's skip counters
     assert (info["skipped_trigger_count"], info["last_skip_reason"]) == (1, "buffer_full")
     assert info["last_skipped_at"]
+    # the list's items carry the same last-skip facts as describe
+    item = next(item for item in (await http.get("/api/schedules", headers=AS_VIEWER)).json()[
+        "schedules"] if item["schedule_id"] == shown["schedule_id"])
+    assert (item["info"]["skipped_trigger_count"], item["info"]["last_skip_reason"],
+            item["info"]["last_skipped_at"]) == (1, "buffer_full", info["last_skipped_at"])
     assert shown["jitter_seconds"] == 3600 and shown["search_attributes"] == {}
 
 

@@ -64,8 +64,7 @@ def describe(namespace: str, schedule_id: str,
     return dict(_summary(s, now), running=running, buffered=buffered[::-1], recent=recent,
                 next_fires=_next_fires(s, now), overdue=overdue,
                 catchup_window=s.catchup_window, input=loads(s.input),
-                memo=loads(s.start_options.get("memo")),
-                last_skip_reason=s.last_skip_reason, last_skipped_at=to_iso(s.last_skipped_at))
+                memo=loads(s.start_options.get("memo")))
 
 
 def _run_status(fire: FireRecord, instance_status: str | None) -> str | None:
@@ -144,6 +143,9 @@ def _summary(s: ScheduleRecord, now: float) -> dict[str, Any]:
         "next_due_at": to_iso(s.due_at),
         "last_fired_at": to_iso(s.last_fired_at), "fires_count": s.fires_count,
         "skipped_count": s.skipped_count,
+        # why and when the last fire time was skipped: read from the schedule's
+        # own row, so the list carries them as describe does
+        "last_skip_reason": s.last_skip_reason, "last_skipped_at": to_iso(s.last_skipped_at),
         # how many more scheduled runs may start: none once it has ended,
         # whatever max_runs left (an end_at passed reads "no limit" otherwise)
         "remaining_actions": 0 if ended else s.remaining_actions, "max_runs": s.max_runs,
