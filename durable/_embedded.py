@@ -91,7 +91,8 @@ def _state(run: RunRecord) -> RunState:
     """The run's state, its status as shown (a run in review: needs_review or
     unknown, as describe() and the result route's ``durable_status`` say)."""
     failure = run.failure.to_dict() if run.failure is not None else None
-    return RunState(run.run_id, run.listed_status, run.result, failure, run.continued_run_id)
+    return RunState(run.run_id, run.listed_status, run.result, failure, run.continued_run_id,
+                    run.closed_reason)
 
 
 class EmbeddedControl:

@@ -41,6 +41,10 @@ class RunState:
     result: str | None = None  # the encoded result, when completed
     failure: dict[str, Any] | None = None
     continued_run_id: str | None = None
+    #: why a closed run closed as describe() says it (``closed_reason``): for
+    #: a timed-out run which deadline (``run_timeout``, ``execution_timeout``),
+    #: for a cancelled or terminated one the reason given; None while open
+    closed_reason: str | None = None
 
     @property
     def is_open(self) -> bool:

@@ -594,11 +594,14 @@ async def test_result_of_a_timed_out_run_carries_the_timeout_kind(
     assert response.status_code == 200
     body = response.json()
     assert (body["status"], body["durable_status"]) == ("failed", "timed_out")
-    assert body["closed_reason"] == "timed_out" and body["timeout_kind"] is None
     assert body["failure"]["timeout_kind"] == "run_timeout"
     info = (await plane.http.get("/api/workflows/slow", headers=AS_VIEWER)).json()
     assert (info["status"], info["closed_reason"], info["timeout_kind"]) == (
         "failed", "timed_out", "run_timeout")
+    # the result route's status fields are describe's: which deadline too
+    for key in ("closed_reason", "timeout_kind", "durable_closed_reason"):
+        assert body[key] == info[key], key
+    assert body["durable_closed_reason"] == "run_timeout"
     assert info["durable_status"] == "timed_out" and info["is_terminal"] is True
     history = (await plane.http.get("/api/workflows/slow/history", headers=AS_VIEWER)).json()
     assert history["events"][-1]["event_type"] == "WorkflowTimedOut"
@@ -701,6 +704,12 @@ async def test_cancel_and_terminate_close_the_run_at_once(plane: Plane) -> None:
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     terminated = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
     assert terminated.status_code == 200 and terminated.json()["status"] == "terminated"
+    # the reply's closed reason is describe's (it was null)
+    for name, reply in (("c1", cancelled), ("t1", terminated)):
+        info = (await plane.http.get(f"/api/workflows/{name}", headers=AS_VIEWER)).json()
+        assert info["closed_reason"] is not None
+        for key in ("closed_reason", "durable_closed_reason"):
+            assert reply.json()[key] == info[key], (name, key)
     again = await plane.http.post("/api/workflows/t1/cancel", headers=AS_OPERATOR)
     # closing a run that closed otherwise does nothing, and is refused as the
     # reference refuses it (its client raises): the caller must not read "done"
@@ -711,6 +720,7 @@ async def test_cancel_and_terminate_close_the_run_at_once(plane: Plane) -> None:
         "cancelled (cancel closes open runs only)")
     assert again.json()["status"] == "terminated"
     assert again.json()["outcome"] == "rejected_not_active"
+    assert again.json()["durable_closed_reason"] == terminated.json()["durable_closed_reason"]
     assert (await plane.storage.get_handle("t1").describe())["status"] == "terminated"
     repeat = await plane.http.post("/api/workflows/t1/terminate", headers=AS_OPERATOR)
     assert repeat.json()["outcome"] == "terminated"  # a retry of what closed it

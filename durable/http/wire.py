@@ -115,7 +115,7 @@ def state_to_wire(workflow_id: str, state: RunState) -> dict[str, Any]:
     """The result route's body (our extension): the outcome of a closed run,
     or its open status, in the wire's status fields."""
     body: dict[str, Any] = {"workflow_id": workflow_id, "run_id": state.run_id,
-                            **status_fields(state.status, None)}
+                            **status_fields(state.status, state.closed_reason)}
     if state.status == "completed":
         body["result"], body["result_envelope"] = payload_pair(
             parse_payload(state.result, "the workflow's result"))
@@ -135,4 +135,6 @@ def state_from_wire(body: dict[str, Any]) -> RunState:
         run_id=str(body["run_id"]), status=status, result=result,
         failure=dict(failure) if isinstance(failure, dict) else None,
         continued_run_id=body.get("continued_run_id"),
+        # ours (an older server's answer lacks it: None, as it was)
+        closed_reason=body.get("durable_closed_reason"),
     )

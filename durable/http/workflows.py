@@ -581,7 +581,7 @@ async def _close(call: Call, status: str, outcome: str) -> tuple[int, Any]:
         raise await _not_found(call, wf, run)
     reply = {"workflow_id": wf, "run_id": state.run_id, "outcome": outcome,
              "reason": reason, "request_id": call.body.get("request_id"),
-             **model.status_fields(state.status, None)}
+             **model.status_fields(state.status, state.closed_reason)}
     if state.status != status:
         # closed otherwise before this call (completed, failed, the other of
         # cancel/terminate): nothing was done, and the answer must not read as
@@ -596,7 +596,7 @@ async def _close(call: Call, status: str, outcome: str) -> tuple[int, Any]:
             f"workflow {wf!r} run {state.run_id} is already {state.status}; nothing was "
             f"{status} ({verb} closes open runs only)",
             workflow_id=wf, run_id=state.run_id, outcome="rejected_not_active",
-            **model.status_fields(state.status, None))
+            **model.status_fields(state.status, state.closed_reason))
     return 200, reply
 
 
