@@ -396,6 +396,26 @@ async def test_a_rollback_blocks_what_the_newer_build_advanced_and_names_it(
         assert await handle.result() == ["b:r", "a:r"]
 
 
+async def test_a_blocked_run_whose_queue_is_also_full_waits_for_a_build(
+        storage: durable.Client) -> None:
+    """A run no live build can replay waits for a build, whatever else is
+    full: its queue's slot freeing (or a higher limit) would not let a
+    refusing build take it. `waiting_for` names the build, as `blocked` does,
+    not the slot (it did: "waiting for a slot ... held by ...")."""
+    async with worker(storage, V2, "v2"):
+        handle = await storage.start(OrderV2, "r", id="bd-full-blocked")
+        await until(lambda: waiting(handle), "v2 ran the run to its wait")
+    async with worker(storage, V1, "v1"):
+        await until(lambda: _blocked(handle), "v1 refused the run")
+        other = await storage.start(OrderV1, "o", id="bd-full-other")
+        await until(lambda: waiting(other), "v1 ran the other run to its wait")
+        await storage.set_queue_limits("default", durable.QueueLimits(max_running=1))
+        info = await handle.describe()
+        assert info["blocked"]["build_ids"] == ["v1"]
+        assert info["waiting_for"]["kind"] == "build", info["waiting_for"]
+        assert info["waiting_for"]["refused_builds"] == ["v1"]
+
+
 async def _blocked(handle: durable.WorkflowHandle[Any]) -> bool:
     return (await handle.describe())["blocked"] is not None
 

@@ -208,12 +208,30 @@ def _mark_clashes(namespace: str, pending: list[dict[str, Any]], now: float) -> 
 def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
     """Why an open run is not held by a worker, when none holds it. None too
     for a run put down under pressure that waits on its ops (not claimable
-    before one of them ends: `durable.store.parked`), which `_waiting_on` names."""
+    before one of them ends: `durable.store.parked`), which `_waiting_on` names.
+
+    A run every live taker's build refused waits for a build first (no slot
+    freed lets a refusing build take it); then for a queue's or key's slot or
+    the queue's rate; then for a worker registering its type."""
     held = yield q1("SELECT 1 AS held FROM runs WHERE run_id = ? AND ((owner IS NOT NULL "
                     "AND lease_expires_at > ?) OR ready_at IS NULL OR ready_at > ?)",
                     run.run_id, now, now)
     if held is not None:
         return None
+    serving = yield q("SELECT workflow_types, build_id FROM workers WHERE namespace = ? "
+                      "AND task_queue = ? AND expires_at >= ?", run.namespace, run.task_queue,
+                      now)
+    takers = [w for w in serving if run.workflow_type in json.loads(w["workflow_types"])]
+    if takers and run.blocked_build is not None:
+        # every live worker that registers the type is of a build that refused
+        # the run (the upgrade gate): none of them takes it, whatever arrives,
+        # so this is what it waits for before a queue's or key's slot (a slot
+        # freed, or a higher limit, would not let a refusing build take it)
+        refused = refusing(run.blocked_build, run.blocked_builds)
+        if all(w["build_id"] in refused for w in takers):
+            return {"kind": "build", "queue": run.task_queue,
+                    "workflow_type": run.workflow_type, "refused_builds": refused,
+                    "live_workers": len(takers), "last_build": run.last_build}
     waiting = yield from _queue_waiting_for(run.namespace, run.task_queue, run.concurrency_key,
                                             now)
     if waiting is not None:
@@ -222,21 +240,9 @@ def _waiting_for(run: RunRecord, now: float) -> Program[dict[str, Any] | None]:
             if held:
                 waiting["held_by_ancestors"] = held
         return waiting
-    serving = yield q("SELECT workflow_types, build_id FROM workers WHERE namespace = ? "
-                      "AND task_queue = ? AND expires_at >= ?", run.namespace, run.task_queue,
-                      now)
-    takers = [w for w in serving if run.workflow_type in json.loads(w["workflow_types"])]
     if not takers:
         return {"kind": "worker", "queue": run.task_queue, "workflow_type": run.workflow_type,
                 "live_workers": len(serving)}
-    if run.blocked_build is not None:
-        # every live worker that registers the type is of a build that refused
-        # the run (the upgrade gate): none of them takes it, whatever arrives
-        refused = refusing(run.blocked_build, run.blocked_builds)
-        if all(w["build_id"] in refused for w in takers):
-            return {"kind": "build", "queue": run.task_queue,
-                    "workflow_type": run.workflow_type, "refused_builds": refused,
-                    "live_workers": len(takers), "last_build": run.last_build}
     return None
 
 
