@@ -754,6 +754,32 @@ def test_repair_pass_enforces_a_deadline_no_worker_is_left_to_enforce(
     assert info["status"] == "failed" and info["closed_reason"] == "timed_out"
     assert info["durable_status"] == "timed_out" and info["timeout_kind"] == "run_timeout"
     assert "Repair pass: nothing was due." in ok(db, "repair-pass").stdout
+    # docs/cli.md's transcript of this (`durable describe order-12`) is what it prints
+    shown = ok(db, "describe", "late-1").stdout
+    documented = _transcript("describe order-12")
+    assert _labels(documented) == _labels(shown), (_labels(documented), _labels(shown))
+    for text in (shown, documented):
+        deadline = next(line for line in text.splitlines() if line.startswith("run deadline"))
+        assert deadline.endswith("(reached: the run timed out)"), deadline
+        reason = next(line for line in text.splitlines() if line.startswith("reason"))
+        assert reason.endswith("exceeded its run timeout (run_timeout)"), reason
+
+
+def _transcript(command: str) -> str:
+    """The output docs/cli.md shows for `$ durable COMMAND`."""
+    text = (REPO / "docs" / "cli.md").read_text()
+    for block in re.findall(r"```console\n(.*?)```", text, flags=re.S):
+        for shown, output in re.findall(r"^\$ durable (.+?)\n(.*?)(?=^\$ |\Z)", block,
+                                        flags=re.S | re.M):
+            if shown == command:
+                return str(output)
+    raise AssertionError(f"no `$ durable {command}` in docs/cli.md")
+
+
+def _labels(text: str) -> list[str]:
+    """The row labels of a describe's first grid (up to its first blank line)."""
+    rows = text.split("\n\n")[0].splitlines()[1:]
+    return [re.split(r"\s{2,}", row.strip())[0] for row in rows]
 
 
 # ---------------------------------------------------------------- the worker command
