@@ -41,8 +41,22 @@ async def test_workers_page_lists_workers_and_flags_a_name_with_two_definitions(
         assert page.text.count('data-state="alive"') == 2
         assert page.text.count('data-clash="reserve"') == 2  # on both workers' rows
         assert 'aria-current="page">Workers' in page.text
+    # both stopped gracefully: "stopped" and when, not "gone" as a killed one
     page = await ui.http.get("/ui/workers")
-    assert page.text.count('data-state="gone"') == 2
+    assert page.text.count('data-state="stopped"') == 2, page.text
+    assert page.text.count("it stopped itself") == 2
+    assert 'data-state="gone"' not in page.text
+    # a worker that went silent (SIGKILL: last seen 1000 s ago, for 30 s) is gone
+    from durable.store.records import WorkerRegistration
+
+    now = storage_client.clock.now()
+    await storage_client.store.register_worker(WorkerRegistration(
+        "w-killed", storage_client.namespace, "default", ("ui-nobody",), (), ()), 30.0,
+        now - 1000)
+    page = await ui.http.get("/ui/workers")
+    assert page.text.count('data-state="gone"') == 1, page.text
+    assert page.text.count('data-state="stopped"') == 2
+    assert "without saying it stopped (killed, or cut off): presumed gone since" in page.text
 
 
 async def test_queues_page_shows_running_waiting_and_limits(

@@ -129,17 +129,34 @@ async def test_durable_workers_lists_them_and_flags_the_clash(tmp_path: Path) ->
         "test_workers.reserve_seats", "test_workers.reserve_stock"]
     assert {w["identity"] for w in data["workers"]} == {"shop", "theatre"}
     assert all(w["last_seen_at"] and w["pid"] for w in data["workers"])
-    # both stopped: without --all none is listed, but the command says two are
-    # gone rather than that none was ever registered
+    # both stopped: without --all none is listed, but the command says two
+    # stopped rather than that none was ever registered; stopped gracefully,
+    # not gone (as a killed worker is)
     human = await anyio.to_thread.run_sync(run_cli, url, "workers")
-    assert "No live workers in this namespace: 2 gone in the last hour" in human, human
+    assert "No live workers in this namespace: 2 stopped in the last hour" in human, human
     assert "No workers are registered" not in human
     data = json.loads(await anyio.to_thread.run_sync(run_cli, url, "workers", "--json"))
-    assert (data["count"], data["alive"], data["gone"]) == (0, 0, 2)
+    assert (data["count"], data["alive"], data["gone"], data["stopped"]) == (0, 0, 2, 2)
     listed = await anyio.to_thread.run_sync(run_cli, url, "workers", "--all")
-    assert "Worker shop gone" in listed and "Worker theatre gone" in listed
-    assert "presumed" not in listed
-    assert "more gone" not in listed, listed
+    assert "Worker shop stopped" in listed and "Worker theatre stopped" in listed
+    assert " gone" not in listed and "presumed" not in listed, listed
+    assert len(re.findall(r"stopped +\d{4}-\d\d-\d\d [\d:]+ UTC \([^)]*\): it stopped "
+                          r"itself", listed)) == 2, listed
+    assert "more" not in listed, listed
+    # a worker that went silent (SIGKILL: last seen 1000 s ago, for 30 s) is gone
+    from durable.store.records import WorkerRegistration
+
+    async with durable.connect(url) as client:
+        now = client.clock.now()
+        await client.store.register_worker(WorkerRegistration(
+            "w-killed", client.namespace, "default", ("nobody",), (), ()), 30.0, now - 1000)
+    human = await anyio.to_thread.run_sync(run_cli, url, "workers")
+    assert ("No live workers in this namespace: 2 stopped and 1 gone in the last hour"
+            in human), human
+    listed = " ".join((await anyio.to_thread.run_sync(run_cli, url, "workers", "--all")).split())
+    assert "Worker w-killed gone" in listed, listed
+    assert ("presumed gone: it stopped renewing without saying it stopped (killed, or cut "
+            "off); presumed gone since") in listed, listed
 
 
 # ---------------------------------------------------------------- who holds a run at work

@@ -24,15 +24,17 @@ from ._app import Output, Session, json_option
 pass_session = click.make_pass_decorator(Session)
 
 
-@click.command(short_help="List the workers of the namespace: alive, then gone.")
-@click.option("--all", "show_all", is_flag=True, help="Also workers gone in the last hour.")
+@click.command(short_help="List the workers of the namespace: alive, then stopped or gone.")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also workers stopped or gone in the last hour.")
 @json_option
 @pass_session
 def workers(session: Session, show_all: bool) -> None:
     """List workers: identity, host, pid, build, queue, what each serves and holds.
 
-    A worker that stopped or stopped renewing its registration shows as gone
-    (kept an hour; --all lists them). A name two live workers of one queue
+    A worker that stopped (gracefully: it said so) shows as stopped, one that
+    stopped renewing its registration without a word (killed, cut off) as
+    gone; both are kept an hour (--all lists them). A name two live workers of one queue
     register with different code is flagged: either may run it.
     """
 
@@ -42,6 +44,8 @@ def workers(session: Session, show_all: bool) -> None:
         alive = sum(1 for w in found if w["alive"])
         return {"workers": _fmt.jsonable(listed), "count": len(listed),
                 "alive": alive, "gone": len(found) - alive,
+                # of the gone: those that stopped gracefully (the others went silent)
+                "stopped": sum(1 for w in found if not w["alive"] and w.get("stopped_at")),
                 "clashes": clashes(found)}
 
     session.out.emit(session.run(body), worker_list)
@@ -65,16 +69,34 @@ def clashes(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for (q, k, n), v in sorted(seen.items()) if len(v) > 1]
 
 
+def worker_state(worker: Mapping[str, Any]) -> str:
+    """``alive``; ``stopped`` (it stopped gracefully and said so: `stopped_at`);
+    or ``gone`` (it stopped renewing without a word: killed, or cut off)."""
+    if worker.get("alive"):
+        return "alive"
+    return "stopped" if worker.get("stopped_at") else "gone"
+
+
+def _not_alive(stopped: int, gone: int) -> str:
+    """``2 stopped``, ``1 gone``, ``1 stopped and 1 gone``."""
+    return " and ".join(f"{n} {word}" for n, word in ((stopped, "stopped"), (gone, "gone"))
+                        if n > 0)
+
+
 def worker_list(out: Output, data: Mapping[str, Any]) -> None:
     found = data.get("workers") or []
-    # the gone ones not listed (without --all): "no workers" after a crash
-    # would hide that one was there and stopped renewing
-    hidden = int(data.get("gone") or 0) - sum(1 for w in found if not w.get("alive"))
+    # the ones not alive and not listed (without --all): "no workers" after a
+    # crash would hide that one was there and stopped renewing
+    listed = [worker_state(w) for w in found]
+    stopped = max(0, int(data.get("stopped") or 0) - listed.count("stopped"))
+    hidden = int(data.get("gone") or 0) - listed.count("stopped") - listed.count("gone")
+    silent = max(0, hidden - stopped)
     if not found:
         if hidden > 0:
             out.console.print(Text(
-                f"No live workers in this namespace: {hidden} gone in the last hour "
-                "(durable workers --all lists them).", style="yellow"), soft_wrap=True)
+                f"No live workers in this namespace: {_not_alive(stopped, silent)} in the "
+                "last hour (durable workers --all lists them).", style="yellow"),
+                soft_wrap=True)
         else:
             out.console.print(Text("No workers are registered in this namespace.",
                                    style="dim"))
@@ -82,9 +104,10 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
     now = _fmt.utcnow()
     for worker in found:
         alive = worker.get("alive")
+        state = worker_state(worker)
         out.console.print(Text.assemble(
             ("Worker ", "bold"), (str(worker.get("identity")), "bold"), " ",
-            ("alive", "green") if alive else ("gone", "red")))
+            (state, {"alive": "green", "stopped": "yellow", "gone": "red"}[state])))
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column(overflow="fold")
@@ -103,6 +126,15 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
             grid.add_row("presumed", Text(
                 f"alive until {_fmt.absolute(until)} ({_fmt.relative(until, now)}) unless "
                 "seen again (a killed worker looks alive until then)", style="dim"))
+        stopped_at = _fmt.instant(worker.get("stopped_at"))
+        if state == "stopped" and stopped_at is not None:
+            grid.add_row("stopped", f"{_fmt.absolute(stopped_at)} "
+                                    f"({_fmt.relative(stopped_at, now)}): it stopped itself")
+        elif state == "gone":
+            grid.add_row("presumed", Text(
+                "gone: it stopped renewing without saying it stopped (killed, or cut off)"
+                + (f"; presumed gone since {_fmt.absolute(until)}" if until else ""),
+                style="red"))
         grid.add_row("holds", f"{worker.get('runs_held', 0)} runs, "
                               f"{worker.get('activities_held', 0)} activity attempts")
         blocked = _fmt.loop_blocked_text(worker.get("loop_blocked"), now)
@@ -115,8 +147,8 @@ def worker_list(out: Output, data: Mapping[str, Any]) -> None:
         out.console.print(grid)
         out.console.print()
     if hidden > 0:
-        out.console.print(Text(f"({hidden} more gone in the last hour: --all lists them)",
-                               style="dim"))
+        out.console.print(Text(f"({_not_alive(stopped, silent)} more in the last hour: "
+                               "--all lists them)", style="dim"))
     for clash in data.get("clashes") or []:
         shown = "; ".join(f"{d['definition']} ({', '.join(d['workers'])})"
                           for d in clash["definitions"])
