@@ -42,7 +42,7 @@ from .errors import (
     WorkflowNotFound,
 )
 from .failure import Failure
-from .options import Limits, Seconds, StartOptions
+from .options import Limits, Seconds, StartOptions, check_client_options
 from .schedules import (
     Overlap,
     ScheduleControl,
@@ -314,7 +314,7 @@ class Client:
         if (driver is None) == (control is None):
             raise ConfigurationError("a Client needs exactly one of a driver or a control plane")
         _validate.namespace(namespace)
-        _check_client_options(clock, converter, limits)
+        check_client_options(clock, converter, limits)
         self.clock: Clock = clock or SystemClock()
         self.converter: PayloadConverter = converter or JSONConverter()
         self.limits = limits or Limits()
@@ -688,28 +688,6 @@ class Client:
         """The deadlines passed and not enforced yet, by kind, and how late the
         oldest is: what `repair_pass` would enforce now (none: watchdogs run)."""
         return await self.control.overdue()
-
-
-def _check_client_options(clock: Any, converter: Any, limits: Any) -> None:
-    """Refuse, at the call, a clock, converter or limits of the wrong kind:
-    unchecked, each was kept and broke the first start with an
-    AttributeError or TypeError far from the call that passed it."""
-    if limits is not None and not isinstance(limits, Limits):
-        raise ConfigurationError(
-            f"limits must be a durable.Limits, got {limits!r} ({type(limits).__name__}); "
-            "build one: limits=durable.Limits(payload_bytes=..., memo_bytes=...)")
-    if clock is not None and not all(
-            callable(getattr(clock, name, None)) for name in ("now", "sleep_until")):
-        raise ConfigurationError(
-            f"clock must be a durable.Clock (now() and sleep_until()), got {clock!r} "
-            f"({type(clock).__name__}); leave it unset for real time, or pass "
-            "durable.VirtualClock() in tests")
-    if converter is not None and (isinstance(converter, str | bytes) or not all(
-            callable(getattr(converter, name, None)) for name in ("encode", "decode"))):
-        raise ConfigurationError(
-            f"converter must be a durable.PayloadConverter (encode() and decode()), got "
-            f"{converter!r} ({type(converter).__name__}); leave it unset for JSON, or pass "
-            "durable.JSONConverter(codec=...)")
 
 
 class _Connecting:

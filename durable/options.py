@@ -347,3 +347,25 @@ class Limits:
         for name in ("payload_bytes", "memo_bytes", "pending_activities", "pending_children",
                      "pending_timers"):
             _validate.integer(getattr(self, name), f"Limits.{name}", minimum=1)
+
+
+def check_client_options(clock: Any, converter: Any, limits: Any) -> None:
+    """Refuse, at the call, a clock, converter or limits of the wrong kind:
+    unchecked, each was kept and broke the first start with an
+    AttributeError or TypeError far from the call that passed it."""
+    if limits is not None and not isinstance(limits, Limits):
+        raise ConfigurationError(
+            f"limits must be a durable.Limits, got {limits!r} ({type(limits).__name__}); "
+            "build one: limits=durable.Limits(payload_bytes=..., memo_bytes=...)")
+    if clock is not None and not all(
+            callable(getattr(clock, name, None)) for name in ("now", "sleep_until")):
+        raise ConfigurationError(
+            f"clock must be a durable.Clock (now() and sleep_until()), got {clock!r} "
+            f"({type(clock).__name__}); leave it unset for real time, or pass "
+            "durable.VirtualClock() in tests")
+    if converter is not None and (isinstance(converter, str | bytes) or not all(
+            callable(getattr(converter, name, None)) for name in ("encode", "decode"))):
+        raise ConfigurationError(
+            f"converter must be a durable.PayloadConverter (encode() and decode()), got "
+            f"{converter!r} ({type(converter).__name__}); leave it unset for JSON, or pass "
+            "durable.JSONConverter(codec=...)")

@@ -7,6 +7,11 @@ Everything an operator reads about time is shown twice: the absolute instant
 (UTC, so it means the same on every machine) and where it stands relative to
 now ("in 4m 12s", "3s late", "2m ago"), because a bare timestamp makes the
 reader do the arithmetic that decides whether something is overdue.
+
+Kept whole: it is the one set of words every view uses for a fact (a
+deadline met or missed, who holds a run, why it waits); split by view, the
+CLI and the UI would drift into saying the same fact two ways, which is
+what the views' audits keep finding.
 """
 
 from __future__ import annotations

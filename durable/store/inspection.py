@@ -1,5 +1,10 @@
 """Reading runs for people: describe(), history, listing (the cancellation
-cascade is `durable.store.cascade`)."""
+cascade is `durable.store.cascade`).
+
+Kept whole: describe() and the run list answer the same questions (what a
+run waits for, who holds it, whether that worker is alive) from the same
+rows; read in two modules, the two views could disagree about one run.
+"""
 
 from __future__ import annotations
 

@@ -148,10 +148,9 @@ class WebUI:
             requester_text=_fmt.requester_text, sender_text=_fmt.sender_text,
             boundary_text=views.boundary_text, duration=_fmt.duration, progress_of=_fmt.progress_of,
             cleanup_end_label=_fmt.cleanup_end_label, ancestors_text=_fmt.ancestors_text,
-            holders_text=_fmt.holders_text, cleanup_of=_fmt.cleanup_of,
+            holders_text=_fmt.holders_text, cleanup_of=_fmt.cleanup_of, owner_text=views.owner_text,
             build_wait_text=_fmt.build_wait_text, blocked_text=_fmt.blocked_text,
-            holder_text=_fmt.holder_text, holder_gone=_fmt.holder_gone,
-            owner_text=views.owner_text)
+            holder_text=_fmt.holder_text, holder_gone=_fmt.holder_gone)
 
     # ------------------------------------------------------------ plumbing
 
