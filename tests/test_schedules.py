@@ -722,3 +722,39 @@ async def test_racing_schedulers_start_each_fire_once(db_url: str) -> None:
         f"race-{first + dt.timedelta(seconds=s):%Y%m%dT%H%M%SZ}" for s in range(4)]
     assert info["fires_count"] == 4 and info["skipped_count"] == 0
     assert info["next_fire_at"] is None
+
+
+async def test_update_of_jitter_or_max_runs_keeps_a_pending_or_overdue_fire(
+    make_env: Callable[..., Any],
+) -> None:
+    # a fire past its time and waiting for its jitter: update(max_runs=) or
+    # update(jitter=) re-planned from now and dropped it, unrecorded
+    async with make_env() as env, env.worker(workflows=[note]):
+        handle = await env.client.create_schedule(
+            "jp", ScheduleSpec(every=3600), note, "jp", jitter=1800)
+        before = await handle.describe()
+        nominal = dt.datetime.fromisoformat(before["next_fire_at"]).timestamp()
+        due = dt.datetime.fromisoformat(before["next_due_at"]).timestamp()
+        assert due > nominal + 1
+        await env.sleep((nominal + due) / 2 - env.now())
+        await handle.update(max_runs=100)
+        await handle.update(jitter=600)
+        info = await handle.describe()
+        assert info["next_fire_at"] == at("2026-01-01T01:00")
+        await env.sleep(3600)
+        info = await handle.describe()
+    assert "jp-20260101T010000Z" in [f["workflow_id"] for f in info["recent"]]
+    # an overdue schedule (no worker for 30 minutes): its missed fires, inside
+    # the catch-up window, still start when a worker is back
+    for change in ({"jitter": 5}, {"max_runs": 50}):
+        async with make_env() as env:
+            async with env.worker(workflows=[note]):
+                handle = await env.client.create_schedule(
+                    "od", ScheduleSpec(every=60), note, "od", overlap=Overlap.ALLOW_ALL)
+            await env.sleep(30 * 60 + 30)
+            await handle.update(**change)
+            assert (await handle.describe())["overdue"] is not None, change
+            async with env.worker(workflows=[note]):
+                await env.sleep(5)
+                info = await handle.describe()
+        assert info["fires_count"] == 30, (change, info["fires_count"])

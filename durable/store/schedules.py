@@ -638,8 +638,14 @@ def update(tx: Tx, namespace: str, schedule_id: str, changes: dict[str, Any],
         s.spec = changes["spec"]
     if "jitter" in changes:
         s.jitter = float(changes["jitter"])
-    if {"spec", "jitter", "max_runs"} & changes.keys():
-        _plan(s, now)
+    if "spec" in changes or s.next_fire_at is None or s.remaining_actions == 0:
+        if {"spec", "jitter", "max_runs"} & changes.keys():
+            _plan(s, now)  # a new spec, or one that fired no more, goes on from now
+    elif {"jitter", "max_runs"} & changes.keys():
+        # the next fire stays: one past its time and waiting for its jitter,
+        # or overdue while no worker ran (catch-up), is still fired (or counted
+        # as skipped), not dropped unrecorded; only when it is due may move
+        s.due_at = _due(s, s.next_fire_at)
     yield from _save(s, now)
     tx.wake(Wake.schedules(namespace))
     return None
