@@ -63,6 +63,42 @@ def _cron_fields(expr: str) -> str:
     return CRON_NICKNAMES.get(expr.strip().lower(), expr)
 
 
+@functools.lru_cache(maxsize=256)
+def _fixed_time_seconds(expr: str) -> tuple[str, tuple[int, ...]] | None:
+    """A six-field expression at fixed times (its minute and hour fields do not
+    start with ``*``) as its five-field part and its seconds; None otherwise.
+
+    cronsim applies Debian cron's daylight-saving rule to five-field
+    expressions only, so ``0 30 2 * * *`` in Europe/Berlin would not fire on
+    the day 02:30 does not exist and would fire twice on the day it repeats,
+    where ``30 2 * * *`` fires once each day: the five fields give the minute
+    (by Debian's rule), the seconds field the seconds within it."""
+    fields = expr.split()
+    if len(fields) != 6 or fields[1].startswith("*") or fields[2].startswith("*"):
+        return None
+    base = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+    minute = CronSim(f"{fields[0]} 0 0 1 1 *", base - datetime.timedelta(seconds=1))
+    seconds = sorted({moment.second for moment in
+                      (next(minute) for _ in range(60)) if moment.minute == 0
+                      and moment.year == 2000 and moment.hour == 0})
+    return " ".join(fields[1:]), tuple(seconds)
+
+
+def _next_cron(expr: str, local: datetime.datetime, instant: float,
+               zone: ZoneInfo) -> float:
+    """The first fire time of one cron expression strictly after `instant`."""
+    fixed = _fixed_time_seconds(expr) if zone.key != "UTC" else None
+    if fixed is None:
+        return next(CronSim(expr, local)).timestamp()
+    five, seconds = fixed
+    # the minute holding `instant` may still have a fire: start a minute back
+    for minute in CronSim(five, datetime.datetime.fromtimestamp(instant - 60, zone)):
+        for second in seconds:
+            if minute.timestamp() + second > instant:
+                return minute.timestamp() + second
+    raise StopIteration  # pragma: no cover (CronSim gives up after 50 years)
+
+
 class Overlap(enum.StrEnum):
     """What a fire does while a run started by an earlier fire is still open.
 
@@ -206,7 +242,7 @@ class ScheduleSpec:
         if self._crons:
             local = datetime.datetime.fromtimestamp(instant, self._zone)
             for expr in self._crons:
-                best = min(best, next(CronSim(_cron_fields(expr), local)).timestamp())
+                best = min(best, _next_cron(_cron_fields(expr), local, instant, self._zone))
         if self._every is not None:
             k = math.floor((instant - self._offset) / self._every) + 1
             best = min(best, float(self._offset + k * self._every))

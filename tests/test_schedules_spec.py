@@ -81,6 +81,38 @@ def test_lord_howe_half_hour_changes() -> None:
         "2026-04-03T14:45", "2026-04-04T14:45", "2026-04-05T15:15"]
 
 
+def test_a_seconds_field_follows_the_same_rule_at_daylight_saving_changes() -> None:
+    # cronsim applies Debian's rule to five fields only: "0 30 2 * * *" skipped
+    # Berlin's spring-forward day and fired twice on its fall-back day
+    def seconds(spec: ScheduleSpec, start: str, count: int) -> list[str]:
+        out, at = [], z(start)
+        for _ in range(count):
+            at = spec.next_after(at)
+            out.append(dt.datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        return out
+
+    for cron, second in (("0 30 2 * * *", "00"), ("15 30 2 * * *", "15")):
+        spec = ScheduleSpec(cron=cron, timezone="Europe/Berlin")
+        assert seconds(spec, "2026-03-28T00:00", 3) == [
+            f"2026-03-28T01:30:{second}", f"2026-03-29T01:00:{second}",
+            f"2026-03-30T00:30:{second}"]
+        assert seconds(spec, "2026-10-24T00:00", 3) == [
+            f"2026-10-24T00:30:{second}", f"2026-10-25T00:30:{second}",
+            f"2026-10-26T01:30:{second}"]
+        five = ScheduleSpec(cron=cron.split(" ", 1)[1], timezone="Europe/Berlin")
+        assert [t[:16] for t in seconds(spec, "2026-03-28T00:00", 3)] == fires(
+            five, "2026-03-28T00:00", 3)
+    # several seconds in a fixed minute, and a wildcard minute, still fire as written
+    spec = ScheduleSpec(cron="*/20 30 2 * * *", timezone="Europe/Berlin")
+    assert seconds(spec, "2026-03-29T00:59:59", 4) == [
+        "2026-03-29T01:00:00", "2026-03-29T01:00:20", "2026-03-29T01:00:40",
+        "2026-03-30T00:30:00"]
+    spec = ScheduleSpec(cron="0 0 * * * *", timezone="Europe/Berlin")
+    assert seconds(spec, "2026-10-24T23:30", 4) == [
+        "2026-10-25T00:00:00", "2026-10-25T01:00:00", "2026-10-25T02:00:00",
+        "2026-10-25T03:00:00"]
+
+
 def test_an_interval_is_real_time_whatever_the_zone() -> None:
     spec = ScheduleSpec(every=3600, offset=900)
     assert fires(spec, "2026-03-29T00:20", 3) == [
