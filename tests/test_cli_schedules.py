@@ -247,7 +247,16 @@ def test_prune_dry_run_lists_and_prune_deletes_closed_runs(tmp_path: Path) -> No
         assert "Dry run: 2 runs closed before" in human and "nothing was deleted" in human
         assert "old-0" in human and "open-one" not in human
         assert run_json(db, "describe", "old-0")["status"] == "completed"  # still there
-        done = run_json(db, "prune", "--older-than", "0.001")
+        # under an hour (a bare 30 meant as days is seconds): refused without
+        # --yes, saying what it would delete now; nothing deleted
+        refused = invoke(db, "prune", "--older-than", "0.001")
+        assert refused.exit_code == 4, (refused.stdout, refused.stderr)
+        line = one_error_line(refused)
+        assert line.startswith("durable: refused: --older-than 0.001s would delete 2 closed "
+                               "run(s) now"), line
+        assert "nothing was deleted" in line and "durable prune --older-than 0.001s --yes" in line
+        assert run_json(db, "describe", "old-0")["status"] == "completed"
+        done = run_json(db, "prune", "--older-than", "0.001", "--yes")
         assert done["runs_deleted"] == 2 and done["deleted"]["runs"] == 2
         assert done["deleted"]["events"] > 0
         assert invoke(db, "describe", "old-0").exit_code == 3

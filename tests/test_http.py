@@ -945,6 +945,8 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
                                           "cause_type": "RuntimeError", "message": "r"}),
         durable.ScheduleNotFound("no s"), durable.ScheduleAlreadyExists("s", "default"),
         NamespaceNotFound("no namespace 'x'"),
+        durable.RequestIdConflict("taken", request_id="k", retained_command_type="signal",
+                                  retained_name="approve"),
     ]
     assert {type(e) for e in samples} == {cls for cls, _, _ in ERROR_TABLE}
     for exc in samples:
@@ -959,6 +961,11 @@ def test_every_durable_error_round_trips_through_its_json_form() -> None:
         if isinstance(exc, durable.errors.FailureCarrying):
             assert isinstance(rebuilt, durable.errors.FailureCarrying)
             assert rebuilt.failure == exc.failure and rebuilt.__cause__ is not None
+    conflict = error_from_wire(409, json.loads(bytes(response_for_exception(
+        samples[-1], "rid").body)))
+    assert isinstance(conflict, durable.RequestIdConflict)
+    assert (conflict.request_id, conflict.retained_command_type, conflict.retained_name) == (
+        "k", "signal", "approve")
     storage = error_from_wire(503, {"reason": "storage_unavailable", "message": "m",
                                     "outcome_unknown": True})
     assert isinstance(storage, durable.StorageUnavailable) and storage.outcome_unknown

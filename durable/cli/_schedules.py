@@ -415,19 +415,33 @@ def _act(session: Session, schedule_id: str, action: str, call: Any) -> None:
 @click.option("--older-than", type=DURATION, required=True, metavar="S",
               help="Runs closed longer ago than this (30d, 12h, 3600).")
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+@click.option("--yes", is_flag=True,
+              help="Prune runs closed less than 1h ago too (deleted at once, irreversibly).")
 @json_option
 @pass_session
-def prune(session: Session, older_than: float, dry_run: bool) -> None:
+def prune(session: Session, older_than: float, dry_run: bool, yes: bool) -> None:
     """Delete the namespace's runs closed more than --older-than ago, with their
     history, ops, requests and units, in small transactions (`client.prune`).
 
     --dry-run lists them and deletes nothing. Workers do this by themselves
     with a retention (Worker(retention=...) or the namespace's setting).
+    An --older-than under 1h is refused unless --yes is given (a bare number
+    is seconds: "--older-than 30" meant for days would delete at once every
+    run closed more than 30 seconds ago), with what it would delete.
     """
     if older_than <= 0:
         raise click.BadParameter("must be greater than 0 seconds", param_hint="--older-than")
 
     async def body(client: durable.Client) -> dict[str, Any]:
+        if older_than < SHORT_RETENTION and not dry_run and not yes:
+            doomed = int((await client.prune(older_than, dry_run=True))["runs_expired"])
+            text, arg = _fmt.duration(older_than), f"{older_than:g}s"
+            raise CliError(
+                f"--older-than {arg} would delete {doomed} closed run(s) now, every one "
+                f"closed more than {text} ago, with its history, irreversibly; nothing was "
+                "deleted", EXIT_REFUSED, label="refused",
+                fix=f"if that is meant, run again with --yes (durable prune --older-than {arg} "
+                    "--yes); for days give a unit, e.g. --older-than 30d; --dry-run lists them")
         return dict(_fmt.jsonable(await client.prune(older_than, dry_run=dry_run)))
 
     session.out.emit(session.run(body), _pruned)
