@@ -523,3 +523,29 @@ async def test_a_queues_builds_say_which_runs_only_the_old_build_can_continue(
     after = await storage.queue_builds("default")
     assert [(e["build_id"], e["rollout_status"], e["open_runs"]) for e in after["build_ids"]] \
         == []  # every worker stopped and no open run names a build
+
+
+async def test_a_reset_run_keeps_the_build_of_its_kept_history_and_is_gated(
+        storage: durable.Client) -> None:
+    # v1 records a and b; the run is reset keeping both, while only v2 (b before a) runs
+    async with worker(storage, V1, "v1"):
+        handle = await storage.start(OrderV1, "r", id="bd-reset")
+        await until(lambda: waiting(handle), "v1 ran the run to its wait")
+    ops = [p["op_id"] for p in (await handle.describe())["pending_operations"]]
+    new = await handle.reset(to_op=ops[0], reason="repair after the deploy")
+    info = await new.describe()
+    assert info["run"]["last_build"] == "v1"  # the build that recorded what it keeps
+    async with worker(storage, V2, "v2") as v2:
+        await until(lambda: _blocked(new), "v2 refused the reset run")
+        info = await new.describe()
+        assert info["status"] == "running" and not info["run"]["needs_review"]
+        assert info["blocked"]["build_id"] == "v2" and v2.gate.checks == 1
+    async with worker(storage, V1, "v1"):  # v1 replays it and finishes it
+        await until(lambda: waiting(new), "v1 took the reset run")
+        await new.signal("proceed")
+        assert await new.result() == ["a:r", "b:r"]
+        assert (await new.describe())["run"]["last_build"] == "v1"
+
+
+async def _blocked(handle: durable.WorkflowHandle[Any]) -> bool:
+    return (await handle.describe())["blocked"] is not None

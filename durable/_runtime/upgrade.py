@@ -169,10 +169,12 @@ class UpgradeGate:
     def needs_check(self, claimed: ClaimedRun) -> bool:
         """A worker with a build takes a run another build (or a worker without
         one) took before only after a replay check; a run's first claim (epoch
-        1) recorded this build already."""
+        1) recorded this build already, unless the run came with history
+        another build recorded (a reset's run keeps its old run's last build)."""
         build = self.worker.build_id
         run = claimed.run
-        return build is not None and run.epoch > 1 and run.last_build != build
+        return (build is not None and run.last_build != build
+                and (run.epoch > 1 or run.last_build is not None))
 
     async def admit(self, claimed: ClaimedRun, start: Callable[[ClaimedRun], None],
                     hand_back: Callable[[str], None]) -> None:

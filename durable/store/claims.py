@@ -128,8 +128,12 @@ def claim_sql(namespace: str, task_queue: str, worker_id: str, types: tuple[str,
                                           now, "workflow_types")
     # the builds first: some databases evaluate SET assignments left to right,
     # each seeing the ones before it (epoch must still be the one before the claim)
+    # a reset's run starts with the build that recorded the history it keeps
+    # (`reset.reset_run`): its first claim keeps that as the last build, so a
+    # worker of another build replays the kept history before taking it
     claim = ("started_build = CASE WHEN epoch = 0 THEN ? ELSE started_build END, "
-             "last_build = CASE WHEN epoch = 0 THEN ? ELSE last_build END, "
+             "last_build = CASE WHEN epoch = 0 AND last_build IS NULL THEN ? "
+             "ELSE last_build END, "
              "owner = ?, epoch = epoch + 1, lease_expires_at = ?, "
              "status = 'running', started_at = COALESCE(started_at, ?), "
              "claim_capabilities = ?")

@@ -97,8 +97,12 @@ def reset_run(tx: Tx, namespace: str, workflow_id: str, run_id: str | None, to_o
     yield ex("UPDATE workflows SET closed_reason = NULL, closed_at = NULL, "
              "execution_deadline_at = ? WHERE namespace = ? AND workflow_id = ?",
              plus(now, run.execution_timeout), namespace, workflow_id)
-    yield ex("UPDATE runs SET reset_from_run_id = ?, reset_from_op = ? WHERE run_id = ?",
-             run.run_id, to_op, new_run_id)
+    # the kept history is the old run's builds' record: a worker of another
+    # build replays it before taking the new run (the upgrade gate), instead
+    # of failing it for review in its executor
+    yield ex("UPDATE runs SET reset_from_run_id = ?, reset_from_op = ?, last_build = ? "
+             "WHERE run_id = ?", run.run_id, to_op, run.last_build if kept else None,
+             new_run_id)
     yield ex("UPDATE runs SET reset_run_id = ? WHERE run_id = ?", new_run_id, run.run_id)
     for start in range(0, len(kept), 400):
         chunk = kept[start:start + 400]
