@@ -46,7 +46,7 @@ COLOUR_SGR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|4[0-9]|9[0-7]|10[0-7])(?:
 CLEAN_ENV: dict[str, str | None] = {
     "DURABLE_DB_URL": None, "DURABLE_SERVER_URL": None, "DURABLE_TOKEN": None,
     "DURABLE_NAMESPACE": None, "DURABLE_DEBUG": None, "NO_COLOR": None, "FORCE_COLOR": None,
-    "COLUMNS": None,
+    "COLUMNS": None, "DURABLE_BUILD_ID": None,
 }
 
 
@@ -901,6 +901,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def test_serve_refuses_a_build_id_it_cannot_give_a_factorys_worker(tmp_path: Path) -> None:
+    """A factory builds its own Worker: serve cannot set its build id, and
+    ignoring DURABLE_BUILD_ID would run it without the upgrade gate."""
+    db = f"sqlite:///{tmp_path / 'factory.db'}"
+    refused = invoke(db, "serve", "--port", "0", "--worker", "tests.cli_app:make_worker",
+                     env={"DURABLE_BUILD_ID": "v9"})
+    assert refused.exit_code != 0
+    line = one_error_line(refused)
+    assert "tests.cli_app:make_worker is a factory: set the build id in it" in line, line
+    assert "applies to worker specs only" in line, line
+
+
 def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> None:
     """`durable serve` runs the control plane (and a worker) as a real process;
     the commands then go over HTTP with --server and behave as with --db."""
@@ -912,7 +924,9 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
         proc = subprocess.Popen(
             [str(SCRIPT), "--db", db, "serve", "--port", str(port), "--worker",
              "tests.cli_app:WORKER", "--worker", "tests.ui_app:WORKER"],
-            cwd=REPO, stdout=err, stderr=err, env=env)
+            # the deploy pipeline's build id reaches serve's workers too (it was
+            # ignored: they ran without the upgrade gate)
+            cwd=REPO, stdout=err, stderr=err, env={**env, "DURABLE_BUILD_ID": "srv-7"})
     server = f"http://127.0.0.1:{port}"
 
     def remote(*args: str) -> Result:
@@ -929,6 +943,8 @@ def test_commands_work_the_same_against_a_live_durable_serve(tmp_path: Path) -> 
         # the addresses are printed once the server is up; a request may be answered first
         wait_for(lambda: f"the web UI at http://127.0.0.1:{port}/ui" in log.read_text(),
                  "durable serve to print its addresses")
+        served = json.loads(remote("workers", "--json").stdout)["workers"]
+        assert len(served) == 2 and {w["build_id"] for w in served} == {"srv-7"}, served
         # the second --worker serves the types the first does not
         as_json(remote("start", "ui-greet", "--id", "http-ui", "--input", '["bo"]', "--json"),
                 "start")

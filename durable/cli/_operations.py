@@ -103,12 +103,16 @@ def worker(session: Session, target: str, task_queue: str | None, identity: str 
 @click.option("--max-auth-failures", type=click.IntRange(0), default=10, show_default=True,
               help="Failed authentications per client address within a minute before it is "
                    "refused (429) for a while; 0: no limit (e.g. behind a proxy that limits).")
+@click.option("--build-id", metavar="ID", envvar="DURABLE_BUILD_ID", show_envvar=True,
+              help="The build id of the --worker specs (as `durable worker --build-id`: the "
+                   "upgrade gate, docs/deploying.md).")
 @click.option("--ui/--no-ui", default=True, show_default=True,
               help="Serve the web UI at /ui (the API is the same either way).")
 @pass_session
 def serve(session: Session, host: str, port: int, worker_targets: tuple[str, ...], loop: str,
           tokens_file: str | None, max_wait: float, public_metrics: bool, ui: bool,
-          allowed_hosts: tuple[str, ...], max_auth_failures: int) -> None:
+          allowed_hosts: tuple[str, ...], max_auth_failures: int,
+          build_id: str | None = None) -> None:
     """Serve the control plane for the database of --db (DURABLE_DB_URL).
 
     Operators and tools (curl, `durable --server URL ...`, the web UI at /ui)
@@ -132,7 +136,18 @@ def serve(session: Session, host: str, port: int, worker_targets: tuple[str, ...
     specs: list[Any] = []
     for target in worker_targets:
         loaded = _worker.load_target(target)
-        specs.append(_worker.spec_kwargs(loaded, target) if _worker.is_spec(loaded) else loaded)
+        if _worker.is_spec(loaded):
+            kwargs = _worker.spec_kwargs(loaded, target)
+            if build_id is not None:  # the deploy pipeline's DURABLE_BUILD_ID too
+                kwargs["build_id"] = build_id
+            specs.append(kwargs)
+        elif build_id is not None:
+            # ignored silently, the worker would run without the upgrade gate
+            raise CliError(f"{target} is a factory: set the build id in it",
+                           fix="--build-id (DURABLE_BUILD_ID) applies to worker specs only; "
+                               "unset it for this command, or pass a spec")
+        else:
+            specs.append(loaded)
 
     def ready(bound: int) -> None:
         api, web = urls(host, bound)
