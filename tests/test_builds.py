@@ -278,6 +278,18 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
         assert (code, report["ok"], report["checked"], report["namespace"]) == (0, True, 0, "prodd")
         assert report["note"].startswith("namespace 'prodd' of this database has no run at all, "
                                          "so nothing was checked")
+        # retry-after-review is not the fix for a blocked run, and says what is
+        from click.testing import CliRunner
+
+        from durable.cli._group import cli
+
+        said = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(
+            cli, ["--db", db_url, "retry-after-review", "bd-o1"], env={"COLUMNS": "400"}))
+        text = " ".join(said.output.split())
+        assert said.exit_code == 0, said.output
+        assert "bd-o1 was not marked for review: nothing to do; it is blocked by a deploy: " \
+               "build v2 cannot take it:" in text, text
+        assert "start a worker of a build that replays it, or reset it" in text, text
         # the build id of a deploy comes from the pipeline, not the code
         code, report = await check_upgrade(db_url, "V2_WORKER", "--build-id", "2026-12-06.3")
         assert (code, report["build_id"], len(report["cannot_take"])) == (1, "2026-12-06.3", 2)

@@ -382,7 +382,10 @@ def retry_after_review(session: Session, workflow_id: str, units: str | None) ->
     async def body(client: durable.Client) -> dict[str, Any]:
         handle = client.get_handle(workflow_id)
         cleared = await handle.retry_after_review(units=units)
-        return {"workflow_id": workflow_id, "cleared": cleared, "units": units}
+        found: dict[str, Any] = {"workflow_id": workflow_id, "cleared": cleared, "units": units}
+        if not cleared:  # why it does not go on, when that is a deploy, not a review
+            found["blocked"] = (await handle.describe()).get("blocked")
+        return found
 
     session.out.emit(session.run(body), _views.reviewed)
 

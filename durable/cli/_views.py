@@ -520,8 +520,12 @@ def closed(out: Output, data: Mapping[str, Any]) -> None:
 
 def reviewed(out: Output, data: Mapping[str, Any]) -> None:
     if not data.get("cleared"):
+        blocked = data.get("blocked")
         out.console.print(Text.assemble(
-            (str(data.get("workflow_id")), "bold"), " was not marked for review: nothing to do"),
+            (str(data.get("workflow_id")), "bold"), " was not marked for review: nothing to do",
+            *(("; it is blocked by a deploy: ", _fmt.blocked_text(blocked),
+               " (start a worker of a build that replays it, or reset it: "
+               "docs/deploying.md)") if isinstance(blocked, Mapping) else ())),
             soft_wrap=True)
         return
     units = data.get("units")
