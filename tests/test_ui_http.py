@@ -1226,17 +1226,23 @@ async def test_the_run_page_and_api_say_whether_the_owner_is_still_there(
     assert 'data-owner="none"' in row and "none (no worker holds it)" in row, row
 
 
-def test_a_heartbeating_attempts_heartbeat_deadline_is_not_late_nor_passed() -> None:
-    # the heartbeat deadline recorded when the attempt started moves with each
-    # heartbeat; the activity page showed a healthy, heartbeating attempt as
-    # "⚠ (3s late)" and, once it completed in time, "passed 6.7s ago"
-    events = [
+def _heartbeating_attempt() -> list[dict[str, Any]]:
+    """An activity with a 2 s heartbeat timeout, its first attempt started:
+    its first heartbeat deadline (the one history records) at 12:00:05."""
+    return [
         _event(2, "ActivityScheduled", op_id="0:1", activity_type="pack", task_id="t1",
                start_to_close_timeout=60.0, heartbeat_timeout=2.0),
         _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
                start_to_close_deadline="2026-04-12T12:01:03+00:00",
                heartbeat_deadline="2026-04-12T12:00:05+00:00"),
     ]
+
+
+def test_a_heartbeating_attempts_heartbeat_deadline_is_not_late_nor_passed() -> None:
+    # the heartbeat deadline recorded when the attempt started moves with each
+    # heartbeat; the activity page showed a healthy, heartbeating attempt as
+    # "⚠ (3s late)" and, once it completed in time, "passed 6.7s ago"
+    events = _heartbeating_attempt()
     pending = [{"op_id": "0:1", "kind": "activity", "task_status": "running", "attempt": 1,
                 "heartbeat_details": {"done": 4, "total": 10}}]
     now = NOW + timedelta(seconds=30)  # 25s past the first heartbeat deadline
@@ -1291,13 +1297,7 @@ def test_a_running_attempts_current_heartbeat_deadline_is_judged_as_it_stands() 
     deadline as its last heartbeat moved it: the page judges that one, ahead
     ("in 1s") while the attempt heartbeats, and "late" only when it is past
     (the attempt stopped heartbeating and nothing has timed it out yet)."""
-    events = [
-        _event(2, "ActivityScheduled", op_id="0:1", activity_type="pack", task_id="t1",
-               start_to_close_timeout=60.0, heartbeat_timeout=2.0),
-        _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
-               start_to_close_deadline="2026-04-12T12:01:03+00:00",
-               heartbeat_deadline="2026-04-12T12:00:05+00:00"),
-    ]
+    events = _heartbeating_attempt()
     now = NOW + timedelta(seconds=30)
     for moved, words, late in ((now + timedelta(seconds=1), "in 1s", False),
                                (now - timedelta(seconds=3), "3s late", True)):
