@@ -43,8 +43,14 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
     "activity 'charge'") raised `exc`, a `BaseException` that is not an
     `Exception`; None when `exc` must go on: the host's cancellation, a
     `KeyboardInterrupt` (the operator's Ctrl-C stops the host; the run or
-    attempt is not failed, and resumes on restart or on another worker), a
-    coroutine's `GeneratorExit`, `workflow.continue_as_new()`'s `ContinueAsNew`.
+    attempt is not failed, and resumes on restart or on another worker),
+    `workflow.continue_as_new()`'s `ContinueAsNew`.
+
+    A `GeneratorExit` fails the run too: no event loop closes a running
+    task's coroutine (the engine closes only the code's own coroutines, whose
+    `close()` takes its GeneratorExit back), so one that reaches here was
+    raised by the code; let go on, it had the run handed back and replayed
+    forever, ten warnings a second (the embedding audit).
 
     Left to propagate, the others (`SystemExit`, a class of the code's own)
     ended the worker's task group and the host with it (an activity), or had
@@ -53,8 +59,8 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
     task (`cancellation_pending`): it cancelled the worker's task group and the
     host's own code in the ``async with Worker`` block; it fails here too."""
     leaves = leaf_exceptions(exc)
-    going_on = (anyio.get_cancelled_exc_class(), KeyboardInterrupt, GeneratorExit,
-                errors.ContinueAsNew)  # (a coroutine closed; the engine's own)
+    going_on = (anyio.get_cancelled_exc_class(), KeyboardInterrupt,
+                errors.ContinueAsNew)  # (the engine's own)
     if isinstance(exc, Exception):
         return None
     if any(isinstance(leaf, going_on) for leaf in leaves):

@@ -56,6 +56,8 @@ def _raise(kind: str) -> None:
         raise anyio.get_cancelled_exc_class()()
     if kind == "exit":
         sys.exit(3)
+    if kind == "generator_exit":  # by hand: no loop closes a running task's coroutine
+        raise GeneratorExit("by hand")
     raise Halt("stop everything")
 
 
@@ -92,6 +94,9 @@ async def exotic_healthy(x: int) -> int:
 EXPECTED = {
     "unprintable": "<Unprintable: its __str__ raised RuntimeError; make __str__ return a string>",
     "exit": "raised SystemExit (3), a BaseException that is not an Exception",
+    # unfixed, a workflow's run was handed back and replayed forever (ten
+    # run_execution_error warnings a second)
+    "generator_exit": "raised GeneratorExit (by hand), a BaseException that is not an Exception",
     "halt": "raised Halt (stop everything), a BaseException that is not an Exception",
     "unreprable": "<Unreprable: its __str__ raised RuntimeError; make __str__ return a string>",
 }
@@ -136,7 +141,7 @@ async def test_a_workflow_raising_it_fails_its_run(
         if kind not in ("unprintable", "unreprable"):
             assert failure["exception_class"] == "durable.errors.RaisedNotAnException"
             assert failure["cause"]["exception_class"].endswith(
-                "SystemExit" if kind == "exit" else "Halt")
+                {"exit": "SystemExit", "generator_exit": "GeneratorExit"}.get(kind, "Halt"))
 
 
 @workflow.defn
