@@ -156,7 +156,7 @@ def holder_text(holder: Any, now: datetime) -> str | None:
     if holder.get("alive") and until is not None:
         return f"{what}, {last}, presumed alive until {absolute(until)} ({relative(until, now)})"
     then = ("the attempt ends when it times out" if activity
-            else "another worker takes the run when that worker's lease on it ends")
+            else "another worker takes the run once that worker's lease on it has lapsed")
     return f"{what}, {last}, presumed gone: {then}"
 
 

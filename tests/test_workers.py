@@ -218,8 +218,8 @@ async def test_the_run_list_names_the_worker_an_attempt_runs_on(
             info["run"]["owner"], await present_ops.owner_presence(info, client.list_workers),
             present.utcnow())
         assert owner.startswith(f"{worker.worker_id} (last seen 16m "), owner
-        assert owner.endswith("ago, presumed gone: another worker takes the run when that "
-                              "worker's lease on it ends)"), owner
+        assert owner.endswith("ago, presumed gone: another worker takes the run once that "
+                              "worker's lease on it has lapsed)"), owner
         assert text is not None and text.startswith(
             f"activity held-pack runs on worker {worker.worker_id}, last seen 16m")
         assert "presumed gone: the attempt ends when it times out" in text

@@ -38,7 +38,7 @@ def waiting_text(waiting: Any, now: datetime, holder: Any = None) -> Text:
                                  "; presumed alive until ", when(holder.get("expires_at"), now),
                                  ")")
         return Text(f"nothing open, but worker {holder['worker_id']}, which holds it, is "
-                    "gone: another worker takes the run when that worker's lease on it ends",
+                    "gone: another worker takes the run once that worker's lease on it has lapsed",
                     style="bold yellow")
     if not isinstance(waiting, Mapping):
         return Text("nothing: it is busy (an activity of it runs)", style="green")

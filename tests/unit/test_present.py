@@ -125,7 +125,7 @@ def test_a_run_lists_holder_is_told_alive_gone_or_none() -> None:
     gone = {**seen, "alive": False, "last_seen_at": "2026-12-06T13:39:20+00:00"}
     assert present.holder_text(gone, now) == (
         "held by worker w-7, last seen 40s ago, presumed gone: another worker takes the run "
-        "when that worker's lease on it ends")
+        "once that worker's lease on it has lapsed")
     assert present.holder_text({**gone, "activity": "pack"}, now) == (
         "activity pack runs on worker w-7, last seen 40s ago, presumed gone: the attempt ends "
         "when it times out")
