@@ -328,3 +328,37 @@ async def test_a_run_closed_before_its_cleanup_ran_never_reads_as_a_met_deadline
                               info["cancellation"]["closed_at"],
                               info["cancellation"]["cleanup_outcome"]))
     assert "no cleanup ran" in html and 'class="deadline cut"' in html and "met" not in html
+
+
+@workflow.defn(name="honest_waits")
+async def honest_waits() -> str:
+    await workflow.sleep(3600)
+    return "woke"
+
+
+@pytest.mark.parametrize("close", ["terminate", "run_timeout"])
+async def test_a_run_closed_otherwise_before_delivery_says_no_cleanup_ran(
+        client: durable.Client, tmp_path: Path, close: str) -> None:
+    """A request recorded, then the run closed another way (terminated, timed
+    out; a run that completed in the same race read so too) before any worker
+    delivered it: no cleanup ran. The record said ``cleanup_outcome``
+    ``terminated`` / ``timed_out`` ("cleanup cut short by ...") and, for a run
+    that completed, ``completed`` ("cleanup finished, deadline met")."""
+    options = (durable.StartOptions().with_run_timeout(1) if close == "run_timeout"
+               else durable.StartOptions())
+    handle = await client.start(honest_waits, id=f"undelivered-{close}-{tmp_path.name}",
+                                options=options)  # no worker: never delivered
+    await handle.request_cancellation("stop", cleanup_timeout=30)
+    if close == "terminate":
+        await handle.terminate("operator")
+    else:
+        await anyio.sleep(1.1)
+        assert await client.repair_pass() == {"run_timeout": 1}
+    info = await handle.describe()
+    expected = "terminated" if close == "terminate" else "timed_out"
+    assert info["status"] == expected
+    assert info["cancellation"]["lifecycle"] == expected
+    assert info["cancellation"]["cleanup_outcome"] == "not_delivered"
+    shown = rendered(_views.cancellation_grid(info["cancellation"], _fmt.utcnow(), False))
+    assert "no cleanup ran" in shown and "cut short" not in shown, shown
+    assert "met, " not in shown and "cleanup finished" not in shown, shown

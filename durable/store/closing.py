@@ -60,13 +60,18 @@ def _cancellation_outcome(cancellation: dict[str, Any], status: str, closed_reas
     """The cancellation record as the run closes: its lifecycle and cleanup outcome."""
     if closed_reason == "deadline_expired":
         lifecycle = outcome = "deadline_expired"
+    elif not cancellation.get("delivered_at"):
+        # closed (completed, failed, timed out, terminated, cancelled) before
+        # any worker delivered the request: no cleanup ran, so it neither
+        # "completed" nor was "cut short" (a run that completed while the
+        # request waited read "cleanup completed, deadline met")
+        lifecycle = "cancelled" if status == RunStatus.CANCELLED else status
+        outcome = "not_delivered"
     elif status == RunStatus.TERMINATED:
         lifecycle = outcome = "terminated"
     elif status == RunStatus.CANCELLED:
         lifecycle = "cancelled"
-        if not cancellation.get("delivered_at"):
-            outcome = "not_delivered"
-        elif reason is None:  # the run's own code closed it: cleanup finished
+        if reason is None:  # the run's own code closed it: cleanup finished
             outcome = "completed"
         else:  # cancel() cut the cleanup short
             outcome = "interrupted"
