@@ -351,9 +351,10 @@ async def test_a_run_closed_otherwise_before_delivery_says_no_cleanup_ran(
     await handle.request_cancellation("stop", cleanup_timeout=30)
     if close == "terminate":
         await handle.terminate("operator")
-    else:
-        await anyio.sleep(1.1)
-        assert await client.repair_pass() == {"run_timeout": 1}
+    else:  # enforced once its 1 s run timeout has passed (polled, not a fixed sleep)
+        with anyio.fail_after(20):
+            while await client.repair_pass() != {"run_timeout": 1}:
+                await anyio.sleep(0.05)
     info = await handle.describe()
     expected = "terminated" if close == "terminate" else "timed_out"
     assert info["status"] == expected
@@ -362,3 +363,40 @@ async def test_a_run_closed_otherwise_before_delivery_says_no_cleanup_ran(
     shown = rendered(_views.cancellation_grid(info["cancellation"], _fmt.utcnow(), False))
     assert "no cleanup ran" in shown and "cut short" not in shown, shown
     assert "met, " not in shown and "cleanup finished" not in shown, shown
+
+
+@activity.defn(name="hr-unserved")
+def unserved_step() -> None:  # no worker of its queue ever runs it
+    raise AssertionError("not claimed by any worker in this test")
+
+
+@workflow.defn(name="hr-waits-for-an-attempt")
+async def waits_for_an_attempt() -> None:
+    await workflow.execute_activity(
+        unserved_step, options=durable.ActivityOptions(task_queue="hr-nobody-serves"))
+
+
+async def test_a_closed_runs_unclaimed_attempt_is_verified_as_stopped(
+        client: durable.Client, make_worker: Callable[..., durable.Worker],
+        tmp_path: Path) -> None:
+    """An attempt waiting in a queue, never claimed, is cancelled in storage
+    when its run closes (here: its cancellation's cleanup deadline expired
+    with no worker to deliver it): nothing can run it, and its receipt says
+    so (``not_started``). The cascade said "NOT VERIFIED: ... its worker
+    (None) is gone or it was fenced" and "inspection incomplete"."""
+    handle = await client.start(waits_for_an_attempt, id=f"unclaimed-{tmp_path.name}")
+    async with make_worker(workflows=[waits_for_an_attempt]):
+        with anyio.fail_after(20):  # the workflow's code scheduled its activity
+            while "ActivityScheduled" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
+    await handle.request_cancellation("stop", cleanup_timeout=0.2)
+    with anyio.fail_after(20):  # no worker: the repair pass enforces the deadline
+        while (await handle.describe())["status"] != "cancelled":
+            await client.repair_pass()
+            await anyio.sleep(0.05)
+    view = await handle.cancellation_cascade()
+    assert view["findings"] == [] and view["inspection_complete"] is True, view
+    [stop] = view["runs"][0]["activity_stops"]
+    assert stop["state"] == "stopped" and stop["stop_receipt"]["kind"] == "not_started", stop
+    cancelled = [e for e in await handle.history() if e.type == "ActivityCancelled"]
+    assert cancelled[-1].data["stop_receipt"]["kind"] == "not_started"

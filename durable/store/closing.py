@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..clock import to_iso
 from ..driver import Program, Row, Stmt, Tx, ex, q, q1
 from ..errors import WorkflowNotFound
 from ..failure import Failure
@@ -353,7 +354,7 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
     cancel_failure = Failure.activity_cancelled(
         f"cancelled because the workflow run closed ({status})")
     tasks = yield q(
-        "SELECT task_id, op_id, activity_name, options, status FROM activity_tasks "
+        "SELECT task_id, op_id, activity_name, options, status, attempt FROM activity_tasks "
         f"WHERE run_id = ? AND status IN {OPEN_SQL}", run_id,
     )
     fenced: set[str] = set()
@@ -361,16 +362,22 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
         if (loads(task["options"]) or {}).get("cancellation") == "abandon":
             continue  # an abandoned activity has its own lifetime
         fenced.add(task["task_id"])
+        # an attempt no worker had claimed stops here, for sure: its receipt
+        # says so (the cascade read it "NOT VERIFIED ... its worker is gone")
+        receipt = ({"kind": "not_started", "confirmed": True, "at": to_iso(now),
+                    "attempt": task["attempt"]} if task["status"] == "pending" else None)
         yield ex(
             "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
-            "stop_requested = 1, stop_requested_at = COALESCE(stop_requested_at, ?) "
-            "WHERE task_id = ?",
-            now, now, task["task_id"],
+            "stop_requested = 1, stop_requested_at = COALESCE(stop_requested_at, ?), "
+            "stop_receipt = COALESCE(?, stop_receipt) WHERE task_id = ?",
+            now, now, dumps(receipt) if receipt is not None else None, task["task_id"],
         )
         data: dict[str, Any] = {
             "op_id": task["op_id"], "activity_type": task["activity_name"],
             "task_id": task["task_id"], "reason": f"workflow {status}", "fenced": True,
         }
+        if receipt is not None:
+            data["stop_receipt"] = receipt
         if task["status"] == "running":
             # the run stopped waiting; the attempt may still finish its work:
             # its stop receipt, recorded later, says whether it did (issue 21)

@@ -92,7 +92,9 @@ async def test_describe_lists_failures_and_the_cancellation(store: Store) -> Non
     assert info["failures"] == [failure.to_dict()]
     cancellation = info["cancellation"]
     assert cancellation["request_id"] == ctx["request_id"]
-    assert (cancellation["lifecycle"], cancellation["cleanup_outcome"]) == ("failed", "failed")
+    # the run failed before any worker delivered the request: no cleanup ran
+    assert (cancellation["lifecycle"], cancellation["cleanup_outcome"]) == (
+        "failed", "not_delivered")
     assert cancellation["deadline_at"] == "2023-11-14T22:13:51+00:00"
     assert cancellation["closed_at"] == "2023-11-14T22:13:22+00:00"
 
