@@ -67,6 +67,16 @@ def idle_queue(queue: Mapping[str, Any]) -> str | None:
             f"queue, and its limits hold back nothing. Queues in use: {others}")
 
 
+def cascade_going(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The runs of a cascade (`Client.cascade`'s ``runs``, root first) still
+    stopping: the root while open, and any other open run asked to stop. An
+    abandoned child keeps running by design: the cleanup deadline of the
+    request is not "late" because of it (the cascade's header said so while
+    it also said "verified")."""
+    return [r for i, r in enumerate(runs) if r.get("status") in OPEN_STATUSES and (
+        i == 0 or r.get("lifecycle") in ("requested", "delivered", "cleaning_up"))]
+
+
 def cascade_in_progress(data: Mapping[str, Any]) -> str | None:
     """What of a cancellation cascade (`Client.cascade`'s dict) is still under
     way, in words, or None once nothing is: the cascade's first run still
@@ -80,8 +90,7 @@ def cascade_in_progress(data: Mapping[str, Any]) -> str | None:
     does not count.
     """
     runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
-    going = [r for i, r in enumerate(runs) if r.get("status") in OPEN_STATUSES and (
-        i == 0 or r.get("lifecycle") in ("requested", "delivered", "cleaning_up"))]
+    going = cascade_going(runs)
     stopping = sum(1 for r in runs for stop in r.get("activity_stops") or []
                    if isinstance(stop, Mapping) and stop.get("state") == "stopping")
     if not going and not stopping:

@@ -4,6 +4,7 @@ count, the history, the cascade and the rows written agree."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import sqlite3
 import threading
@@ -400,3 +401,40 @@ async def test_a_closed_runs_unclaimed_attempt_is_verified_as_stopped(
     assert stop["state"] == "stopped" and stop["stop_receipt"]["kind"] == "not_started", stop
     cancelled = [e for e in await handle.history() if e.type == "ActivityCancelled"]
     assert cancelled[-1].data["stop_receipt"]["kind"] == "not_started"
+
+
+def test_an_abandoned_child_still_running_does_not_make_the_cleanup_deadline_late() -> None:
+    """The tree's root met its cleanup deadline; a child its policy abandons
+    keeps running by design. The cascade's header read "(2.5s late)" beside
+    "verified", growing for as long as the abandoned child ran."""
+    from durable.http.ui import cascade as ui_cascade
+
+    now = _fmt.utcnow()
+    deadline = now - datetime.timedelta(seconds=3)
+    closed = now - datetime.timedelta(seconds=8)
+    data = {
+        "workflow_id": "root",
+        "root": {"request_id": "r", "deadline_at": deadline.isoformat(), "source": "client",
+                 "requested_at": (closed - datetime.timedelta(seconds=1)).isoformat(),
+                 "cleanup_timeout_seconds": 10.0},
+        "inspection_complete": True, "findings": [], "truncated": False,
+        "runs": [
+            {"workflow_id": "root", "run_id": "1", "status": "cancelled",
+             "lifecycle": "cancelled", "cleanup_outcome": "completed",
+             "cleanup_closed_at": closed.isoformat(), "activity_stops": []},
+            {"workflow_id": "kept", "run_id": "2", "status": "running",
+             "lifecycle": "not_requested", "activity_stops": []},
+        ],
+        "edges": [{"parent_run_id": "1", "child_workflow_id": "kept", "child_run_id": "2",
+                   "policy": "parent_close:abandon"}],
+    }
+    header = rendered(_cascade.cascade_tree(Output(), data, now)).splitlines()
+    line = next(x for x in header if "cleanup deadline" in x)
+    assert "late" not in line and "met, 5s to spare" in line, line
+    assert ui_cascade.cascade_tree(data)["any_open"] is False
+    # while a run asked to stop is still open, the deadline is judged as open
+    asked = {**data, "runs": [data["runs"][0], {**data["runs"][1],
+                                                "lifecycle": "cleaning_up"}]}
+    line = next(x for x in rendered(_cascade.cascade_tree(Output(), asked, now)).splitlines()
+                if "cleanup deadline" in x)
+    assert "3s late" in line, line

@@ -91,7 +91,7 @@ def cascade_tree(out: Output, data: Mapping[str, Any], now: datetime) -> Rendera
         f"request {root.get('request_id')} by {_requester(root.get('requester'))}"
         f" via {root.get('source')}, requested ", when(root.get("requested_at"), now)))
     runs = [r for r in data.get("runs") or [] if isinstance(r, Mapping)]
-    any_open = any(r.get("status") in _fmt.OPEN_STATUSES for r in runs)
+    any_open = bool(_ops.cascade_going(runs))  # (not an abandoned child: by design)
     tree.add(Text.assemble(
         "cleanup deadline ", deadline(root.get("deadline_at"), now, any_open,
                                       runs[0].get("cleanup_closed_at") if runs else None,

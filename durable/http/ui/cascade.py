@@ -116,7 +116,7 @@ def cascade_tree(data: Mapping[str, Any]) -> dict[str, Any]:
         and _ops.cascade_in_progress(data) is None,
         "findings": findings, "truncated": bool(data.get("truncated")),
         "nodes": roots, "run_count": len(runs),
-        "any_open": any(is_open(r.get("status")) for r in runs),
+        "any_open": bool(_ops.cascade_going(runs)),  # (not an abandoned child)
         "root_cleanup_closed_at": runs[0].get("cleanup_closed_at") if runs else None,
         "root_cleanup_outcome": _fmt.cleanup_of(runs[0]) if runs else None,
     }
