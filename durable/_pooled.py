@@ -345,7 +345,8 @@ class PooledDriver(ABC, Generic[PoolT, ConnT]):
         while True:
             pool = self._require_pool()
             tx = Tx(self.dialect, notices=self._tx_notices, addressee=self._tx_addressee,
-                    slot_limited=self.hub.slot_limited)
+                    slot_limited=self.hub.slot_limited,
+                    activity_slot_limited=self.hub.activity_slot_limited)
             try:
                 async with self._acquire(pool) as conn:
                     try:

@@ -222,6 +222,12 @@ class Tx:
     #: release) wakes the queue's claimers everywhere, in this commit
     #: (`durable.store.runs.slot_freed`); empty: no program wakes for a slot
     slot_limited: Collection[tuple[str, str]] = frozenset()
+    #: the task queues, as (namespace, name), that this process knows to limit
+    #: remote activity attempts by a count (``max_running_activities``;
+    #: `durable.wakes.WakeHub.activity_slot_limited`): an attempt of one that
+    #: stops running wakes the queue's activity claimers, in this commit
+    #: (`durable.store.activities.activity_slot_freed`)
+    activity_slot_limited: Collection[tuple[str, str]] = frozenset()
 
     @property
     def lock(self) -> str:

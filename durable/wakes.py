@@ -356,6 +356,8 @@ class WakeHub:
         self._executing: dict[tuple[str, ...], int] = {}
         # replaced whole, never changed in place: a driver's thread reads it
         self.slot_limited: frozenset[tuple[str, str]] = frozenset()
+        # the same for ``max_running_activities`` (`limit_activity_slots`)
+        self.activity_slot_limited: frozenset[tuple[str, str]] = frozenset()
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call `callback` for every wake-up; returns the unsubscribe function."""
@@ -453,6 +455,15 @@ class WakeHub:
         if (queue in self.slot_limited) != limited:
             self.slot_limited = (self.slot_limited | {queue} if limited
                                  else self.slot_limited - {queue})
+
+    def limit_activity_slots(self, namespace: str, task_queue: str, limited: bool) -> None:
+        """Say whether a claim here found the activity attempts of this task
+        queue limited by a count (``max_running_activities``:
+        `activity_slot_limited`)."""
+        queue = (namespace, task_queue)
+        if (queue in self.activity_slot_limited) != limited:
+            self.activity_slot_limited = (self.activity_slot_limited | {queue} if limited
+                                          else self.activity_slot_limited - {queue})
 
     def execute_here(self, run_id: str) -> Callable[[], None]:
         """Say that a worker of this process executes run `run_id`; returns the

@@ -554,6 +554,30 @@ async def test_max_running_activities_holds_attempts_back_until_one_ends(
     assert most_running() == 2
 
 
+async def test_an_attempt_that_ends_frees_its_activity_slot_at_once_not_at_the_poll(
+    storage_client: durable.Client,
+) -> None:
+    """At ``max_running_activities=1`` each attempt's end must let the next one
+    start at once: before, the worker learnt of the freed slot only at its
+    next poll (30 s here; PostgreSQL's own look, 1 s), so eight short
+    attempts took eight polls."""
+    import anyio
+
+    RUNNING.clear()
+    GATE["open"] = anyio.Event()
+    GATE["open"].set()
+    client = storage_client
+    await client.set_queue_limits("q", durable.QueueLimits(max_running_activities=1))
+    async with durable.Worker(client, workflows=[fan_out], activities=[call_api],
+                              task_queue="q", poll_interval=30) as worker:
+        await worker.remote.claims.claim_now()  # it looked, found nothing, and waits
+        handle = await client.start(fan_out, 8, id="fan-free",
+                                    options=durable.StartOptions(task_queue="q"))
+        with anyio.fail_after(4):
+            assert await handle.result() == list(range(8))
+    assert most_running() == 1
+
+
 async def test_durable_start_takes_a_priority_and_a_concurrency_key(tmp_path: Any) -> None:
     import anyio
 

@@ -283,7 +283,8 @@ class SQLiteDriver:
 
     def _tx(self) -> Tx:
         """A transaction's context (the queues limited by slots: `Tx.slot_limited`)."""
-        return Tx(self.dialect, slot_limited=self.hub.slot_limited)
+        return Tx(self.dialect, slot_limited=self.hub.slot_limited,
+                  activity_slot_limited=self.hub.activity_slot_limited)
 
     async def run(self, program: ProgramFactory[T], *, write: bool = True) -> T:
         """Run the program whole on the database thread, grouped with whatever

@@ -230,7 +230,9 @@ class Call(Generic[T]):
         assert self.factory is not None
         if self.program is not None:
             self.program.close()
-        self.tx = Tx(dialect, slot_limited=frozenset() if self.tx is None else self.tx.slot_limited)
+        self.tx = Tx(dialect, slot_limited=frozenset() if self.tx is None else self.tx.slot_limited,
+                     activity_slot_limited=frozenset() if self.tx is None
+                     else self.tx.activity_slot_limited)
         self.program = self.factory(self.tx)
         self.value = None
         self.error = None

@@ -15,6 +15,7 @@ the clients reach storage through; split, the face would be two.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -279,9 +280,14 @@ class Store:
     ) -> Claimed[ActivityTask]:
         """Start pending attempts of these activities on this worker (of these
         task ids only, or available since `available_by` only, if given)."""
-        return await self.driver.run(lambda tx: activities.claim_activities(
+        claimed = await self.driver.run(lambda tx: activities.claim_activities(
             tx, namespace, task_queue, worker_id, names, limit, lease_seconds, now, task_ids,
             available_by))
+        # an attempt of this queue that stops running wakes its claimers
+        self.hub.limit_activity_slots(namespace, task_queue, claimed.limited and (
+            claimed.limits is None
+            or json.loads(claimed.limits).get("max_running_activities") is not None))
+        return claimed
 
     async def complete_activity(
         self, task_id: str, attempt: int, worker_id: str, result: str | None,

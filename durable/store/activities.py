@@ -77,6 +77,7 @@ def claim_activities(
         if limit <= 0:
             held: Claimed[ActivityTask] = Claimed()
             held.limited = True
+            held.limits = str(queue["limits"])
             held.next_at = None if bucket is None or bucket.tokens >= 1 else (
                 bucket.next_token_at())
             return held
@@ -154,6 +155,7 @@ def claim_activities(
     if queue is not None:
         yield from queues.spend_activity_tokens(namespace, task_queue, bucket, len(updates))
         tasks.limited = True
+        tasks.limits = str(queue["limits"])
     return tasks
 
 
@@ -395,6 +397,19 @@ def _record_stop(tx: Tx, task: Row, task_id: str, attempt: int, worker_id: str,
     return ActivityOutcome("refused", "stop receipt recorded")
 
 
+def activity_slot_freed(tx: Tx, namespace: str, task_queue: str) -> None:
+    """An attempt of this queue stopped running: when the queue limits its
+    attempts by a count (``max_running_activities``, as a claim of this
+    process found: `Tx.activity_slot_limited`), wake its activity claimers,
+    here and in the other processes, in this commit. Without it a worker
+    whose claim found the queue full learnt of the slot at its next poll
+    (`Worker(poll_interval)`), so a queue at ``max_running_activities=N``
+    ran below N for up to a poll after each attempt (the runs' equivalent:
+    `durable.store.runs.slot_freed`, decision (at))."""
+    if (namespace, task_queue) in tx.activity_slot_limited:
+        tx.wake(Wake.activities(namespace, task_queue))
+
+
 def complete_activity(
     tx: Tx,
     task_id: str,
@@ -409,6 +424,11 @@ def complete_activity(
                     task_id)
     if task is None:
         return (yield from _refuse(tx, None, task_id, attempt, worker_id, "unknown task", now))
+    if (task["status"] == AttemptStatus.RUNNING and task["owner"] == worker_id
+            and int(task["attempt"]) == attempt):
+        # whatever is recorded below (a result, a failure, a stop, a time-out),
+        # the attempt stops running here: its slot of the queue comes free
+        activity_slot_freed(tx, task["namespace"], task["task_queue"])
     if (task["stop_requested"] and task["stop_receipt"] is None and task["owner"] == worker_id
             and int(task["attempt"]) == attempt
             and task["status"] in (AttemptStatus.RUNNING, AttemptStatus.CANCELLED)):
