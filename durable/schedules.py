@@ -18,6 +18,11 @@ every real instant its fields match: a change of the clocks neither skips nor
 doubles a fire. Intervals are real durations counted from the Unix epoch plus
 `offset` (``every=3600`` fires at each whole UTC hour), untouched by any
 clock change.
+
+Kept whole: a spec's validation and its fire times are one definition of
+"when" (the next fire, the list's next fires, backfill and the overdue count
+all ask the same `ScheduleSpec`); the handle beside it is the thin face
+users call, and splitting it off would leave a module of re-exports.
 """
 
 from __future__ import annotations
