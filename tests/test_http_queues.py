@@ -102,6 +102,18 @@ async def test_task_queues_show_backlog_pollers_and_limits(
     detail = await get(http, "/api/task-queues/orders")
     assert (detail["name"], detail["pollers"], detail["runs"]["waiting"]) == ("orders", [], 3)
     assert detail["runs"]["rate_left"] == 1
+    assert detail["current_leases"] == []  # nothing claimed: nothing leased
+    # a claim: the lease behind the leased count is listed (it said [] always)
+    now = storage_client.clock.now()
+    claimed = await storage_client.store.claim_runs(
+        "default", "orders", "w-api", ("http_queue_order",), 1, 30.0, now)
+    assert len(claimed) == 1
+    detail = await get(http, "/api/task-queues/orders")
+    assert detail["stats"]["workflow_tasks"]["leased_count"] == 1
+    [lease] = detail["current_leases"]
+    assert (lease["kind"], lease["workflow_id"], lease["worker_id"]) == (
+        "workflow", claimed[0].run.workflow_id, "w-api")
+    assert lease["lease_expires_at"] is not None
 
 
 async def test_a_remote_client_sees_workers_and_queues_as_an_embedded_one(

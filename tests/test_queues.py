@@ -353,6 +353,14 @@ async def test_a_run_held_back_says_why_in_describe(storage_client: durable.Clie
     # beyond the first few, the words count the rest
     many = dict(waiting, running=9)
     assert str(wait_of(many)[1]).endswith(f"b-0 (worker w, leased to {shown}) and 7 more")
+    # the queue's describe lists the leases behind its running count (the
+    # reference's current_leases said [] whatever was held); a list leaves them out
+    described = await client.describe_queue("q")
+    assert described["runs"]["running"] == 2
+    assert sorted((x["kind"], x["workflow_id"], x["worker_id"], x["lease_expires_at"])
+                  for x in described["leases"]) == [
+        ("workflow", "a-0", "w", until), ("workflow", "b-0", "w", until)]
+    assert all("leases" not in listed for listed in await client.list_queues())
 
 
 @workflow.defn(name="slot-parent")

@@ -165,8 +165,11 @@ async def list_task_queues(call: Call) -> tuple[int, Any]:
 async def describe_task_queue(call: Call) -> tuple[int, Any]:
     name = call.params["taskQueue"]
     pollers = [_poller(w) for w in await _workers(call) if w["task_queue"] == name]
-    queue = queue_summary(await call.client.describe_queue(name), pollers)
-    return 200, {**queue, "pollers": pollers, "current_leases": [], "repair": {}}
+    described = await call.client.describe_queue(name)
+    queue = queue_summary(described, pollers)
+    # the leases held now (it said [] whatever was held: "nothing leased")
+    return 200, {**queue, "pollers": pollers, "current_leases": described.get("leases", []),
+                 "repair": {}}
 
 
 async def set_task_queue_limits(call: Call) -> tuple[int, Any]:
@@ -246,8 +249,11 @@ def queue_operations() -> list[Operation]:
             "GET", "/api/task-queues/{taskQueue}", "describeTaskQueue",
             "Describe one task queue", describe_task_queue, tags=queues,
             params=(TASK_QUEUE,),
-            replies=(Reply(200, "{name, stats, pollers, limits, runs, activities, ...}.",
-                           ANY_OBJECT),)),
+            replies=(Reply(200, "{name, stats, pollers, limits, runs, activities, "
+                                "current_leases: [{kind: workflow|activity, workflow_id, "
+                                "run_id, worker_id, lease_expires_at, (task_id, "
+                                "activity_type, attempt)}] (the first 100 of each kind), "
+                                "...}.", ANY_OBJECT),)),
         Operation(
             "GET", "/api/task-queues/{taskQueue}/build-ids", "listTaskQueueBuildIds",
             "The queue's builds during a deploy", task_queue_builds, tags=queues,

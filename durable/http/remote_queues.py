@@ -56,7 +56,10 @@ class RemoteQueues:
 
     async def describe(self, name: str) -> dict[str, Any]:
         _, data = await self.control._call("GET", f"/api/task-queues/{quote_segment(name)}")
-        return {k: data[k] for k in _QUEUE_KEYS if k in data}
+        found = {k: data[k] for k in _QUEUE_KEYS if k in data}
+        if isinstance(data.get("current_leases"), list):  # as the embedded describe has them
+            found["leases"] = data["current_leases"]
+        return found
 
     async def list(self) -> list[dict[str, Any]]:
         _, data = await self.control._call("GET", "/api/task-queues")

@@ -599,7 +599,8 @@ class Store:
             names = yield from queue_views.queue_names(namespace, now)
             out = []
             for name in names:
-                out.append((yield from queue_views.describe_queue(namespace, name, now)))
+                out.append((yield from queue_views.describe_queue(namespace, name, now,
+                                                                  leases=False)))
             return out
         return await self.driver.run(program, write=False)
 
