@@ -444,3 +444,60 @@ async def test_a_migration_waits_for_its_own_database_only_and_says_when_it_gave
         holder.close()
         for url in urls:
             drop_mariadb_database(url)
+
+
+async def test_a_statement_stopped_by_kill_query_reruns_the_transaction(url: str) -> None:
+    """An operator's ``KILL QUERY`` (or the server's ``max_statement_time``)
+    stops a statement, not the connection: error 1317 (1969). The transaction
+    is rolled back whole, so it is re-run like a lock wait past its timeout.
+    It was the program's own error: a worker whose claim met it stopped
+    (`worker_failed`), and an activity's completion it met was never recorded."""
+    import asyncmy
+
+    parts = urlsplit(url)
+
+    async def connect(autocommit: bool) -> object:
+        return await asyncmy.connect(
+            host=parts.hostname or "127.0.0.1", port=parts.port or 3306,
+            user=parts.username or "root", password=parts.password or "",
+            database=parts.path.lstrip("/"), autocommit=autocommit)
+
+    async with durable.connect(url + "?lock_wait_timeout=30", retries=2) as client:
+        holder = await connect(False)
+        admin = await connect(True)
+        try:
+            async with holder.cursor() as cur:  # type: ignore[attr-defined]
+                await cur.execute("BEGIN")
+                await cur.execute("SELECT value FROM durable_meta WHERE `key` = "
+                                  "'schema_version' FOR UPDATE")
+            attempts = []
+
+            def locking_read(tx: Tx):  # type: ignore[no-untyped-def]
+                attempts.append(1)
+                row = yield q1("SELECT value FROM durable_meta WHERE `key` = "
+                               "'schema_version' FOR UPDATE")
+                return row["value"]
+
+            async def kill_the_wait_then_release() -> None:
+                async with admin.cursor() as cur:  # type: ignore[attr-defined]
+                    with anyio.fail_after(10):
+                        while True:
+                            await cur.execute(
+                                "SELECT id FROM information_schema.processlist WHERE "
+                                "db = DATABASE() AND info LIKE 'SELECT value FROM durable_meta%'")
+                            rows = await cur.fetchall()
+                            if rows:
+                                break
+                            await anyio.sleep(0.05)
+                    await cur.execute(f"KILL QUERY {int(rows[0][0])}")
+                await anyio.sleep(0.2)
+                async with holder.cursor() as cur:  # type: ignore[attr-defined]
+                    await cur.execute("ROLLBACK")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(kill_the_wait_then_release)
+                assert await client.driver.run(locking_read)
+            assert len(attempts) == 2
+        finally:
+            await holder.ensure_closed()  # type: ignore[attr-defined]
+            await admin.ensure_closed()  # type: ignore[attr-defined]

@@ -6,7 +6,8 @@ statement, ``COMMIT``; programs that only read run without ``BEGIN`` (each
 statement its own snapshot, as under READ COMMITTED anyway). A transaction
 that certainly did not commit (a deadlock, a lock wait past
 ``lock_wait_timeout``, a duplicate key raced in by another transaction, a
-connection lost before COMMIT) is re-run whole; a connection lost during
+statement stopped by ``KILL QUERY`` or ``max_statement_time``, a connection
+lost before COMMIT) is re-run whole; a connection lost during
 COMMIT raises `StorageUnavailable(outcome_unknown=True)`.
 
 MariaDB has no LISTEN/NOTIFY. A transaction whose wake-ups must reach other
@@ -75,7 +76,15 @@ _CONFLICT_CODES = frozenset({
     1205,  # ER_LOCK_WAIT_TIMEOUT
     1062,  # ER_DUP_ENTRY: a row another transaction inserted meanwhile
     1020,  # ER_CHECKREAD: the record changed since it was read
+    # the statement was stopped, not the connection: an operator's KILL QUERY,
+    # the server's max_statement_time; the transaction is rolled back whole
+    # here, so nothing of it was committed (except when it was the COMMIT)
+    1317,  # ER_QUERY_INTERRUPTED
+    1969,  # ER_STATEMENT_TIMEOUT
 })
+#: a statement stopped by the server (subset of _CONFLICT_CODES): when it was
+#: the COMMIT, whether the transaction committed is not known
+_INTERRUPTED_CODES = frozenset({1317, 1969})
 #: the connection is gone (the server rolls back what was open)
 _LOST_CODES = frozenset({
     2002, 2003, 2006, 2013, 2055,  # client: cannot connect, server gone, lost
@@ -391,7 +400,8 @@ class MariaDBDriver(PooledDriver[Any, Any]):
         try:
             await conn.commit()
         except BaseException as exc:
-            if _lost(exc):
+            if _lost(exc) or (isinstance(exc, myerr.MySQLError)
+                              and _code(exc) in _INTERRUPTED_CODES):
                 raise CommitOutcomeUnknown() from exc
             await self._rollback(conn, exc)
             raise
