@@ -76,6 +76,9 @@ if TYPE_CHECKING:
     from .client import Client
 
 CAPABILITIES = ("cooperative_cancellation", "activity_supervision")
+#: the longest `Worker(identity=...)`: its worker id, ``{identity}#{8 hex}``,
+#: is an id of at most 255 characters too
+_IDENTITY_LENGTH = 255 - 9
 #: how long the watchdog gathers wake-ups before it re-reads the next deadline
 WATCHDOG_COALESCE = 0.02
 
@@ -158,8 +161,17 @@ class Worker:
         # Leases belong to this incarnation: a process restarted with the same
         # identity must not renew (and so keep alive) its dead predecessor's
         # attempts, which then expire and are recovered.
-        self.identity = _validate.optional_name(identity, "Worker identity") or (
-            f"worker-{uuid.uuid4().hex[:12]}")
+        _validate.optional_name(identity, "Worker identity")
+        if identity is not None and len(identity) > _IDENTITY_LENGTH:
+            # the worker id adds "#" and 8 characters: an id past 255 is
+            # refused by MariaDB's keys (a raw DataError at start) and by
+            # every call that names a worker elsewhere
+            raise ConfigurationError(
+                f"Worker identity is {len(identity)} characters long; at most "
+                f"{_IDENTITY_LENGTH} are allowed (the worker id adds '#' and 8 characters to "
+                f"it, and an id is at most {_validate.MAX_NAME_LENGTH}; it starts "
+                f"{identity[:40]!r})")
+        self.identity = identity or f"worker-{uuid.uuid4().hex[:12]}"
         self.worker_id = f"{self.identity}#{uuid.uuid4().hex[:8]}" if identity else (
             self.identity)
         self.registry = Registry.of(workflows, activities)

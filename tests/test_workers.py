@@ -296,3 +296,19 @@ async def test_a_lease_too_short_to_renew_is_refused_at_the_worker(
             durable.Worker(storage_client, workflows=[greet_elsewhere], lease_seconds=bad)
     assert durable.Worker(storage_client, workflows=[greet_elsewhere],
                           lease_seconds=0.5).lease_seconds == 0.5
+
+
+async def test_an_identity_leaves_room_for_the_worker_ids_suffix(
+    storage_client: durable.Client,
+) -> None:
+    """A worker id is ``{identity}#{8 hex}``: an identity of 247 to 255
+    characters made a worker id past 255, which MariaDB's keys refused with
+    the driver's own DataError when the worker started (SQLite and
+    PostgreSQL stored it). Refused at the call, naming the limit; 246 works."""
+    with pytest.raises(durable.ConfigurationError, match="at most 246 are allowed"):
+        durable.Worker(storage_client, workflows=[greet_elsewhere], identity="w" * 247)
+    async with durable.Worker(storage_client, workflows=[greet_elsewhere],
+                              identity="😀" * 246) as worker:
+        assert len(worker.worker_id) == 255
+        handle = await storage_client.start("greet-elsewhere", "ann", id="identity-1")
+        assert await handle.result() == "hello ann!"
