@@ -501,3 +501,38 @@ async def test_a_statement_stopped_by_kill_query_reruns_the_transaction(url: str
         finally:
             await holder.ensure_closed()  # type: ignore[attr-defined]
             await admin.ensure_closed()  # type: ignore[attr-defined]
+
+
+async def test_a_value_the_server_refuses_is_a_write_rejected_naming_the_limit(url: str) -> None:
+    """A start whose statement is past the server's max_allowed_packet (a
+    client's `Limits(payload_bytes=...)` raised above it) raised asyncmy's own
+    OperationalError(1153) from `client.start`, not a durable error; a value
+    past its column (1406) likewise. Now `WriteRejected`, naming the setting,
+    nothing recorded, and the next start goes through."""
+    import asyncmy.errors
+
+    packet = int(_mariadb_admin("SELECT @@max_allowed_packet")[0][0][0])
+    if packet > 48 * 2**20:
+        pytest.skip(f"the server's max_allowed_packet ({packet}) is above the test's payload")
+    from durable.testing import isolated_definitions
+
+    with isolated_definitions():
+        @durable.workflow.defn(name="anything")
+        async def anything(text: str) -> int:
+            return len(text)
+
+    limits = durable.Limits(payload_bytes=64 * 2**20)
+    async with durable.connect(url, limits=limits) as client:
+        with pytest.raises(durable.WriteRejected, match="max_allowed_packet") as caught:
+            await client.start(anything, "a" * (packet + 2**20), id="too-big")
+        assert isinstance(caught.value.__cause__, asyncmy.errors.OperationalError)
+        with pytest.raises(durable.WorkflowNotFound):
+            await client.get_handle("too-big").describe()
+        handle = await client.start(anything, "small", id="small")
+        assert (await handle.describe())["status"] == "pending"
+
+        def too_long(tx: Tx):  # type: ignore[no-untyped-def]
+            yield ex("INSERT INTO durable_meta (`key`, value) VALUES (?, 'x')", "k" * 256)
+
+        with pytest.raises(durable.WriteRejected, match="1406"):
+            await client.driver.run(too_long)

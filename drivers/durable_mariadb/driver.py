@@ -42,7 +42,7 @@ from asyncmy.pool import Pool
 
 from durable._pooled import CommitOutcomeUnknown, Failure, PooledDriver
 from durable.driver import Program, Stmt, Tx, Wake, drive
-from durable.errors import ConfigurationError
+from durable.errors import ConfigurationError, WriteRejected
 from durable.store.migrations import SCHEMA_VERSION, migrate
 from durable.store.schema import schema_statements
 
@@ -81,6 +81,14 @@ _CONFLICT_CODES = frozenset({
     # here, so nothing of it was committed (except when it was the COMMIT)
     1317,  # ER_QUERY_INTERRUPTED
     1969,  # ER_STATEMENT_TIMEOUT
+})
+#: the server refused a value it cannot store: a write rejected (`WriteRejected`),
+#: not the library's own error, and never retried (it would be refused again)
+_REJECTED_CODES = frozenset({
+    1153,  # ER_NET_PACKET_TOO_LARGE: a statement past max_allowed_packet
+    1406,  # ER_DATA_TOO_LONG: a value past its column (a key's 255 characters)
+    1366,  # ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: text the column cannot hold
+    1264,  # ER_WARN_DATA_OUT_OF_RANGE: a number past its column
 })
 #: a statement stopped by the server (subset of _CONFLICT_CODES): when it was
 #: the COMMIT, whether the transaction committed is not known
@@ -396,6 +404,8 @@ class MariaDBDriver(PooledDriver[Any, Any]):
                     (self.origin, self._payload(tx), time.time()), "exec"))
         except BaseException as exc:
             await self._rollback(conn, exc)
+            if isinstance(exc, myerr.MySQLError) and _code(exc) in _REJECTED_CODES:
+                raise self._rejected(exc) from exc
             raise
         try:
             await conn.commit()
@@ -406,6 +416,16 @@ class MariaDBDriver(PooledDriver[Any, Any]):
             await self._rollback(conn, exc)
             raise
         return result
+
+    def _rejected(self, exc: BaseException) -> WriteRejected:
+        hint = ""
+        if _code(exc) == 1153:
+            hint = ("; a statement is bounded by the server's max_allowed_packet (SELECT "
+                    "@@max_allowed_packet): raise it (SET GLOBAL max_allowed_packet = ..., and "
+                    "in the server's configuration) above durable.Limits' payload_bytes, or "
+                    "keep payloads smaller")
+        return WriteRejected(f"{self.engine} at {self.masked!r} refused the write: "
+                             f"{exc!r}{hint}; nothing of it was recorded")
 
     @staticmethod
     async def _rollback(conn: Any, cause: BaseException) -> None:
