@@ -432,14 +432,18 @@ class ScheduleControl(Protocol):
 
 
 def check_schedule_id(value: Any) -> str:
-    """A schedule id: a name short enough that ``{id}-{YYYYmmddTHHMMSSZ}`` (its
-    fires' workflow ids) is one too."""
+    """A schedule id: a name short enough that ``{id}-{YYYYmmddTHHMMSS.fffZ}``
+    (its fires' workflow ids; a trigger's time has milliseconds) is one too.
+    It allowed 238 (a scheduled fire's 17 characters): a trigger of a 235 to
+    238 character id made a workflow id past 255, refused by MariaDB's keys
+    and by every call that names a run elsewhere (the MariaDB audit)."""
     _validate.name(value, "schedule id")
-    longest = _validate.MAX_NAME_LENGTH - len("-20260101T000000Z")
+    suffix = len("-20260101T000000.000Z")
+    longest = _validate.MAX_NAME_LENGTH - suffix
     if len(value) > longest:
         raise ConfigurationError(
             f"a schedule id is at most {longest} characters (its fires' workflow ids add "
-            f"17), got {len(value)}")
+            f"up to {suffix}), got {len(value)}")
     return str(value)
 
 

@@ -62,7 +62,7 @@ _MARIADB_ASYNCIO = ("test_interaction.py", "test_timeouts.py", "test_cancellatio
                     "test_crash.py", "test_mariadb.py", "test_builds.py", "test_reset.py",
                     "test_queues.py", "test_schedule_statements.py", "test_schedule_list.py",
                     "test_workflow_list.py", "test_relief.py", "test_relief_queue.py",
-                    "test_relief_key.py", "test_eager_start.py")
+                    "test_relief_key.py", "test_eager_start.py", "test_generated_ids.py")
 
 
 def postgres_reachable() -> str | None:

@@ -610,7 +610,7 @@ async def test_bad_input_is_refused_and_stores_nothing(env: TimeSkippingEnvironm
         ({"note": "n" * 2**20}, durable.ConfigurationError,
          r"got 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'\.\.\. \(1048576 characters\)$"),
         ({"spec": "0 2 * * *"}, durable.ConfigurationError, "spec must be a durable.ScheduleSpec"),
-        ({"schedule_id": "x" * 240}, durable.ConfigurationError, "at most 238 characters"),
+        ({"schedule_id": "x" * 235}, durable.ConfigurationError, "at most 234 characters"),
         ({"schedule_id": "bad\nid"}, durable.ConfigurationError, "control character"),
         ({"paused": "yes"}, durable.ConfigurationError, "paused must be True or False"),
     ]

@@ -13,6 +13,7 @@ cancellation exception continues. Replay interrupts the same awaits again.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
@@ -403,6 +404,21 @@ def require_writable(what: str) -> TaskState:
     return state
 
 
+def default_child_id(parent_id: str, op_id: str) -> str:
+    """A child's workflow id when the code gives none: ``{parent}/{op}``, an
+    id like any other of at most 255 characters. A parent id near the limit
+    keeps its start and gains a digest of the whole (``{start}~{12 hex}/{op}``),
+    the same on every replay. Unshortened, a parent of 255 characters made a
+    259-character child: MariaDB's keys refused it (the parent failed) and
+    SQLite stored a run no call could name (the MariaDB audit)."""
+    full = f"{parent_id}/{op_id}"
+    if len(full) <= _validate.MAX_NAME_LENGTH:
+        return full
+    digest = hashlib.sha256(parent_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    keep = _validate.MAX_NAME_LENGTH - len(op_id) - len(digest) - 2
+    return f"{parent_id[:keep]}~{digest}/{op_id}"
+
+
 async def start_child(ctx: WorkflowContext, state: TaskState,
                       workflow: Callable[..., Any] | str, args: tuple[Any, ...],
                       child_id: str | None, options: ChildOptions) -> ChildHandle:
@@ -411,7 +427,7 @@ async def start_child(ctx: WorkflowContext, state: TaskState,
     defn = workflow_defn_of(workflow)
     op_id = state.next_op_id()
     record = ctx.recorded_op(op_id, OpKind.CHILD, wf_type)
-    given, child_id = child_id, child_id or f"{ctx.run.workflow_id}/{op_id}"
+    given, child_id = child_id, child_id or default_child_id(ctx.run.workflow_id, op_id)
     hint = defn.return_hint if defn is not None else None
     if record is not None:
         _refuse_taken_id(record)

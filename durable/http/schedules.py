@@ -56,7 +56,7 @@ SCHEDULE_ID = Param("scheduleId", "path", text(255, "The schedule id."), "The sc
 REFERENCE_SCHEDULE_ID_MAX = 128
 REFERENCE_JITTER_MAX = 3600
 HISTORY_PAGE_MAX = 500
-_ID_RULES = rules_field("schedule ids of up to 238 characters, any jitter")
+_ID_RULES = rules_field("schedule ids of up to 234 characters, any jitter")
 _NULLABLE_TEXT = {"type": ["string", "null"]}
 _OVERLAP = {"type": ["string", "null"], "enum": [*OVERLAPS, None],
             "description": "What a fire does while an earlier run is open (default skip)."}
@@ -114,9 +114,9 @@ _SETTINGS = {
 CREATE_BODY = check_schema({
     "type": "object", "required": ["spec", "action"], "additionalProperties": False,
     "properties": {
-        "schedule_id": {**text(238, "Unique per namespace (default: a new id): at most "
+        "schedule_id": {**text(234, "Unique per namespace (default: a new id): at most "
                                     "128 characters, as the reference engine's; with "
-                                    "rules durable, the SDK's 238."),
+                                    "rules durable, the SDK's 234."),
                         "type": ["string", "null"]},
         "spec": SPEC_SCHEMA,
         "action": {**ACTION_SCHEMA, "required": ["workflow_type"]},
@@ -209,14 +209,14 @@ def _spec(data: dict[str, Any]) -> ScheduleSpec:
 def _check_reference_bounds(body: dict[str, Any], schedule_id: str | None) -> None:
     """Refuse what the reference engine's schedule routes refuse (422 naming the
     field), unless the request asks for the SDK's rules (``rules``), which
-    take schedule ids of up to 238 characters and any jitter."""
+    take schedule ids of up to 234 characters and any jitter."""
     if durable_rules(body):
         return
     if schedule_id is not None and len(schedule_id) > REFERENCE_SCHEDULE_ID_MAX:
         raise reference_refusal("schedule_id", (
             f"schedule_id is {len(schedule_id)} characters long; the reference engine takes "
             f"at most {REFERENCE_SCHEDULE_ID_MAX}. Choose a shorter id, or send \"rules\": "
-            "\"durable\" for durable's SDK's (at most 238)"))
+            "\"durable\" for durable's SDK's (at most 234)"))
     jitter = body.get("jitter_seconds")
     if jitter is not None and (jitter != int(jitter) or jitter > REFERENCE_JITTER_MAX):
         raise reference_refusal("jitter_seconds", (
