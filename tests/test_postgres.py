@@ -580,6 +580,31 @@ async def test_connection_lost_inside_a_transaction_retries_it_whole(pg_url: str
     assert [r["n"] for r in rows] == [2]
 
 
+async def test_a_statement_cancelled_by_the_server_retries_its_transaction_whole(
+        pg_url: str) -> None:
+    """A DBA's ``pg_cancel_backend`` or a ``statement_timeout`` cancels the
+    statement (57014), not the connection: the transaction is rolled back, so
+    it is re-run whole, as a deadlock is. It was the program's own error: a
+    worker's claim that met it stopped the worker (the MariaDB audit found
+    the same with KILL QUERY there)."""
+    async with durable.connect(pg_url) as client:
+        await sql(client, "CREATE TABLE cancelled_marks (n BIGINT)")
+        attempts = 0
+
+        def program(tx: Tx) -> Program[int]:
+            nonlocal attempts
+            attempts += 1
+            yield ex("INSERT INTO cancelled_marks (n) VALUES (?)", attempts)
+            if attempts == 1:  # cancelled by the server: nothing of it was recorded
+                yield ex("SET LOCAL statement_timeout = 1")
+                yield q("SELECT pg_sleep(5)")
+            return attempts
+
+        assert await client.driver.run(program) == 2
+        rows = await sql(client, "SELECT n FROM cancelled_marks", mode="all")
+    assert [r["n"] for r in rows] == [2]
+
+
 async def test_connection_lost_during_commit_is_storage_unavailable(pg_url: str) -> None:
     async with durable.connect(pg_url) as client:
         # a deferred trigger runs inside COMMIT: kill the session right there

@@ -53,6 +53,12 @@ CONFLICT: tuple[type[BaseException], ...] = (
     # another process migrated the schema under our prepared statements;
     # asyncpg has dropped them, the next attempt prepares afresh
     pgerr.InvalidCachedStatementError,
+    # a statement cancelled by the server (a DBA's pg_cancel_backend, a
+    # statement_timeout): the connection lives and the transaction is rolled
+    # back whole, so nothing of it committed; a worker's claim that met it
+    # stopped the worker. (asyncpg's own command timeout is a TimeoutError:
+    # CONNECTION_LOST, outcome unknown.)
+    pgerr.QueryCanceledError,
 )
 
 
