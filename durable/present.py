@@ -199,7 +199,7 @@ def run_deadline_state(value: datetime, now: datetime, open_: bool, ended: datet
 
 def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: datetime | None,
                            kind: str, timed_out: Any = None, *,
-                           current: bool = False) -> tuple[str, str]:
+                           current: bool = False, what: str = "attempt") -> tuple[str, str]:
     """`deadline_state` for a deadline that bounds one activity attempt (`kind`:
     ``start_to_close`` or ``heartbeat``), by when the attempt `ended` and the
     kind of timeout that ended it (`timed_out`). Never "met" (it reads as done
@@ -221,10 +221,10 @@ def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: d
         return deadline_state(value, now, open_)
     margin = (value - ended).total_seconds()
     if timed_out == kind:
-        return "reached: the attempt timed out", "missed"
+        return f"reached: the {what} timed out", "missed"
     if margin >= 0:
-        return f"not reached: the attempt ended {duration(margin)} before it", "passed"
-    return f"passed: the attempt ended {duration(margin)} after it", "passed"
+        return f"not reached: the {what} ended {duration(margin)} before it", "passed"
+    return f"passed: the {what} ended {duration(margin)} after it", "passed"
 
 
 #: how a cancellation's cleanup ended when something other than the run's own

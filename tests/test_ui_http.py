@@ -1313,3 +1313,29 @@ def test_a_running_attempts_current_heartbeat_deadline_is_judged_as_it_stands() 
         assert words in shown and "extended" not in shown, shown
         assert ("⚠" in shown) is late, shown
         assert "data-deadline" not in shown  # fixed: the script cannot see the next heartbeat
+
+
+def test_an_activitys_own_deadlines_are_judged_by_how_the_activity_ended() -> None:
+    """schedule_to_close and schedule_to_start bound the activity, not one
+    attempt. Judged with no end, an activity that completed at 12:00:04 read
+    "passed 6m ago" of its 12:00:30 deadline once the clock went past it, and
+    one its schedule_to_close timed out read "passed" too."""
+    scheduled = _event(2, "ActivityScheduled", op_id="0:1", activity_type="ship",
+                       task_id="t1", schedule_to_close_timeout=28.0, start_to_close_timeout=60.0,
+                       schedule_to_close_deadline="2026-04-12T12:00:30+00:00")
+    started = _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
+                     start_to_close_deadline="2026-04-12T12:01:03+00:00")
+    later = NOW + timedelta(minutes=6)
+
+    def shown(*more: dict[str, Any]) -> str:
+        detail = views.activity_detail([scheduled, started, *more], "0:1", [], later)
+        assert detail is not None
+        [s2c] = [t for t in detail["timeouts"] if t["kind"] == "schedule_to_close"]
+        return str(views.deadline(s2c["deadline"], later, False, attempt=detail["ended"],
+                                  kind="schedule_to_close"))
+
+    done = shown(_event(4, "ActivityCompleted", op_id="0:1", attempt=1, result=1))
+    assert "not reached: the activity ended 26s before it" in done and "ago" not in done, done
+    timed = shown(_event(30, "ActivityTimedOut", op_id="0:1", attempt=1,
+                         timeout_kind="schedule_to_close"))
+    assert "reached: the activity timed out" in timed and "⚠" in timed, timed

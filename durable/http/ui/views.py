@@ -159,7 +159,8 @@ def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
     if attempt is not None:
         text, state = _fmt.attempt_deadline_state(
             moment, now, open_, end, kind, attempt.get("timeout_kind"),
-            current=bool(attempt.get("heartbeat_deadline_current")))
+            current=bool(attempt.get("heartbeat_deadline_current")),
+            what=str(attempt.get("what") or "attempt"))
     else:
         text, state = _fmt.judged_deadline(moment, now, open_, _fmt.instant(ended),
                                            cleanup=cleanup, closed=closed, kind=kind)
@@ -356,6 +357,10 @@ def _closed_by_request(kind: Any, data: Mapping[str, Any]) -> bool:
     return kind == "ActivityCancelRequested" and data.get("policy") == "try_cancel"
 
 
+#: the events that end an activity (all its attempts)
+_ACTIVITY_ENDS = ("ActivityCompleted", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled")
+
+
 def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
                     pending: Sequence[Mapping[str, Any]], now: datetime,
                     ) -> dict[str, Any] | None:
@@ -466,7 +471,14 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
                          "deadline": deadlines.get(key),
                          "deadline_of": "latest attempt" if key in ("start_to_close", "heartbeat")
                          else "activity"})
+    # how the activity (not one attempt) ended: its deadlines are judged by it
+    closing = next((e for e in reversed(mine) if e.get("type") in _ACTIVITY_ENDS), None)
+    ended = None if closing is None or op is not None else {
+        "what": "activity", "ended_at": closing.get("recorded_at"),
+        "timeout_kind": (closing.get("data") or {}).get("timeout_kind")
+        or ((closing.get("data") or {}).get("failure") or {}).get("timeout_kind")}
     return {
+        "ended": ended,
         "op_id": op_id, "activity_type": sdata.get("activity_type"),
         "local": bool(sdata.get("local")), "task_id": sdata.get("task_id"),
         "task_queue": sdata.get("task_queue"), "cancellation": sdata.get("cancellation"),
