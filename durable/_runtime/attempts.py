@@ -38,7 +38,11 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import sniffio
+
+try:  # trio depends on sniffio; without it the host can only be asyncio
+    import sniffio
+except ImportError:  # pragma: no cover - a core install: recent anyio does not bring it
+    sniffio = None  # type: ignore[assignment]
 
 from .._registry import ActivityDefn
 from ..budget import Budget
@@ -495,7 +499,7 @@ def _thread_safe_soon() -> Callable[[Callable[[], None]], None]:
     """The running loop's way to run a callback soon from another thread,
     without waiting for it (asyncio's ``call_soon_threadsafe``, trio's
     ``TrioToken.run_sync_soon``)."""
-    if sniffio.current_async_library() == "trio":
+    if sniffio is not None and sniffio.current_async_library() == "trio":
         import trio
 
         return trio.lowlevel.current_trio_token().run_sync_soon

@@ -21,7 +21,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
-import sniffio
+
+try:  # trio depends on sniffio; without it the host can only be asyncio
+    import sniffio
+except ImportError:  # pragma: no cover - a core install: recent anyio does not bring it
+    sniffio = None  # type: ignore[assignment]
 
 from ..client import Client
 from ..clock import VirtualClock
@@ -88,7 +92,7 @@ async def _all_tasks_blocked() -> None:
     the loop instead, backing off only while tasks keep running. trio's own
     check is exact and cheap.
     """
-    if sniffio.current_async_library() != "asyncio":
+    if sniffio is not None and sniffio.current_async_library() != "asyncio":
         await anyio.wait_all_tasks_blocked()
         return
     import asyncio
