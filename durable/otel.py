@@ -30,6 +30,7 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Calla
     """Start exporting runs and attempts; returns the function that stops it."""
     try:
         from opentelemetry import metrics, trace
+        from opentelemetry.context import Context
         from opentelemetry.trace import Status, StatusCode
     except ImportError as exc:
         raise ConfigurationError(
@@ -46,6 +47,12 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Calla
     attempts = meter.create_counter("durable.activity.attempts", unit="{attempt}",
                                     description="Activity attempts that ended, by outcome")
 
+    # Every span is a root (`context=Context()`): a notice is delivered in the
+    # context of whichever task committed the stop (a worker started inside an
+    # application's span, a request that terminated a run), whose current span
+    # is no parent of the run or attempt; inheriting it put every run of a
+    # worker's lifetime into one trace.
+
     def on_notice(kind: str, notice: dict[str, Any]) -> None:
         if kind == "run":
             start = float(notice.get("started_at") or notice["closed_at"])
@@ -61,7 +68,7 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Calla
                 "durable.phase": notice.get("phase"),
                 "durable.failure_category": notice.get("failure_category"),
             }.items() if v is not None}
-            span = tracer.start_span(f"workflow {notice['workflow_type']}",
+            span = tracer.start_span(f"workflow {notice['workflow_type']}", context=Context(),
                                      start_time=int(start * _NS), attributes=attributes)
             if notice["status"] not in ("completed", "continued"):
                 span.set_status(Status(StatusCode.ERROR, notice.get("reason")))
@@ -73,7 +80,7 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Calla
             started = notice.get("started_at")
             end = float(notice["ended_at"])
             span = tracer.start_span(
-                f"activity {notice['activity_type']}",
+                f"activity {notice['activity_type']}", context=Context(),
                 start_time=int((float(started) if started is not None else end) * _NS),
                 attributes={k: v for k, v in {
                     "durable.activity_type": notice["activity_type"],

@@ -41,7 +41,7 @@ import anyio
 from durable import _validate
 from durable._scopes import asyncio_scope
 from durable.driver import Dialect, ProgramFactory, Tx, Wake, WakeHub, is_brief, is_urgent
-from durable.errors import ConfigurationError
+from durable.errors import ConfigurationError, StorageUnavailable
 from durable.store.migrations import migrate
 from durable.store.schema import schema_statements
 
@@ -187,6 +187,12 @@ class SQLiteDriver:
                 conn.execute("ROLLBACK")
                 raise
         except sqlite3.DatabaseError as exc:
+            if storage_failure(exc):  # locked past busy_timeout, disk full: not the URL's fault
+                raise StorageUnavailable(
+                    f"cannot open SQLite database {self.url!r} right now ({exc}); nothing was "
+                    f"recorded. Another process may hold the write lock longer than "
+                    f"busy_timeout ({self.busy_timeout:g} s), or the disk is full or "
+                    f"failing") from exc
             raise ConfigurationError(f"cannot open SQLite database {self.url!r}: {exc}") from exc
         _run_program(conn, migrate(self.dialect), True)
         # savepoints' undo pages never spill to a temporary file; after the

@@ -98,7 +98,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -261,10 +261,12 @@ class Metrics:
         """Read counts and new events from storage (one scrape at a time)."""
         async with self._lock:
             self._set_driver_gauges()
-            self._set_queue_gauges(await self.store.queue_gauges(time.time()))
+            queues = await self.store.queue_gauges(time.time())
+            self._set_queue_gauges(queues)
             now = time.time()
             self._set_worker_gauges(await self.store.driver.run(
-                lambda tx: workers.gauges(now), write=False))
+                lambda tx: workers.gauges(now), write=False),
+                [(q["namespace"], q["queue"]) for q in queues])
             await self._refresh_schedules()
             for batch in range(_BATCHES_PER_SCRAPE):
                 now = time.monotonic()
@@ -362,7 +364,8 @@ class Metrics:
             for kind, left in q["rate_left"].items():
                 self.queue_rate_left.labels(ns, name, kind).set(left)
 
-    def _set_worker_gauges(self, found: list[dict[str, Any]]) -> None:
+    def _set_worker_gauges(self, found: list[dict[str, Any]],
+                           queues: Sequence[tuple[str, str]] = ()) -> None:
         for gauge in (self.workers, self.loop_blocks, self.loop_last_block):
             gauge.clear()
         counts: dict[tuple[str, str, str], int] = {}
@@ -381,9 +384,12 @@ class Metrics:
         self.runs_released.rows = released
         for (namespace, queue, state), count in counts.items():
             self.workers.labels(namespace, queue, state).set(count)
-        # a queue whose workers are all gone reads alive 0, not nothing
-        for (namespace, queue, state) in list(counts):
-            if state == "gone" and (namespace, queue, "alive") not in counts:
+        # a queue whose workers are all gone, or that holds runs or attempts and
+        # never had a worker (a mistyped task queue), reads alive 0, not nothing:
+        # `durable_workers{state="alive"} == 0` must match it
+        for namespace, queue in [(ns, q) for ns, q, state in counts if state == "gone"] + list(
+                queues):
+            if (namespace, queue, "alive") not in counts:
                 self.workers.labels(namespace, queue, "alive").set(0)
 
     def _set_driver_gauges(self) -> None:
@@ -407,6 +413,11 @@ class Metrics:
         deadline = _epoch(data.get("deadline_at") or failure.get("deadline_at"))
         if kind == "ActivityStarted":
             self.attempts.labels(ns).inc()
+        elif kind == "ActivityRetryScheduled" and data.get("timeout_kind"):
+            # an attempt that timed out and is retried is a timeout enforced too
+            # (the last attempt's is ActivityTimedOut, below)
+            self.timeouts.labels(ns, "activity", str(data["timeout_kind"])).inc()
+            self._late("activity", event, deadline)
         elif kind in _STEP_EVENTS:
             step = "local_activity" if data.get("local") else "activity"
             self.steps.labels(ns, step, _STEP_EVENTS[kind]).inc()
