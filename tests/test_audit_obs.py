@@ -94,3 +94,22 @@ async def test_connecting_to_a_locked_sqlite_file_is_storage_unavailable(
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+async def test_an_overdue_schedule_shows_in_metrics(storage_client: durable.Client) -> None:
+    """Workers fire schedules: in a namespace with none, a schedule's fire
+    times pass unfired and /metrics must say so (describe() does: `overdue`)."""
+    import time
+
+    await storage_client.create_schedule("audit-obs-every", durable.ScheduleSpec(every=60),
+                                         audit_obs_nap, 0.0)
+    metrics = Metrics(storage_client.store)
+    await metrics._refresh_schedules()  # due within a minute: not overdue yet
+    text = generate_latest(metrics.registry).decode()
+    assert "durable_schedules_overdue{" not in text
+    await metrics._refresh_schedules(now=time.time() + 600)  # ten minutes on, no worker
+    text = generate_latest(metrics.registry).decode()
+    assert 'durable_schedules_overdue{namespace="default"} 1.0' in text
+    late = [line for line in text.splitlines()
+            if line.startswith('durable_schedule_oldest_overdue_seconds{namespace="default"}')]
+    assert len(late) == 1 and 540 < float(late[0].split()[-1]) <= 600

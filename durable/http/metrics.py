@@ -68,6 +68,9 @@ its optional ``gauges()`` (name -> (help, value)); SQLite:
 
 Schedules and retention, read at each scrape (`Store.schedule_stats`):
 ``durable_schedules{namespace,state}`` (active, paused),
+``durable_schedules_overdue{namespace}`` and
+``durable_schedule_oldest_overdue_seconds{namespace}`` (active schedules whose
+next fire passed over 5 s ago unfired: no worker of the namespace runs),
 ``durable_schedule_fires{namespace,kind}`` (kind fired / skipped: the sums of
 the schedules' counters, which lose a deleted schedule's share),
 ``durable_schedule_fires_recorded_total{namespace,origin,outcome}`` and the
@@ -214,6 +217,13 @@ class Metrics:
             ["scope"], buckets=_LATENESS_BUCKETS, registry=r)
         self.schedules = Gauge("durable_schedules", "Schedules by state.",
                                ["namespace", "state"], registry=r)
+        self.schedules_overdue = Gauge(
+            "durable_schedules_overdue",
+            "Active schedules whose next fire is overdue (over 5 s): no worker of the "
+            "namespace fires them.", ["namespace"], registry=r)
+        self.schedule_oldest_overdue = Gauge(
+            "durable_schedule_oldest_overdue_seconds",
+            "How late the most overdue schedule's next fire is.", ["namespace"], registry=r)
         self.schedule_fires = Gauge(
             "durable_schedule_fires",
             "Fires of the existing schedules: fired (a run started or buffered) or skipped.",
@@ -313,10 +323,16 @@ class Metrics:
         for namespace, due in oldest.items():
             self.oldest_overdue.labels(namespace).set(max(0.0, now - due))
 
-    async def _refresh_schedules(self) -> None:
-        stats = await self.store.schedule_stats(self._fire_mark, _BATCH)
+    async def _refresh_schedules(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        stats = await self.store.schedule_stats(self._fire_mark, _BATCH, now)
         self.schedules.clear()
         self.schedule_fires.clear()
+        self.schedules_overdue.clear()
+        self.schedule_oldest_overdue.clear()
+        for namespace, (count, due) in stats.overdue.items():
+            self.schedules_overdue.labels(namespace).set(count)
+            self.schedule_oldest_overdue.labels(namespace).set(max(0.0, now - due))
         fired: dict[str, list[int]] = {}
         for (namespace, state), (count, fires, skipped) in stats.schedules.items():
             self.schedules.labels(namespace, state).set(count)

@@ -618,11 +618,11 @@ class Store:
         fires wait for runs to close."""
         return await self.driver.run(lambda tx: schedule_pass.next_due(namespace), write=False)
 
-    async def schedule_stats(self, after: float | None,
-                             limit: int) -> schedule_stats.ScheduleStats:
+    async def schedule_stats(self, after: float | None, limit: int,
+                             now: float | None = None) -> schedule_stats.ScheduleStats:
         """Schedule counts, fires recorded after `after`, retention's deletions
-        (what /metrics exports)."""
-        return await self.driver.run(lambda tx: schedule_stats.stats(after, limit),
+        and (with `now`) the overdue schedules (what /metrics exports)."""
+        return await self.driver.run(lambda tx: schedule_stats.stats(after, limit, now),
                                      write=False)
 
     async def create_schedule(self, namespace: str, schedule_id: str,

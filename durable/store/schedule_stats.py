@@ -8,10 +8,11 @@ minutes sees them all), and the rows retention deleted per namespace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..driver import Program, q, q1
 from .records import loads
+from .schedule_reads import OVERDUE_AFTER
 
 
 @dataclass
@@ -27,13 +28,17 @@ class ScheduleStats:
     mark: float
     #: namespace -> {table: rows retention deleted}
     pruned: dict[str, dict[str, int]]
+    #: namespace -> (active schedules whose next fire is overdue, the oldest
+    #: one's due time): no worker of the namespace fires them (`schedule_reads.OVERDUE_AFTER`)
+    overdue: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 #: a mark before every fire time (an empty table at the first scrape)
 _BEFORE_ALL = -1e18
 
 
-def stats(after: float | None, limit: int) -> Program[ScheduleStats]:
+def stats(after: float | None, limit: int,
+          now: float | None = None) -> Program[ScheduleStats]:
     """Counts by namespace, and the fires recorded after `after` (None: none, only
     the mark to start from). A fire is kept until its schedule's record is
     trimmed (RECENT_KEPT), so a scrape every few minutes sees every fire."""
@@ -55,4 +60,10 @@ def stats(after: float | None, limit: int) -> Program[ScheduleStats]:
     settings = yield q("SELECT namespace, pruned FROM namespace_settings")
     pruned = {r["namespace"]: {str(k): int(v) for k, v in (loads(r["pruned"]) or {}).items()}
               for r in settings}
-    return ScheduleStats(counts, fires, mark, pruned)
+    overdue: dict[str, tuple[int, float]] = {}
+    if now is not None:
+        late = yield q("SELECT namespace, COUNT(*) AS n, MIN(due_at) AS oldest FROM schedules "
+                       "WHERE paused = 0 AND due_at IS NOT NULL AND due_at < ? "
+                       "GROUP BY namespace", now - OVERDUE_AFTER)
+        overdue = {r["namespace"]: (int(r["n"]), float(r["oldest"])) for r in late}
+    return ScheduleStats(counts, fires, mark, pruned, overdue)
