@@ -1,7 +1,8 @@
-"""What an operator's dashboards read in situations the audit produced:
-retried activity timeouts in `durable_timeouts_total`, a queue no worker
-serves, OpenTelemetry spans that do not join the application's ambient trace,
-and a locked SQLite file at connect time."""
+"""What an operator's dashboards and alerts read in situations that fooled
+them (the observability audit, 12-07): retried activity timeouts in
+`durable_timeouts_total`, a queue no worker serves, overdue schedules,
+OpenTelemetry spans that do not join the application's ambient trace, and a
+locked SQLite file at connect time."""
 
 from __future__ import annotations
 
