@@ -674,6 +674,46 @@ def test_a_narrow_viewport_does_not_overflow(
     assert wide == []
 
 
+# Words of a table's cells that the browser split across lines at no break
+# opportunity (a letter-by-letter column), e.g. "Configured" drawn as "Co/nfi/gu/re/d".
+BROKEN_WORDS = r"""() => { const out = [];
+  for (const cell of document.querySelectorAll('main table th, main table td')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let node;
+    while ((node = walker.nextNode())) {
+      const words = /[A-Za-z0-9]{2,}/g; let m;
+      while ((m = words.exec(node.textContent))) {
+        const range = document.createRange();
+        range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                                                         .map(r => Math.round(r.top)));
+        if (lines.size > 1) out.push(m[0]);
+      }
+    }
+  }
+  return out; }"""
+
+
+def test_a_narrow_viewport_scrolls_tables_rather_than_crushing_their_columns(
+        live: Live, runs: dict[str, str], open_page: Callable[..., Any]) -> None:
+    """At 360 px a table is as wide as its longest words and scrolls inside itself
+    (docs/ui.md, Accessibility): main's `overflow-wrap: anywhere` had every column
+    shrink to a letter or two, headers and times drawn one syllable a line."""
+    page = open_page(viewport={"width": 360, "height": 720})
+    broken = {}
+    for path in ("/ui/runs", "/ui/run?wf=deadlines-1", "/ui/workers", "/ui/schedules",
+                 "/ui/queues"):
+        page.goto(f"{live.url}{path}")
+        words = page.evaluate(BROKEN_WORDS)
+        if words:
+            broken[path] = words[:5]
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360, path
+    assert broken == {}
+    page.goto(f"{live.url}/ui/runs")
+    header = page.locator("table.runs")
+    assert header.evaluate("t => t.scrollWidth > t.clientWidth")  # it scrolls, whole
+
+
 # ---------------------------------------------------------------- safe at the edges (issue 20)
 
 
