@@ -227,6 +227,18 @@ def attempt_deadline_state(value: datetime, now: datetime, open_: bool, ended: d
     return f"passed: the {what} ended {duration(margin)} after it", "passed"
 
 
+def claim_deadline_state(value: datetime, claimed: datetime) -> tuple[str, str]:
+    """(text, state) for an activity's schedule-to-start deadline once a worker
+    `claimed` the attempt it awaited: that deadline is over then, however long
+    the attempt runs (it read "⚠ 9.7s late", counting up, for an attempt claimed
+    at once that ran longer than it; "passed: the activity ended 10m after it"
+    once it completed)."""
+    margin = (value - claimed).total_seconds()
+    if margin >= 0:
+        return f"met: a worker claimed it {duration(margin)} before it", "met"
+    return f"missed: a worker claimed it {duration(margin)} after it", "missed"
+
+
 #: how a cancellation's cleanup ended when something other than the run's own
 #: code closed the run (`durable.store.closing`'s ``cleanup_outcome``): the
 #: cleanup did not run to its end, so its deadline was neither met nor missed

@@ -373,6 +373,10 @@ def test_an_activity_shows_its_retry_policy_timeouts_attempts_and_timeout_kind(
     # the latest attempt timed out: its deadline is judged by that, not "passed ... ago"
     assert "reached: the attempt timed out" in page.locator(
         '#activity-timeouts tr[data-timeout="start_to_close"]').inner_text()
+    # the retry was claimed at once: its schedule-to-start deadline was met, whatever
+    # the clock says now
+    assert "met: a worker claimed it" in page.locator(
+        '#activity-timeouts tr[data-timeout="schedule_to_start"]').inner_text()
     attempts = page.locator("#attempts tbody tr")
     assert attempts.count() == 2
     for n in range(2):

@@ -865,6 +865,36 @@ def test_activity_attempts_come_from_history_and_pending_operations() -> None:
     assert gone is not None and gone["attempts"][1]["outcome"] == "unknown"
 
 
+def test_an_activitys_schedule_to_start_deadline_is_over_once_a_worker_claims_it() -> None:
+    # judged by the clock alone, an attempt claimed at once that ran past its
+    # schedule-to-start deadline read "⚠ 9.7s late" (counting up), and "passed:
+    # the activity ended 10m after it" once it completed
+    scheduled = _event(2, "ActivityScheduled", op_id="0:1", activity_type="ship", task_id="t1",
+                       schedule_to_start_timeout=5.0, start_to_close_timeout=900.0,
+                       schedule_to_start_deadline="2026-04-12T12:00:07+00:00")
+    started = _event(3, "ActivityStarted", op_id="0:1", attempt=1, worker_id="w1",
+                     start_to_close_deadline="2026-04-12T12:15:03+00:00")
+    later = NOW + timedelta(minutes=2)
+    running = views.activity_detail(
+        [scheduled, started], "0:1",
+        [{"op_id": "0:1", "kind": "activity", "task_status": "running", "attempt": 1}], later)
+    assert running is not None and running["claimed_at"] == started["recorded_at"]
+    text = str(views.deadline("2026-04-12T12:00:07+00:00", later, True,
+                              claimed=running["claimed_at"]))
+    assert "met: a worker claimed it 4s before it" in text
+    assert "late" not in text and "⚠" not in text and "data-deadline" not in text
+    done = views.activity_detail([scheduled, started, {
+        "sequence": 4, "type": "ActivityCompleted", "recorded_at": "2026-04-12T12:10:00+00:00",
+        "data": {"op_id": "0:1", "attempt": 1, "result": 1}}], "0:1", [], later)
+    assert done is not None and done["claimed_at"] == started["recorded_at"]
+    # a retry awaiting a worker is not claimed: its deadline counts down, then is late
+    retrying = views.activity_detail([scheduled, started, _event(
+        5, "ActivityRetryScheduled", op_id="0:1", failed_attempt=1, next_attempt=2,
+        failure={"message": "boom"}, schedule_to_start_deadline="2026-04-12T12:00:10+00:00")],
+        "0:1", [{"op_id": "0:1", "kind": "activity", "task_status": "pending"}], later)
+    assert retrying is not None and retrying["claimed_at"] is None
+
+
 @SQLITE_ONLY
 async def test_a_run_held_by_a_killed_worker_is_not_said_to_be_busy(ui: Browserless) -> None:
     # a worker SIGKILLed while it held the run: nothing is open and nothing runs,

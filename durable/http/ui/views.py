@@ -144,19 +144,23 @@ def when(value: Any, now: datetime) -> Markup:
 
 def deadline(value: Any, now: datetime, open_: bool, ended: Any = None,
              cleanup: Any = "", attempt: Mapping[str, Any] | None = None,
-             kind: str = "", closed: Any = None) -> Markup:
+             kind: str = "", closed: Any = None, claimed: Any = None) -> Markup:
     """A deadline and where it stands: ``in 4m 12s`` (ahead), ``3s late`` (still open
     past it: marked with a word and a sign, not only red); once closed, ``met,
     29s to spare`` or ``missed by 3s`` by `ended` (fixed: the script leaves it).
     A cleanup deadline passes its `cleanup` outcome: a cleanup that did not run
     to its end never reads "met" (`durable.present.cleanup_deadline_state`); one
     of an activity `attempt` (its `kind`) by how the attempt ended, a run's
-    (`kind`) by how the run `closed` (``(status, closed_reason)``)."""
+    (`kind`) by how the run `closed` (``(status, closed_reason)``), an activity's
+    schedule-to-start by when a worker `claimed` the attempt it awaited."""
     moment = _fmt.instant(value)
     if moment is None:
         return Markup('<span class="none">none</span>')
     end = _fmt.instant(attempt.get("ended_at")) if attempt is not None else None
-    if attempt is not None:
+    claim = _fmt.instant(claimed)
+    if claim is not None:
+        text, state = _fmt.claim_deadline_state(moment, claim)
+    elif attempt is not None:
         text, state = _fmt.attempt_deadline_state(
             moment, now, open_, end, kind, attempt.get("timeout_kind"),
             current=bool(attempt.get("heartbeat_deadline_current")),
@@ -388,15 +392,18 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
     schedule_to_start_deadline = sdata.get("schedule_to_start_deadline")
     outcome: str = "scheduled"
     final_failure: Any = None
+    claimed_at: Any = None  # when a worker claimed the attempt awaited last (schedule-to-start)
     for event in mine:
         kind, data, at = event.get("type"), event.get("data") or {}, event.get("recorded_at")
         if kind == "ActivityStarted":
+            claimed_at = at
             a = attempt(data.get("attempt"))
             a.update(started_at=at, worker_id=data.get("worker_id"),
                      start_to_close_deadline=data.get("start_to_close_deadline"),
                      heartbeat_deadline=data.get("heartbeat_deadline"))
             outcome = "running"
         elif kind == "ActivityRetryScheduled":
+            claimed_at = None  # the next attempt awaits a worker
             a = attempt(data.get("failed_attempt"))
             a.update(ended_at=at, failure=data.get("failure"),
                      timeout_kind=data.get("timeout_kind"),
@@ -478,7 +485,7 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
         "timeout_kind": (closing.get("data") or {}).get("timeout_kind")
         or ((closing.get("data") or {}).get("failure") or {}).get("timeout_kind")}
     return {
-        "ended": ended,
+        "ended": ended, "claimed_at": claimed_at,
         "op_id": op_id, "activity_type": sdata.get("activity_type"),
         "local": bool(sdata.get("local")), "task_id": sdata.get("task_id"),
         "task_queue": sdata.get("task_queue"), "cancellation": sdata.get("cancellation"),
