@@ -3,6 +3,7 @@ runs and waits, with the visitor's role (a viewer reads them)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -72,3 +73,7 @@ async def test_queues_page_shows_running_waiting_and_limits(
     assert 'data-queue="shop"' in page.text
     assert 'data-waiting="3"' in page.text and "0 of 2" in page.text
     assert "running ≤ 2" in page.text
+    # the oldest waiting run's age in the words every page uses ("2m 52s",
+    # not "172.0 s")
+    row = page.text.split('data-queue="shop"', 1)[1].split("</tr>", 1)[0]
+    assert " s</td>" not in row and re.search(r"<td>\d+(\.\d+)?s|<td>\d+m", row), row
