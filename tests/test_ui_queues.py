@@ -42,6 +42,7 @@ async def test_workers_page_lists_workers_and_flags_a_name_with_two_definitions(
         assert page.text.count('data-state="alive"') == 2
         assert page.text.count('data-clash="reserve"') == 2  # on both workers' rows
         assert 'aria-current="page">Workers' in page.text
+        assert "0 runs, 0 attempts" in page.text and "1 attempts" not in page.text
     # both stopped gracefully: "stopped" and when, not "gone" as a killed one
     page = await ui.http.get("/ui/workers")
     assert page.text.count('data-state="stopped"') == 2, page.text
