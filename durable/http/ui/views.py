@@ -361,7 +361,6 @@ def _closed_by_request(kind: Any, data: Mapping[str, Any]) -> bool:
     return kind == "ActivityCancelRequested" and data.get("policy") == "try_cancel"
 
 
-#: the events that end an activity (all its attempts)
 _ACTIVITY_ENDS = ("ActivityCompleted", "ActivityFailed", "ActivityTimedOut", "ActivityCancelled")
 
 
@@ -478,7 +477,7 @@ def activity_detail(events: Sequence[Mapping[str, Any]], op_id: str,
                          "deadline": deadlines.get(key),
                          "deadline_of": "latest attempt" if key in ("start_to_close", "heartbeat")
                          else "activity"})
-    # how the activity (not one attempt) ended: its deadlines are judged by it
+    # how the activity ended (its last of `_ACTIVITY_ENDS`): its own deadlines go by it
     closing = next((e for e in reversed(mine) if e.get("type") in _ACTIVITY_ENDS), None)
     ended = None if closing is None or op is not None else {
         "what": "activity", "ended_at": closing.get("recorded_at"),
