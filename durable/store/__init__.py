@@ -15,7 +15,6 @@ the clients reach storage through; split, the face would be two.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -284,9 +283,8 @@ class Store:
             tx, namespace, task_queue, worker_id, names, limit, lease_seconds, now, task_ids,
             available_by))
         # an attempt of this queue that stops running wakes its claimers
-        self.hub.limit_activity_slots(namespace, task_queue, claimed.limited and (
-            claimed.limits is None
-            or json.loads(claimed.limits).get("max_running_activities") is not None))
+        self.hub.limit_activity_slots(namespace, task_queue, claimed.limited
+                                      and queues.counts_activity_slots(claimed.limits))
         return claimed
 
     async def complete_activity(

@@ -289,8 +289,7 @@ def request_activity_stop(
     failure = Failure.activity_cancelled(f"activity {op.name} cancelled ({write.policy})",
                                          **details)
     if task["status"] == "pending":
-        receipt = {"kind": "not_started", "confirmed": True, "at": to_iso(now),
-                   "attempt": task["attempt"]}
+        receipt = not_started_receipt(task["attempt"], now)
         yield ex(
             "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
             "stop_requested = 1, stop_requested_at = ?, stop_receipt = ? WHERE task_id = ?",
@@ -452,6 +451,12 @@ def stop_receipt(
     yield ex("UPDATE activity_tasks SET stop_receipt = ? WHERE task_id = ?", dumps(receipt),
              task["task_id"])
     return receipt
+
+
+def not_started_receipt(attempt: int, now: float) -> dict[str, Any]:
+    """The stop receipt of an attempt no worker had claimed, cancelled in
+    storage (an op policy's cancel, the run's close): nothing can run it."""
+    return {"kind": "not_started", "confirmed": True, "at": to_iso(now), "attempt": attempt}
 
 
 def stop_requests(worker_id: str) -> Program[list[str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..clock import to_iso
 from ..driver import Program, Row, Stmt, Tx, ex, q, q1
 from ..errors import WorkflowNotFound
 from ..failure import Failure
@@ -364,8 +363,8 @@ def _cancel_open_work(tx: Tx, run_id: str, status: str, now: float,
         fenced.add(task["task_id"])
         # an attempt no worker had claimed stops here, for sure: its receipt
         # says so (the cascade read it "NOT VERIFIED ... its worker is gone")
-        receipt = ({"kind": "not_started", "confirmed": True, "at": to_iso(now),
-                    "attempt": task["attempt"]} if task["status"] == "pending" else None)
+        receipt = (cancellation.not_started_receipt(task["attempt"], now)
+                   if task["status"] == "pending" else None)
         yield ex(
             "UPDATE activity_tasks SET status = 'cancelled', closed_at = ?, deadline_at = NULL, "
             "stop_requested = 1, stop_requested_at = COALESCE(stop_requested_at, ?), "

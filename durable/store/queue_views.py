@@ -39,15 +39,7 @@ def describe_queue(namespace: str, name: str, now: float, *,
     keys = yield q(f"SELECT concurrency_key, count(*) AS n FROM {RUNNING_RUNS}"
                    "AND concurrency_key IS NOT NULL GROUP BY concurrency_key "
                    "ORDER BY count(*) DESC, concurrency_key LIMIT 20", namespace, name, now)
-    # who holds what right now: the leases behind the running counts (the
-    # reference's ``current_leases``; the first LEASES_SHOWN of each kind)
-    run_leases = (yield q(
-        f"SELECT workflow_id, run_id, owner, lease_expires_at FROM {RUNNING_RUNS}"
-        f"ORDER BY lease_expires_at LIMIT {LEASES_SHOWN}", namespace, name, now)) if leases else []
-    task_leases = (yield q(
-        "SELECT task_id, workflow_id, run_id, activity_name, attempt, owner, lease_expires_at "
-        f"FROM {RUNNING_TASKS}ORDER BY lease_expires_at LIMIT {LEASES_SHOWN}",
-        namespace, name, now)) if leases else []
+    held = (yield from _leases(namespace, name, now)) if leases else None
     workers = yield q1("SELECT count(*) AS n FROM workers WHERE namespace = ? AND task_queue = ? "
                        "AND expires_at >= ? AND stopped_at IS NULL", namespace, name, now)
     run_bucket = token_bucket(limits.get("rate"), row["run_tokens"] if row else None,
@@ -80,19 +72,31 @@ def describe_queue(namespace: str, name: str, now: float, *,
             "rate_left": None if task_bucket is None else math.floor(task_bucket.tokens + 1e-9),
         },
         "workers": int(workers["n"]),
-        **({} if not leases else {"leases": [
-            *({"kind": "workflow", "workflow_id": r["workflow_id"], "run_id": r["run_id"],
-               "worker_id": r["owner"], "lease_expires_at": to_iso(r["lease_expires_at"])}
-              for r in run_leases),
-            *({"kind": "activity", "task_id": r["task_id"], "workflow_id": r["workflow_id"],
-               "run_id": r["run_id"], "activity_type": r["activity_name"],
-               "attempt": int(r["attempt"]), "worker_id": r["owner"],
-               "lease_expires_at": to_iso(r["lease_expires_at"])} for r in task_leases),
-        ]}),
+        **({} if held is None else {"leases": held}),
         "updated_at": to_iso(row["updated_at"]) if row is not None else None,
         "idle": not used,
         **({} if used else {"queues_in_use": known}),
     }
+
+
+def _leases(namespace: str, name: str, now: float) -> Program[list[dict[str, Any]]]:
+    """Who holds what right now: the leases behind the running counts (the
+    reference's ``current_leases``), the first LEASES_SHOWN of each kind."""
+    runs = yield q(f"SELECT workflow_id, run_id, owner, lease_expires_at FROM {RUNNING_RUNS}"
+                   f"ORDER BY lease_expires_at LIMIT {LEASES_SHOWN}", namespace, name, now)
+    tasks = yield q(
+        "SELECT task_id, workflow_id, run_id, activity_name, attempt, owner, lease_expires_at "
+        f"FROM {RUNNING_TASKS}ORDER BY lease_expires_at LIMIT {LEASES_SHOWN}",
+        namespace, name, now)
+    return [
+        *({"kind": "workflow", "workflow_id": r["workflow_id"], "run_id": r["run_id"],
+           "worker_id": r["owner"], "lease_expires_at": to_iso(r["lease_expires_at"])}
+          for r in runs),
+        *({"kind": "activity", "task_id": r["task_id"], "workflow_id": r["workflow_id"],
+           "run_id": r["run_id"], "activity_type": r["activity_name"],
+           "attempt": int(r["attempt"]), "worker_id": r["owner"],
+           "lease_expires_at": to_iso(r["lease_expires_at"])} for r in tasks),
+    ]
 
 
 def _has_open_work(namespace: str, name: str) -> Program[bool]:

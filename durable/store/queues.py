@@ -53,6 +53,12 @@ def counts_slots(limits: str | None) -> bool:
     return any(found.get(name) is not None for name in SLOT_LIMITS)
 
 
+def counts_activity_slots(limits: str | None) -> bool:
+    """`counts_slots` for activity attempts: whether the limits cap how many
+    run at once (``max_running_activities``); limits not read count."""
+    return limits is None or json.loads(limits).get("max_running_activities") is not None
+
+
 RUNNING_RUNS = (f"runs WHERE namespace = ? AND task_queue = ? AND status IN {OPEN_SQL} "
                 "AND owner IS NOT NULL AND lease_expires_at > ? ")
 RUNNING_TASKS = ("activity_tasks WHERE namespace = ? AND task_queue = ? AND status = 'running' "
