@@ -38,6 +38,15 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+#: the failure of code that cancelled its own asyncio task (`own_cancellation`)
+OWN_CANCELLATION = (
+    "{what} cancelled its own task (asyncio's task.cancel() with no cancel scope asking): "
+    "a run's or an attempt's task is the worker's, not the code's, so it fails here rather "
+    "than stop the worker; to stop a run use handle.cancel() or request_cancellation(), "
+    "to bound a wait use workflow.phase(name, limit) in a workflow, anyio.fail_after() in an "
+    "activity")
+
+
 def not_an_exception(exc: BaseException, what: str) -> Exception | None:
     """The error a run or an attempt fails with when its code (`what`, e.g.
     "activity 'charge'") raised `exc`, a `BaseException` that is not an
@@ -57,7 +66,9 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
     the run handed back and claimed again forever (a workflow). So did, on
     asyncio, a `CancelledError` the code raised while nothing cancelled its
     task (`cancellation_pending`): it cancelled the worker's task group and the
-    host's own code in the ``async with Worker`` block; it fails here too."""
+    host's own code in the ``async with Worker`` block; it fails here too, and
+    so does the code's cancellation of its own task (`own_cancellation`),
+    which is withdrawn so that recording the failure is not cancelled."""
     leaves = leaf_exceptions(exc)
     going_on = (anyio.get_cancelled_exc_class(), KeyboardInterrupt,
                 errors.ContinueAsNew)  # (the engine's own)
@@ -71,8 +82,14 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
             return None
         # The code raised the host's cancellation while nothing cancelled it
         # (asyncio: `raise CancelledError()`, a cancelled future awaited, a
-        # sync activity's `asyncio.run` that was cancelled): going on, it
-        # cancelled the worker's task group and the host's own code with it.
+        # sync activity's `asyncio.run` that was cancelled), or cancelled its
+        # own task: going on, it cancelled the worker's task group and the
+        # host's own code with it.
+        if own_cancellation():
+            take_back_own_cancellation()
+            error = errors.RaisedNotAnException(OWN_CANCELLATION.format(what=what))
+            error.__cause__ = exc
+            return error
     raised = leaves[0] if len(leaves) == 1 else exc
     text = safe_str(raised)
     error = errors.RaisedNotAnException(
@@ -84,17 +101,82 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
 
 
 def cancellation_pending() -> bool:
-    """Whether the current task is being cancelled (a cancel scope around it,
-    a task group's, the host's ``task.cancel()``), so that a cancellation
-    exception caught now must go on. Only asyncio lets code raise one that no
-    cancellation sent (``trio.Cancelled`` has no public constructor): there a
-    task being cancelled counts ``cancelling()`` above 0."""
+    """Whether the current task is being cancelled by a cancellation that must
+    go on: a cancel scope around it (a task group's, the worker's stop, the
+    host's cancellation, which reaches a worker's tasks through its task
+    group), so that a cancellation exception caught now is raised on. Only
+    asyncio lets code cancel without a cancel scope (``trio.Cancelled`` has
+    no public constructor): there a task being cancelled counts
+    ``cancelling()`` above 0, and a cancel scope that asked for it reads as
+    an effective deadline of -inf. A task cancelled with neither was
+    cancelled by the code itself (`own_cancellation`)."""
     import asyncio
 
     if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
         return True
     task = asyncio.current_task()
-    return task is None or task.cancelling() > 0
+    if task is None:
+        return True
+    return task.cancelling() > 0 and anyio.current_effective_deadline() == float("-inf")
+
+
+def own_cancellation() -> bool:
+    """Whether the current task holds a cancellation that no cancel scope sent:
+    the code's own ``asyncio.current_task().cancel()`` (or a task it handed its
+    task to). Going on, it cancelled the worker's task group and the host's own
+    code in the ``async with Worker`` block (the embedding audit, 12-08)."""
+    import asyncio
+
+    if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
+        return False
+    task = asyncio.current_task()
+    return (task is not None and task.cancelling() > 0
+            and anyio.current_effective_deadline() != float("-inf"))
+
+
+def cancel_request_left() -> bool:
+    """Whether the current asyncio task holds a cancel request that no cancel
+    scope asked for (`own_cancellation`): code that called its own task's
+    ``cancel()`` and returned before its next await leaves one for the
+    engine's next await, outside the code (decision (bd)). A cancelled
+    scope's request is not one: code that caught a cooperative cancellation
+    and returned a value keeps it. Cheap enough for every local step: one
+    counter read, and no exception on trio, where no code can cancel a task
+    outside a scope."""
+    import asyncio
+
+    loop = asyncio._get_running_loop()
+    if loop is None:  # trio
+        return False
+    task = asyncio.current_task(loop)
+    return (task is not None and task.cancelling() > 0
+            and anyio.current_effective_deadline() != float("-inf"))
+
+
+async def receive_cancel_request() -> None:
+    """Let a cancel request left by code that just returned (`cancel_request_left`)
+    reach the task here, as the code's next await would have: it raises
+    where the code's own exceptions are caught, so the run or attempt fails
+    (`not_an_exception`) rather than the engine's next await, outside the
+    code, carrying it to the worker's task group. A request the code caught
+    and went on from is withdrawn."""
+    import asyncio
+
+    await asyncio.sleep(0)  # a request still pending raises here
+    if own_cancellation():  # none was: the code caught its own and went on
+        take_back_own_cancellation()
+
+
+def take_back_own_cancellation() -> None:
+    """Withdraw the code's own cancel requests from the current task (asyncio's
+    ``uncancel``), so that the engine's awaits that record the failure they
+    caused are not cancelled too. Only called when `own_cancellation()`: no
+    cancel scope asked for any of them."""
+    import asyncio
+
+    task = asyncio.current_task()
+    while task is not None and task.cancelling() > 0:
+        task.uncancel()
 
 
 def code_error(exc: BaseException, what: str) -> Exception:

@@ -241,3 +241,171 @@ async def test_a_cancellation_raised_by_hand_fails_its_run_not_the_host(
         # unfixed, the host's code was cancelled silently: nothing above failed,
         # the body just stopped
         assert body_done, "the host's own code was cancelled by a run's code"
+
+
+# -- code that cancels its own asyncio task (the embedding audit's last case, 12-08)
+
+OWN_CANCEL = "cancelled its own task (asyncio's task.cancel() with no cancel scope asking)"
+
+
+async def _cancel_own_task(then_await: bool) -> None:
+    """``asyncio.current_task().cancel()``, then an await (the request lands
+    in the code) or none (it is left for whatever awaits next: unfixed, the
+    engine's own await after the code returned)."""
+    import asyncio
+
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    if then_await:
+        await asyncio.sleep(0)
+
+
+@activity.defn
+async def own_cancel_then_await() -> int:
+    await _cancel_own_task(True)
+    return 1
+
+
+@activity.defn
+async def own_cancel_then_return() -> int:
+    import asyncio
+
+    asyncio.current_task().cancel()  # type: ignore[union-attr]
+    return 1  # no await: a local attempt takes the synchronous lane
+
+
+@workflow.defn
+async def own_cancel_activity(then_await: bool, local: bool) -> int:
+    step = own_cancel_then_await if then_await else own_cancel_then_return
+    if local:
+        return await workflow.execute_local_activity(step, options=ONCE)
+    return await workflow.execute_activity(step, options=ONCE)
+
+
+@workflow.defn
+async def own_cancel_workflow(then_await: bool) -> int:
+    await _cancel_own_task(then_await)
+    return 1
+
+
+@workflow.defn
+class OwnCancelHandlers:
+    def __init__(self) -> None:
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> int:
+        await workflow.wait_condition(lambda: self.done)
+        return 2
+
+    @workflow.update
+    async def change(self, then_await: bool) -> int:
+        await _cancel_own_task(then_await)
+        return 3
+
+    @workflow.signal
+    async def tell(self) -> None:
+        await _cancel_own_task(True)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+    @workflow.query
+    def peek(self) -> int:
+        import asyncio
+
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        return 4
+
+
+async def _host_survives(make_worker: Any, body: Any) -> None:
+    """Run `body` in a worker inside a host whose own task ticks beside it:
+    the body must end, and the host's task must tick on after it."""
+    ticks = 0
+    body_done = False
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    try:
+        async with anyio.create_task_group() as host:
+            host.start_soon(tick)
+            async with make_worker(
+                    workflows=[own_cancel_activity, own_cancel_workflow, OwnCancelHandlers,
+                               exotic_healthy],
+                    activities=[own_cancel_then_await, own_cancel_then_return]):
+                await body()
+            seen = ticks
+            await anyio.sleep(0.05)
+            assert ticks > seen  # the host's own task was not cancelled
+            body_done = True
+            host.cancel_scope.cancel()
+    finally:
+        # unfixed, the ``async with Worker`` block raised CancelledError ("Cancelled
+        # via cancel scope"): the run's task cancelled the worker's task group
+        assert body_done, "the host's own code was cancelled by a run's code"
+
+
+@pytest.mark.parametrize("then_await", [True, False], ids=["then-await", "then-return"])
+@pytest.mark.parametrize("where", ["workflow", "local", "remote"])
+async def test_code_cancelling_its_own_task_fails_its_run_not_the_host(
+    client: durable.Client, make_worker: Any, anyio_backend: str, where: str,
+    then_await: bool,
+) -> None:
+    """Workflow or activity code that calls ``asyncio.current_task().cancel()``
+    cancelled the worker's task group and the host's own code with it (the
+    request reached the code's next await, or, with none, the engine's):
+    the run or attempt fails, saying what to use instead, and the worker
+    serves the other runs."""
+    if anyio_backend != "asyncio":
+        pytest.skip("trio has no way to cancel a task outside a cancel scope")
+
+    async def body() -> None:
+        if where == "workflow":
+            handle = await client.start(own_cancel_workflow, then_await,
+                                        id=f"own-cancel-wf-{then_await}")
+        else:
+            handle = await client.start(own_cancel_activity, then_await, where == "local",
+                                        id=f"own-cancel-{where}-{then_await}")
+        failure = await _fails_alone(client, handle, OWN_CANCEL)
+        text = repr(failure)
+        assert "RaisedNotAnException" in text
+        assert "handle.cancel() or request_cancellation()" in text
+
+    await _host_survives(make_worker, body)
+
+
+async def test_a_handler_cancelling_its_own_task_fails_its_update_or_run(
+    client: durable.Client, make_worker: Any, anyio_backend: str
+) -> None:
+    """A query or an update handler that cancels its own task fails its query
+    or update (the run goes on); a signal handler's fails the run; the host
+    goes on."""
+    if anyio_backend != "asyncio":
+        pytest.skip("trio has no way to cancel a task outside a cancel scope")
+
+    async def body() -> None:
+        handle = await client.start(OwnCancelHandlers, id="own-cancel-handlers")
+        with pytest.raises(durable.QueryFailed, match=re.escape(OWN_CANCEL)):
+            await handle.query("peek")
+        with pytest.raises(durable.UpdateFailed, match=re.escape(OWN_CANCEL)):
+            await handle.update("change", True)
+        assert (await handle.describe())["status"] == "running"
+        await handle.signal("tell")
+        await _fails_alone(client, handle, OWN_CANCEL)
+        # one that returns before its request reaches it fails its update too (as
+        # asyncio's task would end cancelled); unfixed, the request reached the
+        # inbox's next await and the run's later signals were never handled
+        other = await client.start(OwnCancelHandlers, id="own-cancel-handlers-return")
+        with pytest.raises(durable.UpdateFailed, match=re.escape(OWN_CANCEL)):
+            await other.update("change", False)
+        await other.signal("finish")
+        with anyio.fail_after(60):  # a hang guard
+            assert await other.result() == 2
+
+    await _host_survives(make_worker, body)

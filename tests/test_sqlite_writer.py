@@ -655,7 +655,9 @@ async def test_programs_queued_over_a_busy_loop_turn_are_handed_over_together(
         for k in range(20):
             tg.start_soon(one, k)
     after = driver.stats
-    assert after.drains - before.drains == 1
+    # one transaction for the twenty: programs handed over in two drains would
+    # have made two. (Not the drains themselves: on a loaded box a call of the
+    # driver's own, the log's upkeep, can have a drain of its own in between.)
     assert after.transactions - before.transactions == 1
     assert after.programs - before.programs == 20
     assert await keys(driver) == list(range(20))

@@ -55,7 +55,7 @@ from ..errors import (
     ActivityStopRequested,
     StructuralLimitExceeded,
 )
-from ..failure import Failure
+from ..failure import Failure, cancel_request_left, receive_cancel_request
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,10 @@ async def call_activity(
             if ctx.stopped:
                 scope.cancel()
             if is_async:
-                return await fn(*args)
+                value = await fn(*args)
+                if cancel_request_left():  # the code cancelled its own task, then returned
+                    await receive_cancel_request()
+                return value
             # real work virtual time cannot see: a virtual clock holds still
             hold = getattr(ctx.clock, "hold", None)
             with hold() if hold is not None else contextlib.nullcontext():
@@ -446,6 +449,10 @@ def begin(ctx: ActivityContext, fn: Any, args: list[Any]) -> Started:
         try:
             started.yielded = coro.send(None)
         except StopIteration as stop:
+            if cancel_request_left():  # the code cancelled its own task: `finish`
+                # receives it in the attempt's scope, as its next await would have
+                started.coro, started.yielded = _then(stop.value), _NOT_STARTED
+                return started
             started.done, started.value = True, stop.value
             started.close()
             return started
@@ -470,6 +477,13 @@ async def finish(ctx: ActivityContext, started: Started) -> Any:
         raise _stopped(ctx)
     finally:
         started.close()  # a no-op for a coroutine the await ran to its end
+
+
+async def _then(value: Any) -> Any:
+    """`value`, once a cancel request left by the code has reached the task
+    (`durable.failure.receive_cancel_request`)."""
+    await receive_cancel_request()
+    return value
 
 
 @types.coroutine

@@ -31,7 +31,14 @@ from ..errors import (
     UnitOutcomeUnknown,
     WriteRejected,
 )
-from ..failure import Failure, leaf_exceptions, not_an_exception, safe_repr
+from ..failure import (
+    Failure,
+    cancel_request_left,
+    leaf_exceptions,
+    not_an_exception,
+    receive_cancel_request,
+    safe_repr,
+)
 from ..store.records import ClientRequest, InboxItem, OpRecord, RunRecord, RunStatus
 from ..store.writes import CloseRun, DeliverCancellation, Write
 from .context import RunHost, RunSetup, WorkflowContext
@@ -403,6 +410,8 @@ class RunExecutor:
                 self.code_started = True
                 self.poke()
                 value = await main(*args)
+                if cancel_request_left():  # the code cancelled its own task, then returned
+                    await receive_cancel_request()
                 if self._inbox is not None:
                     self._inbox.check_finished()
             if ctx.fatal is not None:

@@ -47,7 +47,14 @@ from ..errors import (
     QueryFailed,
     StructuralLimitExceeded,
 )
-from ..failure import Failure, code_error, safe_repr, safe_str
+from ..failure import (
+    Failure,
+    cancel_request_left,
+    code_error,
+    receive_cancel_request,
+    safe_repr,
+    safe_str,
+)
 from ..store.records import ClientRequest, InboxItem, RunRecord
 from ..store.writes import AcceptUpdate, CompleteUpdate, DeliverSignal, Write
 from .context import RunHost, WorkflowContext
@@ -502,6 +509,8 @@ class Inbox:
             with as_task(state):
                 try:
                     value = handler.fn(*args)
+                    if cancel_request_left():  # it cancelled this task: fail it, not the run's
+                        await receive_cancel_request()  # inbox (decision (bd))
                 except BaseException as exc:
                     error = code_error(exc, f"the {d.kind} handler {d.name!r}")
             ctx.state_changed()
@@ -514,6 +523,8 @@ class Inbox:
             ctx.running_handlers += 1
             try:
                 value = await handler.fn(*args)
+                if cancel_request_left():  # it cancelled its own task, then returned
+                    await receive_cancel_request()
             except BaseException as exc:
                 error = code_error(exc, f"the {d.kind} handler {d.name!r}")
             finally:
@@ -542,6 +553,8 @@ class Inbox:
                     ctx.running_handlers += 1
                     try:
                         await handler.fn(*args)
+                        if cancel_request_left():  # it cancelled its own task, then returned
+                            await receive_cancel_request()
                     except BaseException as exc:
                         self._signal_failed(d, code_error(exc, f"the signal handler {d.name!r}"))
                     finally:
@@ -553,7 +566,7 @@ class Inbox:
                                    runtime=self.executor.runtime)
             with as_task(state):
                 try:
-                    handler.fn(*args)
+                    handler.fn(*args)  # (a request it leaves reaches the workflow's code)
                 except BaseException as exc:
                     self._signal_failed(d, code_error(exc, f"the signal handler {d.name!r}"))
             ctx.state_changed()
@@ -673,6 +686,8 @@ async def run_read_only(ctx: WorkflowContext, fn: Any, hints: list[Any], payload
         if inspect.isawaitable(result):
             with anyio.fail_after(QUERY_TIMEOUT):
                 result = await result
+        if cancel_request_left():  # it cancelled the task serving it, then returned
+            await receive_cancel_request()
     return result
 
 
