@@ -133,7 +133,7 @@ async def holder(info: Mapping[str, Any],
     owner = run.get("owner")
     found = next((w for w in await list_workers() if w.get("worker_id") == owner),
                  None) if owner else None
-    return holder_of(owner, found)
+    return holder_of(owner, found, run.get("lease_expires_at"))
 
 
 def holder_text(holder: Any, now: datetime) -> str | None:
@@ -156,8 +156,18 @@ def holder_text(holder: Any, now: datetime) -> str | None:
     if holder.get("alive") and until is not None:
         return f"{what}, {last}, presumed alive until {absolute(until)} ({relative(until, now)})"
     then = ("the attempt ends when it times out" if activity
-            else "another worker takes the run once that worker's lease on it has lapsed")
+            else taken_text(holder.get("lease_expires_at"), now))
     return f"{what}, {last}, presumed gone: {then}"
+
+
+def taken_text(lease_expires_at: Any, now: datetime) -> str:
+    """When another worker takes a run whose holder is gone: once the holder's
+    lease on it lapses, with that instant where it is known (the run's
+    ``lease_expires_at``): ``... (lease end: 2026-12-08 10:00:30 UTC, in 12s)``."""
+    said = "another worker takes the run once that worker's lease on it has lapsed"
+    until = instant(lease_expires_at)
+    return said if until is None else f"{said} (lease end: {absolute(until)}, " \
+        f"{relative(until, now)})"
 
 
 def holder_gone(holder: Any) -> bool:
@@ -481,7 +491,9 @@ def wait_of(waiting: Any, holder: Any = None) -> tuple[str | None, str | None]:
             return "workflow-task", (
                 f"Workflow task waiting for a worker: worker {h('worker_id')}, which holds it, "
                 f"was last seen at {h('last_seen_at') or 'an unknown time'} and is presumed "
-                f"gone (presumed alive until {h('expires_at') or 'its record expired'})")
+                f"gone (presumed alive until {h('expires_at') or 'its record expired'})"
+                + (f"; its lease on the run ends at {h('lease_expires_at')}"
+                   if h("lease_expires_at") else ""))
         if isinstance(holder, Mapping) and holder.get("worker_id") is None:
             return "workflow-task", "Workflow task waiting for a worker to take it"
         return None, None

@@ -118,7 +118,7 @@ async def owner_presence(info: Mapping[str, Any],
     if not owner or info.get("status") not in OPEN_STATUSES:
         return None
     found = next((w for w in await list_workers() if w.get("worker_id") == owner), None)
-    return holder_of(owner, found)
+    return holder_of(owner, found, (info.get("run") or {}).get("lease_expires_at"))
 
 
 #: ``owner_record``'s states. There is no plain "alive": a worker is only ever
@@ -126,23 +126,25 @@ async def owner_presence(info: Mapping[str, Any],
 #: until then), so the record says no more than the store knows.
 OWNER_STATES = ("presumed_alive", "gone", "none")
 #: the keys of ``owner_record``
-OWNER_KEYS = ("worker_id", "state", "alive", "last_seen_at", "expires_at")
+OWNER_KEYS = ("worker_id", "state", "alive", "last_seen_at", "expires_at", "lease_expires_at")
 
 
 def owner_record(presence: Any) -> dict[str, Any]:
     """`owner_presence`'s answer as the wire's ``owner_presence`` (``GET
     /api/workflows/{id}``, the web UI's run page): ``{worker_id, state, alive,
-    last_seen_at, expires_at}``, state one of `OWNER_STATES` (``none``, with
+    last_seen_at, expires_at, lease_expires_at}`` (the last: the run's lease,
+    which a gone worker's run waits out), state one of `OWNER_STATES` (``none``, with
     nulls, for a closed run or one no worker holds). The page read
     "worker-x · epoch 1" for a worker SIGKILLed long before."""
     if not isinstance(presence, Mapping) or presence.get("worker_id") is None:
         return {"worker_id": None, "state": "none", "alive": False, "last_seen_at": None,
-                "expires_at": None}
+                "expires_at": None, "lease_expires_at": None}
     alive = bool(presence.get("alive"))
     return {"worker_id": presence.get("worker_id"),
             "state": "presumed_alive" if alive else "gone", "alive": alive,
             "last_seen_at": presence.get("last_seen_at"),
-            "expires_at": presence.get("expires_at")}
+            "expires_at": presence.get("expires_at"),
+            "lease_expires_at": presence.get("lease_expires_at")}
 
 
 def owner_text(owner: Any, presence: Any, now: datetime) -> str:

@@ -27,7 +27,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import durable
-from durable import activity, workflow
+from durable import activity, present, workflow
 from durable.http import create_app
 from durable.http.ui import cascade, views
 from durable.http.ui.session import COOKIE_NAME, SessionCodec, session_key
@@ -950,12 +950,16 @@ async def test_the_runs_list_names_a_killed_holder(ui: Browserless, db_url: str)
     await ui.start("gone-1", task_queue="q-gone")
     await ui.start("live-1", task_queue="q-live")
     await ui.start("free-1", task_queue="q-free")  # no worker took it: waiting
-    await _killed_and_live(ui, "q-gone", "q-live")
+    now = await _killed_and_live(ui, "q-gone", "q-live")
     # the embedded client's summaries
     listed = {r["workflow_id"]: r for r in await ui.storage.list()}
     gone, live = listed["gone-1"]["holder"], listed["live-1"]["holder"]
     assert (gone["worker_id"], gone["alive"], gone["activity"]) == ("w-killed", False, None)
     assert gone["last_seen_at"] is not None and listed["gone-1"]["waiting"] is True
+    # and when another worker takes it: its claim's lease (600 s) ends (views said
+    # only "once that worker's lease on it has lapsed")
+    lease_end = present.instant(gone["lease_expires_at"])
+    assert lease_end is not None and abs(lease_end.timestamp() - (now + 600)) < 1
     assert (live["worker_id"], live["alive"]) == ("w-live", True)
     assert listed["live-1"]["waiting"] is False
     assert listed["free-1"]["holder"] is None and listed["free-1"]["waiting"] is True
@@ -970,6 +974,7 @@ async def test_the_runs_list_names_a_killed_holder(ui: Browserless, db_url: str)
     assert described["wait_kind"] == "workflow-task", described
     assert "worker w-killed, which holds it" in described["wait_reason"]
     assert "presumed gone" in described["wait_reason"]
+    assert f"its lease on the run ends at {gone['lease_expires_at']}" in described["wait_reason"]
     assert described["holder"]["alive"] is False and "holder" not in described["durable_keys"]
     described = (await ui.http.get("/api/workflows/live-1", headers=viewer)).json()
     assert described["wait_kind"] is None and described["holder"]["worker_id"] == "w-live"
@@ -988,11 +993,13 @@ async def test_the_runs_list_names_a_killed_holder(ui: Browserless, db_url: str)
     # the run page says the same as the list (it read the worker on its own)
     part = await ui.http.get("/ui/run/live?wf=gone-1")
     assert "worker w-killed, which holds it, is gone" in part.text
+    assert "lease on it has lapsed (lease end: " in part.text
     # durable list, and its --json (the wire's page)
     human = await anyio.to_thread.run_sync(_cli, cli, db_url, "list")
     gone_line = next(line for line in human.splitlines() if line.startswith("gone-1"))
     assert "holder gone" in gone_line and "busy" not in gone_line, human
     assert "held by worker w-killed" in human and "presumed gone" in human
+    assert "(lease end: " in human
     live_line = next(line for line in human.splitlines() if line.startswith("live-1"))
     assert "busy" in live_line and "presumed alive until" in human
     data = json.loads(await anyio.to_thread.run_sync(_cli, cli, db_url, "list", "--json"))
@@ -1236,8 +1243,11 @@ async def test_the_run_page_and_api_say_whether_the_owner_is_still_there(
     assert datetime.fromisoformat(gone["expires_at"]).timestamp() == pytest.approx(now - 970)
     assert (live["worker_id"], live["state"], live["alive"]) == ("w-live", "presumed_alive", True)
     assert datetime.fromisoformat(live["expires_at"]).timestamp() == pytest.approx(now + 600)
+    # the run's lease, which another worker waits out before it takes a gone owner's run
+    assert datetime.fromisoformat(gone["lease_expires_at"]).timestamp() == pytest.approx(
+        now + 600)
     assert none == {"worker_id": None, "state": "none", "alive": False, "last_seen_at": None,
-                    "expires_at": None}
+                    "expires_at": None, "lease_expires_at": None}
     # the remote client's describe() is the embedded one's: no wire-only key
     assert "owner_presence" not in await ui.storage.get_handle("own-gone").describe()
     await ui.login(VIEWER)
@@ -1249,6 +1259,7 @@ async def test_the_run_page_and_api_say_whether_the_owner_is_still_there(
     row = await worker_row("own-gone")
     assert 'class="bad" data-owner="gone"' in row and "⚠" in row, row
     assert "w-killed (last seen 16m" in row and "presumed gone" in row, row
+    assert "lease on it has lapsed (lease end: " in row and ", in 10m)" in row, row
     row = await worker_row("own-live")
     assert 'data-owner="presumed_alive"' in row and "bad" not in row, row
     assert "w-live (last seen" in row and "presumed alive until" in row, row

@@ -218,8 +218,11 @@ async def test_the_run_list_names_the_worker_an_attempt_runs_on(
             info["run"]["owner"], await present_ops.owner_presence(info, client.list_workers),
             present.utcnow())
         assert owner.startswith(f"{worker.worker_id} (last seen 16m "), owner
-        assert owner.endswith("ago, presumed gone: another worker takes the run once that "
-                              "worker's lease on it has lapsed)"), owner
+        assert ("ago, presumed gone: another worker takes the run once that worker's lease "
+                "on it has lapsed (lease end: ") in owner, owner
+        # when: the run's own lease, which describe() names (it said only "once lapsed")
+        lease = present.instant(info["run"]["lease_expires_at"])
+        assert lease is not None and f"(lease end: {present.absolute(lease)}, in " in owner
         assert text is not None and text.startswith(
             f"activity held-pack runs on worker {worker.worker_id}, last seen 16m")
         assert "presumed gone: the attempt ends when it times out" in text

@@ -37,9 +37,8 @@ def waiting_text(waiting: Any, now: datetime, holder: Any = None) -> Text:
                                  "(last seen ", when(holder.get("last_seen_at"), now),
                                  "; presumed alive until ", when(holder.get("expires_at"), now),
                                  ")")
-        return Text(f"nothing open, but worker {holder['worker_id']}, which holds it, is "
-                    "gone: another worker takes the run once that worker's lease on it has lapsed",
-                    style="bold yellow")
+        return Text(f"nothing open, but worker {holder['worker_id']}, which holds it, is gone: "
+                    + _fmt.taken_text(holder.get("lease_expires_at"), now), style="bold yellow")
     if not isinstance(waiting, Mapping):
         return Text("nothing: it is busy (an activity of it runs)", style="green")
     kind = waiting.get("kind")

@@ -414,7 +414,8 @@ RUN_SCHEMA: dict[str, Any] = {
             "properties": {"worker_id": {"type": ["string", "null"]},
                            "state": {"type": "string", "enum": list(OWNER_STATES)},
                            "alive": {"type": "boolean"},
-                           "last_seen_at": _INSTANT, "expires_at": _INSTANT}},
+                           "last_seen_at": _INSTANT, "expires_at": _INSTANT,
+                           "lease_expires_at": _INSTANT}},
     },
 }
 SUMMARY_SCHEMA: dict[str, Any] = {

@@ -98,6 +98,10 @@ def describe(
         progress = {"done": int(done["n"]) if done else 0,
                     "total": int((loads(batch["result"]) or {}).get("total", 0)),
                     "handler": batch["name"]}
+    lease_expires_at = None
+    if run.owner is not None and run.is_open:  # (not a RunRecord column: read here alone)
+        leased = yield q1("SELECT lease_expires_at FROM runs WHERE run_id = ?", run.run_id)
+        lease_expires_at = to_iso(leased["lease_expires_at"]) if leased is not None else None
     status = run.status if run_id else wf["status"]
     if run.needs_review and run.is_open:
         # the outcome is not known (units whose effect could not be confirmed)
@@ -143,6 +147,9 @@ def describe(
             "priority": run.priority,
             "concurrency_key": run.concurrency_key,
             "owner": run.owner,
+            # until when the owner's lease on the run holds: a gone owner's run is
+            # taken by another worker from then on
+            "lease_expires_at": lease_expires_at,
             "epoch": run.epoch,
             "needs_review": run.needs_review,
             "parent_workflow_id": run.parent_workflow_id,
@@ -464,7 +471,8 @@ def list_runs(
         return [], None
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
-        "closed_at, closed_reason, task_queue, needs_review, failure, owner FROM runs "
+        "closed_at, closed_reason, task_queue, needs_review, failure, owner, lease_expires_at "
+        "FROM runs "
         "WHERE namespace = ?"
     )
     params: list[Any] = [namespace]
@@ -509,6 +517,7 @@ def list_runs(
     busy = yield from _busy_runs([r["run_id"] for r in rows if r["status"] == "running"
                                   and not r["needs_review"]])
     held = {r["run_id"]: busy[r["run_id"]][1] or r["owner"] for r in rows if r["run_id"] in busy}
+    leases = {r["run_id"]: r["lease_expires_at"] for r in rows if r["owner"] is not None}
     seen = ((yield from workers.presences(namespace, {w for w in held.values() if w}, now))
             if now is not None else {})
     for summary in summaries:
@@ -516,8 +525,10 @@ def list_runs(
         run_id = summary["run_id"]
         holder = None
         if run_id in held and now is not None:
-            holder = workers.holder_of(held[run_id], seen.get(held[run_id] or ""))
-            holder["activity"] = busy[run_id][0]
+            activity = busy[run_id][0]  # (its attempt's worker holds its own lease)
+            holder = workers.holder_of(held[run_id], seen.get(held[run_id] or ""),
+                                       None if activity else leases.get(run_id))
+            holder["activity"] = activity
         summary["holder"] = holder
         # a run whose holder is presumed gone (or that none holds) waits for a worker
         summary["waiting"] = (run_id not in busy or (holder is not None and not holder["alive"])

@@ -165,15 +165,22 @@ def presence(row: Any, now: float) -> dict[str, Any]:
 
 
 #: the keys of the record that names a run's holder
-HOLDER_KEYS = ("worker_id", "alive", "last_seen_at", "expires_at")
+HOLDER_KEYS = ("worker_id", "alive", "last_seen_at", "expires_at", "lease_expires_at")
 
 
-def holder_of(worker_id: str | None, found: Mapping[str, Any] | None) -> dict[str, Any]:
+def holder_of(worker_id: str | None, found: Mapping[str, Any] | None,
+              lease_expires_at: float | str | None = None) -> dict[str, Any]:
     """The record naming the worker that holds a run (`HOLDER_KEYS`): its
     `presence` while registered; ``alive`` False and nothing seen once its
     record is gone; ``worker_id`` None when no worker holds the run. One
-    shape for describe (`durable.present.holder`) and the run lists."""
-    record = found or {"worker_id": worker_id, "alive": False}
+    shape for describe (`durable.present.holder`) and the run lists.
+    ``lease_expires_at``: when the holder's lease on the run ends (ISO 8601;
+    None for an activity's worker, whose attempt has a lease of its own):
+    a gone worker's run is taken by another worker from then on, and "once
+    its lease has lapsed" told an operator nothing of when."""
+    record = {**(found or {"worker_id": worker_id, "alive": False}),
+              "lease_expires_at": to_iso(lease_expires_at) if isinstance(
+                  lease_expires_at, int | float) else lease_expires_at}
     return {key: record.get(key) for key in HOLDER_KEYS}
 
 

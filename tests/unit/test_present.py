@@ -126,6 +126,13 @@ def test_a_run_lists_holder_is_told_alive_gone_or_none() -> None:
     assert present.holder_text(gone, now) == (
         "held by worker w-7, last seen 40s ago, presumed gone: another worker takes the run "
         "once that worker's lease on it has lapsed")
+    # with the run's lease end known (describe's run, the lists' holder): when
+    assert present.holder_text({**gone, "lease_expires_at": "2026-12-06T13:40:12+00:00"},
+                               now) == (
+        "held by worker w-7, last seen 40s ago, presumed gone: another worker takes the run "
+        "once that worker's lease on it has lapsed (lease end: 2026-12-06 13:40:12 UTC, in 12s)")
+    assert present.holder_text({**gone, "lease_expires_at": "2026-12-06T13:39:55+00:00"},
+                               now).endswith("(lease end: 2026-12-06 13:39:55 UTC, 5s ago)")
     assert present.holder_text({**gone, "activity": "pack"}, now) == (
         "activity pack runs on worker w-7, last seen 40s ago, presumed gone: the attempt ends "
         "when it times out")

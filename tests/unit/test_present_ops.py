@@ -49,12 +49,18 @@ def test_the_wire_owner_record_reads_as_the_cli_owner_line() -> None:
     assert (record["state"], record["alive"]) == ("gone", False)
     assert owner_text("w-1", record, now) == owner_text("w-1", gone, now)
     assert owner_text("w-1", record, now).startswith("w-1 (last seen 16m 40s ago, presumed gone")
+    # the wire carries the run's lease end, and the Worker line says when it is taken
+    leased = owner_record({**gone, "lease_expires_at": "2026-12-07T04:00:20+00:00"})
+    assert leased["lease_expires_at"] == "2026-12-07T04:00:20+00:00"
+    assert owner_text("w-1", leased, now).endswith(
+        "(lease end: 2026-12-07 04:00:20 UTC, in 20s))")
     live = owner_record({**gone, "alive": True, "expires_at": "2026-12-07T04:10:00+00:00"})
     assert live["state"] == "presumed_alive"
     assert "presumed alive until" in owner_text("w-1", live, now)
     # a closed run (no presence: state none) is named by its owner alone, not
     # "w-1 (waiting for a worker: none holds it)"
     assert owner_record(None) == {"worker_id": None, "state": "none", "alive": False,
-                                  "last_seen_at": None, "expires_at": None}
+                                  "last_seen_at": None, "expires_at": None,
+                                  "lease_expires_at": None}
     assert owner_text("w-1", owner_record(None), now) == "w-1"
     assert owner_text(None, owner_record(None), now) == "none (no worker holds it)"

@@ -32,7 +32,8 @@ from ._support import (
 pytestmark = pytest.mark.anyio
 
 RUN_KEYS = {"run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
-            "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
+            "run_deadline_at", "started_at", "closed_at", "task_queue", "owner",
+            "lease_expires_at", "epoch",
             "needs_review", "parent_workflow_id", "parent_run_id", "parent_deleted",
             "continued_run_id",
             "started_build", "last_build", "priority", "concurrency_key", "reset_from_run_id",
