@@ -243,6 +243,19 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
             info = await handle.describe()
             assert info["status"] == "running" and info["run"]["owner"] is None
             assert info["blocked"]["build_id"] == "v2"
+        # the run lists say so (they said "waiting", as for a timer): embedded and CLI
+        listed = {r["workflow_id"]: r for r in await storage.list()}
+        assert [listed[f"bd-o{i}"]["blocked_build"] for i in (1, 2)] == ["v2", "v2"]
+        assert listed["bd-o1"]["waiting"] is True
+        assert listed["bd-p"]["blocked_build"] is None and listed["bd-o0"]["blocked_build"] is None
+        from click.testing import CliRunner
+
+        from durable.cli._group import cli
+
+        said = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(
+            cli, ["--db", db_url, "list"], env={"COLUMNS": "400"}))
+        line = next(x for x in said.output.splitlines() if x.startswith("bd-o1"))
+        assert "[running] blocked by deploy v2" in line and "waiting" not in line, said.output
         # an operator's dashboard counts them
         from durable.http.metrics import Metrics
 
@@ -262,6 +275,9 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
             # only v2 is live: the run waits for a worker, not for its condition
             assert ("a worker of a build that replays it: the 1 live worker(s) of queue default "
                     "that register bd_order are of build v2") in page
+            runs = (await http.get("/ui/runs")).text
+            row = runs[runs.index('data-workflow-id="bd-o1"'):]
+            assert 'data-blocked="v2"' in row[:row.index("</tr>")]
         # the deploy gate lists them, with where each diverges (and reads only)
         code, report = await check_upgrade(db_url, "V2_WORKER")
         assert code == 1 and report["ok"] is False and report["build_id"] == "v2"
@@ -279,10 +295,6 @@ async def test_a_deploy_that_changes_an_op_order_blocks_runs_in_flight_and_fails
         assert report["note"].startswith("namespace 'prodd' of this database has no run at all, "
                                          "so nothing was checked")
         # retry-after-review is not the fix for a blocked run, and says what is
-        from click.testing import CliRunner
-
-        from durable.cli._group import cli
-
         said = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(
             cli, ["--db", db_url, "retry-after-review", "bd-o1"], env={"COLUMNS": "400"}))
         text = " ".join(said.output.split())

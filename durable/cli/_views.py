@@ -26,7 +26,7 @@ from ..present import EVENT_SUMMARY_KEYS as _SUMMARY_KEYS
 from ..present import requester_text as _requester
 from ..present import sender_text as sender_text  # re-exported: views elsewhere use them
 from ._app import Output
-from ._words import received_lines
+from ._words import received_lines, run_tag
 from ._words import waiting_text as waiting_text
 from ._words import when as when
 
@@ -191,10 +191,7 @@ def run_list(out: Output, data: Mapping[str, Any]) -> None:
         gone = _fmt.holder_gone(run.get("holder"))
         table.add_row(
             Text(str(run.get("workflow_id"))), Text(str(run.get("workflow_type"))),
-            Text.assemble(status_badge(run.get("status")), (
-                "" if run.get("waiting") is None else " holder gone" if gone else
-                " waiting" if run.get("waiting") else " busy",
-                "bold yellow" if gone else "dim")),
+            Text.assemble(status_badge(run.get("status")), run_tag(run)),
             Text(f"{run.get('run_number') or '-'} {short_id(run.get('run_id'), 8)}"),
             when(started_at, now) if started_at is not None or created is None else
             Text.assemble(("not started", "dim"), ", created ", when(created, now)), took,

@@ -106,3 +106,18 @@ def received_lines(info: Mapping[str, Any], now: datetime) -> list[Text]:
         line.append(f"  by {sender_text(r.get('sender'))}")
         lines.append(line)
     return lines
+
+
+def run_tag(run: Mapping[str, Any]) -> tuple[str, str]:
+    """A listed open run's tag after its status, and its style: ``holder gone``
+    (its worker is presumed gone), ``blocked by deploy v2`` (no live build
+    replays it: it waits for one that does), ``waiting`` or ``busy``; none
+    once closed (``waiting`` None)."""
+    if run.get("waiting") is None:
+        return "", "dim"
+    if _fmt.holder_gone(run.get("holder")):
+        return " holder gone", "bold yellow"
+    if run.get("blocked_build"):
+        return f" blocked by deploy {run['blocked_build']}", "bold yellow"
+    return (" waiting" if run.get("waiting") else " busy"), "dim"
+

@@ -471,8 +471,8 @@ def list_runs(
         return [], None
     sql = (
         "SELECT workflow_id, run_id, workflow_type, status, run_number, created_at, started_at, "
-        "closed_at, closed_reason, task_queue, needs_review, failure, owner, lease_expires_at "
-        "FROM runs "
+        "closed_at, closed_reason, task_queue, needs_review, failure, owner, lease_expires_at, "
+        "blocked_build FROM runs "
         "WHERE namespace = ?"
     )
     params: list[Any] = [namespace]
@@ -518,6 +518,7 @@ def list_runs(
                                   and not r["needs_review"]])
     held = {r["run_id"]: busy[r["run_id"]][1] or r["owner"] for r in rows if r["run_id"] in busy}
     leases = {r["run_id"]: r["lease_expires_at"] for r in rows if r["owner"] is not None}
+    blocked_builds = {r["run_id"]: r["blocked_build"] for r in rows if r["blocked_build"]}
     seen = ((yield from workers.presences(namespace, {w for w in held.values() if w}, now))
             if now is not None else {})
     for summary in summaries:
@@ -533,6 +534,9 @@ def list_runs(
         # a run whose holder is presumed gone (or that none holds) waits for a worker
         summary["waiting"] = (run_id not in busy or (holder is not None and not holder["alive"])
                               ) if open_ else None
+        # waiting for a build that replays it: the build that last refused it (the
+        # list said "waiting", as for a timer, of a run no live build will take)
+        summary["blocked_build"] = blocked_builds.get(run_id) if summary["waiting"] else None
     return summaries, next_key
 
 

@@ -28,8 +28,7 @@ from ...store.workers import HOLDER_KEYS
 
 OPEN_STATUSES = _fmt.OPEN_STATUSES
 STATUSES = LISTED_STATUSES
-LIFECYCLES = ("requested", "delivered", "cleaning_up", "cancelled", "deadline_expired",
-              "terminated")
+LIFECYCLES = tuple("requested delivered cleaning_up cancelled deadline_expired terminated".split())
 # The four activity timeouts, in the order they can fire.
 ACTIVITY_TIMEOUTS = (
     ("schedule_to_start", "Schedule-to-start",
@@ -60,8 +59,9 @@ def filled(data: Any, keys: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-SUMMARY_KEYS = ("workflow_id", "run_id", "workflow_type", "status", "run_number", "task_queue",
-                "created_at", "started_at", "closed_at", "closed_reason", "waiting", "holder")
+SUMMARY_KEYS: tuple[str, ...] = (  # blocked_build: waiting for a build that replays it
+    "workflow_id", "run_id", "workflow_type", "status", "run_number", "task_queue", "created_at",
+    "started_at", "closed_at", "closed_reason", "waiting", "holder", "blocked_build")
 _RUN_KEYS = ("run_id", "run_number", "status", "run_timeout_seconds", "execution_deadline_at",
              "run_deadline_at", "started_at", "closed_at", "task_queue", "owner", "epoch",
              "needs_review", "parent_workflow_id", "parent_run_id", "parent_deleted",
