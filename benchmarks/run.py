@@ -3,6 +3,7 @@
 Usage::
 
     python benchmarks/run.py [--db sqlite|postgres|mariadb|postgres,mariadb|all] [--rounds 5]
+                             [--timed-runs 5]
                              [--workloads a,b,c,d]
                              [--variants dbos,dbos-wal-normal,...,floor] [--quick]
                              [--backend asyncio|trio|both] [--sqlite-dir DIR] [--out PATH]
@@ -54,8 +55,14 @@ durability (``fsync``, ``synchronous_commit``, reported).
 
 Method.  Every measurement is a fresh interpreter (``dbos_side.py``,
 ``durable_side.py``, ``floor.py``), so DBOS and ours never share a process:
-connection, migration and launch are outside the clock, a warm-up runs, then
-one timed run.  ``--rounds N`` rounds; each round measures every
+connection, migration and launch are outside the clock, the disk's dirty
+pages are written back first (``os.sync()``: the previous measurement's
+writes are not flushed during this one), a warm-up runs, then
+``--timed-runs K`` timed runs (default 5), whose median is the measurement's
+figure: a batched sequential workflow of ours is ~8 ms, short enough that one
+scheduler hiccup or one log checkpoint moved a single run's ratio by a third
+(12-08: batched read 19.10x, then 17.45x [10.63-17.73] with nothing on its
+path changed); both sides get the same K.  ``--rounds N`` rounds; each round measures every
 (workload, variant) once, round-robin, with the variant order rotated by one
 each round, workload after workload (so the variants compared with each
 other run within seconds of each other), plus the floor once per storage.
@@ -309,12 +316,17 @@ class Runner:
         steps, workflows = self.sizes[cell.workload]
         label = f"  {cell.key:<48}"
         print(label, end="", flush=True)
+        # what the previous measurement left for the kernel to write back (DBOS's
+        # rollback journal at FULL writes the most) is written now, not during
+        # this one: each measurement starts from the same quiet disk
+        os.sync()
         t0 = time.perf_counter()
         try:
             if cell.variant.side == "dbos":
                 result = run_dbos(
                     cell.workload, cell.db,  # type: ignore[arg-type]
                     steps=steps, workflows=workflows, sqlite_dir=self.sqlite_dir,
+                    repeat=self.args.timed_runs,
                     sqlite_pragmas="default" if cell.variant.mode == "delete-full"  # type: ignore[arg-type]
                     else cell.variant.mode,
                     timeout=self.args.timeout)
@@ -325,6 +337,7 @@ class Runner:
                     synchronous="FULL" if cell.variant.mode == "wal-full" else None,
                     record="batched" if cell.variant.batched else None,
                     steps=steps, workflows=workflows, sqlite_dir=self.sqlite_dir,
+                    repeat=self.args.timed_runs,
                     pg_url=self.args.pg_url, mariadb_url=self.args.mariadb_url,
                     timeout=self.args.timeout)
         except Exception as exc:
@@ -593,7 +606,9 @@ def markdown(report: dict[str, Any]) -> str:
                  f"SQLite {m['sqlite']}, DBOS {', '.join(report['dbos_version']) or 'n/a'}. "
                  f"Load average {report['load_average_before']} before, "
                  f"{report['load_average_after']} after. "
-                 f"Rounds: {report['args']['rounds']}; median [min-max] over rounds.")
+                 f"Rounds: {report['args']['rounds']}; timed runs per measurement: "
+                 f"{report['args'].get('timed_runs', 1)} (their median); median [min-max] "
+                 "over rounds.")
     lines.append("")
     lines.append("| workload | storage | variant | settings | figure | x floor |")
     lines.append("|---|---|---|---|---:|---:|")
@@ -710,6 +725,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(sqlite,postgres)")
     p.add_argument("--rounds", "--repeat", dest="rounds", type=int, default=None,
                    help="interleaved rounds (default 5; 1 with --quick)")
+    p.add_argument("--timed-runs", type=int, default=None,
+                   help="timed runs per measurement, in its process after the warm-up; the "
+                        "median is its figure (default 5; 1 with --quick); both sides alike")
     p.add_argument("--workloads", "--only", dest="workloads", default="a,b,c,d",
                    help="comma-separated: a,b,c,d or sequential, concurrent, "
                         "concurrent_remote, taskgroup")
@@ -737,6 +755,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.rounds = 1 if args.quick else 5
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
+    if args.timed_runs is None:
+        args.timed_runs = 1 if args.quick else 5
+    if args.timed_runs < 1:
+        raise SystemExit(f"--timed-runs must be >= 1, got {args.timed_runs}")
     if args.floor_seconds is None:
         args.floor_seconds = 0.1 if args.quick else 1.0
     if args.floor_seconds <= 0:

@@ -67,13 +67,18 @@ def test_quick_run_of_ours_measures_every_workload_against_the_floor(tmp_path: P
 @pytest.mark.skipif(importlib.util.find_spec("dbos") is None,
                     reason="dbos is not installed (pip install -e '.[bench]')")
 def test_quick_run_forces_our_sqlite_settings_on_dbos(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "--variants", "dbos-wal-full,ours-full", "--workloads", "a")
+    proc = _run(tmp_path, "--variants", "dbos-wal-full,ours-full", "--workloads", "a",
+                "--timed-runs", "2")
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     report = json.loads((tmp_path / "out.json").read_text())
     (dbos,) = [c for c in report["cells"] if c["variant"] == "dbos-wal-full"]
     (result,) = dbos["rounds"].values()
     assert result["sqlite_pragmas"]["observed"] == [{"journal_mode": "wal",
                                                      "synchronous": "FULL"}]
+    # --timed-runs: both sides time that many runs in their process (the median counts)
+    (ours,) = [c for c in report["cells"] if c["variant"] == "ours-full"]
+    assert [len(r["runs"]) for c in (dbos, ours) for r in c["rounds"].values()] == [2, 2]
+    assert "timed runs per measurement: 2" in report["markdown"]
     (pair,) = [c for c in report["comparisons"] if c["dbos"] == "dbos-wal-full"]
     assert pair["ours"] == "ours-full" and pair["factor"]["median"] > 0
 
