@@ -480,16 +480,20 @@ async def test_a_statement_stopped_by_kill_query_reruns_the_transaction(url: str
 
             async def kill_the_wait_then_release() -> None:
                 async with admin.cursor() as cur:  # type: ignore[attr-defined]
-                    with anyio.fail_after(10):
-                        while True:
+                    with anyio.fail_after(20):
+                        # until the program runs again: a KILL QUERY that reached the
+                        # statement before it began to wait can be spent on nothing
+                        # (seen once in a loaded suite), so it is sent again
+                        while len(attempts) < 2:
                             await cur.execute(
                                 "SELECT id FROM information_schema.processlist WHERE "
                                 "db = DATABASE() AND info LIKE 'SELECT value FROM durable_meta%'")
                             rows = await cur.fetchall()
                             if rows:
-                                break
-                            await anyio.sleep(0.05)
-                    await cur.execute(f"KILL QUERY {int(rows[0][0])}")
+                                await cur.execute(f"KILL QUERY {int(rows[0][0])}")
+                                await anyio.sleep(0.3)
+                            else:
+                                await anyio.sleep(0.05)
                 await anyio.sleep(0.2)
                 async with holder.cursor() as cur:  # type: ignore[attr-defined]
                     await cur.execute("ROLLBACK")
@@ -497,7 +501,7 @@ async def test_a_statement_stopped_by_kill_query_reruns_the_transaction(url: str
             async with anyio.create_task_group() as tg:
                 tg.start_soon(kill_the_wait_then_release)
                 assert await client.driver.run(locking_read)
-            assert len(attempts) == 2
+            assert len(attempts) >= 2  # killed, and run again: the answer above is the rerun's
         finally:
             await holder.ensure_closed()  # type: ignore[attr-defined]
             await admin.ensure_closed()  # type: ignore[attr-defined]
