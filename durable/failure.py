@@ -107,8 +107,8 @@ def cancellation_pending() -> bool:
     group), so that a cancellation exception caught now is raised on. Only
     asyncio lets code cancel without a cancel scope (``trio.Cancelled`` has
     no public constructor): there a task being cancelled counts
-    ``cancelling()`` above 0, and a cancel scope that asked for it reads as
-    an effective deadline of -inf. A task cancelled with neither was
+    ``cancelling()`` above 0, and a cancel scope that asked for it is
+    cancelled (`_scope_asked`). A task cancelled with no scope asking was
     cancelled by the code itself (`own_cancellation`)."""
     import asyncio
 
@@ -117,7 +117,31 @@ def cancellation_pending() -> bool:
     task = asyncio.current_task()
     if task is None:
         return True
-    return task.cancelling() > 0 and anyio.current_effective_deadline() == float("-inf")
+    return task.cancelling() > 0 and _scope_asked(task)
+
+
+def _scope_asked(task: Any) -> bool:
+    """Whether a cancel scope around `task` was cancelled, its request hence
+    the scope's: the effective deadline reads -inf inside one, but a shield
+    hides the cancelled scopes above it, and cleanup runs under one after
+    catching the run's cancellation (`workflow.cancellation_shield()`): its
+    steps would read that request as the code's own and withdraw it. So,
+    past a shield, anyio's own record of the task's scopes is walked (an
+    internal of anyio's asyncio backend: without it, the effective deadline
+    alone is read). Called only for a task with a cancel request."""
+    if anyio.current_effective_deadline() == float("-inf"):
+        return True
+    try:
+        from anyio._backends._asyncio import _task_states
+
+        scope: Any = _task_states[task].cancel_scope
+    except Exception:  # pragma: no cover - another anyio layout
+        return False
+    while scope is not None:
+        if getattr(scope, "_cancel_called", False):
+            return True
+        scope = getattr(scope, "_parent_scope", None)
+    return False
 
 
 def own_cancellation() -> bool:
@@ -130,8 +154,7 @@ def own_cancellation() -> bool:
     if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
         return False
     task = asyncio.current_task()
-    return (task is not None and task.cancelling() > 0
-            and anyio.current_effective_deadline() != float("-inf"))
+    return task is not None and task.cancelling() > 0 and not _scope_asked(task)
 
 
 def cancel_request_left() -> bool:
@@ -149,8 +172,7 @@ def cancel_request_left() -> bool:
     if loop is None:  # trio
         return False
     task = asyncio.current_task(loop)
-    return (task is not None and task.cancelling() > 0
-            and anyio.current_effective_deadline() != float("-inf"))
+    return task is not None and task.cancelling() > 0 and not _scope_asked(task)
 
 
 async def receive_cancel_request() -> None:

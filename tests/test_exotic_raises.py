@@ -393,3 +393,63 @@ async def test_a_handler_cancelling_its_own_task_fails_its_update_or_run(
             assert await other.result() == 2
 
     await _host_survives(make_worker, body)
+
+
+# -- a cleanup's steps leave the run's delivered cancellation alone
+
+CLEANUP_COUNTS: list[tuple[str, int, int]] = []
+
+
+@activity.defn
+async def cleanup_at_once() -> int:
+    return 1  # no await: the synchronous lane
+
+
+@activity.defn
+async def cleanup_that_waits() -> int:
+    await anyio.lowlevel.checkpoint()
+    return 2
+
+
+@workflow.defn
+async def cleans_up_under_a_shield() -> None:
+    import asyncio
+
+    try:
+        await workflow.sleep(3600)
+    except anyio.get_cancelled_exc_class():
+        task = asyncio.current_task()
+        assert task is not None
+        with workflow.cancellation_shield():
+            for step in (cleanup_at_once, cleanup_that_waits):
+                before = task.cancelling()
+                await workflow.execute_local_activity(step)
+                CLEANUP_COUNTS.append((step.__name__, before, task.cancelling()))
+        raise
+
+
+async def test_cleanup_steps_under_a_shield_keep_the_runs_cancellation(
+    client: durable.Client, make_worker: Any, anyio_backend: str
+) -> None:
+    """A shield hides the run's cancelled code scope from the effective
+    deadline: read through it, the delivered cancellation looked like the
+    code's own (decision (bd)), and a cleanup step withdrew it. The steps run,
+    the request stays, the run closes cancelled."""
+    if anyio_backend != "asyncio":
+        pytest.skip("trio counts no cancel requests on its tasks")
+    CLEANUP_COUNTS.clear()
+    async with make_worker(workflows=[cleans_up_under_a_shield],
+                           activities=[cleanup_at_once, cleanup_that_waits]):
+        handle = await client.start(cleans_up_under_a_shield, id="cleanup-under-shield")
+        with anyio.fail_after(60):  # a hang guard
+            while "TimerScheduled" not in [e.type for e in await handle.history()]:
+                await anyio.sleep(0.02)
+            await handle.request_cancellation(reason="test")
+            with pytest.raises(durable.WorkflowCancelled):
+                await handle.result()
+    assert [name for name, _, _ in CLEANUP_COUNTS] == ["cleanup_at_once", "cleanup_that_waits"]
+    # the delivered request is still counted after each step (withdrawn: 0)
+    assert all(before > 0 and after == before for _, before, after in CLEANUP_COUNTS), \
+        CLEANUP_COUNTS
+    completed = [e for e in await handle.history() if e.type == "ActivityCompleted"]
+    assert len(completed) == 2
