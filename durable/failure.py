@@ -38,7 +38,7 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-#: the failure of code that cancelled its own asyncio task (`own_cancellation`)
+#: the failure of code that cancelled its own asyncio task (`cancel_request_left`)
 OWN_CANCELLATION = (
     "{what} cancelled its own task (asyncio's task.cancel() with no cancel scope asking): "
     "a run's or an attempt's task is the worker's, not the code's, so it fails here rather "
@@ -67,7 +67,7 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
     asyncio, a `CancelledError` the code raised while nothing cancelled its
     task (`cancellation_pending`): it cancelled the worker's task group and the
     host's own code in the ``async with Worker`` block; it fails here too, and
-    so does the code's cancellation of its own task (`own_cancellation`),
+    so does the code's cancellation of its own task (`cancel_request_left`),
     which is withdrawn so that recording the failure is not cancelled."""
     leaves = leaf_exceptions(exc)
     going_on = (anyio.get_cancelled_exc_class(), KeyboardInterrupt,
@@ -85,7 +85,7 @@ def not_an_exception(exc: BaseException, what: str) -> Exception | None:
         # sync activity's `asyncio.run` that was cancelled), or cancelled its
         # own task: going on, it cancelled the worker's task group and the
         # host's own code with it.
-        if own_cancellation():
+        if cancel_request_left():
             take_back_own_cancellation()
             error = errors.RaisedNotAnException(OWN_CANCELLATION.format(what=what))
             error.__cause__ = exc
@@ -109,7 +109,7 @@ def cancellation_pending() -> bool:
     no public constructor): there a task being cancelled counts
     ``cancelling()`` above 0, and a cancel scope that asked for it is
     cancelled (`_scope_asked`). A task cancelled with no scope asking was
-    cancelled by the code itself (`own_cancellation`)."""
+    cancelled by the code itself (`cancel_request_left`)."""
     import asyncio
 
     if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
@@ -144,24 +144,14 @@ def _scope_asked(task: Any) -> bool:
     return False
 
 
-def own_cancellation() -> bool:
-    """Whether the current task holds a cancellation that no cancel scope sent:
-    the code's own ``asyncio.current_task().cancel()`` (or a task it handed its
-    task to). Going on, it cancelled the worker's task group and the host's own
-    code in the ``async with Worker`` block (the embedding audit, 12-08)."""
-    import asyncio
-
-    if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
-        return False
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0 and not _scope_asked(task)
-
-
 def cancel_request_left() -> bool:
     """Whether the current asyncio task holds a cancel request that no cancel
-    scope asked for (`own_cancellation`): code that called its own task's
-    ``cancel()`` and returned before its next await leaves one for the
-    engine's next await, outside the code (decision (bd)). A cancelled
+    scope asked for: the code's own ``asyncio.current_task().cancel()`` (or a
+    task it handed its task to). Going on, it cancelled the worker's task
+    group and the host's own code in the ``async with Worker`` block (the
+    embedding audit, 12-08). Code that called it and returned before its
+    next await leaves one for the engine's next await, outside the code
+    (decision (bd)). A cancelled
     scope's request is not one: code that caught a cooperative cancellation
     and returned a value keeps it. Cheap enough for every local step: one
     counter read, and no exception on trio, where no code can cancel a task
@@ -185,14 +175,14 @@ async def receive_cancel_request() -> None:
     import asyncio
 
     await asyncio.sleep(0)  # a request still pending raises here
-    if own_cancellation():  # none was: the code caught its own and went on
+    if cancel_request_left():  # none was: the code caught its own and went on
         take_back_own_cancellation()
 
 
 def take_back_own_cancellation() -> None:
     """Withdraw the code's own cancel requests from the current task (asyncio's
     ``uncancel``), so that the engine's awaits that record the failure they
-    caused are not cancelled too. Only called when `own_cancellation()`: no
+    caused are not cancelled too. Only called when `cancel_request_left()`: no
     cancel scope asked for any of them."""
     import asyncio
 

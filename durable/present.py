@@ -166,8 +166,9 @@ def taken_text(lease_expires_at: Any, now: datetime) -> str:
     ``lease_expires_at``): ``... (lease end: 2026-12-08 10:00:30 UTC, in 12s)``."""
     said = "another worker takes the run once that worker's lease on it has lapsed"
     until = instant(lease_expires_at)
-    return said if until is None else f"{said} (lease end: {absolute(until)}, " \
-        f"{relative(until, now)})"
+    if until is None:
+        return said
+    return f"{said} (lease end: {absolute(until)}, {relative(until, now)})"
 
 
 def holder_gone(holder: Any) -> bool:

@@ -562,22 +562,31 @@ async def test_killed_connections_mid_run_lose_nothing_and_repeat_nothing(pg_url
     assert [CALLS[f"{key}-{n}"] for n in (1, 2, 3)] == [1, 1, 1]
 
 
-async def test_connection_lost_inside_a_transaction_retries_it_whole(pg_url: str) -> None:
+async def _retried_whole(pg_url: str, table: str, failure: list[Stmt]) -> None:
+    """A program whose first attempt meets `failure` after its INSERT is run
+    again whole: its answer is the second attempt's, and only that attempt's
+    row is recorded."""
     async with durable.connect(pg_url) as client:
-        await sql(client, "CREATE TABLE marks (n BIGINT)")
+        await sql(client, f"CREATE TABLE {table} (n BIGINT)")
         attempts = 0
 
         def program(tx: Tx) -> Program[int]:
             nonlocal attempts
             attempts += 1
-            yield ex("INSERT INTO marks (n) VALUES (?)", attempts)
-            if attempts == 1:  # the connection dies before COMMIT: nothing was recorded
-                yield q("SELECT pg_terminate_backend(pg_backend_pid())")
+            yield ex(f"INSERT INTO {table} (n) VALUES (?)", attempts)
+            if attempts == 1:  # nothing of the first attempt is recorded
+                for stmt in failure:  # noqa: UP028 (yield from a list cannot take a result sent back)
+                    yield stmt
             return attempts
 
         assert await client.driver.run(program) == 2
-        rows = await sql(client, "SELECT n FROM marks", mode="all")
+        rows = await sql(client, f"SELECT n FROM {table}", mode="all")
     assert [r["n"] for r in rows] == [2]
+
+
+async def test_connection_lost_inside_a_transaction_retries_it_whole(pg_url: str) -> None:
+    # the connection dies before COMMIT
+    await _retried_whole(pg_url, "marks", [q("SELECT pg_terminate_backend(pg_backend_pid())")])
 
 
 async def test_a_statement_cancelled_by_the_server_retries_its_transaction_whole(
@@ -587,22 +596,8 @@ async def test_a_statement_cancelled_by_the_server_retries_its_transaction_whole
     it is re-run whole, as a deadlock is. It was the program's own error: a
     worker's claim that met it stopped the worker (the MariaDB audit found
     the same with KILL QUERY there)."""
-    async with durable.connect(pg_url) as client:
-        await sql(client, "CREATE TABLE cancelled_marks (n BIGINT)")
-        attempts = 0
-
-        def program(tx: Tx) -> Program[int]:
-            nonlocal attempts
-            attempts += 1
-            yield ex("INSERT INTO cancelled_marks (n) VALUES (?)", attempts)
-            if attempts == 1:  # cancelled by the server: nothing of it was recorded
-                yield ex("SET LOCAL statement_timeout = 1")
-                yield q("SELECT pg_sleep(5)")
-            return attempts
-
-        assert await client.driver.run(program) == 2
-        rows = await sql(client, "SELECT n FROM cancelled_marks", mode="all")
-    assert [r["n"] for r in rows] == [2]
+    await _retried_whole(pg_url, "cancelled_marks", [ex("SET LOCAL statement_timeout = 1"),
+                                                     q("SELECT pg_sleep(5)")])
 
 
 async def test_connection_lost_during_commit_is_storage_unavailable(pg_url: str) -> None:
